@@ -1,0 +1,207 @@
+//! The map of active runs, keyed by session: one running run per session, a queue behind it, and the
+//! tokens that stop it and tell when it is done.
+
+use crate::engine::EngineSessionContext;
+use crate::engine_type::EngineType;
+use crate::ids::{RunId, SessionId};
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The running run of a session and what waits behind it.
+#[derive(Debug)]
+struct ActiveRun {
+    engine: EngineType,
+    run_id: RunId,
+    cancel: CancellationToken,
+    done: CancellationToken,
+    queue: VecDeque<EngineSessionContext>,
+}
+
+/// A view of a session's active run.
+#[derive(Debug, Clone)]
+pub struct ActiveRunInfo {
+    /// The engine running it.
+    pub engine: EngineType,
+    /// The run.
+    pub run_id: RunId,
+    /// Fired when the run has ended (after its `complete`).
+    pub done: CancellationToken,
+    /// Runs waiting behind it.
+    pub queued: usize,
+}
+
+/// What happened when a run was offered to the map.
+#[derive(Debug)]
+pub enum Admission {
+    /// The session was idle: the run starts now.
+    Start {
+        /// Fired when the run has ended.
+        done: CancellationToken,
+    },
+    /// The session was busy and the run was queued.
+    Queued,
+    /// The session was busy and the run was refused.
+    Busy {
+        /// The run going on.
+        active_run_id: RunId,
+    },
+}
+
+/// What an interrupt found.
+#[derive(Debug)]
+pub struct Interrupted {
+    /// The run that was stopped.
+    pub run_id: RunId,
+    /// Fired when it has ended.
+    pub done: CancellationToken,
+    /// Queued runs that were dropped; they must still end with `complete`.
+    pub dropped: Vec<EngineSessionContext>,
+}
+
+/// What to do with a new prompt while a run is going on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBusy {
+    /// Refuse it (409).
+    #[default]
+    Reject,
+    /// Run it after the current run (and any queued before it).
+    Enqueue,
+    /// Interrupt the current run, drop the queue, then run it.
+    Interrupt,
+}
+
+/// The concurrent map of active runs. Cloning shares the map.
+#[derive(Debug, Clone, Default)]
+pub struct ActiveSessions {
+    map: Arc<DashMap<SessionId, ActiveRun>>,
+}
+
+impl ActiveSessions {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Offers a run; decides atomically whether it starts, queues, or is refused.
+    /// With `OnBusy::Interrupt` the current run is cancelled and the dropped queue is returned.
+    pub fn admit(
+        &self,
+        ctx: EngineSessionContext,
+        engine: EngineType,
+        on_busy: OnBusy,
+    ) -> (Admission, Vec<EngineSessionContext>) {
+        match self.map.entry(ctx.session_id()) {
+            Entry::Vacant(v) => {
+                let done = CancellationToken::new();
+                v.insert(ActiveRun {
+                    engine,
+                    run_id: ctx.run_id,
+                    cancel: ctx.cancel.clone(),
+                    done: done.clone(),
+                    queue: VecDeque::new(),
+                });
+                (Admission::Start { done }, Vec::new())
+            }
+            Entry::Occupied(mut o) => {
+                let run = o.get_mut();
+                match on_busy {
+                    OnBusy::Reject => (
+                        Admission::Busy {
+                            active_run_id: run.run_id,
+                        },
+                        Vec::new(),
+                    ),
+                    OnBusy::Enqueue => {
+                        run.queue.push_back(ctx);
+                        (Admission::Queued, Vec::new())
+                    }
+                    OnBusy::Interrupt => {
+                        run.cancel.cancel();
+                        let dropped = run.queue.drain(..).collect();
+                        run.queue.push_back(ctx);
+                        (Admission::Queued, dropped)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends `run_id`: returns the next queued run with its `done` token (it becomes the active one),
+    /// or frees the session and returns None.
+    pub fn finish(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+    ) -> Option<(EngineSessionContext, CancellationToken)> {
+        match self.map.entry(session_id) {
+            Entry::Occupied(mut o) if o.get().run_id == run_id => {
+                let run = o.get_mut();
+                match run.queue.pop_front() {
+                    Some(next) => {
+                        let done = CancellationToken::new();
+                        run.run_id = next.run_id;
+                        run.cancel = next.cancel.clone();
+                        run.done = done.clone();
+                        Some((next, done))
+                    }
+                    None => {
+                        o.remove();
+                        None
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Fires the running run's token and drops the queue. None when the session is idle.
+    pub fn interrupt(&self, session_id: SessionId) -> Option<Interrupted> {
+        let mut run = self.map.get_mut(&session_id)?;
+        run.cancel.cancel();
+        Some(Interrupted {
+            run_id: run.run_id,
+            done: run.done.clone(),
+            dropped: run.queue.drain(..).collect(),
+        })
+    }
+
+    /// Fires the token of every running run and drops every queue (shutdown).
+    pub fn interrupt_all(&self) -> Vec<Interrupted> {
+        let ids: Vec<SessionId> = self.map.iter().map(|e| *e.key()).collect();
+        ids.into_iter().filter_map(|id| self.interrupt(id)).collect()
+    }
+
+    /// The active run of a session.
+    pub fn get(&self, session_id: SessionId) -> Option<ActiveRunInfo> {
+        self.map.get(&session_id).map(|r| ActiveRunInfo {
+            engine: r.engine,
+            run_id: r.run_id,
+            done: r.done.clone(),
+            queued: r.queue.len(),
+        })
+    }
+
+    /// Whether a session has a run going on.
+    pub fn contains(&self, session_id: SessionId) -> bool {
+        self.map.contains_key(&session_id)
+    }
+
+    /// Runs going on now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether nothing runs.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Runs going on now on one engine.
+    pub fn count_engine(&self, engine: EngineType) -> usize {
+        self.map.iter().filter(|r| r.engine == engine).count()
+    }
+}

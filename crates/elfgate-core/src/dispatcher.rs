@@ -1,0 +1,353 @@
+//! The engine dispatcher: the registry of engines and the supervisor of runs.
+//!
+//! The dispatcher, not the engines, ends every run: it records the outcome, publishes `result` and then
+//! exactly one `complete`, and frees the session (or starts the next queued run) in the same step as
+//! publishing `complete`, so that a new run's events always come after it.
+
+use crate::active::{ActiveSessions, Admission, Interrupted, OnBusy};
+use crate::bus::EventHub;
+use crate::engine::{Engine, EngineInfo, EngineSessionContext, RunOutcome};
+use crate::engine_type::EngineType;
+use crate::event::{ErrorInfo, EventPayload, RunStats};
+use crate::ids::{RunId, SessionId};
+use crate::metrics::Metrics;
+use crate::model::FinishReason;
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A failure to record a run's state.
+#[derive(Debug, thiserror::Error)]
+#[error("run ledger: {0}")]
+pub struct LedgerError(pub String);
+
+/// Where the dispatcher records runs' lives (the store implements it).
+#[async_trait]
+pub trait RunLedger: Send + Sync {
+    /// The run starts now.
+    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError>;
+    /// The run ended.
+    async fn run_finished(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        outcome: &RunOutcome,
+    ) -> Result<(), LedgerError>;
+}
+
+/// Why a run could not be dispatched.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// No engine of that type is registered.
+    #[error("engine '{0}' is not available")]
+    UnknownEngine(EngineType),
+    /// The session is running and the prompt was not allowed to wait.
+    #[error("session is busy with run {active_run_id}")]
+    Busy {
+        /// The run going on.
+        active_run_id: RunId,
+    },
+}
+
+/// What became of a dispatched run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchStatus {
+    /// It runs now.
+    Started,
+    /// It waits behind the current run.
+    Queued,
+}
+
+impl DispatchStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DispatchStatus::Started => "running",
+            DispatchStatus::Queued => "queued",
+        }
+    }
+}
+
+/// The result of an interrupt request.
+#[derive(Debug, Clone)]
+pub struct InterruptResult {
+    /// The run that was stopped, if one was going on.
+    pub run_id: Option<RunId>,
+    /// Fired when it has ended.
+    pub done: Option<CancellationToken>,
+}
+
+/// The registry of engines and the supervisor of their runs.
+pub struct EngineDispatcher {
+    engines: RwLock<HashMap<EngineType, Arc<dyn Engine>>>,
+    active: ActiveSessions,
+    hub: EventHub,
+    ledger: Arc<dyn RunLedger>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for EngineDispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineDispatcher")
+            .field("active", &self.active.len())
+            .finish()
+    }
+}
+
+impl EngineDispatcher {
+    /// A dispatcher with no engines.
+    pub fn new(
+        active: ActiveSessions,
+        hub: EventHub,
+        ledger: Arc<dyn RunLedger>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(EngineDispatcher {
+            engines: RwLock::new(HashMap::new()),
+            active,
+            hub,
+            ledger,
+            metrics,
+        })
+    }
+
+    /// Adds (or replaces) an engine.
+    pub fn register_engine(&self, engine: Arc<dyn Engine>) {
+        let mut map = self.engines.write().unwrap_or_else(|p| p.into_inner());
+        map.insert(engine.engine_type(), engine);
+    }
+
+    /// The engine of a type.
+    pub fn get_engine(&self, engine: EngineType) -> Option<Arc<dyn Engine>> {
+        let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+        map.get(&engine).cloned()
+    }
+
+    /// Whether an engine of that type is registered.
+    pub fn has_engine(&self, engine: EngineType) -> bool {
+        self.get_engine(engine).is_some()
+    }
+
+    /// The active-run map.
+    pub fn active(&self) -> &ActiveSessions {
+        &self.active
+    }
+
+    /// The event hub.
+    pub fn hub(&self) -> &EventHub {
+        &self.hub
+    }
+
+    /// Starts the first run of a session.
+    pub fn dispatch(
+        self: &Arc<Self>,
+        ctx: EngineSessionContext,
+        on_busy: OnBusy,
+    ) -> Result<DispatchStatus, DispatchError> {
+        self.admit(ctx, on_busy)
+    }
+
+    /// Starts (or queues) a later run of a session.
+    pub fn resume(
+        self: &Arc<Self>,
+        ctx: EngineSessionContext,
+        on_busy: OnBusy,
+    ) -> Result<DispatchStatus, DispatchError> {
+        self.admit(ctx, on_busy)
+    }
+
+    fn admit(
+        self: &Arc<Self>,
+        ctx: EngineSessionContext,
+        on_busy: OnBusy,
+    ) -> Result<DispatchStatus, DispatchError> {
+        let engine_type = ctx.session.engine;
+        let engine = self
+            .get_engine(engine_type)
+            .ok_or(DispatchError::UnknownEngine(engine_type))?;
+        let (admission, dropped) = self.active.admit(ctx.clone(), engine_type, on_busy);
+        self.spawn_dropped(dropped);
+        match admission {
+            Admission::Start { done } => {
+                let this = self.clone();
+                tokio::spawn(async move { this.supervise(engine, ctx, done).await });
+                Ok(DispatchStatus::Started)
+            }
+            Admission::Queued => Ok(DispatchStatus::Queued),
+            Admission::Busy { active_run_id } => Err(DispatchError::Busy { active_run_id }),
+        }
+    }
+
+    /// Interrupts the session's run (and drops its queue). Idempotent: an idle session gives no run.
+    pub fn interrupt(self: &Arc<Self>, session_id: SessionId) -> InterruptResult {
+        let engine_extra = {
+            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            map.values().map(|e| e.interrupt(session_id)).any(|b| b)
+        };
+        match self.active.interrupt(session_id) {
+            Some(Interrupted { run_id, done, dropped }) => {
+                self.spawn_dropped(dropped);
+                InterruptResult {
+                    run_id: Some(run_id),
+                    done: Some(done),
+                }
+            }
+            None => {
+                if engine_extra {
+                    tracing::debug!(%session_id, "engine held state of an idle session");
+                }
+                InterruptResult {
+                    run_id: None,
+                    done: None,
+                }
+            }
+        }
+    }
+
+    /// Interrupts every run (shutdown); returns the tokens that fire when each has ended.
+    pub fn interrupt_all(self: &Arc<Self>) -> Vec<CancellationToken> {
+        self.active
+            .interrupt_all()
+            .into_iter()
+            .map(|i| {
+                self.spawn_dropped(i.dropped);
+                i.done
+            })
+            .collect()
+    }
+
+    /// Reloads MCP tools in every engine; returns how many sessions were reloaded.
+    pub async fn reload_mcp_for_all_active(&self) -> usize {
+        let engines: Vec<Arc<dyn Engine>> = {
+            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            map.values().cloned().collect()
+        };
+        let mut n = 0;
+        for e in engines {
+            n += e.reload_mcp_for_all_active().await;
+        }
+        n
+    }
+
+    /// What each registered engine is and how busy it is.
+    pub fn engine_infos(&self) -> Vec<EngineInfo> {
+        let engines: Vec<Arc<dyn Engine>> = {
+            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            map.values().cloned().collect()
+        };
+        let mut infos: Vec<EngineInfo> = engines
+            .iter()
+            .map(|e| EngineInfo {
+                engine_type: e.engine_type(),
+                description: e.description().to_string(),
+                capabilities: e.capabilities().iter().map(|c| c.to_string()).collect(),
+                active_sessions: self.active.count_engine(e.engine_type()),
+            })
+            .collect();
+        infos.sort_by_key(|i| i.engine_type.as_str());
+        infos
+    }
+
+    /// Ends queued runs that an interrupt dropped: each still gets its `result` and `complete`.
+    fn spawn_dropped(self: &Arc<Self>, dropped: Vec<EngineSessionContext>) {
+        if dropped.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            for ctx in dropped {
+                let outcome = RunOutcome::new(FinishReason::Interrupted);
+                this.record_end(&ctx, &outcome, Instant::now()).await;
+                ctx.events.emit(EventPayload::Complete {
+                    finish_reason: outcome.finish_reason,
+                });
+            }
+        });
+    }
+
+    /// Runs `ctx` and every run queued behind it, one after the other.
+    async fn supervise(
+        self: Arc<Self>,
+        engine: Arc<dyn Engine>,
+        mut ctx: EngineSessionContext,
+        mut done: CancellationToken,
+    ) {
+        loop {
+            let session_id = ctx.session_id();
+            let run_id = ctx.run_id;
+            let started = Instant::now();
+            let outcome = self.run_one(engine.clone(), ctx.clone()).await;
+            self.record_end(&ctx, &outcome, started).await;
+            let (_, next) = ctx.events.bus().publish_then(
+                Some(run_id),
+                &EventPayload::Complete {
+                    finish_reason: outcome.finish_reason,
+                },
+                || self.active.finish(session_id, run_id),
+            );
+            done.cancel();
+            match next {
+                Some((next_ctx, next_done)) => {
+                    done = next_done;
+                    ctx = next_ctx;
+                }
+                None => {
+                    let active = self.active.clone();
+                    self.hub
+                        .close_if_idle(session_id, || active.contains(session_id));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs one engine call in its own task so that a panic becomes an error outcome.
+    async fn run_one(&self, engine: Arc<dyn Engine>, ctx: EngineSessionContext) -> RunOutcome {
+        self.metrics.run_started();
+        if let Err(e) = self.ledger.run_started(ctx.session_id(), ctx.run_id).await {
+            tracing::warn!(error = %e, "could not mark run as running");
+        }
+        let events = ctx.events.clone();
+        let is_resume = ctx.is_resume;
+        let task = tokio::spawn(async move {
+            if is_resume {
+                engine.resume_session(ctx).await
+            } else {
+                engine.start_session(ctx).await
+            }
+        });
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(join) => {
+                let error = ErrorInfo::new("engine_panic", format!("the engine failed: {join}"));
+                events.emit(EventPayload::Error {
+                    error: error.clone(),
+                });
+                RunOutcome::failed(error)
+            }
+        }
+    }
+
+    /// Stores the outcome and publishes `result`.
+    async fn record_end(&self, ctx: &EngineSessionContext, outcome: &RunOutcome, started: Instant) {
+        self.metrics.run_finished(outcome.finish_reason);
+        if let Err(e) = self
+            .ledger
+            .run_finished(ctx.session_id(), ctx.run_id, outcome)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the end of a run");
+        }
+        ctx.events.emit(EventPayload::Result {
+            stats: RunStats {
+                input_tokens: outcome.input_tokens,
+                output_tokens: outcome.output_tokens,
+                iterations: outcome.iterations,
+                duration_ms: started.elapsed().as_millis() as u64,
+                finish_reason: outcome.finish_reason,
+            },
+        });
+    }
+}

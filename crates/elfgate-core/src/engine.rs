@@ -1,0 +1,192 @@
+//! The Engine trait and the context a run gets.
+
+use crate::bus::EventEmitter;
+use crate::engine_type::EngineType;
+use crate::event::ErrorInfo;
+use crate::ids::{MessageId, RunId, SessionId};
+use crate::metrics::Metrics;
+use crate::model::{FinishReason, Session};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A file or image sent with a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// A display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// MIME type, e.g. image/png or text/plain.
+    pub media_type: String,
+    /// Base64 content (images).
+    #[serde(default)]
+    pub data: Option<String>,
+    /// A URL to the content.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Inline text content (text files).
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// What a chat channel lets its user do (from the seed's channelUserPermissions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelPermissions {
+    /// false blocks every tool call.
+    pub can_use_tool: bool,
+    /// true asks the client before every tool call.
+    #[serde(default)]
+    pub require_confirmation: bool,
+}
+
+/// Everything a run needs: the session, the prompt and overrides, the event emitter and the
+/// cancellation token that an interrupt fires.
+#[derive(Debug, Clone)]
+pub struct EngineSessionContext {
+    /// The stored session.
+    pub session: Session,
+    /// This run.
+    pub run_id: RunId,
+    /// The user's prompt.
+    pub prompt: String,
+    /// false for the first run of a session, true for a resume.
+    pub is_resume: bool,
+    /// The id the user message will be stored under.
+    pub user_message_id: MessageId,
+    /// A client's idempotency key for the prompt.
+    pub client_msg_id: Option<String>,
+    /// The message this prompt follows (branching); None follows the latest.
+    pub parent_id: Option<MessageId>,
+    /// Provider name from the config.
+    pub provider_id: Option<String>,
+    /// Model name.
+    pub model: Option<String>,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// none, low, medium or high.
+    pub thinking_level: Option<String>,
+    /// Directory the tools act in.
+    pub project_path: Option<String>,
+    /// Agent profile.
+    pub agent_id: Option<String>,
+    /// Engine settings (session's, with this run's overrides merged in).
+    pub engine_config: Value,
+    /// default, acceptEdits, bypassPermissions or plan.
+    pub permission_mode: Option<String>,
+    /// codex, claude-code or gemini-cli (cli engine).
+    pub cli_backend: Option<String>,
+    /// Files and images sent with the prompt.
+    pub attachments: Vec<Attachment>,
+    /// Channel user permissions, if the prompt came through a channel.
+    pub channel_permissions: Option<ChannelPermissions>,
+    /// Where the run reports.
+    pub events: EventEmitter,
+    /// Fired by an interrupt.
+    pub cancel: CancellationToken,
+    /// Daemon metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl EngineSessionContext {
+    /// The session id.
+    pub fn session_id(&self) -> SessionId {
+        self.session.id
+    }
+}
+
+/// How an engine's run ended; the dispatcher turns it into `result` and `complete`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+    /// Input tokens over all LLM calls.
+    pub input_tokens: u64,
+    /// Output tokens over all LLM calls.
+    pub output_tokens: u64,
+    /// LLM iterations.
+    pub iterations: u32,
+    /// The error that ended it, if any (already reported as an `error` event by the engine).
+    pub error: Option<ErrorInfo>,
+}
+
+impl RunOutcome {
+    /// An outcome with no tokens.
+    pub fn new(finish_reason: FinishReason) -> Self {
+        RunOutcome {
+            finish_reason,
+            input_tokens: 0,
+            output_tokens: 0,
+            iterations: 0,
+            error: None,
+        }
+    }
+
+    /// An error outcome.
+    pub fn failed(error: ErrorInfo) -> Self {
+        RunOutcome {
+            error: Some(error),
+            ..RunOutcome::new(FinishReason::Error)
+        }
+    }
+}
+
+/// What GET /v1/engines shows of an engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineInfo {
+    /// Wire name.
+    #[serde(rename = "type")]
+    pub engine_type: EngineType,
+    /// What it is.
+    pub description: String,
+    /// What it can do (e.g. streaming, history, tools).
+    pub capabilities: Vec<String>,
+    /// Sessions running on it now.
+    pub active_sessions: usize,
+}
+
+/// An engine: turns one prompt into events and stored messages.
+///
+/// Engines report only through `ctx.events` and stop promptly when `ctx.cancel` fires. They do not emit
+/// `result` or `complete`: the dispatcher does, exactly once per run, from the returned outcome.
+#[async_trait]
+pub trait Engine: Send + Sync {
+    /// Its wire name.
+    fn engine_type(&self) -> EngineType;
+
+    /// A one-line description.
+    fn description(&self) -> &'static str;
+
+    /// What it can do.
+    fn capabilities(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Runs the first prompt of a session.
+    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome;
+
+    /// Runs a later prompt of a session.
+    async fn resume_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.start_session(ctx).await
+    }
+
+    /// Engine-specific interrupt work beyond firing the run's token (which the dispatcher does).
+    /// Returns whether the engine had something of this session to stop.
+    fn interrupt(&self, _session_id: SessionId) -> bool {
+        false
+    }
+
+    /// Whether the engine holds state of a running session beyond the dispatcher's map.
+    fn is_active(&self, _session_id: SessionId) -> bool {
+        false
+    }
+
+    /// Reloads MCP tools of every active session; returns how many were reloaded.
+    async fn reload_mcp_for_all_active(&self) -> usize {
+        0
+    }
+}

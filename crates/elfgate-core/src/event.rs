@@ -1,0 +1,270 @@
+//! The event stream: the envelope every event carries and the payload of each event type.
+//!
+//! The type names keep the seed's IPC names so that a client can move from IPC to SSE unchanged.
+
+use crate::ids::{RunId, SessionId};
+use crate::model::{ContentBlock, FinishReason, Message};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// What kind of streamed text a delta carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// Answer text.
+    Text,
+    /// Reasoning text.
+    Thinking,
+}
+
+/// A piece of streamed text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// Text or thinking.
+    pub kind: DeltaKind,
+    /// The piece.
+    pub text: String,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallStatus {
+    /// The tool ran and succeeded.
+    Success,
+    /// The tool ran and failed.
+    Error,
+    /// The pipeline or the client refused it.
+    Denied,
+    /// It ran past its timeout.
+    Timeout,
+    /// An interrupt stopped it.
+    Interrupted,
+}
+
+/// Figures of a finished run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStats {
+    /// Input tokens over all LLM calls.
+    pub input_tokens: u64,
+    /// Output tokens over all LLM calls.
+    pub output_tokens: u64,
+    /// LLM iterations.
+    pub iterations: u32,
+    /// Wall time of the run.
+    pub duration_ms: u64,
+    /// Why it ended.
+    pub finish_reason: FinishReason,
+}
+
+/// A machine code and a human message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Short machine-readable code, e.g. `upstream_status`.
+    pub code: String,
+    /// What happened, for a human.
+    pub message: String,
+}
+
+impl ErrorInfo {
+    /// Builds an error info.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ErrorInfo {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A retry about to happen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryInfo {
+    /// 1-based retry number.
+    pub attempt: u32,
+    /// Retries allowed in all.
+    pub max_attempts: u32,
+    /// How long until the retry.
+    pub delay_ms: u64,
+    /// What failed.
+    pub reason: String,
+}
+
+/// The payload of an event; its variant name is the event `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum EventPayload {
+    /// Engine and daemon information at the start of a run.
+    Init {
+        /// Free-form facts: engine, model, provider, daemon version.
+        system_info: Value,
+    },
+    /// The session was created.
+    SessionCreated {},
+    /// The user's message was stored.
+    UserMessage {
+        /// The stored message.
+        message: Message,
+    },
+    /// A piece of streamed text.
+    StreamDelta {
+        /// The piece.
+        delta: Delta,
+    },
+    /// A tool call starts.
+    ToolCallStart {
+        /// The tool_use block.
+        block: ContentBlock,
+    },
+    /// A tool call ended.
+    ToolCallEnd {
+        /// The tool_result block.
+        block: ContentBlock,
+        /// How it ended.
+        status: ToolCallStatus,
+    },
+    /// The assistant's message was stored.
+    AssistantMessage {
+        /// The stored message.
+        message: Message,
+    },
+    /// The engine asks the client to allow a tool call.
+    PermissionRequest {
+        /// Answer with POST /v1/sessions/{id}/permissions/{requestId}.
+        request_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Its arguments.
+        input: Value,
+        /// Its permission tier.
+        tier: String,
+        /// When it is denied without an answer.
+        expires_at: DateTime<Utc>,
+    },
+    /// A permission request was answered (or expired).
+    PermissionResolved {
+        /// The request.
+        request_id: String,
+        /// allow or deny.
+        decision: String,
+    },
+    /// Figures of the finished run; always right before `complete`.
+    Result {
+        /// The figures.
+        stats: RunStats,
+    },
+    /// The run ended; exactly one per run.
+    Complete {
+        /// Why.
+        finish_reason: FinishReason,
+    },
+    /// Something failed.
+    Error {
+        /// What.
+        error: ErrorInfo,
+    },
+    /// An upstream call is retried.
+    Retry {
+        /// When and why.
+        retry: RetryInfo,
+    },
+    /// A progress note.
+    Processing {
+        /// The note.
+        message: String,
+    },
+    /// The client's cursor is older than what is kept, or it fell behind: reload state.
+    Reset {
+        /// Events from this seq on can be replayed.
+        from_seq: u64,
+    },
+}
+
+impl EventPayload {
+    /// The event's `type` name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventPayload::Init { .. } => "init",
+            EventPayload::SessionCreated {} => "sessionCreated",
+            EventPayload::UserMessage { .. } => "userMessage",
+            EventPayload::StreamDelta { .. } => "streamDelta",
+            EventPayload::ToolCallStart { .. } => "toolCallStart",
+            EventPayload::ToolCallEnd { .. } => "toolCallEnd",
+            EventPayload::AssistantMessage { .. } => "assistantMessage",
+            EventPayload::PermissionRequest { .. } => "permissionRequest",
+            EventPayload::PermissionResolved { .. } => "permissionResolved",
+            EventPayload::Result { .. } => "result",
+            EventPayload::Complete { .. } => "complete",
+            EventPayload::Error { .. } => "error",
+            EventPayload::Retry { .. } => "retry",
+            EventPayload::Processing { .. } => "processing",
+            EventPayload::Reset { .. } => "reset",
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    seq: u64,
+    session_id: SessionId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<RunId>,
+    ts: String,
+    #[serde(flatten)]
+    payload: &'a EventPayload,
+}
+
+/// One published event, already serialized: the same JSON goes to every subscriber and to the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// Per-session sequence number.
+    pub seq: u64,
+    /// The run it belongs to, if any.
+    pub run_id: Option<RunId>,
+    /// The event type name.
+    pub event_type: Cow<'static, str>,
+    /// The whole envelope as JSON.
+    pub json: String,
+    /// When it was published.
+    pub ts: DateTime<Utc>,
+}
+
+impl EventRecord {
+    /// Serializes an envelope around `payload`.
+    pub fn build(
+        session_id: SessionId,
+        seq: u64,
+        run_id: Option<RunId>,
+        payload: &EventPayload,
+    ) -> Self {
+        let ts = Utc::now();
+        let envelope = Envelope {
+            seq,
+            session_id,
+            run_id,
+            ts: ts.to_rfc3339_opts(SecondsFormat::Millis, true),
+            payload,
+        };
+        // Serializing plain data to a String cannot fail; the fallback keeps the log valid anyway.
+        let json = serde_json::to_string(&envelope).unwrap_or_else(|e| {
+            format!(
+                "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"serialize\",\"message\":\"{}\"}}}}",
+                e.to_string().replace('"', "'")
+            )
+        });
+        EventRecord {
+            session_id,
+            seq,
+            run_id,
+            event_type: Cow::Borrowed(payload.type_name()),
+            json,
+            ts,
+        }
+    }
+}

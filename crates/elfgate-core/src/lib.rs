@@ -1,0 +1,22 @@
+//! Elfgate's domain: ids, engine types, sessions, runs, messages, events, the Engine trait,
+//! the dispatcher and the map of active runs. No HTTP and no SQL live here.
+
+pub mod active;
+pub mod bus;
+pub mod dispatcher;
+pub mod engine;
+pub mod engine_type;
+pub mod event;
+pub mod ids;
+pub mod metrics;
+pub mod model;
+
+pub use active::{ActiveSessions, OnBusy};
+pub use bus::{EventEmitter, EventHub, LogCommand, LogSender, SessionBus};
+pub use dispatcher::{DispatchError, DispatchStatus, EngineDispatcher, RunLedger};
+pub use engine::{Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, RunOutcome};
+pub use engine_type::EngineType;
+pub use event::{Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RunStats, ToolCallStatus};
+pub use ids::{MessageId, RequestId, RunId, SessionId};
+pub use metrics::Metrics;
+pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};

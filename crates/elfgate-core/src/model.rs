@@ -1,0 +1,326 @@
+//! Sessions, runs and messages: the persisted domain records.
+
+use crate::engine_type::EngineType;
+use crate::ids::{MessageId, RunId, SessionId};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The client's prompt.
+    User,
+    /// The model's answer.
+    Assistant,
+    /// Tool results fed back to the model.
+    Tool,
+    /// A system prompt or note.
+    System,
+}
+
+impl Role {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+            Role::System => "system",
+        }
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            "tool" => Ok(Role::Tool),
+            "system" => Ok(Role::System),
+            other => Err(format!("unknown role '{other}'")),
+        }
+    }
+}
+
+/// One typed block of a message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model's visible reasoning.
+    Thinking {
+        /// The reasoning text.
+        thinking: String,
+        /// Provider signature that must be sent back unchanged (Anthropic), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// A tool call requested by the model.
+    ToolUse {
+        /// The provider's call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments, as JSON.
+        input: Value,
+    },
+    /// The result of a tool call.
+    ToolResult {
+        /// The id of the call this answers.
+        tool_use_id: String,
+        /// The result text the model sees.
+        content: String,
+        /// Whether the call failed (or was denied, timed out, interrupted).
+        #[serde(default)]
+        is_error: bool,
+    },
+    /// An image, inline (base64) or by URL.
+    Image {
+        /// MIME type, e.g. image/png.
+        media_type: String,
+        /// Base64 data, when inline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        /// A URL, when not inline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+}
+
+/// A persisted chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// The message id.
+    pub id: MessageId,
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// The run that produced it.
+    pub run_id: Option<RunId>,
+    /// The message it answers or follows (branching history).
+    pub parent_id: Option<MessageId>,
+    /// Who wrote it.
+    pub role: Role,
+    /// Its content.
+    pub blocks: Vec<ContentBlock>,
+    /// The model that wrote it (assistant messages).
+    pub model: Option<String>,
+    /// Input tokens billed for producing it.
+    pub input_tokens: Option<u64>,
+    /// Output tokens billed for producing it.
+    pub output_tokens: Option<u64>,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Message {
+    /// A new message with a fresh id, stamped now.
+    pub fn new(
+        session_id: SessionId,
+        run_id: Option<RunId>,
+        parent_id: Option<MessageId>,
+        role: Role,
+        blocks: Vec<ContentBlock>,
+    ) -> Self {
+        Message {
+            id: MessageId::new(),
+            session_id,
+            run_id,
+            parent_id,
+            role,
+            blocks,
+            model: None,
+            input_tokens: None,
+            output_tokens: None,
+            created_at: Utc::now(),
+        }
+    }
+
+    /// The concatenated text blocks.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for b in &self.blocks {
+            if let ContentBlock::Text { text } = b {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+}
+
+/// A session: one conversation with one engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// The session id.
+    pub id: SessionId,
+    /// The engine it runs on.
+    pub engine: EngineType,
+    /// A title for lists.
+    pub title: Option<String>,
+    /// The configured provider it uses.
+    pub provider_id: Option<String>,
+    /// The model it uses.
+    pub model: Option<String>,
+    /// The CLI backend (cli engine).
+    pub cli_backend: Option<String>,
+    /// The project directory tools act in.
+    pub project_path: Option<String>,
+    /// An agent profile id.
+    pub agent_id: Option<String>,
+    /// The system prompt.
+    pub system_prompt: Option<String>,
+    /// The permission mode.
+    pub permission_mode: Option<String>,
+    /// Engine-specific settings.
+    pub engine_config: Value,
+    /// The CLI backend's own session id, for resume.
+    pub cli_session_id: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting behind another run of the same session.
+    Queued,
+    /// Running now.
+    Running,
+    /// Ended normally (stop or max_iterations).
+    Completed,
+    /// Stopped by an interrupt or a daemon restart.
+    Interrupted,
+    /// Ended by an error.
+    Failed,
+}
+
+impl RunStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "queued" => Ok(RunStatus::Queued),
+            "running" => Ok(RunStatus::Running),
+            "completed" => Ok(RunStatus::Completed),
+            "interrupted" => Ok(RunStatus::Interrupted),
+            "failed" => Ok(RunStatus::Failed),
+            other => Err(format!("unknown run status '{other}'")),
+        }
+    }
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model finished its answer.
+    Stop,
+    /// The agent loop hit its iteration limit.
+    MaxIterations,
+    /// A client interrupted the run.
+    Interrupted,
+    /// An error ended the run.
+    Error,
+    /// The daemon stopped (crash or kill) while the run was going.
+    DaemonRestart,
+}
+
+impl FinishReason {
+    /// The wire and stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::MaxIterations => "max_iterations",
+            FinishReason::Interrupted => "interrupted",
+            FinishReason::Error => "error",
+            FinishReason::DaemonRestart => "daemon_restart",
+        }
+    }
+
+    /// The run status this reason leaves behind.
+    pub fn run_status(self) -> RunStatus {
+        match self {
+            FinishReason::Stop | FinishReason::MaxIterations => RunStatus::Completed,
+            FinishReason::Interrupted | FinishReason::DaemonRestart => RunStatus::Interrupted,
+            FinishReason::Error => RunStatus::Failed,
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FinishReason {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "stop" => Ok(FinishReason::Stop),
+            "max_iterations" => Ok(FinishReason::MaxIterations),
+            "interrupted" => Ok(FinishReason::Interrupted),
+            "error" => Ok(FinishReason::Error),
+            "daemon_restart" => Ok(FinishReason::DaemonRestart),
+            other => Err(format!("unknown finish reason '{other}'")),
+        }
+    }
+}
+
+/// One run of an engine for one prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    /// The run id.
+    pub id: RunId,
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// Where it is.
+    pub status: RunStatus,
+    /// Why it ended, once it has.
+    pub finish_reason: Option<FinishReason>,
+    /// Input tokens over all LLM calls.
+    pub input_tokens: u64,
+    /// Output tokens over all LLM calls.
+    pub output_tokens: u64,
+    /// LLM iterations.
+    pub iterations: u32,
+    /// When it started (or was queued).
+    pub started_at: DateTime<Utc>,
+    /// When it ended.
+    pub ended_at: Option<DateTime<Utc>>,
+    /// The error that ended it, if any.
+    pub error: Option<String>,
+}
