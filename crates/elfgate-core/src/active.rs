@@ -172,7 +172,9 @@ impl ActiveSessions {
     /// Fires the token of every running run and drops every queue (shutdown).
     pub fn interrupt_all(&self) -> Vec<Interrupted> {
         let ids: Vec<SessionId> = self.map.iter().map(|e| *e.key()).collect();
-        ids.into_iter().filter_map(|id| self.interrupt(id)).collect()
+        ids.into_iter()
+            .filter_map(|id| self.interrupt(id))
+            .collect()
     }
 
     /// The active run of a session.

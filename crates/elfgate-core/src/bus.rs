@@ -150,8 +150,9 @@ impl EventHub {
 
     /// Closes a session's bus if nobody listens; `still_busy` is checked under the map lock.
     pub fn close_if_idle(&self, session_id: SessionId, still_busy: impl Fn() -> bool) {
-        self.buses
-            .remove_if(&session_id, |_, b| b.subscriber_count() == 0 && !still_busy());
+        self.buses.remove_if(&session_id, |_, b| {
+            b.subscriber_count() == 0 && !still_busy()
+        });
     }
 
     /// Forgets a session's bus (the session was deleted).

@@ -187,7 +187,11 @@ impl EngineDispatcher {
             map.values().map(|e| e.interrupt(session_id)).any(|b| b)
         };
         match self.active.interrupt(session_id) {
-            Some(Interrupted { run_id, done, dropped }) => {
+            Some(Interrupted {
+                run_id,
+                done,
+                dropped,
+            }) => {
                 self.spawn_dropped(dropped);
                 InterruptResult {
                     run_id: Some(run_id),

@@ -95,7 +95,11 @@ pub struct RetryInfo {
 
 /// The payload of an event; its variant name is the event `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum EventPayload {
     /// Engine and daemon information at the start of a run.
     Init {

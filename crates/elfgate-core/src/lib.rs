@@ -13,8 +13,12 @@ pub mod model;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{EventEmitter, EventHub, LogCommand, LogSender, SessionBus};
-pub use dispatcher::{DispatchError, DispatchStatus, EngineDispatcher, RunLedger};
-pub use engine::{Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, RunOutcome};
+pub use dispatcher::{
+    DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
+};
+pub use engine::{
+    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, RunOutcome,
+};
 pub use engine_type::EngineType;
 pub use event::{Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RunStats, ToolCallStatus};
 pub use ids::{MessageId, RequestId, RunId, SessionId};

@@ -84,7 +84,10 @@ impl Metrics {
             "elfgate_runs_started_total {}",
             self.runs_started.load(Ordering::Relaxed)
         );
-        let _ = writeln!(out, "# HELP elfgate_runs_total Runs ended, by finish reason.");
+        let _ = writeln!(
+            out,
+            "# HELP elfgate_runs_total Runs ended, by finish reason."
+        );
         let _ = writeln!(out, "# TYPE elfgate_runs_total counter");
         for (i, r) in REASONS.iter().enumerate() {
             let _ = writeln!(
@@ -94,14 +97,20 @@ impl Metrics {
                 self.runs_finished[i].load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(out, "# HELP elfgate_events_published_total Events published.");
+        let _ = writeln!(
+            out,
+            "# HELP elfgate_events_published_total Events published."
+        );
         let _ = writeln!(out, "# TYPE elfgate_events_published_total counter");
         let _ = writeln!(
             out,
             "elfgate_events_published_total {}",
             self.events_published()
         );
-        let _ = writeln!(out, "# HELP elfgate_llm_retries_total Upstream calls retried.");
+        let _ = writeln!(
+            out,
+            "# HELP elfgate_llm_retries_total Upstream calls retried."
+        );
         let _ = writeln!(out, "# TYPE elfgate_llm_retries_total counter");
         let _ = writeln!(
             out,

@@ -1,0 +1,30 @@
+//! Conversions between rows and domain records.
+
+use crate::StoreError;
+use chrono::{DateTime, SecondsFormat, Utc};
+use std::str::FromStr;
+
+/// Timestamps are stored as fixed-width RFC 3339 UTC text, which sorts like time.
+pub fn ts(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+pub fn parse_ts(s: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt(format!("timestamp '{s}': {e}")))
+}
+
+pub fn parse<T: FromStr>(what: &str, s: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    T::from_str(s).map_err(|e| StoreError::Corrupt(format!("{what} '{s}': {e}")))
+}
+
+pub fn parse_opt<T: FromStr>(what: &str, s: Option<String>) -> Result<Option<T>, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    s.map(|s| parse(what, &s)).transpose()
+}

@@ -1,0 +1,130 @@
+//! Elfgate's persistence: sessions, runs, chat messages and the event log, behind the [`Store`] trait.
+//!
+//! The SQLite implementation ([`SqliteStore`]) is the embedded default; a PostgreSQL one can sit
+//! behind the same trait later.
+
+mod codec;
+mod sqlite;
+mod writer;
+
+pub use sqlite::SqliteStore;
+pub use writer::spawn_event_writer;
+
+use async_trait::async_trait;
+use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations failed.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored row could not be read back.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The storage URL is not one this build supports.
+    #[error("unsupported storage url '{0}'")]
+    UnsupportedUrl(String),
+    /// The database directory could not be created.
+    #[error("cannot prepare the database location: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shorthand for store results.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// One logged event, as read back for replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Its seq.
+    pub seq: u64,
+    /// Its type name.
+    pub event_type: String,
+    /// The whole envelope as JSON.
+    pub json: String,
+}
+
+/// A run that a restart found unfinished and ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveredRun {
+    /// Its session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// Partial answer text recovered from the event log, if any.
+    pub partial_text_chars: usize,
+    /// Synthetic tool results added for tool calls left without one.
+    pub synthetic_tool_results: usize,
+}
+
+/// A page of sessions, newest first.
+#[derive(Debug, Clone)]
+pub struct SessionPage {
+    /// The sessions.
+    pub sessions: Vec<Session>,
+    /// Pass as `cursor` to get the next page; None at the end.
+    pub next_cursor: Option<SessionId>,
+}
+
+/// Everything the daemon stores. Implementations must be safe to share between tasks.
+#[async_trait]
+pub trait Store: RunLedger + Send + Sync {
+    /// Checks that the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Stores a new session.
+    async fn create_session(&self, session: &Session) -> StoreResult<()>;
+    /// One session.
+    async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>>;
+    /// Sessions newest first; `cursor` is the last id of the previous page.
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        cursor: Option<SessionId>,
+    ) -> StoreResult<SessionPage>;
+    /// Deletes a session with its runs, messages and events. false when it did not exist.
+    async fn delete_session(&self, id: SessionId) -> StoreResult<bool>;
+    /// Stores the CLI backend's own session id.
+    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()>;
+
+    /// Stores a new run (status queued or running).
+    async fn create_run(&self, run: &Run) -> StoreResult<()>;
+    /// One run of a session.
+    async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>>;
+
+    /// Stores a message.
+    async fn insert_message(&self, message: &Message) -> StoreResult<()>;
+    /// Every message of a session, oldest first, at most `limit`.
+    async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>>;
+    /// The latest message of a session.
+    async fn latest_message(&self, session_id: SessionId) -> StoreResult<Option<Message>>;
+    /// One message of a session.
+    async fn get_message(
+        &self,
+        session_id: SessionId,
+        id: MessageId,
+    ) -> StoreResult<Option<Message>>;
+    /// The branch ending at `leaf`, following parent ids: at most `limit` messages, oldest first.
+    async fn branch(
+        &self,
+        session_id: SessionId,
+        leaf: MessageId,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>>;
+
+    /// The highest seq logged for a session (0 when none).
+    async fn last_seq(&self, session_id: SessionId) -> StoreResult<u64>;
+    /// Logged events with seq > `after`, in order, at most `limit`.
+    async fn events_after(
+        &self,
+        session_id: SessionId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Ends runs a crash left running or queued, as DESIGN.md section 5 says.
+    async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>>;
+}

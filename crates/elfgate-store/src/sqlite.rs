@@ -1,0 +1,655 @@
+//! The SQLite store: WAL journal, a busy timeout, a bounded pool, migrations applied at open.
+
+use crate::codec::{parse, parse_opt, parse_ts, ts};
+use crate::{RecoveredRun, SessionPage, Store, StoreError, StoreResult, StoredEvent};
+use async_trait::async_trait;
+use chrono::Utc;
+use elfgate_core::{
+    ContentBlock, EventPayload, EventRecord, FinishReason, LedgerError, Message, MessageId, Role,
+    Run, RunId, RunLedger, RunOutcome, RunStats, RunStatus, Session, SessionId,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The embedded SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
+    /// applies pending migrations.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        if !url.starts_with("sqlite:") {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL in WAL mode stays consistent after a crash; only the last commits may be lost on
+            // power failure, never on a process kill.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let file = options.get_filename();
+        if let Some(dir) = file.parent()
+            && !dir.as_os_str().is_empty()
+            && file.as_os_str() != ":memory:"
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// Applies pending migrations without keeping the store (the `migrate` command).
+    pub async fn migrate(url: &str) -> StoreResult<()> {
+        let store = Self::open(url).await?;
+        store.pool.close().await;
+        Ok(())
+    }
+
+    /// The connection pool (for the event writer).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn session_from_row(r: &SqliteRow) -> StoreResult<Session> {
+    let config: String = r.try_get("engine_config")?;
+    Ok(Session {
+        id: parse("session id", &r.try_get::<String, _>("id")?)?,
+        engine: parse("engine", &r.try_get::<String, _>("engine")?)?,
+        title: r.try_get("title")?,
+        provider_id: r.try_get("provider_id")?,
+        model: r.try_get("model")?,
+        cli_backend: r.try_get("cli_backend")?,
+        project_path: r.try_get("project_path")?,
+        agent_id: r.try_get("agent_id")?,
+        system_prompt: r.try_get("system_prompt")?,
+        permission_mode: r.try_get("permission_mode")?,
+        engine_config: serde_json::from_str(&config)
+            .map_err(|e| StoreError::Corrupt(format!("engine_config: {e}")))?,
+        cli_session_id: r.try_get("cli_session_id")?,
+        created_at: parse_ts(&r.try_get::<String, _>("created_at")?)?,
+        updated_at: parse_ts(&r.try_get::<String, _>("updated_at")?)?,
+    })
+}
+
+fn run_from_row(r: &SqliteRow) -> StoreResult<Run> {
+    Ok(Run {
+        id: parse("run id", &r.try_get::<String, _>("id")?)?,
+        session_id: parse("session id", &r.try_get::<String, _>("session_id")?)?,
+        status: parse("run status", &r.try_get::<String, _>("status")?)?,
+        finish_reason: parse_opt("finish reason", r.try_get("finish_reason")?)?,
+        input_tokens: r.try_get::<i64, _>("input_tokens")?.max(0) as u64,
+        output_tokens: r.try_get::<i64, _>("output_tokens")?.max(0) as u64,
+        iterations: r.try_get::<i64, _>("iterations")?.max(0) as u32,
+        started_at: parse_ts(&r.try_get::<String, _>("started_at")?)?,
+        ended_at: r
+            .try_get::<Option<String>, _>("ended_at")?
+            .map(|s| parse_ts(&s))
+            .transpose()?,
+        error: r.try_get("error")?,
+    })
+}
+
+fn message_from_row(r: &SqliteRow) -> StoreResult<Message> {
+    let blocks: String = r.try_get("blocks")?;
+    Ok(Message {
+        id: parse("message id", &r.try_get::<String, _>("id")?)?,
+        session_id: parse("session id", &r.try_get::<String, _>("session_id")?)?,
+        run_id: parse_opt("run id", r.try_get("run_id")?)?,
+        parent_id: parse_opt("parent id", r.try_get("parent_id")?)?,
+        role: parse("role", &r.try_get::<String, _>("role")?)?,
+        blocks: serde_json::from_str(&blocks)
+            .map_err(|e| StoreError::Corrupt(format!("message blocks: {e}")))?,
+        model: r.try_get("model")?,
+        input_tokens: r
+            .try_get::<Option<i64>, _>("input_tokens")?
+            .map(|v| v.max(0) as u64),
+        output_tokens: r
+            .try_get::<Option<i64>, _>("output_tokens")?
+            .map(|v| v.max(0) as u64),
+        created_at: parse_ts(&r.try_get::<String, _>("created_at")?)?,
+    })
+}
+
+fn json_text(v: &impl serde::Serialize) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("serialize: {e}")))
+}
+
+async fn insert_message_tx(tx: &mut Transaction<'_, Sqlite>, m: &Message) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO messages (id, session_id, run_id, parent_id, role, blocks, model, input_tokens, \
+         output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(m.id.to_string())
+    .bind(m.session_id.to_string())
+    .bind(m.run_id.map(|r| r.to_string()))
+    .bind(m.parent_id.map(|p| p.to_string()))
+    .bind(m.role.as_str())
+    .bind(json_text(&m.blocks)?)
+    .bind(m.model.clone())
+    .bind(m.input_tokens.map(|v| v as i64))
+    .bind(m.output_tokens.map(|v| v as i64))
+    .bind(ts(&m.created_at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn append_event_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    session_id: SessionId,
+    run_id: RunId,
+    seq: u64,
+    payload: &EventPayload,
+) -> StoreResult<()> {
+    let rec = EventRecord::build(session_id, seq, Some(run_id), payload);
+    sqlx::query(
+        "INSERT INTO events (session_id, seq, run_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(session_id.to_string())
+    .bind(seq as i64)
+    .bind(run_id.to_string())
+    .bind(rec.event_type.as_ref())
+    .bind(&rec.json)
+    .bind(ts(&rec.ts))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[async_trait]
+impl RunLedger for SqliteStore {
+    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
+        let now = ts(&Utc::now());
+        sqlx::query("UPDATE runs SET status = 'running', started_at = ? WHERE id = ?")
+            .bind(&now)
+            .bind(run_id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| LedgerError(e.to_string()))?;
+        sqlx::query("UPDATE sessions SET status = 'running', updated_at = ? WHERE id = ?")
+            .bind(&now)
+            .bind(session_id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| LedgerError(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn run_finished(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        outcome: &RunOutcome,
+    ) -> Result<(), LedgerError> {
+        let now = ts(&Utc::now());
+        let error = outcome
+            .error
+            .as_ref()
+            .map(|e| format!("{}: {}", e.code, e.message));
+        sqlx::query(
+            "UPDATE runs SET status = ?, finish_reason = ?, input_tokens = ?, output_tokens = ?, \
+             iterations = ?, ended_at = ?, error = ? WHERE id = ?",
+        )
+        .bind(outcome.finish_reason.run_status().as_str())
+        .bind(outcome.finish_reason.as_str())
+        .bind(outcome.input_tokens as i64)
+        .bind(outcome.output_tokens as i64)
+        .bind(outcome.iterations as i64)
+        .bind(&now)
+        .bind(error)
+        .bind(run_id.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| LedgerError(e.to_string()))?;
+        sqlx::query("UPDATE sessions SET status = 'idle', updated_at = ? WHERE id = ?")
+            .bind(&now)
+            .bind(session_id.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| LedgerError(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_session(&self, s: &Session) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
+             agent_id, system_prompt, permission_mode, engine_config, cli_session_id, status, \
+             created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
+        )
+        .bind(s.id.to_string())
+        .bind(s.engine.as_str())
+        .bind(s.title.clone())
+        .bind(s.provider_id.clone())
+        .bind(s.model.clone())
+        .bind(s.cli_backend.clone())
+        .bind(s.project_path.clone())
+        .bind(s.agent_id.clone())
+        .bind(s.system_prompt.clone())
+        .bind(s.permission_mode.clone())
+        .bind(json_text(&s.engine_config)?)
+        .bind(s.cli_session_id.clone())
+        .bind(ts(&s.created_at))
+        .bind(ts(&s.updated_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {
+        let row = sqlx::query("SELECT * FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        cursor: Option<SessionId>,
+    ) -> StoreResult<SessionPage> {
+        let limit = limit.clamp(1, 500);
+        // Ids are UUIDv7: their text order is creation order.
+        let rows = match cursor {
+            Some(c) => {
+                sqlx::query("SELECT * FROM sessions WHERE id < ? ORDER BY id DESC LIMIT ?")
+                    .bind(c.to_string())
+                    .bind(limit as i64 + 1)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            None => {
+                sqlx::query("SELECT * FROM sessions ORDER BY id DESC LIMIT ?")
+                    .bind(limit as i64 + 1)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        let mut sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let next_cursor = if sessions.len() > limit as usize {
+            sessions.truncate(limit as usize);
+            sessions.last().map(|s| s.id)
+        } else {
+            None
+        };
+        Ok(SessionPage {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let sid = id.to_string();
+        sqlx::query("DELETE FROM events WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM messages WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM runs WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        let gone = sqlx::query("DELETE FROM sessions WHERE id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+
+    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()> {
+        sqlx::query("UPDATE sessions SET cli_session_id = ?, updated_at = ? WHERE id = ?")
+            .bind(cli_session_id)
+            .bind(ts(&Utc::now()))
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn create_run(&self, run: &Run) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
+             iterations, started_at, ended_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(run.id.to_string())
+        .bind(run.session_id.to_string())
+        .bind(run.status.as_str())
+        .bind(run.finish_reason.map(|f| f.as_str()))
+        .bind(run.input_tokens as i64)
+        .bind(run.output_tokens as i64)
+        .bind(run.iterations as i64)
+        .bind(ts(&run.started_at))
+        .bind(run.ended_at.as_ref().map(ts))
+        .bind(run.error.clone())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
+            .bind(run_id.to_string())
+            .bind(session_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn insert_message(&self, m: &Message) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        insert_message_tx(&mut tx, m).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT rowid AS rid, * FROM messages WHERE session_id = ? \
+             ORDER BY rowid DESC LIMIT ?) ORDER BY rid ASC",
+        )
+        .bind(session_id.to_string())
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn latest_message(&self, session_id: SessionId) -> StoreResult<Option<Message>> {
+        let row =
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
+                .bind(session_id.to_string())
+                .fetch_optional(&self.pool)
+                .await?;
+        row.as_ref().map(message_from_row).transpose()
+    }
+
+    async fn get_message(
+        &self,
+        session_id: SessionId,
+        id: MessageId,
+    ) -> StoreResult<Option<Message>> {
+        let row = sqlx::query("SELECT * FROM messages WHERE id = ? AND session_id = ?")
+            .bind(id.to_string())
+            .bind(session_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(message_from_row).transpose()
+    }
+
+    async fn branch(
+        &self,
+        session_id: SessionId,
+        leaf: MessageId,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE chain(id, parent_id, depth) AS ( \
+               SELECT id, parent_id, 0 FROM messages WHERE id = ? AND session_id = ? \
+               UNION ALL \
+               SELECT m.id, m.parent_id, c.depth + 1 FROM messages m JOIN chain c ON m.id = c.parent_id \
+               WHERE c.depth + 1 < ? AND m.session_id = ? \
+             ) \
+             SELECT messages.* FROM chain JOIN messages ON messages.id = chain.id ORDER BY chain.depth DESC",
+        )
+        .bind(leaf.to_string())
+        .bind(session_id.to_string())
+        .bind(limit as i64)
+        .bind(session_id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn last_seq(&self, session_id: SessionId) -> StoreResult<u64> {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+                .bind(session_id.to_string())
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(seq.unwrap_or(0).max(0) as u64)
+    }
+
+    async fn events_after(
+        &self,
+        session_id: SessionId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, type, payload FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id.to_string())
+        .bind(after.min(i64::MAX as u64) as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredEvent {
+                    seq: r.try_get::<i64, _>("seq")?.max(0) as u64,
+                    event_type: r.try_get("type")?,
+                    json: r.try_get("payload")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>> {
+        let runs = sqlx::query(
+            "SELECT * FROM runs WHERE status IN ('running', 'queued') ORDER BY started_at",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+        let mut recovered = Vec::with_capacity(runs.len());
+        for run in runs {
+            recovered.push(self.recover_run(&run).await?);
+        }
+        sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+            .execute(&self.pool)
+            .await?;
+        Ok(recovered)
+    }
+}
+
+impl SqliteStore {
+    /// Ends one run left unfinished by a crash: keeps the partial answer found in the event log,
+    /// answers dangling tool calls, and logs `result` and `complete`. All in one transaction.
+    async fn recover_run(&self, run: &Run) -> StoreResult<RecoveredRun> {
+        let sid = run.session_id.to_string();
+        let rid = run.id.to_string();
+        let mut tx = self.pool.begin().await?;
+
+        // The answer streamed since the run's last stored assistant message.
+        let after_seq: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(seq) FROM events WHERE session_id = ? AND run_id = ? AND type = 'assistantMessage'",
+        )
+        .bind(&sid)
+        .bind(&rid)
+        .fetch_one(&mut *tx)
+        .await?;
+        let deltas: Vec<String> = sqlx::query_scalar(
+            "SELECT payload FROM events WHERE session_id = ? AND run_id = ? AND type = 'streamDelta' \
+             AND seq > ? ORDER BY seq",
+        )
+        .bind(&sid)
+        .bind(&rid)
+        .bind(after_seq.unwrap_or(0))
+        .fetch_all(&mut *tx)
+        .await?;
+        let (mut text, mut thinking) = (String::new(), String::new());
+        for d in &deltas {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(d) {
+                let piece = v["delta"]["text"].as_str().unwrap_or_default();
+                match v["delta"]["kind"].as_str() {
+                    Some("thinking") => thinking.push_str(piece),
+                    _ => text.push_str(piece),
+                }
+            }
+        }
+        let last: Option<SqliteRow> =
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
+                .bind(&sid)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let mut parent = last
+            .as_ref()
+            .map(message_from_row)
+            .transpose()?
+            .map(|m| m.id);
+        let partial_text_chars = text.chars().count();
+        if !text.is_empty() || !thinking.is_empty() {
+            let mut blocks = Vec::new();
+            if !thinking.is_empty() {
+                blocks.push(ContentBlock::Thinking {
+                    thinking,
+                    signature: None,
+                });
+            }
+            if !text.is_empty() {
+                blocks.push(ContentBlock::Text { text });
+            }
+            let m = Message::new(
+                run.session_id,
+                Some(run.id),
+                parent,
+                Role::Assistant,
+                blocks,
+            );
+            insert_message_tx(&mut tx, &m).await?;
+            parent = Some(m.id);
+        }
+
+        // Tool calls of this run without a result get a synthetic one, so the transcript stays valid.
+        let rows = sqlx::query("SELECT * FROM messages WHERE run_id = ? ORDER BY rowid")
+            .bind(&rid)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut calls = Vec::new();
+        let mut answered = HashSet::new();
+        for r in &rows {
+            let m = message_from_row(r)?;
+            for b in m.blocks {
+                match b {
+                    ContentBlock::ToolUse { id, .. } => calls.push(id),
+                    ContentBlock::ToolResult { tool_use_id, .. } => {
+                        answered.insert(tool_use_id);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let dangling: Vec<ContentBlock> = calls
+            .into_iter()
+            .filter(|id| !answered.contains(id))
+            .map(|id| ContentBlock::ToolResult {
+                tool_use_id: id,
+                content: "interrupted: the daemon restarted before this tool call finished"
+                    .to_string(),
+                is_error: true,
+            })
+            .collect();
+        let synthetic_tool_results = dangling.len();
+        if !dangling.is_empty() {
+            let m = Message::new(run.session_id, Some(run.id), parent, Role::Tool, dangling);
+            insert_message_tx(&mut tx, &m).await?;
+        }
+
+        let now = Utc::now();
+        sqlx::query(
+            "UPDATE runs SET status = ?, finish_reason = ?, ended_at = ?, error = ? WHERE id = ?",
+        )
+        .bind(RunStatus::Interrupted.as_str())
+        .bind(FinishReason::DaemonRestart.as_str())
+        .bind(ts(&now))
+        .bind("daemon_restart: the daemon stopped while the run was going")
+        .bind(&rid)
+        .execute(&mut *tx)
+        .await?;
+
+        let last_seq: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+                .bind(&sid)
+                .fetch_one(&mut *tx)
+                .await?;
+        let seq = last_seq.unwrap_or(0).max(0) as u64;
+        let duration_ms = (now - run.started_at).num_milliseconds().max(0) as u64;
+        append_event_tx(
+            &mut tx,
+            run.session_id,
+            run.id,
+            seq + 1,
+            &EventPayload::Result {
+                stats: RunStats {
+                    input_tokens: run.input_tokens,
+                    output_tokens: run.output_tokens,
+                    iterations: run.iterations,
+                    duration_ms,
+                    finish_reason: FinishReason::DaemonRestart,
+                },
+            },
+        )
+        .await?;
+        append_event_tx(
+            &mut tx,
+            run.session_id,
+            run.id,
+            seq + 2,
+            &EventPayload::Complete {
+                finish_reason: FinishReason::DaemonRestart,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(RecoveredRun {
+            session_id: run.session_id,
+            run_id: run.id,
+            partial_text_chars,
+            synthetic_tool_results,
+        })
+    }
+}
