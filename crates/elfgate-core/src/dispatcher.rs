@@ -184,7 +184,7 @@ impl EngineDispatcher {
     pub fn interrupt(self: &Arc<Self>, session_id: SessionId) -> InterruptResult {
         let engine_extra = {
             let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
-            map.values().map(|e| e.interrupt(session_id)).any(|b| b)
+            map.values().any(|e| e.interrupt(session_id))
         };
         match self.active.interrupt(session_id) {
             Some(Interrupted {

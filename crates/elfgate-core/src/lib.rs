@@ -20,7 +20,9 @@ pub use engine::{
     Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, RunOutcome,
 };
 pub use engine_type::EngineType;
-pub use event::{Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RunStats, ToolCallStatus};
+pub use event::{
+    Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RetryInfo, RunStats, ToolCallStatus,
+};
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};

@@ -92,6 +92,8 @@ pub trait Store: RunLedger + Send + Sync {
 
     /// Stores a new run (status queued or running).
     async fn create_run(&self, run: &Run) -> StoreResult<()>;
+    /// Deletes a run that never started (a prompt refused after its run was stored).
+    async fn delete_run(&self, run_id: RunId) -> StoreResult<()>;
     /// One run of a session.
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>>;
 

@@ -368,6 +368,14 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn delete_run(&self, run_id: RunId) -> StoreResult<()> {
+        sqlx::query("DELETE FROM runs WHERE id = ?")
+            .bind(run_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
         let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
             .bind(run_id.to_string())

@@ -1,0 +1,9 @@
+//! Elfgate's engines. Each module is one engine; they share the provider registry and the
+//! streaming helpers.
+
+pub mod chat;
+pub mod providers;
+mod streaming;
+
+pub use chat::{ChatEngine, ChatMode, ChatSettings};
+pub use providers::{ProviderRegistry, ResolveError};

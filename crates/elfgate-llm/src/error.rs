@@ -1,0 +1,112 @@
+//! The error type of provider calls.
+
+use std::time::Duration;
+
+/// Why a provider call or stream failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum LlmError {
+    /// The provider answered with a non-2xx HTTP status.
+    #[error("upstream returned HTTP {status}: {message}")]
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The provider's error message (from the JSON body when possible).
+        message: String,
+        /// The `Retry-After` delay the provider asked for, if any.
+        retry_after: Option<Duration>,
+    },
+    /// The connection failed, timed out before headers, or dropped mid-stream.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// No bytes arrived from the provider for this long while reading the body.
+    #[error("no data from upstream for {0:?}")]
+    IdleTimeout(Duration),
+    /// The provider sent something that could not be understood (or the request was unusable).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The provider reported an error in the middle of the stream.
+    #[error("upstream error: {0}")]
+    Upstream(String),
+    /// The operation was cancelled by the caller.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl LlmError {
+    /// Whether retrying the same request may succeed: HTTP 408, 409, 429 and
+    /// 5xx, transport failures, idle timeouts and "overloaded" upstream errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Status { status, .. } => {
+                matches!(*status, 408 | 409 | 429 | 500..=599)
+            }
+            LlmError::Transport(_) | LlmError::IdleTimeout(_) => true,
+            LlmError::Upstream(msg) => msg.to_ascii_lowercase().contains("overloaded"),
+            LlmError::Protocol(_) | LlmError::Cancelled => false,
+        }
+    }
+
+    /// A short machine-readable code for this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LlmError::Status { .. } => "upstream_status",
+            LlmError::Transport(_) => "transport",
+            LlmError::IdleTimeout(_) => "idle_timeout",
+            LlmError::Protocol(_) => "protocol",
+            LlmError::Upstream(_) => "upstream_error",
+            LlmError::Cancelled => "cancelled",
+        }
+    }
+
+    /// The delay the provider asked for before retrying, if any.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LlmError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// Formats an error together with its source chain (reqwest's top-level
+/// message alone is often unhelpful).
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_classification() {
+        let st = |status| LlmError::Status {
+            status,
+            message: String::new(),
+            retry_after: None,
+        };
+        for s in [408, 409, 429, 500, 502, 503, 529, 599] {
+            assert!(st(s).is_retryable(), "{s}");
+        }
+        for s in [400, 401, 403, 404, 422] {
+            assert!(!st(s).is_retryable(), "{s}");
+        }
+        assert!(LlmError::Transport("x".into()).is_retryable());
+        assert!(LlmError::IdleTimeout(Duration::from_secs(1)).is_retryable());
+        assert!(LlmError::Upstream("Overloaded (overloaded_error)".into()).is_retryable());
+        assert!(!LlmError::Upstream("bad".into()).is_retryable());
+        assert!(!LlmError::Protocol("x".into()).is_retryable());
+        assert!(!LlmError::Cancelled.is_retryable());
+        assert_eq!(st(500).code(), "upstream_status");
+        assert_eq!(LlmError::Cancelled.code(), "cancelled");
+    }
+}

@@ -1,0 +1,270 @@
+//! Shared HTTP plumbing: sending a request, turning error responses into
+//! [`LlmError::Status`], and driving an SSE body through a decoder.
+
+use crate::error::error_chain;
+use crate::sse::SseParser;
+use crate::{LlmError, LlmEvent, LlmStream};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// Most error-body bytes kept in a [`LlmError::Status`] message.
+const MAX_ERROR_MESSAGE: usize = 2000;
+
+/// Output queue of a decoder.
+pub(crate) type EventQueue = VecDeque<Result<LlmEvent, LlmError>>;
+
+/// Turns SSE events of one provider into [`LlmEvent`]s.
+pub(crate) trait Decoder: Send + 'static {
+    /// Handles one SSE event. Returns `Ok(true)` once the provider's end marker
+    /// was seen; an `Err` ends the stream with that error.
+    fn on_event(&mut self, event: &str, data: &str, out: &mut EventQueue)
+    -> Result<bool, LlmError>;
+}
+
+/// Sends the request and waits (at most `request_timeout`, unless zero) for the
+/// response headers. Non-2xx statuses become [`LlmError::Status`].
+pub(crate) async fn send(
+    req: reqwest::RequestBuilder,
+    request_timeout: Duration,
+) -> Result<reqwest::Response, LlmError> {
+    let fut = req.send();
+    let result = if request_timeout.is_zero() {
+        fut.await
+    } else {
+        match tokio::time::timeout(request_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(LlmError::Transport(format!(
+                    "no response headers within {request_timeout:?}"
+                )));
+            }
+        }
+    };
+    let resp = result.map_err(|e| LlmError::Transport(error_chain(&e)))?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let retry_after = parse_retry_after(resp.headers());
+    let body = if request_timeout.is_zero() {
+        resp.text().await.ok()
+    } else {
+        tokio::time::timeout(request_timeout, resp.text())
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+    }
+    .unwrap_or_default();
+    let mut message = extract_error_message(&body);
+    if message.is_empty() {
+        message = status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string();
+    }
+    tracing::debug!(status = status.as_u16(), %message, "provider returned an error status");
+    Err(LlmError::Status {
+        status: status.as_u16(),
+        message,
+        retry_after,
+    })
+}
+
+/// Parses `retry-after-ms` (OpenAI) or `Retry-After` (delta seconds).
+pub(crate) fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    if let Some(ms) = get("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    get("retry-after").map(Duration::from_secs_f64)
+}
+
+/// Extracts a readable message from an error body: `{"error":{"message":..}}`,
+/// `{"error":".."}`, `{"message":..}`, or the (truncated) raw text.
+pub(crate) fn extract_error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body)
+        && let Some(m) = message_from_json(&v)
+    {
+        return m;
+    }
+    truncate(body.trim(), MAX_ERROR_MESSAGE)
+}
+
+/// The message of an error JSON value, with its type when it adds information.
+pub(crate) fn message_from_json(v: &serde_json::Value) -> Option<String> {
+    let err = v.get("error").unwrap_or(v);
+    if let Some(s) = err.as_str() {
+        return Some(s.to_string());
+    }
+    let message = err.get("message").and_then(|m| m.as_str());
+    let kind = err
+        .get("type")
+        .and_then(|t| t.as_str())
+        .or_else(|| err.get("code").and_then(|c| c.as_str()));
+    match (message, kind) {
+        (Some(m), Some(k)) if !m.contains(k) => Some(format!("{m} ({k})")),
+        (Some(m), _) => Some(m.to_string()),
+        (None, Some(k)) => Some(k.to_string()),
+        (None, None) => None,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+struct BodyState<D> {
+    /// The response body; `None` once finished (dropping it closes the connection).
+    body: Option<BodyStream>,
+    parser: SseParser,
+    decoder: D,
+    queue: EventQueue,
+    idle_timeout: Duration,
+}
+
+impl<D: Decoder> BodyState<D> {
+    /// Feeds bytes (or end of input when `chunk` is `None`) through the parser
+    /// and decoder. Returns `true` when the stream is finished.
+    fn feed(&mut self, chunk: Option<&[u8]>) -> bool {
+        let BodyState {
+            parser,
+            decoder,
+            queue,
+            ..
+        } = self;
+        let at_eof = chunk.is_none();
+        let mut finished = false;
+        let mut on_event = |event: &str, data: &str| match decoder.on_event(event, data, queue) {
+            Ok(false) => true,
+            Ok(true) => {
+                finished = true;
+                false
+            }
+            // A frame cut off by the end of the body is a dropped stream, not
+            // a protocol violation: report it as such below.
+            Err(LlmError::Protocol(_)) if at_eof => false,
+            Err(e) => {
+                queue.push_back(Err(e));
+                finished = true;
+                false
+            }
+        };
+        match chunk {
+            Some(bytes) => {
+                parser.feed(bytes, &mut on_event);
+            }
+            None => {
+                parser.finish(&mut on_event);
+                if !finished {
+                    queue.push_back(Err(LlmError::Transport(
+                        "stream ended before completion".to_string(),
+                    )));
+                    finished = true;
+                }
+            }
+        }
+        finished
+    }
+}
+
+/// Turns a 2xx SSE response into an [`LlmStream`] driven by `decoder`.
+pub(crate) fn event_stream<D: Decoder>(
+    resp: reqwest::Response,
+    idle_timeout: Duration,
+    decoder: D,
+) -> LlmStream {
+    let state = BodyState {
+        body: Some(Box::pin(resp.bytes_stream())),
+        parser: SseParser::new(),
+        decoder,
+        queue: VecDeque::new(),
+        idle_timeout,
+    };
+    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.queue.pop_front() {
+                return Some((item, st));
+            }
+            let body = st.body.as_mut()?;
+            let next = if st.idle_timeout.is_zero() {
+                body.next().await
+            } else {
+                match tokio::time::timeout(st.idle_timeout, body.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        st.body = None;
+                        return Some((Err(LlmError::IdleTimeout(st.idle_timeout)), st));
+                    }
+                }
+            };
+            let finished = match next {
+                Some(Ok(bytes)) => st.feed(Some(&bytes)),
+                Some(Err(e)) => {
+                    st.queue
+                        .push_back(Err(LlmError::Transport(error_chain(&e))));
+                    true
+                }
+                None => st.feed(None),
+            };
+            if finished {
+                st.body = None;
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            extract_error_message(r#"{"error":{"message":"bad key","type":"auth"}}"#),
+            "bad key (auth)"
+        );
+        assert_eq!(
+            extract_error_message(
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            "Overloaded (overloaded_error)"
+        );
+        assert_eq!(extract_error_message(r#"{"error":"nope"}"#), "nope");
+        assert_eq!(extract_error_message("plain text\n"), "plain text");
+    }
+
+    #[test]
+    fn retry_after_headers() {
+        let mut h = reqwest::header::HeaderMap::new();
+        assert_eq!(parse_retry_after(&h), None);
+        h.insert(
+            "retry-after",
+            reqwest::header::HeaderValue::from_static("2"),
+        );
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert(
+            "retry-after-ms",
+            reqwest::header::HeaderValue::from_static("150"),
+        );
+        assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(150)));
+    }
+}

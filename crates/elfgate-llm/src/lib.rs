@@ -1,0 +1,187 @@
+//! elfgate-llm: streaming clients for LLM providers.
+//!
+//! Two wire protocols are supported — OpenAI-compatible Chat Completions and
+//! Anthropic Messages — both normalized into one stream of [`LlmEvent`]s.
+//! [`stream_with_retry`] adds retries for failures that happen before the
+//! first event arrives.
+
+#![warn(missing_docs)]
+
+mod anthropic;
+mod error;
+mod http;
+mod openai;
+mod retry;
+mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use elfgate_core::model::{ContentBlock, Role};
+pub use error::LlmError;
+pub use retry::{RetryNotice, RetryPolicy, stream_with_retry};
+
+/// Which wire protocol a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible Chat Completions (`/chat/completions`).
+    Openai,
+    /// Anthropic Messages (`/v1/messages`).
+    Anthropic,
+}
+
+/// How much reasoning the model should do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThinkingLevel {
+    /// No extended reasoning requested.
+    #[default]
+    None,
+    /// A little reasoning.
+    Low,
+    /// A moderate amount of reasoning.
+    Medium,
+    /// A lot of reasoning.
+    High,
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the tool's input object.
+    pub input_schema: serde_json::Value,
+}
+
+/// One message of the conversation sent to the model.
+#[derive(Clone, Debug)]
+pub struct LlmMessage {
+    /// Who wrote it. [`Role::Tool`] messages hold [`ContentBlock::ToolResult`] blocks.
+    pub role: Role,
+    /// Its content.
+    pub blocks: Vec<ContentBlock>,
+}
+
+/// A provider-independent completion request.
+#[derive(Clone, Debug, Default)]
+pub struct LlmRequest {
+    /// The model; the provider's default model is used when empty.
+    pub model: String,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// The conversation.
+    pub messages: Vec<LlmMessage>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Output token limit.
+    pub max_tokens: Option<u32>,
+    /// Requested reasoning effort.
+    pub thinking: ThinkingLevel,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// One normalized streaming event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LlmEvent {
+    /// A piece of answer text.
+    TextDelta(String),
+    /// A piece of reasoning text.
+    ThinkingDelta(String),
+    /// The signature of the current reasoning block (Anthropic).
+    ThinkingSignature(String),
+    /// A complete tool call. OpenAI: fragments merged by index, emitted when the
+    /// finish reason arrives; Anthropic: emitted at `content_block_stop`.
+    ToolCall {
+        /// The provider's call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments as raw JSON text, as received (possibly malformed).
+        arguments: String,
+    },
+    /// Token usage of the call.
+    Usage {
+        /// Prompt tokens.
+        input_tokens: u64,
+        /// Generated tokens.
+        output_tokens: u64,
+    },
+    /// Why the model stopped.
+    Finish(LlmFinishReason),
+}
+
+/// Why the model stopped generating.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlmFinishReason {
+    /// A natural stop (or a stop sequence).
+    Stop,
+    /// The output token limit was hit.
+    Length,
+    /// The model wants tool calls executed.
+    ToolCalls,
+    /// The output was filtered or refused.
+    ContentFilter,
+    /// Any other provider-specific reason.
+    Other(String),
+}
+
+/// A stream of normalized events. It ends (`None`) after the provider's end
+/// marker; a body that ends early yields an [`LlmError::Transport`] error.
+/// Dropping it closes the upstream response.
+pub type LlmStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<LlmEvent, LlmError>> + Send>>;
+
+/// A streaming LLM provider client.
+#[async_trait::async_trait]
+pub trait LlmProvider: Send + Sync {
+    /// The wire protocol it speaks.
+    fn kind(&self) -> ProviderKind;
+    /// The model used when a request names none.
+    fn default_model(&self) -> Option<&str>;
+    /// Send the request; Ok once the response status is 2xx and headers arrived. Events follow on the stream.
+    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError>;
+}
+
+/// How to reach one provider.
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    /// The wire protocol.
+    pub kind: ProviderKind,
+    /// Base URL: OpenAI-style ends before `/chat/completions` (e.g.
+    /// `https://api.openai.com/v1`); Anthropic before `/v1/messages`.
+    pub base_url: String,
+    /// The API key, if the provider needs one.
+    pub api_key: Option<String>,
+    /// The model used when a request names none.
+    pub default_model: Option<String>,
+    /// Longest silence allowed while reading the body (zero disables it).
+    pub idle_timeout: Duration,
+    /// Longest wait for the response headers (zero disables it).
+    pub request_timeout: Duration,
+}
+
+/// Builds the provider client for `cfg`, sharing the given HTTP client.
+pub fn build_provider(cfg: ProviderConfig, http: reqwest::Client) -> Arc<dyn LlmProvider> {
+    match cfg.kind {
+        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(cfg, http)),
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(cfg, http)),
+    }
+}
+
+/// The model to use: the request's, else the configured default.
+pub(crate) fn resolve_model<'a>(
+    req: &'a LlmRequest,
+    default: Option<&'a str>,
+) -> Result<&'a str, LlmError> {
+    if !req.model.is_empty() {
+        return Ok(&req.model);
+    }
+    default
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| LlmError::Protocol("no model given and no default model configured".into()))
+}

@@ -1,0 +1,625 @@
+//! OpenAI-compatible Chat Completions client.
+
+use crate::http::{self, Decoder, EventQueue};
+use crate::{
+    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
+    ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// A client for `{base_url}/chat/completions`.
+pub(crate) struct OpenAiProvider {
+    cfg: ProviderConfig,
+    http: reqwest::Client,
+    url: String,
+}
+
+impl OpenAiProvider {
+    pub(crate) fn new(cfg: ProviderConfig, http: reqwest::Client) -> Self {
+        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
+        OpenAiProvider { cfg, http, url }
+    }
+}
+
+#[async_trait::async_trait]
+impl LlmProvider for OpenAiProvider {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Openai
+    }
+
+    fn default_model(&self) -> Option<&str> {
+        self.cfg.default_model.as_deref()
+    }
+
+    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
+        let model = resolve_model(req, self.default_model())?;
+        let body = build_body(req, model);
+        let mut builder = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .json(&body);
+        if let Some(key) = self.cfg.api_key.as_deref().filter(|k| !k.is_empty()) {
+            builder = builder.bearer_auth(key);
+        }
+        tracing::debug!(url = %self.url, model, "openai request");
+        let resp = http::send(builder, self.cfg.request_timeout).await?;
+        Ok(http::event_stream(
+            resp,
+            self.cfg.idle_timeout,
+            OpenAiDecoder::default(),
+        ))
+    }
+}
+
+/// Builds the JSON request body.
+pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), Value::String(model.to_string()));
+    body.insert("messages".into(), Value::Array(map_messages(req)));
+    body.insert("stream".into(), Value::Bool(true));
+    body.insert("stream_options".into(), json!({ "include_usage": true }));
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(m) = req.max_tokens {
+        body.insert("max_tokens".into(), json!(m));
+    }
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    }
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    let effort = match req.thinking {
+        ThinkingLevel::None => None,
+        ThinkingLevel::Low => Some("low"),
+        ThinkingLevel::Medium => Some("medium"),
+        ThinkingLevel::High => Some("high"),
+    };
+    if let Some(effort) = effort {
+        body.insert("reasoning_effort".into(), Value::String(effort.into()));
+    }
+    Value::Object(body)
+}
+
+fn joined_text(blocks: &[ContentBlock]) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        if let ContentBlock::Text { text } = b {
+            if !out.is_empty() && !text.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(text);
+        }
+    }
+    out
+}
+
+fn image_url(media_type: &str, data: Option<&str>, url: Option<&str>) -> Option<String> {
+    match (data, url) {
+        (Some(d), _) => Some(format!("data:{media_type};base64,{d}")),
+        (None, Some(u)) => Some(u.to_string()),
+        (None, None) => None,
+    }
+}
+
+/// Tool-call arguments as the JSON string OpenAI expects. A string input is
+/// taken to be raw (possibly malformed) argument text and passed through.
+fn arguments_text(input: &Value) -> String {
+    match input {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn push_tool_results(blocks: &[ContentBlock], out: &mut Vec<Value>) {
+    for b in blocks {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            ..
+        } = b
+        {
+            out.push(json!({ "role": "tool", "tool_call_id": tool_use_id, "content": content }));
+        }
+    }
+}
+
+/// Maps the system prompt and conversation to Chat Completions messages.
+pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
+    let mut out = Vec::with_capacity(req.messages.len() + 1);
+    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
+        out.push(json!({ "role": "system", "content": system }));
+    }
+    for msg in &req.messages {
+        match msg.role {
+            Role::System => {
+                let text = joined_text(&msg.blocks);
+                if !text.is_empty() {
+                    out.push(json!({ "role": "system", "content": text }));
+                }
+            }
+            Role::Tool => push_tool_results(&msg.blocks, &mut out),
+            Role::User => {
+                // Tool results must directly follow the assistant's tool calls.
+                push_tool_results(&msg.blocks, &mut out);
+                let has_image = msg
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Image { .. }));
+                if has_image {
+                    let mut parts = Vec::new();
+                    for b in &msg.blocks {
+                        match b {
+                            ContentBlock::Text { text } if !text.is_empty() => {
+                                parts.push(json!({ "type": "text", "text": text }));
+                            }
+                            ContentBlock::Image {
+                                media_type,
+                                data,
+                                url,
+                            } => {
+                                if let Some(u) =
+                                    image_url(media_type, data.as_deref(), url.as_deref())
+                                {
+                                    parts.push(
+                                        json!({ "type": "image_url", "image_url": { "url": u } }),
+                                    );
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    out.push(json!({ "role": "user", "content": parts }));
+                } else if msg
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Text { .. }))
+                {
+                    out.push(json!({ "role": "user", "content": joined_text(&msg.blocks) }));
+                }
+            }
+            Role::Assistant => {
+                let text = joined_text(&msg.blocks);
+                let calls: Vec<Value> = msg
+                    .blocks
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolUse { id, name, input } => Some(json!({
+                            "id": id,
+                            "type": "function",
+                            "function": { "name": name, "arguments": arguments_text(input) },
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                if text.is_empty() && calls.is_empty() {
+                    continue;
+                }
+                let mut m = Map::new();
+                m.insert("role".into(), Value::String("assistant".into()));
+                m.insert(
+                    "content".into(),
+                    if text.is_empty() {
+                        Value::Null
+                    } else {
+                        Value::String(text)
+                    },
+                );
+                if !calls.is_empty() {
+                    m.insert("tool_calls".into(), Value::Array(calls));
+                }
+                out.push(Value::Object(m));
+                // Tool results stored on an assistant message still need answering.
+                push_tool_results(&msg.blocks, &mut out);
+            }
+        }
+    }
+    out
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+#[derive(Default)]
+struct PendingCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Decodes Chat Completions chunks.
+#[derive(Default)]
+pub(crate) struct OpenAiDecoder {
+    calls: BTreeMap<usize, PendingCall>,
+}
+
+impl OpenAiDecoder {
+    fn flush_calls(&mut self, out: &mut EventQueue) {
+        for (_, c) in std::mem::take(&mut self.calls) {
+            out.push_back(Ok(LlmEvent::ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: c.arguments,
+            }));
+        }
+    }
+
+    fn merge_call(&mut self, tc: ToolCallDelta) {
+        let index = match tc.index {
+            Some(i) => i,
+            // No index: a new id starts a new call, otherwise continue the last one.
+            None => match self.calls.last_key_value() {
+                Some((&k, last)) if tc.id.as_deref().is_none_or(|id| id == last.id) => k,
+                Some((&k, _)) => k + 1,
+                None => 0,
+            },
+        };
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = tc.id.filter(|s| !s.is_empty()) {
+            entry.id = id;
+        }
+        if let Some(f) = tc.function {
+            if let Some(name) = f.name.filter(|s| !s.is_empty()) {
+                if entry.name.is_empty() {
+                    entry.name = name;
+                } else if entry.name != name {
+                    entry.name.push_str(&name);
+                }
+            }
+            if let Some(args) = f.arguments {
+                entry.arguments.push_str(&args);
+            }
+        }
+    }
+}
+
+fn finish_reason(s: &str) -> LlmFinishReason {
+    match s {
+        "stop" | "end_turn" => LlmFinishReason::Stop,
+        "length" | "max_tokens" => LlmFinishReason::Length,
+        "tool_calls" | "function_call" => LlmFinishReason::ToolCalls,
+        "content_filter" => LlmFinishReason::ContentFilter,
+        other => LlmFinishReason::Other(other.to_string()),
+    }
+}
+
+impl Decoder for OpenAiDecoder {
+    fn on_event(
+        &mut self,
+        _event: &str,
+        data: &str,
+        out: &mut EventQueue,
+    ) -> Result<bool, LlmError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.flush_calls(out);
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| LlmError::Protocol(format!("invalid chunk JSON: {e}")))?;
+        if let Some(err) = chunk.error.filter(|e| !e.is_null()) {
+            let message = http::message_from_json(&serde_json::json!({ "error": err }))
+                .unwrap_or_else(|| "unknown error".to_string());
+            return Err(LlmError::Upstream(message));
+        }
+        for choice in chunk.choices.into_iter().flatten() {
+            if let Some(delta) = choice.delta {
+                if let Some(r) = delta.reasoning_content.or(delta.reasoning)
+                    && !r.is_empty()
+                {
+                    out.push_back(Ok(LlmEvent::ThinkingDelta(r)));
+                }
+                if let Some(c) = delta.content
+                    && !c.is_empty()
+                {
+                    out.push_back(Ok(LlmEvent::TextDelta(c)));
+                }
+                for tc in delta.tool_calls.into_iter().flatten() {
+                    self.merge_call(tc);
+                }
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.flush_calls(out);
+                out.push_back(Ok(LlmEvent::Finish(finish_reason(&reason))));
+            }
+        }
+        if let Some(u) = chunk.usage {
+            out.push_back(Ok(LlmEvent::Usage {
+                input_tokens: u.prompt_tokens.unwrap_or(0),
+                output_tokens: u.completion_tokens.unwrap_or(0),
+            }));
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LlmMessage, ToolSpec};
+    use std::collections::VecDeque;
+
+    fn decode(frames: &[&str]) -> (Vec<Result<LlmEvent, LlmError>>, bool) {
+        let mut d = OpenAiDecoder::default();
+        let mut q = VecDeque::new();
+        let mut done = false;
+        for f in frames {
+            match d.on_event("", f, &mut q) {
+                Ok(true) => {
+                    done = true;
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    q.push_back(Err(e));
+                    break;
+                }
+            }
+        }
+        (q.into_iter().collect(), done)
+    }
+
+    #[test]
+    fn body_mapping() {
+        let req = LlmRequest {
+            model: "gpt-x".into(),
+            system: Some("be brief".into()),
+            messages: vec![
+                LlmMessage {
+                    role: Role::User,
+                    blocks: vec![ContentBlock::text("hi")],
+                },
+                LlmMessage {
+                    role: Role::Assistant,
+                    blocks: vec![
+                        ContentBlock::Thinking {
+                            thinking: "hmm".into(),
+                            signature: None,
+                        },
+                        ContentBlock::text("calling"),
+                        ContentBlock::ToolUse {
+                            id: "c1".into(),
+                            name: "read".into(),
+                            input: json!({"path": "a"}),
+                        },
+                        ContentBlock::ToolUse {
+                            id: "c2".into(),
+                            name: "ls".into(),
+                            input: json!({}),
+                        },
+                    ],
+                },
+                LlmMessage {
+                    role: Role::Tool,
+                    blocks: vec![
+                        ContentBlock::ToolResult {
+                            tool_use_id: "c1".into(),
+                            content: "data".into(),
+                            is_error: false,
+                        },
+                        ContentBlock::ToolResult {
+                            tool_use_id: "c2".into(),
+                            content: "denied".into(),
+                            is_error: true,
+                        },
+                    ],
+                },
+                LlmMessage {
+                    role: Role::User,
+                    blocks: vec![
+                        ContentBlock::text("look"),
+                        ContentBlock::Image {
+                            media_type: "image/png".into(),
+                            data: Some("AAAA".into()),
+                            url: None,
+                        },
+                        ContentBlock::Image {
+                            media_type: "image/jpeg".into(),
+                            data: None,
+                            url: Some("https://x/y.jpg".into()),
+                        },
+                    ],
+                },
+            ],
+            temperature: Some(0.5),
+            max_tokens: Some(100),
+            thinking: ThinkingLevel::Medium,
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "reads".into(),
+                input_schema: json!({"type": "object"}),
+            }],
+        };
+        let body = build_body(&req, "gpt-x");
+        let expected = json!({
+            "model": "gpt-x",
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "temperature": 0.5,
+            "max_tokens": 100,
+            "reasoning_effort": "medium",
+            "tools": [{"type": "function", "function": {"name": "read", "description": "reads", "parameters": {"type": "object"}}}],
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "calling", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "data"},
+                {"role": "tool", "tool_call_id": "c2", "content": "denied"},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.jpg"}},
+                ]},
+            ],
+        });
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn minimal_body_omits_optionals() {
+        let req = LlmRequest {
+            messages: vec![LlmMessage {
+                role: Role::User,
+                blocks: vec![ContentBlock::text("a"), ContentBlock::text("b")],
+            }],
+            ..Default::default()
+        };
+        let body = build_body(&req, "m");
+        assert_eq!(
+            body,
+            json!({
+                "model": "m", "stream": true, "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": "a\nb"}],
+            })
+        );
+    }
+
+    #[test]
+    fn decodes_text_reasoning_tools_usage() {
+        let (events, done) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"ing"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}],"usage":null}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"ls","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read","arguments":"{\"pa"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":1}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}"#,
+            "[DONE]",
+            r#"{"choices":[{"delta":{"content":"ignored"}}]}"#,
+        ]);
+        assert!(done);
+        let events: Vec<LlmEvent> = events.into_iter().map(|e| e.unwrap()).collect();
+        assert_eq!(
+            events,
+            vec![
+                LlmEvent::ThinkingDelta("think".into()),
+                LlmEvent::ThinkingDelta("ing".into()),
+                LlmEvent::TextDelta("Hel".into()),
+                LlmEvent::TextDelta("lo".into()),
+                LlmEvent::ToolCall {
+                    id: "a".into(),
+                    name: "read".into(),
+                    arguments: "{\"path\":1}".into()
+                },
+                LlmEvent::ToolCall {
+                    id: "b".into(),
+                    name: "ls".into(),
+                    arguments: "".into()
+                },
+                LlmEvent::Finish(LlmFinishReason::ToolCalls),
+                LlmEvent::Usage {
+                    input_tokens: 10,
+                    output_tokens: 5
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_calls_flushed_at_done_without_finish() {
+        let (events, done) = decode(&[
+            r#"{"choices":[{"delta":{"tool_calls":[{"id":"x","function":{"name":"f","arguments":"{}"}}]}}]}"#,
+            "[DONE]",
+        ]);
+        assert!(done);
+        assert_eq!(
+            events.into_iter().map(|e| e.unwrap()).collect::<Vec<_>>(),
+            vec![LlmEvent::ToolCall {
+                id: "x".into(),
+                name: "f".into(),
+                arguments: "{}".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn error_frame_is_upstream_error() {
+        let (events, done) = decode(&[
+            r#"{"choices":[{"delta":{"content":"a"}}]}"#,
+            r#"{"error":{"message":"server overloaded","type":"server_error"}}"#,
+        ]);
+        assert!(!done);
+        assert!(
+            matches!(&events[1], Err(LlmError::Upstream(m)) if m.contains("server overloaded"))
+        );
+        let (events, _) = decode(&["{not json"]);
+        assert!(matches!(&events[0], Err(LlmError::Protocol(_))));
+    }
+}

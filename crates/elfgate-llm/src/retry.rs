@@ -1,0 +1,95 @@
+//! Retrying a streaming call until its first event arrives.
+
+use crate::{LlmError, LlmProvider, LlmRequest, LlmStream};
+use futures_util::StreamExt;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often and how patiently to retry.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 = no retry).
+    pub max_retries: u32,
+    /// Delay before retry `n` is `base_delay * n` (or `Retry-After`, if larger).
+    pub base_delay: Duration,
+    /// Upper bound of any delay.
+    pub max_delay: Duration,
+}
+
+/// Reported before each retry.
+#[derive(Clone, Debug)]
+pub struct RetryNotice {
+    /// The 1-based retry number.
+    pub attempt: u32,
+    /// The most retries that will be made (= `max_retries`).
+    pub max_attempts: u32,
+    /// How long we wait before the retry.
+    pub delay: Duration,
+    /// Why the previous attempt failed.
+    pub reason: String,
+}
+
+/// Calls provider.stream and waits for the FIRST event. If the call or the first event fails with a retryable error
+/// (before any token was produced), calls on_retry(notice), sleeps (delay = base_delay * attempt, or the Retry-After
+/// value if larger, capped at max_delay; the sleep is abandoned with LlmError::Cancelled if `cancel` fires) and tries
+/// again, up to max_retries retries. Returns a stream that yields the already-received first event first, then the rest.
+/// Never retries after the first event was received. Checks `cancel` before each attempt.
+///
+/// Waiting for the response and the first event is also abandoned with
+/// [`LlmError::Cancelled`] when `cancel` fires.
+pub async fn stream_with_retry(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+    on_retry: &mut (dyn FnMut(RetryNotice) + Send),
+) -> Result<LlmStream, LlmError> {
+    let mut attempt: u32 = 0;
+    loop {
+        if cancel.is_cancelled() {
+            return Err(LlmError::Cancelled);
+        }
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            r = first_event(provider, req) => r,
+        };
+        let err = match result {
+            Ok(stream) => return Ok(stream),
+            Err(e) => e,
+        };
+        if !err.is_retryable() || attempt >= policy.max_retries {
+            return Err(err);
+        }
+        attempt += 1;
+        let mut delay = policy.base_delay.saturating_mul(attempt);
+        if let Some(ra) = err.retry_after() {
+            delay = delay.max(ra);
+        }
+        delay = delay.min(policy.max_delay);
+        tracing::warn!(attempt, max = policy.max_retries, ?delay, error = %err, "retrying LLM call");
+        on_retry(RetryNotice {
+            attempt,
+            max_attempts: policy.max_retries,
+            delay,
+            reason: err.to_string(),
+        });
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(LlmError::Cancelled),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// One attempt: opens the stream and waits for its first item.
+async fn first_event(provider: &dyn LlmProvider, req: &LlmRequest) -> Result<LlmStream, LlmError> {
+    let mut stream = provider.stream(req).await?;
+    match stream.next().await {
+        Some(Ok(first)) => Ok(Box::pin(
+            futures_util::stream::iter(std::iter::once(Ok(first))).chain(stream),
+        )),
+        Some(Err(e)) => Err(e),
+        None => Ok(stream),
+    }
+}

@@ -1,0 +1,209 @@
+//! A small incremental Server-Sent Events parser.
+//!
+//! Bytes are fed chunk by chunk; complete events are handed to a callback as
+//! borrowed `(event, data)` string slices. Buffers are reused between events so
+//! the steady state allocates nothing per token.
+
+/// Incremental SSE parser state.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    /// An incomplete line carried over from the previous chunk.
+    line: Vec<u8>,
+    /// The `event:` field of the event being built.
+    event: String,
+    /// The joined `data:` lines of the event being built.
+    data: String,
+    /// Whether at least one `data:` line was seen for the current event.
+    has_data: bool,
+    /// Whether the first line (which may start with a byte-order mark) is still to come.
+    bom_pending: bool,
+}
+
+impl SseParser {
+    /// A fresh parser.
+    pub(crate) fn new() -> Self {
+        SseParser {
+            bom_pending: true,
+            ..Default::default()
+        }
+    }
+
+    /// Feeds one chunk. `on_event(event, data)` is called for each complete
+    /// event; returning `false` stops parsing (the rest of the chunk is
+    /// discarded) and makes `feed` return `false`.
+    pub(crate) fn feed<F>(&mut self, chunk: &[u8], on_event: &mut F) -> bool
+    where
+        F: FnMut(&str, &str) -> bool,
+    {
+        let mut rest = chunk;
+        if !self.line.is_empty() {
+            match find_newline(rest) {
+                None => {
+                    self.line.extend_from_slice(rest);
+                    return true;
+                }
+                Some(i) => {
+                    self.line.extend_from_slice(&rest[..i]);
+                    rest = &rest[i + 1..];
+                    let line = std::mem::take(&mut self.line);
+                    let cont = self.process_line(&line, on_event);
+                    self.line = line;
+                    self.line.clear();
+                    if !cont {
+                        return false;
+                    }
+                }
+            }
+        }
+        while let Some(i) = find_newline(rest) {
+            if !self.process_line(&rest[..i], on_event) {
+                return false;
+            }
+            rest = &rest[i + 1..];
+        }
+        self.line.extend_from_slice(rest);
+        true
+    }
+
+    /// Flushes at end of input: a trailing line without a newline is processed
+    /// and a pending event is dispatched. Returns `false` if the callback asked
+    /// to stop.
+    pub(crate) fn finish<F>(&mut self, on_event: &mut F) -> bool
+    where
+        F: FnMut(&str, &str) -> bool,
+    {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            if !self.process_line(&line, on_event) {
+                return false;
+            }
+        }
+        self.process_line(b"", on_event)
+    }
+
+    fn process_line<F>(&mut self, line: &[u8], on_event: &mut F) -> bool
+    where
+        F: FnMut(&str, &str) -> bool,
+    {
+        let mut line = line.strip_suffix(b"\r").unwrap_or(line);
+        if self.bom_pending {
+            // A byte-order mark may only appear at the very start of the stream.
+            self.bom_pending = false;
+            line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+        }
+        if line.is_empty() {
+            let mut cont = true;
+            if self.has_data {
+                cont = on_event(&self.event, &self.data);
+            }
+            self.event.clear();
+            self.data.clear();
+            self.has_data = false;
+            return cont;
+        }
+        if line[0] == b':' {
+            return true; // comment / keep-alive
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                push_utf8(&mut self.data, value);
+                self.has_data = true;
+            }
+            b"event" => {
+                self.event.clear();
+                push_utf8(&mut self.event, value);
+            }
+            _ => {} // id, retry and unknown fields are ignored
+        }
+        true
+    }
+}
+
+fn find_newline(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+fn push_utf8(out: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => out.push_str(s),
+        Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(chunks: &[&[u8]]) -> Vec<(String, String)> {
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        let mut cb = |e: &str, d: &str| {
+            out.push((e.to_string(), d.to_string()));
+            true
+        };
+        for c in chunks {
+            p.feed(c, &mut cb);
+        }
+        p.finish(&mut cb);
+        out
+    }
+
+    const SAMPLE: &[u8] = b"\xEF\xBB\xBF: keep-alive\r\n\r\nevent: ping\r\ndata: {}\r\n\r\ndata: line1\ndata:line2\nid: 7\nretry: 10\n\nevent: x\n\ndata: \xC3\xA9t\xC3\xA9\n\n";
+
+    fn expected() -> Vec<(String, String)> {
+        vec![
+            ("ping".into(), "{}".into()),
+            ("".into(), "line1\nline2".into()),
+            ("".into(), "été".into()),
+        ]
+    }
+
+    #[test]
+    fn parses_whole_input() {
+        assert_eq!(collect(&[SAMPLE]), expected());
+    }
+
+    #[test]
+    fn parses_byte_by_byte() {
+        let chunks: Vec<&[u8]> = SAMPLE.chunks(1).collect();
+        assert_eq!(collect(&chunks), expected());
+    }
+
+    #[test]
+    fn parses_every_split_point() {
+        for i in 0..SAMPLE.len() {
+            let (a, b) = SAMPLE.split_at(i);
+            assert_eq!(collect(&[a, b]), expected(), "split at {i}");
+        }
+    }
+
+    #[test]
+    fn flushes_trailing_event_without_blank_line() {
+        assert_eq!(
+            collect(&[b"data: [DONE]"]),
+            vec![("".to_string(), "[DONE]".to_string())]
+        );
+    }
+
+    #[test]
+    fn stop_discards_rest() {
+        let mut p = SseParser::new();
+        let mut n = 0;
+        let cont = p.feed(b"data: a\n\ndata: b\n\n", &mut |_: &str, _: &str| {
+            n += 1;
+            false
+        });
+        assert!(!cont);
+        assert_eq!(n, 1);
+    }
+}

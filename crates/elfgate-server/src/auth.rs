@@ -1,0 +1,53 @@
+//! Bearer-token auth. The comparison takes the same time wherever the first difference is.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// Compares two byte strings in time that depends only on their lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut diff = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        diff |= x ^ y;
+    }
+    // black_box keeps the optimizer from turning the loop into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+/// Rejects requests without the configured token: 401 when missing or malformed, 403 when wrong.
+pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = state.config.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => ApiError::Unauthorized.into_response(),
+        Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => {
+            next.run(req).await
+        }
+        Some(_) => ApiError::Forbidden.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn compares_bytes() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(constant_time_eq(b"", b""));
+    }
+}

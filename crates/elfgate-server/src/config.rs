@@ -1,0 +1,229 @@
+//! Configuration: the built-in config/default.toml, an optional file over it, environment
+//! variables over both. See config/default.toml for every key.
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// The built-in defaults.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A source could not be read or a value has the wrong type.
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] Box<figment::Error>),
+    /// Values that parse but do not fit together.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub bind: String,
+    /// Largest request body, in bytes.
+    pub body_limit_bytes: usize,
+    /// Seconds between SSE keep-alive comments.
+    pub keepalive_secs: u64,
+    /// Seconds to wait for runs and the log on shutdown.
+    pub shutdown_grace_secs: u64,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// Database URL.
+    pub url: String,
+}
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKindConfig {
+    /// OpenAI-compatible chat completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// `[providers.NAME]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfigSection {
+    /// Wire format.
+    pub kind: ProviderKindConfig,
+    /// Base URL.
+    pub base_url: String,
+    /// Environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Model used when a session names none.
+    #[serde(default)]
+    pub default_model: Option<String>,
+    /// Seconds of silence after which a stream is failed.
+    #[serde(default = "default_idle")]
+    pub idle_timeout_secs: u64,
+    /// Seconds allowed until response headers.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_secs: u64,
+}
+
+fn default_idle() -> u64 {
+    120
+}
+fn default_request_timeout() -> u64 {
+    60
+}
+
+/// `[defaults]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultsConfig {
+    /// Provider used when a session names none.
+    #[serde(default)]
+    pub provider: Option<String>,
+}
+
+/// `[engines.chat]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatEngineConfig {
+    /// Most history messages sent.
+    pub max_history: u32,
+    /// Retries before the first token.
+    pub max_retries: u32,
+    /// Base retry delay.
+    pub retry_delay_ms: u64,
+    /// Longest retry delay.
+    pub max_retry_delay_ms: u64,
+}
+
+/// `[engines]`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EnginesConfig {
+    /// Chat engines' settings.
+    pub chat: ChatEngineConfig,
+    /// TinyElf defaults (kept for when the engine lands).
+    #[serde(default)]
+    pub tinyelf: serde_json::Value,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerConfig,
+    /// `[storage]`.
+    pub storage: StorageConfig,
+    /// `[providers.*]`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfigSection>,
+    /// `[defaults]`.
+    #[serde(default)]
+    pub defaults: DefaultsConfig,
+    /// `[engines.*]`.
+    pub engines: EnginesConfig,
+    /// The bearer token, from ELFGATE_TOKEN only.
+    #[serde(skip)]
+    pub token: Option<String>,
+}
+
+impl Config {
+    /// Loads defaults, then `file`, then the environment; then checks the result.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Invalid(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        fig = fig
+            .merge(
+                Env::prefixed("ELFGATE_")
+                    .filter(|k| {
+                        !["bind", "database_url", "token", "log"]
+                            .iter()
+                            .any(|n| k.as_str().eq_ignore_ascii_case(n))
+                    })
+                    .split("__"),
+            )
+            .merge(
+                Env::raw()
+                    .only(&["ELFGATE_BIND"])
+                    .map(|_| "server.bind".into()),
+            )
+            .merge(
+                Env::raw()
+                    .only(&["ELFGATE_DATABASE_URL"])
+                    .map(|_| "storage.url".into()),
+            );
+        let mut config: Config = fig.extract().map_err(Box::new)?;
+        config.token = std::env::var("ELFGATE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The listen address.
+    pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server
+            .bind
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("server.bind '{}': {e}", self.server.bind)))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let addr = self.bind_addr()?;
+        if !addr.ip().is_loopback() && self.token.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on non-loopback address {addr} without ELFGATE_TOKEN"
+            )));
+        }
+        if let Some(p) = &self.defaults.provider
+            && !self.providers.contains_key(p)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "defaults.provider '{p}' is not a configured provider (have: {})",
+                self.providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        for (name, p) in &self.providers {
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "providers.{name}.base_url '{}' must start with http:// or https://",
+                    p.base_url
+                )));
+            }
+        }
+        if self.server.body_limit_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        if !self.storage.url.starts_with("sqlite:") {
+            return Err(ConfigError::Invalid(format!(
+                "storage.url '{}': only sqlite: URLs are supported in this build",
+                self.storage.url
+            )));
+        }
+        Ok(())
+    }
+}

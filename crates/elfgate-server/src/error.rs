@@ -1,0 +1,142 @@
+//! The one API error type, mapped to status codes and the JSON body `{error: {code, message}}`.
+
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use elfgate_core::RunId;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+/// An error a client sees.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The body or a parameter is wrong (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// No or malformed credentials (401).
+    #[error("missing or malformed bearer token")]
+    Unauthorized,
+    /// Wrong credentials (403).
+    #[error("invalid token")]
+    Forbidden,
+    /// Unknown session, run or request (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is running and the prompt may not wait (409).
+    #[error("session is busy")]
+    Busy {
+        /// The run going on.
+        active_run_id: RunId,
+    },
+    /// Already decided or otherwise conflicting (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// Body over the limit (413).
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// Unknown engine or provider (422).
+    #[error("{0}")]
+    Unprocessable(String),
+    /// Not built yet (501).
+    #[error("{0}")]
+    NotImplemented(String),
+    /// Shutting down or not ready (503).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A fault of the daemon (500).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Busy { .. } => "busy",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::Unprocessable(_) => "unprocessable",
+            ApiError::NotImplemented(_) => "not_implemented",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(msg) = &self {
+            tracing::error!(error = %msg, "internal error");
+        }
+        let mut body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        if let ApiError::Busy { active_run_id } = &self {
+            body["activeRunId"] = json!(active_run_id);
+        }
+        (self.status(), axum::Json(body)).into_response()
+    }
+}
+
+impl From<elfgate_store::StoreError> for ApiError {
+    fn from(e: elfgate_store::StoreError) -> Self {
+        ApiError::Internal(e.to_string())
+    }
+}
+
+/// A JSON body whose every failure is an [`ApiError`]: 413 over the limit, 400 for malformed
+/// JSON or wrong fields. The Content-Type is not required, so that `curl -d` works.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+/// The body limit, stored in request extensions by the router so that 413 can name it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map(|l| l.0)
+            .unwrap_or_default();
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(limit)
+            } else {
+                ApiError::BadRequest(format!("cannot read the body: {rej}"))
+            }
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    }
+}

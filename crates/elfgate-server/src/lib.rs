@@ -1,0 +1,14 @@
+//! Elfgate's HTTP/SSE API: routes, the SSE stream, auth, configuration, and the daemon's assembly.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+pub mod service;
+pub mod sse;
+pub mod state;
+
+pub use app::Daemon;
+pub use config::Config;

@@ -1,0 +1,134 @@
+//! The `elfgate` binary: `serve`, `migrate`, `config check`.
+
+use anyhow::{Context, bail};
+use elfgate_server::{Config, Daemon};
+use std::path::PathBuf;
+use tracing_subscriber::EnvFilter;
+
+const USAGE: &str = "usage:
+  elfgate serve [--config FILE]        run the daemon
+  elfgate migrate [--config FILE]      apply database migrations and exit
+  elfgate config check [--config FILE] load and check the configuration, print it, and exit
+
+Environment: ELFGATE_BIND, ELFGATE_DATABASE_URL, ELFGATE_TOKEN, ELFGATE_<SECTION>__<KEY>,
+ELFGATE_LOG (log filter, default info).";
+
+fn parse_config_flag(args: &[String]) -> anyhow::Result<Option<PathBuf>> {
+    let mut config = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--config" | "-c" => {
+                let v = args.get(i + 1).context("--config needs a FILE")?;
+                config = Some(PathBuf::from(v));
+                i += 2;
+            }
+            other => bail!("unknown argument '{other}'\n{USAGE}"),
+        }
+    }
+    Ok(config)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("elfgate: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("elfgate: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("ELFGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") | None => {
+            let config = Config::load(parse_config_flag(args.get(1..).unwrap_or(&[]))?.as_deref())?;
+            let addr = config.bind_addr()?;
+            let daemon = Daemon::build(config).await?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            let local = listener.local_addr()?;
+            // Tests and scripts read this line to learn the port when binding port 0.
+            println!("elfgate listening on http://{local}");
+            tracing::info!(%local, "elfgate listening");
+            daemon.serve(listener, shutdown_signal()).await
+        }
+        Some("migrate") => {
+            let config = Config::load(parse_config_flag(&args[1..])?.as_deref())?;
+            elfgate_store::SqliteStore::migrate(&config.storage.url).await?;
+            println!("migrations applied to {}", config.storage.url);
+            Ok(())
+        }
+        Some("config") if args.get(1).map(String::as_str) == Some("check") => {
+            let config = Config::load(parse_config_flag(&args[2..])?.as_deref())?;
+            println!("configuration is valid");
+            println!("  bind: {}", config.server.bind);
+            println!("  storage: {}", config.storage.url);
+            println!(
+                "  providers: {}",
+                config
+                    .providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            println!("  default provider: {:?}", config.defaults.provider);
+            println!(
+                "  token: {}",
+                if config.token.is_some() {
+                    "set"
+                } else {
+                    "not set"
+                }
+            );
+            Ok(())
+        }
+        Some("-h") | Some("--help") | Some("help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown command '{other}'\n{USAGE}"),
+    }
+}

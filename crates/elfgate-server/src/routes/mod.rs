@@ -1,0 +1,5 @@
+//! Route modules; each exposes `fn routes() -> Router<AppState>`.
+
+pub mod engines;
+pub mod health;
+pub mod sessions;

@@ -1,0 +1,477 @@
+//! The business layer under the handlers: validation, sessions, runs, interrupts.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use chrono::Utc;
+use elfgate_core::{
+    Attachment, ChannelPermissions, DispatchError, EngineSessionContext, EngineType, EventEmitter,
+    EventPayload, MessageId, OnBusy, Run, RunId, RunStatus, Session, SessionBus, SessionId,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const PERMISSION_MODES: [&str; 4] = ["default", "acceptEdits", "bypassPermissions", "plan"];
+const THINKING_LEVELS: [&str; 4] = ["none", "low", "medium", "high"];
+
+/// Per-run settings a prompt may carry (both on create and on resume).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOverrides {
+    /// Provider name.
+    pub provider_id: Option<String>,
+    /// Model.
+    pub model: Option<String>,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// none, low, medium, high.
+    pub thinking_level: Option<String>,
+    /// Engine settings merged over the session's.
+    pub engine_config: Option<Value>,
+    /// Permission mode.
+    pub permission_mode: Option<String>,
+    /// Files and images.
+    pub attachments: Option<Vec<Attachment>>,
+    /// Channel user permissions.
+    pub channel_permissions: Option<ChannelPermissions>,
+    /// Client idempotency key.
+    pub client_msg_id: Option<String>,
+}
+
+/// Body of POST /v1/sessions.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionRequest {
+    /// Engine wire name.
+    pub engine: String,
+    /// First prompt.
+    pub prompt: String,
+    /// Title for lists.
+    pub title: Option<String>,
+    /// Project directory for tools.
+    pub project_path: Option<String>,
+    /// CLI backend (cli engine).
+    pub cli_backend: Option<String>,
+    /// Agent profile.
+    pub agent_id: Option<String>,
+    /// Run settings.
+    #[serde(flatten)]
+    pub overrides: RunOverrides,
+}
+
+/// Answer of POST /v1/sessions.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionResponse {
+    /// The new session.
+    pub session_id: SessionId,
+    /// Its first run.
+    pub run_id: RunId,
+    /// Where to follow it.
+    pub events_url: String,
+}
+
+/// Body of POST /v1/sessions/{id}/messages.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendMessageRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// What to do when a run is going on.
+    #[serde(default)]
+    pub on_busy: OnBusy,
+    /// The message this prompt follows (branching).
+    pub parent_id: Option<MessageId>,
+    /// Run settings.
+    #[serde(flatten)]
+    pub overrides: RunOverrides,
+}
+
+/// Answer of POST /v1/sessions/{id}/messages.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendMessageResponse {
+    /// The session.
+    pub session_id: SessionId,
+    /// The new run.
+    pub run_id: RunId,
+    /// running or queued.
+    pub status: &'static str,
+}
+
+/// Answer of POST /v1/sessions/{id}/interrupt.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptResponse {
+    /// Whether a run was going on and was told to stop.
+    pub interrupted: bool,
+    /// That run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// idle, interrupting (not waited for) or interrupted (ended).
+    pub status: &'static str,
+}
+
+/// A session with its live status.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    /// The stored session.
+    #[serde(flatten)]
+    pub session: Session,
+    /// idle or running.
+    pub status: &'static str,
+    /// The run going on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<RunId>,
+    /// Runs waiting behind it.
+    pub queued_runs: usize,
+}
+
+/// Parses a session id from a path; a malformed id is an unknown session.
+pub fn parse_session_id(s: &str) -> Result<SessionId, ApiError> {
+    s.parse()
+        .map_err(|_| ApiError::NotFound(format!("unknown session '{s}'")))
+}
+
+fn check_overrides(state: &AppState, engine: EngineType, o: &RunOverrides) -> Result<(), ApiError> {
+    if let Some(mode) = &o.permission_mode
+        && !PERMISSION_MODES.contains(&mode.as_str())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "permissionMode '{mode}' is not one of {}",
+            PERMISSION_MODES.join(", ")
+        )));
+    }
+    if let Some(level) = &o.thinking_level
+        && !THINKING_LEVELS.contains(&level.as_str())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "thinkingLevel '{level}' is not one of {}",
+            THINKING_LEVELS.join(", ")
+        )));
+    }
+    if let Some(cfg) = &o.engine_config
+        && !cfg.is_object()
+    {
+        return Err(ApiError::BadRequest(
+            "engineConfig must be a JSON object".into(),
+        ));
+    }
+    if engine != EngineType::Cli {
+        state
+            .providers
+            .resolve(o.provider_id.as_deref())
+            .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn check_prompt(prompt: &str) -> Result<(), ApiError> {
+    if prompt.trim().is_empty() {
+        return Err(ApiError::BadRequest("prompt must not be empty".into()));
+    }
+    Ok(())
+}
+
+fn check_serving(state: &AppState) -> Result<(), ApiError> {
+    if state.is_shutting_down() {
+        return Err(ApiError::Unavailable("the daemon is shutting down".into()));
+    }
+    Ok(())
+}
+
+/// The session's bus, opened at the current last seq if none is open.
+pub async fn open_bus(
+    state: &AppState,
+    session_id: SessionId,
+) -> Result<Arc<SessionBus>, ApiError> {
+    let hub = state.dispatcher.hub();
+    if let Some(bus) = hub.get(session_id) {
+        return Ok(bus);
+    }
+    // Flush first: a bus closed moments ago may still have events on their way to the log.
+    hub.flush().await;
+    let last = state.store.last_seq(session_id).await?;
+    Ok(hub.open(session_id, last))
+}
+
+fn merged_config(session: &Session, o: &RunOverrides) -> Value {
+    let mut cfg = session.engine_config.clone();
+    if let (Some(base), Some(Value::Object(over))) = (cfg.as_object_mut(), &o.engine_config) {
+        for (k, v) in over {
+            base.insert(k.clone(), v.clone());
+        }
+    }
+    cfg
+}
+
+/// The prompt side of a run about to be built.
+struct Prompt {
+    run_id: RunId,
+    text: String,
+    is_resume: bool,
+    parent_id: Option<MessageId>,
+}
+
+fn build_ctx(
+    state: &AppState,
+    session: &Session,
+    p: Prompt,
+    o: RunOverrides,
+    bus: Arc<SessionBus>,
+) -> EngineSessionContext {
+    let Prompt {
+        run_id,
+        text: prompt,
+        is_resume,
+        parent_id,
+    } = p;
+    EngineSessionContext {
+        session: session.clone(),
+        run_id,
+        prompt,
+        is_resume,
+        user_message_id: MessageId::new(),
+        client_msg_id: o.client_msg_id.clone(),
+        parent_id,
+        provider_id: o
+            .provider_id
+            .clone()
+            .or_else(|| session.provider_id.clone()),
+        model: o.model.clone().or_else(|| session.model.clone()),
+        system_prompt: o
+            .system_prompt
+            .clone()
+            .or_else(|| session.system_prompt.clone()),
+        thinking_level: o.thinking_level.clone(),
+        project_path: session.project_path.clone(),
+        agent_id: session.agent_id.clone(),
+        engine_config: merged_config(session, &o),
+        permission_mode: o
+            .permission_mode
+            .clone()
+            .or_else(|| session.permission_mode.clone()),
+        cli_backend: session.cli_backend.clone(),
+        attachments: o.attachments.unwrap_or_default(),
+        channel_permissions: o.channel_permissions,
+        events: EventEmitter::new(bus, run_id),
+        cancel: CancellationToken::new(),
+        metrics: state.metrics.clone(),
+    }
+}
+
+fn new_run(session_id: SessionId) -> Run {
+    Run {
+        id: RunId::new(),
+        session_id,
+        status: RunStatus::Queued,
+        finish_reason: None,
+        input_tokens: 0,
+        output_tokens: 0,
+        iterations: 0,
+        started_at: Utc::now(),
+        ended_at: None,
+        error: None,
+    }
+}
+
+/// Creates a session and starts its first run.
+pub async fn create_session(
+    state: &AppState,
+    req: CreateSessionRequest,
+) -> Result<CreateSessionResponse, ApiError> {
+    check_serving(state)?;
+    let engine: EngineType =
+        req.engine
+            .parse()
+            .map_err(|e: elfgate_core::engine_type::UnknownEngine| {
+                ApiError::Unprocessable(e.to_string())
+            })?;
+    if !state.dispatcher.has_engine(engine) {
+        return Err(ApiError::Unprocessable(format!(
+            "engine '{engine}' is not available in this build"
+        )));
+    }
+    check_prompt(&req.prompt)?;
+    check_overrides(state, engine, &req.overrides)?;
+    let now = Utc::now();
+    let session = Session {
+        id: SessionId::new(),
+        engine,
+        title: req.title.clone(),
+        provider_id: req.overrides.provider_id.clone(),
+        model: req.overrides.model.clone(),
+        cli_backend: req.cli_backend.clone(),
+        project_path: req.project_path.clone(),
+        agent_id: req.agent_id.clone(),
+        system_prompt: req.overrides.system_prompt.clone(),
+        permission_mode: req.overrides.permission_mode.clone(),
+        engine_config: req
+            .overrides
+            .engine_config
+            .clone()
+            .unwrap_or_else(|| Value::Object(Default::default())),
+        cli_session_id: None,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create_session(&session).await?;
+    let run = new_run(session.id);
+    state.store.create_run(&run).await?;
+    let bus = state.dispatcher.hub().open(session.id, 0);
+    bus.publish(Some(run.id), &EventPayload::SessionCreated {});
+    let mut overrides = req.overrides;
+    // The session already carries these; the run reads them from there.
+    overrides.engine_config = None;
+    let prompt = Prompt {
+        run_id: run.id,
+        text: req.prompt,
+        is_resume: false,
+        parent_id: None,
+    };
+    let ctx = build_ctx(state, &session, prompt, overrides, bus);
+    match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
+        Ok(_) => Ok(CreateSessionResponse {
+            session_id: session.id,
+            run_id: run.id,
+            events_url: format!("/v1/sessions/{}/events", session.id),
+        }),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// Starts (or queues) a later run of a session.
+pub async fn send_message(
+    state: &AppState,
+    session_id: SessionId,
+    req: SendMessageRequest,
+) -> Result<SendMessageResponse, ApiError> {
+    check_serving(state)?;
+    let session = state
+        .store
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    check_prompt(&req.prompt)?;
+    check_overrides(state, session.engine, &req.overrides)?;
+    if req.on_busy == OnBusy::Reject
+        && let Some(active) = state.dispatcher.active().get(session_id)
+    {
+        return Err(ApiError::Busy {
+            active_run_id: active.run_id,
+        });
+    }
+    if let Some(parent) = req.parent_id
+        && state.store.get_message(session_id, parent).await?.is_none()
+    {
+        return Err(ApiError::NotFound(format!(
+            "unknown parent message '{parent}' in this session"
+        )));
+    }
+    let run = new_run(session_id);
+    state.store.create_run(&run).await?;
+    let bus = open_bus(state, session_id).await?;
+    let prompt = Prompt {
+        run_id: run.id,
+        text: req.prompt,
+        is_resume: true,
+        parent_id: req.parent_id,
+    };
+    let ctx = build_ctx(state, &session, prompt, req.overrides, bus);
+    match state.dispatcher.resume(ctx, req.on_busy) {
+        Ok(status) => Ok(SendMessageResponse {
+            session_id,
+            run_id: run.id,
+            status: status.as_str(),
+        }),
+        Err(DispatchError::Busy { active_run_id }) => {
+            // Lost a race with another prompt: the run never started.
+            state.store.delete_run(run.id).await?;
+            Err(ApiError::Busy { active_run_id })
+        }
+        Err(e @ DispatchError::UnknownEngine(_)) => {
+            state.store.delete_run(run.id).await?;
+            Err(ApiError::Unprocessable(e.to_string()))
+        }
+    }
+}
+
+/// Interrupts a session's run; with `wait`, returns once it has ended (up to 30 s).
+pub async fn interrupt(
+    state: &AppState,
+    session_id: SessionId,
+    wait: bool,
+) -> Result<InterruptResponse, ApiError> {
+    if state.store.get_session(session_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "unknown session '{session_id}'"
+        )));
+    }
+    let result = state.dispatcher.interrupt(session_id);
+    let Some(run_id) = result.run_id else {
+        return Ok(InterruptResponse {
+            interrupted: false,
+            run_id: None,
+            status: "idle",
+        });
+    };
+    let mut status = "interrupting";
+    if wait
+        && let Some(done) = result.done
+        && tokio::time::timeout(Duration::from_secs(30), done.cancelled())
+            .await
+            .is_ok()
+    {
+        status = "interrupted";
+    }
+    Ok(InterruptResponse {
+        interrupted: true,
+        run_id: Some(run_id),
+        status,
+    })
+}
+
+/// One session with its live status.
+pub async fn session_view(
+    state: &AppState,
+    session_id: SessionId,
+) -> Result<SessionView, ApiError> {
+    let session = state
+        .store
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    Ok(view(state, session))
+}
+
+/// Adds the live status to a stored session.
+pub fn view(state: &AppState, session: Session) -> SessionView {
+    let active = state.dispatcher.active().get(session.id);
+    SessionView {
+        status: if active.is_some() { "running" } else { "idle" },
+        active_run_id: active.as_ref().map(|a| a.run_id),
+        queued_runs: active.map(|a| a.queued).unwrap_or(0),
+        session,
+    }
+}
+
+/// Deletes a session after stopping its run.
+pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {
+    if state.store.get_session(session_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "unknown session '{session_id}'"
+        )));
+    }
+    let result = state.dispatcher.interrupt(session_id);
+    if let Some(done) = result.done {
+        let _ = tokio::time::timeout(Duration::from_secs(30), done.cancelled()).await;
+    }
+    // The run's last events must be in the log before the log is deleted.
+    state.dispatcher.hub().flush().await;
+    state.store.delete_session(session_id).await?;
+    state.dispatcher.hub().remove(session_id);
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! The SSE stream of a session: replay from the log after the client's cursor, then live events,
+//! with no gap and no duplicate. Subscribe first, flush the log, read it, then drop live events
+//! already replayed.
+
+use crate::error::ApiError;
+use crate::service::open_bus;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
+use elfgate_core::{EventRecord, SessionId};
+use elfgate_store::StoredEvent;
+use futures_util::stream;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::time::{Interval, MissedTickBehavior};
+
+/// Events read from the log per query while replaying.
+const REPLAY_PAGE: u32 = 1000;
+
+fn frame(seq: u64, event_type: &str, json: &str) -> Bytes {
+    let mut s = String::with_capacity(json.len() + event_type.len() + 32);
+    s.push_str("id: ");
+    s.push_str(&seq.to_string());
+    s.push_str("\nevent: ");
+    s.push_str(event_type);
+    s.push_str("\ndata: ");
+    s.push_str(json);
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+fn reset_frame(session_id: SessionId, from_seq: u64) -> Bytes {
+    // Not a logged event: it carries no id, so the client's Last-Event-ID stays at what it has.
+    Bytes::from(format!(
+        "event: reset\ndata: {{\"type\":\"reset\",\"sessionId\":\"{session_id}\",\"fromSeq\":{from_seq}}}\n\n"
+    ))
+}
+
+enum Phase {
+    Replay,
+    Live,
+    Done,
+}
+
+struct Cursor {
+    state: AppState,
+    session_id: SessionId,
+    rx: broadcast::Receiver<Arc<EventRecord>>,
+    last: u64,
+    buffer: VecDeque<StoredEvent>,
+    log_exhausted: bool,
+    phase: Phase,
+    keepalive: Interval,
+}
+
+impl Cursor {
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            match self.phase {
+                Phase::Done => return None,
+                Phase::Replay => {
+                    if let Some(e) = self.buffer.pop_front() {
+                        self.last = e.seq;
+                        return Some(frame(e.seq, &e.event_type, &e.json));
+                    }
+                    if self.log_exhausted {
+                        self.phase = Phase::Live;
+                        continue;
+                    }
+                    match self
+                        .state
+                        .store
+                        .events_after(self.session_id, self.last, REPLAY_PAGE)
+                        .await
+                    {
+                        Ok(page) => {
+                            self.log_exhausted = page.len() < REPLAY_PAGE as usize;
+                            self.buffer.extend(page);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "replay failed");
+                            self.phase = Phase::Done;
+                            return Some(reset_frame(self.session_id, self.last + 1));
+                        }
+                    }
+                }
+                Phase::Live => {
+                    let shutdown = self.state.shutdown.clone();
+                    tokio::select! {
+                        biased;
+                        r = self.rx.recv() => match r {
+                            Ok(e) if e.seq <= self.last => continue,
+                            Ok(e) => {
+                                self.last = e.seq;
+                                return Some(frame(e.seq, &e.event_type, &e.json));
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                // Too far behind: tell the client to reload from its cursor.
+                                self.phase = Phase::Done;
+                                return Some(reset_frame(self.session_id, self.last + 1));
+                            }
+                            Err(broadcast::error::RecvError::Closed) => return None,
+                        },
+                        _ = shutdown.cancelled() => return None,
+                        _ = self.keepalive.tick() => return Some(Bytes::from_static(b": keep-alive\n\n")),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Opens the stream of a session after `after` (0 replays everything).
+pub async fn session_events(
+    state: AppState,
+    session_id: SessionId,
+    after: u64,
+) -> Result<Response, ApiError> {
+    if state.store.get_session(session_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "unknown session '{session_id}'"
+        )));
+    }
+    // Subscribe before reading the log; retry if the bus was closed between open and subscribe.
+    let (bus, rx) = loop {
+        open_bus(&state, session_id).await?;
+        if let Some(sub) = state.dispatcher.hub().subscribe(session_id) {
+            break sub;
+        }
+    };
+    // Everything published before the subscription is now in the log.
+    state.dispatcher.hub().flush().await;
+    let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
+    let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut cursor = Cursor {
+        state,
+        session_id,
+        rx,
+        last: after,
+        buffer: VecDeque::new(),
+        log_exhausted: false,
+        phase: Phase::Replay,
+        keepalive,
+    };
+    let mut first = None;
+    if after > bus.last_seq() {
+        // The client claims events this session never had: it must reload.
+        cursor.phase = Phase::Done;
+        first = Some(reset_frame(session_id, 1));
+    }
+    let body = stream::unfold((cursor, first), |(mut cursor, first)| async move {
+        if let Some(f) = first {
+            return Some((Ok::<_, Infallible>(f), (cursor, None)));
+        }
+        cursor.next_frame().await.map(|f| (Ok(f), (cursor, None)))
+    });
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(resp)
+}

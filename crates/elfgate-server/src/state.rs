@@ -1,0 +1,72 @@
+//! The state every handler shares.
+
+use crate::config::Config;
+use elfgate_core::{EngineDispatcher, Metrics};
+use elfgate_engines::ProviderRegistry;
+use elfgate_store::Store;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio_util::sync::CancellationToken;
+
+/// Shared daemon state; cloning is cheap.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<AppInner>,
+}
+
+/// What [`AppState`] holds.
+pub struct AppInner {
+    /// The loaded configuration.
+    pub config: Config,
+    /// Persistence.
+    pub store: Arc<dyn Store>,
+    /// Engines and runs.
+    pub dispatcher: Arc<EngineDispatcher>,
+    /// Configured providers.
+    pub providers: ProviderRegistry,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Fired when the daemon shuts down: ends SSE streams.
+    pub shutdown: CancellationToken,
+    shutting_down: AtomicBool,
+}
+
+impl AppState {
+    /// Builds the state.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        dispatcher: Arc<EngineDispatcher>,
+        providers: ProviderRegistry,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        AppState {
+            inner: Arc::new(AppInner {
+                config,
+                store,
+                dispatcher,
+                providers,
+                metrics,
+                shutdown: CancellationToken::new(),
+                shutting_down: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Refuse new work from now on.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the daemon is shutting down.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppInner;
+    fn deref(&self) -> &AppInner {
+        &self.inner
+    }
+}
