@@ -1,0 +1,372 @@
+//! Chat, st-chat and api sessions end to end: streaming order, history, interrupt, reconnect,
+//! upstream retries and failures.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Daemon, Opts, chat, text_of, types};
+use elfgate_mockllm::{MockServer, Outcome};
+use serde_json::json;
+
+/// Asserts that `want` appears in `got` in this order (other events may sit between).
+fn assert_in_order(got: &[&str], want: &[&str]) {
+    let mut it = got.iter();
+    for w in want {
+        assert!(
+            it.any(|g| g == w),
+            "expected {want:?} in order, got {got:?}"
+        );
+    }
+}
+
+fn assert_contiguous(evs: &[common::Ev], from: u64) {
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e.seq(), from + i as u64, "gap or duplicate at {i}: {evs:?}");
+        assert_eq!(e.id, Some(e.seq()));
+    }
+}
+
+#[tokio::test]
+async fn chat_streams_in_order_and_resume_sends_history() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1) = d
+        .create(json!({"engine": "chat", "prompt": "first question", "model": "mock:tokens=4",
+                       "systemPrompt": "be brief"}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_complete(&run1).await;
+    assert_in_order(
+        &types(&evs),
+        &[
+            "sessionCreated",
+            "userMessage",
+            "streamDelta",
+            "assistantMessage",
+            "result",
+            "complete",
+        ],
+    );
+    assert_eq!(types(&evs).iter().filter(|t| **t == "complete").count(), 1);
+    assert_eq!(text_of(&evs), "tok0 tok1 tok2 tok3 ");
+    assert_contiguous(&evs, 1);
+    let complete = evs.last().unwrap();
+    assert_eq!(complete.data["finishReason"], "stop");
+    let result = &evs[evs.len() - 2];
+    assert_eq!(result.event, "result");
+    assert_eq!(result.data["stats"]["outputTokens"], 4);
+
+    // Resume: the second request upstream carries the first turn.
+    let run2 = d
+        .send(&sid, json!({"prompt": "second question", "model": "mock:tokens=2"}))
+        .await;
+    let evs2 = sse.until_complete(&run2).await;
+    assert_eq!(text_of(&evs2), "tok0 tok1 ");
+    assert_contiguous(&evs2, evs.len() as u64 + 1);
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    let msgs = reqs[1].body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(msgs[0]["content"], "be brief");
+    assert_eq!(msgs[1]["content"], "first question");
+    assert_eq!(msgs[2]["content"], "tok0 tok1 tok2 tok3 ");
+    assert_eq!(msgs[3]["content"], "second question");
+
+    // Both turns are stored.
+    let (status, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(status, 200);
+    let stored = v["messages"].as_array().unwrap();
+    assert_eq!(stored.len(), 4);
+    assert_eq!(stored[0]["role"], "user");
+    assert_eq!(stored[1]["role"], "assistant");
+    assert_eq!(stored[1]["blocks"][0]["text"], "tok0 tok1 tok2 tok3 ");
+    assert_eq!(stored[1]["outputTokens"], 4);
+    assert_eq!(stored[3]["blocks"][0]["text"], "tok0 tok1 ");
+    assert_eq!(stored[2]["parentId"], stored[1]["id"]);
+
+    // The run row has its figures.
+    let (status, run) = d.get(&format!("/v1/sessions/{sid}/runs/{run2}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["finishReason"], "stop");
+    assert_eq!(run["outputTokens"], 2);
+}
+
+#[tokio::test]
+async fn chat_over_anthropic_with_thinking_and_branching() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1) = d
+        .create(json!({"engine": "chat", "prompt": "one", "providerId": "mock-anthropic",
+                       "model": "mock:tokens=2,think=2", "thinkingLevel": "low"}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_complete(&run1).await;
+    let thinking: Vec<_> = evs
+        .iter()
+        .filter(|e| e.event == "streamDelta" && e.data["delta"]["kind"] == "thinking")
+        .collect();
+    assert_eq!(thinking.len(), 2);
+    let (_, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let first_user = v["messages"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(v["messages"][1]["blocks"][0]["type"], "thinking");
+    assert!(mock.requests()[0].body["thinking"]["budget_tokens"].is_number());
+
+    // Branch from the first user message: the first answer is not part of the branch.
+    let run2 = d
+        .send(&sid, json!({"prompt": "two", "parentId": first_user, "providerId": "mock-anthropic",
+                           "model": "mock:tokens=1"}))
+        .await;
+    sse.until_complete(&run2).await;
+    let req = &mock.requests()[1].body;
+    let msgs = req["messages"].as_array().unwrap();
+    // Anthropic needs alternating roles: the two user turns are merged, with no answer between.
+    assert_eq!(msgs.len(), 1, "{req}");
+    assert_eq!(msgs[0]["role"], "user");
+    let texts: Vec<&str> = msgs[0]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+}
+
+#[tokio::test]
+async fn st_chat_sends_no_history_and_api_leaves_nothing_active() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1) = d
+        .create(json!({"engine": "st-chat", "prompt": "alpha", "model": "mock:tokens=2"}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(&run1).await;
+    let run2 = d.send(&sid, json!({"prompt": "beta"})).await;
+    sse.until_complete(&run2).await;
+    let body = &mock.requests()[1].body;
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "st-chat sent history: {body}");
+    assert_eq!(msgs[0]["content"], "beta");
+    // st-chat still stores both turns.
+    let (_, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(v["messages"].as_array().unwrap().len(), 4);
+
+    let (sid, run) = d
+        .create(json!({"engine": "api", "prompt": "gamma", "model": "mock:tokens=3"}))
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(text_of(&evs), "tok0 tok1 tok2 ");
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["status"], "idle");
+    assert!(s.get("activeRunId").is_none());
+    let (_, engines) = d.get("/v1/engines").await;
+    for e in engines["engines"].as_array().unwrap() {
+        assert_eq!(e["activeSessions"], 0, "{e}");
+    }
+    let names: Vec<&str> = engines["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["api", "chat", "st-chat"]);
+}
+
+#[tokio::test]
+async fn interrupt_stops_the_upstream_stream_and_keeps_partial_text() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(chat("tell me a long story", "mock:tokens=100,stall_after=3"))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    // The mock streams 3 tokens, then stalls: the run is mid-stream.
+    sse.until_n("streamDelta", 3).await;
+    let (status, v) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({"wait": true}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(v["interrupted"], true);
+    assert_eq!(v["runId"], run.as_str());
+    assert_eq!(v["status"], "interrupted");
+    let rest = sse.until_complete(&run).await;
+    let t = types(&rest);
+    assert_in_order(&t, &["assistantMessage", "result", "complete"]);
+    assert_eq!(t.iter().filter(|x| **x == "complete").count(), 1);
+    assert_eq!(rest.last().unwrap().data["finishReason"], "interrupted");
+
+    // Partial text stored; the session is idle; the upstream connection was closed by us.
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(msgs["messages"][1]["blocks"][0]["text"], "tok0 tok1 tok2 ");
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["status"], "idle");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "interrupted");
+    assert_eq!(r["finishReason"], "interrupted");
+    // The mock records the disconnect when its response body is dropped; poll until it has.
+    let mut outcome = mock.requests()[0].outcome;
+    for _ in 0..200 {
+        if outcome == Outcome::ClientDisconnected {
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        outcome = mock.requests()[0].outcome;
+    }
+    assert_eq!(outcome, Outcome::ClientDisconnected);
+
+    // Idempotent.
+    let (status, v) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(v["interrupted"], false);
+    assert_eq!(v["status"], "idle");
+}
+
+#[tokio::test]
+async fn reconnect_with_last_event_id_gets_every_missed_event_once() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(chat("count", "mock:tokens=30,delay_ms=5"))
+        .await;
+    let mut first = d.events(&sid, None).await;
+    let seen = first.until_n("streamDelta", 5).await;
+    let last_id = seen.last().unwrap().id.unwrap();
+    drop(first);
+    // Reconnect mid-run with the cursor.
+    let mut second = d.events(&sid, Some(last_id)).await;
+    let rest = second.until_complete(&run).await;
+    assert_eq!(rest[0].seq(), last_id + 1);
+    assert_contiguous(&rest, last_id + 1);
+    let mut all = seen.clone();
+    all.extend(rest);
+    assert_eq!(text_of(&all), (0..30).map(|i| format!("tok{i} ")).collect::<String>());
+    // The same through ?afterSeq.
+    let r = reqwest::get(d.url(&format!("/v1/sessions/{sid}/events?afterSeq={last_id}")))
+        .await
+        .unwrap();
+    let mut third = common::Sse::new(r);
+    let again = third.until_complete(&run).await;
+    assert_eq!(again.len(), all.len() - seen.len());
+    assert_eq!(again[0].seq(), last_id + 1);
+}
+
+#[tokio::test]
+async fn upstream_500_twice_then_success_gives_two_retries() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(chat("hi", "mock:tokens=2,fail=500x2,id=retry-ok"))
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    let t = types(&evs);
+    assert_in_order(&t, &["retry", "retry", "streamDelta", "assistantMessage", "complete"]);
+    assert_eq!(t.iter().filter(|x| **x == "retry").count(), 2);
+    let retry = evs.iter().find(|e| e.event == "retry").unwrap();
+    assert_eq!(retry.data["retry"]["attempt"], 1);
+    assert_eq!(retry.data["retry"]["maxAttempts"], 2);
+    assert!(!t.contains(&"error"));
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn upstream_that_keeps_failing_ends_with_error() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(chat("hi", "mock:fail=503,id=always"))
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    let t = types(&evs);
+    assert_in_order(&t, &["retry", "retry", "error", "result", "complete"]);
+    let err = evs.iter().find(|e| e.event == "error").unwrap();
+    assert_eq!(err.data["error"]["code"], "upstream_status");
+    assert_eq!(evs.last().unwrap().data["finishReason"], "error");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "failed");
+    assert!(r["error"].as_str().unwrap().contains("503"), "{r}");
+
+    // A stream dropped mid-way is an error too, and the text before it is kept.
+    let (sid, run) = d
+        .create(chat("hi", "mock:tokens=10,drop_after=2"))
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    assert_in_order(&types(&evs), &["streamDelta", "error", "assistantMessage", "complete"]);
+    assert_eq!(evs.last().unwrap().data["finishReason"], "error");
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(msgs["messages"][1]["blocks"][0]["text"], "tok0 tok1 ");
+}
+
+#[tokio::test]
+async fn busy_session_rejects_enqueues_or_interrupts() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1) = d
+        .create(chat("first", "mock:tokens=50,stall_after=1"))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_n("streamDelta", 1).await;
+
+    let (status, v) = d
+        .post(&format!("/v1/sessions/{sid}/messages"), json!({"prompt": "second"}))
+        .await;
+    assert_eq!(status, 409);
+    assert_eq!(v["error"]["code"], "busy");
+    assert_eq!(v["activeRunId"], run1.as_str());
+
+    let (status, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "queued one", "onBusy": "enqueue", "model": "mock:tokens=1"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    assert_eq!(v["status"], "queued");
+    let queued = v["runId"].as_str().unwrap().to_string();
+
+    // onBusy=interrupt stops the first run, drops the queue, then runs.
+    let (status, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "now", "onBusy": "interrupt", "model": "mock:tokens=2"}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let third = v["runId"].as_str().unwrap().to_string();
+    let evs = sse.until_complete(&third).await;
+    let completes: Vec<(&str, &str)> = evs
+        .iter()
+        .filter(|e| e.event == "complete")
+        .map(|e| (e.run(), e.data["finishReason"].as_str().unwrap()))
+        .collect();
+    assert!(completes.contains(&(run1.as_str(), "interrupted")), "{completes:?}");
+    assert!(completes.contains(&(queued.as_str(), "interrupted")), "{completes:?}");
+    assert_eq!(completes.last().unwrap(), &(third.as_str(), "stop"));
+    // Each run ends once, and the new run's events come after the old run's complete.
+    assert_eq!(completes.len(), 3);
+    let pos_first_complete = evs
+        .iter()
+        .position(|e| e.event == "complete" && e.run() == run1)
+        .unwrap();
+    let pos_third_start = evs.iter().position(|e| e.run() == third).unwrap();
+    assert!(pos_first_complete < pos_third_start);
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{queued}")).await;
+    assert_eq!(r["status"], "interrupted");
+
+    // Enqueue runs in order after the current run.
+    let a = d.send(&sid, json!({"prompt": "a", "model": "mock:tokens=1,delay_ms=20"})).await;
+    let b = d
+        .send(&sid, json!({"prompt": "b", "onBusy": "enqueue", "model": "mock:tokens=1"}))
+        .await;
+    let evs = sse.until_complete(&b).await;
+    let order: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.event == "complete")
+        .map(|e| e.run())
+        .collect();
+    assert_eq!(order, [a.as_str(), b.as_str()]);
+}

@@ -1,0 +1,324 @@
+//! Test harness: runs the real `elfgate` binary on a loopback port against an in-process
+//! `elfgate-mockllm`, and talks HTTP/SSE to it like a client would.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use elfgate_mockllm::MockServer;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A safety net so that a broken daemon fails a test instead of hanging it; never used to wait
+/// for something to happen.
+pub const GUARD: Duration = Duration::from_secs(30);
+
+/// A running daemon.
+pub struct Daemon {
+    pub child: Child,
+    pub base: String,
+    pub dir: PathBuf,
+    pub token: Option<String>,
+    pub http: reqwest::Client,
+}
+
+/// Options for a daemon.
+#[derive(Default, Clone)]
+pub struct Opts {
+    pub token: Option<String>,
+    pub extra_toml: String,
+    pub env: Vec<(String, String)>,
+}
+
+pub fn write_config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
+    let cfg = format!(
+        r#"
+[server]
+bind = "127.0.0.1:0"
+body_limit_bytes = 65536
+keepalive_secs = 15
+shutdown_grace_secs = 10
+
+[storage]
+url = "sqlite://{db}"
+
+[providers.mock]
+kind = "openai"
+base_url = "{base}/v1"
+default_model = "mock"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+
+[providers.mock-anthropic]
+kind = "anthropic"
+base_url = "{base}"
+default_model = "mock"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+
+[defaults]
+provider = "mock"
+
+[engines.chat]
+max_history = 100
+max_retries = 2
+retry_delay_ms = 5
+max_retry_delay_ms = 50
+{extra}
+"#,
+        db = dir.join("elfgate.db").display(),
+        base = mock.base_url(),
+    );
+    let path = dir.join("elfgate.toml");
+    std::fs::write(&path, cfg).unwrap();
+    path
+}
+
+impl Daemon {
+    /// Starts a daemon with a fresh data directory.
+    pub fn start(mock: &MockServer, opts: Opts) -> Daemon {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Self::start_in(dir, mock, opts)
+    }
+
+    /// Starts a daemon on an existing data directory (a restart).
+    pub fn start_in(dir: PathBuf, mock: &MockServer, opts: Opts) -> Daemon {
+        let config = write_config(&dir, mock, &opts.extra_toml);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env_remove("ELFGATE_TOKEN")
+            .env_remove("ELFGATE_BIND")
+            .env_remove("ELFGATE_DATABASE_URL")
+            .env("ELFGATE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(t) = &opts.token {
+            cmd.env("ELFGATE_TOKEN", t);
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("elfgate listening on ")
+            .unwrap_or_else(|| panic!("daemon did not start: {line:?}"))
+            .to_string();
+        Daemon {
+            child,
+            base,
+            dir,
+            token: opts.token,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn auth(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.token {
+            Some(t) => rb.bearer_auth(t),
+            None => rb,
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .auth(self.http.post(self.url(path)).json(&body))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.auth(self.http.get(self.url(path))).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn delete(&self, path: &str) -> u16 {
+        self.auth(self.http.delete(self.url(path)))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// Creates a session; panics unless 201.
+    pub async fn create(&self, body: Value) -> (String, String) {
+        let (status, v) = self.post("/v1/sessions", body).await;
+        assert_eq!(status, 201, "create failed: {v}");
+        (
+            v["sessionId"].as_str().unwrap().to_string(),
+            v["runId"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Sends a prompt; panics unless 202.
+    pub async fn send(&self, session: &str, body: Value) -> String {
+        let (status, v) = self
+            .post(&format!("/v1/sessions/{session}/messages"), body)
+            .await;
+        assert_eq!(status, 202, "send failed: {v}");
+        v["runId"].as_str().unwrap().to_string()
+    }
+
+    /// Opens the session's event stream after `after`.
+    pub async fn events(&self, session: &str, last_event_id: Option<u64>) -> Sse {
+        let mut rb = self.http.get(self.url(&format!("/v1/sessions/{session}/events")));
+        if let Some(id) = last_event_id {
+            rb = rb.header("Last-Event-ID", id.to_string());
+        }
+        let resp = self.auth(rb).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        Sse::new(resp)
+    }
+
+    /// Every logged event of a session, read from the start; waits for nothing.
+    pub async fn all_events_until_complete_of(&self, session: &str, run: &str) -> Vec<Ev> {
+        let mut sse = self.events(session, None).await;
+        sse.until_complete(run).await
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE event as a client sees it.
+#[derive(Debug, Clone)]
+pub struct Ev {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: Value,
+}
+
+impl Ev {
+    pub fn seq(&self) -> u64 {
+        self.data["seq"].as_u64().unwrap()
+    }
+    pub fn run(&self) -> &str {
+        self.data["runId"].as_str().unwrap_or_default()
+    }
+}
+
+/// A minimal SSE client.
+pub struct Sse {
+    stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl Sse {
+    pub fn new(resp: reqwest::Response) -> Sse {
+        Sse {
+            stream: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event (comments skipped); None when the stream ends.
+    pub async fn next(&mut self) -> Option<Ev> {
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..pos + 2).collect();
+                let mut ev = Ev {
+                    id: None,
+                    event: String::new(),
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        ev.id = v.parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        ev.event = v.to_string();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if ev.event.is_empty() && data.is_empty() {
+                    continue;
+                }
+                ev.data = serde_json::from_str(&data).unwrap();
+                return Some(ev);
+            }
+            let chunk = tokio::time::timeout(GUARD, self.stream.next())
+                .await
+                .expect("no SSE event within the guard time")?;
+            self.buf.push_str(std::str::from_utf8(&chunk.ok()?).unwrap());
+        }
+    }
+
+    /// Reads until the `complete` event of `run` (included).
+    pub async fn until_complete(&mut self, run: &str) -> Vec<Ev> {
+        let mut out = Vec::new();
+        while let Some(ev) = self.next().await {
+            let done = ev.event == "complete" && ev.run() == run;
+            out.push(ev);
+            if done {
+                return out;
+            }
+        }
+        panic!("stream ended before complete of {run}: {out:?}");
+    }
+
+    /// Reads until `n` events of type `kind` were seen.
+    pub async fn until_n(&mut self, kind: &str, n: usize) -> Vec<Ev> {
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while let Some(ev) = self.next().await {
+            if ev.event == kind {
+                seen += 1;
+            }
+            out.push(ev);
+            if seen == n {
+                return out;
+            }
+        }
+        panic!("stream ended before {n} {kind}: {out:?}");
+    }
+}
+
+pub fn types(evs: &[Ev]) -> Vec<&str> {
+    evs.iter().map(|e| e.event.as_str()).collect()
+}
+
+pub fn text_of(evs: &[Ev]) -> String {
+    evs.iter()
+        .filter(|e| e.event == "streamDelta" && e.data["delta"]["kind"] == "text")
+        .map(|e| e.data["delta"]["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn chat(prompt: &str, model: &str) -> Value {
+    json!({"engine": "chat", "prompt": prompt, "model": model})
+}
