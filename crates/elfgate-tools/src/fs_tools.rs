@@ -1,0 +1,525 @@
+//! File-system tools, all confined to the project: read_file, write_file, edit_file, list_dir, glob, grep.
+
+use crate::tool::{
+    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn parse<T: for<'de> Deserialize<'de>>(input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
+}
+
+fn path_target(input: &Value, key: &str) -> FirewallTargets {
+    FirewallTargets {
+        paths: input
+            .get(key)
+            .and_then(Value::as_str)
+            .map(|p| vec![p.to_string()])
+            .unwrap_or_default(),
+        command: None,
+    }
+}
+
+/// Most bytes read_file returns before cutting (the loop's truncation applies after).
+const READ_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// read_file: a file's text, optionally a line range.
+#[derive(Debug, Default)]
+pub struct ReadFile;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArgs {
+    path: String,
+    #[serde(default, alias = "startLine")]
+    start_line: Option<usize>,
+    #[serde(default, alias = "endLine")]
+    end_line: Option<usize>,
+}
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "Read a text file of the project. Optional 1-based inclusive line range start_line..end_line."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "File path, relative to the project"},
+            "start_line": {"type": "integer", "minimum": 1},
+            "end_line": {"type": "integer", "minimum": 1}
+        }, "required": ["path"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        path_target(input, "path")
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: ReadArgs = parse(input)?;
+        let path = ctx.resolve(&a.path)?;
+        let meta = tokio::fs::metadata(&path).await?;
+        if meta.is_dir() {
+            return Ok(ToolOutput::error(format!(
+                "{} is a directory; use list_dir",
+                a.path
+            )));
+        }
+        if meta.len() > READ_MAX_BYTES {
+            return Ok(ToolOutput::error(format!(
+                "{} is {} bytes, more than read_file's limit of {READ_MAX_BYTES}; read a line range with grep first",
+                a.path,
+                meta.len()
+            )));
+        }
+        let bytes = tokio::fs::read(&path).await?;
+        let text = String::from_utf8_lossy(&bytes);
+        if a.start_line.is_none() && a.end_line.is_none() {
+            return Ok(ToolOutput::ok(text.into_owned()));
+        }
+        let start = a.start_line.unwrap_or(1).max(1);
+        let end = a.end_line.unwrap_or(usize::MAX);
+        if end < start {
+            return Ok(ToolOutput::error(format!(
+                "end_line {end} is before start_line {start}"
+            )));
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        if start > lines.len() {
+            return Ok(ToolOutput::error(format!(
+                "start_line {start} is past the end of the file ({} lines)",
+                lines.len()
+            )));
+        }
+        let end = end.min(lines.len());
+        let mut out = String::new();
+        for (i, l) in lines[start - 1..end].iter().enumerate() {
+            out.push_str(&format!("{}: {l}\n", start + i));
+        }
+        Ok(ToolOutput::ok(out))
+    }
+}
+
+/// write_file: creates or overwrites a file (parent directories are created).
+#[derive(Debug, Default)]
+pub struct WriteFile;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+    fn description(&self) -> &str {
+        "Create or overwrite a file of the project with the given content."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "content": {"type": "string"}
+        }, "required": ["path", "content"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ConfirmOnce
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Edit
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        path_target(input, "path")
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: WriteArgs = parse(input)?;
+        let path = ctx.resolve(&a.path)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await?;
+        }
+        tokio::fs::write(&path, a.content.as_bytes()).await?;
+        Ok(ToolOutput::ok(format!(
+            "wrote {} bytes to {}",
+            a.content.len(),
+            a.path
+        )))
+    }
+}
+
+/// The result of an exact replacement.
+pub fn replace_exact(text: &str, old: &str, new: &str) -> Result<String, String> {
+    if old.is_empty() {
+        return Err("old_string must not be empty".to_string());
+    }
+    match text.matches(old).count() {
+        0 => Err("old_string was not found in the file; read the file and copy the exact text (whitespace included)".to_string()),
+        1 => Ok(text.replacen(old, new, 1)),
+        n => Err(format!(
+            "old_string matches {n} places; include more surrounding text so that it matches exactly once"
+        )),
+    }
+}
+
+/// edit_file: replaces one exact occurrence of a string.
+#[derive(Debug, Default)]
+pub struct EditFile;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    #[serde(alias = "oldString")]
+    old_string: String,
+    #[serde(alias = "newString")]
+    new_string: String,
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+    fn description(&self) -> &str {
+        "Replace exactly one occurrence of old_string with new_string in a file. Fails if old_string is missing or matches more than once."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}
+        }, "required": ["path", "old_string", "new_string"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ConfirmOnce
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Edit
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        path_target(input, "path")
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: EditArgs = parse(input)?;
+        let path = ctx.resolve(&a.path)?;
+        let text = tokio::fs::read_to_string(&path).await?;
+        match replace_exact(&text, &a.old_string, &a.new_string) {
+            Ok(new_text) => {
+                tokio::fs::write(&path, new_text).await?;
+                Ok(ToolOutput::ok(format!("edited {}", a.path)))
+            }
+            Err(msg) => Ok(ToolOutput::error(format!("{}: {msg}", a.path))),
+        }
+    }
+}
+
+/// list_dir: the entries of a directory.
+#[derive(Debug, Default)]
+pub struct ListDir;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[async_trait]
+impl Tool for ListDir {
+    fn name(&self) -> &str {
+        "list_dir"
+    }
+    fn description(&self) -> &str {
+        "List a directory of the project (default: the project root). Directories end with '/'."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        let mut t = path_target(input, "path");
+        if t.paths.is_empty() {
+            t.paths.push(".".into());
+        }
+        t
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: ListArgs = parse(input)?;
+        let path = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
+        let mut rd = tokio::fs::read_dir(&path).await?;
+        let mut names = Vec::new();
+        while let Some(e) = rd.next_entry().await? {
+            let mut n = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().await.map(|t| t.is_dir()).unwrap_or(false) {
+                n.push('/');
+            }
+            names.push(n);
+        }
+        names.sort();
+        Ok(ToolOutput::ok(names.join("\n")))
+    }
+}
+
+/// Most matches glob and grep return.
+const MAX_MATCHES: usize = 1000;
+/// Most files grep reads.
+const MAX_FILES: usize = 20_000;
+/// Largest file grep reads.
+const GREP_MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
+
+fn walk(root: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
+    walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .into_iter()
+        .filter_entry(|e| {
+            let n = e.file_name().to_string_lossy();
+            e.depth() == 0 || !(n == ".git" || n == "node_modules" || n == "target")
+        })
+        .filter_map(Result::ok)
+}
+
+/// glob: project files matching a pattern.
+#[derive(Debug, Default)]
+pub struct Glob;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+}
+
+#[async_trait]
+impl Tool for Glob {
+    fn name(&self) -> &str {
+        "glob"
+    }
+    fn description(&self) -> &str {
+        "Find project files whose path (relative to `path`, default the project root) matches a glob such as **/*.rs."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "pattern": {"type": "string"}, "path": {"type": "string"}
+        }, "required": ["pattern"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        let mut t = path_target(input, "path");
+        if t.paths.is_empty() {
+            t.paths.push(".".into());
+        }
+        t
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: GlobArgs = parse(input)?;
+        let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
+        let matcher = globset::Glob::new(&a.pattern)
+            .map_err(|e| ToolError::InvalidInput(format!("bad glob: {e}")))?
+            .compile_matcher();
+        let cancel = ctx.cancel.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            let mut hits = Vec::new();
+            let mut more = false;
+            for e in walk(&root) {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                let Ok(rel) = e.path().strip_prefix(&root) else {
+                    continue;
+                };
+                if e.depth() > 0 && matcher.is_match(rel) {
+                    if hits.len() >= MAX_MATCHES {
+                        more = true;
+                        break;
+                    }
+                    hits.push(rel.display().to_string());
+                }
+            }
+            hits.sort();
+            if more {
+                hits.push(format!(
+                    "[... more than {MAX_MATCHES} matches; narrow the pattern]"
+                ));
+            }
+            hits.join("\n")
+        })
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Interrupted);
+        }
+        Ok(ToolOutput::ok(if out.is_empty() {
+            "no matches".to_string()
+        } else {
+            out
+        }))
+    }
+}
+
+/// grep: lines matching a regex in project files.
+#[derive(Debug, Default)]
+pub struct Grep;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrepArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    glob: Option<String>,
+    #[serde(default, alias = "caseInsensitive")]
+    case_insensitive: bool,
+    #[serde(default, alias = "maxResults")]
+    max_results: Option<usize>,
+}
+
+#[async_trait]
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "grep"
+    }
+    fn description(&self) -> &str {
+        "Search project files for a regular expression; returns path:line: text. Optional path (file or directory), glob filter, case_insensitive, max_results (default and limit 1000)."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"},
+            "case_insensitive": {"type": "boolean"}, "max_results": {"type": "integer", "minimum": 1}
+        }, "required": ["pattern"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        let mut t = path_target(input, "path");
+        if t.paths.is_empty() {
+            t.paths.push(".".into());
+        }
+        t
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let a: GrepArgs = parse(input)?;
+        let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
+        let re = regex::RegexBuilder::new(&a.pattern)
+            .case_insensitive(a.case_insensitive)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| ToolError::InvalidInput(format!("bad regex: {e}")))?;
+        let filter = match &a.glob {
+            Some(g) => Some(
+                globset::Glob::new(g)
+                    .map_err(|e| ToolError::InvalidInput(format!("bad glob: {e}")))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        let limit = a.max_results.unwrap_or(MAX_MATCHES).clamp(1, MAX_MATCHES);
+        let cancel = ctx.cancel.clone();
+        let base = ctx.resolve(".")?;
+        let out = tokio::task::spawn_blocking(move || {
+            let mut hits = Vec::new();
+            let mut files = 0usize;
+            let mut more = false;
+            'files: for e in walk(&root) {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                if !e.file_type().is_file() {
+                    continue;
+                }
+                let rel = e.path().strip_prefix(&base).unwrap_or(e.path());
+                if let Some(f) = &filter
+                    && !f.is_match(rel)
+                    && !f.is_match(e.file_name())
+                {
+                    continue;
+                }
+                files += 1;
+                if files > MAX_FILES {
+                    more = true;
+                    break;
+                }
+                if e.metadata()
+                    .map(|m| m.len() > GREP_MAX_FILE_BYTES)
+                    .unwrap_or(true)
+                {
+                    continue;
+                }
+                let Ok(bytes) = std::fs::read(e.path()) else {
+                    continue;
+                };
+                if bytes.contains(&0) {
+                    continue; // binary
+                }
+                let text = String::from_utf8_lossy(&bytes);
+                for (i, line) in text.lines().enumerate() {
+                    if re.is_match(line) {
+                        if hits.len() >= limit {
+                            more = true;
+                            break 'files;
+                        }
+                        let line: String = line.chars().take(500).collect();
+                        hits.push(format!("{}:{}: {line}", rel.display(), i + 1));
+                    }
+                }
+            }
+            if more {
+                hits.push(format!(
+                    "[... results limited to {limit} matches / {MAX_FILES} files]"
+                ));
+            }
+            hits.join("\n")
+        })
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Interrupted);
+        }
+        Ok(ToolOutput::ok(if out.is_empty() {
+            "no matches".to_string()
+        } else {
+            out
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn exact_replacement_needs_exactly_one_match() {
+        assert_eq!(replace_exact("a b c", "b", "x").unwrap(), "a x c");
+        let e = replace_exact("a b c", "z", "x").unwrap_err();
+        assert!(e.contains("not found"));
+        let e = replace_exact("b b", "b", "x").unwrap_err();
+        assert!(e.contains("matches 2 places"));
+        assert!(replace_exact("abc", "", "x").is_err());
+        // Replacement text containing the old text is fine.
+        assert_eq!(replace_exact("ab", "a", "aa").unwrap(), "aab");
+    }
+}

@@ -1,0 +1,52 @@
+//! Elfgate's tools: the [`Tool`] trait and registry, the built-in tools, and the security pipeline
+//! pieces the agent engine runs every call through: [`ExecutionFirewall`], [`Hooks`], [`Guardian`]
+//! and the [`PermissionBroker`].
+
+pub mod firewall;
+pub mod fs_tools;
+pub mod guardian;
+pub mod hooks;
+pub mod permission;
+pub mod session_tools;
+pub mod shell;
+pub mod tool;
+pub mod web;
+
+pub use firewall::{ExecutionFirewall, FirewallError};
+pub use guardian::{Guardian, GuardianVerdict};
+pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
+pub use permission::{
+    Decision, PendingRequest, PermissionAnswer, PermissionBroker, PermissionOutcome,
+    PolicyDecision, ResolveError, Scope, policy,
+};
+pub use tool::{
+    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+    ToolRegistry, truncate_result,
+};
+
+use std::sync::Arc;
+
+/// Settings of the built-in tools.
+#[derive(Debug, Clone, Default)]
+pub struct BuiltinSettings {
+    /// shell's output cap.
+    pub shell: shell::Shell,
+    /// web_fetch's limits.
+    pub web: web::WebFetch,
+}
+
+/// A registry with every built-in tool (spawn is added by the engine).
+pub fn builtin_registry(settings: &BuiltinSettings) -> ToolRegistry {
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(fs_tools::ReadFile));
+    r.register(Arc::new(fs_tools::WriteFile));
+    r.register(Arc::new(fs_tools::EditFile));
+    r.register(Arc::new(fs_tools::ListDir));
+    r.register(Arc::new(fs_tools::Glob));
+    r.register(Arc::new(fs_tools::Grep));
+    r.register(Arc::new(settings.shell.clone()));
+    r.register(Arc::new(settings.web.clone()));
+    r.register(Arc::new(session_tools::ListSessions));
+    r.register(Arc::new(session_tools::ReadSessionMessages));
+    r
+}

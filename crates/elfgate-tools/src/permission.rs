@@ -1,0 +1,386 @@
+//! Permissions: the policy (tier x permissionMode x channel permissions) and the broker that asks the
+//! client and waits for its answer.
+
+use crate::tool::{PermissionTier, ToolKind};
+use chrono::Utc;
+use dashmap::DashMap;
+use elfgate_core::{EventEmitter, EventPayload, EventRecord, RequestId, SessionId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// A client's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Run it.
+    Allow,
+    /// Do not run it.
+    Deny,
+}
+
+impl Decision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// How long a decision holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This call only.
+    #[default]
+    Once,
+    /// Every later call of this tool in this session.
+    Session,
+}
+
+/// A client's answer to a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionAnswer {
+    /// Allow or deny.
+    pub decision: Decision,
+    /// Once or for the session.
+    pub scope: Scope,
+    /// A note for the model (e.g. why it was denied).
+    pub message: Option<String>,
+}
+
+/// How a permission request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionOutcome {
+    /// The client allowed it.
+    Allowed,
+    /// The client denied it, maybe with a message.
+    Denied(Option<String>),
+    /// Nobody answered in time.
+    TimedOut,
+    /// The run was interrupted while waiting.
+    Interrupted,
+}
+
+/// Why an answer was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No such request in this session.
+    #[error("unknown permission request '{0}'")]
+    NotFound(String),
+    /// The request was already answered or expired.
+    #[error("permission request '{0}' was already decided")]
+    AlreadyDecided(String),
+}
+
+/// What the policy says about a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyDecision {
+    /// Run it without asking.
+    Allow,
+    /// Ask the client.
+    Ask,
+    /// Refuse it, with a reason for the model.
+    Deny(String),
+}
+
+/// The permission policy: tier, permissionMode, channel `requireConfirmation` and what the client
+/// already decided for this session and tool.
+pub fn policy(
+    tier: PermissionTier,
+    kind: ToolKind,
+    mode: &str,
+    require_confirmation: bool,
+    remembered: Option<Decision>,
+) -> PolicyDecision {
+    if tier == PermissionTier::ManualOnly {
+        return PolicyDecision::Deny(
+            "this tool is manual_only: the model can never run it".to_string(),
+        );
+    }
+    if mode == "plan" && tier != PermissionTier::ReadOnly {
+        return PolicyDecision::Deny(
+            "permissionMode is plan: only read-only tools may run; describe the change instead"
+                .to_string(),
+        );
+    }
+    if remembered == Some(Decision::Deny) {
+        return PolicyDecision::Deny(
+            "the user denied this tool for the rest of the session".to_string(),
+        );
+    }
+    if require_confirmation {
+        return PolicyDecision::Ask;
+    }
+    if mode == "bypassPermissions" || tier == PermissionTier::ReadOnly {
+        return PolicyDecision::Allow;
+    }
+    if mode == "acceptEdits" && kind == ToolKind::Edit {
+        return PolicyDecision::Allow;
+    }
+    if remembered == Some(Decision::Allow) {
+        return PolicyDecision::Allow;
+    }
+    PolicyDecision::Ask
+}
+
+struct Pending {
+    session_id: SessionId,
+    tx: oneshot::Sender<PermissionAnswer>,
+    record: Option<Arc<EventRecord>>,
+}
+
+/// A pending request, as the SSE layer re-announces it.
+#[derive(Debug, Clone)]
+pub struct PendingRequest {
+    /// The request id.
+    pub request_id: String,
+    /// The logged permissionRequest event.
+    pub record: Arc<EventRecord>,
+}
+
+/// Pending permission requests and what clients decided.
+pub struct PermissionBroker {
+    pending: DashMap<String, Pending>,
+    decided: DashMap<String, SessionId>,
+    remembered: DashMap<(SessionId, String), Decision>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for PermissionBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermissionBroker")
+            .field("pending", &self.pending.len())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl PermissionBroker {
+    /// A broker whose requests are denied after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        PermissionBroker {
+            pending: DashMap::new(),
+            decided: DashMap::new(),
+            remembered: DashMap::new(),
+            timeout,
+        }
+    }
+
+    /// The request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// What the client decided for the rest of the session for this tool, if anything.
+    pub fn remembered(&self, session_id: SessionId, tool: &str) -> Option<Decision> {
+        self.remembered
+            .get(&(session_id, tool.to_string()))
+            .map(|d| *d)
+    }
+
+    /// Remembers a decision for the session and tool.
+    pub fn remember(&self, session_id: SessionId, tool: &str, decision: Decision) {
+        self.remembered
+            .insert((session_id, tool.to_string()), decision);
+    }
+
+    /// Forgets everything about a session (deleted).
+    pub fn forget_session(&self, session_id: SessionId) {
+        self.remembered.retain(|(s, _), _| *s != session_id);
+        self.decided.retain(|_, s| *s != session_id);
+        self.pending.retain(|_, p| p.session_id != session_id);
+    }
+
+    /// The pending requests of a session whose permissionRequest event was published.
+    pub fn pending_for(&self, session_id: SessionId) -> Vec<PendingRequest> {
+        let mut out: Vec<PendingRequest> = self
+            .pending
+            .iter()
+            .filter(|p| p.session_id == session_id)
+            .filter_map(|p| {
+                p.record.clone().map(|record| PendingRequest {
+                    request_id: p.key().clone(),
+                    record,
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.record.seq);
+        out
+    }
+
+    /// Answers a pending request.
+    pub fn resolve(
+        &self,
+        session_id: SessionId,
+        request_id: &str,
+        answer: PermissionAnswer,
+    ) -> Result<(), ResolveError> {
+        if let Some((id, p)) = self
+            .pending
+            .remove_if(request_id, |_, p| p.session_id == session_id)
+        {
+            self.decided.insert(id, session_id);
+            // The waiter may have just given up (timeout or interrupt); then the answer is moot.
+            let _ = p.tx.send(answer);
+            return Ok(());
+        }
+        match self.decided.get(request_id) {
+            Some(s) if *s == session_id => {
+                Err(ResolveError::AlreadyDecided(request_id.to_string()))
+            }
+            _ => Err(ResolveError::NotFound(request_id.to_string())),
+        }
+    }
+
+    /// Asks the client: registers the waiter, then emits `permissionRequest`, then waits for an
+    /// answer, the timeout (deny) or `cancel`; emits `permissionResolved` in every case.
+    /// A `session` scope answer (and any allow of a confirm_once tool) is remembered.
+    pub async fn request(
+        &self,
+        events: &EventEmitter,
+        session_id: SessionId,
+        tool_name: &str,
+        input: &Value,
+        tier: PermissionTier,
+        cancel: &CancellationToken,
+    ) -> PermissionOutcome {
+        let request_id = RequestId::new().to_string();
+        let (tx, mut rx) = oneshot::channel();
+        let expires_at = Utc::now()
+            + chrono::Duration::from_std(self.timeout).unwrap_or(chrono::Duration::seconds(300));
+        self.pending.insert(
+            request_id.clone(),
+            Pending {
+                session_id,
+                tx,
+                record: None,
+            },
+        );
+        let record = events.emit(EventPayload::PermissionRequest {
+            request_id: request_id.clone(),
+            tool_name: tool_name.to_string(),
+            input: input.clone(),
+            tier: tier.as_str().to_string(),
+            expires_at,
+        });
+        if let Some(mut p) = self.pending.get_mut(&request_id) {
+            p.record = Some(record);
+        }
+        let answer = tokio::select! {
+            biased;
+            a = &mut rx => a.ok(),
+            _ = cancel.cancelled() => None,
+            _ = tokio::time::sleep(self.timeout) => None,
+        };
+        let answer = match answer {
+            Some(a) => Some(a),
+            None => {
+                if self.pending.remove(&request_id).is_some() {
+                    self.decided.insert(request_id.clone(), session_id);
+                    None
+                } else {
+                    // A client answered in the same instant.
+                    rx.try_recv().ok()
+                }
+            }
+        };
+        let outcome = match &answer {
+            Some(a) => {
+                if a.scope == Scope::Session
+                    || (a.decision == Decision::Allow && tier == PermissionTier::ConfirmOnce)
+                {
+                    self.remember(session_id, tool_name, a.decision);
+                }
+                match a.decision {
+                    Decision::Allow => PermissionOutcome::Allowed,
+                    Decision::Deny => PermissionOutcome::Denied(a.message.clone()),
+                }
+            }
+            None if cancel.is_cancelled() => PermissionOutcome::Interrupted,
+            None => PermissionOutcome::TimedOut,
+        };
+        events.emit(EventPayload::PermissionResolved {
+            request_id,
+            decision: match outcome {
+                PermissionOutcome::Allowed => "allow".to_string(),
+                _ => "deny".to_string(),
+            },
+        });
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_combines_tier_mode_and_memory() {
+        use PermissionTier::*;
+        let p = |t, k, m, r, mem| policy(t, k, m, r, mem);
+        assert_eq!(
+            p(ReadOnly, ToolKind::Read, "default", false, None),
+            PolicyDecision::Allow
+        );
+        assert_eq!(
+            p(ConfirmOnce, ToolKind::Edit, "default", false, None),
+            PolicyDecision::Ask
+        );
+        assert_eq!(
+            p(
+                ConfirmOnce,
+                ToolKind::Edit,
+                "default",
+                false,
+                Some(Decision::Allow)
+            ),
+            PolicyDecision::Allow
+        );
+        assert_eq!(
+            p(ConfirmOnce, ToolKind::Edit, "acceptEdits", false, None),
+            PolicyDecision::Allow
+        );
+        assert_eq!(
+            p(AlwaysConfirm, ToolKind::Execute, "acceptEdits", false, None),
+            PolicyDecision::Ask
+        );
+        assert_eq!(
+            p(
+                AlwaysConfirm,
+                ToolKind::Execute,
+                "bypassPermissions",
+                false,
+                None
+            ),
+            PolicyDecision::Allow
+        );
+        assert!(matches!(
+            p(
+                ManualOnly,
+                ToolKind::Execute,
+                "bypassPermissions",
+                false,
+                None
+            ),
+            PolicyDecision::Deny(_)
+        ));
+        assert!(matches!(
+            p(ConfirmOnce, ToolKind::Edit, "plan", false, None),
+            PolicyDecision::Deny(_)
+        ));
+        assert_eq!(
+            p(ReadOnly, ToolKind::Read, "plan", false, None),
+            PolicyDecision::Allow
+        );
+        assert_eq!(
+            p(ReadOnly, ToolKind::Read, "default", true, None),
+            PolicyDecision::Ask
+        );
+    }
+}

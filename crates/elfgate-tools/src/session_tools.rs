@@ -1,0 +1,147 @@
+//! Session tools: list the daemon's sessions and read another session's messages (read-only).
+
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use async_trait::async_trait;
+use elfgate_core::{ContentBlock, SessionId};
+use serde_json::{Value, json};
+
+/// list_sessions: the sessions of this daemon, newest first.
+#[derive(Debug, Default)]
+pub struct ListSessions;
+
+#[async_trait]
+impl Tool for ListSessions {
+    fn name(&self) -> &str {
+        "list_sessions"
+    }
+    fn description(&self) -> &str {
+        "List the user's sessions, newest first: id, engine, title, project path."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 200}}})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let limit = input
+            .get("limit")
+            .and_then(Value::as_u64)
+            .unwrap_or(50)
+            .clamp(1, 200) as u32;
+        let store = ctx
+            .store
+            .as_ref()
+            .ok_or_else(|| ToolError::Failed("no session store available".into()))?;
+        let page = store
+            .list_sessions(limit, None)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let lines: Vec<String> = page
+            .sessions
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} engine={} title={} project={}{}",
+                    s.id,
+                    s.engine,
+                    s.title.as_deref().unwrap_or("-"),
+                    s.project_path.as_deref().unwrap_or("-"),
+                    if s.id == ctx.session_id {
+                        " (this session)"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        Ok(ToolOutput::ok(if lines.is_empty() {
+            "no sessions".to_string()
+        } else {
+            lines.join("\n")
+        }))
+    }
+}
+
+/// read_session_messages: the stored messages of a session, as text.
+#[derive(Debug, Default)]
+pub struct ReadSessionMessages;
+
+#[async_trait]
+impl Tool for ReadSessionMessages {
+    fn name(&self) -> &str {
+        "read_session_messages"
+    }
+    fn description(&self) -> &str {
+        "Read the stored messages of a session (read-only), oldest first."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "session_id": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 500}
+        }, "required": ["session_id"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let id = input
+            .get("session_id")
+            .or_else(|| input.get("sessionId"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolError::InvalidInput("session_id is required".into()))?;
+        let id: SessionId = id
+            .parse()
+            .map_err(|_| ToolError::InvalidInput(format!("'{id}' is not a session id")))?;
+        let limit = input
+            .get("limit")
+            .and_then(Value::as_u64)
+            .unwrap_or(100)
+            .clamp(1, 500) as u32;
+        let store = ctx
+            .store
+            .as_ref()
+            .ok_or_else(|| ToolError::Failed("no session store available".into()))?;
+        if store
+            .get_session(id)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?
+            .is_none()
+        {
+            return Ok(ToolOutput::error(format!("unknown session {id}")));
+        }
+        let msgs = store
+            .list_messages(id, limit)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let mut out = String::new();
+        for m in msgs {
+            out.push_str(&format!("[{}]", m.role.as_str()));
+            for b in &m.blocks {
+                match b {
+                    ContentBlock::Text { text } => out.push_str(&format!(" {text}")),
+                    ContentBlock::Thinking { .. } => {}
+                    ContentBlock::ToolUse { name, input, .. } => {
+                        out.push_str(&format!(" <tool_use {name} {input}>"))
+                    }
+                    ContentBlock::ToolResult { content, .. } => {
+                        let c: String = content.chars().take(2000).collect();
+                        out.push_str(&format!(" <tool_result {c}>"))
+                    }
+                    ContentBlock::Image { .. } => out.push_str(" <image>"),
+                }
+            }
+            out.push('\n');
+        }
+        Ok(ToolOutput::ok(if out.is_empty() {
+            "no messages".to_string()
+        } else {
+            out
+        }))
+    }
+}

@@ -1,0 +1,304 @@
+//! The Tool trait, the context a tool runs in, and the registry of tools.
+
+use crate::firewall::{ExecutionFirewall, FirewallError};
+use async_trait::async_trait;
+use elfgate_core::SessionId;
+use elfgate_llm::ToolSpec;
+use elfgate_store::Store;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// How much asking a tool needs before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionTier {
+    /// Never asks.
+    ReadOnly,
+    /// Asks once per session and tool.
+    ConfirmOnce,
+    /// Asks every time.
+    AlwaysConfirm,
+    /// The model can never run it.
+    ManualOnly,
+}
+
+impl PermissionTier {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionTier::ReadOnly => "read_only",
+            PermissionTier::ConfirmOnce => "confirm_once",
+            PermissionTier::AlwaysConfirm => "always_confirm",
+            PermissionTier::ManualOnly => "manual_only",
+        }
+    }
+}
+
+impl fmt::Display for PermissionTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PermissionTier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read_only" => Ok(PermissionTier::ReadOnly),
+            "confirm_once" => Ok(PermissionTier::ConfirmOnce),
+            "always_confirm" => Ok(PermissionTier::AlwaysConfirm),
+            "manual_only" => Ok(PermissionTier::ManualOnly),
+            other => Err(format!("unknown permission tier '{other}'")),
+        }
+    }
+}
+
+/// What a tool does, for permission modes (`acceptEdits` allows edits, `plan` only reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// Reads only.
+    Read,
+    /// Changes files in the project.
+    Edit,
+    /// Runs commands.
+    Execute,
+    /// Reaches the network.
+    Network,
+    /// Starts sub-agents (their own calls go through the pipeline).
+    Agent,
+}
+
+/// What the firewall must check before a call runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FirewallTargets {
+    /// Paths the call touches, as the model gave them.
+    pub paths: Vec<String>,
+    /// A shell command the call runs.
+    pub command: Option<String>,
+}
+
+/// What a tool returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text the model sees.
+    pub content: String,
+    /// Whether the call failed.
+    pub is_error: bool,
+    /// The tool asks the loop to stop after this iteration (YieldSignal).
+    pub yield_run: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+            yield_run: false,
+        }
+    }
+
+    /// A failed result the model can act on.
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: true,
+            yield_run: false,
+        }
+    }
+}
+
+/// Why a tool failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The input does not match the schema.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The firewall refused a path or command.
+    #[error(transparent)]
+    Firewall(#[from] FirewallError),
+    /// An I/O error.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The call was interrupted.
+    #[error("interrupted")]
+    Interrupted,
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Where and for whom a tool runs.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The session's project directory.
+    pub project_path: PathBuf,
+    /// The session.
+    pub session_id: SessionId,
+    /// Fired on interrupt or timeout; a tool stops promptly when it fires.
+    pub cancel: CancellationToken,
+    /// Checks paths and commands.
+    pub firewall: Arc<ExecutionFirewall>,
+    /// Read access to stored sessions (session tools).
+    pub store: Option<Arc<dyn Store>>,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("project_path", &self.project_path)
+            .field("session_id", &self.session_id)
+            .finish()
+    }
+}
+
+impl ToolContext {
+    /// Resolves a path the model gave against the project, through the firewall.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, FirewallError> {
+        self.firewall.resolve_path(&self.project_path, path)
+    }
+}
+
+/// A tool the model may call.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// Its name, as the model calls it.
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema of its input object.
+    fn schema(&self) -> Value;
+    /// Its default permission tier.
+    fn tier(&self) -> PermissionTier;
+    /// What kind of thing it does.
+    fn kind(&self) -> ToolKind;
+    /// The paths and command the firewall must check for this input.
+    fn firewall_targets(&self, _input: &Value) -> FirewallTargets {
+        FirewallTargets::default()
+    }
+    /// Runs it. Must stop promptly when `ctx.cancel` fires.
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// Tools by name, with per-name tier overrides.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    tiers: BTreeMap<String, PermissionTier>,
+}
+
+impl fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or replaces) a tool.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name().to_string(), tool);
+    }
+
+    /// Overrides a tool's tier.
+    pub fn set_tier(&mut self, name: impl Into<String>, tier: PermissionTier) {
+        self.tiers.insert(name.into(), tier);
+    }
+
+    /// A tool by name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).cloned()
+    }
+
+    /// The tier that applies to a tool (override, else the tool's own).
+    pub fn tier_of(&self, tool: &dyn Tool) -> PermissionTier {
+        self.tiers
+            .get(tool.name())
+            .copied()
+            .unwrap_or_else(|| tool.tier())
+    }
+
+    /// The tool names.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    /// A registry with only the named tools (unknown names are ignored).
+    pub fn only(&self, names: &[String]) -> ToolRegistry {
+        ToolRegistry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|(k, _)| names.iter().any(|n| n == *k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            tiers: self.tiers.clone(),
+        }
+    }
+
+    /// A registry without the named tools.
+    pub fn without(&self, names: &[&str]) -> ToolRegistry {
+        ToolRegistry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|(k, _)| !names.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            tiers: self.tiers.clone(),
+        }
+    }
+
+    /// The specs the model sees.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .values()
+            .map(|t| ToolSpec {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                input_schema: t.schema(),
+            })
+            .collect()
+    }
+}
+
+/// Truncates `text` to at most `max` characters, with a visible marker saying how much was cut.
+pub fn truncate_result(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(max).collect();
+    format!(
+        "{kept}\n\n[... output truncated: showing {max} of {total} characters ({} omitted) ...]",
+        total - max
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_short_text_and_marks_long_text() {
+        assert_eq!(truncate_result("abc", 3), "abc");
+        let t = truncate_result("abcdef", 4);
+        assert!(t.starts_with("abcd\n"));
+        assert!(t.contains("output truncated: showing 4 of 6 characters (2 omitted)"));
+        // Multi-byte characters are never split.
+        let t = truncate_result("ééé", 2);
+        assert!(t.starts_with("éé\n"));
+    }
+}

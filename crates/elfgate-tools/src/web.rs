@@ -1,0 +1,280 @@
+//! web_fetch: fetches a URL and returns readable text; refuses loopback and private addresses
+//! unless allowed; size and time limits; redirects are followed by hand and checked each time.
+
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+/// web_fetch settings.
+#[derive(Debug, Clone)]
+pub struct WebFetch {
+    /// Allow loopback, private, link-local and other non-public addresses.
+    pub allow_private: bool,
+    /// Most body bytes read.
+    pub max_bytes: usize,
+    /// Time limit for the whole fetch.
+    pub timeout: Duration,
+}
+
+impl Default for WebFetch {
+    fn default() -> Self {
+        WebFetch {
+            allow_private: false,
+            max_bytes: 2 * 1024 * 1024,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Whether an address is not a public internet address.
+pub fn is_non_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64) // CGNAT 100.64/10
+                || (o[0] == 198 && (o[1] & 0xfe) == 18) // benchmarking 198.18/15
+                || o[0] >= 240
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_non_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link local
+                || v6.is_multicast()
+        }
+    }
+}
+
+/// Crude HTML to text: drops scripts, styles and tags, decodes common entities, collapses blank lines.
+pub fn html_to_text(html: &str) -> String {
+    let mut s = html.to_string();
+    for tag in ["script", "style", "noscript", "head"] {
+        if let Ok(re) = regex::Regex::new(&format!(r"(?is)<{tag}\b.*?</{tag}\s*>")) {
+            s = re.replace_all(&s, " ").into_owned();
+        }
+    }
+    if let Ok(re) = regex::Regex::new(r"(?i)<(br|/p|/div|/li|/h[1-6]|/tr)\b[^>]*>") {
+        s = re.replace_all(&s, "\n").into_owned();
+    }
+    if let Ok(re) = regex::Regex::new(r"(?s)<[^>]*>") {
+        s = re.replace_all(&s, "").into_owned();
+    }
+    let s = s
+        .replace("&nbsp;", " ")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    let mut out = String::new();
+    let mut blank = false;
+    for line in s.lines() {
+        let t = line.split_whitespace().collect::<Vec<_>>().join(" ");
+        if t.is_empty() {
+            if !blank && !out.is_empty() {
+                out.push('\n');
+            }
+            blank = true;
+        } else {
+            out.push_str(&t);
+            out.push('\n');
+            blank = false;
+        }
+    }
+    out
+}
+
+impl WebFetch {
+    async fn check_url(&self, url: &reqwest::Url) -> Result<Vec<SocketAddr>, String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "only http and https URLs can be fetched, not {}",
+                url.scheme()
+            ));
+        }
+        let host = url.host_str().ok_or("the URL has no host")?.to_string();
+        let port = url.port_or_known_default().unwrap_or(80);
+        let host_for_lookup = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host_for_lookup.as_str(), port))
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(format!("{host} has no address"));
+        }
+        if !self.allow_private
+            && let Some(a) = addrs.iter().find(|a| is_non_public(a.ip()))
+        {
+            return Err(format!(
+                "refusing to fetch {host}: it resolves to the non-public address {} (allow it with engines.tinyelf.web_fetch_allow_private)",
+                a.ip()
+            ));
+        }
+        Ok(addrs)
+    }
+
+    async fn fetch(
+        &self,
+        url: &str,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<String, String> {
+        let mut url = reqwest::Url::parse(url).map_err(|e| format!("bad URL: {e}"))?;
+        for _ in 0..6 {
+            let addrs = self.check_url(&url).await?;
+            let host = url.host_str().unwrap_or_default().to_string();
+            // Pin the checked addresses so that a second lookup cannot lead elsewhere.
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(self.timeout)
+                .resolve_to_addrs(&host, &addrs)
+                .build()
+                .map_err(|e| e.to_string())?;
+            let resp = tokio::select! {
+                _ = cancel.cancelled() => return Err("interrupted".into()),
+                r = client.get(url.clone()).header("user-agent", "elfgate-web-fetch").send() => r.map_err(|e| format!("fetch failed: {e}"))?,
+            };
+            if resp.status().is_redirection() {
+                let loc = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or("redirect without a Location")?;
+                url = url.join(loc).map_err(|e| format!("bad redirect: {e}"))?;
+                continue;
+            }
+            let status = resp.status();
+            let is_html = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|c| c.contains("html"));
+            let mut body = Vec::new();
+            let mut cut = false;
+            let mut stream = resp.bytes_stream();
+            loop {
+                let next = tokio::select! {
+                    _ = cancel.cancelled() => return Err("interrupted".into()),
+                    n = stream.next() => n,
+                };
+                let Some(chunk) = next else { break };
+                let chunk = chunk.map_err(|e| format!("reading the body failed: {e}"))?;
+                let room = self.max_bytes.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if chunk.len() > room {
+                    cut = true;
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&body);
+            let mut text = if is_html {
+                html_to_text(&text)
+            } else {
+                text.into_owned()
+            };
+            if cut {
+                text.push_str(&format!("\n[... body cut at {} bytes ...]", self.max_bytes));
+            }
+            if !status.is_success() {
+                return Err(format!("HTTP {status}\n{text}"));
+            }
+            return Ok(text);
+        }
+        Err("too many redirects".into())
+    }
+}
+
+#[async_trait]
+impl Tool for WebFetch {
+    fn name(&self) -> &str {
+        "web_fetch"
+    }
+    fn description(&self) -> &str {
+        "Fetch an http(s) URL and return its readable text."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ConfirmOnce
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Network
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let url = input
+            .get("url")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolError::InvalidInput("url is required".into()))?;
+        match self.fetch(url, &ctx.cancel).await {
+            Ok(t) => Ok(ToolOutput::ok(t)),
+            Err(e) if ctx.cancel.is_cancelled() => {
+                tracing::debug!(error = %e, "web_fetch interrupted");
+                Err(ToolError::Interrupted)
+            }
+            Err(e) => Ok(ToolOutput::error(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn private_addresses_are_recognized() {
+        for a in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.5.5",
+            "169.254.1.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "100.64.0.1",
+        ] {
+            assert!(is_non_public(a.parse().unwrap()), "{a}");
+        }
+        for a in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+            assert!(!is_non_public(a.parse().unwrap()), "{a}");
+        }
+    }
+
+    #[tokio::test]
+    async fn loopback_is_refused_unless_allowed() {
+        let w = WebFetch::default();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let e = w.fetch("http://127.0.0.1:9/x", &cancel).await.unwrap_err();
+        assert!(e.contains("non-public"), "{e}");
+        let e = w.fetch("file:///etc/passwd", &cancel).await.unwrap_err();
+        assert!(e.contains("only http"), "{e}");
+    }
+
+    #[test]
+    fn html_becomes_text() {
+        let t = html_to_text(
+            "<html><head><title>x</title></head><body><script>var a;</script><p>Hello &amp; bye</p><p>two</p></body></html>",
+        );
+        assert_eq!(t, "Hello & bye\ntwo\n");
+    }
+}
