@@ -89,7 +89,7 @@ impl ChatEngine {
         RunOutcome::failed(error)
     }
 
-    fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
+    pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
         let mut blocks = vec![ContentBlock::text(ctx.prompt.clone())];
         for a in &ctx.attachments {
             if a.media_type.starts_with("image/") {

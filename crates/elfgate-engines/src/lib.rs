@@ -4,6 +4,8 @@
 pub mod chat;
 pub mod providers;
 mod streaming;
+pub mod tinyelf;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings};
 pub use providers::{ProviderRegistry, ResolveError};
+pub use tinyelf::{TinyElfConfig, TinyElfEngine, TinyElfError};

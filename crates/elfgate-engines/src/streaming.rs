@@ -2,6 +2,7 @@
 //! `retry` events, text and thinking become `streamDelta` events, an interrupt drops the upstream
 //! stream at once.
 
+use crate::tinyelf::think::ThinkSplitter;
 use elfgate_core::{Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo};
 use elfgate_llm::{
     LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, RetryNotice, RetryPolicy,
@@ -40,8 +41,34 @@ pub struct TurnOutput {
     pub finish: Option<LlmFinishReason>,
     /// Set when an interrupt stopped it.
     pub interrupted: bool,
-    /// Set when it failed (already reported as an `error` event).
+    /// Set when it failed (reported as an `error` event unless the options said not to).
     pub error: Option<ErrorInfo>,
+    /// Retries made before the first event.
+    pub retries: u32,
+}
+
+/// How [`stream_turn_with`] relays a call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnOptions<'a> {
+    /// Emit `streamDelta` events.
+    pub relay_deltas: bool,
+    /// Route `<think>...</think>` text into thinking (deltas and output).
+    pub split_think: bool,
+    /// Emit an `error` event when the call fails.
+    pub report_errors: bool,
+    /// The token that stops the call (default: the run's).
+    pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+}
+
+impl Default for TurnOptions<'_> {
+    fn default() -> Self {
+        TurnOptions {
+            relay_deltas: true,
+            split_think: false,
+            report_errors: true,
+            cancel: None,
+        }
+    }
 }
 
 fn error_info(e: &LlmError) -> ErrorInfo {
@@ -56,10 +83,69 @@ pub async fn stream_turn(
     ctx: &EngineSessionContext,
     started: Instant,
 ) -> TurnOutput {
+    stream_turn_with(provider, req, policy, ctx, started, TurnOptions::default()).await
+}
+
+/// Sends a text piece to the output (and the events), split at `<think>` tags when asked.
+fn push_text(
+    out: &mut TurnOutput,
+    splitter: &mut Option<ThinkSplitter>,
+    opts: &TurnOptions<'_>,
+    ctx: &EngineSessionContext,
+    t: String,
+) {
+    let pieces = match splitter {
+        Some(sp) => sp.feed(&t),
+        None => vec![(DeltaKind::Text, t)],
+    };
+    for (kind, text) in pieces {
+        push_piece(out, opts, ctx, kind, text);
+    }
+}
+
+fn push_piece(
+    out: &mut TurnOutput,
+    opts: &TurnOptions<'_>,
+    ctx: &EngineSessionContext,
+    kind: DeltaKind,
+    text: String,
+) {
+    if text.is_empty() {
+        return;
+    }
+    match kind {
+        DeltaKind::Text => out.text.push_str(&text),
+        DeltaKind::Thinking => out.thinking.push_str(&text),
+    }
+    if opts.relay_deltas {
+        ctx.events.emit(EventPayload::StreamDelta {
+            delta: Delta { kind, text },
+        });
+    }
+}
+
+/// [`stream_turn`] with options: whether deltas are relayed, `<think>` tags split, errors reported,
+/// and which token stops it.
+pub(crate) async fn stream_turn_with(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    ctx: &EngineSessionContext,
+    started: Instant,
+    opts: TurnOptions<'_>,
+) -> TurnOutput {
     let mut out = TurnOutput::default();
+    let mut splitter = opts.split_think.then(ThinkSplitter::default);
+    let cancel = opts.cancel.unwrap_or(&ctx.cancel);
     let events = &ctx.events;
     let metrics = &ctx.metrics;
+    let mut retries = 0u32;
+    let relay = opts.relay_deltas;
     let mut on_retry = |n: RetryNotice| {
+        retries += 1;
+        if !relay {
+            return;
+        }
         metrics.retry();
         events.emit(EventPayload::Retry {
             retry: RetryInfo {
@@ -72,9 +158,10 @@ pub async fn stream_turn(
     };
     let connect = tokio::select! {
         biased;
-        _ = ctx.cancel.cancelled() => Err(LlmError::Cancelled),
-        r = stream_with_retry(provider, req, policy, &ctx.cancel, &mut on_retry) => r,
+        _ = cancel.cancelled() => Err(LlmError::Cancelled),
+        r = stream_with_retry(provider, req, policy, cancel, &mut on_retry) => r,
     };
+    out.retries = retries;
     let mut stream = match connect {
         Ok(s) => s,
         Err(LlmError::Cancelled) => {
@@ -83,9 +170,11 @@ pub async fn stream_turn(
         }
         Err(e) => {
             let info = error_info(&e);
-            events.emit(EventPayload::Error {
-                error: info.clone(),
-            });
+            if opts.report_errors {
+                events.emit(EventPayload::Error {
+                    error: info.clone(),
+                });
+            }
             out.error = Some(info);
             return out;
         }
@@ -94,7 +183,7 @@ pub async fn stream_turn(
     loop {
         let next = tokio::select! {
             biased;
-            _ = ctx.cancel.cancelled() => {
+            _ = cancel.cancelled() => {
                 out.interrupted = true;
                 // Dropping the stream closes the upstream connection now.
                 drop(stream);
@@ -109,26 +198,14 @@ pub async fn stream_turn(
                     first_token = false;
                     metrics.observe_ttft(started.elapsed());
                 }
-                out.text.push_str(&t);
-                events.emit(EventPayload::StreamDelta {
-                    delta: Delta {
-                        kind: DeltaKind::Text,
-                        text: t,
-                    },
-                });
+                push_text(&mut out, &mut splitter, &opts, ctx, t);
             }
             Ok(LlmEvent::ThinkingDelta(t)) => {
                 if first_token {
                     first_token = false;
                     metrics.observe_ttft(started.elapsed());
                 }
-                out.thinking.push_str(&t);
-                events.emit(EventPayload::StreamDelta {
-                    delta: Delta {
-                        kind: DeltaKind::Thinking,
-                        text: t,
-                    },
-                });
+                push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t);
             }
             Ok(LlmEvent::ThinkingSignature(s)) => out.signature = Some(s),
             Ok(LlmEvent::ToolCall {
@@ -154,12 +231,19 @@ pub async fn stream_turn(
             }
             Err(e) => {
                 let info = error_info(&e);
-                events.emit(EventPayload::Error {
-                    error: info.clone(),
-                });
+                if opts.report_errors {
+                    events.emit(EventPayload::Error {
+                        error: info.clone(),
+                    });
+                }
                 out.error = Some(info);
                 return out;
             }
+        }
+    }
+    if let Some(sp) = splitter.as_mut() {
+        for (kind, text) in sp.finish() {
+            push_piece(&mut out, &opts, ctx, kind, text);
         }
     }
     out

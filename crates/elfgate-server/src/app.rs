@@ -10,7 +10,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
-use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry};
+use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
 use elfgate_store::{SqliteStore, Store, spawn_event_writer};
 use std::future::Future;
@@ -63,6 +63,24 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
     Ok(registry)
 }
 
+/// The directory of the SQLite database (a deny zone for tools).
+fn data_dir(url: &str) -> Option<std::path::PathBuf> {
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = path.split('?').next().unwrap_or(path);
+    if path.is_empty() || path.starts_with(':') {
+        return None;
+    }
+    let p = std::path::Path::new(path);
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().ok()?.join(p)
+    };
+    p.parent().map(|d| d.to_path_buf())
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(config: Config) -> anyhow::Result<Daemon> {
@@ -107,7 +125,17 @@ impl Daemon {
                 active.clone(),
             )));
         }
-        let state = AppState::new(config, shared, dispatcher, registry, metrics);
+        let permissions = Arc::new(elfgate_tools::PermissionBroker::new());
+        let tinyelf = TinyElfEngine::new(
+            shared.clone(),
+            registry.clone(),
+            config.engines.tinyelf.clone(),
+            permissions.clone(),
+            data_dir(&config.storage.url),
+            active.clone(),
+        )?;
+        dispatcher.register_engine(Arc::new(tinyelf));
+        let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
         Ok(Daemon {
             state,
             store,

@@ -111,9 +111,9 @@ pub struct ChatEngineConfig {
 pub struct EnginesConfig {
     /// Chat engines' settings.
     pub chat: ChatEngineConfig,
-    /// TinyElf defaults (kept for when the engine lands).
+    /// TinyElf's defaults and security pipeline (`[engines.tinyelf]`).
     #[serde(default)]
-    pub tinyelf: serde_json::Value,
+    pub tinyelf: elfgate_engines::TinyElfConfig,
 }
 
 /// The whole configuration.

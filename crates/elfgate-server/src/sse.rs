@@ -50,6 +50,10 @@ enum Phase {
 struct Cursor {
     state: AppState,
     session_id: SessionId,
+    /// The client's cursor when it connected.
+    from: u64,
+    /// Pending permission requests re-announced after the replay.
+    reannounce: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<EventRecord>>,
     last: u64,
     buffer: VecDeque<StoredEvent>,
@@ -59,6 +63,22 @@ struct Cursor {
 }
 
 impl Cursor {
+    /// Pending permission requests whose `permissionRequest` event the client's cursor had already
+    /// passed (so the replay did not carry it) are sent again, as frames without an `id` so that
+    /// the client's Last-Event-ID does not move back. Requests replayed or published later reach the
+    /// client as ordinary events.
+    fn queue_reannouncements(&mut self) {
+        for p in self.state.permissions.pending_for(self.session_id) {
+            if p.record.seq <= self.from {
+                let mut s = String::with_capacity(p.record.json.len() + 48);
+                s.push_str("event: permissionRequest\ndata: ");
+                s.push_str(&p.record.json);
+                s.push_str("\n\n");
+                self.reannounce.push_back(Bytes::from(s));
+            }
+        }
+    }
+
     async fn next_frame(&mut self) -> Option<Bytes> {
         loop {
             match self.phase {
@@ -70,6 +90,7 @@ impl Cursor {
                     }
                     if self.log_exhausted {
                         self.phase = Phase::Live;
+                        self.queue_reannouncements();
                         continue;
                     }
                     match self
@@ -90,6 +111,9 @@ impl Cursor {
                     }
                 }
                 Phase::Live => {
+                    if let Some(f) = self.reannounce.pop_front() {
+                        return Some(f);
+                    }
                     let shutdown = self.state.shutdown.clone();
                     tokio::select! {
                         biased;
@@ -141,6 +165,8 @@ pub async fn session_events(
     let mut cursor = Cursor {
         state,
         session_id,
+        from: after,
+        reannounce: VecDeque::new(),
         rx,
         last: after,
         buffer: VecDeque::new(),

@@ -4,6 +4,7 @@ use crate::config::Config;
 use elfgate_core::{EngineDispatcher, Metrics};
 use elfgate_engines::ProviderRegistry;
 use elfgate_store::Store;
+use elfgate_tools::PermissionBroker;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
@@ -26,6 +27,8 @@ pub struct AppInner {
     pub providers: ProviderRegistry,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Pending permission requests (tinyelf).
+    pub permissions: Arc<PermissionBroker>,
     /// Fired when the daemon shuts down: ends SSE streams.
     pub shutdown: CancellationToken,
     shutting_down: AtomicBool,
@@ -39,6 +42,7 @@ impl AppState {
         dispatcher: Arc<EngineDispatcher>,
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
+        permissions: Arc<PermissionBroker>,
     ) -> Self {
         AppState {
             inner: Arc::new(AppInner {
@@ -47,6 +51,7 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
+                permissions,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
             }),

@@ -16,7 +16,7 @@ pub use firewall::{ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
 pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
 pub use permission::{
-    Decision, PendingRequest, PermissionAnswer, PermissionBroker, PermissionOutcome,
+    Ask, Decision, PendingRequest, PermissionAnswer, PermissionBroker, PermissionOutcome,
     PolicyDecision, ResolveError, Scope, policy,
 };
 pub use tool::{

@@ -129,6 +129,19 @@ pub fn policy(
     PolicyDecision::Ask
 }
 
+/// What to ask the client about.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// The tool.
+    pub tool_name: &'a str,
+    /// Its input.
+    pub input: &'a Value,
+    /// Its tier.
+    pub tier: PermissionTier,
+    /// How long to wait before denying.
+    pub timeout: Duration,
+}
+
 struct Pending {
     session_id: SessionId,
     tx: oneshot::Sender<PermissionAnswer>,
@@ -149,32 +162,30 @@ pub struct PermissionBroker {
     pending: DashMap<String, Pending>,
     decided: DashMap<String, SessionId>,
     remembered: DashMap<(SessionId, String), Decision>,
-    timeout: Duration,
 }
 
 impl std::fmt::Debug for PermissionBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PermissionBroker")
             .field("pending", &self.pending.len())
-            .field("timeout", &self.timeout)
             .finish()
     }
 }
 
+impl Default for PermissionBroker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl PermissionBroker {
-    /// A broker whose requests are denied after `timeout`.
-    pub fn new(timeout: Duration) -> Self {
+    /// An empty broker.
+    pub fn new() -> Self {
         PermissionBroker {
             pending: DashMap::new(),
             decided: DashMap::new(),
             remembered: DashMap::new(),
-            timeout,
         }
-    }
-
-    /// The request timeout.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// What the client decided for the rest of the session for this tool, if anything.
@@ -239,21 +250,25 @@ impl PermissionBroker {
     }
 
     /// Asks the client: registers the waiter, then emits `permissionRequest`, then waits for an
-    /// answer, the timeout (deny) or `cancel`; emits `permissionResolved` in every case.
+    /// answer, `timeout` (deny) or `cancel`; emits `permissionResolved` in every case.
     /// A `session` scope answer (and any allow of a confirm_once tool) is remembered.
     pub async fn request(
         &self,
         events: &EventEmitter,
         session_id: SessionId,
-        tool_name: &str,
-        input: &Value,
-        tier: PermissionTier,
+        ask: Ask<'_>,
         cancel: &CancellationToken,
     ) -> PermissionOutcome {
+        let Ask {
+            tool_name,
+            input,
+            tier,
+            timeout,
+        } = ask;
         let request_id = RequestId::new().to_string();
         let (tx, mut rx) = oneshot::channel();
         let expires_at = Utc::now()
-            + chrono::Duration::from_std(self.timeout).unwrap_or(chrono::Duration::seconds(300));
+            + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::seconds(300));
         self.pending.insert(
             request_id.clone(),
             Pending {
@@ -276,7 +291,7 @@ impl PermissionBroker {
             biased;
             a = &mut rx => a.ok(),
             _ = cancel.cancelled() => None,
-            _ = tokio::time::sleep(self.timeout) => None,
+            _ = tokio::time::sleep(timeout) => None,
         };
         let answer = match answer {
             Some(a) => Some(a),

@@ -9,7 +9,7 @@ use crate::sse;
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::{Message, Run, RunId, SessionId};
@@ -193,14 +193,63 @@ async fn run(
         .ok_or_else(|| ApiError::NotFound(format!("unknown run '{run_id}' in session '{id}'")))
 }
 
+/// Body of POST /v1/sessions/{id}/permissions/{requestId}.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PermissionBody {
+    decision: String,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
 async fn permission(
     State(state): State<AppState>,
     Path((id, request_id)): Path<(String, String)>,
-) -> Result<Response, ApiError> {
+    ApiJson(body): ApiJson<PermissionBody>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    use elfgate_tools::{Decision, PermissionAnswer, ResolveError, Scope};
     let id = parse_session_id(&id)?;
     if state.store.get_session(id).await?.is_none() {
         return Err(ApiError::NotFound(format!("unknown session '{id}'")));
     }
-    // No engine of this build asks for permissions yet, so no request can be pending.
-    Ok(ApiError::NotFound(format!("unknown permission request '{request_id}'")).into_response())
+    let decision = match body.decision.as_str() {
+        "allow" => Decision::Allow,
+        "deny" => Decision::Deny,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "decision '{other}' is not one of allow, deny"
+            )));
+        }
+    };
+    let scope = match body.scope.as_deref() {
+        None | Some("once") => Scope::Once,
+        Some("session") => Scope::Session,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "scope '{other}' is not one of once, session"
+            )));
+        }
+    };
+    state
+        .permissions
+        .resolve(
+            id,
+            &request_id,
+            PermissionAnswer {
+                decision,
+                scope,
+                message: body.message,
+            },
+        )
+        .map_err(|e| match e {
+            ResolveError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            ResolveError::AlreadyDecided(_) => ApiError::Conflict(e.to_string()),
+        })?;
+    Ok(Json(serde_json::json!({
+        "requestId": request_id,
+        "decision": decision.as_str(),
+        "scope": match scope { Scope::Once => "once", Scope::Session => "session" },
+    })))
 }

@@ -1,0 +1,552 @@
+//! The loop itself, shared by the top-level agent and sub-agents, and the per-run state (`Runner`).
+
+use super::Inner;
+use super::pipeline::{self, CallResult};
+use super::settings::RunSettings;
+use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, stream_turn_with};
+use elfgate_core::{
+    ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
+    RetryInfo, Role,
+};
+use elfgate_llm::{LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy};
+use elfgate_tools::{Guardian, ToolRegistry};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A finished background sub-agent.
+#[derive(Debug, Clone)]
+pub(crate) struct BackgroundResult {
+    pub label: String,
+    pub run_id: String,
+    pub finish: FinishReason,
+    pub text: String,
+}
+
+/// State of one run, shared by its agent and sub-agents.
+pub(crate) struct Runner {
+    pub inner: Arc<Inner>,
+    pub ctx: EngineSessionContext,
+    pub provider: Arc<dyn LlmProvider>,
+    pub model: String,
+    pub rs: RunSettings,
+    pub project: PathBuf,
+    pub guardian: Option<Guardian>,
+    pub started: Instant,
+    input_tokens: AtomicU64,
+    output_tokens: AtomicU64,
+    bg_tx: mpsc::UnboundedSender<BackgroundResult>,
+    bg_rx: Mutex<mpsc::UnboundedReceiver<BackgroundResult>>,
+    bg_running: AtomicUsize,
+    bg_ready: AtomicUsize,
+    bg_handles: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Fired when the run ends: stops background sub-agents still going.
+    pub bg_cancel: CancellationToken,
+}
+
+/// One agent: the top-level one or a sub-agent.
+#[derive(Clone)]
+pub(crate) struct Agent {
+    /// None for the top-level agent.
+    pub label: Option<String>,
+    /// 0 for the top-level agent.
+    pub depth: u32,
+    pub tools: ToolRegistry,
+    pub cancel: CancellationToken,
+    pub model: String,
+    pub system: String,
+    pub max_iterations: u32,
+}
+
+impl Agent {
+    pub(crate) fn is_top(&self) -> bool {
+        self.depth == 0
+    }
+}
+
+/// How a loop ended.
+#[derive(Debug, Clone)]
+pub(crate) struct LoopEnd {
+    pub finish: FinishReason,
+    pub text: String,
+    pub iterations: u32,
+    pub error: Option<ErrorInfo>,
+}
+
+impl Runner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        ctx: EngineSessionContext,
+        provider: Arc<dyn LlmProvider>,
+        model: String,
+        rs: RunSettings,
+        project: PathBuf,
+        guardian: Option<Guardian>,
+        started: Instant,
+    ) -> Arc<Self> {
+        let (bg_tx, bg_rx) = mpsc::unbounded_channel();
+        let bg_cancel = ctx.cancel.child_token();
+        Arc::new(Runner {
+            inner,
+            ctx,
+            provider,
+            model,
+            rs,
+            project,
+            guardian,
+            started,
+            input_tokens: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+            bg_tx,
+            bg_rx: Mutex::new(bg_rx),
+            bg_running: AtomicUsize::new(0),
+            bg_ready: AtomicUsize::new(0),
+            bg_handles: std::sync::Mutex::new(Vec::new()),
+            bg_cancel,
+        })
+    }
+
+    /// The run's token totals (sub-agents included).
+    pub(crate) fn tokens(&self) -> (u64, u64) {
+        (
+            self.input_tokens.load(Ordering::SeqCst),
+            self.output_tokens.load(Ordering::SeqCst),
+        )
+    }
+
+    fn add_tokens(&self, turn: &TurnOutput) {
+        self.input_tokens
+            .fetch_add(turn.input_tokens, Ordering::SeqCst);
+        self.output_tokens
+            .fetch_add(turn.output_tokens, Ordering::SeqCst);
+    }
+
+    /// Starts a background sub-agent task.
+    pub(crate) fn start_background(
+        self: &Arc<Self>,
+        label: String,
+        run_id: String,
+        fut: futures_util::future::BoxFuture<'static, LoopEnd>,
+    ) {
+        self.bg_running.fetch_add(1, Ordering::SeqCst);
+        let this = self.clone();
+        let handle = tokio::spawn(async move {
+            let end = fut.await;
+            this.bg_ready.fetch_add(1, Ordering::SeqCst);
+            let _ = this.bg_tx.send(BackgroundResult {
+                label,
+                run_id,
+                finish: end.finish,
+                text: super::spawn::background_text(&end),
+            });
+            this.bg_running.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Ok(mut h) = self.bg_handles.lock() {
+            h.push(handle);
+        }
+    }
+
+    /// Whether background results are ready or still coming.
+    fn background_pending(&self) -> bool {
+        self.bg_running.load(Ordering::SeqCst) > 0 || self.bg_ready.load(Ordering::SeqCst) > 0
+    }
+
+    /// Waits for at least one background result (or `cancel`) and takes every ready one.
+    async fn take_background(&self, cancel: &CancellationToken) -> Option<Vec<BackgroundResult>> {
+        let mut rx = self.bg_rx.lock().await;
+        let first = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            r = rx.recv() => r?,
+        };
+        let mut out = vec![first];
+        while let Ok(r) = rx.try_recv() {
+            out.push(r);
+        }
+        self.bg_ready.fetch_sub(out.len(), Ordering::SeqCst);
+        Some(out)
+    }
+
+    /// Stops background sub-agents still going and waits for them.
+    pub(crate) async fn stop_background(&self) {
+        self.bg_cancel.cancel();
+        let handles: Vec<JoinHandle<()>> = match self.bg_handles.lock() {
+            Ok(mut h) => h.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for h in handles {
+            let _ = h.await;
+        }
+    }
+
+    async fn persist(&self, msg: &Message) -> Result<(), ErrorInfo> {
+        self.inner.store.insert_message(msg).await.map_err(|e| {
+            let info = ErrorInfo::new("storage", e.to_string());
+            self.ctx.events.emit(EventPayload::Error {
+                error: info.clone(),
+            });
+            info
+        })
+    }
+
+    /// One LLM call with the loop's retry rule: a call that fails (or finishes with reason error)
+    /// before producing anything is retried up to `max_llm_retries` times, `llm_retry_delay` x
+    /// (attempt+1) apart, with a `retry` event each; an `error` event after the last.
+    async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
+        let max = self.rs.max_llm_retries;
+        let mut used = 0u32;
+        loop {
+            if agent.cancel.is_cancelled() {
+                return TurnOutput {
+                    interrupted: true,
+                    ..TurnOutput::default()
+                };
+            }
+            let policy = RetryPolicy {
+                max_retries: max.saturating_sub(used),
+                base_delay: self.rs.llm_retry_delay,
+                max_delay: Duration::from_secs(60),
+            };
+            let mut turn = stream_turn_with(
+                self.provider.as_ref(),
+                req,
+                &policy,
+                &self.ctx,
+                self.started,
+                TurnOptions {
+                    relay_deltas: agent.is_top(),
+                    split_think: true,
+                    report_errors: false,
+                    cancel: Some(&agent.cancel),
+                },
+            )
+            .await;
+            used += turn.retries;
+            self.add_tokens(&turn);
+            if turn.interrupted {
+                return turn;
+            }
+            if turn.error.is_none()
+                && matches!(&turn.finish, Some(LlmFinishReason::Other(r)) if r == "error")
+            {
+                turn.error = Some(ErrorInfo::new(
+                    "model_error",
+                    "the model finished with reason error",
+                ));
+            }
+            let empty =
+                turn.text.is_empty() && turn.thinking.is_empty() && turn.tool_calls.is_empty();
+            if let Some(err) = &turn.error {
+                if empty && used < max {
+                    used += 1;
+                    let delay = self.rs.llm_retry_delay.saturating_mul(used);
+                    if agent.is_top() {
+                        self.ctx.metrics.retry();
+                        self.ctx.events.emit(EventPayload::Retry {
+                            retry: RetryInfo {
+                                attempt: used,
+                                max_attempts: max,
+                                delay_ms: delay.as_millis() as u64,
+                                reason: err.message.clone(),
+                            },
+                        });
+                    }
+                    tokio::select! {
+                        biased;
+                        _ = agent.cancel.cancelled() => {
+                            return TurnOutput { interrupted: true, ..TurnOutput::default() };
+                        }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    continue;
+                }
+                if agent.is_top() {
+                    self.ctx
+                        .events
+                        .emit(EventPayload::Error { error: err.clone() });
+                }
+            }
+            return turn;
+        }
+    }
+}
+
+/// The tool_use input for a call's raw arguments: the parsed object, or the raw text when it is not
+/// a JSON object (so that the transcript holds exactly what the model sent).
+pub(crate) fn parse_arguments(raw: &str) -> Result<Value, (Value, String)> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(other) => Err((
+            Value::String(raw.to_string()),
+            format!("the arguments must be a JSON object, got {other}"),
+        )),
+        Err(e) => Err((
+            Value::String(raw.to_string()),
+            format!("the arguments are not valid JSON ({e})"),
+        )),
+    }
+}
+
+fn assistant_blocks(turn: &TurnOutput, calls: &[(RequestedToolCall, Value)]) -> Vec<ContentBlock> {
+    let mut blocks = Vec::new();
+    if !turn.thinking.is_empty() {
+        blocks.push(ContentBlock::Thinking {
+            thinking: turn.thinking.clone(),
+            signature: turn.signature.clone(),
+        });
+    }
+    if !turn.text.is_empty() {
+        blocks.push(ContentBlock::text(turn.text.clone()));
+    }
+    for (c, input) in calls {
+        blocks.push(ContentBlock::ToolUse {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            input: input.clone(),
+        });
+    }
+    blocks
+}
+
+/// Runs the loop. The top-level agent (depth 0) persists every iteration and relays events; a
+/// sub-agent keeps its conversation in memory and reports through `processing` events.
+pub(crate) async fn run_loop(
+    runner: Arc<Runner>,
+    agent: Agent,
+    mut messages: Vec<LlmMessage>,
+    mut last_id: Option<MessageId>,
+) -> LoopEnd {
+    let ctx = &runner.ctx;
+    let top = agent.is_top();
+    let session_id = ctx.session_id();
+    let mut iterations = 0u32;
+    let mut free_iterations = 0u32;
+    let mut drains_in_row = 0u32;
+    let mut last_text = String::new();
+    let end = |finish, text: String, iterations, error| LoopEnd {
+        finish,
+        text,
+        iterations,
+        error,
+    };
+    loop {
+        if agent.cancel.is_cancelled() {
+            return end(FinishReason::Interrupted, last_text, iterations, None);
+        }
+        if iterations.saturating_sub(free_iterations) >= agent.max_iterations {
+            if top {
+                ctx.events.emit(EventPayload::Processing {
+                    message: format!(
+                        "stopped after {} iterations (max_iterations)",
+                        agent.max_iterations
+                    ),
+                });
+            }
+            return end(FinishReason::MaxIterations, last_text, iterations, None);
+        }
+        let req = LlmRequest {
+            model: agent.model.clone(),
+            system: Some(agent.system.clone()),
+            messages: messages.clone(),
+            temperature: Some(runner.rs.temperature),
+            max_tokens: Some(runner.rs.max_tokens),
+            thinking: runner.rs.thinking,
+            tools: agent.tools.specs(),
+        };
+        let turn = runner.call_llm(&agent, &req).await;
+        iterations += 1;
+        let calls: Vec<(RequestedToolCall, Value, Option<String>)> = turn
+            .tool_calls
+            .iter()
+            .map(|c| match parse_arguments(&c.arguments) {
+                Ok(v) => (c.clone(), v, None),
+                Err((v, why)) => (c.clone(), v, Some(why)),
+            })
+            .collect();
+        if turn.interrupted || turn.error.is_some() || calls.is_empty() {
+            // No tools to run: a final (or partial) answer.
+            let finish = if turn.interrupted {
+                FinishReason::Interrupted
+            } else if turn.error.is_some() {
+                FinishReason::Error
+            } else {
+                FinishReason::Stop
+            };
+            let blocks = assistant_blocks(&turn, &[]);
+            let can_drain = finish == FinishReason::Stop
+                && top
+                && drains_in_row < runner.rs.max_background_drain_rounds
+                && runner.background_pending();
+            if !blocks.is_empty() {
+                if top {
+                    let mut msg = Message::new(
+                        session_id,
+                        Some(ctx.run_id),
+                        last_id,
+                        Role::Assistant,
+                        blocks.clone(),
+                    );
+                    msg.model = Some(agent.model.clone());
+                    let (i, o) = if can_drain {
+                        (turn.input_tokens, turn.output_tokens)
+                    } else {
+                        runner.tokens()
+                    };
+                    msg.input_tokens = Some(i);
+                    msg.output_tokens = Some(o);
+                    if let Err(e) = runner.persist(&msg).await {
+                        return end(FinishReason::Error, last_text, iterations, Some(e));
+                    }
+                    last_id = Some(msg.id);
+                    ctx.events
+                        .emit(EventPayload::AssistantMessage { message: msg });
+                }
+                messages.push(LlmMessage {
+                    role: Role::Assistant,
+                    blocks,
+                });
+            }
+            if !turn.text.is_empty() {
+                last_text = turn.text.clone();
+            }
+            if can_drain {
+                let Some(results) = runner.take_background(&agent.cancel).await else {
+                    return end(FinishReason::Interrupted, last_text, iterations, None);
+                };
+                let text: String = results
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "[Background agent \"{}\" ({}) {}]\n{}",
+                            r.label,
+                            r.run_id,
+                            r.finish.as_str(),
+                            r.text
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                let note = Message::new(
+                    session_id,
+                    Some(ctx.run_id),
+                    last_id,
+                    Role::User,
+                    vec![ContentBlock::text(text)],
+                );
+                if let Err(e) = runner.persist(&note).await {
+                    return end(FinishReason::Error, last_text, iterations, Some(e));
+                }
+                last_id = Some(note.id);
+                messages.push(LlmMessage {
+                    role: Role::User,
+                    blocks: note.blocks.clone(),
+                });
+                ctx.events.emit(EventPayload::UserMessage { message: note });
+                drains_in_row += 1;
+                free_iterations += 1;
+                continue;
+            }
+            return end(finish, last_text, iterations, turn.error);
+        }
+
+        // Tool calls: every call of the response runs concurrently; results keep the calls' order.
+        drains_in_row = 0;
+        if !turn.text.is_empty() {
+            last_text = turn.text.clone();
+        }
+        let with_inputs: Vec<(RequestedToolCall, Value)> = calls
+            .iter()
+            .map(|(c, v, _)| (c.clone(), v.clone()))
+            .collect();
+        let blocks = assistant_blocks(&turn, &with_inputs);
+        let results: Vec<CallResult> = futures_util::future::join_all(
+            calls
+                .iter()
+                .map(|(c, v, bad)| pipeline::run_call(&runner, &agent, c, v, bad.as_deref())),
+        )
+        .await;
+        let yielded = results.iter().any(|r| r.yield_run);
+        let result_blocks: Vec<ContentBlock> = results.into_iter().map(|r| r.block).collect();
+        if top {
+            let mut msg = Message::new(
+                session_id,
+                Some(ctx.run_id),
+                last_id,
+                Role::Assistant,
+                blocks.clone(),
+            );
+            msg.model = Some(agent.model.clone());
+            msg.input_tokens = Some(turn.input_tokens);
+            msg.output_tokens = Some(turn.output_tokens);
+            let tool_msg = Message::new(
+                session_id,
+                Some(ctx.run_id),
+                Some(msg.id),
+                Role::Tool,
+                result_blocks.clone(),
+            );
+            if let Err(e) = runner.persist(&msg).await {
+                return end(FinishReason::Error, last_text, iterations, Some(e));
+            }
+            if let Err(e) = runner.persist(&tool_msg).await {
+                return end(FinishReason::Error, last_text, iterations, Some(e));
+            }
+            last_id = Some(tool_msg.id);
+            ctx.events
+                .emit(EventPayload::AssistantMessage { message: msg });
+        } else {
+            let names: Vec<&str> = calls.iter().map(|(c, _, _)| c.name.as_str()).collect();
+            ctx.events.emit(EventPayload::Processing {
+                message: format!(
+                    "[agent \"{}\"] ran {}",
+                    agent.label.as_deref().unwrap_or("sub-agent"),
+                    names.join(", ")
+                ),
+            });
+        }
+        messages.push(LlmMessage {
+            role: Role::Assistant,
+            blocks,
+        });
+        messages.push(LlmMessage {
+            role: Role::Tool,
+            blocks: result_blocks,
+        });
+        if agent.cancel.is_cancelled() {
+            return end(FinishReason::Interrupted, last_text, iterations, None);
+        }
+        if yielded {
+            return end(FinishReason::Stop, last_text, iterations, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn malformed_arguments_are_kept_raw() {
+        assert_eq!(parse_arguments("").unwrap(), serde_json::json!({}));
+        assert_eq!(
+            parse_arguments(r#"{"a":1}"#).unwrap(),
+            serde_json::json!({"a": 1})
+        );
+        let (v, why) = parse_arguments(r#"{"path": "x"#).unwrap_err();
+        assert_eq!(v, Value::String(r#"{"path": "x"#.into()));
+        assert!(why.contains("not valid JSON"));
+        let (_, why) = parse_arguments("[1]").unwrap_err();
+        assert!(why.contains("JSON object"));
+    }
+}

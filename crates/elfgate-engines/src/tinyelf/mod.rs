@@ -1,0 +1,364 @@
+//! The `tinyelf` engine: the agent loop. It calls the model (with retries), strips `<think>` tags,
+//! runs every tool call of a response concurrently through the security pipeline, persists each
+//! iteration, and loops until the model stops, the iteration limit, an interrupt or an error.
+//! See docs/tinyelf.md.
+
+mod agent;
+mod history;
+mod pipeline;
+pub mod settings;
+mod spawn;
+pub(crate) mod think;
+
+pub use settings::{GuardianConfig, TinyElfConfig};
+
+use crate::providers::ProviderRegistry;
+use agent::{Agent, Runner};
+use async_trait::async_trait;
+use elfgate_core::{
+    ActiveSessions, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Message,
+    Role, RunOutcome, SessionId,
+};
+use elfgate_store::Store;
+use elfgate_tools::{
+    BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, Hooks,
+    PermissionBroker, PermissionTier, ToolRegistry,
+};
+use serde_json::json;
+use settings::RunSettings;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A TinyElf configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TinyElfError {
+    /// A firewall setting is wrong.
+    #[error(transparent)]
+    Firewall(#[from] FirewallError),
+    /// A hook setting is wrong.
+    #[error(transparent)]
+    Hooks(#[from] elfgate_tools::hooks::HookConfigError),
+    /// A tier override names an unknown tier.
+    #[error("engines.tinyelf.tool_tiers: {0}")]
+    Tier(String),
+}
+
+/// What the engine shares between runs.
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) providers: ProviderRegistry,
+    pub(crate) config: TinyElfConfig,
+    pub(crate) broker: Arc<PermissionBroker>,
+    pub(crate) firewall: Arc<ExecutionFirewall>,
+    pub(crate) hooks: Arc<Hooks>,
+    pub(crate) tools: ToolRegistry,
+    active: ActiveSessions,
+}
+
+/// The agent engine.
+pub struct TinyElfEngine {
+    inner: Arc<Inner>,
+}
+
+/// The default system prompt; the session's replaces it.
+const DEFAULT_SYSTEM: &str = "You are TinyElf, a careful software agent. You work inside the project \
+directory with the tools you are given: read before you change, keep changes small, and answer with a \
+short summary when the task is done.";
+
+impl TinyElfEngine {
+    /// Builds the engine. `data_dir` (the daemon's database directory) becomes a deny zone.
+    pub fn new(
+        store: Arc<dyn Store>,
+        providers: ProviderRegistry,
+        config: TinyElfConfig,
+        broker: Arc<PermissionBroker>,
+        data_dir: Option<PathBuf>,
+        active: ActiveSessions,
+    ) -> Result<Self, TinyElfError> {
+        let mut zones = ExecutionFirewall::default_zones(data_dir);
+        zones.extend(config.deny_paths.iter().map(PathBuf::from));
+        let firewall = Arc::new(ExecutionFirewall::new(zones, &config.deny_commands)?);
+        let hooks = Arc::new(Hooks::new(config.hooks.clone())?);
+        let builtin = BuiltinSettings {
+            shell: elfgate_tools::shell::Shell {
+                max_output_bytes: config.shell_max_output_bytes.max(1),
+            },
+            web: elfgate_tools::web::WebFetch {
+                allow_private: config.web_fetch_allow_private,
+                max_bytes: config.web_fetch_max_bytes.max(1),
+                timeout: Duration::from_secs_f64(config.web_fetch_timeout_secs.clamp(0.1, 3600.0)),
+            },
+        };
+        let mut tools = elfgate_tools::builtin_registry(&builtin);
+        tools.register(Arc::new(spawn::SpawnTool));
+        for (name, tier) in &config.tool_tiers {
+            let t: PermissionTier = tier.parse().map_err(TinyElfError::Tier)?;
+            tools.set_tier(name.clone(), t);
+        }
+        Ok(TinyElfEngine {
+            inner: Arc::new(Inner {
+                store,
+                providers,
+                config,
+                broker,
+                firewall,
+                hooks,
+                tools,
+                active,
+            }),
+        })
+    }
+
+    /// The permission broker (the HTTP layer answers requests through it).
+    pub fn broker(&self) -> Arc<PermissionBroker> {
+        self.inner.broker.clone()
+    }
+
+    fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+        let error = ErrorInfo::new(code, message);
+        ctx.events.emit(EventPayload::Error {
+            error: error.clone(),
+        });
+        RunOutcome::failed(error)
+    }
+
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        let started = Instant::now();
+        let inner = &self.inner;
+        let session_id = ctx.session_id();
+        let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()),
+        };
+        let Some(model) = ctx
+            .model
+            .clone()
+            .or_else(|| provider.default_model().map(str::to_string))
+        else {
+            return Self::fail(
+                &ctx,
+                "no_model",
+                format!("no model given and provider '{provider_name}' has no default model"),
+            );
+        };
+        let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
+            return Self::fail(
+                &ctx,
+                "no_project_path",
+                "the tinyelf engine needs a projectPath for its tools".to_string(),
+            );
+        };
+        let project = match std::fs::canonicalize(&project) {
+            Ok(p) if p.is_dir() => p,
+            Ok(p) => {
+                return Self::fail(
+                    &ctx,
+                    "bad_project_path",
+                    format!("projectPath {} is not a directory", p.display()),
+                );
+            }
+            Err(e) => {
+                return Self::fail(
+                    &ctx,
+                    "bad_project_path",
+                    format!("projectPath {project}: {e}"),
+                );
+            }
+        };
+        let rs = RunSettings::resolve(
+            &inner.config,
+            &ctx.engine_config,
+            ctx.thinking_level.as_deref(),
+        );
+        let tools = match &rs.enabled_tools {
+            Some(names) => inner.tools.only(names),
+            None => inner.tools.clone(),
+        };
+        ctx.events.emit(EventPayload::Init {
+            system_info: json!({
+                "engine": EngineType::TinyElf.as_str(),
+                "provider": provider_name,
+                "model": model,
+                "projectPath": project.display().to_string(),
+                "tools": tools.names(),
+                "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
+                "maxIterations": rs.max_iterations,
+                "daemonVersion": env!("CARGO_PKG_VERSION"),
+            }),
+        });
+
+        // The user message is stored before anything is sent upstream.
+        let parent = match ctx.parent_id {
+            Some(p) => Some(p),
+            None => match inner.store.latest_message(session_id).await {
+                Ok(m) => m.map(|m| m.id),
+                Err(e) => return Self::fail(&ctx, "storage", e.to_string()),
+            },
+        };
+        let mut user = Message::new(
+            session_id,
+            Some(ctx.run_id),
+            parent,
+            Role::User,
+            crate::chat::ChatEngine::user_blocks(&ctx),
+        );
+        user.id = ctx.user_message_id;
+        if let Err(e) = inner.store.insert_message(&user).await {
+            return Self::fail(&ctx, "storage", e.to_string());
+        }
+        ctx.events.emit(EventPayload::UserMessage {
+            message: user.clone(),
+        });
+        let history = match parent {
+            Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
+                Ok(h) => h,
+                Err(e) => return Self::fail(&ctx, "storage", e.to_string()),
+            },
+            None => Vec::new(),
+        };
+        let mut messages = history::to_llm(&history);
+        messages.push(elfgate_llm::LlmMessage {
+            role: Role::User,
+            blocks: user.blocks.clone(),
+        });
+
+        let hook_payload = |event: HookEvent| {
+            json!({
+                "event": event.as_str(),
+                "sessionId": session_id,
+                "runId": ctx.run_id,
+                "projectPath": project.display().to_string(),
+                "prompt": ctx.prompt,
+            })
+        };
+        if inner.hooks.has(HookEvent::SessionStart) {
+            let _ = inner
+                .hooks
+                .run(
+                    HookEvent::SessionStart,
+                    None,
+                    &hook_payload(HookEvent::SessionStart),
+                    &project,
+                )
+                .await;
+        }
+
+        let guardian = self.guardian(&ctx, &provider, &model);
+        let system = ctx
+            .system_prompt
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
+        let system = format!("{system}\n\nProject directory: {}", project.display());
+        let runner = Runner::new(
+            inner.clone(),
+            ctx.clone(),
+            provider,
+            model.clone(),
+            rs.clone(),
+            project.clone(),
+            guardian,
+            started,
+        );
+        let agent = Agent {
+            label: None,
+            depth: 0,
+            tools,
+            cancel: ctx.cancel.clone(),
+            model,
+            system,
+            max_iterations: rs.max_iterations,
+        };
+        let end = agent::run_loop(runner.clone(), agent, messages, Some(user.id)).await;
+        runner.stop_background().await;
+
+        if inner.hooks.has(HookEvent::SessionEnd) {
+            let mut p = hook_payload(HookEvent::SessionEnd);
+            p["finishReason"] = json!(end.finish.as_str());
+            let _ = inner
+                .hooks
+                .run(HookEvent::SessionEnd, None, &p, &project)
+                .await;
+        }
+        let (input_tokens, output_tokens) = runner.tokens();
+        RunOutcome {
+            finish_reason: end.finish,
+            input_tokens,
+            output_tokens,
+            iterations: end.iterations,
+            error: end.error,
+        }
+    }
+
+    fn guardian(
+        &self,
+        ctx: &EngineSessionContext,
+        provider: &Arc<dyn elfgate_llm::LlmProvider>,
+        model: &str,
+    ) -> Option<Guardian> {
+        let g = &self.inner.config.guardian;
+        if !g.enabled {
+            return None;
+        }
+        let provider = match &g.provider {
+            Some(name) => match self.inner.providers.resolve(Some(name)) {
+                Ok((_, p)) => p,
+                Err(e) => {
+                    // Fail closed: a guardian that cannot be reached blocks every reviewed call.
+                    tracing::warn!(error = %e, "guardian provider unavailable");
+                    ctx.events.emit(EventPayload::Processing {
+                        message: format!("guardian provider unavailable: {e}"),
+                    });
+                    provider.clone()
+                }
+            },
+            None => provider.clone(),
+        };
+        let model = g
+            .model
+            .clone()
+            .or_else(|| provider.default_model().map(str::to_string))
+            .unwrap_or_else(|| model.to_string());
+        Some(Guardian::new(
+            provider,
+            model,
+            Duration::from_secs_f64(g.timeout_secs.clamp(0.001, 3600.0)),
+        ))
+    }
+}
+
+#[async_trait]
+impl Engine for TinyElfEngine {
+    fn engine_type(&self) -> EngineType {
+        EngineType::TinyElf
+    }
+
+    fn description(&self) -> &'static str {
+        "Agent loop: model calls tools in the project through a security pipeline, loops until done"
+    }
+
+    fn capabilities(&self) -> Vec<&'static str> {
+        vec![
+            "streaming",
+            "interrupt",
+            "thinking",
+            "history",
+            "tools",
+            "permissions",
+            "sub-agents",
+            "hooks",
+        ]
+    }
+
+    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.run(ctx).await
+    }
+
+    fn is_active(&self, session_id: SessionId) -> bool {
+        self.inner
+            .active
+            .get(session_id)
+            .is_some_and(|r| r.engine == EngineType::TinyElf)
+    }
+}

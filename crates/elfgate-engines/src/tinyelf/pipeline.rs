@@ -1,0 +1,362 @@
+//! The security pipeline every tool call goes through, in this order: abort check -> native-search
+//! skip -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
+//! execute with the tool timeout -> PostToolUse hooks (fire-and-forget).
+
+use super::agent::{Agent, Runner};
+use super::spawn;
+use crate::streaming::RequestedToolCall;
+use elfgate_core::{ContentBlock, EventPayload, ToolCallStatus};
+use elfgate_tools::{
+    Ask, GuardianVerdict, HookEvent, HookVerdict, PermissionOutcome, PermissionTier,
+    PolicyDecision, ToolContext, ToolError, ToolOutput, policy, truncate_result,
+};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Provider-native search tools: the provider runs them itself, so a call to one is not executed
+/// locally (unless a local tool of that name exists).
+const NATIVE_SEARCH_TOOLS: &[&str] = &["web_search", "web_search_preview", "google_search"];
+
+/// How long a tool gets to clean up after its timeout fired.
+const CLEANUP_GRACE: Duration = Duration::from_secs(5);
+
+/// Text of the synthetic result of an interrupted call.
+pub(crate) const INTERRUPTED_RESULT: &str =
+    "[interrupted: the user stopped the run before this tool call finished]";
+
+/// The outcome of one call.
+pub(crate) struct CallResult {
+    /// The tool_result block.
+    pub block: ContentBlock,
+    /// The tool asked the loop to stop.
+    pub yield_run: bool,
+}
+
+fn finish(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    content: String,
+    status: ToolCallStatus,
+    yield_run: bool,
+) -> CallResult {
+    let content = truncate_result(&content, runner.rs.tool_result_max_chars);
+    let block = ContentBlock::ToolResult {
+        tool_use_id: call.id.clone(),
+        content,
+        is_error: status != ToolCallStatus::Success,
+    };
+    if agent.is_top() {
+        runner.ctx.events.emit(EventPayload::ToolCallEnd {
+            block: block.clone(),
+            status,
+        });
+    }
+    CallResult { block, yield_run }
+}
+
+fn denied(runner: &Runner, agent: &Agent, call: &RequestedToolCall, why: String) -> CallResult {
+    finish(
+        runner,
+        agent,
+        call,
+        format!("Tool call denied: {why}"),
+        ToolCallStatus::Denied,
+        false,
+    )
+}
+
+fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> CallResult {
+    finish(
+        runner,
+        agent,
+        call,
+        INTERRUPTED_RESULT.to_string(),
+        ToolCallStatus::Interrupted,
+        false,
+    )
+}
+
+/// Runs one call through the pipeline. `bad_args` is set when the arguments did not parse.
+pub(crate) async fn run_call(
+    runner: &Arc<Runner>,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    bad_args: Option<&str>,
+) -> CallResult {
+    if agent.is_top() {
+        runner.ctx.events.emit(EventPayload::ToolCallStart {
+            block: ContentBlock::ToolUse {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                input: input.clone(),
+            },
+        });
+    }
+    // 1. Abort check.
+    if agent.cancel.is_cancelled() {
+        return interrupted(runner, agent, call);
+    }
+    let tool = agent.tools.get(&call.name);
+    // 2. Native search: run by the provider, nothing to do here.
+    if tool.is_none() && NATIVE_SEARCH_TOOLS.contains(&call.name.as_str()) {
+        return finish(
+            runner,
+            agent,
+            call,
+            format!(
+                "{} is run by the model provider itself; nothing was executed locally",
+                call.name
+            ),
+            ToolCallStatus::Success,
+            false,
+        );
+    }
+    let Some(tool) = tool else {
+        return finish(
+            runner,
+            agent,
+            call,
+            format!(
+                "Error: unknown tool '{}'. Available tools: {}",
+                call.name,
+                agent.tools.names().join(", ")
+            ),
+            ToolCallStatus::Error,
+            false,
+        );
+    };
+    if let Some(why) = bad_args {
+        return finish(
+            runner,
+            agent,
+            call,
+            format!(
+                "Error: could not run {}: {why}. Call it again with a JSON object matching its schema: {}",
+                call.name,
+                tool.schema()
+            ),
+            ToolCallStatus::Error,
+            false,
+        );
+    }
+    // 3. Channel role check.
+    let channel = runner.ctx.channel_permissions;
+    if channel.is_some_and(|c| !c.can_use_tool) {
+        return denied(
+            runner,
+            agent,
+            call,
+            "this channel user may not use tools (canUseTool is false)".to_string(),
+        );
+    }
+    let session_id = runner.ctx.session_id();
+    let project = runner.project.display().to_string();
+    let hooks = runner.inner.hooks.clone();
+    // 4. PreToolUse hooks.
+    if hooks.has(HookEvent::PreToolUse) {
+        let payload = json!({
+            "event": "PreToolUse",
+            "sessionId": session_id,
+            "runId": runner.ctx.run_id,
+            "toolName": call.name,
+            "toolUseId": call.id,
+            "input": input,
+            "projectPath": project,
+        });
+        let verdict = tokio::select! {
+            biased;
+            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call),
+            v = hooks.run(HookEvent::PreToolUse, Some(&call.name), &payload, &runner.project) => v,
+        };
+        if let HookVerdict::Deny(reason) = verdict {
+            return denied(
+                runner,
+                agent,
+                call,
+                format!("a PreToolUse hook refused it: {reason}"),
+            );
+        }
+    }
+    // 5. ExecutionFirewall.
+    let targets = tool.firewall_targets(input);
+    for p in &targets.paths {
+        if let Err(e) = runner.inner.firewall.resolve_path(&runner.project, p) {
+            return denied(runner, agent, call, format!("blocked by the firewall: {e}"));
+        }
+    }
+    if let Some(cmd) = &targets.command
+        && let Err(e) = runner.inner.firewall.check_command(cmd)
+    {
+        return denied(runner, agent, call, format!("blocked by the firewall: {e}"));
+    }
+    let tier = agent.tools.tier_of(tool.as_ref());
+    // 6. Guardian.
+    if let Some(g) = &runner.guardian
+        && (tier != PermissionTier::ReadOnly || runner.inner.config.guardian.review_read_only)
+    {
+        match g.review(&call.name, input, &project, &agent.cancel).await {
+            GuardianVerdict::Allow => {}
+            GuardianVerdict::Block(_) if agent.cancel.is_cancelled() => {
+                return interrupted(runner, agent, call);
+            }
+            GuardianVerdict::Block(reason) => return denied(runner, agent, call, reason),
+        }
+    }
+    // 7. Permission.
+    let mode = runner.ctx.permission_mode.as_deref().unwrap_or("default");
+    let remembered = runner.inner.broker.remembered(session_id, &call.name);
+    let require = channel.is_some_and(|c| c.require_confirmation);
+    match policy(tier, tool.kind(), mode, require, remembered) {
+        PolicyDecision::Allow => {}
+        PolicyDecision::Deny(reason) => return denied(runner, agent, call, reason),
+        PolicyDecision::Ask => {
+            let outcome = runner
+                .inner
+                .broker
+                .request(
+                    &runner.ctx.events,
+                    session_id,
+                    Ask {
+                        tool_name: &call.name,
+                        input,
+                        tier,
+                        timeout: runner.rs.permission_timeout,
+                    },
+                    &agent.cancel,
+                )
+                .await;
+            match outcome {
+                PermissionOutcome::Allowed => {}
+                PermissionOutcome::Denied(msg) => {
+                    let mut why = "the user denied permission".to_string();
+                    if let Some(m) = msg.filter(|m| !m.is_empty()) {
+                        why.push_str(&format!(": {m}"));
+                    }
+                    return denied(runner, agent, call, why);
+                }
+                PermissionOutcome::TimedOut => {
+                    return denied(
+                        runner,
+                        agent,
+                        call,
+                        format!(
+                            "nobody answered the permission request within {:.1}s",
+                            runner.rs.permission_timeout.as_secs_f64()
+                        ),
+                    );
+                }
+                PermissionOutcome::Interrupted => return interrupted(runner, agent, call),
+            }
+        }
+    }
+    // 8. Execute with the tool timeout.
+    let tool_cancel = agent.cancel.child_token();
+    let tctx = ToolContext {
+        project_path: runner.project.clone(),
+        session_id,
+        cancel: tool_cancel.clone(),
+        firewall: runner.inner.firewall.clone(),
+        store: Some(runner.inner.store.clone()),
+    };
+    let exec: BoxFuture<'_, Result<ToolOutput, ToolError>> = if call.name == spawn::SPAWN {
+        spawn::run(
+            runner.clone(),
+            agent.clone(),
+            input.clone(),
+            tool_cancel.clone(),
+        )
+    } else {
+        Box::pin(tool.execute(input.clone(), &tctx))
+    };
+    let timeout = runner.rs.tool_timeout;
+    let (result, timed_out) = {
+        tokio::pin!(exec);
+        tokio::select! {
+            r = &mut exec => (Some(r), false),
+            _ = tokio::time::sleep(timeout) => {
+                tool_cancel.cancel();
+                (tokio::time::timeout(CLEANUP_GRACE, &mut exec).await.ok(), true)
+            }
+        }
+    };
+    let (content, status, yield_run) = if agent.cancel.is_cancelled() {
+        (
+            INTERRUPTED_RESULT.to_string(),
+            ToolCallStatus::Interrupted,
+            false,
+        )
+    } else if timed_out {
+        (
+            format!(
+                "Error: {} timed out after {:.1}s and was stopped",
+                call.name,
+                timeout.as_secs_f64()
+            ),
+            ToolCallStatus::Timeout,
+            false,
+        )
+    } else {
+        match result {
+            Some(Ok(out)) => (
+                out.content,
+                if out.is_error {
+                    ToolCallStatus::Error
+                } else {
+                    ToolCallStatus::Success
+                },
+                out.yield_run,
+            ),
+            Some(Err(ToolError::Firewall(e))) => (
+                format!("Tool call denied: blocked by the firewall: {e}"),
+                ToolCallStatus::Denied,
+                false,
+            ),
+            Some(Err(ToolError::InvalidInput(e))) => (
+                format!(
+                    "Error: invalid input for {}: {e}. Expected: {}",
+                    call.name,
+                    tool.schema()
+                ),
+                ToolCallStatus::Error,
+                false,
+            ),
+            Some(Err(ToolError::Interrupted)) => (
+                INTERRUPTED_RESULT.to_string(),
+                ToolCallStatus::Interrupted,
+                false,
+            ),
+            Some(Err(e)) => (format!("Error: {e}"), ToolCallStatus::Error, false),
+            None => (
+                "Error: the tool did not stop".to_string(),
+                ToolCallStatus::Error,
+                false,
+            ),
+        }
+    };
+    // 9. PostToolUse hooks, fire-and-forget.
+    if hooks.has(HookEvent::PostToolUse) {
+        let payload = json!({
+            "event": "PostToolUse",
+            "sessionId": session_id,
+            "runId": runner.ctx.run_id,
+            "toolName": call.name,
+            "toolUseId": call.id,
+            "input": input,
+            "status": status,
+            "result": truncate_result(&content, runner.rs.tool_result_max_chars),
+            "projectPath": project,
+        });
+        let name = call.name.clone();
+        let cwd = runner.project.clone();
+        tokio::spawn(async move {
+            let _ = hooks
+                .run(HookEvent::PostToolUse, Some(&name), &payload, &cwd)
+                .await;
+        });
+    }
+    finish(runner, agent, call, content, status, yield_run)
+}

@@ -1,0 +1,216 @@
+//! TinyElf's settings: the daemon-wide `[engines.tinyelf]` section and the per-run values after a
+//! session's `engineConfig` overrides.
+
+use elfgate_llm::ThinkingLevel;
+use elfgate_tools::HookConfig;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `[engines.tinyelf.guardian]`: the optional LLM reviewer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardianConfig {
+    /// Review tool calls.
+    pub enabled: bool,
+    /// Provider to ask (default: the session's).
+    pub provider: Option<String>,
+    /// Model to ask (default: the provider's default model).
+    pub model: Option<String>,
+    /// Seconds to wait for the verdict; no verdict in time blocks the call.
+    pub timeout_secs: f64,
+    /// Also review read_only tools.
+    pub review_read_only: bool,
+}
+
+impl Default for GuardianConfig {
+    fn default() -> Self {
+        GuardianConfig {
+            enabled: false,
+            provider: None,
+            model: None,
+            timeout_secs: 30.0,
+            review_read_only: false,
+        }
+    }
+}
+
+/// `[engines.tinyelf]`: defaults of the agent loop (DESIGN.md section 2), each overridable per
+/// session through engineConfig, and the security pipeline's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TinyElfConfig {
+    /// LLM iterations per run.
+    pub max_iterations: u32,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Output token limit per LLM call.
+    pub max_tokens: u32,
+    /// Tool results longer than this many characters are truncated with a marker.
+    pub tool_result_max_chars: usize,
+    /// Retries of a failed LLM call.
+    pub max_llm_retries: u32,
+    /// Delay before retry n is this x n milliseconds.
+    pub llm_retry_delay_ms: u64,
+    /// Seconds a tool call may run.
+    pub tool_timeout_secs: f64,
+    /// Seconds a permission request waits for the client before it is denied.
+    pub permission_timeout_secs: f64,
+    /// Background sub-agent drains in a row before the loop stops anyway.
+    pub max_background_drain_rounds: u32,
+    /// History messages loaded on resume.
+    pub default_max_history: u32,
+    /// LLM iterations of a sub-agent.
+    pub sub_agent_max_iterations: u32,
+    /// Bytes of stdout and of stderr a shell call keeps (each).
+    pub shell_max_output_bytes: usize,
+    /// Let web_fetch reach loopback and private addresses.
+    pub web_fetch_allow_private: bool,
+    /// Most bytes web_fetch reads.
+    pub web_fetch_max_bytes: usize,
+    /// Seconds web_fetch may take.
+    pub web_fetch_timeout_secs: f64,
+    /// Extra deny zones (paths) on top of the data directory, ~/.ssh and /etc.
+    pub deny_paths: Vec<String>,
+    /// Extra denied shell command patterns (regexes) on top of the built-in list.
+    pub deny_commands: Vec<String>,
+    /// Tier overrides by tool name: read_only, confirm_once, always_confirm, manual_only.
+    pub tool_tiers: BTreeMap<String, String>,
+    /// Tools offered to the model (all built-in tools when absent).
+    pub enabled_tools: Option<Vec<String>>,
+    /// Hook commands.
+    pub hooks: Vec<HookConfig>,
+    /// The guardian.
+    pub guardian: GuardianConfig,
+}
+
+impl Default for TinyElfConfig {
+    fn default() -> Self {
+        TinyElfConfig {
+            max_iterations: 40,
+            temperature: 0.1,
+            max_tokens: 8192,
+            tool_result_max_chars: 50_000,
+            max_llm_retries: 2,
+            llm_retry_delay_ms: 1000,
+            tool_timeout_secs: 300.0,
+            permission_timeout_secs: 300.0,
+            max_background_drain_rounds: 3,
+            default_max_history: 100,
+            sub_agent_max_iterations: 20,
+            shell_max_output_bytes: 100_000,
+            web_fetch_allow_private: false,
+            web_fetch_max_bytes: 2 * 1024 * 1024,
+            web_fetch_timeout_secs: 30.0,
+            deny_paths: Vec::new(),
+            deny_commands: Vec::new(),
+            tool_tiers: BTreeMap::new(),
+            enabled_tools: None,
+            hooks: Vec::new(),
+            guardian: GuardianConfig::default(),
+        }
+    }
+}
+
+/// The values one run uses.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSettings {
+    pub max_iterations: u32,
+    pub temperature: f32,
+    pub max_tokens: u32,
+    pub tool_result_max_chars: usize,
+    pub max_llm_retries: u32,
+    pub llm_retry_delay: Duration,
+    pub tool_timeout: Duration,
+    pub permission_timeout: Duration,
+    pub max_background_drain_rounds: u32,
+    pub max_history: u32,
+    pub thinking: ThinkingLevel,
+    pub enabled_tools: Option<Vec<String>>,
+    pub sub_agent_model: Option<String>,
+    pub sub_agent_max_iterations: u32,
+}
+
+fn u64_of(cfg: &Value, keys: &[&str]) -> Option<u64> {
+    keys.iter()
+        .find_map(|k| cfg.get(*k).and_then(Value::as_u64))
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(if s.is_finite() && s > 0.0 {
+        s.min(86_400.0)
+    } else {
+        0.001
+    })
+}
+
+impl RunSettings {
+    /// The daemon defaults with a run's engineConfig (camelCase keys) and thinking level over them.
+    pub(crate) fn resolve(base: &TinyElfConfig, cfg: &Value, thinking: Option<&str>) -> Self {
+        let as_u32 = |v: u64| v.min(u32::MAX as u64) as u32;
+        let tools = cfg
+            .get("enabledTools")
+            .or_else(|| cfg.get("tools"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .or_else(|| base.enabled_tools.clone());
+        let thinking = thinking
+            .or_else(|| cfg.get("thinkingLevel").and_then(Value::as_str))
+            .map(|t| crate::chat::thinking_level(Some(t)))
+            .unwrap_or_default();
+        RunSettings {
+            max_iterations: u64_of(cfg, &["maxIterations", "maxTurns"])
+                .map(as_u32)
+                .unwrap_or(base.max_iterations)
+                .max(1),
+            temperature: cfg
+                .get("temperature")
+                .and_then(Value::as_f64)
+                .map(|t| t as f32)
+                .unwrap_or(base.temperature),
+            max_tokens: u64_of(cfg, &["maxTokens"])
+                .map(as_u32)
+                .unwrap_or(base.max_tokens),
+            tool_result_max_chars: u64_of(cfg, &["toolResultMaxChars"])
+                .map(|v| v as usize)
+                .unwrap_or(base.tool_result_max_chars)
+                .max(1),
+            max_llm_retries: u64_of(cfg, &["maxLlmRetries"])
+                .map(as_u32)
+                .unwrap_or(base.max_llm_retries)
+                .min(10),
+            llm_retry_delay: Duration::from_millis(
+                u64_of(cfg, &["llmRetryDelayMs"]).unwrap_or(base.llm_retry_delay_ms),
+            ),
+            tool_timeout: u64_of(cfg, &["toolExecutionTimeout", "toolTimeoutMs"])
+                .map(|ms| Duration::from_millis(ms.max(1)))
+                .unwrap_or_else(|| secs(base.tool_timeout_secs)),
+            permission_timeout: u64_of(cfg, &["permissionTimeout", "permissionTimeoutMs"])
+                .map(|ms| Duration::from_millis(ms.max(1)))
+                .unwrap_or_else(|| secs(base.permission_timeout_secs)),
+            max_background_drain_rounds: u64_of(cfg, &["maxBackgroundDrainRounds"])
+                .map(as_u32)
+                .unwrap_or(base.max_background_drain_rounds),
+            max_history: u64_of(cfg, &["maxHistory"])
+                .map(as_u32)
+                .unwrap_or(base.default_max_history)
+                .max(1),
+            thinking,
+            enabled_tools: tools,
+            sub_agent_model: cfg
+                .get("subAgentModel")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            sub_agent_max_iterations: u64_of(cfg, &["subAgentMaxIterations"])
+                .map(as_u32)
+                .unwrap_or(base.sub_agent_max_iterations)
+                .max(1),
+        }
+    }
+}
