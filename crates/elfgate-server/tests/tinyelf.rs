@@ -1,0 +1,977 @@
+//! The tinyelf engine end to end through the HTTP API, against scripted tool calls from
+//! elfgate-mockllm, in temporary project directories.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Daemon, Ev, GUARD, Opts, text_of, types};
+use elfgate_mockllm::MockServer;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn script(mock: &MockServer, name: &str, responses: Value) {
+    mock.set_script(
+        name,
+        serde_json::from_value(json!({ "responses": responses })).unwrap(),
+    );
+}
+
+fn project() -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    std::fs::write(dir.join("a.txt"), "hello world\nsecond line\nthird line\n").unwrap();
+    dir
+}
+
+fn call(id: &str, name: &str, args: Value) -> Value {
+    json!({"id": id, "name": name, "arguments": args.to_string()})
+}
+
+fn session(prompt: &str, model: &str, project: &Path, extra: Value) -> Value {
+    let mut v = json!({
+        "engine": "tinyelf",
+        "prompt": prompt,
+        "model": model,
+        "projectPath": project.display().to_string(),
+    });
+    if let Value::Object(m) = extra {
+        for (k, x) in m {
+            v[k] = x;
+        }
+    }
+    v
+}
+
+fn of<'a>(evs: &'a [Ev], kind: &str) -> Vec<&'a Ev> {
+    evs.iter().filter(|e| e.event == kind).collect()
+}
+
+fn finish_of(evs: &[Ev]) -> String {
+    let c = evs.last().unwrap();
+    assert_eq!(c.event, "complete");
+    c.data["finishReason"].as_str().unwrap().to_string()
+}
+
+fn ends(evs: &[Ev]) -> Vec<(String, String)> {
+    of(evs, "toolCallEnd")
+        .iter()
+        .map(|e| {
+            (
+                e.data["status"].as_str().unwrap().to_string(),
+                e.data["block"]["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// toolCallEnd (status, content) by tool_use_id.
+fn ends_by_id(evs: &[Ev]) -> std::collections::BTreeMap<String, (String, String)> {
+    of(evs, "toolCallEnd")
+        .iter()
+        .map(|e| {
+            (
+                e.data["block"]["tool_use_id"].as_str().unwrap().to_string(),
+                (
+                    e.data["status"].as_str().unwrap().to_string(),
+                    e.data["block"]["content"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+async fn run(d: &Daemon, body: Value) -> (String, String, Vec<Ev>) {
+    let (sid, run) = d.create(body).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    (sid, run, evs)
+}
+
+async fn stored(d: &Daemon, sid: &str) -> Vec<Value> {
+    let (s, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(s, 200);
+    v["messages"].as_array().unwrap().clone()
+}
+
+fn roles(msgs: &[Value]) -> Vec<&str> {
+    msgs.iter().map(|m| m["role"].as_str().unwrap()).collect()
+}
+
+fn bodies_for(mock: &MockServer, model: &str) -> Vec<Value> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.model == model)
+        .map(|r| r.body)
+        .collect()
+}
+
+/// Waits (bounded) for a file the tool under test writes; a marker, not a timing assumption.
+async fn wait_for_file(path: &Path, min_lines: usize) -> String {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && s.lines().filter(|l| !l.trim().is_empty()).count() >= min_lines
+        {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Processes of a process group that are still alive (not zombies).
+fn live_in_group(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[2] == pgid.to_string() && f[0] != "Z" && f[0] != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Processes of these pids that are still alive (not zombies).
+fn alive(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
+                .flatten()
+                .is_some_and(|c| c != 'Z' && c != 'X')
+        })
+        .collect()
+}
+
+/// A PreToolUse hook that makes read_file and grep wait for each other: each marks its start,
+/// then waits (bounded) until the other has started. Both are allowed only if their pipelines
+/// overlapped; run one after the other, the first would be denied with "no overlap".
+fn barrier_hook(marks: &Path) -> String {
+    format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "read_file|grep"
+timeout_secs = 20
+command = '''
+in=$(cat)
+t=$(printf %s "$in" | grep -o '"toolName":"[^"]*"' | cut -d'"' -f4)
+s=$(printf %s "$in" | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4)
+d="{marks}/$s"; mkdir -p "$d"; touch "$d/$t"
+other=grep; [ "$t" = grep ] && other=read_file
+for i in $(seq 1 600); do
+  if [ -e "$d/$other" ]; then echo '{{"decision":"allow"}}'; exit 0; fi
+  sleep 0.025
+done
+echo '{{"decision":"deny","reason":"no overlap"}}'
+'''
+"#,
+        marks = marks.display()
+    )
+}
+
+async fn two_iterations_on(d: &Daemon, mock: &MockServer, provider: &str, name: &str) {
+    let dir = project();
+    let model = format!("mock:script={name}");
+    script(
+        mock,
+        name,
+        json!([
+            {"text": "Let me look.", "toolCalls": [
+                call("c1", "read_file", json!({"path": "a.txt"})),
+                call("c2", "grep", json!({"pattern": "second"}))
+            ]},
+            {"text": "The file says hello."},
+            {"text": "Resumed."}
+        ]),
+    );
+    let (sid, run1, evs) = run(
+        d,
+        session(
+            "what is in a.txt?",
+            &model,
+            &dir,
+            json!({"providerId": provider}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    // Both calls started before either ended (the hook barrier needs both in flight at once).
+    let t = types(&evs);
+    let first_end = t.iter().position(|x| *x == "toolCallEnd").unwrap();
+    assert_eq!(
+        t[..first_end]
+            .iter()
+            .filter(|x| **x == "toolCallStart")
+            .count(),
+        2
+    );
+    // toolCallEnd events come in completion order; the transcript keeps the calls' order.
+    let e = ends_by_id(&evs);
+    assert_eq!(e.len(), 2);
+    assert_eq!(e["c1"].0, "success", "{e:?}");
+    assert!(e["c1"].1.contains("hello world"), "{e:?}");
+    assert_eq!(e["c2"].0, "success", "{e:?}");
+    assert!(e["c2"].1.contains("a.txt:2: second line"), "{e:?}");
+    let result = of(&evs, "result")[0];
+    assert_eq!(result.data["stats"]["iterations"], 2);
+    assert_eq!(of(&evs, "assistantMessage").len(), 2);
+
+    // Stored: user, assistant (text + 2 tool_use), tool (2 tool_result in call order), assistant.
+    let msgs = stored(d, &sid).await;
+    assert_eq!(roles(&msgs), ["user", "assistant", "tool", "assistant"]);
+    let a = msgs[1]["blocks"].as_array().unwrap();
+    assert_eq!(a[0]["type"], "text");
+    assert_eq!(a[1]["type"], "tool_use");
+    assert_eq!(a[1]["name"], "read_file");
+    assert_eq!(a[1]["input"], json!({"path": "a.txt"}));
+    assert_eq!(a[2]["name"], "grep");
+    let r = msgs[2]["blocks"].as_array().unwrap();
+    let ids: Vec<&str> = r
+        .iter()
+        .map(|b| b["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"]);
+    assert_eq!(msgs[3]["blocks"][0]["text"], "The file says hello.");
+
+    // Resume: the history goes upstream with the tool exchange.
+    let run2 = d
+        .send(&sid, json!({"prompt": "and now?", "model": model}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let evs2 = sse.until_complete(&run2).await;
+    assert_ne!(run1, run2);
+    assert_eq!(finish_of(&evs2), "stop");
+    let bodies = bodies_for(mock, &model);
+    assert_eq!(bodies.len(), 3);
+    let m = bodies[2]["messages"].as_array().unwrap();
+    if provider == "mock" {
+        let r: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            r,
+            [
+                "system",
+                "user",
+                "assistant",
+                "tool",
+                "tool",
+                "assistant",
+                "user"
+            ]
+        );
+        let tc = m[2]["tool_calls"].as_array().unwrap();
+        assert_eq!(tc[0]["id"], "c1");
+        assert_eq!(tc[0]["function"]["name"], "read_file");
+        let args: Value =
+            serde_json::from_str(tc[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"path": "a.txt"}));
+        assert_eq!(m[3]["tool_call_id"], "c1");
+        assert!(m[3]["content"].as_str().unwrap().contains("hello world"));
+        assert_eq!(m[4]["tool_call_id"], "c2");
+        assert_eq!(m[6]["content"], "and now?");
+        // The tools were offered.
+        let names: Vec<&str> = bodies[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"read_file") && names.contains(&"shell"));
+    } else {
+        let r: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        assert_eq!(r, ["user", "assistant", "user", "assistant", "user"]);
+        let blocks = m[1]["content"].as_array().unwrap();
+        let uses: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "tool_use").collect();
+        assert_eq!(uses.len(), 2);
+        assert_eq!(uses[0]["id"], "c1");
+        assert_eq!(uses[0]["input"], json!({"path": "a.txt"}));
+        let results = m[2]["content"].as_array().unwrap();
+        assert_eq!(results[0]["type"], "tool_result");
+        assert_eq!(results[0]["tool_use_id"], "c1");
+        assert_eq!(results[1]["tool_use_id"], "c2");
+        assert!(bodies[0]["system"].is_string() || bodies[0]["system"].is_array());
+    }
+}
+
+#[tokio::test]
+async fn two_iterations_with_concurrent_tools_and_resume_in_both_formats() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: barrier_hook(marks.path()),
+            ..Opts::default()
+        },
+    );
+    two_iterations_on(&d, &mock, "mock", "two-openai").await;
+    two_iterations_on(&d, &mock, "mock-anthropic", "two-anthropic").await;
+}
+
+#[tokio::test]
+async fn max_iterations_and_think_stripping() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "forever",
+        json!([{"toolCalls": [call("x", "list_dir", json!({}))]}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "loop",
+            "mock:script=forever",
+            &dir,
+            json!({"engineConfig": {"maxIterations": 3}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "max_iterations");
+    assert_eq!(of(&evs, "result")[0].data["stats"]["iterations"], 3);
+    assert_eq!(bodies_for(&mock, "mock:script=forever").len(), 3);
+    assert_eq!(of(&evs, "toolCallEnd").len(), 3);
+
+    script(
+        &mock,
+        "think",
+        json!([{"text": "<think>secret plan</think>\n\nThe answer is 42."}]),
+    );
+    let (sid, _, evs) = run(&d, session("q", "mock:script=think", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(text_of(&evs), "The answer is 42.");
+    let thinking: String = of(&evs, "streamDelta")
+        .iter()
+        .filter(|e| e.data["delta"]["kind"] == "thinking")
+        .map(|e| e.data["delta"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(thinking, "secret plan");
+    let msgs = stored(&d, &sid).await;
+    let blocks = &msgs[1]["blocks"];
+    assert_eq!(
+        blocks[0],
+        json!({"type": "thinking", "thinking": "secret plan"})
+    );
+    assert_eq!(
+        blocks[1],
+        json!({"type": "text", "text": "The answer is 42."})
+    );
+}
+
+#[tokio::test]
+async fn interrupting_a_shell_kills_its_process_group_and_resume_works() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "sleepy",
+        json!([
+            {"toolCalls": [call("s1", "shell", json!({"command": "sleep 600 & echo $! > child.pid; echo $$ > sh.pid; wait"}))]},
+            {"text": "Resumed after the interrupt."}
+        ]),
+    );
+    let (sid, run1) = d
+        .create(session(
+            "sleep",
+            "mock:script=sleepy",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    wait_for_file(&dir.join("sh.pid"), 1).await;
+    let child: i32 = wait_for_file(&dir.join("child.pid"), 1)
+        .await
+        .trim()
+        .parse()
+        .unwrap();
+    let sh: i32 = std::fs::read_to_string(dir.join("sh.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(alive(&[sh, child]).len(), 2);
+    let t0 = Instant::now();
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["interrupted"], true);
+    let evs = sse.until_complete(&run1).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "interrupt took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(finish_of(&evs), "interrupted");
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "interrupted");
+    // No process of the group survives.
+    assert!(live_in_group(sh).is_empty(), "{:?}", live_in_group(sh));
+    assert!(alive(&[sh, child]).is_empty());
+    // The transcript holds a synthetic interrupted result.
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(roles(&msgs), ["user", "assistant", "tool"]);
+    let r = &msgs[2]["blocks"][0];
+    assert_eq!(r["tool_use_id"], "s1");
+    assert_eq!(r["is_error"], true);
+    assert!(r["content"].as_str().unwrap().contains("interrupted"));
+    // Resume works and sends the interrupted exchange upstream.
+    let run2 = d.send(&sid, json!({"prompt": "go on"})).await;
+    let evs2 = sse.until_complete(&run2).await;
+    assert_eq!(finish_of(&evs2), "stop");
+    assert_eq!(text_of(&evs2), "Resumed after the interrupt.");
+    let bodies = bodies_for(&mock, "mock:script=sleepy");
+    let m = bodies[1]["messages"].as_array().unwrap();
+    let r: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+    assert_eq!(r, ["system", "user", "assistant", "tool", "user"]);
+    assert!(m[3]["content"].as_str().unwrap().contains("interrupted"));
+}
+
+#[tokio::test]
+async fn timeout_truncation_and_firewall_denials() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    let bypass = |extra: Value| {
+        let mut v = json!({"permissionMode": "bypassPermissions"});
+        if let Value::Object(m) = extra {
+            for (k, x) in m {
+                v[k] = x;
+            }
+        }
+        v
+    };
+
+    // Tool timeout.
+    script(
+        &mock,
+        "slow",
+        json!([{"toolCalls": [call("t1", "shell", json!({"command": "echo $$ > slow.pid; exec sleep 60"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "slow",
+            "mock:script=slow",
+            &dir,
+            bypass(json!({"engineConfig": {"toolExecutionTimeout": 500}})),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "timeout", "{e:?}");
+    assert!(e[0].1.contains("timed out"));
+    let pid: i32 = std::fs::read_to_string(dir.join("slow.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(&[pid]).is_empty());
+
+    // Truncation with a visible marker.
+    std::fs::write(dir.join("big.txt"), "x".repeat(5000)).unwrap();
+    script(
+        &mock,
+        "big",
+        json!([{"toolCalls": [call("b1", "read_file", json!({"path": "big.txt"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "big",
+            "mock:script=big",
+            &dir,
+            json!({"engineConfig": {"toolResultMaxChars": 100}}),
+        ),
+    )
+    .await;
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "success");
+    assert!(e[0].1.starts_with(&"x".repeat(100)));
+    assert!(
+        e[0].1
+            .contains("output truncated: showing 100 of 5000 characters"),
+        "{}",
+        e[0].1
+    );
+    assert!(e[0].1.len() < 300);
+
+    // Firewall: .. traversal, a symlink out of the project, a denied command, the daemon's data dir.
+    let outside = tempfile::tempdir().unwrap().keep();
+    std::fs::write(outside.join("secret.txt"), "s3cret").unwrap();
+    let rel = format!(
+        "../{}/secret.txt",
+        outside.file_name().unwrap().to_string_lossy()
+    );
+    std::os::unix::fs::symlink(&outside, dir.join("link")).unwrap();
+    script(
+        &mock,
+        "fw",
+        json!([{"toolCalls": [
+            call("f1", "read_file", json!({"path": rel})),
+            call("f2", "read_file", json!({"path": "link/secret.txt"})),
+            call("f3", "shell", json!({"command": "rm -rf /"})),
+            call("f4", "read_file", json!({"path": d.dir.join("elfgate.db").display().to_string()})),
+            call("f5", "write_file", json!({"path": "link/new.txt", "content": "x"}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(&d, session("fw", "mock:script=fw", &dir, bypass(json!({})))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    assert_eq!(e.len(), 5);
+    for (status, content) in e.values() {
+        assert_eq!(status, "denied", "{e:?}");
+        assert!(content.contains("firewall"), "{content}");
+        assert!(!content.contains("s3cret"));
+    }
+    assert!(e["f1"].1.contains("outside the project"));
+    assert!(e["f2"].1.contains("outside the project"));
+    assert!(e["f3"].1.contains("command denied"));
+    assert!(e["f4"].1.contains("protected location"));
+    assert!(!outside.join("new.txt").exists());
+}
+
+#[tokio::test]
+async fn hook_and_guardian_denials() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "write_file"
+command = '''cat > /dev/null; echo '{"decision":"deny","reason":"no writes on fridays"}' '''
+
+[engines.tinyelf.guardian]
+enabled = true
+provider = "mock"
+model = "mock:script=guardian"
+timeout_secs = 10
+"#;
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra.into(),
+            ..Opts::default()
+        },
+    );
+    script(
+        &mock,
+        "guardian",
+        json!([{"text": "UNSAFE: it rewrites the whole file"}]),
+    );
+    let dir = project();
+    script(
+        &mock,
+        "hooked",
+        json!([{"toolCalls": [call("w1", "write_file", json!({"path": "b.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "w",
+            "mock:script=hooked",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "denied");
+    assert!(e[0].1.contains("no writes on fridays"), "{}", e[0].1);
+    assert!(!dir.join("b.txt").exists());
+    // The guardian was not asked: the hook came first.
+    assert!(bodies_for(&mock, "mock:script=guardian").is_empty());
+
+    script(
+        &mock,
+        "guarded",
+        json!([{"toolCalls": [
+            call("e1", "edit_file", json!({"path": "a.txt", "old_string": "hello", "new_string": "bye"})),
+            call("r1", "read_file", json!({"path": "a.txt"}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "e",
+            "mock:script=guarded",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["e1"].0, "denied");
+    assert!(
+        e["e1"]
+            .1
+            .contains("guardian judged the call unsafe: it rewrites the whole file"),
+        "{}",
+        e["e1"].1
+    );
+    // read_only tools are not reviewed.
+    assert_eq!(e["r1"].0, "success");
+    assert!(
+        std::fs::read_to_string(dir.join("a.txt"))
+            .unwrap()
+            .contains("hello")
+    );
+    let g = bodies_for(&mock, "mock:script=guardian");
+    assert_eq!(g.len(), 1);
+    assert!(g[0].to_string().contains("edit_file"));
+    // The model sees the denial and can act on it.
+    let next = bodies_for(&mock, "mock:script=guarded");
+    assert!(
+        next[1]
+            .to_string()
+            .contains("guardian judged the call unsafe")
+    );
+}
+
+async fn next_of(sse: &mut common::Sse, kind: &str) -> Ev {
+    loop {
+        let ev = sse.next().await.expect("stream ended");
+        if ev.event == kind {
+            return ev;
+        }
+    }
+}
+
+#[tokio::test]
+async fn permission_round_trips() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+
+    // Allowed (and confirm_once asks only once: two write_file iterations, one request).
+    script(
+        &mock,
+        "perm-allow",
+        json!([
+            {"toolCalls": [call("p1", "write_file", json!({"path": "one.txt", "content": "1"}))]},
+            {"toolCalls": [call("p2", "write_file", json!({"path": "two.txt", "content": "2"}))]},
+            {"text": "written"}
+        ]),
+    );
+    let (sid, run1) = d
+        .create(session("write", "mock:script=perm-allow", &dir, json!({})))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let req = next_of(&mut sse, "permissionRequest").await;
+    assert_eq!(req.data["toolName"], "write_file");
+    assert_eq!(req.data["tier"], "confirm_once");
+    assert_eq!(
+        req.data["input"],
+        json!({"path": "one.txt", "content": "1"})
+    );
+    assert!(req.data["expiresAt"].is_string());
+    let rid = req.data["requestId"].as_str().unwrap().to_string();
+    assert!(!dir.join("one.txt").exists());
+    // A client that reconnects past the request gets it again.
+    let mut again = d.events(&sid, Some(req.seq())).await;
+    let re = again.next().await.unwrap();
+    assert_eq!(re.event, "permissionRequest");
+    assert_eq!(re.data["requestId"], rid.as_str());
+    assert_eq!(re.id, None);
+    drop(again);
+    // Bad bodies and unknown ids.
+    let path = format!("/v1/sessions/{sid}/permissions/{rid}");
+    let (s, _) = d.post(&path, json!({"decision": "maybe"})).await;
+    assert_eq!(s, 400);
+    let (s, _) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/nope"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(s, 404);
+    let (s, v) = d.post(&path, json!({"decision": "allow"})).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, _) = d.post(&path, json!({"decision": "deny"})).await;
+    assert_eq!(s, 409);
+    let evs = sse.until_complete(&run1).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let resolved = of(&evs, "permissionResolved");
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0].data["decision"], "allow");
+    // confirm_once: the second write_file ran without a second request.
+    assert!(of(&evs, "permissionRequest").is_empty());
+    let e = ends(&evs);
+    assert_eq!(e.len(), 2);
+    assert_eq!(e[0].0, "success");
+    assert_eq!(e[1].0, "success");
+    assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
+    assert_eq!(std::fs::read_to_string(dir.join("two.txt")).unwrap(), "2");
+
+    // Denied, with a message the model sees.
+    script(
+        &mock,
+        "perm-deny",
+        json!([{"toolCalls": [call("d1", "shell", json!({"command": "touch denied.txt"}))]}, {"text": "ok"}]),
+    );
+    let (sid, run2) = d
+        .create(session("deny", "mock:script=perm-deny", &dir, json!({})))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let req = next_of(&mut sse, "permissionRequest").await;
+    assert_eq!(req.data["tier"], "always_confirm");
+    let rid = req.data["requestId"].as_str().unwrap();
+    let (s, _) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{rid}"),
+            json!({"decision": "deny", "message": "not on the main branch"}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let evs = sse.until_complete(&run2).await;
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "denied");
+    assert!(e[0].1.contains("not on the main branch"));
+    assert!(!dir.join("denied.txt").exists());
+    assert_eq!(of(&evs, "permissionResolved")[0].data["decision"], "deny");
+    let bodies = bodies_for(&mock, "mock:script=perm-deny");
+    assert!(bodies[1].to_string().contains("not on the main branch"));
+
+    // Timed out with a short configured timeout: denied.
+    script(
+        &mock,
+        "perm-timeout",
+        json!([{"toolCalls": [call("t1", "shell", json!({"command": "touch late.txt"}))]}, {"text": "ok"}]),
+    );
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "late",
+            "mock:script=perm-timeout",
+            &dir,
+            json!({"engineConfig": {"permissionTimeout": 300}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "denied");
+    assert!(e[0].1.contains("nobody answered"), "{}", e[0].1);
+    assert!(!dir.join("late.txt").exists());
+    let req = of(&evs, "permissionRequest")[0];
+    assert_eq!(of(&evs, "permissionResolved")[0].data["decision"], "deny");
+    let rid = req.data["requestId"].as_str().unwrap();
+    let (s, _) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{rid}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(s, 409);
+}
+
+#[tokio::test]
+async fn background_and_foreground_sub_agents() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+
+    // Background: its result is drained into the parent after the parent's plain answer.
+    script(&mock, "sub-bg", json!([{"text": "seven"}]));
+    script(
+        &mock,
+        "parent-bg",
+        json!([
+            {"toolCalls": [call("sp1", "spawn", json!({"task": "count the lines", "label": "counter", "background": true}))]},
+            {"text": "Waiting for the counter."},
+            {"text": "The counter said seven."}
+        ]),
+    );
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "count",
+            "mock:script=parent-bg",
+            &dir,
+            json!({"engineConfig": {"subAgentModel": "mock:script=sub-bg"}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "success");
+    assert!(e[0].1.contains("Background agent \"counter\" started"));
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(
+        roles(&msgs),
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    let drained = msgs[4]["blocks"][0]["text"].as_str().unwrap();
+    assert!(
+        drained.starts_with("[Background agent \"counter\" ("),
+        "{drained}"
+    );
+    assert!(drained.contains(") stop]\nseven"), "{drained}");
+    assert_eq!(msgs[5]["blocks"][0]["text"], "The counter said seven.");
+    let bodies = bodies_for(&mock, "mock:script=parent-bg");
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        bodies[2]
+            .to_string()
+            .contains("[Background agent \\\"counter\\\"")
+    );
+    // The drain did not use an iteration budget slot but every call is counted.
+    assert_eq!(of(&evs, "result")[0].data["stats"]["iterations"], 3);
+
+    // Foreground: the sub-agent's answer is the tool result; sub-agents get no spawn tool.
+    script(&mock, "sub-fg", json!([{"text": "sub answer"}]));
+    script(
+        &mock,
+        "parent-fg",
+        json!([
+            {"toolCalls": [call("sp2", "spawn", json!({"task": "answer", "label": "helper"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "fg",
+            "mock:script=parent-fg",
+            &dir,
+            json!({"engineConfig": {"subAgentModel": "mock:script=sub-fg"}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends(&evs);
+    assert_eq!(e[0], ("success".to_string(), "sub answer".to_string()));
+    let sub = bodies_for(&mock, "mock:script=sub-fg");
+    let tools: Vec<&str> = sub[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(!tools.contains(&"spawn"));
+    assert!(tools.contains(&"read_file"));
+}
+
+#[tokio::test]
+async fn interrupting_the_parent_stops_its_sub_agents() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "sub-sleep",
+        json!([{"toolCalls": [call("z", "shell", json!({"command": "echo $$ >> pids; exec sleep 600"}))]}]),
+    );
+    script(
+        &mock,
+        "parent-both",
+        json!([{"toolCalls": [
+            call("b", "spawn", json!({"task": "sleep", "label": "bg", "background": true})),
+            call("f", "spawn", json!({"task": "sleep", "label": "fg"}))
+        ]}]),
+    );
+    let (sid, run1) = d
+        .create(session(
+            "both",
+            "mock:script=parent-both",
+            &dir,
+            json!({"permissionMode": "bypassPermissions",
+                   "engineConfig": {"subAgentModel": "mock:script=sub-sleep"}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let pids: Vec<i32> = wait_for_file(&dir.join("pids"), 2)
+        .await
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(alive(&pids).len(), 2);
+    let (s, _) = d
+        .post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let evs = sse.until_complete(&run1).await;
+    assert_eq!(finish_of(&evs), "interrupted");
+    assert!(alive(&pids).is_empty(), "{:?}", alive(&pids));
+    let e = ends_by_id(&evs);
+    // The background spawn had returned at once; the foreground one was interrupted.
+    assert_eq!(e["b"].0, "success");
+    assert_eq!(e["f"].0, "interrupted");
+}
+
+#[tokio::test]
+async fn malformed_tool_arguments_become_a_correctable_error() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "bad-args",
+        json!([
+            {"toolCalls": [
+                {"id": "m1", "name": "read_file", "arguments": "{\"path\": \"a.txt\""},
+                {"id": "m2", "name": "read_file", "arguments": "[1,2]"},
+                {"id": "m3", "name": "read_file", "arguments": "{\"file\": 3}"},
+                {"id": "m4", "name": "no_such_tool", "arguments": "{}"}
+            ]},
+            {"toolCalls": [call("m5", "read_file", json!({"path": "a.txt"}))]},
+            {"text": "fixed"}
+        ]),
+    );
+    let (sid, _, evs) = run(&d, session("bad", "mock:script=bad-args", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    assert_eq!(e.len(), 5);
+    assert_eq!(e["m1"].0, "error");
+    assert!(e["m1"].1.contains("not valid JSON"), "{}", e["m1"].1);
+    assert!(
+        e["m1"].1.contains("\"path\""),
+        "the schema is shown: {}",
+        e["m1"].1
+    );
+    assert!(e["m2"].1.contains("must be a JSON object"));
+    assert_eq!(e["m3"].0, "error");
+    assert!(e["m3"].1.contains("invalid input"), "{}", e["m3"].1);
+    assert!(e["m4"].1.contains("unknown tool"));
+    assert_eq!(e["m5"].0, "success");
+    // The raw arguments are kept and sent back as the model wrote them.
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(msgs[1]["blocks"][0]["input"], "{\"path\": \"a.txt\"");
+    let bodies = bodies_for(&mock, "mock:script=bad-args");
+    let m = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        m[2]["tool_calls"][0]["function"]["arguments"],
+        "{\"path\": \"a.txt\""
+    );
+}
