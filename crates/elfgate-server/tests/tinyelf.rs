@@ -975,3 +975,131 @@ async fn malformed_tool_arguments_become_a_correctable_error() {
         "{\"path\": \"a.txt\""
     );
 }
+
+#[tokio::test]
+async fn llm_retries_then_error_after_the_last() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(&mock, "flaky", json!([{"text": "finally"}]));
+    let cfg = json!({"engineConfig": {"llmRetryDelayMs": 5}});
+    let (_, _, evs) = run(
+        &d,
+        session("r", "mock:script=flaky,fail=500x2", &dir, cfg.clone()),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let retries = of(&evs, "retry");
+    assert_eq!(retries.len(), 2);
+    assert_eq!(retries[0].data["retry"]["attempt"], 1);
+    assert_eq!(retries[1].data["retry"]["delayMs"], 10);
+    assert_eq!(text_of(&evs), "finally");
+
+    let (_, _, evs) = run(&d, session("r", "mock:script=flaky,fail=503", &dir, cfg)).await;
+    assert_eq!(finish_of(&evs), "error");
+    assert_eq!(of(&evs, "retry").len(), 2);
+    assert_eq!(of(&evs, "error").len(), 1);
+}
+
+#[tokio::test]
+async fn session_tools_web_fetch_and_session_hooks() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "SessionStart"
+command = "cat >> {m}/start.jsonl; echo >> {m}/start.jsonl"
+
+[[engines.tinyelf.hooks]]
+event = "SessionEnd"
+command = "cat >> {m}/end.jsonl; echo >> {m}/end.jsonl"
+"#,
+        m = marks.path().display()
+    );
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra,
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    script(&mock, "hello", json!([{"text": "hi there"}]));
+    let (other, _, _) = run(
+        &d,
+        session("remember 17", "mock:script=hello", &dir, json!({})),
+    )
+    .await;
+    let health = format!("{}/healthz", mock.base_url());
+    script(
+        &mock,
+        "tools",
+        json!([{"toolCalls": [
+            call("l1", "list_sessions", json!({})),
+            call("r1", "read_session_messages", json!({"session_id": other})),
+            call("w1", "web_fetch", json!({"url": health}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "look",
+            "mock:script=tools",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    assert_eq!(e["l1"].0, "success");
+    assert!(e["l1"].1.contains(&other));
+    assert!(e["l1"].1.contains("(this session)"));
+    assert_eq!(e["r1"].0, "success");
+    assert!(e["r1"].1.contains("[user] remember 17"), "{}", e["r1"].1);
+    assert!(e["r1"].1.contains("[assistant] hi there"));
+    // The mock listens on loopback: refused by default.
+    assert_eq!(e["w1"].0, "error");
+    assert!(e["w1"].1.contains("non-public address"), "{}", e["w1"].1);
+    // SessionStart and SessionEnd ran once per run with the run's description.
+    let start = wait_for_file(&marks.path().join("start.jsonl"), 2).await;
+    assert!(start.contains("\"event\":\"SessionStart\""));
+    let end = wait_for_file(&marks.path().join("end.jsonl"), 2).await;
+    assert!(end.contains("\"finishReason\":\"stop\""));
+}
+
+#[tokio::test]
+async fn web_fetch_reaches_private_addresses_only_when_allowed() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml:
+                "[engines.tinyelf]\nweb_fetch_allow_private = true\nweb_fetch_max_bytes = 1\n"
+                    .into(),
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    let health = format!("{}/healthz", mock.base_url());
+    script(
+        &mock,
+        "fetch",
+        json!([{"toolCalls": [call("w1", "web_fetch", json!({"url": health}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "get",
+            "mock:script=fetch",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["w1"].0, "success", "{e:?}");
+    assert!(e["w1"].1.starts_with('o'), "{}", e["w1"].1);
+    assert!(e["w1"].1.contains("body cut at 1 bytes"), "{}", e["w1"].1);
+}
