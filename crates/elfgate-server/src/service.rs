@@ -473,5 +473,6 @@ pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(
     state.dispatcher.hub().flush().await;
     state.store.delete_session(session_id).await?;
     state.dispatcher.hub().remove(session_id);
+    state.permissions.forget_session(session_id);
     Ok(())
 }

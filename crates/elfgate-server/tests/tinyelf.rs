@@ -1103,3 +1103,218 @@ async fn web_fetch_reaches_private_addresses_only_when_allowed() {
     assert!(e["w1"].1.starts_with('o'), "{}", e["w1"].1);
     assert!(e["w1"].1.contains("body cut at 1 bytes"), "{}", e["w1"].1);
 }
+
+#[tokio::test]
+async fn engine_config_overrides_reach_the_request() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "cfg",
+        json!([{"toolCalls": [call("s1", "shell", json!({"command": "true"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "cfg",
+            "mock:script=cfg",
+            &dir,
+            json!({"engineConfig": {"enabledTools": ["read_file", "grep"], "temperature": 0.7,
+                                    "maxTokens": 123, "maxTurns": 5, "thinkingLevel": "high"}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    // A tool that is not enabled is not run.
+    let e = ends_by_id(&evs);
+    assert_eq!(e["s1"].0, "error");
+    assert!(e["s1"].1.contains("unknown tool 'shell'"));
+    let b = &bodies_for(&mock, "mock:script=cfg")[0];
+    let names: Vec<&str> = b["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["grep", "read_file"]);
+    assert!((b["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
+    assert_eq!(b["reasoning_effort"], "high");
+    let init = of(&evs, "init")[0];
+    assert_eq!(init.data["systemInfo"]["maxIterations"], 5);
+    // The final answer carries the run's token totals.
+    let result = &of(&evs, "result")[0].data["stats"];
+    let last = of(&evs, "assistantMessage").last().unwrap().data["message"].clone();
+    assert_eq!(last["inputTokens"], result["inputTokens"]);
+    assert_eq!(last["outputTokens"], result["outputTokens"]);
+    assert!(result["outputTokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn plan_mode_manual_only_and_channel_permissions() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[engines.tinyelf.tool_tiers]\nlist_dir = \"manual_only\"\n".into(),
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    script(
+        &mock,
+        "plan",
+        json!([{"toolCalls": [
+            call("w", "write_file", json!({"path": "p.txt", "content": "x"})),
+            call("r", "read_file", json!({"path": "a.txt"})),
+            call("l", "list_dir", json!({}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "plan",
+            "mock:script=plan",
+            &dir,
+            json!({"permissionMode": "plan"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["w"].0, "denied");
+    assert!(e["w"].1.contains("plan"));
+    assert_eq!(e["r"].0, "success");
+    assert_eq!(e["l"].0, "denied");
+    assert!(e["l"].1.contains("manual_only"));
+    assert!(!dir.join("p.txt").exists());
+
+    script(
+        &mock,
+        "chan",
+        json!([{"toolCalls": [call("r", "read_file", json!({"path": "a.txt"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "chan",
+            "mock:script=chan",
+            &dir,
+            json!({"permissionMode": "bypassPermissions", "channelPermissions": {"canUseTool": false}}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["r"].0, "denied");
+    assert!(e["r"].1.contains("canUseTool"));
+
+    // requireConfirmation asks even for a read-only tool; acceptEdits lets edits through.
+    script(
+        &mock,
+        "confirm",
+        json!([{"toolCalls": [call("r", "read_file", json!({"path": "a.txt"}))]},
+               {"toolCalls": [call("w", "write_file", json!({"path": "q.txt", "content": "q"}))]},
+               {"text": "ok"}]),
+    );
+    let (sid, run1) = d
+        .create(session(
+            "confirm",
+            "mock:script=confirm",
+            &dir,
+            json!({"permissionMode": "acceptEdits",
+                   "channelPermissions": {"canUseTool": true, "requireConfirmation": true}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    for _ in 0..2 {
+        let req = next_of(&mut sse, "permissionRequest").await;
+        let rid = req.data["requestId"].as_str().unwrap();
+        let (s, _) = d
+            .post(
+                &format!("/v1/sessions/{sid}/permissions/{rid}"),
+                json!({"decision": "allow"}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    let evs = sse.until_complete(&run1).await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert!(dir.join("q.txt").exists());
+}
+
+#[tokio::test]
+async fn guardian_fails_closed_on_timeout_and_unclear_answers() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = r#"
+[engines.tinyelf.guardian]
+enabled = true
+model = "mock:script=gstall"
+timeout_secs = 0.3
+"#;
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra.into(),
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    script(&mock, "gstall", json!([{"text": "SA", "stall": true}]));
+    script(
+        &mock,
+        "gt",
+        json!([{"toolCalls": [call("w", "write_file", json!({"path": "g.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "g",
+            "mock:script=gt",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["w"].0, "denied");
+    assert!(e["w"].1.contains("did not answer within"), "{}", e["w"].1);
+
+    script(&mock, "gstall", json!([{"text": "Hmm, it depends."}]));
+    script(
+        &mock,
+        "gt",
+        json!([{"toolCalls": [call("w", "write_file", json!({"path": "g.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "g",
+            "mock:script=gt",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["w"].0, "denied");
+    assert!(e["w"].1.contains("unclear"), "{}", e["w"].1);
+    assert!(!dir.join("g.txt").exists());
+
+    script(&mock, "gstall", json!([{"text": "SAFE"}]));
+    script(
+        &mock,
+        "gt",
+        json!([{"toolCalls": [call("w", "write_file", json!({"path": "g.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "g",
+            "mock:script=gt",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    assert_eq!(ends_by_id(&evs)["w"].0, "success");
+    assert!(dir.join("g.txt").exists());
+}
