@@ -1,0 +1,292 @@
+//! The two kinds of benchmark session: one streamed chat completion straight from the mock
+//! provider, and one `api` session through the daemon's HTTP/SSE API. Both measure time to first
+//! token and total stream time, and check that exactly the expected number of tokens arrived.
+//!
+//! SSE is parsed cheaply: frames are split at blank lines and only their event type is looked at;
+//! tokens are counted by scanning for the mock's `tok<digit>` pattern, without decoding JSON.
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use memchr::memmem;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// What one session measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// From just before the first request to the first token received.
+    pub ttft: Duration,
+    /// From just before the first request to the end of the stream.
+    pub total: Duration,
+}
+
+/// Where a session goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Straight to the mock provider's `/v1/chat/completions`.
+    Direct,
+    /// Through the daemon: `POST /v1/sessions` then `GET /v1/sessions/{id}/events`.
+    Daemon,
+}
+
+impl Path {
+    /// A short label for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Path::Direct => "direct",
+            Path::Daemon => "daemon",
+        }
+    }
+}
+
+/// Everything a session needs to know.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The shared HTTP client.
+    pub http: reqwest::Client,
+    /// `http://ADDR` of the mock provider.
+    pub mock_base: String,
+    /// `http://ADDR` of the daemon.
+    pub daemon_base: String,
+}
+
+/// The mock model string that streams `tokens` tokens with `delay_ms` between them.
+pub fn model(tokens: u32, delay_ms: u64) -> String {
+    format!("mock:tokens={tokens},delay_ms={delay_ms}")
+}
+
+/// Splits an SSE byte stream into frames (the text between blank lines) without copying them.
+#[derive(Debug, Default)]
+struct Frames {
+    buf: Vec<u8>,
+    /// Where to resume looking for a frame boundary in `buf`.
+    scan_from: usize,
+}
+
+impl Frames {
+    /// Appends `chunk` and hands each complete frame to `f` until `f` returns true (the stream is
+    /// done); returns whether it did.
+    fn feed(
+        &mut self,
+        chunk: &[u8],
+        mut f: impl FnMut(&[u8]) -> anyhow::Result<bool>,
+    ) -> anyhow::Result<bool> {
+        self.buf.extend_from_slice(chunk);
+        let mut start = 0;
+        let mut from = self.scan_from;
+        while let Some(p) = memmem::find(&self.buf[from..], b"\n\n") {
+            let end = from + p;
+            if f(&self.buf[start..end])? {
+                return Ok(true);
+            }
+            start = end + 2;
+            from = start;
+        }
+        self.buf.drain(..start);
+        // The last byte may be the first half of a boundary.
+        self.scan_from = self.buf.len().saturating_sub(1);
+        Ok(false)
+    }
+}
+
+/// How many mock tokens (`tok` followed by a digit) `frame` carries.
+fn count_tokens(frame: &[u8]) -> usize {
+    memmem::find_iter(frame, b"tok")
+        .filter(|&i| frame.get(i + 3).is_some_and(u8::is_ascii_digit))
+        .count()
+}
+
+/// The `event:` field of a frame, if any.
+fn event_type(frame: &[u8]) -> Option<&[u8]> {
+    let pos = if frame.starts_with(b"event: ") {
+        0
+    } else {
+        memmem::find(frame, b"\nevent: ")? + 1
+    };
+    let rest = &frame[pos + 7..];
+    let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Per-stream bookkeeping shared by both paths.
+struct Progress {
+    started: Instant,
+    first: Option<Duration>,
+    tokens: usize,
+}
+
+impl Progress {
+    fn new(started: Instant) -> Self {
+        Progress {
+            started,
+            first: None,
+            tokens: 0,
+        }
+    }
+
+    fn add_tokens(&mut self, n: usize) {
+        if n > 0 && self.first.is_none() {
+            self.first = Some(self.started.elapsed());
+        }
+        self.tokens += n;
+    }
+
+    fn finish(self, expected: u32) -> anyhow::Result<Sample> {
+        let total = self.started.elapsed();
+        if self.tokens != expected as usize {
+            bail!("received {} tokens, expected {expected}", self.tokens);
+        }
+        let ttft = self.first.context("no token received")?;
+        Ok(Sample { ttft, total })
+    }
+}
+
+/// Reads `resp` as SSE, handing frames to `on_frame` until it reports the end.
+async fn read_sse(
+    resp: reqwest::Response,
+    mut on_frame: impl FnMut(&[u8]) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let mut frames = Frames::default();
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.context("reading the stream")?;
+        if frames.feed(&chunk, &mut on_frame)? {
+            return Ok(());
+        }
+    }
+    bail!("stream ended before its last event")
+}
+
+/// One streamed chat completion straight from the mock; ends at `data: [DONE]`.
+pub async fn direct(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    let body = json!({
+        "model": model(tokens, delay_ms),
+        "stream": true,
+        "messages": [{"role": "user", "content": "bench"}],
+    });
+    let url = format!("{}/v1/chat/completions", t.mock_base);
+    let started = Instant::now();
+    let resp = t.http.post(url).json(&body).send().await?;
+    if !resp.status().is_success() {
+        bail!("mock answered {}", resp.status());
+    }
+    let mut p = Progress::new(started);
+    read_sse(resp, |frame| {
+        let Some(data) = frame.strip_prefix(b"data: ") else {
+            return Ok(false);
+        };
+        if data == b"[DONE]" {
+            return Ok(true);
+        }
+        if memmem::find(data, b"\"error\"").is_some() {
+            bail!("mock stream error: {}", String::from_utf8_lossy(data));
+        }
+        p.add_tokens(count_tokens(data));
+        Ok(false)
+    })
+    .await?;
+    p.finish(tokens)
+}
+
+/// One `api` session through the daemon: create it, then read its event stream from the start
+/// until `complete`.
+pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    let body = json!({
+        "engine": "api",
+        "prompt": "bench",
+        "model": model(tokens, delay_ms),
+    });
+    let started = Instant::now();
+    let resp = t
+        .http
+        .post(format!("{}/v1/sessions", t.daemon_base))
+        .json(&body)
+        .send()
+        .await?;
+    let status = resp.status();
+    let bytes = resp.bytes().await?;
+    if status.as_u16() != 201 {
+        bail!(
+            "POST /v1/sessions answered {status}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+    }
+    let created: serde_json::Value = serde_json::from_slice(&bytes)?;
+    let id = created["sessionId"]
+        .as_str()
+        .context("no sessionId in the answer")?;
+    let resp = t
+        .http
+        .get(format!("{}/v1/sessions/{id}/events", t.daemon_base))
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        bail!("GET events answered {}", resp.status());
+    }
+    let mut p = Progress::new(started);
+    read_sse(resp, |frame| match event_type(frame) {
+        Some(b"streamDelta") => {
+            p.add_tokens(count_tokens(frame));
+            Ok(false)
+        }
+        Some(b"complete") => {
+            if memmem::find(frame, b"\"finishReason\":\"stop\"").is_none() {
+                bail!(
+                    "run did not stop cleanly: {}",
+                    String::from_utf8_lossy(frame)
+                );
+            }
+            Ok(true)
+        }
+        Some(b"error") | Some(b"reset") => {
+            bail!("daemon sent {}", String::from_utf8_lossy(frame))
+        }
+        _ => Ok(false),
+    })
+    .await?;
+    p.finish(tokens)
+}
+
+/// One session on `path`.
+pub async fn run(t: &Target, path: Path, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    match path {
+        Path::Direct => direct(t, tokens, delay_ms).await,
+        Path::Daemon => daemon(t, tokens, delay_ms).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_split_across_chunks() -> anyhow::Result<()> {
+        let mut f = Frames::default();
+        let mut seen = Vec::new();
+        let input = b"event: a\ndata: tok0 \n\n: keep\n\nevent: complete\ndata: x\n\n";
+        for chunk in input.chunks(3) {
+            let done = f.feed(chunk, |fr| {
+                seen.push(String::from_utf8_lossy(fr).into_owned());
+                Ok(event_type(fr) == Some(b"complete"))
+            })?;
+            if done {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 3);
+        assert_eq!(seen[0], "event: a\ndata: tok0 ");
+        assert_eq!(
+            event_type(b"id: 3\nevent: streamDelta\ndata: {}"),
+            Some(&b"streamDelta"[..])
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn counts_tokens_not_words() {
+        assert_eq!(
+            count_tokens(b"{\"model\":\"mock:tokens=3\",\"text\":\"tok1 tok2 \"}"),
+            2
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! The daemon under test, run as a separate process, and what `/proc` says about it.
+
+use anyhow::{Context, bail};
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A running `elfgate serve`; killed when dropped.
+pub struct Daemon {
+    child: Child,
+    /// `http://ADDR` the daemon listens on.
+    pub base: String,
+    /// The daemon's process id.
+    pub pid: u32,
+    /// Holds the config file and the database until the daemon is gone.
+    _dir: tempfile::TempDir,
+}
+
+/// The `elfgate` binary built in the same profile as this benchmark.
+fn daemon_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .context("the benchmark executable has no parent directory")?;
+    let bin = dir.join(format!("elfgate{}", std::env::consts::EXE_SUFFIX));
+    if !bin.is_file() {
+        bail!(
+            "{} not found: build the daemon in the same profile first, e.g. \
+             `cargo build --release -p elfgate-server` (or use scripts/bench.sh)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+impl Daemon {
+    /// Starts the daemon on a free loopback port with a fresh database, relaying to the mock
+    /// provider at `mock_base` (`http://ADDR`), and waits until it listens.
+    pub fn start(mock_base: &str) -> anyhow::Result<Daemon> {
+        let bin = daemon_binary()?;
+        let dir = tempfile::Builder::new().prefix("elfgate-bench").tempdir()?;
+        let config = dir.path().join("bench.toml");
+        let db = dir.path().join("bench.db");
+        std::fs::write(
+            &config,
+            format!(
+                r#"[server]
+bind = "127.0.0.1:0"
+
+[storage]
+url = "sqlite://{db}"
+
+[providers.mock]
+kind = "openai"
+base_url = "{mock_base}/v1"
+default_model = "mock"
+
+[defaults]
+provider = "mock"
+"#,
+                db = db.display(),
+            ),
+        )?;
+        let mut child = Command::new(&bin)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .env("ELFGATE_LOG", "warn")
+            .env_remove("ELFGATE_TOKEN")
+            .env_remove("ELFGATE_BIND")
+            .env_remove("ELFGATE_DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let pid = child.id();
+        let stdout = child.stdout.take().context("no stdout pipe")?;
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let Some(base) = line.trim().strip_prefix("elfgate listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the daemon did not start (stdout: {line:?})");
+        };
+        let base = base.to_string();
+        // Keep draining stdout so the daemon can never block on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+        });
+        Ok(Daemon {
+            child,
+            base,
+            pid,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident set size of `pid` in bytes (VmRSS).
+pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS in /proc status")?;
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("malformed VmRSS line")?
+        .parse()?;
+    Ok(kb * 1024)
+}
+
+/// Clock ticks per second for `/proc/<pid>/stat` (from `getconf CLK_TCK`, else 100).
+pub fn clock_ticks() -> u64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(100)
+}
+
+/// CPU time (user + system) `pid` has used, in clock ticks.
+pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc stat")?;
+    // After ')': state(3) ppid(4) ... utime(14) stime(15), so fields 11 and 12 of the rest.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next().context("no utime")?.parse()?;
+    let stime: u64 = fields.next().context("no stime")?.parse()?;
+    Ok(utime + stime)
+}
+
+/// Samples a process's RSS in the background and keeps the highest value seen.
+pub struct RssSampler {
+    peak: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssSampler {
+    /// Starts sampling `pid` every `every`.
+    pub fn start(pid: u32, every: Duration) -> RssSampler {
+        let peak = Arc::new(AtomicU64::new(rss_bytes(pid).unwrap_or(0)));
+        let p = peak.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                if let Ok(rss) = rss_bytes(pid) {
+                    p.fetch_max(rss, Ordering::Relaxed);
+                }
+            }
+        });
+        RssSampler { peak, task }
+    }
+
+    /// Stops sampling (taking one last sample) and returns the peak in bytes.
+    pub fn stop(self, pid: u32) -> u64 {
+        self.task.abort();
+        if let Ok(rss) = rss_bytes(pid) {
+            self.peak.fetch_max(rss, Ordering::Relaxed);
+        }
+        self.peak.load(Ordering::Relaxed)
+    }
+}

@@ -1,1 +1,0 @@
-//! elfgate-bench

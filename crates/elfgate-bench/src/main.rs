@@ -1,0 +1,569 @@
+//! `elfgate-bench`: starts the mock provider in-process and the `elfgate` daemon as a separate
+//! process, then drives C concurrent sessions of N streamed tokens both straight against the mock
+//! and through the daemon's SSE API, and prints the two side by side.
+//!
+//! ```text
+//! cargo build --release -p elfgate-server -p elfgate-bench
+//! target/release/elfgate-bench [--concurrency 1,50,200] [--tokens 200] [--delay-ms 5] ...
+//! ```
+//!
+//! See `docs/benchmarks.md` for what each column means.
+
+mod client;
+mod daemon;
+
+use anyhow::{Context, bail};
+use client::{Path, Sample, Target};
+use daemon::{Daemon, RssSampler};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// Added TTFT p99 allowed at 50 concurrent sessions.
+const TARGET_ADDED_TTFT_P99_MS: f64 = 5.0;
+/// Relay throughput as a fraction of direct.
+const TARGET_THROUGHPUT_RATIO: f64 = 0.80;
+/// Idle daemon RSS.
+const TARGET_IDLE_RSS_MB: f64 = 30.0;
+/// The concurrency the TTFT target is stated for.
+const TARGET_TTFT_CONCURRENCY: usize = 50;
+
+const USAGE: &str = "\
+elfgate-bench: concurrent SSE sessions through the elfgate daemon vs. directly against the mock
+
+USAGE: elfgate-bench [OPTIONS]
+
+OPTIONS:
+  --concurrency LIST   concurrent sessions per scenario, comma-separated   [1,50,200]
+  --tokens N           tokens streamed per session                          [200]
+  --delay-ms D         mock delay before each token in the latency pass     [5]
+  --rounds R           direct+daemon pass pairs per scenario (alternating)  [3]
+  --min-samples S      run more rounds until each path has S sessions       [20]
+  --no-throughput      skip the throughput pass (delay 0)
+  -v, --verbose        print one line per pass
+  -h, --help           this text
+
+The `elfgate` binary must sit next to this executable (same cargo profile):
+  cargo build --release -p elfgate-server -p elfgate-bench   (or scripts/bench.sh)";
+
+/// Command-line options.
+#[derive(Debug, Clone)]
+struct Opts {
+    concurrency: Vec<usize>,
+    tokens: u32,
+    delay_ms: u64,
+    rounds: usize,
+    min_samples: usize,
+    throughput: bool,
+    verbose: bool,
+}
+
+impl Opts {
+    fn parse() -> anyhow::Result<Option<Opts>> {
+        let mut o = Opts {
+            concurrency: vec![1, 50, 200],
+            tokens: 200,
+            delay_ms: 5,
+            rounds: 3,
+            min_samples: 20,
+            throughput: true,
+            verbose: false,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let (key, inline) = match a.split_once('=') {
+                Some((k, v)) if k.starts_with("--") => (k.to_string(), Some(v.to_string())),
+                _ => (a.clone(), None),
+            };
+            let mut value = || -> anyhow::Result<String> {
+                match inline.clone() {
+                    Some(v) => Ok(v),
+                    None => args.next().with_context(|| format!("{key} needs a value")),
+                }
+            };
+            match key.as_str() {
+                "-h" | "--help" => {
+                    println!("{USAGE}");
+                    return Ok(None);
+                }
+                "--concurrency" => {
+                    o.concurrency = value()?
+                        .split(',')
+                        .map(|s| s.trim().parse::<usize>())
+                        .collect::<Result<_, _>>()
+                        .context("--concurrency takes a list like 1,50,200")?;
+                }
+                "--tokens" => o.tokens = value()?.parse().context("--tokens")?,
+                "--delay-ms" => o.delay_ms = value()?.parse().context("--delay-ms")?,
+                "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
+                "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
+                "--no-throughput" => o.throughput = false,
+                "-v" | "--verbose" => o.verbose = true,
+                other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+            }
+        }
+        if o.concurrency.is_empty() || o.concurrency.contains(&0) {
+            bail!("--concurrency needs positive numbers");
+        }
+        if o.tokens == 0 {
+            bail!("--tokens must be positive");
+        }
+        o.rounds = o.rounds.max(1);
+        Ok(Some(o))
+    }
+}
+
+/// One scenario: C sessions at once, each streaming N tokens with D ms between them.
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    concurrency: usize,
+    tokens: u32,
+    delay_ms: u64,
+}
+
+impl Scenario {
+    fn label(&self) -> String {
+        let kind = if self.delay_ms == 0 { "thru" } else { "lat" };
+        format!(
+            "{kind} C={} N={} D={}ms",
+            self.concurrency, self.tokens, self.delay_ms
+        )
+    }
+}
+
+/// Everything one path measured over a scenario's passes.
+#[derive(Debug, Default)]
+struct PathStats {
+    samples: Vec<Sample>,
+    errors: usize,
+    first_error: Option<String>,
+    tokens: u64,
+    wall: Duration,
+    /// Daemon CPU ticks used during this path's passes.
+    daemon_cpu_ticks: u64,
+    /// Highest daemon RSS seen during this path's passes.
+    daemon_peak_rss: u64,
+}
+
+impl PathStats {
+    fn ttft_ms(&self, q: f64) -> f64 {
+        percentile_ms(self.samples.iter().map(|s| s.ttft), q)
+    }
+    fn total_ms(&self, q: f64) -> f64 {
+        percentile_ms(self.samples.iter().map(|s| s.total), q)
+    }
+    fn tokens_per_sec(&self) -> f64 {
+        let secs = self.wall.as_secs_f64();
+        if secs > 0.0 {
+            self.tokens as f64 / secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Nearest-rank percentile `q` (0..=1) of `values`, in milliseconds (NaN when empty).
+fn percentile_ms(values: impl Iterator<Item = Duration>, q: f64) -> f64 {
+    let mut v: Vec<Duration> = values.collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1].as_secs_f64() * 1000.0
+}
+
+/// What a scenario produced.
+#[derive(Debug)]
+struct Outcome {
+    scenario: Scenario,
+    direct: PathStats,
+    daemon: PathStats,
+    clk_tck: u64,
+}
+
+impl Outcome {
+    fn added_ttft_p99_ms(&self) -> f64 {
+        self.daemon.ttft_ms(0.99) - self.direct.ttft_ms(0.99)
+    }
+    fn throughput_ratio(&self) -> f64 {
+        let d = self.direct.tokens_per_sec();
+        if d > 0.0 {
+            self.daemon.tokens_per_sec() / d
+        } else {
+            f64::NAN
+        }
+    }
+    /// (p50 daemon stream time − p50 direct stream time) / N, in microseconds.
+    fn added_us_per_token(&self) -> f64 {
+        (self.daemon.total_ms(0.5) - self.direct.total_ms(0.5)) * 1000.0
+            / f64::from(self.scenario.tokens)
+    }
+    fn daemon_cpu_secs(&self) -> f64 {
+        self.daemon.daemon_cpu_ticks as f64 / self.clk_tck as f64
+    }
+    fn daemon_cpu_pct(&self) -> f64 {
+        let wall = self.daemon.wall.as_secs_f64();
+        if wall > 0.0 {
+            100.0 * self.daemon_cpu_secs() / wall
+        } else {
+            f64::NAN
+        }
+    }
+    fn daemon_cpu_us_per_token(&self) -> f64 {
+        if self.daemon.tokens > 0 {
+            self.daemon_cpu_secs() * 1e6 / self.daemon.tokens as f64
+        } else {
+            f64::NAN
+        }
+    }
+    fn errors(&self) -> usize {
+        self.direct.errors + self.daemon.errors
+    }
+}
+
+/// Runs `c` sessions at once on `path`; returns the samples, the errors and the wall time.
+async fn pass(
+    target: &Target,
+    path: Path,
+    c: usize,
+    tokens: u32,
+    delay_ms: u64,
+) -> (Vec<Sample>, Vec<String>, Duration) {
+    let started = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..c {
+        let t = target.clone();
+        set.spawn(async move {
+            // A safety net so that a wedged stream fails the pass instead of hanging it.
+            let guard = Duration::from_secs(120);
+            match tokio::time::timeout(guard, client::run(&t, path, tokens, delay_ms)).await {
+                Ok(r) => r,
+                Err(_) => Err(anyhow::anyhow!("no end of stream within {guard:?}")),
+            }
+        });
+    }
+    let mut samples = Vec::with_capacity(c);
+    let mut errors = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(s)) => samples.push(s),
+            Ok(Err(e)) => errors.push(format!("{e:#}")),
+            Err(e) => errors.push(format!("task failed: {e}")),
+        }
+    }
+    (samples, errors, started.elapsed())
+}
+
+/// Runs one scenario: a warmup, then direct and daemon passes alternately.
+async fn scenario(
+    target: &Target,
+    mock: &elfgate_mockllm::MockServer,
+    daemon: &Daemon,
+    sc: Scenario,
+    opts: &Opts,
+    clk_tck: u64,
+) -> anyhow::Result<Outcome> {
+    // Warm up with the full concurrency so that both connection pools (ours, and the daemon's to
+    // the mock) already hold C connections: a burst of new loopback connections can stall on SYN
+    // retransmits (~1 s) and would otherwise dominate the first pass's p99.
+    for path in [Path::Direct, Path::Daemon] {
+        let (_, errors, _) = pass(target, path, sc.concurrency, sc.tokens.min(20), 0).await;
+        if let Some(e) = errors.first() {
+            bail!("warmup on {} failed: {e}", path.label());
+        }
+    }
+    mock.clear_requests();
+    let rounds = opts.rounds.max(opts.min_samples.div_ceil(sc.concurrency));
+    let mut direct = PathStats::default();
+    let mut via = PathStats::default();
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [Path::Direct, Path::Daemon]
+        } else {
+            [Path::Daemon, Path::Direct]
+        };
+        for path in order {
+            let cpu0 = daemon::cpu_ticks(daemon.pid)?;
+            let sampler = RssSampler::start(daemon.pid, Duration::from_millis(10));
+            let (samples, errors, wall) =
+                pass(target, path, sc.concurrency, sc.tokens, sc.delay_ms).await;
+            let peak = sampler.stop(daemon.pid);
+            let cpu = daemon::cpu_ticks(daemon.pid)?.saturating_sub(cpu0);
+            mock.clear_requests();
+            if opts.verbose {
+                let max = samples.iter().map(|s| s.ttft).max().unwrap_or_default();
+                eprintln!(
+                    "    round {round} {}: {} ok, {} failed, max TTFT {:.2} ms, wall {:.3} s, \
+                     daemon CPU {cpu} ticks, peak RSS {:.1} MB",
+                    path.label(),
+                    samples.len(),
+                    errors.len(),
+                    max.as_secs_f64() * 1000.0,
+                    wall.as_secs_f64(),
+                    mb(peak)
+                );
+            }
+            let st = match path {
+                Path::Direct => &mut direct,
+                Path::Daemon => &mut via,
+            };
+            st.tokens += samples.len() as u64 * u64::from(sc.tokens);
+            st.samples.extend(samples);
+            st.errors += errors.len();
+            if st.first_error.is_none() {
+                st.first_error = errors.into_iter().next();
+            }
+            st.wall += wall;
+            st.daemon_cpu_ticks += cpu;
+            st.daemon_peak_rss = st.daemon_peak_rss.max(peak);
+        }
+    }
+    let out = Outcome {
+        scenario: sc,
+        direct,
+        daemon: via,
+        clk_tck,
+    };
+    eprintln!(
+        "  {:<24} {} rounds: ttft p99 {:.2}/{:.2} ms, {:.0}/{:.0} tok/s, {} errors",
+        sc.label(),
+        rounds,
+        out.direct.ttft_ms(0.99),
+        out.daemon.ttft_ms(0.99),
+        out.direct.tokens_per_sec(),
+        out.daemon.tokens_per_sec(),
+        out.errors()
+    );
+    for (label, st) in [("direct", &out.direct), ("daemon", &out.daemon)] {
+        if let Some(e) = &st.first_error {
+            eprintln!("    first {label} error: {e}");
+        }
+    }
+    Ok(out)
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Renders rows as a Markdown-compatible table with aligned columns.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut s = String::new();
+    let line = |s: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        s.push('|');
+        for (c, w) in cells.zip(&widths) {
+            let _ = write!(s, " {c:>w$} |");
+        }
+        s.push('\n');
+    };
+    line(&mut s, &mut header.iter().copied());
+    s.push('|');
+    for w in &widths {
+        let _ = write!(s, "{}:|", "-".repeat(w + 1));
+    }
+    s.push('\n');
+    for r in rows {
+        line(&mut s, &mut r.iter().map(String::as_str));
+    }
+    s
+}
+
+fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts) -> bool {
+    let header = [
+        "scenario",
+        "sessions",
+        "TTFT p50 dir/dmn ms",
+        "TTFT p99 dir/dmn ms",
+        "+TTFT p99 ms",
+        "tok/s direct",
+        "tok/s daemon",
+        "ratio",
+        "+µs/token p50",
+        "RSS peak MB",
+        "CPU s (%)",
+        "CPU µs/tok",
+        "errors",
+    ];
+    let rows: Vec<Vec<String>> = outcomes
+        .iter()
+        .map(|o| {
+            vec![
+                o.scenario.label(),
+                format!("{}/{}", o.direct.samples.len(), o.daemon.samples.len()),
+                format!("{:.2}/{:.2}", o.direct.ttft_ms(0.5), o.daemon.ttft_ms(0.5)),
+                format!(
+                    "{:.2}/{:.2}",
+                    o.direct.ttft_ms(0.99),
+                    o.daemon.ttft_ms(0.99)
+                ),
+                format!("{:+.2}", o.added_ttft_p99_ms()),
+                format!("{:.0}", o.direct.tokens_per_sec()),
+                format!("{:.0}", o.daemon.tokens_per_sec()),
+                format!("{:.2}", o.throughput_ratio()),
+                format!("{:+.1}", o.added_us_per_token()),
+                format!(
+                    "{:.1}",
+                    mb(o.direct.daemon_peak_rss.max(o.daemon.daemon_peak_rss))
+                ),
+                format!("{:.2} ({:.0}%)", o.daemon_cpu_secs(), o.daemon_cpu_pct()),
+                format!("{:.1}", o.daemon_cpu_us_per_token()),
+                o.errors().to_string(),
+            ]
+        })
+        .collect();
+    println!();
+    println!(
+        "elfgate-bench: {} cores, N={} tokens/session, latency pass D={} ms{}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        opts.tokens,
+        opts.delay_ms,
+        if opts.throughput {
+            ", throughput pass D=0"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "daemon RSS idle after start: {:.1} MB; idle after the run: {:.1} MB",
+        mb(idle_rss),
+        mb(idle_rss_after)
+    );
+    println!();
+    print!("{}", table(&header, &rows));
+    println!();
+
+    // Target checks.
+    let mut all_pass = true;
+    let mut verdict = |ok: bool| {
+        all_pass &= ok;
+        if ok { "PASS" } else { "FAIL" }
+    };
+    let ttft = outcomes
+        .iter()
+        .find(|o| o.scenario.concurrency == TARGET_TTFT_CONCURRENCY && o.scenario.delay_ms > 0);
+    match ttft {
+        Some(o) => {
+            let added = o.added_ttft_p99_ms();
+            println!(
+                "target added TTFT p99 < {TARGET_ADDED_TTFT_P99_MS} ms at C={TARGET_TTFT_CONCURRENCY}: \
+                 {added:+.2} ms -> {}",
+                verdict(added < TARGET_ADDED_TTFT_P99_MS && o.errors() == 0)
+            );
+        }
+        None => println!(
+            "target added TTFT p99 at C={TARGET_TTFT_CONCURRENCY}: not measured (add {TARGET_TTFT_CONCURRENCY} to --concurrency)"
+        ),
+    }
+    // Relay throughput is judged on the delay-0 passes (the mock streams as fast as it can).
+    let thru: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.scenario.delay_ms == 0)
+        .collect();
+    if thru.is_empty() {
+        println!("target relay throughput >= 80% of direct: not measured (--no-throughput)");
+    } else {
+        let worst = thru
+            .iter()
+            .map(|o| o.throughput_ratio())
+            .fold(f64::INFINITY, f64::min);
+        let per: Vec<String> = thru
+            .iter()
+            .map(|o| {
+                format!(
+                    "C={}: {:.0}%",
+                    o.scenario.concurrency,
+                    100.0 * o.throughput_ratio()
+                )
+            })
+            .collect();
+        let errors: usize = thru.iter().map(|o| o.errors()).sum();
+        println!(
+            "target relay throughput >= {:.0}% of direct (D=0, every C): {} -> {}",
+            100.0 * TARGET_THROUGHPUT_RATIO,
+            per.join(", "),
+            verdict(worst >= TARGET_THROUGHPUT_RATIO && errors == 0)
+        );
+    }
+    println!(
+        "target idle RSS < {TARGET_IDLE_RSS_MB} MB: {:.1} MB -> {}",
+        mb(idle_rss),
+        verdict(mb(idle_rss) < TARGET_IDLE_RSS_MB)
+    );
+    let errors: usize = outcomes.iter().map(Outcome::errors).sum();
+    if errors > 0 {
+        println!("{errors} sessions failed: see the errors above");
+        all_pass = false;
+    }
+    println!(
+        "summary: {}",
+        if all_pass {
+            "all targets met"
+        } else {
+            "some targets NOT met"
+        }
+    );
+    all_pass
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Some(opts) = Opts::parse()? else {
+        return Ok(());
+    };
+    let mock = elfgate_mockllm::MockServer::start()
+        .await
+        .context("starting the mock provider")?;
+    let daemon = Daemon::start(&mock.base_url())?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(4096)
+        .tcp_nodelay(true)
+        .build()?;
+    // Let the daemon settle before taking its idle RSS.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_rss = daemon::rss_bytes(daemon.pid)?;
+    let clk_tck = daemon::clock_ticks();
+    eprintln!(
+        "mock at {}, daemon pid {} at {}, idle RSS {:.1} MB",
+        mock.base_url(),
+        daemon.pid,
+        daemon.base,
+        mb(idle_rss)
+    );
+    let target = Target {
+        http,
+        mock_base: mock.base_url(),
+        daemon_base: daemon.base.clone(),
+    };
+
+    let mut scenarios: Vec<Scenario> = opts
+        .concurrency
+        .iter()
+        .map(|&c| Scenario {
+            concurrency: c,
+            tokens: opts.tokens,
+            delay_ms: opts.delay_ms,
+        })
+        .collect();
+    if opts.throughput && opts.delay_ms > 0 {
+        scenarios.extend(opts.concurrency.iter().map(|&c| Scenario {
+            concurrency: c,
+            tokens: opts.tokens,
+            delay_ms: 0,
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for sc in scenarios {
+        outcomes.push(scenario(&target, &mock, &daemon, sc, &opts, clk_tck).await?);
+    }
+    // Idle again: give the daemon a moment to drop finished sessions' state.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_after = daemon::rss_bytes(daemon.pid)?;
+    report(&outcomes, idle_rss, idle_after, &opts);
+    Ok(())
+}
