@@ -129,41 +129,39 @@ impl Tool for Shell {
         let mut guard = GroupGuard {
             pgid: child.id().and_then(|p| i32::try_from(p).ok()),
         };
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
         let cap = self.max_output_bytes;
-        let done = {
-            let collect = async {
-                let out = async {
-                    match stdout {
-                        Some(s) => read_capped(s, cap).await,
-                        None => (Vec::new(), 0),
-                    }
-                };
-                let err = async {
-                    match stderr {
-                        Some(s) => read_capped(s, cap).await,
-                        None => (Vec::new(), 0),
-                    }
-                };
-                let (o, e) = tokio::join!(out, err);
-                let status = child.wait().await;
-                (o, e, status)
-            };
-            tokio::pin!(collect);
-            tokio::select! {
-                biased;
-                _ = ctx.cancel.cancelled() => None,
-                r = &mut collect => Some(r),
-            }
+        // Readers run on their own so that the leader's exit is seen even while something it left
+        // behind still holds the pipes.
+        let out_task = child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(read_capped(s, cap)));
+        let err_task = child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(read_capped(s, cap)));
+        let status = tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => None,
+            s = child.wait() => Some(s),
         };
-        let Some((out, err, status)) = done else {
-            guard.kill();
+        // Leader gone (or interrupted): nothing it started may live on; this also closes the pipes.
+        guard.kill();
+        let Some(status) = status else {
             let _ = child.wait().await;
+            for t in [out_task, err_task].into_iter().flatten() {
+                t.abort();
+            }
             return Err(ToolError::Interrupted);
         };
-        // The leader exited; make sure nothing it left in its group lives on.
-        guard.kill();
+        let collect = |t: Option<tokio::task::JoinHandle<(Vec<u8>, usize)>>| async move {
+            match t {
+                Some(t) => t.await.unwrap_or_default(),
+                None => (Vec::new(), 0),
+            }
+        };
+        let out = collect(out_task).await;
+        let err = collect(err_task).await;
         let status = status?;
         let code = status.code();
         let mut text = match code {
@@ -179,5 +177,95 @@ impl Tool for Shell {
             is_error: code != Some(0),
             yield_run: false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::firewall::ExecutionFirewall;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx(dir: &std::path::Path) -> ToolContext {
+        ToolContext {
+            project_path: dir.to_path_buf(),
+            session_id: elfgate_core::SessionId::new(),
+            cancel: CancellationToken::new(),
+            firewall: Arc::new(ExecutionFirewall::new(vec![], &[]).unwrap()),
+            store: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn reports_exit_code_output_and_caps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = Shell {
+            max_output_bytes: 10,
+        };
+        let out = sh
+            .execute(
+                json!({"command": "printf 0123456789abcdef; echo oops >&2; exit 3"}),
+                &ctx(dir.path()),
+            )
+            .await
+            .unwrap();
+        assert!(out.is_error);
+        assert!(out.content.starts_with("exit code: 3\n"), "{}", out.content);
+        assert!(
+            out.content
+                .contains("0123456789\n[... stdout capped: 10 of 16 bytes shown ...]")
+        );
+        assert!(out.content.contains("oops"));
+    }
+
+    #[tokio::test]
+    async fn leftover_background_processes_do_not_hold_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = Instant::now();
+        let out = Shell::default()
+            .execute(
+                json!({"command": "sleep 600 & echo $! > bg.pid; echo done"}),
+                &ctx(dir.path()),
+            )
+            .await
+            .unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        assert!(out.content.contains("exit code: 0"));
+        assert!(out.content.contains("done"));
+        let pid: i32 = std::fs::read_to_string(dir.path().join("bg.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed with its group: gone or a zombie waiting for its reaper.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()));
+        assert!(matches!(state, None | Some('Z') | Some('X')), "{state:?}");
+    }
+
+    #[tokio::test]
+    async fn cancel_kills_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(dir.path());
+        let cancel = c.cancel.clone();
+        let marker = dir.path().join("started");
+        let task = tokio::spawn(async move {
+            Shell::default()
+                .execute(json!({"command": "touch started; sleep 600"}), &c)
+                .await
+        });
+        while !marker.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+        let r = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r, Err(ToolError::Interrupted)));
     }
 }
