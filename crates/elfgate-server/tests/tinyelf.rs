@@ -1318,3 +1318,29 @@ timeout_secs = 0.3
     assert_eq!(ends_by_id(&evs)["w"].0, "success");
     assert!(dir.join("g.txt").exists());
 }
+
+#[tokio::test]
+async fn a_yielding_tool_stops_the_run_until_the_user_answers() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "ask",
+        json!([
+            {"text": "One question first.", "toolCalls": [call("q1", "ask_user", json!({"question": "Which file?"}))]},
+            {"text": "Thanks, using a.txt."}
+        ]),
+    );
+    let (sid, _, evs) = run(&d, session("edit it", "mock:script=ask", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(of(&evs, "result")[0].data["stats"]["iterations"], 1);
+    assert_eq!(bodies_for(&mock, "mock:script=ask").len(), 1);
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(roles(&msgs), ["user", "assistant", "tool"]);
+    let run2 = d.send(&sid, json!({"prompt": "a.txt"})).await;
+    let evs2 = d.events(&sid, None).await.until_complete(&run2).await;
+    assert_eq!(finish_of(&evs2), "stop");
+    let this_run: Vec<Ev> = evs2.into_iter().filter(|e| e.run() == run2).collect();
+    assert_eq!(text_of(&this_run), "Thanks, using a.txt.");
+}

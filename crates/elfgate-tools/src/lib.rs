@@ -2,6 +2,7 @@
 //! pieces the agent engine runs every call through: [`ExecutionFirewall`], [`Hooks`], [`Guardian`]
 //! and the [`PermissionBroker`].
 
+pub mod ask;
 pub mod firewall;
 pub mod fs_tools;
 pub mod guardian;
@@ -48,5 +49,6 @@ pub fn builtin_registry(settings: &BuiltinSettings) -> ToolRegistry {
     r.register(Arc::new(settings.web.clone()));
     r.register(Arc::new(session_tools::ListSessions));
     r.register(Arc::new(session_tools::ReadSessionMessages));
+    r.register(Arc::new(ask::AskUser));
     r
 }

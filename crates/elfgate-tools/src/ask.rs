@@ -1,0 +1,44 @@
+//! ask_user: the model asks the user a question and the run stops (a YieldSignal) until the user
+//! answers with the next prompt.
+
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+/// ask_user: yields the run with a question for the user.
+#[derive(Debug, Default)]
+pub struct AskUser;
+
+#[async_trait]
+impl Tool for AskUser {
+    fn name(&self) -> &str {
+        "ask_user"
+    }
+    fn description(&self) -> &str {
+        "Ask the user a question when you cannot go on without their answer. The run stops; the \
+user's reply arrives as the next message."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]})
+    }
+    fn tier(&self) -> PermissionTier {
+        PermissionTier::ReadOnly
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    async fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let q = input
+            .get("question")
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+            .ok_or_else(|| ToolError::InvalidInput("question is required".into()))?;
+        Ok(ToolOutput {
+            content: format!(
+                "The question was shown to the user: {q}\nTheir answer will be the next message."
+            ),
+            is_error: false,
+            yield_run: true,
+        })
+    }
+}
