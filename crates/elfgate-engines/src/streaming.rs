@@ -179,7 +179,8 @@ pub(crate) async fn stream_turn_with(
             return out;
         }
     };
-    let mut first_token = true;
+    // Sub-agent calls (not relayed) stay out of the time-to-first-token metric.
+    let mut first_token = opts.relay_deltas;
     loop {
         let next = tokio::select! {
             biased;

@@ -86,6 +86,7 @@ fn lexical_normalize(path: &Path) -> PathBuf {
 fn resolve_existing(path: &Path) -> std::io::Result<PathBuf> {
     let mut existing = path.to_path_buf();
     let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    let mut links_followed = 0;
     loop {
         match std::fs::canonicalize(&existing) {
             Ok(canon) => {
@@ -98,6 +99,10 @@ fn resolve_existing(path: &Path) -> std::io::Result<PathBuf> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // A dangling symlink: follow its target.
                 if let Ok(target) = std::fs::read_link(&existing) {
+                    links_followed += 1;
+                    if links_followed > 40 {
+                        return Err(std::io::Error::other("too many levels of symbolic links"));
+                    }
                     let base = existing.parent().map(Path::to_path_buf).unwrap_or_default();
                     let mut next = lexical_normalize(&base.join(target));
                     for part in rest.iter().rev() {

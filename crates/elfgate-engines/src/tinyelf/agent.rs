@@ -37,7 +37,6 @@ pub(crate) struct Runner {
     pub rs: RunSettings,
     pub project: PathBuf,
     pub guardian: Option<Guardian>,
-    pub started: Instant,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
@@ -79,7 +78,6 @@ pub(crate) struct LoopEnd {
 }
 
 impl Runner {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         inner: Arc<Inner>,
         ctx: EngineSessionContext,
@@ -88,7 +86,6 @@ impl Runner {
         rs: RunSettings,
         project: PathBuf,
         guardian: Option<Guardian>,
-        started: Instant,
     ) -> Arc<Self> {
         let (bg_tx, bg_rx) = mpsc::unbounded_channel();
         let bg_cancel = ctx.cancel.child_token();
@@ -100,7 +97,6 @@ impl Runner {
             rs,
             project,
             guardian,
-            started,
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             bg_tx,
@@ -218,7 +214,8 @@ impl Runner {
                 req,
                 &policy,
                 &self.ctx,
-                self.started,
+                // Time to first token is measured per call in the agent loop.
+                Instant::now(),
                 TurnOptions {
                     relay_deltas: agent.is_top(),
                     split_think: true,

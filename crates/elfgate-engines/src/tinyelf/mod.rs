@@ -28,7 +28,7 @@ use serde_json::json;
 use settings::RunSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A TinyElf configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +124,6 @@ impl TinyElfEngine {
     }
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
-        let started = Instant::now();
         let inner = &self.inner;
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
@@ -259,7 +258,6 @@ impl TinyElfEngine {
             rs.clone(),
             project.clone(),
             guardian,
-            started,
         );
         let agent = Agent {
             label: None,
