@@ -724,6 +724,34 @@ async fn permission_round_trips() {
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
     assert_eq!(std::fs::read_to_string(dir.join("two.txt")).unwrap(), "2");
 
+    // Two concurrent calls of one confirm_once tool: the client is asked once.
+    script(
+        &mock,
+        "perm-pair",
+        json!([{"toolCalls": [
+            call("x1", "write_file", json!({"path": "x1.txt", "content": "1"})),
+            call("x2", "write_file", json!({"path": "x2.txt", "content": "2"}))
+        ]}, {"text": "ok"}]),
+    );
+    let (sid, run_pair) = d
+        .create(session("pair", "mock:script=perm-pair", &dir, json!({})))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let req = next_of(&mut sse, "permissionRequest").await;
+    let rid = req.data["requestId"].as_str().unwrap();
+    let (s, _) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{rid}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let evs = sse.until_complete(&run_pair).await;
+    assert!(of(&evs, "permissionRequest").is_empty());
+    let e = ends_by_id(&evs);
+    assert_eq!(e["x1"].0, "success");
+    assert_eq!(e["x2"].0, "success");
+
     // Denied, with a message the model sees.
     script(
         &mock,

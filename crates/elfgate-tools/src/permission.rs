@@ -162,6 +162,7 @@ pub struct PermissionBroker {
     pending: DashMap<String, Pending>,
     decided: DashMap<String, SessionId>,
     remembered: DashMap<(SessionId, String), Decision>,
+    ask_locks: DashMap<(SessionId, String), Arc<tokio::sync::Mutex<()>>>,
 }
 
 impl std::fmt::Debug for PermissionBroker {
@@ -185,6 +186,7 @@ impl PermissionBroker {
             pending: DashMap::new(),
             decided: DashMap::new(),
             remembered: DashMap::new(),
+            ask_locks: DashMap::new(),
         }
     }
 
@@ -201,8 +203,18 @@ impl PermissionBroker {
             .insert((session_id, tool.to_string()), decision);
     }
 
+    /// A lock per session and tool: concurrent calls of one confirm_once tool take it around
+    /// "check what was remembered, else ask", so that the client is asked only once.
+    pub fn ask_lock(&self, session_id: SessionId, tool: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.ask_locks
+            .entry((session_id, tool.to_string()))
+            .or_default()
+            .clone()
+    }
+
     /// Forgets everything about a session (deleted).
     pub fn forget_session(&self, session_id: SessionId) {
+        self.ask_locks.retain(|(s, _), _| *s != session_id);
         self.remembered.retain(|(s, _), _| *s != session_id);
         self.decided.retain(|_, s| *s != session_id);
         self.pending.retain(|_, p| p.session_id != session_id);

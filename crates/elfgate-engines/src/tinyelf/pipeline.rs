@@ -208,6 +208,18 @@ pub(crate) async fn run_call(
     }
     // 7. Permission.
     let mode = runner.ctx.permission_mode.as_deref().unwrap_or("default");
+    // Concurrent calls of one confirm_once tool ask one after the other, so the first answer
+    // covers the rest.
+    let ask_lock = (tier == PermissionTier::ConfirmOnce)
+        .then(|| runner.inner.broker.ask_lock(session_id, &call.name));
+    let ask_guard = match &ask_lock {
+        Some(l) => tokio::select! {
+            biased;
+            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call),
+            g = l.lock() => Some(g),
+        },
+        None => None,
+    };
     let remembered = runner.inner.broker.remembered(session_id, &call.name);
     let require = channel.is_some_and(|c| c.require_confirmation);
     match policy(tier, tool.kind(), mode, require, remembered) {
@@ -253,6 +265,7 @@ pub(crate) async fn run_call(
             }
         }
     }
+    drop(ask_guard);
     // 8. Execute with the tool timeout.
     let tool_cancel = agent.cancel.child_token();
     let tctx = ToolContext {
