@@ -31,8 +31,10 @@ async fn chat_streams_in_order_and_resume_sends_history() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
     let (sid, run1) = d
-        .create(json!({"engine": "chat", "prompt": "first question", "model": "mock:tokens=4",
-                       "systemPrompt": "be brief"}))
+        .create(
+            json!({"engine": "chat", "prompt": "first question", "model": "mock:tokens=4",
+                       "systemPrompt": "be brief"}),
+        )
         .await;
     let mut sse = d.events(&sid, None).await;
     let evs = sse.until_complete(&run1).await;
@@ -58,7 +60,10 @@ async fn chat_streams_in_order_and_resume_sends_history() {
 
     // Resume: the second request upstream carries the first turn.
     let run2 = d
-        .send(&sid, json!({"prompt": "second question", "model": "mock:tokens=2"}))
+        .send(
+            &sid,
+            json!({"prompt": "second question", "model": "mock:tokens=2"}),
+        )
         .await;
     let evs2 = sse.until_complete(&run2).await;
     assert_eq!(text_of(&evs2), "tok0 tok1 ");
@@ -98,8 +103,10 @@ async fn chat_over_anthropic_with_thinking_and_branching() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
     let (sid, run1) = d
-        .create(json!({"engine": "chat", "prompt": "one", "providerId": "mock-anthropic",
-                       "model": "mock:tokens=2,think=2", "thinkingLevel": "low"}))
+        .create(
+            json!({"engine": "chat", "prompt": "one", "providerId": "mock-anthropic",
+                       "model": "mock:tokens=2,think=2", "thinkingLevel": "low"}),
+        )
         .await;
     let mut sse = d.events(&sid, None).await;
     let evs = sse.until_complete(&run1).await;
@@ -115,8 +122,11 @@ async fn chat_over_anthropic_with_thinking_and_branching() {
 
     // Branch from the first user message: the first answer is not part of the branch.
     let run2 = d
-        .send(&sid, json!({"prompt": "two", "parentId": first_user, "providerId": "mock-anthropic",
-                           "model": "mock:tokens=1"}))
+        .send(
+            &sid,
+            json!({"prompt": "two", "parentId": first_user, "providerId": "mock-anthropic",
+                           "model": "mock:tokens=1"}),
+        )
         .await;
     sse.until_complete(&run2).await;
     let req = &mock.requests()[1].body;
@@ -178,13 +188,19 @@ async fn interrupt_stops_the_upstream_stream_and_keeps_partial_text() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
     let (sid, run) = d
-        .create(chat("tell me a long story", "mock:tokens=100,stall_after=3"))
+        .create(chat(
+            "tell me a long story",
+            "mock:tokens=100,stall_after=3",
+        ))
         .await;
     let mut sse = d.events(&sid, None).await;
     // The mock streams 3 tokens, then stalls: the run is mid-stream.
     sse.until_n("streamDelta", 3).await;
     let (status, v) = d
-        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({"wait": true}))
+        .post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(v["interrupted"], true);
@@ -229,9 +245,7 @@ async fn interrupt_stops_the_upstream_stream_and_keeps_partial_text() {
 async fn reconnect_with_last_event_id_gets_every_missed_event_once() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
-    let (sid, run) = d
-        .create(chat("count", "mock:tokens=30,delay_ms=5"))
-        .await;
+    let (sid, run) = d.create(chat("count", "mock:tokens=30,delay_ms=5")).await;
     let mut first = d.events(&sid, None).await;
     let seen = first.until_n("streamDelta", 5).await;
     let last_id = seen.last().unwrap().id.unwrap();
@@ -243,7 +257,10 @@ async fn reconnect_with_last_event_id_gets_every_missed_event_once() {
     assert_contiguous(&rest, last_id + 1);
     let mut all = seen.clone();
     all.extend(rest);
-    assert_eq!(text_of(&all), (0..30).map(|i| format!("tok{i} ")).collect::<String>());
+    assert_eq!(
+        text_of(&all),
+        (0..30).map(|i| format!("tok{i} ")).collect::<String>()
+    );
     // The same through ?afterSeq.
     let r = reqwest::get(d.url(&format!("/v1/sessions/{sid}/events?afterSeq={last_id}")))
         .await
@@ -263,7 +280,16 @@ async fn upstream_500_twice_then_success_gives_two_retries() {
         .await;
     let evs = d.events(&sid, None).await.until_complete(&run).await;
     let t = types(&evs);
-    assert_in_order(&t, &["retry", "retry", "streamDelta", "assistantMessage", "complete"]);
+    assert_in_order(
+        &t,
+        &[
+            "retry",
+            "retry",
+            "streamDelta",
+            "assistantMessage",
+            "complete",
+        ],
+    );
     assert_eq!(t.iter().filter(|x| **x == "retry").count(), 2);
     let retry = evs.iter().find(|e| e.event == "retry").unwrap();
     assert_eq!(retry.data["retry"]["attempt"], 1);
@@ -277,9 +303,7 @@ async fn upstream_500_twice_then_success_gives_two_retries() {
 async fn upstream_that_keeps_failing_ends_with_error() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
-    let (sid, run) = d
-        .create(chat("hi", "mock:fail=503,id=always"))
-        .await;
+    let (sid, run) = d.create(chat("hi", "mock:fail=503,id=always")).await;
     let evs = d.events(&sid, None).await.until_complete(&run).await;
     let t = types(&evs);
     assert_in_order(&t, &["retry", "retry", "error", "result", "complete"]);
@@ -291,11 +315,12 @@ async fn upstream_that_keeps_failing_ends_with_error() {
     assert!(r["error"].as_str().unwrap().contains("503"), "{r}");
 
     // A stream dropped mid-way is an error too, and the text before it is kept.
-    let (sid, run) = d
-        .create(chat("hi", "mock:tokens=10,drop_after=2"))
-        .await;
+    let (sid, run) = d.create(chat("hi", "mock:tokens=10,drop_after=2")).await;
     let evs = d.events(&sid, None).await.until_complete(&run).await;
-    assert_in_order(&types(&evs), &["streamDelta", "error", "assistantMessage", "complete"]);
+    assert_in_order(
+        &types(&evs),
+        &["streamDelta", "error", "assistantMessage", "complete"],
+    );
     assert_eq!(evs.last().unwrap().data["finishReason"], "error");
     let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
     assert_eq!(msgs["messages"][1]["blocks"][0]["text"], "tok0 tok1 ");
@@ -312,7 +337,10 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
     sse.until_n("streamDelta", 1).await;
 
     let (status, v) = d
-        .post(&format!("/v1/sessions/{sid}/messages"), json!({"prompt": "second"}))
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "second"}),
+        )
         .await;
     assert_eq!(status, 409);
     assert_eq!(v["error"]["code"], "busy");
@@ -343,8 +371,14 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
         .filter(|e| e.event == "complete")
         .map(|e| (e.run(), e.data["finishReason"].as_str().unwrap()))
         .collect();
-    assert!(completes.contains(&(run1.as_str(), "interrupted")), "{completes:?}");
-    assert!(completes.contains(&(queued.as_str(), "interrupted")), "{completes:?}");
+    assert!(
+        completes.contains(&(run1.as_str(), "interrupted")),
+        "{completes:?}"
+    );
+    assert!(
+        completes.contains(&(queued.as_str(), "interrupted")),
+        "{completes:?}"
+    );
     assert_eq!(completes.last().unwrap(), &(third.as_str(), "stop"));
     // Each run ends once, and the new run's events come after the old run's complete.
     assert_eq!(completes.len(), 3);
@@ -358,9 +392,17 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
     assert_eq!(r["status"], "interrupted");
 
     // Enqueue runs in order after the current run.
-    let a = d.send(&sid, json!({"prompt": "a", "model": "mock:tokens=1,delay_ms=20"})).await;
+    let a = d
+        .send(
+            &sid,
+            json!({"prompt": "a", "model": "mock:tokens=1,delay_ms=20"}),
+        )
+        .await;
     let b = d
-        .send(&sid, json!({"prompt": "b", "onBusy": "enqueue", "model": "mock:tokens=1"}))
+        .send(
+            &sid,
+            json!({"prompt": "b", "onBusy": "enqueue", "model": "mock:tokens=1"}),
+        )
         .await;
     let evs = sse.until_complete(&b).await;
     let order: Vec<&str> = evs

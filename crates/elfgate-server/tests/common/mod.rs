@@ -141,7 +141,11 @@ impl Daemon {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.auth(self.http.get(self.url(path))).send().await.unwrap();
+        let r = self
+            .auth(self.http.get(self.url(path)))
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
@@ -176,7 +180,9 @@ impl Daemon {
 
     /// Opens the session's event stream after `after`.
     pub async fn events(&self, session: &str, last_event_id: Option<u64>) -> Sse {
-        let mut rb = self.http.get(self.url(&format!("/v1/sessions/{session}/events")));
+        let mut rb = self
+            .http
+            .get(self.url(&format!("/v1/sessions/{session}/events")));
         if let Some(id) = last_event_id {
             rb = rb.header("Last-Event-ID", id.to_string());
         }
@@ -199,10 +205,7 @@ impl Daemon {
     /// Sends SIGTERM and waits for the process to exit; returns its exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         self.child.wait().unwrap()
     }
 }
@@ -247,6 +250,8 @@ impl Sse {
 
     /// The next event (comments skipped); None when the stream ends.
     pub async fn next(&mut self) -> Option<Ev> {
+        // One deadline for the whole call, so that keep-alive comments cannot extend it.
+        let deadline = tokio::time::Instant::now() + GUARD;
         loop {
             if let Some(pos) = self.buf.find("\n\n") {
                 let frame: String = self.buf.drain(..pos + 2).collect();
@@ -271,10 +276,11 @@ impl Sse {
                 ev.data = serde_json::from_str(&data).unwrap();
                 return Some(ev);
             }
-            let chunk = tokio::time::timeout(GUARD, self.stream.next())
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
                 .await
                 .expect("no SSE event within the guard time")?;
-            self.buf.push_str(std::str::from_utf8(&chunk.ok()?).unwrap());
+            self.buf
+                .push_str(std::str::from_utf8(&chunk.ok()?).unwrap());
         }
     }
 

@@ -1,0 +1,295 @@
+//! Bad input gets a clear JSON error with the right status, and the daemon keeps serving.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Daemon, Opts, chat};
+use elfgate_mockllm::MockServer;
+use serde_json::{Value, json};
+
+async fn raw(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let mut rb = d
+        .http
+        .request(method.parse().unwrap(), d.url(path))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(t) = token {
+        rb = rb.header("authorization", t);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {v}"))
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors_and_nothing_breaks() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(chat("keep me", "mock:tokens=50,stall_after=1"))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_n("streamDelta", 1).await;
+
+    let (s, v) = raw(&d, "POST", "/v1/sessions", "{not json", None).await;
+    assert_eq!((s, code(&v)), (400, "bad_request"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid JSON")
+    );
+
+    let (s, v) = raw(&d, "POST", "/v1/sessions", r#"{"engine":"chat"}"#, None).await;
+    assert_eq!((s, code(&v)), (400, "bad_request"));
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("prompt"),
+        "{v}"
+    );
+
+    let (s, v) = raw(
+        &d,
+        "POST",
+        "/v1/sessions",
+        r#"{"engine":"chat","prompt":"  "}"#,
+        None,
+    )
+    .await;
+    assert_eq!((s, code(&v)), (400, "bad_request"));
+
+    let (s, v) = d
+        .post("/v1/sessions", json!({"engine": "nope", "prompt": "x"}))
+        .await;
+    assert_eq!((s, code(&v)), (422, "unprocessable"));
+    assert!(v["error"]["message"].as_str().unwrap().contains("nope"));
+
+    let (s, v) = d
+        .post(
+            "/v1/sessions",
+            json!({"engine": "chat", "prompt": "x", "providerId": "ghost"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (422, "unprocessable"));
+
+    let (s, v) = d
+        .post(
+            "/v1/sessions",
+            json!({"engine": "chat", "prompt": "x", "permissionMode": "yolo"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (400, "bad_request"));
+
+    let ghost = "01900000-0000-7000-8000-000000000000";
+    for path in [
+        format!("/v1/sessions/{ghost}"),
+        format!("/v1/sessions/{ghost}/messages"),
+        format!("/v1/sessions/{ghost}/events"),
+        "/v1/sessions/not-a-uuid".to_string(),
+        format!("/v1/sessions/{sid}/runs/{ghost}"),
+    ] {
+        let (s, v) = d.get(&path).await;
+        assert_eq!((s, code(&v)), (404, "not_found"), "{path}");
+    }
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{ghost}/messages"),
+            json!({"prompt": "x"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"));
+    let (s, v) = d
+        .post(&format!("/v1/sessions/{ghost}/interrupt"), json!({}))
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"));
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{ghost}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (404, "not_found"));
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "x", "parentId": ghost}),
+        )
+        .await;
+    assert_eq!(s, 409, "busy is checked first: {v}");
+
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "again"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (409, "busy"));
+    assert_eq!(v["activeRunId"], run.as_str());
+
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "x", "onBusy": "sometimes"}),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (400, "bad_request"));
+
+    // The harness config limits bodies to 64 KiB.
+    let big = json!({"engine": "chat", "prompt": "x".repeat(100_000)}).to_string();
+    let (s, v) = raw(&d, "POST", "/v1/sessions", &big, None).await;
+    assert_eq!((s, code(&v)), (413, "payload_too_large"));
+
+    let (s, v) = d.get("/v1/nothing-here").await;
+    assert_eq!((s, code(&v)), (404, "not_found"));
+
+    // Still serving, and the running session is untouched.
+    let (s, _) = d.get("/healthz").await;
+    assert_eq!(s, 200);
+    let (s, _) = d.get("/readyz").await;
+    assert_eq!(s, 200);
+    let (_, state) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(state["status"], "running");
+    let (_, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
+        .await;
+    assert_eq!(v["status"], "interrupted");
+    sse.until_complete(&run).await;
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(m["messages"][0]["blocks"][0]["text"], "keep me");
+    assert_eq!(m["messages"][1]["blocks"][0]["text"], "tok0 ");
+}
+
+#[tokio::test]
+async fn token_auth_guards_the_api() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            token: Some("s3cret-token".into()),
+            ..Opts::default()
+        },
+    );
+    let (s, v) = raw(&d, "GET", "/v1/sessions", "", None).await;
+    assert_eq!((s, code(&v)), (401, "unauthorized"));
+    let (s, v) = raw(&d, "GET", "/v1/sessions", "", Some("Bearer wrong-token!")).await;
+    assert_eq!((s, code(&v)), (403, "forbidden"));
+    let (s, v) = raw(&d, "GET", "/v1/sessions", "", Some("Basic abc")).await;
+    assert_eq!((s, code(&v)), (401, "unauthorized"));
+    let (s, v) = raw(
+        &d,
+        "POST",
+        "/v1/sessions",
+        r#"{"engine":"chat","prompt":"x"}"#,
+        None,
+    )
+    .await;
+    assert_eq!((s, code(&v)), (401, "unauthorized"));
+    // Liveness stays open for probes.
+    let (s, _) = raw(&d, "GET", "/healthz", "", None).await;
+    assert_eq!(s, 200);
+    // With the token everything works (the harness sends it).
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    let (s, v) = d.get("/v1/sessions").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn sessions_list_pages_and_delete() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let (sid, run) = d
+            .create(
+                json!({"engine": "api", "prompt": format!("p{i}"), "model": "mock:tokens=1",
+                           "title": format!("t{i}")}),
+            )
+            .await;
+        d.events(&sid, None).await.until_complete(&run).await;
+        ids.push(sid);
+    }
+    let (_, page1) = d.get("/v1/sessions?limit=2").await;
+    let got: Vec<&str> = page1["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, [ids[2].as_str(), ids[1].as_str()]);
+    let cursor = page1["nextCursor"].as_str().unwrap();
+    let (_, page2) = d
+        .get(&format!("/v1/sessions?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(page2["sessions"][0]["id"], ids[0].as_str());
+    assert!(page2.get("nextCursor").is_none());
+    assert_eq!(page2["sessions"][0]["title"], "t0");
+
+    assert_eq!(d.delete(&format!("/v1/sessions/{}", ids[1])).await, 204);
+    assert_eq!(d.delete(&format!("/v1/sessions/{}", ids[1])).await, 404);
+    let (s, _) = d.get(&format!("/v1/sessions/{}/messages", ids[1])).await;
+    assert_eq!(s, 404);
+    let (_, all) = d.get("/v1/sessions").await;
+    assert_eq!(all["sessions"].as_array().unwrap().len(), 2);
+
+    // Deleting a running session interrupts it first.
+    let (sid, _) = d.create(chat("x", "mock:tokens=50,stall_after=1")).await;
+    d.events(&sid, None).await.until_n("streamDelta", 1).await;
+    assert_eq!(d.delete(&format!("/v1/sessions/{sid}")).await, 204);
+    let (_, engines) = d.get("/v1/engines").await;
+    assert!(
+        engines["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["activeSessions"] == 0)
+    );
+
+    let (s, body) = (
+        d.http
+            .get(d.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        d.http
+            .get(d.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(s, 200);
+    assert!(
+        body.contains("elfgate_runs_total{finish_reason=\"stop\"} 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains("elfgate_runs_total{finish_reason=\"interrupted\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("elfgate_active_runs 0"));
+    assert!(
+        body.contains("elfgate_time_to_first_token_seconds_count 4"),
+        "{body}"
+    );
+}
