@@ -14,6 +14,8 @@ CREATE TABLE sessions (
     permission_mode TEXT,
     engine_config   TEXT NOT NULL DEFAULT '{}',
     cli_session_id  TEXT,
+    -- Highest event seq that may have been handed out (see docs/events.md, "seq").
+    event_seq_reserved INTEGER NOT NULL DEFAULT 0,
     status          TEXT NOT NULL DEFAULT 'idle',
     created_at      TEXT NOT NULL,
     updated_at      TEXT NOT NULL

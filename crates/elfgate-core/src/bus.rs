@@ -4,20 +4,41 @@
 //! Publishing never waits: the log writer gets the event over an unbounded channel and writes in batches
 //! off the hot path, and subscribers get it from a bounded broadcast channel. A subscriber that falls
 //! more than the channel's capacity behind is told to reset instead of slowing anyone down.
+//!
+//! Because an event is fanned out before it is durable, a crash can lose events that a client has
+//! already seen. So that their seqs are never handed out again, a bus works inside a seq range it has
+//! reserved durably in advance (`SEQ_RESERVE_BLOCK` at a time, extended through the log writer when half
+//! used); after a crash, numbering resumes above the reservation. A bus closed cleanly releases the
+//! unused part of its range.
 
 use crate::event::{EventPayload, EventRecord};
 use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
 use dashmap::DashMap;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-/// Work for the event log writer.
+/// Work for the event log writer, executed in order.
 #[derive(Debug)]
 pub enum LogCommand {
     /// Append this event.
     Append(Arc<EventRecord>),
-    /// Answer once every event sent before this command is durable.
+    /// Record that seqs up to `upto` may be in use for this session.
+    Reserve {
+        /// The session.
+        session_id: SessionId,
+        /// Highest seq that may be handed out.
+        upto: u64,
+    },
+    /// The session's bus closed cleanly at `last`: its reservation shrinks back to it.
+    Release {
+        /// The session.
+        session_id: SessionId,
+        /// The last seq handed out.
+        last: u64,
+    },
+    /// Answer once every command sent before this one is durable.
     Flush(oneshot::Sender<()>),
 }
 
@@ -27,26 +48,68 @@ pub type LogSender = mpsc::UnboundedSender<LogCommand>;
 /// How many events a live subscriber may lag behind before it is reset.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
 
+/// How many seqs a bus reserves at a time.
+pub const SEQ_RESERVE_BLOCK: u64 = 4096;
+
+/// How many recent events a bus keeps in memory, so that a client connecting to a live session
+/// is served without touching the log.
+pub const RECENT_EVENTS: usize = 512;
+
+#[derive(Debug)]
+struct SeqState {
+    next: u64,
+    reserved: u64,
+    recent: VecDeque<Arc<EventRecord>>,
+}
+
 /// One session's bus.
 #[derive(Debug)]
 pub struct SessionBus {
     session_id: SessionId,
-    next_seq: Mutex<u64>,
+    state: Mutex<SeqState>,
     live: broadcast::Sender<Arc<EventRecord>>,
     log: LogSender,
     metrics: Arc<Metrics>,
 }
 
+/// What a subscriber gets: live events from now on, and the events after its cursor that the bus
+/// still holds in memory (None when the log must be read).
+#[derive(Debug)]
+pub struct Subscription {
+    /// The bus.
+    pub bus: Arc<SessionBus>,
+    /// Live events published after the subscription.
+    pub live: broadcast::Receiver<Arc<EventRecord>>,
+    /// Events after the cursor, from memory, when memory covers them all.
+    pub recent: Option<Vec<Arc<EventRecord>>>,
+    /// The last seq published at subscription time.
+    pub last_seq: u64,
+}
+
 impl SessionBus {
-    fn new(session_id: SessionId, last_seq: u64, log: LogSender, metrics: Arc<Metrics>) -> Self {
+    fn new(
+        session_id: SessionId,
+        last_seq: u64,
+        reserved: u64,
+        log: LogSender,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let (live, _) = broadcast::channel(SUBSCRIBER_BUFFER);
         SessionBus {
             session_id,
-            next_seq: Mutex::new(last_seq + 1),
+            state: Mutex::new(SeqState {
+                next: last_seq + 1,
+                reserved,
+                recent: VecDeque::with_capacity(RECENT_EVENTS),
+            }),
             live,
             log,
             metrics,
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SeqState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The session this bus serves.
@@ -69,32 +132,70 @@ impl SessionBus {
     ) -> (Arc<EventRecord>, R) {
         // The lock is held only for this synchronous block, never across an await; it keeps seq order
         // equal to log order and to fan-out order.
-        let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-        let seq = *next;
-        *next += 1;
+        let mut st = self.lock();
+        let seq = st.next;
+        st.next += 1;
+        if seq + SEQ_RESERVE_BLOCK / 2 >= st.reserved {
+            st.reserved = seq.max(st.reserved) + SEQ_RESERVE_BLOCK;
+            let _ = self.log.send(LogCommand::Reserve {
+                session_id: self.session_id,
+                upto: st.reserved,
+            });
+        }
         let record = Arc::new(EventRecord::build(self.session_id, seq, run_id, payload));
         // A closed log channel means the daemon is shutting down; the event is still fanned out.
         let _ = self.log.send(LogCommand::Append(record.clone()));
         let _ = self.live.send(record.clone());
+        if st.recent.len() == RECENT_EVENTS {
+            st.recent.pop_front();
+        }
+        st.recent.push_back(record.clone());
         self.metrics.event_published();
         let out = then();
-        drop(next);
+        drop(st);
         (record, out)
     }
 
-    /// Subscribes to live events. Subscribe before reading the log so that nothing falls in between.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
-        self.live.subscribe()
+    /// Subscribes to live events and takes, atomically with it, the in-memory events after `after`.
+    pub fn subscribe_after(self: &Arc<Self>, after: u64) -> Subscription {
+        let st = self.lock();
+        let live = self.live.subscribe();
+        let last_seq = st.next - 1;
+        let covered = match st.recent.front() {
+            Some(first) => after + 1 >= first.seq,
+            None => after >= last_seq,
+        };
+        let recent = covered.then(|| {
+            st.recent
+                .iter()
+                .filter(|e| e.seq > after)
+                .cloned()
+                .collect()
+        });
+        Subscription {
+            bus: self.clone(),
+            live,
+            recent,
+            last_seq,
+        }
     }
 
     /// The seq the last published event got (0 when none).
     pub fn last_seq(&self) -> u64 {
-        *self.next_seq.lock().unwrap_or_else(|p| p.into_inner()) - 1
+        self.lock().next - 1
     }
 
     /// How many live subscribers there are.
     pub fn subscriber_count(&self) -> usize {
         self.live.receiver_count()
+    }
+
+    fn release(&self) {
+        let last = self.last_seq();
+        let _ = self.log.send(LogCommand::Release {
+            session_id: self.session_id,
+            last,
+        });
     }
 }
 
@@ -121,15 +222,17 @@ impl EventHub {
         self.buses.get(&session_id).map(|b| b.clone())
     }
 
-    /// The bus of a session, opened with `last_seq` (the highest stored seq) if none is open.
-    /// Callers read `last_seq` after [`EventHub::flush`] so that it is current.
-    pub fn open(&self, session_id: SessionId, last_seq: u64) -> Arc<SessionBus> {
+    /// The bus of a session; if none is open, opens one that continues after `last_seq` inside a
+    /// durable reservation up to `reserved`. Callers read `last_seq` after [`EventHub::flush`] as the
+    /// larger of the highest logged seq and the stored reservation, and store `reserved` first.
+    pub fn open(&self, session_id: SessionId, last_seq: u64, reserved: u64) -> Arc<SessionBus> {
         self.buses
             .entry(session_id)
             .or_insert_with(|| {
                 Arc::new(SessionBus::new(
                     session_id,
                     last_seq,
+                    reserved,
                     self.log.clone(),
                     self.metrics.clone(),
                 ))
@@ -139,25 +242,31 @@ impl EventHub {
 
     /// Subscribes to an open bus while holding the map entry, so that the bus cannot be closed
     /// between lookup and subscription.
-    pub fn subscribe(
-        &self,
-        session_id: SessionId,
-    ) -> Option<(Arc<SessionBus>, broadcast::Receiver<Arc<EventRecord>>)> {
+    pub fn subscribe_after(&self, session_id: SessionId, after: u64) -> Option<Subscription> {
         self.buses
             .get(&session_id)
-            .map(|b| (b.clone(), b.subscribe()))
+            .map(|b| b.subscribe_after(after))
     }
 
     /// Closes a session's bus if nobody listens; `still_busy` is checked under the map lock.
     pub fn close_if_idle(&self, session_id: SessionId, still_busy: impl Fn() -> bool) {
-        self.buses.remove_if(&session_id, |_, b| {
+        if let Some((_, bus)) = self.buses.remove_if(&session_id, |_, b| {
             b.subscriber_count() == 0 && !still_busy()
-        });
+        }) {
+            bus.release();
+        }
     }
 
     /// Forgets a session's bus (the session was deleted).
     pub fn remove(&self, session_id: SessionId) {
         self.buses.remove(&session_id);
+    }
+
+    /// Releases every open bus's reservation (clean shutdown); follow with [`EventHub::flush`].
+    pub fn release_all(&self) {
+        for b in self.buses.iter() {
+            b.release();
+        }
     }
 
     /// Waits until every event published so far is durable in the log.

@@ -12,7 +12,9 @@ pub mod metrics;
 pub mod model;
 
 pub use active::{ActiveSessions, OnBusy};
-pub use bus::{EventEmitter, EventHub, LogCommand, LogSender, SessionBus};
+pub use bus::{
+    EventEmitter, EventHub, LogCommand, LogSender, SEQ_RESERVE_BLOCK, SessionBus, Subscription,
+};
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };

@@ -9,6 +9,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
+use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
@@ -175,6 +176,12 @@ impl Daemon {
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         let shutdown_state = state.clone();
+        // Without TCP_NODELAY each small SSE frame waits for the client's delayed ACK (~40 ms).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 signal.await;
@@ -193,6 +200,7 @@ impl Daemon {
             })
             .await?;
         let hub = state.dispatcher.hub().clone();
+        hub.release_all();
         if tokio::time::timeout(grace, hub.flush()).await.is_err() {
             tracing::warn!("the event log did not flush within the shutdown grace period");
         }

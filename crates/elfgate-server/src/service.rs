@@ -192,10 +192,11 @@ pub async fn open_bus(
     if let Some(bus) = hub.get(session_id) {
         return Ok(bus);
     }
-    // Flush first: a bus closed moments ago may still have events on their way to the log.
+    // Flush first: a bus closed moments ago may still have events and its release on their way
+    // to the log.
     hub.flush().await;
-    let last = state.store.last_seq(session_id).await?;
-    Ok(hub.open(session_id, last))
+    let (last, reserved) = state.store.open_seq_range(session_id).await?;
+    Ok(hub.open(session_id, last, reserved))
 }
 
 fn merged_config(session: &Session, o: &RunOverrides) -> Value {
@@ -321,7 +322,11 @@ pub async fn create_session(
     state.store.create_session(&session).await?;
     let run = new_run(session.id);
     state.store.create_run(&run).await?;
-    let bus = state.dispatcher.hub().open(session.id, 0);
+    // create_session stored the first seq reservation with the session.
+    let bus = state
+        .dispatcher
+        .hub()
+        .open(session.id, 0, elfgate_core::SEQ_RESERVE_BLOCK);
     bus.publish(Some(run.id), &EventPayload::SessionCreated {});
     let mut overrides = req.overrides;
     // The session already carries these; the run reads them from there.

@@ -1,5 +1,6 @@
 //! The SSE stream of a session: replay from the log after the client's cursor, then live events,
-//! with no gap and no duplicate. Subscribe first, flush the log, read it, then drop live events
+//! with no gap and no duplicate. Subscribe first; take the events after the cursor from the bus's
+//! memory when it still holds them all, else flush the log and read it; then drop live events
 //! already replayed.
 
 use crate::error::ApiError;
@@ -56,7 +57,8 @@ struct Cursor {
     reannounce: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<EventRecord>>,
     last: u64,
-    buffer: VecDeque<StoredEvent>,
+    /// Replay frames ready to send, with their seq.
+    buffer: VecDeque<(u64, Bytes)>,
     log_exhausted: bool,
     phase: Phase,
     keepalive: Interval,
@@ -84,9 +86,9 @@ impl Cursor {
             match self.phase {
                 Phase::Done => return None,
                 Phase::Replay => {
-                    if let Some(e) = self.buffer.pop_front() {
-                        self.last = e.seq;
-                        return Some(frame(e.seq, &e.event_type, &e.json));
+                    if let Some((seq, f)) = self.buffer.pop_front() {
+                        self.last = seq;
+                        return Some(f);
                     }
                     if self.log_exhausted {
                         self.phase = Phase::Live;
@@ -101,7 +103,9 @@ impl Cursor {
                     {
                         Ok(page) => {
                             self.log_exhausted = page.len() < REPLAY_PAGE as usize;
-                            self.buffer.extend(page);
+                            self.buffer.extend(page.into_iter().map(|e: StoredEvent| {
+                                (e.seq, frame(e.seq, &e.event_type, &e.json))
+                            }));
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "replay failed");
@@ -151,14 +155,29 @@ pub async fn session_events(
         )));
     }
     // Subscribe before reading the log; retry if the bus was closed between open and subscribe.
-    let (bus, rx) = loop {
+    let sub = loop {
         open_bus(&state, session_id).await?;
-        if let Some(sub) = state.dispatcher.hub().subscribe(session_id) {
+        if let Some(sub) = state.dispatcher.hub().subscribe_after(session_id, after) {
             break sub;
         }
     };
-    // Everything published before the subscription is now in the log.
-    state.dispatcher.hub().flush().await;
+    let mut buffer = VecDeque::new();
+    let log_exhausted = match sub.recent {
+        // The bus still holds every event after the cursor: no log read, no flush.
+        Some(recent) => {
+            buffer.extend(
+                recent
+                    .iter()
+                    .map(|e| (e.seq, frame(e.seq, &e.event_type, &e.json))),
+            );
+            true
+        }
+        None => {
+            // Everything published before the subscription is now in the log.
+            state.dispatcher.hub().flush().await;
+            false
+        }
+    };
     let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -167,15 +186,15 @@ pub async fn session_events(
         session_id,
         from: after,
         reannounce: VecDeque::new(),
-        rx,
+        rx: sub.live,
         last: after,
-        buffer: VecDeque::new(),
-        log_exhausted: false,
+        buffer,
+        log_exhausted,
         phase: Phase::Replay,
         keepalive,
     };
     let mut first = None;
-    if after > bus.last_seq() {
+    if after > sub.last_seq {
         // The client claims events this session never had: it must reload.
         cursor.phase = Phase::Done;
         first = Some(reset_frame(session_id, 1));

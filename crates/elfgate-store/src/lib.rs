@@ -119,6 +119,10 @@ pub trait Store: RunLedger + Send + Sync {
 
     /// The highest seq logged for a session (0 when none).
     async fn last_seq(&self, session_id: SessionId) -> StoreResult<u64>;
+    /// Opens a seq range for a session's bus: returns `(last, reserved)` where `last` is the larger of
+    /// the highest logged seq and the stored reservation (a crash may have handed out seqs that never
+    /// reached the log), and `reserved` = `last` + a block, stored before this returns.
+    async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)>;
     /// Logged events with seq > `after`, in order, at most `limit`.
     async fn events_after(
         &self,

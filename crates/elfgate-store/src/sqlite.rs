@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{
     ContentBlock, EventPayload, EventRecord, FinishReason, LedgerError, Message, MessageId, Role,
-    Run, RunId, RunLedger, RunOutcome, RunStats, RunStatus, Session, SessionId,
+    Run, RunId, RunLedger, RunOutcome, RunStats, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -246,8 +246,9 @@ impl Store for SqliteStore {
     async fn create_session(&self, s: &Session) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
-             agent_id, system_prompt, permission_mode, engine_config, cli_session_id, status, \
-             created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
+             agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
+             event_seq_reserved, status, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
         )
         .bind(s.id.to_string())
         .bind(s.engine.as_str())
@@ -261,6 +262,8 @@ impl Store for SqliteStore {
         .bind(s.permission_mode.clone())
         .bind(json_text(&s.engine_config)?)
         .bind(s.cli_session_id.clone())
+        // A new session's bus starts at 0 inside this first reservation.
+        .bind(SEQ_RESERVE_BLOCK as i64)
         .bind(ts(&s.created_at))
         .bind(ts(&s.updated_at))
         .execute(&self.pool)
@@ -459,6 +462,30 @@ impl Store for SqliteStore {
         Ok(seq.unwrap_or(0).max(0) as u64)
     }
 
+    async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)> {
+        let sid = session_id.to_string();
+        let mut tx = self.pool.begin().await?;
+        let logged: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+                .bind(&sid)
+                .fetch_one(&mut *tx)
+                .await?;
+        let reserved: Option<i64> =
+            sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
+                .bind(&sid)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let last = logged.unwrap_or(0).max(reserved.unwrap_or(0)).max(0) as u64;
+        let upto = last + SEQ_RESERVE_BLOCK;
+        sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
+            .bind(upto as i64)
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((last, upto))
+    }
+
     async fn events_after(
         &self,
         session_id: SessionId,
@@ -619,12 +646,18 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await?;
 
+        // Seqs up to the reservation may have reached clients before the crash: continue above it.
         let last_seq: Option<i64> =
             sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
                 .bind(&sid)
                 .fetch_one(&mut *tx)
                 .await?;
-        let seq = last_seq.unwrap_or(0).max(0) as u64;
+        let reserved: Option<i64> =
+            sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
+                .bind(&sid)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let seq = last_seq.unwrap_or(0).max(reserved.unwrap_or(0)).max(0) as u64;
         let duration_ms = (now - run.started_at).num_milliseconds().max(0) as u64;
         append_event_tx(
             &mut tx,
@@ -652,6 +685,11 @@ impl SqliteStore {
             },
         )
         .await?;
+        sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
+            .bind((seq + 2) as i64)
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(RecoveredRun {
             session_id: run.session_id,

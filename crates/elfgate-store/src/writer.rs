@@ -2,7 +2,7 @@
 //! hot path. Publishers never wait for it; readers that need the log complete ask it to flush.
 
 use crate::codec::ts;
-use elfgate_core::{EventRecord, LogCommand};
+use elfgate_core::{EventRecord, LogCommand, SessionId};
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -13,63 +13,85 @@ const MAX_BATCH: usize = 2048;
 /// Rows per INSERT statement (6 parameters each, far under SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 200;
 
+/// A change to a session's seq reservation, applied in the batch's transaction.
+#[derive(Debug, Clone, Copy)]
+enum SeqUpdate {
+    Reserve(SessionId, u64),
+    Release(SessionId, u64),
+}
+
+#[derive(Default)]
+struct Batch {
+    events: Vec<Arc<EventRecord>>,
+    seq_updates: Vec<SeqUpdate>,
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl Batch {
+    fn take(&mut self, cmd: LogCommand) {
+        match cmd {
+            LogCommand::Append(e) => self.events.push(e),
+            LogCommand::Reserve { session_id, upto } => {
+                self.seq_updates.push(SeqUpdate::Reserve(session_id, upto))
+            }
+            LogCommand::Release { session_id, last } => {
+                self.seq_updates.push(SeqUpdate::Release(session_id, last))
+            }
+            LogCommand::Flush(w) => self.waiters.push(w),
+        }
+    }
+
+    fn has_writes(&self) -> bool {
+        !self.events.is_empty() || !self.seq_updates.is_empty()
+    }
+}
+
 /// Starts the writer. It ends when every sender is gone, after writing what it got.
 pub fn spawn_event_writer(
     pool: SqlitePool,
     mut rx: mpsc::UnboundedReceiver<LogCommand>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut batch: Vec<Arc<EventRecord>> = Vec::with_capacity(MAX_BATCH);
-        let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+        let mut batch = Batch::default();
         while let Some(first) = rx.recv().await {
-            take(first, &mut batch, &mut waiters);
-            while batch.len() < MAX_BATCH {
+            batch.take(first);
+            while batch.events.len() < MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(cmd) => take(cmd, &mut batch, &mut waiters),
+                    Ok(cmd) => batch.take(cmd),
                     Err(_) => break,
                 }
             }
-            if !batch.is_empty() {
+            if batch.has_writes() {
                 write_batch_with_retry(&pool, &batch).await;
-                batch.clear();
             }
-            for w in waiters.drain(..) {
+            batch.events.clear();
+            batch.seq_updates.clear();
+            for w in batch.waiters.drain(..) {
                 let _ = w.send(());
             }
         }
     })
 }
 
-fn take(
-    cmd: LogCommand,
-    batch: &mut Vec<Arc<EventRecord>>,
-    waiters: &mut Vec<oneshot::Sender<()>>,
-) {
-    match cmd {
-        LogCommand::Append(e) => batch.push(e),
-        LogCommand::Flush(w) => waiters.push(w),
-    }
-}
-
-async fn write_batch_with_retry(pool: &SqlitePool, batch: &[Arc<EventRecord>]) {
+async fn write_batch_with_retry(pool: &SqlitePool, batch: &Batch) {
     for attempt in 0..3u64 {
         match write_batch(pool, batch).await {
             Ok(()) => return,
             Err(e) => {
-                tracing::error!(error = %e, events = batch.len(), attempt, "event log write failed");
+                tracing::error!(error = %e, events = batch.events.len(), attempt, "event log write failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
             }
         }
     }
     tracing::error!(
-        events = batch.len(),
+        events = batch.events.len(),
         "event log batch dropped after retries"
     );
 }
 
-async fn write_batch(pool: &SqlitePool, batch: &[Arc<EventRecord>]) -> Result<(), sqlx::Error> {
+async fn write_batch(pool: &SqlitePool, batch: &Batch) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    for chunk in batch.chunks(ROWS_PER_STATEMENT) {
+    for chunk in batch.events.chunks(ROWS_PER_STATEMENT) {
         // OR IGNORE: a retried batch may have been half applied before a failed commit.
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
@@ -83,6 +105,25 @@ async fn write_batch(pool: &SqlitePool, batch: &[Arc<EventRecord>]) -> Result<()
                 .push_bind(ts(&e.ts));
         });
         qb.build().execute(&mut *tx).await?;
+    }
+    for u in &batch.seq_updates {
+        let (sql, session_id, value) = match *u {
+            SeqUpdate::Reserve(s, upto) => (
+                "UPDATE sessions SET event_seq_reserved = MAX(event_seq_reserved, ?) WHERE id = ?",
+                s,
+                upto,
+            ),
+            SeqUpdate::Release(s, last) => (
+                "UPDATE sessions SET event_seq_reserved = ? WHERE id = ?",
+                s,
+                last,
+            ),
+        };
+        sqlx::query(sql)
+            .bind(value as i64)
+            .bind(session_id.to_string())
+            .execute(&mut *tx)
+            .await?;
     }
     tx.commit().await
 }
