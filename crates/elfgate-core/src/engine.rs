@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// A file or image sent with a prompt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
     /// A display name.
@@ -33,7 +33,7 @@ pub struct Attachment {
 }
 
 /// What a chat channel lets its user do (from the seed's channelUserPermissions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelPermissions {
     /// false blocks every tool call.
@@ -135,7 +135,7 @@ impl RunOutcome {
 }
 
 /// What GET /v1/engines shows of an engine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineInfo {
     /// Wire name.

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The engine a session runs on. The wire names are part of the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum EngineType {
     /// The agent loop.
     #[serde(rename = "tinyelf")]

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 /// What kind of streamed text a delta carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeltaKind {
     /// Answer text.
@@ -20,7 +20,7 @@ pub enum DeltaKind {
 }
 
 /// A piece of streamed text.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delta {
     /// Text or thinking.
     pub kind: DeltaKind,
@@ -29,7 +29,7 @@ pub struct Delta {
 }
 
 /// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolCallStatus {
     /// The tool ran and succeeded.
@@ -45,7 +45,7 @@ pub enum ToolCallStatus {
 }
 
 /// Figures of a finished run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {
     /// Input tokens over all LLM calls.
@@ -61,7 +61,7 @@ pub struct RunStats {
 }
 
 /// A machine code and a human message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorInfo {
     /// Short machine-readable code, e.g. `upstream_status`.
     pub code: String,
@@ -80,7 +80,7 @@ impl ErrorInfo {
 }
 
 /// A retry about to happen.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryInfo {
     /// 1-based retry number.
@@ -94,7 +94,7 @@ pub struct RetryInfo {
 }
 
 /// The payload of an event; its variant name is the event `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(
     tag = "type",
     rename_all = "camelCase",
@@ -102,28 +102,34 @@ pub struct RetryInfo {
 )]
 pub enum EventPayload {
     /// Engine and daemon information at the start of a run.
+    #[schema(rename_all = "camelCase")]
     Init {
         /// Free-form facts: engine, model, provider, daemon version.
         system_info: Value,
     },
     /// The session was created.
+    #[schema(rename_all = "camelCase")]
     SessionCreated {},
     /// The user's message was stored.
+    #[schema(rename_all = "camelCase")]
     UserMessage {
         /// The stored message.
         message: Message,
     },
     /// A piece of streamed text.
+    #[schema(rename_all = "camelCase")]
     StreamDelta {
         /// The piece.
         delta: Delta,
     },
     /// A tool call starts.
+    #[schema(rename_all = "camelCase")]
     ToolCallStart {
         /// The tool_use block.
         block: ContentBlock,
     },
     /// A tool call ended.
+    #[schema(rename_all = "camelCase")]
     ToolCallEnd {
         /// The tool_result block.
         block: ContentBlock,
@@ -131,11 +137,13 @@ pub enum EventPayload {
         status: ToolCallStatus,
     },
     /// The assistant's message was stored.
+    #[schema(rename_all = "camelCase")]
     AssistantMessage {
         /// The stored message.
         message: Message,
     },
     /// The engine asks the client to allow a tool call.
+    #[schema(rename_all = "camelCase")]
     PermissionRequest {
         /// Answer with POST /v1/sessions/{id}/permissions/{requestId}.
         request_id: String,
@@ -149,6 +157,7 @@ pub enum EventPayload {
         expires_at: DateTime<Utc>,
     },
     /// A permission request was answered (or expired).
+    #[schema(rename_all = "camelCase")]
     PermissionResolved {
         /// The request.
         request_id: String,
@@ -156,31 +165,37 @@ pub enum EventPayload {
         decision: String,
     },
     /// Figures of the finished run; always right before `complete`.
+    #[schema(rename_all = "camelCase")]
     Result {
         /// The figures.
         stats: RunStats,
     },
     /// The run ended; exactly one per run.
+    #[schema(rename_all = "camelCase")]
     Complete {
         /// Why.
         finish_reason: FinishReason,
     },
     /// Something failed.
+    #[schema(rename_all = "camelCase")]
     Error {
         /// What.
         error: ErrorInfo,
     },
     /// An upstream call is retried.
+    #[schema(rename_all = "camelCase")]
     Retry {
         /// When and why.
         retry: RetryInfo,
     },
     /// A progress note.
+    #[schema(rename_all = "camelCase")]
     Processing {
         /// The note.
         message: String,
     },
     /// The client's cursor is older than what is kept, or it fell behind: reload state.
+    #[schema(rename_all = "camelCase")]
     Reset {
         /// Events from this seq on can be replayed.
         from_seq: u64,

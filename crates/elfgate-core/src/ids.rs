@@ -8,8 +8,12 @@ use uuid::Uuid;
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+            utoipa::ToSchema,
+        )]
         #[serde(transparent)]
+        #[schema(value_type = String, format = Uuid)]
         pub struct $name(pub Uuid);
 
         impl $name {

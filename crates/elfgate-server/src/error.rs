@@ -5,8 +5,29 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use elfgate_core::RunId;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
+
+/// The JSON body of every error response.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+    /// The run going on, when the session is busy (409 `busy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<RunId>,
+}
+
+/// A machine code and a human message.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// One of bad_request, unauthorized, forbidden, not_found, busy, conflict,
+    /// payload_too_large, unprocessable, not_implemented, unavailable, internal.
+    pub code: String,
+    /// What happened, for a human.
+    pub message: String,
+}
 
 /// An error a client sees.
 #[derive(Debug, thiserror::Error)]
@@ -87,10 +108,16 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(msg) = &self {
             tracing::error!(error = %msg, "internal error");
         }
-        let mut body = json!({"error": {"code": self.code(), "message": self.to_string()}});
-        if let ApiError::Busy { active_run_id } = &self {
-            body["activeRunId"] = json!(active_run_id);
-        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_string(),
+                message: self.to_string(),
+            },
+            active_run_id: match &self {
+                ApiError::Busy { active_run_id } => Some(*active_run_id),
+                _ => None,
+            },
+        };
         (self.status(), axum::Json(body)).into_response()
     }
 }

@@ -17,7 +17,7 @@ const PERMISSION_MODES: [&str; 4] = ["default", "acceptEdits", "bypassPermission
 const THINKING_LEVELS: [&str; 4] = ["none", "low", "medium", "high"];
 
 /// Per-run settings a prompt may carry (both on create and on resume).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunOverrides {
     /// Provider name.
@@ -41,7 +41,7 @@ pub struct RunOverrides {
 }
 
 /// Body of POST /v1/sessions.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
     /// Engine wire name.
@@ -62,7 +62,7 @@ pub struct CreateSessionRequest {
 }
 
 /// Answer of POST /v1/sessions.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionResponse {
     /// The new session.
@@ -74,7 +74,7 @@ pub struct CreateSessionResponse {
 }
 
 /// Body of POST /v1/sessions/{id}/messages.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageRequest {
     /// The prompt.
@@ -90,7 +90,7 @@ pub struct SendMessageRequest {
 }
 
 /// Answer of POST /v1/sessions/{id}/messages.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageResponse {
     /// The session.
@@ -102,7 +102,7 @@ pub struct SendMessageResponse {
 }
 
 /// Answer of POST /v1/sessions/{id}/interrupt.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptResponse {
     /// Whether a run was going on and was told to stop.
@@ -115,7 +115,7 @@ pub struct InterruptResponse {
 }
 
 /// A session with its live status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     /// The stored session.

@@ -1,12 +1,14 @@
 //! /v1/engines and /v1/mcp/reload.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::EngineInfo;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// The engine routes.
 pub fn routes() -> Router<AppState> {
@@ -15,11 +17,45 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/mcp/reload", post(reload_mcp))
 }
 
-async fn list(State(state): State<AppState>) -> Json<Value> {
-    let engines: Vec<EngineInfo> = state.dispatcher.engine_infos();
-    Json(json!({ "engines": engines }))
+/// Answer of GET /v1/engines.
+#[derive(Debug, Serialize, ToSchema)]
+struct EngineList {
+    /// Every engine the daemon hosts.
+    engines: Vec<EngineInfo>,
 }
 
+/// The engines the daemon hosts.
+#[utoipa::path(
+    get,
+    path = "/v1/engines",
+    operation_id = "listEngines",
+    tag = "engines",
+    responses(
+        (status = 200, description = "Engine infos", body = EngineList),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn list(State(state): State<AppState>) -> Json<EngineList> {
+    Json(EngineList {
+        engines: state.dispatcher.engine_infos(),
+    })
+}
+
+/// Reloads MCP tools for all active sessions (not part of this build yet).
+#[utoipa::path(
+    post,
+    path = "/v1/mcp/reload",
+    operation_id = "reloadMcp",
+    tag = "engines",
+    responses(
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 501, description = "MCP is not part of this build", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn reload_mcp() -> Result<Json<Value>, ApiError> {
     Err(ApiError::NotImplemented(
         "MCP support is not part of this build yet".into(),

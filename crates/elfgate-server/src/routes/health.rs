@@ -1,13 +1,15 @@
 //! Liveness, readiness, metrics and the OpenAPI document.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// The operational routes (no auth).
 pub fn routes() -> Router<AppState> {
@@ -23,11 +25,37 @@ pub fn protected_routes() -> Router<AppState> {
         .route("/openapi.json", get(openapi))
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// Answer of /healthz and /readyz.
+#[derive(Debug, Serialize, ToSchema)]
+struct HealthStatus {
+    /// ok (healthz) or ready (readyz).
+    status: &'static str,
 }
 
-async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// Liveness: the process serves HTTP.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    responses((status = 200, description = "Alive", body = HealthStatus))
+)]
+async fn healthz() -> Json<HealthStatus> {
+    Json(HealthStatus { status: "ok" })
+}
+
+/// Readiness: not shutting down and the database is reachable.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = HealthStatus),
+        (status = 503, description = "Shutting down or database not reachable", body = ErrorBody),
+    )
+)]
+async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, ApiError> {
     if state.is_shutting_down() {
         return Err(ApiError::Unavailable("the daemon is shutting down".into()));
     }
@@ -36,9 +64,22 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
         .ping()
         .await
         .map_err(|e| ApiError::Unavailable(format!("database not reachable: {e}")))?;
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(HealthStatus { status: "ready" }))
 }
 
+/// Prometheus metrics in the text exposition format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -48,6 +89,19 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// This OpenAPI document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document", body = Object),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn openapi() -> Json<Value> {
     Json(crate::openapi::document())
 }

@@ -1,6 +1,7 @@
 //! /v1/sessions: create, resume, follow, interrupt, read, delete.
 
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ErrorBody};
+use crate::openapi::EventEnvelope;
 use crate::service::{
     self, CreateSessionRequest, CreateSessionResponse, InterruptResponse, SendMessageRequest,
     SendMessageResponse, SessionView, parse_session_id,
@@ -14,6 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::{Message, Run, RunId, SessionId};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 /// The session routes.
 pub fn routes() -> Router<AppState> {
@@ -23,13 +25,32 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions/{id}/messages", post(send).get(messages))
         .route("/v1/sessions/{id}/events", get(events))
         .route("/v1/sessions/{id}/interrupt", post(interrupt))
-        .route("/v1/sessions/{id}/runs/{run_id}", get(run))
+        .route("/v1/sessions/{id}/runs/{runId}", get(run))
         .route(
-            "/v1/sessions/{id}/permissions/{request_id}",
+            "/v1/sessions/{id}/permissions/{requestId}",
             post(permission),
         )
 }
 
+/// Creates a session and starts its first run.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    operation_id = "createSession",
+    tag = "sessions",
+    request_body = CreateSessionRequest,
+    responses(
+        (status = 201, description = "Session created, first run started", body = CreateSessionResponse),
+        (status = 400, description = "Malformed body, empty prompt or bad setting", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "Unknown engine or provider", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Shutting down", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CreateSessionRequest>,
@@ -38,6 +59,28 @@ async fn create(
     Ok((StatusCode::CREATED, Json(created)))
 }
 
+/// Sends a prompt to an existing session (resume).
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/messages",
+    operation_id = "sendMessage",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id")),
+    request_body = SendMessageRequest,
+    responses(
+        (status = 202, description = "Run started or queued", body = SendMessageResponse),
+        (status = 400, description = "Malformed body, empty prompt or bad setting", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session or parent message", body = ErrorBody),
+        (status = 409, description = "Busy and onBusy is reject; carries activeRunId", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "Unknown engine or provider", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Shutting down", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn send(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -48,12 +91,37 @@ async fn send(
     Ok((StatusCode::ACCEPTED, Json(sent)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct EventsQuery {
+    /// Replay events after this seq (ignored when Last-Event-ID is sent).
     after_seq: Option<u64>,
 }
 
+/// Follows a session as a Server-Sent Events stream; replays after `Last-Event-ID` or `afterSeq`.
+///
+/// Each SSE message has `id` = seq, `event` = the event type and `data` = the event envelope.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/events",
+    operation_id = "sessionEvents",
+    tag = "sessions",
+    params(
+        ("id" = SessionId, Path, description = "Session id"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Replay events after this seq (wins over afterSeq)"),
+        EventsQuery,
+    ),
+    responses(
+        (status = 200, description = "Event stream; each `data` is an event envelope", content_type = "text/event-stream", body = EventEnvelope),
+        (status = 400, description = "Bad Last-Event-ID or query", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -74,13 +142,34 @@ async fn events(
     sse::session_events(state, id, after).await
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// Body of POST /v1/sessions/{id}/interrupt (may be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct InterruptRequest {
+    /// Wait until the run has ended before answering.
     #[serde(default)]
     wait: bool,
 }
 
+/// Interrupts the session's run, if any; idempotent.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/interrupt",
+    operation_id = "interruptSession",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id")),
+    request_body(content = Option<InterruptRequest>, description = "Optional; an empty body means wait=false"),
+    responses(
+        (status = 200, description = "Interrupted, or nothing was running", body = InterruptResponse),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn interrupt(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -90,21 +179,43 @@ async fn interrupt(
     Ok(Json(service::interrupt(&state, id, req.wait).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Page size (default 50).
     limit: Option<u32>,
+    /// The nextCursor of the previous page.
     cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// A page of sessions.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SessionList {
+    /// The sessions, newest first.
     sessions: Vec<SessionView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<SessionId>,
 }
 
+/// Lists sessions, with cursor paging.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    operation_id = "listSessions",
+    tag = "sessions",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of sessions", body = SessionList),
+        (status = 400, description = "Bad query or cursor", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -131,6 +242,22 @@ async fn list(
     }))
 }
 
+/// One session with its live status.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    operation_id = "getSession",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn one(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -139,6 +266,22 @@ async fn one(
     Ok(Json(service::session_view(&state, id).await?))
 }
 
+/// Deletes a session, interrupting its run first.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}",
+    operation_id = "deleteSession",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -148,18 +291,39 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct MessagesQuery {
+    /// At most this many messages (default 1000, 1..=10000).
     limit: Option<u32>,
 }
 
-#[derive(Debug, Serialize)]
+/// A session's persisted messages.
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct MessageList {
+    /// Oldest first.
     messages: Vec<Message>,
 }
 
+/// A session's persisted history.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/messages",
+    operation_id = "listMessages",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id"), MessagesQuery),
+    responses(
+        (status = 200, description = "The messages", body = MessageList),
+        (status = 400, description = "Bad query", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn messages(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -177,6 +341,25 @@ async fn messages(
     Ok(Json(MessageList { messages }))
 }
 
+/// One run with its figures.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/runs/{runId}",
+    operation_id = "getRun",
+    tag = "sessions",
+    params(
+        ("id" = SessionId, Path, description = "Session id"),
+        ("runId" = RunId, Path, description = "Run id"),
+    ),
+    responses(
+        (status = 200, description = "The run", body = Run),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session or run", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn run(
     State(state): State<AppState>,
     Path((id, run_id)): Path<(String, String)>,
@@ -194,21 +377,61 @@ async fn run(
 }
 
 /// Body of POST /v1/sessions/{id}/permissions/{requestId}.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PermissionBody {
+    /// allow or deny.
+    #[schema(example = "allow")]
     decision: String,
+    /// once (the default) or session.
     #[serde(default)]
+    #[schema(example = "once")]
     scope: Option<String>,
+    /// A note for the model, e.g. why it was denied.
     #[serde(default)]
     message: Option<String>,
 }
 
+/// Answer of POST /v1/sessions/{id}/permissions/{requestId}.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct PermissionAnswered {
+    /// The request answered.
+    request_id: String,
+    /// allow or deny.
+    decision: &'static str,
+    /// once or session.
+    scope: &'static str,
+}
+
+/// Answers a permission request sent on the event stream.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/permissions/{requestId}",
+    operation_id = "answerPermission",
+    tag = "sessions",
+    params(
+        ("id" = SessionId, Path, description = "Session id"),
+        ("requestId" = String, Path, description = "The requestId of the permissionRequest event"),
+    ),
+    request_body = PermissionBody,
+    responses(
+        (status = 200, description = "The answer was delivered", body = PermissionAnswered),
+        (status = 400, description = "Malformed body, or decision/scope not allowed", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session or request", body = ErrorBody),
+        (status = 409, description = "Already decided", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
 async fn permission(
     State(state): State<AppState>,
     Path((id, request_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<PermissionBody>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<PermissionAnswered>, ApiError> {
     use elfgate_tools::{Decision, PermissionAnswer, ResolveError, Scope};
     let id = parse_session_id(&id)?;
     if state.store.get_session(id).await?.is_none() {
@@ -247,9 +470,12 @@ async fn permission(
             ResolveError::NotFound(_) => ApiError::NotFound(e.to_string()),
             ResolveError::AlreadyDecided(_) => ApiError::Conflict(e.to_string()),
         })?;
-    Ok(Json(serde_json::json!({
-        "requestId": request_id,
-        "decision": decision.as_str(),
-        "scope": match scope { Scope::Once => "once", Scope::Session => "session" },
-    })))
+    Ok(Json(PermissionAnswered {
+        request_id,
+        decision: decision.as_str(),
+        scope: match scope {
+            Scope::Once => "once",
+            Scope::Session => "session",
+        },
+    }))
 }
