@@ -65,4 +65,3 @@ CREATE TABLE events (
     created_at TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
-CREATE INDEX events_by_run ON events(run_id, type);

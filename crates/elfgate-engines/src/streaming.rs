@@ -5,10 +5,10 @@
 use crate::tinyelf::think::ThinkSplitter;
 use elfgate_core::{Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo};
 use elfgate_llm::{
-    LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, RetryNotice, RetryPolicy,
-    stream_with_retry,
+    LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream, RetryNotice,
+    RetryPolicy, stream_with_retry,
 };
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use std::time::Instant;
 
 /// A tool call the model asked for.
@@ -124,6 +124,28 @@ fn push_piece(
     }
 }
 
+/// Most bytes merged into one delta event.
+const MERGE_LIMIT: usize = 16 * 1024;
+
+/// Appends to `text` the deltas of the same kind that have already arrived, so that a burst from
+/// upstream becomes one event instead of one per token; never waits for more. Returns the first
+/// item of another kind (or the end of the stream) if one was read.
+fn merge_ready(
+    stream: &mut LlmStream,
+    text: &mut String,
+    thinking: bool,
+) -> Option<Option<Result<LlmEvent, LlmError>>> {
+    while text.len() < MERGE_LIMIT {
+        match stream.next().now_or_never() {
+            None => return None,
+            Some(Some(Ok(LlmEvent::TextDelta(more)))) if !thinking => text.push_str(&more),
+            Some(Some(Ok(LlmEvent::ThinkingDelta(more)))) if thinking => text.push_str(&more),
+            Some(other) => return Some(other),
+        }
+    }
+    None
+}
+
 /// [`stream_turn`] with options: whether deltas are relayed, `<think>` tags split, errors reported,
 /// and which token stops it.
 pub(crate) async fn stream_turn_with(
@@ -181,31 +203,42 @@ pub(crate) async fn stream_turn_with(
     };
     // Sub-agent calls (not relayed) stay out of the time-to-first-token metric.
     let mut first_token = opts.relay_deltas;
+    // An item read ahead while merging deltas; Some(None) is the end of the stream.
+    let mut read_ahead: Option<Option<Result<LlmEvent, LlmError>>> = None;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => {
-                out.interrupted = true;
-                // Dropping the stream closes the upstream connection now.
-                drop(stream);
-                return out;
-            }
-            n = stream.next() => n,
+        if cancel.is_cancelled() {
+            out.interrupted = true;
+            return out;
+        }
+        let next = match read_ahead.take() {
+            Some(item) => item,
+            None => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    out.interrupted = true;
+                    // Dropping the stream closes the upstream connection now.
+                    drop(stream);
+                    return out;
+                }
+                n = stream.next() => n,
+            },
         };
         let Some(item) = next else { break };
         match item {
-            Ok(LlmEvent::TextDelta(t)) => {
+            Ok(LlmEvent::TextDelta(mut t)) => {
                 if first_token {
                     first_token = false;
                     metrics.observe_ttft(started.elapsed());
                 }
+                read_ahead = merge_ready(&mut stream, &mut t, false);
                 push_text(&mut out, &mut splitter, &opts, ctx, t);
             }
-            Ok(LlmEvent::ThinkingDelta(t)) => {
+            Ok(LlmEvent::ThinkingDelta(mut t)) => {
                 if first_token {
                     first_token = false;
                     metrics.observe_ttft(started.elapsed());
                 }
+                read_ahead = merge_ready(&mut stream, &mut t, true);
                 push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t);
             }
             Ok(LlmEvent::ThinkingSignature(s)) => out.signature = Some(s),

@@ -9,7 +9,7 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use elfgate_core::{EventRecord, SessionId};
 use elfgate_store::StoredEvent;
 use futures_util::stream;
@@ -20,19 +20,29 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::time::{Interval, MissedTickBehavior};
 
+/// Frames are gathered into writes of up to this many bytes when several are ready.
+const COALESCE_BYTES: usize = 32 * 1024;
+
 /// Events read from the log per query while replaying.
 const REPLAY_PAGE: u32 = 1000;
 
+fn push_frame(out: &mut BytesMut, seq: u64, event_type: &str, json: &str) {
+    use std::fmt::Write;
+    out.reserve(json.len() + event_type.len() + 40);
+    out.extend_from_slice(b"id: ");
+    // Writing into BytesMut cannot fail.
+    let _ = write!(out, "{seq}");
+    out.extend_from_slice(b"\nevent: ");
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(json.as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
 fn frame(seq: u64, event_type: &str, json: &str) -> Bytes {
-    let mut s = String::with_capacity(json.len() + event_type.len() + 32);
-    s.push_str("id: ");
-    s.push_str(&seq.to_string());
-    s.push_str("\nevent: ");
-    s.push_str(event_type);
-    s.push_str("\ndata: ");
-    s.push_str(json);
-    s.push_str("\n\n");
-    Bytes::from(s)
+    let mut out = BytesMut::new();
+    push_frame(&mut out, seq, event_type, json);
+    out.freeze()
 }
 
 fn reset_frame(session_id: SessionId, from_seq: u64) -> Bytes {
@@ -81,6 +91,24 @@ impl Cursor {
         }
     }
 
+    /// The frame of `first` followed by the frames of events already waiting in the channel, so
+    /// that a burst of deltas leaves in one write. Stops at a lag: the next receive reports it.
+    fn coalesce_live(&mut self, first: &EventRecord) -> Bytes {
+        let mut out = BytesMut::new();
+        push_frame(&mut out, first.seq, &first.event_type, &first.json);
+        while out.len() < COALESCE_BYTES {
+            match self.rx.try_recv() {
+                Ok(e) if e.seq <= self.last => continue,
+                Ok(e) => {
+                    self.last = e.seq;
+                    push_frame(&mut out, e.seq, &e.event_type, &e.json);
+                }
+                Err(_) => break,
+            }
+        }
+        out.freeze()
+    }
+
     async fn next_frame(&mut self) -> Option<Bytes> {
         loop {
             match self.phase {
@@ -88,7 +116,20 @@ impl Cursor {
                 Phase::Replay => {
                     if let Some((seq, f)) = self.buffer.pop_front() {
                         self.last = seq;
-                        return Some(f);
+                        if self.buffer.is_empty() {
+                            return Some(f);
+                        }
+                        // Send replayed frames in large writes rather than one write per event.
+                        let mut out = BytesMut::with_capacity(COALESCE_BYTES);
+                        out.extend_from_slice(&f);
+                        while out.len() < COALESCE_BYTES {
+                            let Some((seq, f)) = self.buffer.pop_front() else {
+                                break;
+                            };
+                            self.last = seq;
+                            out.extend_from_slice(&f);
+                        }
+                        return Some(out.freeze());
                     }
                     if self.log_exhausted {
                         self.phase = Phase::Live;
@@ -125,7 +166,7 @@ impl Cursor {
                             Ok(e) if e.seq <= self.last => continue,
                             Ok(e) => {
                                 self.last = e.seq;
-                                return Some(frame(e.seq, &e.event_type, &e.json));
+                                return Some(self.coalesce_live(&e));
                             }
                             Err(broadcast::error::RecvError::Lagged(_)) => {
                                 // Too far behind: tell the client to reload from its cursor.

@@ -110,11 +110,12 @@ async fn chat_over_anthropic_with_thinking_and_branching() {
         .await;
     let mut sse = d.events(&sid, None).await;
     let evs = sse.until_complete(&run1).await;
-    let thinking: Vec<_> = evs
+    let thinking: String = evs
         .iter()
         .filter(|e| e.event == "streamDelta" && e.data["delta"]["kind"] == "thinking")
+        .map(|e| e.data["delta"]["text"].as_str().unwrap())
         .collect();
-    assert_eq!(thinking.len(), 2);
+    assert_eq!(thinking, "think0 think1 ");
     let (_, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
     let first_user = v["messages"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(v["messages"][1]["blocks"][0]["type"], "thinking");
@@ -195,7 +196,7 @@ async fn interrupt_stops_the_upstream_stream_and_keeps_partial_text() {
         .await;
     let mut sse = d.events(&sid, None).await;
     // The mock streams 3 tokens, then stalls: the run is mid-stream.
-    sse.until_n("streamDelta", 3).await;
+    sse.until_text("tok0 tok1 tok2 ").await;
     let (status, v) = d
         .post(
             &format!("/v1/sessions/{sid}/interrupt"),
@@ -247,7 +248,7 @@ async fn reconnect_with_last_event_id_gets_every_missed_event_once() {
     let d = Daemon::start(&mock, Opts::default());
     let (sid, run) = d.create(chat("count", "mock:tokens=30,delay_ms=5")).await;
     let mut first = d.events(&sid, None).await;
-    let seen = first.until_n("streamDelta", 5).await;
+    let seen = first.until_text("tok0 tok1 tok2 tok3 tok4 ").await;
     let last_id = seen.last().unwrap().id.unwrap();
     drop(first);
     // Reconnect mid-run with the cursor.
@@ -334,7 +335,7 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
         .create(chat("first", "mock:tokens=50,stall_after=1"))
         .await;
     let mut sse = d.events(&sid, None).await;
-    sse.until_n("streamDelta", 1).await;
+    sse.until_text("tok0 ").await;
 
     let (status, v) = d
         .post(

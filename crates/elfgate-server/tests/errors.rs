@@ -42,7 +42,7 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
         .create(chat("keep me", "mock:tokens=50,stall_after=1"))
         .await;
     let mut sse = d.events(&sid, None).await;
-    sse.until_n("streamDelta", 1).await;
+    sse.until_text("tok0 ").await;
 
     let (s, v) = raw(&d, "POST", "/v1/sessions", "{not json", None).await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
@@ -250,7 +250,7 @@ async fn sessions_list_pages_and_delete() {
 
     // Deleting a running session interrupts it first.
     let (sid, _) = d.create(chat("x", "mock:tokens=50,stall_after=1")).await;
-    d.events(&sid, None).await.until_n("streamDelta", 1).await;
+    d.events(&sid, None).await.until_text("tok0 ").await;
     assert_eq!(d.delete(&format!("/v1/sessions/{sid}")).await, 204);
     let (_, engines) = d.get("/v1/engines").await;
     assert!(

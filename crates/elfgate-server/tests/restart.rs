@@ -22,7 +22,7 @@ async fn sigkill_mid_run_then_restart_ends_the_run_with_daemon_restart() {
             json!({"prompt": "second", "model": "mock:tokens=50,stall_after=4"}),
         )
         .await;
-    let seen = sse.until_n("streamDelta", 4).await;
+    let seen = sse.until_text("tok0 tok1 tok2 tok3 ").await;
     let last_seen = seen.last().unwrap().seq();
     d.kill();
     drop(sse);
@@ -83,7 +83,7 @@ async fn sigterm_interrupts_runs_and_flushes_the_log() {
     let mut d = Daemon::start(&mock, Opts::default());
     let (sid, run) = d.create(chat("go", "mock:tokens=50,stall_after=2")).await;
     let mut sse = d.events(&sid, None).await;
-    sse.until_n("streamDelta", 2).await;
+    sse.until_text("tok0 tok1 ").await;
     let status = d.terminate();
     assert!(status.success(), "daemon exited with {status}");
 

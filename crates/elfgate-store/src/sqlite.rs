@@ -20,7 +20,11 @@ use std::time::Duration;
 /// The embedded SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// One connection: SQLite allows one writer at a time, and queueing writers here (async, in
+    /// order) is much faster than letting them sleep in SQLite's busy handler.
+    write: SqlitePool,
+    /// Readers run concurrently with the writer (WAL).
+    read: SqlitePool,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -47,31 +51,37 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(dir)?;
         }
-        let pool = SqlitePoolOptions::new()
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await?;
+        MIGRATOR.run(&write).await?;
+        let read = SqlitePoolOptions::new()
             .max_connections(8)
             .min_connections(1)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        MIGRATOR.run(&pool).await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore { write, read })
     }
 
     /// Applies pending migrations without keeping the store (the `migrate` command).
     pub async fn migrate(url: &str) -> StoreResult<()> {
         let store = Self::open(url).await?;
-        store.pool.close().await;
+        store.close().await;
         Ok(())
     }
 
-    /// The connection pool (for the event writer).
+    /// The writer's connection pool (for the event log writer).
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.write
     }
 
-    /// Closes the pool.
+    /// Closes the pools.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.write.close().await;
+        self.read.close().await;
     }
 }
 
@@ -185,19 +195,21 @@ async fn append_event_tx(
 impl RunLedger for SqliteStore {
     async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
         let now = ts(&Utc::now());
+        let fail = |e: sqlx::Error| LedgerError(e.to_string());
+        let mut tx = self.write.begin().await.map_err(fail)?;
         sqlx::query("UPDATE runs SET status = 'running', started_at = ? WHERE id = ?")
             .bind(&now)
             .bind(run_id.to_string())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| LedgerError(e.to_string()))?;
+            .map_err(fail)?;
         sqlx::query("UPDATE sessions SET status = 'running', updated_at = ? WHERE id = ?")
             .bind(&now)
             .bind(session_id.to_string())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| LedgerError(e.to_string()))?;
-        Ok(())
+            .map_err(fail)?;
+        tx.commit().await.map_err(fail)
     }
 
     async fn run_finished(
@@ -211,6 +223,8 @@ impl RunLedger for SqliteStore {
             .error
             .as_ref()
             .map(|e| format!("{}: {}", e.code, e.message));
+        let fail = |e: sqlx::Error| LedgerError(e.to_string());
+        let mut tx = self.write.begin().await.map_err(fail)?;
         sqlx::query(
             "UPDATE runs SET status = ?, finish_reason = ?, input_tokens = ?, output_tokens = ?, \
              iterations = ?, ended_at = ?, error = ? WHERE id = ?",
@@ -223,23 +237,23 @@ impl RunLedger for SqliteStore {
         .bind(&now)
         .bind(error)
         .bind(run_id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
-        .map_err(|e| LedgerError(e.to_string()))?;
+        .map_err(fail)?;
         sqlx::query("UPDATE sessions SET status = 'idle', updated_at = ? WHERE id = ?")
             .bind(&now)
             .bind(session_id.to_string())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| LedgerError(e.to_string()))?;
-        Ok(())
+            .map_err(fail)?;
+        tx.commit().await.map_err(fail)
     }
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.read).await?;
         Ok(())
     }
 
@@ -266,7 +280,7 @@ impl Store for SqliteStore {
         .bind(SEQ_RESERVE_BLOCK as i64)
         .bind(ts(&s.created_at))
         .bind(ts(&s.updated_at))
-        .execute(&self.pool)
+        .execute(&self.write)
         .await?;
         Ok(())
     }
@@ -274,7 +288,7 @@ impl Store for SqliteStore {
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {
         let row = sqlx::query("SELECT * FROM sessions WHERE id = ?")
             .bind(id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(session_from_row).transpose()
     }
@@ -291,13 +305,13 @@ impl Store for SqliteStore {
                 sqlx::query("SELECT * FROM sessions WHERE id < ? ORDER BY id DESC LIMIT ?")
                     .bind(c.to_string())
                     .bind(limit as i64 + 1)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.read)
                     .await?
             }
             None => {
                 sqlx::query("SELECT * FROM sessions ORDER BY id DESC LIMIT ?")
                     .bind(limit as i64 + 1)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.read)
                     .await?
             }
         };
@@ -318,7 +332,7 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
         let sid = id.to_string();
         sqlx::query("DELETE FROM events WHERE session_id = ?")
             .bind(&sid)
@@ -346,7 +360,7 @@ impl Store for SqliteStore {
             .bind(cli_session_id)
             .bind(ts(&Utc::now()))
             .bind(id.to_string())
-            .execute(&self.pool)
+            .execute(&self.write)
             .await?;
         Ok(())
     }
@@ -366,7 +380,7 @@ impl Store for SqliteStore {
         .bind(ts(&run.started_at))
         .bind(run.ended_at.as_ref().map(ts))
         .bind(run.error.clone())
-        .execute(&self.pool)
+        .execute(&self.write)
         .await?;
         Ok(())
     }
@@ -374,7 +388,7 @@ impl Store for SqliteStore {
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()> {
         sqlx::query("DELETE FROM runs WHERE id = ?")
             .bind(run_id.to_string())
-            .execute(&self.pool)
+            .execute(&self.write)
             .await?;
         Ok(())
     }
@@ -383,13 +397,13 @@ impl Store for SqliteStore {
         let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
             .bind(run_id.to_string())
             .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(run_from_row).transpose()
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
         insert_message_tx(&mut tx, m).await?;
         tx.commit().await?;
         Ok(())
@@ -402,7 +416,7 @@ impl Store for SqliteStore {
         )
         .bind(session_id.to_string())
         .bind(limit.max(1) as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.read)
         .await?;
         rows.iter().map(message_from_row).collect()
     }
@@ -411,7 +425,7 @@ impl Store for SqliteStore {
         let row =
             sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
                 .bind(session_id.to_string())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.read)
                 .await?;
         row.as_ref().map(message_from_row).transpose()
     }
@@ -424,7 +438,7 @@ impl Store for SqliteStore {
         let row = sqlx::query("SELECT * FROM messages WHERE id = ? AND session_id = ?")
             .bind(id.to_string())
             .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(message_from_row).transpose()
     }
@@ -448,7 +462,7 @@ impl Store for SqliteStore {
         .bind(session_id.to_string())
         .bind(limit as i64)
         .bind(session_id.to_string())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.read)
         .await?;
         rows.iter().map(message_from_row).collect()
     }
@@ -457,14 +471,14 @@ impl Store for SqliteStore {
         let seq: Option<i64> =
             sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
                 .bind(session_id.to_string())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.read)
                 .await?;
         Ok(seq.unwrap_or(0).max(0) as u64)
     }
 
     async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)> {
         let sid = session_id.to_string();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
         let logged: Option<i64> =
             sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
                 .bind(&sid)
@@ -498,7 +512,7 @@ impl Store for SqliteStore {
         .bind(session_id.to_string())
         .bind(after.min(i64::MAX as u64) as i64)
         .bind(limit as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.read)
         .await?;
         rows.iter()
             .map(|r| {
@@ -515,7 +529,7 @@ impl Store for SqliteStore {
         let runs = sqlx::query(
             "SELECT * FROM runs WHERE status IN ('running', 'queued') ORDER BY started_at",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.write)
         .await?
         .iter()
         .map(run_from_row)
@@ -525,7 +539,7 @@ impl Store for SqliteStore {
             recovered.push(self.recover_run(&run).await?);
         }
         sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
-            .execute(&self.pool)
+            .execute(&self.write)
             .await?;
         Ok(recovered)
     }
@@ -537,7 +551,7 @@ impl SqliteStore {
     async fn recover_run(&self, run: &Run) -> StoreResult<RecoveredRun> {
         let sid = run.session_id.to_string();
         let rid = run.id.to_string();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write.begin().await?;
 
         // The answer streamed since the run's last stored assistant message.
         let after_seq: Option<i64> = sqlx::query_scalar(

@@ -328,3 +328,27 @@ pub fn text_of(evs: &[Ev]) -> String {
 pub fn chat(prompt: &str, model: &str) -> Value {
     json!({"engine": "chat", "prompt": prompt, "model": model})
 }
+
+impl Sse {
+    /// Reads until the text deltas read in this call add up to at least `want` (which they must
+    /// start with). Deltas that arrive together may be merged into one event, so tests wait for
+    /// text, not for a number of delta events.
+    pub async fn until_text(&mut self, want: &str) -> Vec<Ev> {
+        let mut out = Vec::new();
+        let mut acc = String::new();
+        while let Some(ev) = self.next().await {
+            if ev.event == "streamDelta" && ev.data["delta"]["kind"] == "text" {
+                acc.push_str(ev.data["delta"]["text"].as_str().unwrap());
+            }
+            out.push(ev);
+            if acc.len() >= want.len() {
+                assert!(
+                    acc.starts_with(want),
+                    "text {acc:?} does not start with {want:?}"
+                );
+                return out;
+            }
+        }
+        panic!("stream ended before text {want:?}: {out:?}");
+    }
+}
