@@ -310,9 +310,7 @@ impl EngineDispatcher {
     /// Runs one engine call in its own task so that a panic becomes an error outcome.
     async fn run_one(&self, engine: Arc<dyn Engine>, ctx: EngineSessionContext) -> RunOutcome {
         self.metrics.run_started();
-        if let Err(e) = self.ledger.run_started(ctx.session_id(), ctx.run_id).await {
-            tracing::warn!(error = %e, "could not mark run as running");
-        }
+        let (session_id, run_id) = (ctx.session_id(), ctx.run_id);
         let events = ctx.events.clone();
         let is_resume = ctx.is_resume;
         let task = tokio::spawn(async move {
@@ -322,7 +320,15 @@ impl EngineDispatcher {
                 engine.start_session(ctx).await
             }
         });
-        match task.await {
+        // Marking the run as running does not hold up the engine; it is done before the end is
+        // recorded, so the two writes stay in order.
+        let mark = async {
+            if let Err(e) = self.ledger.run_started(session_id, run_id).await {
+                tracing::warn!(error = %e, "could not mark run as running");
+            }
+        };
+        let ((), joined) = tokio::join!(mark, task);
+        match joined {
             Ok(outcome) => outcome,
             Err(join) => {
                 let error = ErrorInfo::new("engine_panic", format!("the engine failed: {join}"));

@@ -13,19 +13,17 @@ use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
-use elfgate_store::{SqliteStore, Store, spawn_event_writer};
+use elfgate_store::{SqliteStore, Store};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
 /// A built daemon, ready to serve.
 pub struct Daemon {
     /// Shared state.
     pub state: AppState,
     store: SqliteStore,
-    writer: JoinHandle<()>,
 }
 
 fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
@@ -94,9 +92,7 @@ impl Daemon {
         for _ in &recovered {
             metrics.run_finished(elfgate_core::FinishReason::DaemonRestart);
         }
-        let (log_tx, log_rx) = tokio::sync::mpsc::unbounded_channel();
-        let writer = spawn_event_writer(store.pool().clone(), log_rx);
-        let hub = EventHub::new(log_tx, metrics.clone());
+        let hub = EventHub::new(store.log_sender(), metrics.clone());
         let active = ActiveSessions::new();
         let shared: Arc<dyn Store> = Arc::new(store.clone());
         let ledger: Arc<dyn elfgate_core::RunLedger> = Arc::new(store.clone());
@@ -137,11 +133,7 @@ impl Daemon {
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
-        Ok(Daemon {
-            state,
-            store,
-            writer,
-        })
+        Ok(Daemon { state, store })
     }
 
     /// The router with every route and layer.
@@ -206,7 +198,6 @@ impl Daemon {
         }
         drop(state);
         drop(hub);
-        self.writer.abort();
         self.store.close().await;
         Ok(())
     }

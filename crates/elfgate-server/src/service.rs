@@ -319,9 +319,8 @@ pub async fn create_session(
         created_at: now,
         updated_at: now,
     };
-    state.store.create_session(&session).await?;
     let run = new_run(session.id);
-    state.store.create_run(&run).await?;
+    state.store.create_session(&session, &run).await?;
     // create_session stored the first seq reservation with the session.
     let bus = state
         .dispatcher

@@ -8,7 +8,6 @@ mod sqlite;
 mod writer;
 
 pub use sqlite::SqliteStore;
-pub use writer::spawn_event_writer;
 
 use async_trait::async_trait;
 use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
@@ -75,8 +74,8 @@ pub trait Store: RunLedger + Send + Sync {
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Stores a new session.
-    async fn create_session(&self, session: &Session) -> StoreResult<()>;
+    /// Stores a new session together with its first run, in one transaction.
+    async fn create_session(&self, session: &Session, first_run: &Run) -> StoreResult<()>;
     /// One session.
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>>;
     /// Sessions newest first; `cursor` is the last id of the previous page.

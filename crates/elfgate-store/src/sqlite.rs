@@ -1,12 +1,14 @@
 //! The SQLite store: WAL journal, a busy timeout, a bounded pool, migrations applied at open.
 
 use crate::codec::{parse, parse_opt, parse_ts, ts};
+use crate::writer::{StoreOp, Writer};
 use crate::{RecoveredRun, SessionPage, Store, StoreError, StoreResult, StoredEvent};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{
-    ContentBlock, EventPayload, EventRecord, FinishReason, LedgerError, Message, MessageId, Role,
-    Run, RunId, RunLedger, RunOutcome, RunStats, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId,
+    ContentBlock, EventPayload, EventRecord, FinishReason, LedgerError, LogSender, Message,
+    MessageId, Role, Run, RunId, RunLedger, RunOutcome, RunStats, RunStatus, SEQ_RESERVE_BLOCK,
+    Session, SessionId,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -25,6 +27,8 @@ pub struct SqliteStore {
     write: SqlitePool,
     /// Readers run concurrently with the writer (WAL).
     read: SqlitePool,
+    /// The group-commit writer: the event log and the writes on a run's path.
+    writer: Writer,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -63,7 +67,17 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        Ok(SqliteStore { write, read })
+        let writer = Writer::spawn(write.clone());
+        Ok(SqliteStore {
+            write,
+            read,
+            writer,
+        })
+    }
+
+    /// Where the event hub sends published events.
+    pub fn log_sender(&self) -> LogSender {
+        self.writer.log_sender()
     }
 
     /// Applies pending migrations without keeping the store (the `migrate` command).
@@ -73,13 +87,9 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// The writer's connection pool (for the event log writer).
-    pub fn pool(&self) -> &SqlitePool {
-        &self.write
-    }
-
-    /// Closes the pools.
+    /// Writes what the writer holds, stops it, and closes the pools.
     pub async fn close(&self) {
+        self.writer.shutdown().await;
         self.write.close().await;
         self.read.close().await;
     }
@@ -149,7 +159,10 @@ fn json_text(v: &impl serde::Serialize) -> StoreResult<String> {
     serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("serialize: {e}")))
 }
 
-async fn insert_message_tx(tx: &mut Transaction<'_, Sqlite>, m: &Message) -> StoreResult<()> {
+pub(crate) async fn insert_message_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    m: &Message,
+) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO messages (id, session_id, run_id, parent_id, role, blocks, model, input_tokens, \
          output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -164,6 +177,26 @@ async fn insert_message_tx(tx: &mut Transaction<'_, Sqlite>, m: &Message) -> Sto
     .bind(m.input_tokens.map(|v| v as i64))
     .bind(m.output_tokens.map(|v| v as i64))
     .bind(ts(&m.created_at))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
+         iterations, started_at, ended_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(run.id.to_string())
+    .bind(run.session_id.to_string())
+    .bind(run.status.as_str())
+    .bind(run.finish_reason.map(|f| f.as_str()))
+    .bind(run.input_tokens as i64)
+    .bind(run.output_tokens as i64)
+    .bind(run.iterations as i64)
+    .bind(ts(&run.started_at))
+    .bind(run.ended_at.as_ref().map(ts))
+    .bind(run.error.clone())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -194,22 +227,14 @@ async fn append_event_tx(
 #[async_trait]
 impl RunLedger for SqliteStore {
     async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
-        let now = ts(&Utc::now());
-        let fail = |e: sqlx::Error| LedgerError(e.to_string());
-        let mut tx = self.write.begin().await.map_err(fail)?;
-        sqlx::query("UPDATE runs SET status = 'running', started_at = ? WHERE id = ?")
-            .bind(&now)
-            .bind(run_id.to_string())
-            .execute(&mut *tx)
+        self.writer
+            .run(StoreOp::RunStarted {
+                session_id,
+                run_id,
+                at: ts(&Utc::now()),
+            })
             .await
-            .map_err(fail)?;
-        sqlx::query("UPDATE sessions SET status = 'running', updated_at = ? WHERE id = ?")
-            .bind(&now)
-            .bind(session_id.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
-        tx.commit().await.map_err(fail)
+            .map_err(|e| LedgerError(e.to_string()))
     }
 
     async fn run_finished(
@@ -218,36 +243,70 @@ impl RunLedger for SqliteStore {
         run_id: RunId,
         outcome: &RunOutcome,
     ) -> Result<(), LedgerError> {
-        let now = ts(&Utc::now());
-        let error = outcome
-            .error
-            .as_ref()
-            .map(|e| format!("{}: {}", e.code, e.message));
-        let fail = |e: sqlx::Error| LedgerError(e.to_string());
-        let mut tx = self.write.begin().await.map_err(fail)?;
-        sqlx::query(
-            "UPDATE runs SET status = ?, finish_reason = ?, input_tokens = ?, output_tokens = ?, \
-             iterations = ?, ended_at = ?, error = ? WHERE id = ?",
-        )
-        .bind(outcome.finish_reason.run_status().as_str())
-        .bind(outcome.finish_reason.as_str())
-        .bind(outcome.input_tokens as i64)
-        .bind(outcome.output_tokens as i64)
-        .bind(outcome.iterations as i64)
-        .bind(&now)
-        .bind(error)
-        .bind(run_id.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
-        sqlx::query("UPDATE sessions SET status = 'idle', updated_at = ? WHERE id = ?")
-            .bind(&now)
-            .bind(session_id.to_string())
-            .execute(&mut *tx)
+        self.writer
+            .run(StoreOp::RunFinished {
+                session_id,
+                run_id,
+                outcome: outcome.clone(),
+                at: ts(&Utc::now()),
+            })
             .await
-            .map_err(fail)?;
-        tx.commit().await.map_err(fail)
+            .map_err(|e| LedgerError(e.to_string()))
     }
+}
+
+/// Marks a run as running (in the writer's transaction).
+pub(crate) async fn run_started_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    session_id: SessionId,
+    run_id: RunId,
+    at: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE runs SET status = 'running', started_at = ? WHERE id = ?")
+        .bind(at)
+        .bind(run_id.to_string())
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("UPDATE sessions SET status = 'running', updated_at = ? WHERE id = ?")
+        .bind(at)
+        .bind(session_id.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Records a run's end (in the writer's transaction).
+pub(crate) async fn run_finished_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    session_id: SessionId,
+    run_id: RunId,
+    outcome: &RunOutcome,
+    at: &str,
+) -> Result<(), sqlx::Error> {
+    let error = outcome
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {}", e.code, e.message));
+    sqlx::query(
+        "UPDATE runs SET status = ?, finish_reason = ?, input_tokens = ?, output_tokens = ?, \
+         iterations = ?, ended_at = ?, error = ? WHERE id = ?",
+    )
+    .bind(outcome.finish_reason.run_status().as_str())
+    .bind(outcome.finish_reason.as_str())
+    .bind(outcome.input_tokens as i64)
+    .bind(outcome.output_tokens as i64)
+    .bind(outcome.iterations as i64)
+    .bind(at)
+    .bind(error)
+    .bind(run_id.to_string())
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("UPDATE sessions SET status = 'idle', updated_at = ? WHERE id = ?")
+        .bind(at)
+        .bind(session_id.to_string())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 #[async_trait]
@@ -257,7 +316,8 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn create_session(&self, s: &Session) -> StoreResult<()> {
+    async fn create_session(&self, s: &Session, first_run: &Run) -> StoreResult<()> {
+        let mut tx = self.write.begin().await?;
         sqlx::query(
             "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
              agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
@@ -280,8 +340,10 @@ impl Store for SqliteStore {
         .bind(SEQ_RESERVE_BLOCK as i64)
         .bind(ts(&s.created_at))
         .bind(ts(&s.updated_at))
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        insert_run_tx(&mut tx, first_run).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -366,22 +428,9 @@ impl Store for SqliteStore {
     }
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
-             iterations, started_at, ended_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(run.id.to_string())
-        .bind(run.session_id.to_string())
-        .bind(run.status.as_str())
-        .bind(run.finish_reason.map(|f| f.as_str()))
-        .bind(run.input_tokens as i64)
-        .bind(run.output_tokens as i64)
-        .bind(run.iterations as i64)
-        .bind(ts(&run.started_at))
-        .bind(run.ended_at.as_ref().map(ts))
-        .bind(run.error.clone())
-        .execute(&self.write)
-        .await?;
+        let mut tx = self.write.begin().await?;
+        insert_run_tx(&mut tx, run).await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -403,10 +452,8 @@ impl Store for SqliteStore {
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {
-        let mut tx = self.write.begin().await?;
-        insert_message_tx(&mut tx, m).await?;
-        tx.commit().await?;
-        Ok(())
+        // Group commit: messages stored at the same moment by many runs share one transaction.
+        self.writer.run(StoreOp::InsertMessage(m.clone())).await
     }
 
     async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {

@@ -1,17 +1,43 @@
-//! The event log writer: drains published events in batches, one transaction per batch, off the
-//! hot path. Publishers never wait for it; readers that need the log complete ask it to flush.
+//! The writer: one task that owns SQLite's single write connection and commits in groups. It
+//! drains two queues — the event log (published events, seq reservations; publishers never wait) and
+//! the store operations on a run's path (user and assistant messages, run start and end; callers
+//! wait for their commit) — and writes everything that is waiting in one transaction. Under load,
+//! the messages of many sessions share one commit instead of queueing for one commit each.
 
+use crate::StoreError;
 use crate::codec::ts;
-use elfgate_core::{EventRecord, LogCommand, SessionId};
-use sqlx::{QueryBuilder, Sqlite, SqlitePool};
-use std::sync::Arc;
+use crate::sqlite::{insert_message_tx, run_finished_tx, run_started_tx};
+use elfgate_core::{EventRecord, LogCommand, LogSender, Message, RunId, RunOutcome, SessionId};
+use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Most events written in one transaction.
-const MAX_BATCH: usize = 2048;
+const MAX_BATCH: usize = 1024;
+/// Most store operations written in one transaction.
+const MAX_OPS: usize = 256;
 /// Rows per INSERT statement (6 parameters each, far under SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 200;
+
+/// A write on a run's path, answered once committed.
+#[derive(Debug, Clone)]
+pub(crate) enum StoreOp {
+    InsertMessage(Message),
+    RunStarted {
+        session_id: SessionId,
+        run_id: RunId,
+        at: String,
+    },
+    RunFinished {
+        session_id: SessionId,
+        run_id: RunId,
+        outcome: RunOutcome,
+        at: String,
+    },
+}
+
+type Ack = oneshot::Sender<Result<(), String>>;
 
 /// A change to a session's seq reservation, applied in the batch's transaction.
 #[derive(Debug, Clone, Copy)]
@@ -24,11 +50,12 @@ enum SeqUpdate {
 struct Batch {
     events: Vec<Arc<EventRecord>>,
     seq_updates: Vec<SeqUpdate>,
+    ops: Vec<(StoreOp, Ack)>,
     waiters: Vec<oneshot::Sender<()>>,
 }
 
 impl Batch {
-    fn take(&mut self, cmd: LogCommand) {
+    fn take_log(&mut self, cmd: LogCommand) {
         match cmd {
             LogCommand::Append(e) => self.events.push(e),
             LogCommand::Reserve { session_id, upto } => {
@@ -42,55 +69,170 @@ impl Batch {
     }
 
     fn has_writes(&self) -> bool {
-        !self.events.is_empty() || !self.seq_updates.is_empty()
+        !self.events.is_empty() || !self.seq_updates.is_empty() || !self.ops.is_empty()
     }
 }
 
-/// Starts the writer. It ends when every sender is gone, after writing what it got.
-pub fn spawn_event_writer(
-    pool: SqlitePool,
-    mut rx: mpsc::UnboundedReceiver<LogCommand>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut batch = Batch::default();
-        while let Some(first) = rx.recv().await {
-            batch.take(first);
-            while batch.events.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(cmd) => batch.take(cmd),
-                    Err(_) => break,
-                }
-            }
-            if batch.has_writes() {
-                write_batch_with_retry(&pool, &batch).await;
-            }
-            batch.events.clear();
-            batch.seq_updates.clear();
-            for w in batch.waiters.drain(..) {
-                let _ = w.send(());
-            }
-        }
-    })
+/// The handle of the writer task.
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    log: LogSender,
+    ops: mpsc::UnboundedSender<(StoreOp, Ack)>,
+    task: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
-async fn write_batch_with_retry(pool: &SqlitePool, batch: &Batch) {
+impl Writer {
+    pub(crate) fn spawn(pool: SqlitePool) -> Writer {
+        let (log, log_rx) = mpsc::unbounded_channel();
+        let (ops, ops_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(pool, log_rx, ops_rx));
+        Writer {
+            log,
+            ops,
+            task: Arc::new(Mutex::new(Some(task))),
+        }
+    }
+
+    pub(crate) fn log_sender(&self) -> LogSender {
+        self.log.clone()
+    }
+
+    /// Queues an operation and waits for its commit.
+    pub(crate) async fn run(&self, op: StoreOp) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.ops
+            .send((op, tx))
+            .map_err(|_| StoreError::Corrupt("the writer has stopped".into()))?;
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Corrupt(format!("write failed: {e}"))),
+            Err(_) => Err(StoreError::Corrupt("the writer has stopped".into())),
+        }
+    }
+
+    /// Writes everything queued so far, then stops the task.
+    pub(crate) async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.log.send(LogCommand::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = task {
+            t.abort();
+        }
+    }
+}
+
+async fn run(
+    pool: SqlitePool,
+    mut log_rx: mpsc::UnboundedReceiver<LogCommand>,
+    mut ops_rx: mpsc::UnboundedReceiver<(StoreOp, Ack)>,
+) {
+    let mut batch = Batch::default();
+    loop {
+        tokio::select! {
+            Some(cmd) = log_rx.recv() => batch.take_log(cmd),
+            Some(op) = ops_rx.recv() => batch.ops.push(op),
+            else => break,
+        }
+        while batch.ops.len() < MAX_OPS {
+            match ops_rx.try_recv() {
+                Ok(op) => batch.ops.push(op),
+                Err(_) => break,
+            }
+        }
+        while batch.events.len() < MAX_BATCH {
+            match log_rx.try_recv() {
+                Ok(cmd) => batch.take_log(cmd),
+                Err(_) => break,
+            }
+        }
+        if batch.has_writes() {
+            write_with_fallback(&pool, &mut batch).await;
+        }
+        batch.events.clear();
+        batch.seq_updates.clear();
+        for w in batch.waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+}
+
+/// Writes the batch in one transaction; if that fails, writes the log part and then each operation
+/// on its own, so that one bad operation fails alone.
+async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
+    let all = async {
+        let mut tx = pool.begin().await?;
+        write_log(&mut tx, batch).await?;
+        for (op, _) in &batch.ops {
+            write_op(&mut tx, op).await?;
+        }
+        tx.commit().await
+    };
+    match all.await {
+        Ok(()) => {
+            for (_, ack) in batch.ops.drain(..) {
+                let _ = ack.send(Ok(()));
+            }
+            return;
+        }
+        Err(e) => tracing::warn!(error = %e, "group commit failed; writing its parts one by one"),
+    }
+    let mut logged = false;
     for attempt in 0..3u64 {
-        match write_batch(pool, batch).await {
-            Ok(()) => return,
+        let log = async {
+            let mut tx = pool.begin().await?;
+            write_log(&mut tx, batch).await?;
+            tx.commit().await
+        };
+        match log.await {
+            Ok(()) => {
+                logged = true;
+                break;
+            }
             Err(e) => {
                 tracing::error!(error = %e, events = batch.events.len(), attempt, "event log write failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
             }
         }
     }
-    tracing::error!(
-        events = batch.events.len(),
-        "event log batch dropped after retries"
-    );
+    if !logged {
+        tracing::error!(
+            events = batch.events.len(),
+            "event log batch dropped after retries"
+        );
+    }
+    for (op, ack) in batch.ops.drain(..) {
+        let one = async {
+            let mut tx = pool.begin().await?;
+            write_op(&mut tx, &op).await?;
+            tx.commit().await
+        };
+        let _ = ack.send(one.await.map_err(|e| e.to_string()));
+    }
 }
 
-async fn write_batch(pool: &SqlitePool, batch: &Batch) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
+async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
+    match op {
+        StoreOp::InsertMessage(m) => insert_message_tx(tx, m).await.map_err(|e| match e {
+            StoreError::Database(e) => e,
+            other => sqlx::Error::Protocol(other.to_string()),
+        }),
+        StoreOp::RunStarted {
+            session_id,
+            run_id,
+            at,
+        } => run_started_tx(tx, *session_id, *run_id, at).await,
+        StoreOp::RunFinished {
+            session_id,
+            run_id,
+            outcome,
+            at,
+        } => run_finished_tx(tx, *session_id, *run_id, outcome, at).await,
+    }
+}
+
+async fn write_log(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<(), sqlx::Error> {
     for chunk in batch.events.chunks(ROWS_PER_STATEMENT) {
         // OR IGNORE: a retried batch may have been half applied before a failed commit.
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
@@ -104,7 +246,7 @@ async fn write_batch(pool: &SqlitePool, batch: &Batch) -> Result<(), sqlx::Error
                 .push_bind(e.json.as_str())
                 .push_bind(ts(&e.ts));
         });
-        qb.build().execute(&mut *tx).await?;
+        qb.build().execute(&mut **tx).await?;
     }
     for u in &batch.seq_updates {
         let (sql, session_id, value) = match *u {
@@ -122,8 +264,8 @@ async fn write_batch(pool: &SqlitePool, batch: &Batch) -> Result<(), sqlx::Error
         sqlx::query(sql)
             .bind(value as i64)
             .bind(session_id.to_string())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
     }
-    tx.commit().await
+    Ok(())
 }
