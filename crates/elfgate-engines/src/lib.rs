@@ -1,6 +1,8 @@
 //! Elfgate's engines. Each module is one engine; they share the provider registry and the
 //! streaming helpers.
 
+#![warn(missing_docs)]
+
 pub mod chat;
 pub mod providers;
 mod streaming;

@@ -2,6 +2,8 @@
 //! pieces the agent engine runs every call through: [`ExecutionFirewall`], [`Hooks`], [`Guardian`]
 //! and the [`PermissionBroker`].
 
+#![warn(missing_docs)]
+
 pub mod ask;
 pub mod firewall;
 pub mod fs_tools;
