@@ -312,3 +312,110 @@ impl EventEmitter {
         &self.bus
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SessionId;
+
+    fn hub() -> (EventHub, mpsc::UnboundedReceiver<LogCommand>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (EventHub::new(tx, Arc::new(Metrics::default())), rx)
+    }
+
+    fn note(i: usize) -> EventPayload {
+        EventPayload::Processing {
+            message: format!("n{i}"),
+        }
+    }
+
+    #[test]
+    fn seqs_continue_after_the_given_last_and_reservations_run_ahead() {
+        let (hub, mut rx) = hub();
+        let s = SessionId::new();
+        let bus = hub.open(s, 41, 41 + SEQ_RESERVE_BLOCK);
+        let first = bus.publish(None, &note(0));
+        assert_eq!(first.seq, 42);
+        let mut reserved_upto = 41 + SEQ_RESERVE_BLOCK;
+        for i in 1..(SEQ_RESERVE_BLOCK as usize) {
+            let e = bus.publish(None, &note(i));
+            assert!(
+                e.seq < reserved_upto,
+                "seq {} handed out beyond the reservation",
+                e.seq
+            );
+            while let Ok(cmd) = rx.try_recv() {
+                if let LogCommand::Reserve { upto, .. } = cmd {
+                    assert!(upto > reserved_upto);
+                    reserved_upto = upto;
+                }
+            }
+        }
+        assert_eq!(bus.last_seq(), 41 + SEQ_RESERVE_BLOCK);
+    }
+
+    #[test]
+    fn subscribe_after_serves_recent_events_from_memory_or_asks_for_the_log() {
+        let (hub, _rx) = hub();
+        let s = SessionId::new();
+        let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
+        for i in 0..10 {
+            bus.publish(None, &note(i));
+        }
+        let sub = hub.subscribe_after(s, 4).expect("open bus");
+        let seqs: Vec<u64> = sub
+            .recent
+            .expect("in memory")
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, (5..=10).collect::<Vec<_>>());
+        assert_eq!(sub.last_seq, 10);
+        // Past what memory holds, the caller must read the log.
+        for i in 0..RECENT_EVENTS {
+            bus.publish(None, &note(i));
+        }
+        assert!(
+            hub.subscribe_after(s, 2)
+                .expect("open bus")
+                .recent
+                .is_none()
+        );
+        // A caught-up cursor needs nothing.
+        let sub = hub.subscribe_after(s, bus.last_seq()).expect("open bus");
+        assert_eq!(sub.recent.map(|r| r.len()), Some(0));
+    }
+
+    #[test]
+    fn a_subscriber_that_falls_behind_is_told_it_lagged() {
+        let (hub, _rx) = hub();
+        let s = SessionId::new();
+        let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
+        let mut sub = hub.subscribe_after(s, 0).expect("open bus");
+        for i in 0..(SUBSCRIBER_BUFFER + 10) {
+            bus.publish(None, &note(i));
+        }
+        assert!(matches!(
+            sub.live.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(_))
+        ));
+    }
+
+    #[test]
+    fn an_idle_bus_closes_and_releases_its_reservation() {
+        let (hub, mut rx) = hub();
+        let s = SessionId::new();
+        let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
+        bus.publish(None, &note(0));
+        drop(bus);
+        hub.close_if_idle(s, || false);
+        assert!(hub.get(s).is_none());
+        let mut released = None;
+        while let Ok(cmd) = rx.try_recv() {
+            if let LogCommand::Release { last, .. } = cmd {
+                released = Some(last);
+            }
+        }
+        assert_eq!(released, Some(1));
+    }
+}
