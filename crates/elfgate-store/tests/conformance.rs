@@ -1,0 +1,248 @@
+//! Store conformance: what any Store implementation must do. Runs against SQLite in a temp dir.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use chrono::Utc;
+use elfgate_core::{
+    ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
+    RunId, RunLedger, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId,
+};
+use elfgate_store::{SqliteStore, Store};
+use std::sync::Arc;
+
+fn session() -> Session {
+    Session {
+        id: SessionId::new(),
+        engine: EngineType::Chat,
+        title: Some("t".into()),
+        provider_id: None,
+        model: None,
+        cli_backend: None,
+        project_path: None,
+        agent_id: None,
+        system_prompt: None,
+        permission_mode: None,
+        engine_config: serde_json::json!({"k": 1}),
+        cli_session_id: None,
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+    }
+}
+
+fn run(session_id: SessionId, status: RunStatus) -> Run {
+    Run {
+        id: RunId::new(),
+        session_id,
+        status,
+        finish_reason: None,
+        input_tokens: 0,
+        output_tokens: 0,
+        iterations: 0,
+        started_at: Utc::now(),
+        ended_at: None,
+        error: None,
+    }
+}
+
+async fn open() -> (SqliteStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/t.db", dir.path().display());
+    (SqliteStore::open(&url).await.unwrap(), dir)
+}
+
+#[tokio::test]
+async fn sessions_runs_and_messages_round_trip() {
+    let (store, _dir) = open().await;
+    let s = session();
+    let r = run(s.id, RunStatus::Queued);
+    store.create_session(&s, &r).await.unwrap();
+    assert_eq!(
+        store
+            .get_session(s.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .engine_config["k"],
+        1
+    );
+    store.run_started(s.id, r.id).await.unwrap();
+    assert_eq!(
+        store.get_run(s.id, r.id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    let user = Message::new(
+        s.id,
+        Some(r.id),
+        None,
+        Role::User,
+        vec![ContentBlock::text("q")],
+    );
+    store.insert_message(&user).await.unwrap();
+    let mut answer = Message::new(
+        s.id,
+        Some(r.id),
+        Some(user.id),
+        Role::Assistant,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "hmm".into(),
+                signature: Some("sig".into()),
+            },
+            ContentBlock::text("a"),
+        ],
+    );
+    answer.output_tokens = Some(7);
+    store.insert_message(&answer).await.unwrap();
+    let side = Message::new(
+        s.id,
+        None,
+        Some(user.id),
+        Role::Assistant,
+        vec![ContentBlock::text("b")],
+    );
+    store.insert_message(&side).await.unwrap();
+
+    let all = store.list_messages(s.id, 100).await.unwrap();
+    assert_eq!(all.len(), 3);
+    // Stored timestamps keep milliseconds; everything else comes back as it went in.
+    let mut back = all[1].clone();
+    assert_eq!(
+        back.created_at.timestamp_millis(),
+        answer.created_at.timestamp_millis()
+    );
+    back.created_at = answer.created_at;
+    assert_eq!(back, answer);
+    assert_eq!(
+        store.latest_message(s.id).await.unwrap().unwrap().id,
+        side.id
+    );
+    // The branch follows parent ids, not insertion order.
+    let branch = store.branch(s.id, answer.id, 100).await.unwrap();
+    assert_eq!(
+        branch.iter().map(|m| m.id).collect::<Vec<_>>(),
+        [user.id, answer.id]
+    );
+    assert_eq!(store.branch(s.id, answer.id, 1).await.unwrap().len(), 1);
+
+    let outcome = RunOutcome {
+        input_tokens: 3,
+        output_tokens: 7,
+        iterations: 1,
+        ..RunOutcome::new(FinishReason::Stop)
+    };
+    store.run_finished(s.id, r.id, &outcome).await.unwrap();
+    let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.output_tokens, 7);
+    assert!(done.ended_at.is_some());
+
+    assert!(store.delete_session(s.id).await.unwrap());
+    assert!(store.get_session(s.id).await.unwrap().is_none());
+    assert!(store.list_messages(s.id, 10).await.unwrap().is_empty());
+    assert!(!store.delete_session(s.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn event_log_is_written_in_order_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/t.db", dir.path().display());
+    let s = session();
+    {
+        let store = SqliteStore::open(&url).await.unwrap();
+        store
+            .create_session(&s, &run(s.id, RunStatus::Queued))
+            .await
+            .unwrap();
+        let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
+        let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
+        for i in 0..2500 {
+            bus.publish(
+                None,
+                &EventPayload::Processing {
+                    message: format!("m{i}"),
+                },
+            );
+        }
+        assert!(hub.flush().await);
+        let page = store.events_after(s.id, 100, 1000).await.unwrap();
+        assert_eq!(page.len(), 1000);
+        assert_eq!(page[0].seq, 101);
+        assert!(page.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+        assert_eq!(store.last_seq(s.id).await.unwrap(), 2500);
+        // The bus closes cleanly: its reservation is released to what it used.
+        drop(bus);
+        hub.close_if_idle(s.id, || false);
+        assert!(hub.flush().await);
+        store.close().await;
+    }
+    let store = SqliteStore::open(&url).await.unwrap();
+    assert_eq!(store.last_seq(s.id).await.unwrap(), 2500);
+    let (last, reserved) = store.open_seq_range(s.id).await.unwrap();
+    assert_eq!(last, 2500);
+    assert_eq!(reserved, 2500 + SEQ_RESERVE_BLOCK);
+    // Reopened again without a clean close (as after a crash): numbering resumes above the
+    // reservation, never below it.
+    let (last, _) = store.open_seq_range(s.id).await.unwrap();
+    assert_eq!(last, 2500 + SEQ_RESERVE_BLOCK);
+}
+
+#[tokio::test]
+async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
+    let (store, _dir) = open().await;
+    let s = session();
+    let r = run(s.id, RunStatus::Queued);
+    store.create_session(&s, &r).await.unwrap();
+    store.run_started(s.id, r.id).await.unwrap();
+    let user = Message::new(
+        s.id,
+        Some(r.id),
+        None,
+        Role::User,
+        vec![ContentBlock::text("q")],
+    );
+    store.insert_message(&user).await.unwrap();
+    let call = Message::new(
+        s.id,
+        Some(r.id),
+        Some(user.id),
+        Role::Assistant,
+        vec![ContentBlock::ToolUse {
+            id: "c1".into(),
+            name: "shell".into(),
+            input: serde_json::json!({}),
+        }],
+    );
+    store.insert_message(&call).await.unwrap();
+    let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
+    let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
+    let emitter = elfgate_core::EventEmitter::new(bus.clone(), r.id);
+    emitter.emit(EventPayload::StreamDelta {
+        delta: elfgate_core::Delta {
+            kind: elfgate_core::DeltaKind::Text,
+            text: "part".into(),
+        },
+    });
+    assert!(hub.flush().await);
+
+    let recovered = store.recover_unfinished_runs().await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].partial_text_chars, 4);
+    assert_eq!(recovered[0].synthetic_tool_results, 1);
+    let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Interrupted);
+    assert_eq!(done.finish_reason, Some(FinishReason::DaemonRestart));
+    let msgs = store.list_messages(s.id, 10).await.unwrap();
+    assert_eq!(msgs.len(), 4);
+    assert_eq!(msgs[2].text(), "part");
+    assert!(
+        matches!(&msgs[3].blocks[0], ContentBlock::ToolResult { tool_use_id, is_error: true, .. } if tool_use_id == "c1")
+    );
+    let events = store.events_after(s.id, 0, 100).await.unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["streamDelta", "result", "complete"]);
+    // Recovered events sit above the session's reservation: no seq a client saw is reused.
+    assert!(events[1].seq > SEQ_RESERVE_BLOCK);
+    assert!(events[2].json.contains("daemon_restart"));
+    // Nothing is left to recover.
+    assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
+}
