@@ -20,6 +20,15 @@ struct ActiveRun {
     queue: VecDeque<EngineSessionContext>,
 }
 
+impl ActiveRun {
+    fn cancel_all(&self) {
+        self.cancel.cancel();
+        for q in &self.queue {
+            q.cancel.cancel();
+        }
+    }
+}
+
 /// A view of a session's active run.
 #[derive(Debug, Clone)]
 pub struct ActiveRunInfo {
@@ -57,8 +66,6 @@ pub struct Interrupted {
     pub run_id: RunId,
     /// Fired when it has ended.
     pub done: CancellationToken,
-    /// Queued runs that were dropped; they must still end with `complete`.
-    pub dropped: Vec<EngineSessionContext>,
 }
 
 /// What to do with a new prompt while a run is going on.
@@ -97,13 +104,14 @@ impl ActiveSessions {
     }
 
     /// Offers a run; decides atomically whether it starts, queues, or is refused.
-    /// With `OnBusy::Interrupt` the current run is cancelled and the dropped queue is returned.
+    /// With `OnBusy::Interrupt` the current run and every queued one are cancelled; cancelled queued
+    /// runs stay in the queue so that they end, in order, without running.
     pub fn admit(
         &self,
         ctx: EngineSessionContext,
         engine: EngineType,
         on_busy: OnBusy,
-    ) -> (Admission, Vec<EngineSessionContext>) {
+    ) -> Admission {
         match self.map.entry(ctx.session_id()) {
             Entry::Vacant(v) => {
                 let done = CancellationToken::new();
@@ -114,26 +122,22 @@ impl ActiveSessions {
                     done: done.clone(),
                     queue: VecDeque::new(),
                 });
-                (Admission::Start { done }, Vec::new())
+                Admission::Start { done }
             }
             Entry::Occupied(mut o) => {
                 let run = o.get_mut();
                 match on_busy {
-                    OnBusy::Reject => (
-                        Admission::Busy {
-                            active_run_id: run.run_id,
-                        },
-                        Vec::new(),
-                    ),
+                    OnBusy::Reject => Admission::Busy {
+                        active_run_id: run.run_id,
+                    },
                     OnBusy::Enqueue => {
                         run.queue.push_back(ctx);
-                        (Admission::Queued, Vec::new())
+                        Admission::Queued
                     }
                     OnBusy::Interrupt => {
-                        run.cancel.cancel();
-                        let dropped = run.queue.drain(..).collect();
+                        run.cancel_all();
                         run.queue.push_back(ctx);
-                        (Admission::Queued, dropped)
+                        Admission::Queued
                     }
                 }
             }
@@ -168,14 +172,14 @@ impl ActiveSessions {
         }
     }
 
-    /// Fires the running run's token and drops the queue. None when the session is idle.
+    /// Fires the token of the running run and of every queued one (they end, in order, without
+    /// running). None when the session is idle.
     pub fn interrupt(&self, session_id: SessionId) -> Option<Interrupted> {
-        let mut run = self.map.get_mut(&session_id)?;
-        run.cancel.cancel();
+        let run = self.map.get(&session_id)?;
+        run.cancel_all();
         Some(Interrupted {
             run_id: run.run_id,
             done: run.done.clone(),
-            dropped: run.queue.drain(..).collect(),
         })
     }
 

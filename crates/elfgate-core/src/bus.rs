@@ -162,7 +162,7 @@ impl SessionBus {
         let live = self.live.subscribe();
         let last_seq = st.next - 1;
         let covered = match st.recent.front() {
-            Some(first) => after + 1 >= first.seq,
+            Some(first) => after.saturating_add(1) >= first.seq,
             None => after >= last_seq,
         };
         let recent = covered.then(|| {
@@ -248,13 +248,18 @@ impl EventHub {
             .map(|b| b.subscribe_after(after))
     }
 
-    /// Closes a session's bus if nobody listens; `still_busy` is checked under the map lock.
+    /// Closes a session's bus if nobody holds it: no subscriber, no run (`still_busy` is checked
+    /// under the map lock), and no other reference (a run being admitted, a task about to publish).
+    /// The release of its reservation is queued before the removal is visible, so a later reopen's
+    /// flush finds it written.
     pub fn close_if_idle(&self, session_id: SessionId, still_busy: impl Fn() -> bool) {
-        if let Some((_, bus)) = self.buses.remove_if(&session_id, |_, b| {
-            b.subscriber_count() == 0 && !still_busy()
-        }) {
-            bus.release();
-        }
+        self.buses.remove_if(&session_id, |_, b| {
+            let idle = Arc::strong_count(b) == 1 && b.subscriber_count() == 0 && !still_busy();
+            if idle {
+                b.release();
+            }
+            idle
+        });
     }
 
     /// Forgets a session's bus (the session was deleted).
@@ -399,6 +404,23 @@ mod tests {
             sub.live.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(_))
         ));
+    }
+
+    #[test]
+    fn a_bus_someone_still_holds_stays_open() {
+        let (hub, _rx) = hub();
+        let s = SessionId::new();
+        let held = hub.open(s, 0, SEQ_RESERVE_BLOCK);
+        hub.close_if_idle(s, || false);
+        assert!(
+            hub.get(s).is_some(),
+            "closed while a run was about to publish on it"
+        );
+        drop(held);
+        hub.close_if_idle(s, || true);
+        assert!(hub.get(s).is_some(), "closed while the session was busy");
+        hub.close_if_idle(s, || false);
+        assert!(hub.get(s).is_none());
     }
 
     #[test]

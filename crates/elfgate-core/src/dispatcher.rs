@@ -43,6 +43,9 @@ pub enum DispatchError {
     /// No engine of that type is registered.
     #[error("engine '{0}' is not available")]
     UnknownEngine(EngineType),
+    /// The daemon is shutting down and takes no new runs.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
     /// The session is running and the prompt was not allowed to wait.
     #[error("session is busy with run {active_run_id}")]
     Busy {
@@ -86,6 +89,7 @@ pub struct EngineDispatcher {
     hub: EventHub,
     ledger: Arc<dyn RunLedger>,
     metrics: Arc<Metrics>,
+    accepting: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for EngineDispatcher {
@@ -110,6 +114,7 @@ impl EngineDispatcher {
             hub,
             ledger,
             metrics,
+            accepting: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -167,8 +172,10 @@ impl EngineDispatcher {
         let engine = self
             .get_engine(engine_type)
             .ok_or(DispatchError::UnknownEngine(engine_type))?;
-        let (admission, dropped) = self.active.admit(ctx.clone(), engine_type, on_busy);
-        self.spawn_dropped(dropped);
+        if !self.accepting.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(DispatchError::ShuttingDown);
+        }
+        let admission = self.active.admit(ctx.clone(), engine_type, on_busy);
         match admission {
             Admission::Start { done } => {
                 let this = self.clone();
@@ -180,24 +187,18 @@ impl EngineDispatcher {
         }
     }
 
-    /// Interrupts the session's run (and drops its queue). Idempotent: an idle session gives no run.
+    /// Interrupts the session's run and every run queued behind it. Idempotent: an idle session
+    /// gives no run.
     pub fn interrupt(self: &Arc<Self>, session_id: SessionId) -> InterruptResult {
         let engine_extra = {
             let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
             map.values().any(|e| e.interrupt(session_id))
         };
         match self.active.interrupt(session_id) {
-            Some(Interrupted {
-                run_id,
-                done,
-                dropped,
-            }) => {
-                self.spawn_dropped(dropped);
-                InterruptResult {
-                    run_id: Some(run_id),
-                    done: Some(done),
-                }
-            }
+            Some(Interrupted { run_id, done }) => InterruptResult {
+                run_id: Some(run_id),
+                done: Some(done),
+            },
             None => {
                 if engine_extra {
                     tracing::debug!(%session_id, "engine held state of an idle session");
@@ -210,15 +211,15 @@ impl EngineDispatcher {
         }
     }
 
-    /// Interrupts every run (shutdown); returns the tokens that fire when each has ended.
+    /// Stops taking runs and interrupts every run (shutdown); returns the tokens that fire when
+    /// each running run has ended. Queued runs end right after, without running.
     pub fn interrupt_all(self: &Arc<Self>) -> Vec<CancellationToken> {
+        self.accepting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         self.active
             .interrupt_all()
             .into_iter()
-            .map(|i| {
-                self.spawn_dropped(i.dropped);
-                i.done
-            })
+            .map(|i| i.done)
             .collect()
     }
 
@@ -254,23 +255,6 @@ impl EngineDispatcher {
         infos
     }
 
-    /// Ends queued runs that an interrupt dropped: each still gets its `result` and `complete`.
-    fn spawn_dropped(self: &Arc<Self>, dropped: Vec<EngineSessionContext>) {
-        if dropped.is_empty() {
-            return;
-        }
-        let this = self.clone();
-        tokio::spawn(async move {
-            for ctx in dropped {
-                let outcome = RunOutcome::new(FinishReason::Interrupted);
-                this.record_end(&ctx, &outcome, Instant::now()).await;
-                ctx.events.emit(EventPayload::Complete {
-                    finish_reason: outcome.finish_reason,
-                });
-            }
-        });
-    }
-
     /// Runs `ctx` and every run queued behind it, one after the other.
     async fn supervise(
         self: Arc<Self>,
@@ -282,7 +266,12 @@ impl EngineDispatcher {
             let session_id = ctx.session_id();
             let run_id = ctx.run_id;
             let started = Instant::now();
-            let outcome = self.run_one(engine.clone(), ctx.clone()).await;
+            // A queued run cancelled before its turn ends without running.
+            let outcome = if ctx.cancel.is_cancelled() {
+                RunOutcome::new(FinishReason::Interrupted)
+            } else {
+                self.run_one(engine.clone(), ctx.clone()).await
+            };
             self.record_end(&ctx, &outcome, started).await;
             let (_, next) = ctx.events.bus().publish_then(
                 Some(run_id),
@@ -298,6 +287,8 @@ impl EngineDispatcher {
                     ctx = next_ctx;
                 }
                 None => {
+                    // The context holds the bus: let it go so that the bus can close.
+                    drop(ctx);
                     let active = self.active.clone();
                     self.hub
                         .close_if_idle(session_id, || active.contains(session_id));

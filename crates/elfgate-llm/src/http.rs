@@ -83,10 +83,11 @@ pub(crate) fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
     };
+    // A value too large for a Duration is ignored rather than trusted.
     if let Some(ms) = get("retry-after-ms") {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
-    get("retry-after").map(Duration::from_secs_f64)
+    get("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 /// Extracts a readable message from an error body: `{"error":{"message":..}}`,

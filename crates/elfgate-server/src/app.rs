@@ -185,6 +185,14 @@ impl Daemon {
                         d.cancelled().await;
                     }
                 };
+                let active = shutdown_state.dispatcher.active().clone();
+                let wait_all = async move {
+                    wait_all.await;
+                    // Queued runs end right after the running ones, without running.
+                    while !active.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                };
                 if tokio::time::timeout(grace, wait_all).await.is_err() {
                     tracing::warn!("some runs did not end within the shutdown grace period");
                 }

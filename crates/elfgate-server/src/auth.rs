@@ -29,7 +29,11 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| {
+            // The scheme name is case-insensitive (RFC 7235).
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
     match given {
         None => ApiError::Unauthorized.into_response(),
         Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => {

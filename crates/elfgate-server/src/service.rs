@@ -343,6 +343,10 @@ pub async fn create_session(
             run_id: run.id,
             events_url: format!("/v1/sessions/{}/events", session.id),
         }),
+        // The stored run never started; the next start ends it (daemon_restart).
+        Err(DispatchError::ShuttingDown) => {
+            Err(ApiError::Unavailable("the daemon is shutting down".into()))
+        }
         Err(e) => Err(ApiError::Internal(e.to_string())),
     }
 }
@@ -399,6 +403,10 @@ pub async fn send_message(
         Err(e @ DispatchError::UnknownEngine(_)) => {
             state.store.delete_run(run.id).await?;
             Err(ApiError::Unprocessable(e.to_string()))
+        }
+        Err(DispatchError::ShuttingDown) => {
+            state.store.delete_run(run.id).await?;
+            Err(ApiError::Unavailable("the daemon is shutting down".into()))
         }
     }
 }

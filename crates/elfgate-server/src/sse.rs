@@ -72,6 +72,25 @@ struct Cursor {
     log_exhausted: bool,
     phase: Phase,
     keepalive: Interval,
+    /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
+    _close: CloseOnDrop,
+}
+
+/// Closes the session's bus when its last subscriber leaves an idle session.
+struct CloseOnDrop {
+    state: AppState,
+    session_id: SessionId,
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let active = self.state.dispatcher.active().clone();
+        let id = self.session_id;
+        self.state
+            .dispatcher
+            .hub()
+            .close_if_idle(id, || active.contains(id));
+    }
 }
 
 impl Cursor {
@@ -222,6 +241,7 @@ pub async fn session_events(
     let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state_for_close = state.clone();
     let mut cursor = Cursor {
         state,
         session_id,
@@ -233,6 +253,10 @@ pub async fn session_events(
         log_exhausted,
         phase: Phase::Replay,
         keepalive,
+        _close: CloseOnDrop {
+            state: state_for_close,
+            session_id,
+        },
     };
     let mut first = None;
     if after > sub.last_seq {

@@ -151,6 +151,27 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
     let (s, v) = raw(&d, "POST", "/v1/sessions", &big, None).await;
     assert_eq!((s, code(&v)), (413, "payload_too_large"));
 
+    // A cursor beyond anything the session had gets a reset, not a crash.
+    let r = d
+        .http
+        .get(d.url(&format!("/v1/sessions/{sid}/events")))
+        .header("Last-Event-ID", u64::MAX.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let first = common::Sse::new(r).next().await.unwrap();
+    assert_eq!(first.event, "reset");
+    assert_eq!(first.data["fromSeq"], 1);
+    let r = d
+        .http
+        .get(d.url(&format!("/v1/sessions/{sid}/events")))
+        .header("Last-Event-ID", "not-a-number")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+
     let (s, v) = d.get("/v1/nothing-here").await;
     assert_eq!((s, code(&v)), (404, "not_found"));
 
@@ -188,6 +209,8 @@ async fn token_auth_guards_the_api() {
     assert_eq!((s, code(&v)), (401, "unauthorized"));
     let (s, v) = raw(&d, "GET", "/v1/sessions", "", Some("Bearer wrong-token!")).await;
     assert_eq!((s, code(&v)), (403, "forbidden"));
+    let (s, _) = raw(&d, "GET", "/v1/sessions", "", Some("bearer s3cret-token")).await;
+    assert_eq!(s, 200, "the scheme name is case-insensitive");
     let (s, v) = raw(&d, "GET", "/v1/sessions", "", Some("Basic abc")).await;
     assert_eq!((s, code(&v)), (401, "unauthorized"));
     let (s, v) = raw(

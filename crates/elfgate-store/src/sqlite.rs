@@ -632,11 +632,17 @@ impl SqliteStore {
                 .bind(&sid)
                 .fetch_optional(&mut *tx)
                 .await?;
-        let mut parent = last
-            .as_ref()
-            .map(message_from_row)
-            .transpose()?
-            .map(|m| m.id);
+        let last = last.as_ref().map(message_from_row).transpose()?;
+        // The answer may be stored already while its assistantMessage event had not reached the
+        // log: then the deltas are that answer, not a lost partial one.
+        let already_stored = last.as_ref().is_some_and(|m| {
+            m.run_id == Some(run.id) && m.role == Role::Assistant && m.text() == text
+        });
+        let mut parent = last.map(|m| m.id);
+        if already_stored {
+            text.clear();
+            thinking.clear();
+        }
         let partial_text_chars = text.chars().count();
         if !text.is_empty() || !thinking.is_empty() {
             let mut blocks = Vec::new();

@@ -17,8 +17,10 @@ use tokio::task::JoinHandle;
 const MAX_BATCH: usize = 1024;
 /// Most store operations written in one transaction.
 const MAX_OPS: usize = 256;
-/// Rows per INSERT statement (6 parameters each, far under SQLite's limit).
-const ROWS_PER_STATEMENT: usize = 200;
+/// How long events alone may wait for company before they are committed.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+/// Most rows per INSERT statement (6 parameters each, far under SQLite's limit).
+const ROWS_PER_STATEMENT: usize = 128;
 
 /// A write on a run's path, answered once committed.
 #[derive(Debug, Clone)]
@@ -135,17 +137,25 @@ async fn run(
             Some(op) = ops_rx.recv() => batch.ops.push(op),
             else => break,
         }
-        while batch.ops.len() < MAX_OPS {
-            match ops_rx.try_recv() {
-                Ok(op) => batch.ops.push(op),
-                Err(_) => break,
+        drain_ready(&mut batch, &mut log_rx, &mut ops_rx);
+        // Events alone may wait a moment for more: fewer, larger commits rewrite far fewer pages.
+        // Anyone waiting (a store operation, a flush) is served at once.
+        let deadline = tokio::time::Instant::now() + LINGER;
+        while batch.ops.is_empty() && batch.waiters.is_empty() && batch.events.len() < MAX_BATCH {
+            let next = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    Some(cmd) = log_rx.recv() => Some(Either::Log(cmd)),
+                    Some(op) = ops_rx.recv() => Some(Either::Op(op)),
+                    else => None,
+                }
+            })
+            .await;
+            match next {
+                Ok(Some(Either::Log(cmd))) => batch.take_log(cmd),
+                Ok(Some(Either::Op(op))) => batch.ops.push(op),
+                Ok(None) | Err(_) => break,
             }
-        }
-        while batch.events.len() < MAX_BATCH {
-            match log_rx.try_recv() {
-                Ok(cmd) => batch.take_log(cmd),
-                Err(_) => break,
-            }
+            drain_ready(&mut batch, &mut log_rx, &mut ops_rx);
         }
         if batch.has_writes() {
             write_with_fallback(&pool, &mut batch).await;
@@ -154,6 +164,31 @@ async fn run(
         batch.seq_updates.clear();
         for w in batch.waiters.drain(..) {
             let _ = w.send(());
+        }
+    }
+}
+
+enum Either {
+    Log(LogCommand),
+    Op((StoreOp, Ack)),
+}
+
+/// Takes what is already queued, without waiting.
+fn drain_ready(
+    batch: &mut Batch,
+    log_rx: &mut mpsc::UnboundedReceiver<LogCommand>,
+    ops_rx: &mut mpsc::UnboundedReceiver<(StoreOp, Ack)>,
+) {
+    while batch.ops.len() < MAX_OPS {
+        match ops_rx.try_recv() {
+            Ok(op) => batch.ops.push(op),
+            Err(_) => break,
+        }
+    }
+    while batch.events.len() < MAX_BATCH {
+        match log_rx.try_recv() {
+            Ok(cmd) => batch.take_log(cmd),
+            Err(_) => break,
         }
     }
 }
@@ -233,7 +268,13 @@ async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), 
 }
 
 async fn write_log(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<(), sqlx::Error> {
-    for chunk in batch.events.chunks(ROWS_PER_STATEMENT) {
+    // Statement sizes are powers of two so that only a handful of distinct statements exist and
+    // all stay in the connection's prepared-statement cache.
+    let mut rest: &[Arc<EventRecord>] = &batch.events;
+    while !rest.is_empty() {
+        let n = 1usize << rest.len().min(ROWS_PER_STATEMENT).ilog2();
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
         // OR IGNORE: a retried batch may have been half applied before a failed commit.
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
