@@ -141,6 +141,8 @@ impl ChatEngine {
         // The user message is stored before anything is sent upstream.
         let parent = match ctx.parent_id {
             Some(p) => Some(p),
+            // The first run of a session has nothing to follow.
+            None if !ctx.is_resume => None,
             None => match self.store.latest_message(session_id).await {
                 Ok(m) => m.map(|m| m.id),
                 Err(e) => return self.fail(&ctx, "storage", e.to_string()),

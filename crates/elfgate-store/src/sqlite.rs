@@ -182,6 +182,39 @@ pub(crate) async fn insert_message_tx(
     Ok(())
 }
 
+/// Stores a session and its first run (in the writer's transaction).
+pub(crate) async fn create_session_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    s: &Session,
+    first_run: &Run,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
+         agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
+         event_seq_reserved, status, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
+    )
+    .bind(s.id.to_string())
+    .bind(s.engine.as_str())
+    .bind(s.title.clone())
+    .bind(s.provider_id.clone())
+    .bind(s.model.clone())
+    .bind(s.cli_backend.clone())
+    .bind(s.project_path.clone())
+    .bind(s.agent_id.clone())
+    .bind(s.system_prompt.clone())
+    .bind(s.permission_mode.clone())
+    .bind(json_text(&s.engine_config)?)
+    .bind(s.cli_session_id.clone())
+    // A new session's bus starts at 0 inside this first reservation.
+    .bind(SEQ_RESERVE_BLOCK as i64)
+    .bind(ts(&s.created_at))
+    .bind(ts(&s.updated_at))
+    .execute(&mut **tx)
+    .await?;
+    insert_run_tx(tx, first_run).await
+}
+
 async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
@@ -317,34 +350,13 @@ impl Store for SqliteStore {
     }
 
     async fn create_session(&self, s: &Session, first_run: &Run) -> StoreResult<()> {
-        let mut tx = self.write.begin().await?;
-        sqlx::query(
-            "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
-             agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
-             event_seq_reserved, status, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
-        )
-        .bind(s.id.to_string())
-        .bind(s.engine.as_str())
-        .bind(s.title.clone())
-        .bind(s.provider_id.clone())
-        .bind(s.model.clone())
-        .bind(s.cli_backend.clone())
-        .bind(s.project_path.clone())
-        .bind(s.agent_id.clone())
-        .bind(s.system_prompt.clone())
-        .bind(s.permission_mode.clone())
-        .bind(json_text(&s.engine_config)?)
-        .bind(s.cli_session_id.clone())
-        // A new session's bus starts at 0 inside this first reservation.
-        .bind(SEQ_RESERVE_BLOCK as i64)
-        .bind(ts(&s.created_at))
-        .bind(ts(&s.updated_at))
-        .execute(&mut *tx)
-        .await?;
-        insert_run_tx(&mut tx, first_run).await?;
-        tx.commit().await?;
-        Ok(())
+        // Group commit: sessions created at the same moment share one transaction.
+        self.writer
+            .run(StoreOp::CreateSession(
+                Box::new(s.clone()),
+                Box::new(first_run.clone()),
+            ))
+            .await
     }
 
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {

@@ -6,8 +6,10 @@
 
 use crate::StoreError;
 use crate::codec::ts;
-use crate::sqlite::{insert_message_tx, run_finished_tx, run_started_tx};
-use elfgate_core::{EventRecord, LogCommand, LogSender, Message, RunId, RunOutcome, SessionId};
+use crate::sqlite::{create_session_tx, insert_message_tx, run_finished_tx, run_started_tx};
+use elfgate_core::{
+    EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, Session, SessionId,
+};
 use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +27,7 @@ const ROWS_PER_STATEMENT: usize = 128;
 /// A write on a run's path, answered once committed.
 #[derive(Debug, Clone)]
 pub(crate) enum StoreOp {
+    CreateSession(Box<Session>, Box<Run>),
     InsertMessage(Message),
     RunStarted {
         session_id: SessionId,
@@ -249,6 +252,10 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
 
 async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
     match op {
+        StoreOp::CreateSession(s, r) => create_session_tx(tx, s, r).await.map_err(|e| match e {
+            StoreError::Database(e) => e,
+            other => sqlx::Error::Protocol(other.to_string()),
+        }),
         StoreOp::InsertMessage(m) => insert_message_tx(tx, m).await.map_err(|e| match e {
             StoreError::Database(e) => e,
             other => sqlx::Error::Protocol(other.to_string()),
