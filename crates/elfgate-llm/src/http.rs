@@ -200,37 +200,47 @@ pub(crate) fn event_stream<D: Decoder>(
         queue: VecDeque::new(),
         idle_timeout,
     };
-    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(item) = st.queue.pop_front() {
-                return Some((item, st));
-            }
-            let body = st.body.as_mut()?;
-            let next = if st.idle_timeout.is_zero() {
-                body.next().await
-            } else {
-                match tokio::time::timeout(st.idle_timeout, body.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        st.body = None;
-                        return Some((Err(LlmError::IdleTimeout(st.idle_timeout)), st));
+    // Data-aware idle timeout: the clock restarts when the stream yields something decoded, not on
+    // any byte, so a provider that only sends pings or comments cannot hold a run forever.
+    let deadline = tokio::time::Instant::now() + idle_timeout;
+    Box::pin(futures_util::stream::unfold(
+        (state, deadline),
+        |(mut st, mut deadline)| async move {
+            loop {
+                if let Some(item) = st.queue.pop_front() {
+                    deadline = tokio::time::Instant::now() + st.idle_timeout;
+                    return Some((item, (st, deadline)));
+                }
+                let body = st.body.as_mut()?;
+                let next = if st.idle_timeout.is_zero() {
+                    body.next().await
+                } else {
+                    match tokio::time::timeout_at(deadline, body.next()).await {
+                        Ok(n) => n,
+                        Err(_) => {
+                            st.body = None;
+                            return Some((
+                                Err(LlmError::IdleTimeout(st.idle_timeout)),
+                                (st, deadline),
+                            ));
+                        }
                     }
+                };
+                let finished = match next {
+                    Some(Ok(bytes)) => st.feed(Some(&bytes)),
+                    Some(Err(e)) => {
+                        st.queue
+                            .push_back(Err(LlmError::Transport(error_chain(&e))));
+                        true
+                    }
+                    None => st.feed(None),
+                };
+                if finished {
+                    st.body = None;
                 }
-            };
-            let finished = match next {
-                Some(Ok(bytes)) => st.feed(Some(&bytes)),
-                Some(Err(e)) => {
-                    st.queue
-                        .push_back(Err(LlmError::Transport(error_chain(&e))));
-                    true
-                }
-                None => st.feed(None),
-            };
-            if finished {
-                st.body = None;
             }
-        }
-    }))
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -623,6 +623,61 @@ async fn idle_timeout_on_stalled_body() {
     );
 }
 
+#[tokio::test]
+async fn pings_alone_do_not_keep_a_stream_alive() {
+    // After one token the server only sends Anthropic pings and SSE comments, forever.
+    let router = Router::new().route(
+        "/v1/messages",
+        post(|| async {
+            let head = futures_util::stream::iter(vec![
+                Ok::<_, std::io::Error>(Bytes::from_static(
+                    b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n",
+                )),
+                Ok(Bytes::from_static(
+                    b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+                )),
+                Ok(Bytes::from_static(
+                    b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n",
+                )),
+            ]);
+            let pings = futures_util::stream::unfold((), |()| async {
+                tokio::task::yield_now().await;
+                Some((
+                    Ok::<_, std::io::Error>(Bytes::from_static(
+                        b"event: ping\ndata: {\"type\":\"ping\"}\n\n: keep-alive\n\n",
+                    )),
+                    (),
+                ))
+            })
+            .then(|b| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                b
+            });
+            stream_body(head.chain(pings))
+        }),
+    );
+    let base = spawn(router).await;
+    let p = build_provider(
+        ProviderConfig {
+            kind: ProviderKind::Anthropic,
+            base_url: base,
+            api_key: None,
+            default_model: Some("m".into()),
+            idle_timeout: Duration::from_millis(300),
+            request_timeout: Duration::from_secs(10),
+        },
+        reqwest::Client::new(),
+    );
+    let items = collect(p.stream(&LlmRequest::default()).await.unwrap()).await;
+    assert_eq!(
+        items,
+        vec![
+            Ok(LlmEvent::TextDelta("hi".into())),
+            Err(LlmError::IdleTimeout(Duration::from_millis(300)))
+        ]
+    );
+}
+
 struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
 
 impl Drop for DropSignal {
