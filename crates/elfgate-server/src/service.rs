@@ -363,6 +363,11 @@ pub async fn send_message(
         .get_session(session_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    if state.deleting.contains(&session_id) {
+        return Err(ApiError::NotFound(format!(
+            "session '{session_id}' is being deleted"
+        )));
+    }
     check_prompt(&req.prompt)?;
     check_overrides(state, session.engine, &req.overrides)?;
     if req.on_busy == OnBusy::Reject
@@ -477,9 +482,27 @@ pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(
             "unknown session '{session_id}'"
         )));
     }
+    if !state.deleting.insert(session_id) {
+        return Err(ApiError::Conflict(format!(
+            "session '{session_id}' is already being deleted"
+        )));
+    }
+    let result = delete_stopped_session(state, session_id).await;
+    state.deleting.remove(&session_id);
+    result
+}
+
+async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {
     let result = state.dispatcher.interrupt(session_id);
-    if let Some(done) = result.done {
-        let _ = tokio::time::timeout(Duration::from_secs(30), done.cancelled()).await;
+    if let Some(done) = result.done
+        && tokio::time::timeout(Duration::from_secs(30), done.cancelled())
+            .await
+            .is_err()
+    {
+        // Deleting under a run that still writes would lose its writes silently: refuse instead.
+        return Err(ApiError::Conflict(
+            "the session's run did not stop within 30 s; nothing was deleted".into(),
+        ));
     }
     // The run's last events must be in the log before the log is deleted.
     state.dispatcher.hub().flush().await;

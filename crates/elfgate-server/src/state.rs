@@ -32,6 +32,8 @@ pub struct AppInner {
     /// Fired when the daemon shuts down: ends SSE streams.
     pub shutdown: CancellationToken,
     shutting_down: AtomicBool,
+    /// Sessions being deleted: they take no new prompt.
+    pub deleting: dashmap::DashSet<elfgate_core::SessionId>,
 }
 
 impl AppState {
@@ -54,6 +56,7 @@ impl AppState {
                 permissions,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
+                deleting: dashmap::DashSet::new(),
             }),
         }
     }

@@ -278,6 +278,7 @@ async fn one(
         (status = 401, description = "Missing bearer token", body = ErrorBody),
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
         (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 409, description = "Already being deleted, or its run did not stop within 30 s (nothing deleted)", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
     security(("bearer" = []))
