@@ -1372,3 +1372,673 @@ async fn a_yielding_tool_stops_the_run_until_the_user_answers() {
     let this_run: Vec<Ev> = evs2.into_iter().filter(|e| e.run() == run2).collect();
     assert_eq!(text_of(&this_run), "Thanks, using a.txt.");
 }
+
+fn spawn_bg(id: &str, label: &str) -> Value {
+    call(
+        id,
+        "spawn",
+        json!({"task": format!("job {label}"), "label": label, "background": true}),
+    )
+}
+
+/// The text of a `userMessage` event that drained background results, if it is one.
+fn drained_text(ev: &Ev) -> Option<String> {
+    if ev.event != "userMessage" {
+        return None;
+    }
+    let t = ev.data["message"]["blocks"][0]["text"].as_str()?;
+    t.starts_with("[Background agent \"").then(|| t.to_string())
+}
+
+/// Reads events until `n` permission requests were seen; returns their ids and every event read.
+async fn until_requests(sse: &mut common::Sse, n: usize, seen: &mut Vec<Ev>) -> Vec<String> {
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        let ev = sse.next().await.expect("stream ended");
+        if ev.event == "permissionRequest" {
+            ids.push(ev.data["requestId"].as_str().unwrap().to_string());
+        }
+        seen.push(ev);
+    }
+    ids
+}
+
+/// Reads events until the next drain `userMessage`; returns its text.
+async fn until_drain(sse: &mut common::Sse, seen: &mut Vec<Ev>) -> String {
+    loop {
+        let ev = sse.next().await.expect("stream ended");
+        let t = drained_text(&ev);
+        seen.push(ev);
+        if let Some(t) = t {
+            return t;
+        }
+    }
+}
+
+async fn allow(d: &Daemon, sid: &str, rid: &str) {
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{rid}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+}
+
+/// A sub-agent script for `n` gated sub-agents: each first asks to run a shell command (a
+/// permission request the test answers, one at a time), then answers "sub done". The first `n`
+/// requests are the sub-agents' first calls because the test waits for all `n` permission
+/// requests before it answers any.
+fn gated_sub_agents(mock: &MockServer, name: &str, n: usize) {
+    let mut responses: Vec<Value> = (0..n)
+        .map(
+            |i| json!({"toolCalls": [call(&format!("g{i}"), "shell", json!({"command": "true"}))]}),
+        )
+        .collect();
+    responses.push(json!({"text": "sub done"}));
+    script(mock, name, Value::Array(responses));
+}
+
+#[tokio::test]
+async fn background_drains_stop_after_three_in_a_row_without_spending_iterations() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    gated_sub_agents(&mock, "sub-gated", 4);
+    // The parent spawns four background agents, then answers plainly forever.
+    script(
+        &mock,
+        "parent-drain",
+        json!([
+            {"toolCalls": [spawn_bg("b1", "a1"), spawn_bg("b2", "a2"), spawn_bg("b3", "a3"), spawn_bg("b4", "a4")]},
+            {"text": "Still waiting."}
+        ]),
+    );
+    let (sid, run1) = d
+        .create(session(
+            "drain",
+            "mock:script=parent-drain",
+            &dir,
+            // Two iterations: the spawn call and the first plain answer use them up; drains are free.
+            json!({"engineConfig": {"subAgentModel": "mock:script=sub-gated", "maxIterations": 2}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut seen = Vec::new();
+    let rids = until_requests(&mut sse, 4, &mut seen).await;
+    // One result becomes ready per drain: the next sub-agent is let go only after the drain.
+    let mut drains = Vec::new();
+    for rid in &rids[..3] {
+        allow(&d, &sid, rid).await;
+        drains.push(until_drain(&mut sse, &mut seen).await);
+    }
+    seen.extend(sse.until_complete(&run1).await);
+    // After three drains in a row the fourth plain answer ends the run, although the fourth
+    // sub-agent is still going (it waits for its permission).
+    assert_eq!(finish_of(&seen), "stop", "{:?}", types(&seen));
+    let this_run: Vec<&Ev> = seen.iter().filter(|e| e.run() == run1).collect();
+    let drained: Vec<String> = this_run.iter().filter_map(|e| drained_text(e)).collect();
+    assert_eq!(drained, drains);
+    assert_eq!(drained.len(), 3);
+    for t in &drained {
+        assert_eq!(t.matches("[Background agent \"").count(), 1, "{t}");
+        assert!(t.contains(") stop]\nsub done"), "{t}");
+    }
+    // Each drain named a different agent.
+    let labels: std::collections::BTreeSet<&str> = drained
+        .iter()
+        .map(|t| t.split('"').nth(1).unwrap())
+        .collect();
+    assert_eq!(labels.len(), 3);
+    // The fourth sub-agent was stopped with the run: its request was withdrawn.
+    let resolved: Vec<&&Ev> = this_run
+        .iter()
+        .filter(|e| e.event == "permissionResolved" && e.data["requestId"] == rids[3].as_str())
+        .collect();
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0].data["decision"], "deny");
+
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(
+        roles(&msgs),
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    // Five model calls with maxIterations 2: the three drained calls spent no iteration, but
+    // every call is counted in the stats.
+    assert_eq!(bodies_for(&mock, "mock:script=parent-drain").len(), 5);
+    assert_eq!(of(&seen, "result")[0].data["stats"]["iterations"], 5);
+    // The last call saw all three drained results.
+    let last = bodies_for(&mock, "mock:script=parent-drain").pop().unwrap();
+    assert_eq!(
+        last.to_string().matches("[Background agent \\\"").count(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_real_tool_call_resets_the_drain_counter() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    gated_sub_agents(&mock, "sub-reset", 3);
+    script(
+        &mock,
+        "parent-reset",
+        json!([
+            {"toolCalls": [spawn_bg("b1", "a1"), spawn_bg("b2", "a2"), spawn_bg("b3", "a3")]},
+            {"text": "First wait."},
+            {"toolCalls": [call("l1", "list_dir", json!({}))]},
+            {"text": "Second wait."},
+            {"text": "Giving up."}
+        ]),
+    );
+    // One drain in a row at most: without the reset, "Second wait." would end the run.
+    let (sid, run1) = d
+        .create(session(
+            "reset",
+            "mock:script=parent-reset",
+            &dir,
+            json!({"engineConfig": {"subAgentModel": "mock:script=sub-reset",
+                                    "maxBackgroundDrainRounds": 1}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut seen = Vec::new();
+    let rids = until_requests(&mut sse, 3, &mut seen).await;
+    allow(&d, &sid, &rids[0]).await;
+    until_drain(&mut sse, &mut seen).await;
+    allow(&d, &sid, &rids[1]).await;
+    until_drain(&mut sse, &mut seen).await;
+    seen.extend(sse.until_complete(&run1).await);
+    assert_eq!(finish_of(&seen), "stop", "{:?}", types(&seen));
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(
+        roles(&msgs),
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(msgs[3]["blocks"][0]["text"], "First wait.");
+    assert!(
+        msgs[4]["blocks"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[Background agent")
+    );
+    assert_eq!(msgs[5]["blocks"][0]["name"], "list_dir");
+    assert_eq!(msgs[7]["blocks"][0]["text"], "Second wait.");
+    assert!(
+        msgs[8]["blocks"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[Background agent")
+    );
+    // The limit still holds after the reset: the third agent is still going, but one drain in a
+    // row was all that was allowed.
+    assert_eq!(msgs[9]["blocks"][0]["text"], "Giving up.");
+    assert_eq!(bodies_for(&mock, "mock:script=parent-reset").len(), 5);
+}
+
+/// Checks the messages of an OpenAI request: the first non-system message is a user message,
+/// every assistant tool call is answered by the tool messages right after it, and every tool
+/// message answers a call of the assistant message before it.
+fn assert_valid_openai(all: &[Value]) {
+    let m: Vec<&Value> = all.iter().filter(|x| x["role"] != "system").collect();
+    assert_eq!(m[0]["role"], "user", "{all:?}");
+    let mut i = 0;
+    while i < m.len() {
+        let x = m[i];
+        assert_ne!(x["role"], "tool", "message {i} answers no call: {all:?}");
+        i += 1;
+        if let Some(calls) = x["tool_calls"].as_array() {
+            let mut want: std::collections::BTreeSet<&str> =
+                calls.iter().map(|c| c["id"].as_str().unwrap()).collect();
+            while i < m.len() && m[i]["role"] == "tool" {
+                let id = m[i]["tool_call_id"].as_str().unwrap();
+                assert!(
+                    want.remove(id),
+                    "result {id} answers no pending call: {all:?}"
+                );
+                i += 1;
+            }
+            assert!(want.is_empty(), "calls without a result {want:?}: {all:?}");
+        }
+    }
+    assert_eq!(m.last().unwrap()["role"], "user");
+}
+
+fn anthropic_blocks(x: &Value) -> Vec<Value> {
+    match &x["content"] {
+        Value::String(s) => vec![json!({"type": "text", "text": s})],
+        Value::Array(a) => a.clone(),
+        other => panic!("bad content {other}"),
+    }
+}
+
+/// Checks the messages of an Anthropic request: it starts with a user message, every assistant
+/// tool_use is answered by a tool_result in the user message right after it, and every
+/// tool_result answers a tool_use of the assistant message right before it.
+fn assert_valid_anthropic(m: &[Value]) {
+    assert_eq!(m[0]["role"], "user", "{m:?}");
+    let mut pending: std::collections::BTreeSet<String> = Default::default();
+    for x in m {
+        let blocks = anthropic_blocks(x);
+        let ids = |kind: &str, key: &str| -> std::collections::BTreeSet<String> {
+            blocks
+                .iter()
+                .filter(|b| b["type"] == kind)
+                .map(|b| b[key].as_str().unwrap().to_string())
+                .collect()
+        };
+        if x["role"] == "user" {
+            assert_eq!(ids("tool_result", "tool_use_id"), pending, "{m:?}");
+            // Results come first in their message.
+            let first_other = blocks.iter().position(|b| b["type"] != "tool_result");
+            let last_result = blocks.iter().rposition(|b| b["type"] == "tool_result");
+            if let (Some(o), Some(r)) = (first_other, last_result) {
+                assert!(r < o, "{m:?}");
+            }
+            pending.clear();
+        } else {
+            assert_eq!(x["role"], "assistant");
+            assert!(
+                pending.is_empty(),
+                "calls without a result {pending:?}: {m:?}"
+            );
+            pending = ids("tool_use", "id");
+        }
+    }
+    assert!(pending.is_empty(), "{m:?}");
+    assert_eq!(m.last().unwrap()["role"], "user");
+}
+
+/// The id of the session's stored message 101 (the long run's answer).
+async fn msgs_final_id(d: &Daemon, sid: &str) -> String {
+    let msgs = stored(d, sid).await;
+    assert_eq!(msgs[101]["blocks"][0]["text"], "Listed fifty times.");
+    msgs[101]["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn resume_loads_at_most_max_history_messages_without_splitting_tool_exchanges() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    // 50 tool iterations and an answer: 1 + 100 + 1 = 102 stored messages.
+    let mut responses: Vec<Value> = (1..=50)
+        .map(|i| json!({"toolCalls": [call(&format!("h{i}"), "list_dir", json!({}))]}))
+        .collect();
+    responses.push(json!({"text": "Listed fifty times."}));
+    responses.push(json!({"text": "Resumed."}));
+    script(&mock, "long", Value::Array(responses));
+    let model = "mock:script=long";
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "list",
+            model,
+            &dir,
+            json!({"engineConfig": {"maxIterations": 60}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(stored(&d, &sid).await.len(), 102);
+    let answer = msgs_final_id(&d, &sid).await;
+
+    // Default: the last 100 messages. They start with the result of h1, whose call was cut
+    // off: it is dropped, and a note stands in for the omitted start.
+    let run2 = d
+        .send(&sid, json!({"prompt": "again", "parentId": answer}))
+        .await;
+    let evs2 = d.events(&sid, None).await.until_complete(&run2).await;
+    assert_eq!(finish_of(&evs2), "stop");
+    let body = bodies_for(&mock, model).pop().unwrap();
+    let m = body["messages"].as_array().unwrap();
+    assert_valid_openai(m);
+    let ids: Vec<&str> = m
+        .iter()
+        .filter_map(|x| x["tool_calls"][0]["id"].as_str())
+        .collect();
+    let want: Vec<String> = (2..=50).map(|i| format!("h{i}")).collect();
+    assert_eq!(ids, want);
+    // system, note, 49 x (assistant, tool), final answer, new prompt.
+    assert_eq!(m.len(), 1 + 1 + 98 + 1 + 1);
+    assert!(
+        m[1]["content"].as_str().unwrap().contains("omitted"),
+        "{}",
+        m[1]
+    );
+    assert_eq!(m[100]["content"], "Listed fifty times.");
+    assert_eq!(m[101]["content"], "again");
+
+    // Overridden by engineConfig, branching from the same answer: maxHistory 5 keeps the
+    // exchanges of h49 and h50; maxHistory 4 cuts h49's call off, so its result goes too.
+    for (limit, want) in [(5, vec!["h49", "h50"]), (4, vec!["h50"])] {
+        let run = d
+            .send(
+                &sid,
+                json!({"prompt": format!("limit {limit}"), "parentId": answer,
+                       "engineConfig": {"maxHistory": limit}}),
+            )
+            .await;
+        let evs = d.events(&sid, None).await.until_complete(&run).await;
+        assert_eq!(finish_of(&evs), "stop");
+        let body = bodies_for(&mock, model).pop().unwrap();
+        let m = body["messages"].as_array().unwrap();
+        assert_valid_openai(m);
+        let calls: Vec<&str> = m
+            .iter()
+            .filter_map(|x| x["tool_calls"][0]["id"].as_str())
+            .collect();
+        assert_eq!(calls, want, "{m:?}");
+        // system, note, the calls' exchanges, the answer, the new prompt.
+        assert_eq!(m.len(), 1 + 1 + 2 * want.len() + 1 + 1, "{m:?}");
+        assert!(m[1]["content"].as_str().unwrap().contains("omitted"));
+        assert_eq!(m[m.len() - 2]["content"], "Listed fifty times.");
+        assert_eq!(m.last().unwrap()["content"], format!("limit {limit}"));
+    }
+    // The same cut in the Anthropic format: it starts with a user message and h50's tool_use is
+    // answered in the user message right after it.
+    let run = d
+        .send(
+            &sid,
+            json!({"prompt": "limit 4 anthropic", "parentId": answer,
+                   "providerId": "mock-anthropic", "engineConfig": {"maxHistory": 4}}),
+        )
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let body = bodies_for(&mock, model).pop().unwrap();
+    let m = body["messages"].as_array().unwrap();
+    assert_valid_anthropic(m);
+    let uses: Vec<String> = m
+        .iter()
+        .flat_map(anthropic_blocks)
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| b["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(uses, ["h50"]);
+}
+
+#[tokio::test]
+async fn post_tool_use_hooks_fire_after_execution_without_holding_up_the_run() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    // The hook waits (bounded) for a gate the test opens only after the run completed, then
+    // records its input. Its deny answer must be ignored.
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "PostToolUse"
+matcher = "read_file"
+timeout_secs = 60
+command = '''
+in=$(cat)
+for i in $(seq 1 1200); do [ -e "{m}/gate" ] && break; sleep 0.025; done
+printf '%s\n' "$in" >> "{m}/post.jsonl"
+echo '{{"decision":"deny","reason":"too late"}}'
+'''
+"#,
+        m = marks.path().display()
+    );
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra,
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    script(
+        &mock,
+        "post",
+        json!([{"toolCalls": [
+            call("p1", "read_file", json!({"path": "a.txt"})),
+            call("p2", "read_file", json!({"path": "missing.txt"})),
+            call("p3", "list_dir", json!({}))
+        ]}, {"text": "ok"}]),
+    );
+    let (sid, run1, evs) = run(&d, session("post", "mock:script=post", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    assert_eq!(e["p1"].0, "success");
+    assert_eq!(e["p2"].0, "error");
+    // The run completed while both hooks were still waiting for the gate: fire-and-forget.
+    assert!(!marks.path().join("post.jsonl").exists());
+    std::fs::write(marks.path().join("gate"), "").unwrap();
+    let out = wait_for_file(&marks.path().join("post.jsonl"), 2).await;
+    let got: std::collections::BTreeMap<String, Value> = out
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["toolUseId"].as_str().unwrap().to_string(), v))
+        .collect();
+    // The matcher kept list_dir out.
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["p1", "p2"]);
+    let p1 = &got["p1"];
+    assert_eq!(p1["event"], "PostToolUse");
+    assert_eq!(p1["toolName"], "read_file");
+    assert_eq!(p1["sessionId"], sid.as_str());
+    assert_eq!(p1["runId"], run1.as_str());
+    assert_eq!(p1["input"], json!({"path": "a.txt"}));
+    assert_eq!(p1["status"], "success");
+    assert_eq!(p1["result"].as_str().unwrap(), e["p1"].1);
+    assert!(p1["result"].as_str().unwrap().contains("hello world"));
+    assert_eq!(got["p2"]["status"], "error");
+    assert_eq!(got["p2"]["result"].as_str().unwrap(), e["p2"].1);
+    // The hook's deny changed nothing: the stored result is the tool's.
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(msgs[2]["blocks"][0]["content"].as_str().unwrap(), e["p1"].1);
+}
+
+/// A dangling tool call on resume, in one provider format: (1) a daemon killed while a tool runs,
+/// restarted, resumed; (2) after the restart, a resume that branches from an assistant message
+/// whose tool_use has no result in the branch.
+async fn dangling_on(mock: &MockServer, provider: &str) {
+    let d = Daemon::start(mock, Opts::default());
+    let dir = project();
+    let valid = |m: &[Value]| {
+        if provider == "mock" {
+            assert_valid_openai(m)
+        } else {
+            assert_valid_anthropic(m)
+        }
+    };
+    let done_model = format!("mock:script=dg-done-{provider}");
+    script(
+        mock,
+        &format!("dg-done-{provider}"),
+        json!([
+            {"text": "Checking.", "toolCalls": [call("c1", "list_dir", json!({}))]},
+            {"text": "Listed."},
+            {"text": "Resumed."}
+        ]),
+    );
+    let (done_sid, _, evs) = run(
+        &d,
+        session("list", &done_model, &dir, json!({"providerId": provider})),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+
+    let crash_model = format!("mock:script=dg-crash-{provider}");
+    script(
+        mock,
+        &format!("dg-crash-{provider}"),
+        json!([
+            {"text": "Running.", "toolCalls": [call("k1", "shell", json!({"command": "echo $$ > crash.pid; exec sleep 600"}))]},
+            {"text": "Recovered."}
+        ]),
+    );
+    let (crash_sid, _) = d
+        .create(session(
+            "crash",
+            &crash_model,
+            &dir,
+            json!({"providerId": provider, "permissionMode": "bypassPermissions"}),
+        ))
+        .await;
+    let pid = wait_for_file(&dir.join("crash.pid"), 1).await;
+    let data = d.dir.clone();
+    let mut d = d;
+    d.kill();
+    // The tool's process group outlives a SIGKILLed daemon; end it here.
+    std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", pid.trim())])
+        .status()
+        .unwrap();
+    let d = Daemon::start_in(data, mock, Opts::default());
+
+    let run2 = d.send(&crash_sid, json!({"prompt": "go on"})).await;
+    let evs = d.events(&crash_sid, None).await.until_complete(&run2).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let body = bodies_for(mock, &crash_model).pop().unwrap();
+    valid(body["messages"].as_array().unwrap());
+
+    let msgs = stored(&d, &done_sid).await;
+    assert_eq!(msgs[1]["blocks"][1]["type"], "tool_use");
+    let parent = msgs[1]["id"].as_str().unwrap();
+    let run3 = d
+        .send(
+            &done_sid,
+            json!({"prompt": "from the call", "parentId": parent}),
+        )
+        .await;
+    let evs = d.events(&done_sid, None).await.until_complete(&run3).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let body = bodies_for(mock, &done_model).pop().unwrap();
+    let m = body["messages"].as_array().unwrap();
+    valid(m);
+    // The call got a synthetic error result.
+    let text = body.to_string();
+    assert!(text.contains("no result was recorded"), "{text}");
+    assert!(
+        !text.contains("Listed."),
+        "the branch ends at the call: {text}"
+    );
+}
+
+#[tokio::test]
+async fn resume_after_a_dangling_tool_call_sends_a_valid_transcript_in_both_formats() {
+    let mock = MockServer::start().await.unwrap();
+    dangling_on(&mock, "mock").await;
+    dangling_on(&mock, "mock-anthropic").await;
+}
+
+#[tokio::test]
+async fn anthropic_thinking_signatures_go_back_unchanged() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "sig",
+        json!([
+            {"thinking": "I should list.", "text": "Listing.", "toolCalls": [call("s1", "list_dir", json!({}))]},
+            {"thinking": "Now answer.", "text": "Done."},
+            {"text": "Resumed."}
+        ]),
+    );
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "sig",
+            "mock:script=sig",
+            &dir,
+            json!({"providerId": "mock-anthropic"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(
+        msgs[1]["blocks"][0],
+        json!({"type": "thinking", "thinking": "I should list.", "signature": "sig-mock"})
+    );
+    assert_eq!(msgs[3]["blocks"][0]["signature"], "sig-mock");
+    let first = json!({"type": "thinking", "thinking": "I should list.", "signature": "sig-mock"});
+    let second = json!({"type": "thinking", "thinking": "Now answer.", "signature": "sig-mock"});
+    // Within the run: the tool iteration's thinking goes back with its signature.
+    let bodies = bodies_for(&mock, "mock:script=sig");
+    let m = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(anthropic_blocks(&m[1])[0], first);
+    // On resume: both thinking blocks, unchanged.
+    let run2 = d.send(&sid, json!({"prompt": "more"})).await;
+    let evs = d.events(&sid, None).await.until_complete(&run2).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let body = bodies_for(&mock, "mock:script=sig").pop().unwrap();
+    let m = body["messages"].as_array().unwrap();
+    assert_valid_anthropic(m);
+    let r: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+    assert_eq!(r, ["user", "assistant", "user", "assistant", "user"]);
+    assert_eq!(anthropic_blocks(&m[1])[0], first);
+    assert_eq!(anthropic_blocks(&m[3])[0], second);
+}
+
+#[tokio::test]
+async fn native_search_calls_are_skipped_before_hooks_and_permissions() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+command = '''cat > /dev/null; echo '{"decision":"deny","reason":"hook says no"}' '''
+"#;
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra.into(),
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    script(
+        &mock,
+        "search",
+        json!([{"toolCalls": [
+            call("n1", "web_search", json!({"query": "rust"})),
+            call("n2", "google_search", json!({"q": "rust"})),
+            call("n3", "read_file", json!({"path": "a.txt"})),
+            call("n4", "some_search", json!({}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(&d, session("s", "mock:script=search", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    for id in ["n1", "n2"] {
+        assert_eq!(e[id].0, "success", "{e:?}");
+        assert!(
+            e[id]
+                .1
+                .contains("run by the model provider itself; nothing was executed locally"),
+            "{}",
+            e[id].1
+        );
+    }
+    // A local tool meets the hook; an unknown name is an error, not a skip.
+    assert_eq!(e["n3"].0, "denied");
+    assert!(e["n3"].1.contains("hook says no"));
+    assert_eq!(e["n4"].0, "error");
+    assert!(e["n4"].1.contains("unknown tool"));
+    assert!(of(&evs, "permissionRequest").is_empty());
+}
