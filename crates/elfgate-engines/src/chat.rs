@@ -2,6 +2,7 @@
 //! no history sent) and `api` (stateless completion). They share one implementation and differ in
 //! what they send upstream.
 
+use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
 use crate::streaming::stream_turn;
 use async_trait::async_trait;
@@ -89,25 +90,6 @@ impl ChatEngine {
         RunOutcome::failed(error)
     }
 
-    pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
-        let mut blocks = vec![ContentBlock::text(ctx.prompt.clone())];
-        for a in &ctx.attachments {
-            if a.media_type.starts_with("image/") {
-                blocks.push(ContentBlock::Image {
-                    media_type: a.media_type.clone(),
-                    data: a.data.clone(),
-                    url: a.url.clone(),
-                });
-            } else if let Some(text) = &a.text {
-                let name = a.name.as_deref().unwrap_or("attachment");
-                blocks.push(ContentBlock::text(format!(
-                    "<attachment name=\"{name}\">\n{text}\n</attachment>"
-                )));
-            }
-        }
-        blocks
-    }
-
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         let started = Instant::now();
         let session_id = ctx.session_id();
@@ -138,30 +120,10 @@ impl ChatEngine {
             }),
         });
 
-        // The user message is stored before anything is sent upstream.
-        let parent = match ctx.parent_id {
-            Some(p) => Some(p),
-            // The first run of a session has nothing to follow.
-            None if !ctx.is_resume => None,
-            None => match self.store.latest_message(session_id).await {
-                Ok(m) => m.map(|m| m.id),
-                Err(e) => return self.fail(&ctx, "storage", e.to_string()),
-            },
+        let (user, parent) = match store_user_message(self.store.as_ref(), &ctx).await {
+            Ok(u) => u,
+            Err(e) => return self.fail(&ctx, "storage", e),
         };
-        let mut user = Message::new(
-            session_id,
-            Some(ctx.run_id),
-            parent,
-            Role::User,
-            Self::user_blocks(&ctx),
-        );
-        user.id = ctx.user_message_id;
-        if let Err(e) = self.store.insert_message(&user).await {
-            return self.fail(&ctx, "storage", e.to_string());
-        }
-        ctx.events.emit(EventPayload::UserMessage {
-            message: user.clone(),
-        });
 
         let history = match self.mode {
             ChatMode::MultiTurn => match parent {

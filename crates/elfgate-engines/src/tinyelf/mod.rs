@@ -16,8 +16,8 @@ use crate::providers::ProviderRegistry;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
 use elfgate_core::{
-    ActiveSessions, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Message,
-    Role, RunOutcome, SessionId,
+    ActiveSessions, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role,
+    RunOutcome, SessionId,
 };
 use elfgate_store::Store;
 use elfgate_tools::{
@@ -187,28 +187,11 @@ impl TinyElfEngine {
             }),
         });
 
-        // The user message is stored before anything is sent upstream.
-        let parent = match ctx.parent_id {
-            Some(p) => Some(p),
-            None => match inner.store.latest_message(session_id).await {
-                Ok(m) => m.map(|m| m.id),
-                Err(e) => return Self::fail(&ctx, "storage", e.to_string()),
-            },
-        };
-        let mut user = Message::new(
-            session_id,
-            Some(ctx.run_id),
-            parent,
-            Role::User,
-            crate::chat::ChatEngine::user_blocks(&ctx),
-        );
-        user.id = ctx.user_message_id;
-        if let Err(e) = inner.store.insert_message(&user).await {
-            return Self::fail(&ctx, "storage", e.to_string());
-        }
-        ctx.events.emit(EventPayload::UserMessage {
-            message: user.clone(),
-        });
+        let (user, parent) =
+            match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
+                Ok(u) => u,
+                Err(e) => return Self::fail(&ctx, "storage", e),
+            };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,

@@ -1,0 +1,59 @@
+//! The user's side of a run, shared by the engines: the stored user message.
+
+use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Message, MessageId, Role};
+use elfgate_store::Store;
+
+/// The prompt's content blocks: the text, then images and text attachments.
+pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
+    let mut blocks = vec![ContentBlock::text(ctx.prompt.clone())];
+    for a in &ctx.attachments {
+        if a.media_type.starts_with("image/") {
+            blocks.push(ContentBlock::Image {
+                media_type: a.media_type.clone(),
+                data: a.data.clone(),
+                url: a.url.clone(),
+            });
+        } else if let Some(text) = &a.text {
+            let name = a.name.as_deref().unwrap_or("attachment");
+            blocks.push(ContentBlock::text(format!(
+                "<attachment name=\"{name}\">\n{text}\n</attachment>"
+            )));
+        }
+    }
+    blocks
+}
+
+/// Stores the run's user message — before anything is sent upstream — and announces it. It follows
+/// `parentId` when given, else the session's latest message (a first run follows nothing).
+/// Returns the message and its parent, or the storage error.
+pub(crate) async fn store_user_message(
+    store: &dyn Store,
+    ctx: &EngineSessionContext,
+) -> Result<(Message, Option<MessageId>), String> {
+    let session_id = ctx.session_id();
+    let parent = match ctx.parent_id {
+        Some(p) => Some(p),
+        None if !ctx.is_resume => None,
+        None => store
+            .latest_message(session_id)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|m| m.id),
+    };
+    let mut user = Message::new(
+        session_id,
+        Some(ctx.run_id),
+        parent,
+        Role::User,
+        user_blocks(ctx),
+    );
+    user.id = ctx.user_message_id;
+    store
+        .insert_message(&user)
+        .await
+        .map_err(|e| e.to_string())?;
+    ctx.events.emit(EventPayload::UserMessage {
+        message: user.clone(),
+    });
+    Ok((user, parent))
+}
