@@ -31,8 +31,13 @@ CREATE TABLE runs (
     iterations    INTEGER NOT NULL DEFAULT 0,
     started_at    TEXT NOT NULL,
     ended_at      TEXT,
-    error         TEXT
+    error         TEXT,
+    -- The client's idempotency key of the prompt that started the run.
+    client_msg_id TEXT
 );
+CREATE UNIQUE INDEX runs_by_client_msg ON runs(session_id, client_msg_id)
+    WHERE client_msg_id IS NOT NULL;
+CREATE INDEX runs_by_client_msg_any ON runs(client_msg_id) WHERE client_msg_id IS NOT NULL;
 CREATE INDEX runs_by_session ON runs(session_id, started_at);
 CREATE INDEX runs_by_status ON runs(status);
 

@@ -323,4 +323,7 @@ pub struct Run {
     pub ended_at: Option<DateTime<Utc>>,
     /// The error that ended it, if any.
     pub error: Option<String>,
+    /// The client's idempotency key of the prompt that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_msg_id: Option<String>,
 }

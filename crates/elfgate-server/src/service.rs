@@ -71,6 +71,9 @@ pub struct CreateSessionResponse {
     pub run_id: RunId,
     /// Where to follow it.
     pub events_url: String,
+    /// True when `clientMsgId` matched an earlier request: nothing new was created.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 /// Body of POST /v1/sessions/{id}/messages.
@@ -97,8 +100,11 @@ pub struct SendMessageResponse {
     pub session_id: SessionId,
     /// The new run.
     pub run_id: RunId,
-    /// running or queued.
+    /// running or queued; for a duplicate, the earlier run's status.
     pub status: &'static str,
+    /// True when `clientMsgId` matched an earlier prompt: no new run was started.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 /// Answer of POST /v1/sessions/{id}/interrupt.
@@ -264,7 +270,7 @@ fn build_ctx(
     }
 }
 
-fn new_run(session_id: SessionId) -> Run {
+fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
     Run {
         id: RunId::new(),
         session_id,
@@ -276,6 +282,7 @@ fn new_run(session_id: SessionId) -> Run {
         started_at: Utc::now(),
         ended_at: None,
         error: None,
+        client_msg_id,
     }
 }
 
@@ -298,6 +305,16 @@ pub async fn create_session(
     }
     check_prompt(&req.prompt)?;
     check_overrides(state, engine, &req.overrides)?;
+    if let Some(key) = req.overrides.client_msg_id.as_deref()
+        && let Some(run) = state.store.run_by_client_msg_id(None, key).await?
+    {
+        return Ok(CreateSessionResponse {
+            session_id: run.session_id,
+            run_id: run.id,
+            events_url: format!("/v1/sessions/{}/events", run.session_id),
+            duplicate: true,
+        });
+    }
     let now = Utc::now();
     let session = Session {
         id: SessionId::new(),
@@ -319,7 +336,7 @@ pub async fn create_session(
         created_at: now,
         updated_at: now,
     };
-    let run = new_run(session.id);
+    let run = new_run(session.id, req.overrides.client_msg_id.clone());
     state.store.create_session(&session, &run).await?;
     // create_session stored the first seq reservation with the session.
     let bus = state
@@ -342,6 +359,7 @@ pub async fn create_session(
             session_id: session.id,
             run_id: run.id,
             events_url: format!("/v1/sessions/{}/events", session.id),
+            duplicate: false,
         }),
         // The stored run never started; the next start ends it (daemon_restart).
         Err(DispatchError::ShuttingDown) => {
@@ -370,6 +388,14 @@ pub async fn send_message(
     }
     check_prompt(&req.prompt)?;
     check_overrides(state, session.engine, &req.overrides)?;
+    if let Some(key) = req.overrides.client_msg_id.as_deref()
+        && let Some(run) = state
+            .store
+            .run_by_client_msg_id(Some(session_id), key)
+            .await?
+    {
+        return Ok(duplicate_of(run));
+    }
     if req.on_busy == OnBusy::Reject
         && let Some(active) = state.dispatcher.active().get(session_id)
     {
@@ -384,8 +410,19 @@ pub async fn send_message(
             "unknown parent message '{parent}' in this session"
         )));
     }
-    let run = new_run(session_id);
-    state.store.create_run(&run).await?;
+    let run = new_run(session_id, req.overrides.client_msg_id.clone());
+    if let Err(e) = state.store.create_run(&run).await {
+        // The same key may have been stored a moment ago by a concurrent retry.
+        if let Some(key) = req.overrides.client_msg_id.as_deref()
+            && let Some(earlier) = state
+                .store
+                .run_by_client_msg_id(Some(session_id), key)
+                .await?
+        {
+            return Ok(duplicate_of(earlier));
+        }
+        return Err(e.into());
+    }
     let bus = open_bus(state, session_id).await?;
     let prompt = Prompt {
         run_id: run.id,
@@ -399,6 +436,7 @@ pub async fn send_message(
             session_id,
             run_id: run.id,
             status: status.as_str(),
+            duplicate: false,
         }),
         Err(DispatchError::Busy { active_run_id }) => {
             // Lost a race with another prompt: the run never started.
@@ -413,6 +451,15 @@ pub async fn send_message(
             state.store.delete_run(run.id).await?;
             Err(ApiError::Unavailable("the daemon is shutting down".into()))
         }
+    }
+}
+
+fn duplicate_of(run: Run) -> SendMessageResponse {
+    SendMessageResponse {
+        session_id: run.session_id,
+        run_id: run.id,
+        status: run.status.as_str(),
+        duplicate: true,
     }
 }
 

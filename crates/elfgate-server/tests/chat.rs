@@ -414,3 +414,61 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
         .collect();
     assert_eq!(order, [a.as_str(), b.as_str()]);
 }
+
+#[tokio::test]
+async fn client_msg_id_makes_retried_prompts_idempotent() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let create = json!({"engine": "chat", "prompt": "once", "model": "mock:tokens=1",
+                        "clientMsgId": "c-1"});
+    let (s1, first) = d.post("/v1/sessions", create.clone()).await;
+    assert_eq!(s1, 201);
+    let (s2, again) = d.post("/v1/sessions", create).await;
+    assert_eq!(s2, 200, "{again}");
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["sessionId"], first["sessionId"]);
+    assert_eq!(again["runId"], first["runId"]);
+    assert!(first.get("duplicate").is_none());
+    let sid = first["sessionId"].as_str().unwrap().to_string();
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(first["runId"].as_str().unwrap()).await;
+
+    let prompt = json!({"prompt": "twice?", "clientMsgId": "c-2", "model": "mock:tokens=1"});
+    let (s1, r1) = d
+        .post(&format!("/v1/sessions/{sid}/messages"), prompt.clone())
+        .await;
+    assert_eq!(s1, 202);
+    let run = r1["runId"].as_str().unwrap().to_string();
+    sse.until_complete(&run).await;
+    let (s2, r2) = d
+        .post(&format!("/v1/sessions/{sid}/messages"), prompt)
+        .await;
+    assert_eq!(s2, 200, "{r2}");
+    assert_eq!(r2["duplicate"], true);
+    assert_eq!(r2["runId"], run.as_str());
+    assert_eq!(r2["status"], "completed");
+    // The same key in another session is another prompt.
+    let (other, other_run) = d.create(chat("elsewhere", "mock:tokens=1")).await;
+    d.events(&other, None)
+        .await
+        .until_complete(&other_run)
+        .await;
+    let (s3, r3) = d
+        .post(
+            &format!("/v1/sessions/{other}/messages"),
+            json!({"prompt": "x", "clientMsgId": "c-2", "model": "mock:tokens=1"}),
+        )
+        .await;
+    assert_eq!(s3, 202, "{r3}");
+
+    // Only one upstream call per distinct prompt; the history holds each prompt once.
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let prompts: Vec<&str> = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["once", "twice?"]);
+}

@@ -91,6 +91,13 @@ pub trait Store: RunLedger + Send + Sync {
 
     /// Stores a new run (status queued or running).
     async fn create_run(&self, run: &Run) -> StoreResult<()>;
+    /// The run started by the prompt with this idempotency key: in a session, or (None) the first
+    /// run of any session (a retried session creation).
+    async fn run_by_client_msg_id(
+        &self,
+        session_id: Option<SessionId>,
+        client_msg_id: &str,
+    ) -> StoreResult<Option<Run>>;
     /// Deletes a run that never started (a prompt refused after its run was stored).
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()>;
     /// One run of a session.

@@ -131,6 +131,7 @@ fn run_from_row(r: &SqliteRow) -> StoreResult<Run> {
             .map(|s| parse_ts(&s))
             .transpose()?,
         error: r.try_get("error")?,
+        client_msg_id: r.try_get("client_msg_id")?,
     })
 }
 
@@ -218,7 +219,8 @@ pub(crate) async fn create_session_tx(
 async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
-         iterations, started_at, ended_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         iterations, started_at, ended_at, error, client_msg_id) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(run.id.to_string())
     .bind(run.session_id.to_string())
@@ -230,6 +232,7 @@ async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResu
     .bind(ts(&run.started_at))
     .bind(run.ended_at.as_ref().map(ts))
     .bind(run.error.clone())
+    .bind(run.client_msg_id.clone())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -444,6 +447,36 @@ impl Store for SqliteStore {
         insert_run_tx(&mut tx, run).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn run_by_client_msg_id(
+        &self,
+        session_id: Option<SessionId>,
+        client_msg_id: &str,
+    ) -> StoreResult<Option<Run>> {
+        let row = match session_id {
+            Some(s) => {
+                sqlx::query("SELECT * FROM runs WHERE session_id = ? AND client_msg_id = ?")
+                    .bind(s.to_string())
+                    .bind(client_msg_id)
+                    .fetch_optional(&self.read)
+                    .await?
+            }
+            // A session's first run: its key identifies the session too.
+            None => {
+                sqlx::query(
+                    "SELECT runs.* FROM runs JOIN sessions ON sessions.id = runs.session_id \
+                     WHERE runs.client_msg_id = ? AND runs.id = ( \
+                       SELECT r2.id FROM runs r2 WHERE r2.session_id = runs.session_id \
+                       ORDER BY r2.rowid LIMIT 1) \
+                     ORDER BY runs.rowid DESC LIMIT 1",
+                )
+                .bind(client_msg_id)
+                .fetch_optional(&self.read)
+                .await?
+            }
+        };
+        row.as_ref().map(run_from_row).transpose()
     }
 
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()> {

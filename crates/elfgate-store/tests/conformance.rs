@@ -40,6 +40,7 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         started_at: Utc::now(),
         ended_at: None,
         error: None,
+        client_msg_id: None,
     }
 }
 

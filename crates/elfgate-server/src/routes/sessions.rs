@@ -41,6 +41,7 @@ pub fn routes() -> Router<AppState> {
     request_body = CreateSessionRequest,
     responses(
         (status = 201, description = "Session created, first run started", body = CreateSessionResponse),
+        (status = 200, description = "clientMsgId matched an earlier creation: that session, nothing new (duplicate: true)", body = CreateSessionResponse),
         (status = 400, description = "Malformed body, empty prompt or bad setting", body = ErrorBody),
         (status = 401, description = "Missing bearer token", body = ErrorBody),
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
@@ -56,7 +57,12 @@ async fn create(
     ApiJson(req): ApiJson<CreateSessionRequest>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
     let created = service::create_session(&state, req).await?;
-    Ok((StatusCode::CREATED, Json(created)))
+    let status = if created.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(created)))
 }
 
 /// Sends a prompt to an existing session (resume).
@@ -69,6 +75,7 @@ async fn create(
     request_body = SendMessageRequest,
     responses(
         (status = 202, description = "Run started or queued", body = SendMessageResponse),
+        (status = 200, description = "clientMsgId matched an earlier prompt: its run, nothing new (duplicate: true)", body = SendMessageResponse),
         (status = 400, description = "Malformed body, empty prompt or bad setting", body = ErrorBody),
         (status = 401, description = "Missing bearer token", body = ErrorBody),
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
@@ -88,7 +95,12 @@ async fn send(
 ) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
     let id = parse_session_id(&id)?;
     let sent = service::send_message(&state, id, req).await?;
-    Ok((StatusCode::ACCEPTED, Json(sent)))
+    let status = if sent.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(sent)))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
