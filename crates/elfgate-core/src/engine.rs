@@ -5,7 +5,7 @@ use crate::engine_type::EngineType;
 use crate::event::ErrorInfo;
 use crate::ids::{MessageId, RunId, SessionId};
 use crate::metrics::Metrics;
-use crate::model::{FinishReason, Session};
+use crate::model::{FinishReason, Message, Session};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,6 +57,9 @@ pub struct EngineSessionContext {
     pub is_resume: bool,
     /// The id the user message will be stored under.
     pub user_message_id: MessageId,
+    /// The user message, when it is already stored (a session's first prompt is stored with the
+    /// session, in one commit); the engine then only announces it.
+    pub stored_user_message: Option<Message>,
     /// A client's idempotency key for the prompt.
     pub client_msg_id: Option<String>,
     /// The message this prompt follows (branching); None follows the latest.

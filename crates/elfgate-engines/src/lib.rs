@@ -4,7 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod chat;
-mod prompt;
+pub mod prompt;
 pub mod providers;
 mod streaming;
 pub mod tinyelf;

@@ -23,6 +23,19 @@ pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
     blocks
 }
 
+/// The run's user message, following `parent`.
+pub fn new_user_message(ctx: &EngineSessionContext, parent: Option<MessageId>) -> Message {
+    let mut user = Message::new(
+        ctx.session_id(),
+        Some(ctx.run_id),
+        parent,
+        Role::User,
+        user_blocks(ctx),
+    );
+    user.id = ctx.user_message_id;
+    user
+}
+
 /// Stores the run's user message — before anything is sent upstream — and announces it. It follows
 /// `parentId` when given, else the session's latest message (a first run follows nothing).
 /// Returns the message and its parent, or the storage error.
@@ -30,6 +43,12 @@ pub(crate) async fn store_user_message(
     store: &dyn Store,
     ctx: &EngineSessionContext,
 ) -> Result<(Message, Option<MessageId>), String> {
+    if let Some(user) = &ctx.stored_user_message {
+        ctx.events.emit(EventPayload::UserMessage {
+            message: user.clone(),
+        });
+        return Ok((user.clone(), user.parent_id));
+    }
     let session_id = ctx.session_id();
     let parent = match ctx.parent_id {
         Some(p) => Some(p),
@@ -40,14 +59,7 @@ pub(crate) async fn store_user_message(
             .map_err(|e| e.to_string())?
             .map(|m| m.id),
     };
-    let mut user = Message::new(
-        session_id,
-        Some(ctx.run_id),
-        parent,
-        Role::User,
-        user_blocks(ctx),
-    );
-    user.id = ctx.user_message_id;
+    let user = new_user_message(ctx, parent);
     store
         .insert_message(&user)
         .await

@@ -242,6 +242,7 @@ fn build_ctx(
         prompt,
         is_resume,
         user_message_id: MessageId::new(),
+        stored_user_message: None,
         client_msg_id: o.client_msg_id.clone(),
         parent_id,
         provider_id: o
@@ -337,13 +338,11 @@ pub async fn create_session(
         updated_at: now,
     };
     let run = new_run(session.id, req.overrides.client_msg_id.clone());
-    state.store.create_session(&session, &run).await?;
-    // create_session stored the first seq reservation with the session.
+    // create_session stores the first seq reservation with the session.
     let bus = state
         .dispatcher
         .hub()
         .open(session.id, 0, elfgate_core::SEQ_RESERVE_BLOCK);
-    bus.publish(Some(run.id), &EventPayload::SessionCreated {});
     let mut overrides = req.overrides;
     // The session already carries these; the run reads them from there.
     overrides.engine_config = None;
@@ -353,7 +352,20 @@ pub async fn create_session(
         is_resume: false,
         parent_id: None,
     };
-    let ctx = build_ctx(state, &session, prompt, overrides, bus);
+    let mut ctx = build_ctx(state, &session, prompt, overrides, bus.clone());
+    // The first prompt is stored in the same commit as the session: one wait instead of two
+    // before the request goes upstream.
+    let user = elfgate_engines::prompt::new_user_message(&ctx, None);
+    if let Err(e) = state
+        .store
+        .create_session(&session, &run, Some(&user))
+        .await
+    {
+        state.dispatcher.hub().remove(session.id);
+        return Err(e.into());
+    }
+    ctx.stored_user_message = Some(user);
+    bus.publish(Some(run.id), &EventPayload::SessionCreated {});
     match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,

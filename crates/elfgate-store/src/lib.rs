@@ -74,8 +74,14 @@ pub trait Store: RunLedger + Send + Sync {
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Stores a new session together with its first run, in one transaction.
-    async fn create_session(&self, session: &Session, first_run: &Run) -> StoreResult<()>;
+    /// Stores a new session together with its first run and, when given, its first prompt, in one
+    /// transaction.
+    async fn create_session(
+        &self,
+        session: &Session,
+        first_run: &Run,
+        first_message: Option<&Message>,
+    ) -> StoreResult<()>;
     /// One session.
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>>;
     /// Sessions newest first; `cursor` is the last id of the previous page.

@@ -352,12 +352,18 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn create_session(&self, s: &Session, first_run: &Run) -> StoreResult<()> {
+    async fn create_session(
+        &self,
+        s: &Session,
+        first_run: &Run,
+        first_message: Option<&Message>,
+    ) -> StoreResult<()> {
         // Group commit: sessions created at the same moment share one transaction.
         self.writer
             .run(StoreOp::CreateSession(
                 Box::new(s.clone()),
                 Box::new(first_run.clone()),
+                first_message.map(|m| Box::new(m.clone())),
             ))
             .await
     }

@@ -27,7 +27,7 @@ const ROWS_PER_STATEMENT: usize = 128;
 /// A write on a run's path, answered once committed.
 #[derive(Debug, Clone)]
 pub(crate) enum StoreOp {
-    CreateSession(Box<Session>, Box<Run>),
+    CreateSession(Box<Session>, Box<Run>, Option<Box<Message>>),
     InsertMessage(Message),
     RunStarted {
         session_id: SessionId,
@@ -252,10 +252,19 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
 
 async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
     match op {
-        StoreOp::CreateSession(s, r) => create_session_tx(tx, s, r).await.map_err(|e| match e {
-            StoreError::Database(e) => e,
-            other => sqlx::Error::Protocol(other.to_string()),
-        }),
+        StoreOp::CreateSession(s, r, m) => {
+            let stored = async {
+                create_session_tx(tx, s, r).await?;
+                if let Some(m) = m {
+                    insert_message_tx(tx, m).await?;
+                }
+                Ok::<(), StoreError>(())
+            };
+            stored.await.map_err(|e| match e {
+                StoreError::Database(e) => e,
+                other => sqlx::Error::Protocol(other.to_string()),
+            })
+        }
         StoreOp::InsertMessage(m) => insert_message_tx(tx, m).await.map_err(|e| match e {
             StoreError::Database(e) => e,
             other => sqlx::Error::Protocol(other.to_string()),

@@ -55,7 +55,7 @@ async fn sessions_runs_and_messages_round_trip() {
     let (store, _dir) = open().await;
     let s = session();
     let r = run(s.id, RunStatus::Queued);
-    store.create_session(&s, &r).await.unwrap();
+    store.create_session(&s, &r, None).await.unwrap();
     assert_eq!(
         store
             .get_session(s.id)
@@ -151,7 +151,7 @@ async fn event_log_is_written_in_order_and_survives_reopen() {
     {
         let store = SqliteStore::open(&url).await.unwrap();
         store
-            .create_session(&s, &run(s.id, RunStatus::Queued))
+            .create_session(&s, &run(s.id, RunStatus::Queued), None)
             .await
             .unwrap();
         let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
@@ -192,7 +192,7 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
     let (store, _dir) = open().await;
     let s = session();
     let r = run(s.id, RunStatus::Queued);
-    store.create_session(&s, &r).await.unwrap();
+    store.create_session(&s, &r, None).await.unwrap();
     store.run_started(s.id, r.id).await.unwrap();
     let user = Message::new(
         s.id,
