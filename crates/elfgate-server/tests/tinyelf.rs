@@ -144,6 +144,20 @@ fn live_in_group(pgid: i32) -> Vec<i32> {
     out
 }
 
+/// Waits (bounded) until `check` finds no live process. SIGKILL is delivered asynchronously, so a
+/// process killed a moment ago may still show as running on a loaded machine.
+async fn until_dead(check: impl Fn() -> Vec<i32>) -> Vec<i32> {
+    let mut left = check();
+    for _ in 0..500 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        left = check();
+    }
+    left
+}
+
 /// Processes of these pids that are still alive (not zombies).
 fn alive(pids: &[i32]) -> Vec<i32> {
     pids.iter()
@@ -427,8 +441,9 @@ async fn interrupting_a_shell_kills_its_process_group_and_resume_works() {
     let e = ends(&evs);
     assert_eq!(e[0].0, "interrupted");
     // No process of the group survives.
-    assert!(live_in_group(sh).is_empty(), "{:?}", live_in_group(sh));
-    assert!(alive(&[sh, child]).is_empty());
+    let left = until_dead(|| live_in_group(sh)).await;
+    assert!(left.is_empty(), "{left:?}");
+    assert!(until_dead(|| alive(&[sh, child])).await.is_empty());
     // The transcript holds a synthetic interrupted result.
     let msgs = stored(&d, &sid).await;
     assert_eq!(roles(&msgs), ["user", "assistant", "tool"]);
@@ -488,7 +503,7 @@ async fn timeout_truncation_and_firewall_denials() {
         .trim()
         .parse()
         .unwrap();
-    assert!(alive(&[pid]).is_empty());
+    assert!(until_dead(|| alive(&[pid])).await.is_empty());
 
     // Truncation with a visible marker.
     std::fs::write(dir.join("big.txt"), "x".repeat(5000)).unwrap();
@@ -951,7 +966,8 @@ async fn interrupting_the_parent_stops_its_sub_agents() {
     assert_eq!(s, 200);
     let evs = sse.until_complete(&run1).await;
     assert_eq!(finish_of(&evs), "interrupted");
-    assert!(alive(&pids).is_empty(), "{:?}", alive(&pids));
+    let left = until_dead(|| alive(&pids)).await;
+    assert!(left.is_empty(), "{left:?}");
     let e = ends_by_id(&evs);
     // The background spawn had returned at once; the foreground one was interrupted.
     assert_eq!(e["b"].0, "success");
