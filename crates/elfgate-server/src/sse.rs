@@ -209,7 +209,10 @@ pub async fn session_events(
     session_id: SessionId,
     after: u64,
 ) -> Result<Response, ApiError> {
-    if state.store.get_session(session_id).await?.is_none() {
+    // An open bus means a live session: no need to ask the database.
+    if state.dispatcher.hub().get(session_id).is_none()
+        && state.store.get_session(session_id).await?.is_none()
+    {
         return Err(ApiError::NotFound(format!(
             "unknown session '{session_id}'"
         )));
