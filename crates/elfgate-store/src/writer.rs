@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 1024;
+/// Most events in a transaction that someone is waiting for.
+const MAX_BATCH_WITH_WAITERS: usize = 128;
 /// Most store operations written in one transaction.
 const MAX_OPS: usize = 256;
 /// How long events alone may wait for company before they are committed.
@@ -188,7 +190,13 @@ fn drain_ready(
             Err(_) => break,
         }
     }
-    while batch.events.len() < MAX_BATCH {
+    // Someone waits for this commit: keep it short, the other events go in the next one.
+    let limit = if batch.ops.is_empty() {
+        MAX_BATCH
+    } else {
+        MAX_BATCH_WITH_WAITERS
+    };
+    while batch.events.len() < limit {
         match log_rx.try_recv() {
             Ok(cmd) => batch.take_log(cmd),
             Err(_) => break,
