@@ -216,6 +216,120 @@ pub(crate) async fn create_session_tx(
     insert_run_tx(tx, first_run).await
 }
 
+/// Largest power of two not above `n` (n > 0), capped: statement sizes stay few and cached.
+fn chunk_len(n: usize) -> usize {
+    1usize << n.min(64).ilog2()
+}
+
+/// Stores sessions (with their first seq reservation) in multi-row statements.
+pub(crate) async fn insert_sessions_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    sessions: &[&Session],
+) -> StoreResult<()> {
+    let configs = sessions
+        .iter()
+        .map(|s| json_text(&s.engine_config))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let rows: Vec<(&Session, &String)> = sessions.iter().copied().zip(configs.iter()).collect();
+    let mut rest = &rows[..];
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        let mut qb: sqlx::QueryBuilder<Sqlite> = sqlx::QueryBuilder::new(
+            "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
+             agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
+             event_seq_reserved, status, created_at, updated_at) ",
+        );
+        qb.push_values(chunk, |mut row, (s, config)| {
+            row.push_bind(s.id.to_string())
+                .push_bind(s.engine.as_str())
+                .push_bind(s.title.clone())
+                .push_bind(s.provider_id.clone())
+                .push_bind(s.model.clone())
+                .push_bind(s.cli_backend.clone())
+                .push_bind(s.project_path.clone())
+                .push_bind(s.agent_id.clone())
+                .push_bind(s.system_prompt.clone())
+                .push_bind(s.permission_mode.clone())
+                .push_bind((*config).clone())
+                .push_bind(s.cli_session_id.clone())
+                // A new session's bus starts at 0 inside this first reservation.
+                .push_bind(SEQ_RESERVE_BLOCK as i64)
+                .push_bind("idle")
+                .push_bind(ts(&s.created_at))
+                .push_bind(ts(&s.updated_at));
+        });
+        qb.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Stores runs in multi-row statements.
+pub(crate) async fn insert_runs_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    runs: &[&Run],
+) -> StoreResult<()> {
+    let mut rest = runs;
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        let mut qb: sqlx::QueryBuilder<Sqlite> = sqlx::QueryBuilder::new(
+            "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
+             iterations, started_at, ended_at, error, client_msg_id) ",
+        );
+        qb.push_values(chunk, |mut row, run| {
+            row.push_bind(run.id.to_string())
+                .push_bind(run.session_id.to_string())
+                .push_bind(run.status.as_str())
+                .push_bind(run.finish_reason.map(|f| f.as_str()))
+                .push_bind(run.input_tokens as i64)
+                .push_bind(run.output_tokens as i64)
+                .push_bind(run.iterations as i64)
+                .push_bind(ts(&run.started_at))
+                .push_bind(run.ended_at.as_ref().map(ts))
+                .push_bind(run.error.clone())
+                .push_bind(run.client_msg_id.clone());
+        });
+        qb.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Stores messages in multi-row statements, in the order given (their rowid order).
+pub(crate) async fn insert_messages_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    messages: &[&Message],
+) -> StoreResult<()> {
+    let blocks = messages
+        .iter()
+        .map(|m| json_text(&m.blocks))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let rows: Vec<(&Message, &String)> = messages.iter().copied().zip(blocks.iter()).collect();
+    let mut rest = &rows[..];
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        let mut qb: sqlx::QueryBuilder<Sqlite> = sqlx::QueryBuilder::new(
+            "INSERT INTO messages (id, session_id, run_id, parent_id, role, blocks, model, \
+             input_tokens, output_tokens, created_at) ",
+        );
+        qb.push_values(chunk, |mut row, (m, blocks)| {
+            row.push_bind(m.id.to_string())
+                .push_bind(m.session_id.to_string())
+                .push_bind(m.run_id.map(|r| r.to_string()))
+                .push_bind(m.parent_id.map(|p| p.to_string()))
+                .push_bind(m.role.as_str())
+                .push_bind((*blocks).clone())
+                .push_bind(m.model.clone())
+                .push_bind(m.input_tokens.map(|v| v as i64))
+                .push_bind(m.output_tokens.map(|v| v as i64))
+                .push_bind(ts(&m.created_at));
+        });
+        qb.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \

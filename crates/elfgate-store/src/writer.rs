@@ -6,7 +6,10 @@
 
 use crate::StoreError;
 use crate::codec::ts;
-use crate::sqlite::{create_session_tx, insert_message_tx, run_finished_tx, run_started_tx};
+use crate::sqlite::{
+    create_session_tx, insert_message_tx, insert_messages_tx, insert_runs_tx, insert_sessions_tx,
+    run_finished_tx, run_started_tx,
+};
 use elfgate_core::{
     EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, Session, SessionId,
 };
@@ -210,9 +213,7 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     let all = async {
         let mut tx = pool.begin().await?;
         write_log(&mut tx, batch).await?;
-        for (op, _) in &batch.ops {
-            write_op(&mut tx, op).await?;
-        }
+        write_ops_grouped(&mut tx, &batch.ops).await?;
         tx.commit().await
     };
     match all.await {
@@ -256,6 +257,49 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
         };
         let _ = ack.send(one.await.map_err(|e| e.to_string()));
     }
+}
+
+/// Writes a group's operations with one statement per table for the inserts (sessions, then runs,
+/// then messages in arrival order, so references hold) and the run updates one by one, in order.
+async fn write_ops_grouped(
+    tx: &mut Transaction<'_, Sqlite>,
+    ops: &[(StoreOp, Ack)],
+) -> Result<(), sqlx::Error> {
+    let (mut sessions, mut runs, mut messages, mut updates) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (op, _) in ops {
+        match op {
+            StoreOp::CreateSession(s, r, m) => {
+                sessions.push(&**s);
+                runs.push(&**r);
+                if let Some(m) = m {
+                    messages.push(&**m);
+                }
+            }
+            StoreOp::InsertMessage(m) => messages.push(m),
+            other => updates.push(other),
+        }
+    }
+    let inserts = async {
+        if !sessions.is_empty() {
+            insert_sessions_tx(tx, &sessions).await?;
+        }
+        if !runs.is_empty() {
+            insert_runs_tx(tx, &runs).await?;
+        }
+        if !messages.is_empty() {
+            insert_messages_tx(tx, &messages).await?;
+        }
+        Ok::<(), StoreError>(())
+    };
+    inserts.await.map_err(|e| match e {
+        StoreError::Database(e) => e,
+        other => sqlx::Error::Protocol(other.to_string()),
+    })?;
+    for op in updates {
+        write_op(tx, op).await?;
+    }
+    Ok(())
 }
 
 async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
