@@ -316,3 +316,41 @@ async fn sessions_list_pages_and_delete() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn sse_headers_and_keep_alive() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            env: vec![("ELFGATE_SERVER__KEEPALIVE_SECS".into(), "1".into())],
+            ..Opts::default()
+        },
+    );
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    let resp = d
+        .http
+        .get(d.url(&format!("/v1/sessions/{sid}/events")))
+        .send()
+        .await
+        .unwrap();
+    let h = resp.headers();
+    assert_eq!(h["content-type"], "text/event-stream");
+    assert_eq!(h["cache-control"], "no-cache");
+    assert_eq!(h["x-accel-buffering"], "no");
+    assert!(h.get("content-encoding").is_none());
+    // The session is idle: after the replay, only keep-alive comments arrive.
+    use futures_util::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains(": keep-alive\n\n") {
+        let chunk = tokio::time::timeout(common::GUARD, body.next())
+            .await
+            .expect("no keep-alive within the guard time")
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(seen.contains("event: complete"), "replay first: {seen}");
+}
