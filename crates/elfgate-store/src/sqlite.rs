@@ -160,62 +160,6 @@ fn json_text(v: &impl serde::Serialize) -> StoreResult<String> {
     serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("serialize: {e}")))
 }
 
-pub(crate) async fn insert_message_tx(
-    tx: &mut Transaction<'_, Sqlite>,
-    m: &Message,
-) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO messages (id, session_id, run_id, parent_id, role, blocks, model, input_tokens, \
-         output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(m.id.to_string())
-    .bind(m.session_id.to_string())
-    .bind(m.run_id.map(|r| r.to_string()))
-    .bind(m.parent_id.map(|p| p.to_string()))
-    .bind(m.role.as_str())
-    .bind(json_text(&m.blocks)?)
-    .bind(m.model.clone())
-    .bind(m.input_tokens.map(|v| v as i64))
-    .bind(m.output_tokens.map(|v| v as i64))
-    .bind(ts(&m.created_at))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Stores a session and its first run (in the writer's transaction).
-pub(crate) async fn create_session_tx(
-    tx: &mut Transaction<'_, Sqlite>,
-    s: &Session,
-    first_run: &Run,
-) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
-         agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
-         event_seq_reserved, status, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'idle', ?, ?)",
-    )
-    .bind(s.id.to_string())
-    .bind(s.engine.as_str())
-    .bind(s.title.clone())
-    .bind(s.provider_id.clone())
-    .bind(s.model.clone())
-    .bind(s.cli_backend.clone())
-    .bind(s.project_path.clone())
-    .bind(s.agent_id.clone())
-    .bind(s.system_prompt.clone())
-    .bind(s.permission_mode.clone())
-    .bind(json_text(&s.engine_config)?)
-    .bind(s.cli_session_id.clone())
-    // A new session's bus starts at 0 inside this first reservation.
-    .bind(SEQ_RESERVE_BLOCK as i64)
-    .bind(ts(&s.created_at))
-    .bind(ts(&s.updated_at))
-    .execute(&mut **tx)
-    .await?;
-    insert_run_tx(tx, first_run).await
-}
-
 /// Largest power of two not above `n` (n > 0), capped: statement sizes stay few and cached.
 fn chunk_len(n: usize) -> usize {
     1usize << n.min(64).ilog2()
@@ -327,28 +271,6 @@ pub(crate) async fn insert_messages_tx(
         });
         qb.build().execute(&mut **tx).await?;
     }
-    Ok(())
-}
-
-async fn insert_run_tx(tx: &mut Transaction<'_, Sqlite>, run: &Run) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
-         iterations, started_at, ended_at, error, client_msg_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(run.id.to_string())
-    .bind(run.session_id.to_string())
-    .bind(run.status.as_str())
-    .bind(run.finish_reason.map(|f| f.as_str()))
-    .bind(run.input_tokens as i64)
-    .bind(run.output_tokens as i64)
-    .bind(run.iterations as i64)
-    .bind(ts(&run.started_at))
-    .bind(run.ended_at.as_ref().map(ts))
-    .bind(run.error.clone())
-    .bind(run.client_msg_id.clone())
-    .execute(&mut **tx)
-    .await?;
     Ok(())
 }
 
@@ -564,7 +486,7 @@ impl Store for SqliteStore {
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
         let mut tx = self.write.begin().await?;
-        insert_run_tx(&mut tx, run).await?;
+        insert_runs_tx(&mut tx, &[run]).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -827,7 +749,7 @@ impl SqliteStore {
                 Role::Assistant,
                 blocks,
             );
-            insert_message_tx(&mut tx, &m).await?;
+            insert_messages_tx(&mut tx, &[&m]).await?;
             parent = Some(m.id);
         }
 
@@ -863,7 +785,7 @@ impl SqliteStore {
         let synthetic_tool_results = dangling.len();
         if !dangling.is_empty() {
             let m = Message::new(run.session_id, Some(run.id), parent, Role::Tool, dangling);
-            insert_message_tx(&mut tx, &m).await?;
+            insert_messages_tx(&mut tx, &[&m]).await?;
         }
 
         let now = Utc::now();

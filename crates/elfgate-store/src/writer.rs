@@ -7,8 +7,7 @@
 use crate::StoreError;
 use crate::codec::ts;
 use crate::sqlite::{
-    create_session_tx, insert_message_tx, insert_messages_tx, insert_runs_tx, insert_sessions_tx,
-    run_finished_tx, run_started_tx,
+    insert_messages_tx, insert_runs_tx, insert_sessions_tx, run_finished_tx, run_started_tx,
 };
 use elfgate_core::{
     EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, Session, SessionId,
@@ -213,7 +212,8 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     let all = async {
         let mut tx = pool.begin().await?;
         write_log(&mut tx, batch).await?;
-        write_ops_grouped(&mut tx, &batch.ops).await?;
+        let ops: Vec<&StoreOp> = batch.ops.iter().map(|(op, _)| op).collect();
+        write_ops(&mut tx, &ops).await?;
         tx.commit().await
     };
     match all.await {
@@ -252,7 +252,7 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     for (op, ack) in batch.ops.drain(..) {
         let one = async {
             let mut tx = pool.begin().await?;
-            write_op(&mut tx, &op).await?;
+            write_ops(&mut tx, &[&op]).await?;
             tx.commit().await
         };
         let _ = ack.send(one.await.map_err(|e| e.to_string()));
@@ -261,13 +261,10 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
 
 /// Writes a group's operations with one statement per table for the inserts (sessions, then runs,
 /// then messages in arrival order, so references hold) and the run updates one by one, in order.
-async fn write_ops_grouped(
-    tx: &mut Transaction<'_, Sqlite>,
-    ops: &[(StoreOp, Ack)],
-) -> Result<(), sqlx::Error> {
+async fn write_ops(tx: &mut Transaction<'_, Sqlite>, ops: &[&StoreOp]) -> Result<(), sqlx::Error> {
     let (mut sessions, mut runs, mut messages, mut updates) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (op, _) in ops {
+    for op in ops {
         match op {
             StoreOp::CreateSession(s, r, m) => {
                 sessions.push(&**s);
@@ -297,30 +294,15 @@ async fn write_ops_grouped(
         other => sqlx::Error::Protocol(other.to_string()),
     })?;
     for op in updates {
-        write_op(tx, op).await?;
+        write_update(tx, op).await?;
     }
     Ok(())
 }
 
-async fn write_op(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
+/// A run update (inserts are grouped in [`write_ops`]).
+async fn write_update(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
     match op {
-        StoreOp::CreateSession(s, r, m) => {
-            let stored = async {
-                create_session_tx(tx, s, r).await?;
-                if let Some(m) = m {
-                    insert_message_tx(tx, m).await?;
-                }
-                Ok::<(), StoreError>(())
-            };
-            stored.await.map_err(|e| match e {
-                StoreError::Database(e) => e,
-                other => sqlx::Error::Protocol(other.to_string()),
-            })
-        }
-        StoreOp::InsertMessage(m) => insert_message_tx(tx, m).await.map_err(|e| match e {
-            StoreError::Database(e) => e,
-            other => sqlx::Error::Protocol(other.to_string()),
-        }),
+        StoreOp::CreateSession(..) | StoreOp::InsertMessage(_) => Ok(()),
         StoreOp::RunStarted {
             session_id,
             run_id,
