@@ -175,7 +175,13 @@ impl EngineDispatcher {
         if !self.accepting.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(DispatchError::ShuttingDown);
         }
+        let cancel = ctx.cancel.clone();
         let admission = self.active.admit(ctx.clone(), engine_type, on_busy);
+        // Shutdown may have walked the map between the check above and the admission: a run
+        // admitted then ends at once instead of outliving the shutdown.
+        if !self.accepting.load(std::sync::atomic::Ordering::SeqCst) {
+            cancel.cancel();
+        }
         match admission {
             Admission::Start { done } => {
                 let this = self.clone();

@@ -57,8 +57,8 @@ pub struct EngineSessionContext {
     pub is_resume: bool,
     /// The id the user message will be stored under.
     pub user_message_id: MessageId,
-    /// The user message, when it is already stored (a session's first prompt is stored with the
-    /// session, in one commit); the engine then only announces it.
+    /// The user message, when it is already stored and announced (a session's first prompt is
+    /// stored with the session, in one commit); the engine then neither stores nor announces it.
     pub stored_user_message: Option<Message>,
     /// A client's idempotency key for the prompt.
     pub client_msg_id: Option<String>,

@@ -43,10 +43,8 @@ pub(crate) async fn store_user_message(
     store: &dyn Store,
     ctx: &EngineSessionContext,
 ) -> Result<(Message, Option<MessageId>), String> {
+    // Stored and announced together with the session.
     if let Some(user) = &ctx.stored_user_message {
-        ctx.events.emit(EventPayload::UserMessage {
-            message: user.clone(),
-        });
         return Ok((user.clone(), user.parent_id));
     }
     let session_id = ctx.session_id();

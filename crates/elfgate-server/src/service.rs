@@ -364,8 +364,15 @@ pub async fn create_session(
         state.dispatcher.hub().remove(session.id);
         return Err(e.into());
     }
-    ctx.stored_user_message = Some(user);
     bus.publish(Some(run.id), &EventPayload::SessionCreated {});
+    // Stored with the session, so announced with it too, whatever the run does next.
+    bus.publish(
+        Some(run.id),
+        &EventPayload::UserMessage {
+            message: user.clone(),
+        },
+    );
+    ctx.stored_user_message = Some(user);
     match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,
@@ -552,11 +559,18 @@ pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(
 }
 
 async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {
-    let result = state.dispatcher.interrupt(session_id);
-    if let Some(done) = result.done
-        && tokio::time::timeout(Duration::from_secs(30), done.cancelled())
-            .await
-            .is_err()
+    state.dispatcher.interrupt(session_id);
+    // Wait for the running run and every cancelled queued run behind it: each still publishes its
+    // `result` and `complete`, which must reach the log before the log is deleted.
+    let active = state.dispatcher.active().clone();
+    let all_ended = async {
+        while let Some(run) = active.get(session_id) {
+            run.done.cancelled().await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), all_ended)
+        .await
+        .is_err()
     {
         // Deleting under a run that still writes would lose its writes silently: refuse instead.
         return Err(ApiError::Conflict(

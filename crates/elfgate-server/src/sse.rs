@@ -217,6 +217,12 @@ pub async fn session_events(
             "unknown session '{session_id}'"
         )));
     }
+    // Declared before the subscription so that it drops after it: a client that goes away at any
+    // point (also while the log flushes) lets the bus close.
+    let close = CloseOnDrop {
+        state: state.clone(),
+        session_id,
+    };
     // Subscribe before reading the log; retry if the bus was closed between open and subscribe.
     let sub = loop {
         open_bus(&state, session_id).await?;
@@ -244,7 +250,6 @@ pub async fn session_events(
     let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let state_for_close = state.clone();
     let mut cursor = Cursor {
         state,
         session_id,
@@ -256,10 +261,7 @@ pub async fn session_events(
         log_exhausted,
         phase: Phase::Replay,
         keepalive,
-        _close: CloseOnDrop {
-            state: state_for_close,
-            session_id,
-        },
+        _close: close,
     };
     let mut first = None;
     if after > sub.last_seq {

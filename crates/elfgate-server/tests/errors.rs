@@ -354,3 +354,25 @@ async fn sse_headers_and_keep_alive() {
     }
     assert!(seen.contains("event: complete"), "replay first: {seen}");
 }
+
+#[tokio::test]
+async fn a_first_prompt_is_announced_even_when_the_run_fails_at_once() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(
+            json!({"engine": "tinyelf", "prompt": "look around", "model": "mock",
+                       "projectPath": "/nonexistent/elfgate-test-dir"}),
+        )
+        .await;
+    let evs = d.events(&sid, None).await.until_complete(&run).await;
+    let types: Vec<&str> = evs.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(types[..2], ["sessionCreated", "userMessage"], "{types:?}");
+    assert!(types.contains(&"error"), "{types:?}");
+    assert_eq!(evs.last().unwrap().data["finishReason"], "error");
+    // What the stream announced is what is stored.
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let stored = m["messages"].as_array().unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0]["id"], evs[1].data["message"]["id"]);
+}

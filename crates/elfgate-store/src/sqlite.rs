@@ -722,8 +722,10 @@ impl SqliteStore {
         let last = last.as_ref().map(message_from_row).transpose()?;
         // The answer may be stored already while its assistantMessage event had not reached the
         // log: then the deltas are that answer, not a lost partial one.
+        // (The logged deltas may also be only a prefix of it, when the message's commit overtook
+        // the tail of the log.)
         let already_stored = last.as_ref().is_some_and(|m| {
-            m.run_id == Some(run.id) && m.role == Role::Assistant && m.text() == text
+            m.run_id == Some(run.id) && m.role == Role::Assistant && m.text().starts_with(&text)
         });
         let mut parent = last.map(|m| m.id);
         if already_stored {

@@ -17,6 +17,16 @@ use elfgate_core::{Message, Run, RunId, SessionId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+/// Runs a state-changing operation to its end even if the client goes away mid-request: once a
+/// write is queued, the matching dispatch (or clean-up) must happen too.
+async fn detached<T: Send + 'static>(
+    op: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(op)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request task failed: {e}")))?
+}
+
 /// The session routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -56,7 +66,7 @@ async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CreateSessionRequest>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
-    let created = service::create_session(&state, req).await?;
+    let created = detached(async move { service::create_session(&state, req).await }).await?;
     let status = if created.duplicate {
         StatusCode::OK
     } else {
@@ -94,7 +104,7 @@ async fn send(
     ApiJson(req): ApiJson<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
     let id = parse_session_id(&id)?;
-    let sent = service::send_message(&state, id, req).await?;
+    let sent = detached(async move { service::send_message(&state, id, req).await }).await?;
     let status = if sent.duplicate {
         StatusCode::OK
     } else {
@@ -300,7 +310,7 @@ async fn remove(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_session_id(&id)?;
-    service::delete_session(&state, id).await?;
+    detached(async move { service::delete_session(&state, id).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
