@@ -290,3 +290,85 @@ mod tests {
         );
     }
 }
+
+/// How long an interrupt takes on a stream that is stalled mid-answer.
+#[derive(Debug, Clone, Copy)]
+pub struct InterruptSample {
+    /// From sending `POST …/interrupt {"wait": true}` to its answer (the run has ended).
+    pub answered: Duration,
+    /// From sending the interrupt to receiving the run's `complete` on the stream.
+    pub complete_seen: Duration,
+}
+
+/// Starts a session whose upstream stalls after one token, waits for that token on the stream,
+/// interrupts, and times the answer and the `complete` frame.
+pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
+    let body = json!({
+        "engine": "api",
+        "prompt": "bench",
+        "model": "mock:tokens=100000,stall_after=1",
+    });
+    let created: serde_json::Value = t
+        .http
+        .post(format!("{}/v1/sessions", t.daemon_base))
+        .json(&body)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = created["sessionId"]
+        .as_str()
+        .context("no sessionId in the answer")?
+        .to_string();
+    let resp = t
+        .http
+        .get(format!("{}/v1/sessions/{id}/events", t.daemon_base))
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    while memmem::find(&buf, b"event: streamDelta").is_none() {
+        let chunk = body.next().await.context("stream ended before a token")??;
+        buf.extend_from_slice(&chunk);
+    }
+    let sent = Instant::now();
+    let answer = t
+        .http
+        .post(format!("{}/v1/sessions/{id}/interrupt", t.daemon_base))
+        .json(&json!({"wait": true}))
+        .send();
+    let mut complete_seen = None;
+    let reader = async {
+        while memmem::find(&buf, b"event: complete").is_none() {
+            let chunk = body
+                .next()
+                .await
+                .context("stream ended before complete")??;
+            buf.extend_from_slice(&chunk);
+        }
+        complete_seen = Some(sent.elapsed());
+        Ok::<(), anyhow::Error>(())
+    };
+    let (answer, read) = tokio::join!(
+        async {
+            let r = answer.await?.error_for_status()?;
+            let at = sent.elapsed();
+            let v: serde_json::Value = r.json().await?;
+            if v["status"] != "interrupted" {
+                bail!("interrupt answered {v}");
+            }
+            Ok::<Duration, anyhow::Error>(at)
+        },
+        reader
+    );
+    read?;
+    if memmem::find(&buf, b"\"finishReason\":\"interrupted\"").is_none() {
+        bail!("the run did not end as interrupted");
+    }
+    Ok(InterruptSample {
+        answered: answer?,
+        complete_seen: complete_seen.context("complete not seen")?,
+    })
+}
