@@ -23,6 +23,15 @@ fn path_target(input: &Value, key: &str) -> FirewallTargets {
     }
 }
 
+/// The firewall target of a tool whose optional `path` defaults to the project root.
+fn path_or_root_target(input: &Value) -> FirewallTargets {
+    let mut t = path_target(input, "path");
+    if t.paths.is_empty() {
+        t.paths.push(".".into());
+    }
+    t
+}
+
 /// Most bytes read_file returns before cutting (the loop's truncation applies after).
 const READ_MAX_BYTES: u64 = 10 * 1024 * 1024;
 
@@ -250,11 +259,7 @@ impl Tool for ListDir {
         ToolKind::Read
     }
     fn firewall_targets(&self, input: &Value) -> FirewallTargets {
-        let mut t = path_target(input, "path");
-        if t.paths.is_empty() {
-            t.paths.push(".".into());
-        }
-        t
+        path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: ListArgs = parse(input)?;
@@ -323,11 +328,7 @@ impl Tool for Glob {
         ToolKind::Read
     }
     fn firewall_targets(&self, input: &Value) -> FirewallTargets {
-        let mut t = path_target(input, "path");
-        if t.paths.is_empty() {
-            t.paths.push(".".into());
-        }
-        t
+        path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: GlobArgs = parse(input)?;
@@ -414,11 +415,7 @@ impl Tool for Grep {
         ToolKind::Read
     }
     fn firewall_targets(&self, input: &Value) -> FirewallTargets {
-        let mut t = path_target(input, "path");
-        if t.paths.is_empty() {
-            t.paths.push(".".into());
-        }
-        t
+        path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: GrepArgs = parse(input)?;
