@@ -4,6 +4,7 @@
 //! behind the same trait later.
 
 mod codec;
+mod script;
 mod sqlite;
 mod writer;
 

@@ -6,13 +6,16 @@
 
 use crate::StoreError;
 use crate::codec::ts;
+use crate::script::Script;
 use crate::sqlite::{
-    insert_messages_tx, insert_runs_tx, insert_sessions_tx, run_finished_tx, run_started_tx,
+    push_insert_messages, push_insert_runs, push_insert_sessions, push_run_finished,
+    push_run_started,
 };
 use elfgate_core::{
-    EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, Session, SessionId,
+    EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, RunStatus, Session,
+    SessionId,
 };
-use sqlx::{QueryBuilder, Sqlite, SqlitePool, Transaction};
+use sqlx::SqlitePool;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -210,11 +213,11 @@ fn drain_ready(
 /// on its own, so that one bad operation fails alone.
 async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     let all = async {
-        let mut tx = pool.begin().await?;
-        write_log(&mut tx, batch).await?;
+        let mut script = Script::transaction();
+        push_log(&mut script, batch);
         let ops: Vec<&StoreOp> = batch.ops.iter().map(|(op, _)| op).collect();
-        write_ops(&mut tx, &ops).await?;
-        tx.commit().await
+        push_ops(&mut script, &ops)?;
+        commit(pool, script).await
     };
     match all.await {
         Ok(()) => {
@@ -227,12 +230,9 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     }
     let mut logged = false;
     for attempt in 0..3u64 {
-        let log = async {
-            let mut tx = pool.begin().await?;
-            write_log(&mut tx, batch).await?;
-            tx.commit().await
-        };
-        match log.await {
+        let mut script = Script::transaction();
+        push_log(&mut script, batch);
+        match commit(pool, script).await {
             Ok(()) => {
                 logged = true;
                 break;
@@ -251,23 +251,50 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
     }
     for (op, ack) in batch.ops.drain(..) {
         let one = async {
-            let mut tx = pool.begin().await?;
-            write_ops(&mut tx, &[&op]).await?;
-            tx.commit().await
+            let mut script = Script::transaction();
+            push_ops(&mut script, &[&op])?;
+            commit(pool, script).await
         };
         let _ = ack.send(one.await.map_err(|e| e.to_string()));
     }
 }
 
-/// Writes a group's operations with one statement per table for the inserts (sessions, then runs,
-/// then messages in arrival order, so references hold) and the run updates one by one, in order.
-async fn write_ops(tx: &mut Transaction<'_, Sqlite>, ops: &[&StoreOp]) -> Result<(), sqlx::Error> {
+/// Runs the script as one transaction in a single round trip to SQLite's thread (BEGIN IMMEDIATE,
+/// the statements, COMMIT, sent as one query). On failure the transaction is rolled back; a
+/// connection whose state is then unknown is closed rather than reused.
+async fn commit(pool: &SqlitePool, mut script: Script) -> Result<(), StoreError> {
+    script.statement("COMMIT");
+    let mut conn = pool.acquire().await?;
+    match script.execute(&mut conn).await {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let rollback = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            if let Err(sqlx::Error::Database(d)) = &rollback
+                && d.message().contains("no transaction is active")
+            {
+                // Nothing was left open.
+            } else if rollback.is_err() {
+                conn.close_on_drop();
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Appends a group's operations: one statement per table for the inserts (sessions, then runs,
+/// then messages in arrival order, so references hold), then the run updates in order.
+fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
     let (mut sessions, mut runs, mut messages, mut updates) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for op in ops {
         match op {
             StoreOp::CreateSession(s, r, m) => {
-                sessions.push(&**s);
+                let status = if r.status == RunStatus::Running {
+                    "running"
+                } else {
+                    "idle"
+                };
+                sessions.push((&**s, status));
                 runs.push(&**r);
                 if let Some(m) = m {
                     messages.push(&**m);
@@ -277,86 +304,66 @@ async fn write_ops(tx: &mut Transaction<'_, Sqlite>, ops: &[&StoreOp]) -> Result
             other => updates.push(other),
         }
     }
-    let inserts = async {
-        if !sessions.is_empty() {
-            insert_sessions_tx(tx, &sessions).await?;
-        }
-        if !runs.is_empty() {
-            insert_runs_tx(tx, &runs).await?;
-        }
-        if !messages.is_empty() {
-            insert_messages_tx(tx, &messages).await?;
-        }
-        Ok::<(), StoreError>(())
-    };
-    inserts.await.map_err(|e| match e {
-        StoreError::Database(e) => e,
-        other => sqlx::Error::Protocol(other.to_string()),
-    })?;
+    push_insert_sessions(script, &sessions)?;
+    push_insert_runs(script, &runs);
+    push_insert_messages(script, &messages)?;
     for op in updates {
-        write_update(tx, op).await?;
+        match op {
+            StoreOp::CreateSession(..) | StoreOp::InsertMessage(_) => {}
+            StoreOp::RunStarted {
+                session_id,
+                run_id,
+                at,
+            } => push_run_started(script, *session_id, *run_id, at),
+            StoreOp::RunFinished {
+                session_id,
+                run_id,
+                outcome,
+                at,
+            } => push_run_finished(script, *session_id, *run_id, outcome, at),
+        }
     }
     Ok(())
 }
 
-/// A run update (inserts are grouped in [`write_ops`]).
-async fn write_update(tx: &mut Transaction<'_, Sqlite>, op: &StoreOp) -> Result<(), sqlx::Error> {
-    match op {
-        StoreOp::CreateSession(..) | StoreOp::InsertMessage(_) => Ok(()),
-        StoreOp::RunStarted {
-            session_id,
-            run_id,
-            at,
-        } => run_started_tx(tx, *session_id, *run_id, at).await,
-        StoreOp::RunFinished {
-            session_id,
-            run_id,
-            outcome,
-            at,
-        } => run_finished_tx(tx, *session_id, *run_id, outcome, at).await,
-    }
-}
-
-async fn write_log(tx: &mut Transaction<'_, Sqlite>, batch: &Batch) -> Result<(), sqlx::Error> {
-    // Statement sizes are powers of two so that only a handful of distinct statements exist and
-    // all stay in the connection's prepared-statement cache.
+/// Appends the batch's events and seq reservation changes.
+fn push_log(script: &mut Script, batch: &Batch) {
+    // Statement sizes are powers of two so that only a handful of distinct statements exist.
     let mut rest: &[Arc<EventRecord>] = &batch.events;
     while !rest.is_empty() {
         let n = 1usize << rest.len().min(ROWS_PER_STATEMENT).ilog2();
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
         // OR IGNORE: a retried batch may have been half applied before a failed commit.
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
-        );
-        qb.push_values(chunk, |mut row, e| {
-            row.push_bind(e.session_id.to_string())
-                .push_bind(e.seq as i64)
-                .push_bind(e.run_id.map(|r| r.to_string()))
-                .push_bind(e.event_type.as_ref())
-                .push_bind(e.json.as_str())
-                .push_bind(ts(&e.ts));
-        });
-        qb.build().execute(&mut **tx).await?;
+        script
+            .statement(
+                "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
+            )
+            .push_values(chunk, |mut row, e| {
+                row.push_bind(e.session_id.to_string())
+                    .push_bind(e.seq as i64)
+                    .push_bind(e.run_id.map(|r| r.to_string()))
+                    .push_bind(e.event_type.to_string())
+                    .push_bind(e.json.clone())
+                    .push_bind(ts(&e.ts));
+            });
     }
     for u in &batch.seq_updates {
-        let (sql, session_id, value) = match *u {
-            SeqUpdate::Reserve(s, upto) => (
-                "UPDATE sessions SET event_seq_reserved = MAX(event_seq_reserved, ?) WHERE id = ?",
-                s,
-                upto,
-            ),
-            SeqUpdate::Release(s, last) => (
-                "UPDATE sessions SET event_seq_reserved = ? WHERE id = ?",
-                s,
-                last,
-            ),
-        };
-        sqlx::query(sql)
-            .bind(value as i64)
-            .bind(session_id.to_string())
-            .execute(&mut **tx)
-            .await?;
+        match *u {
+            SeqUpdate::Reserve(s, upto) => {
+                script
+                    .statement("UPDATE sessions SET event_seq_reserved = MAX(event_seq_reserved, ")
+                    .push_bind(upto as i64)
+                    .push(") WHERE id = ")
+                    .push_bind(s.to_string());
+            }
+            SeqUpdate::Release(s, last) => {
+                script
+                    .statement("UPDATE sessions SET event_seq_reserved = ")
+                    .push_bind(last as i64)
+                    .push(" WHERE id = ")
+                    .push_bind(s.to_string());
+            }
+        }
     }
-    Ok(())
 }

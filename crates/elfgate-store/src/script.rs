@@ -1,0 +1,51 @@
+//! Several statements sent to SQLite as one query.
+//!
+//! sqlx runs SQLite on its own thread and every query is a round trip to it (a channel send and
+//! two thread wake-ups). A group commit used to send one query per table and per run update;
+//! gathered into one multi-statement query, it costs one round trip whatever it holds. sqlx binds
+//! the parameters of consecutive statements in order, so each statement keeps its own `?`s.
+
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+
+/// Statements gathered for one round trip.
+pub(crate) struct Script {
+    qb: QueryBuilder<Sqlite>,
+    statements: usize,
+}
+
+impl Script {
+    /// An empty script.
+    pub(crate) fn new() -> Self {
+        Script {
+            qb: QueryBuilder::new(""),
+            statements: 0,
+        }
+    }
+
+    /// A script that opens a write transaction (the caller ends it with COMMIT). IMMEDIATE takes
+    /// the write lock at once, so that no statement inside can fail on a lock upgrade.
+    pub(crate) fn transaction() -> Self {
+        let mut script = Script::new();
+        script.statement("BEGIN IMMEDIATE");
+        script
+    }
+
+    /// Starts a statement with `sql`; the caller appends the rest (values, binds) to the builder.
+    pub(crate) fn statement(&mut self, sql: &str) -> &mut QueryBuilder<Sqlite> {
+        if self.statements > 0 {
+            self.qb.push(";\n");
+        }
+        self.statements += 1;
+        self.qb.push(sql);
+        &mut self.qb
+    }
+
+    /// Runs every statement, in order, on `conn`; nothing when empty.
+    pub(crate) async fn execute(mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        if self.statements == 0 {
+            return Ok(());
+        }
+        self.qb.build().execute(conn).await?;
+        Ok(())
+    }
+}
