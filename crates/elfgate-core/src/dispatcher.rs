@@ -310,6 +310,7 @@ impl EngineDispatcher {
         let (session_id, run_id) = (ctx.session_id(), ctx.run_id);
         let events = ctx.events.clone();
         let is_resume = ctx.is_resume;
+        let stored_as_running = ctx.stored_as_running;
         let task = tokio::spawn(async move {
             if is_resume {
                 engine.resume_session(ctx).await
@@ -320,6 +321,9 @@ impl EngineDispatcher {
         // Marking the run as running does not hold up the engine; it is done before the end is
         // recorded, so the two writes stay in order.
         let mark = async {
+            if stored_as_running {
+                return;
+            }
             if let Err(e) = self.ledger.run_started(session_id, run_id).await {
                 tracing::warn!(error = %e, "could not mark run as running");
             }

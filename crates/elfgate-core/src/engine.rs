@@ -9,8 +9,46 @@ use crate::model::{FinishReason, Message, Session};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
+
+/// Work an engine began on a run before the run was admitted, while the request that creates the
+/// run was still being committed — for the chat engines, the upstream call of a session's first
+/// prompt. Only the engine that made it knows what it holds; it takes it once when the run starts.
+/// Dropping the last handle drops the work (an upstream call is then closed).
+#[derive(Clone, Default)]
+pub struct HeadStart(Arc<Mutex<Option<Box<dyn Any + Send>>>>);
+
+impl HeadStart {
+    /// A head start holding `work`.
+    pub fn new<T: Any + Send>(work: T) -> Self {
+        HeadStart(Arc::new(Mutex::new(Some(Box::new(work)))))
+    }
+
+    /// Takes the work out if it is there and of type `T`.
+    pub fn take<T: Any>(&self) -> Option<T> {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.take()?.downcast::<T>() {
+            Ok(work) => Some(*work),
+            Err(other) => {
+                *slot = Some(other);
+                None
+            }
+        }
+    }
+
+    /// Whether work is waiting to be taken.
+    pub fn is_set(&self) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+}
+
+impl std::fmt::Debug for HeadStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("HeadStart").field(&self.is_set()).finish()
+    }
+}
 
 /// A file or image sent with a prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -60,6 +98,11 @@ pub struct EngineSessionContext {
     /// The user message, when it is already stored and announced (a session's first prompt is
     /// stored with the session, in one commit); the engine then neither stores nor announces it.
     pub stored_user_message: Option<Message>,
+    /// Whether the run is already stored as running (a session's first run is stored that way with
+    /// the session), so that the dispatcher need not mark it.
+    pub stored_as_running: bool,
+    /// Work the engine began before the run was admitted (see [`Engine::head_start`]).
+    pub head_start: HeadStart,
     /// A client's idempotency key for the prompt.
     pub client_msg_id: Option<String>,
     /// The message this prompt follows (branching); None follows the latest.
@@ -175,6 +218,14 @@ pub trait Engine: Send + Sync {
     /// Runs a later prompt of a session.
     async fn resume_session(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.start_session(ctx).await
+    }
+
+    /// Begins, before the run is admitted, the part of a session's first run that does not depend
+    /// on the commit the run waits for — for the chat engines, the upstream call — so that the
+    /// commit and the provider's time to first token overlap. Nothing is published or stored
+    /// here; the run takes the work from `ctx.head_start` when it starts. Default: nothing.
+    fn head_start(&self, _ctx: &EngineSessionContext) -> HeadStart {
+        HeadStart::default()
     }
 
     /// Engine-specific interrupt work beyond firing the run's token (which the dispatcher does).

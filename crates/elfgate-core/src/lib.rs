@@ -19,7 +19,7 @@ pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };
 pub use engine::{
-    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, RunOutcome,
+    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, HeadStart, RunOutcome,
 };
 pub use engine_type::EngineType;
 pub use event::{

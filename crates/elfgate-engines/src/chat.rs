@@ -4,13 +4,16 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::stream_turn;
+use crate::streaming::stream_turn_from;
 use async_trait::async_trait;
 use elfgate_core::{
     ActiveSessions, ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo,
-    EventPayload, FinishReason, Message, Role, RunOutcome,
+    EventPayload, FinishReason, HeadStart, Message, Role, RunOutcome,
 };
-use elfgate_llm::{LlmFinishReason, LlmMessage, LlmRequest, RetryPolicy, ThinkingLevel};
+use elfgate_llm::{
+    FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy, ThinkingLevel,
+    spawn_first_attempt,
+};
 use elfgate_store::Store;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -55,6 +58,21 @@ impl Default for ChatSettings {
     }
 }
 
+/// Where a run's request goes.
+#[derive(Clone)]
+struct Target {
+    provider_name: String,
+    provider: Arc<dyn LlmProvider>,
+    model: String,
+}
+
+/// The upstream call of a first prompt, opened before the run was admitted.
+struct ChatHeadStart {
+    target: Target,
+    req: Arc<LlmRequest>,
+    first: FirstAttempt,
+}
+
 /// A chat-style engine.
 pub struct ChatEngine {
     mode: ChatMode,
@@ -90,26 +108,43 @@ impl ChatEngine {
         RunOutcome::failed(error)
     }
 
-    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
-        let started = Instant::now();
-        let session_id = ctx.session_id();
-        let (provider_name, provider) = match self.providers.resolve(ctx.provider_id.as_deref()) {
-            Ok(p) => p,
-            Err(e) => return self.fail(&ctx, "unknown_provider", e.to_string()),
-        };
-        let model = match ctx
+    /// The provider and model a run uses, or the error that ends it.
+    fn target(&self, ctx: &EngineSessionContext) -> Result<Target, (&'static str, String)> {
+        let (provider_name, provider) = self
+            .providers
+            .resolve(ctx.provider_id.as_deref())
+            .map_err(|e| ("unknown_provider", e.to_string()))?;
+        let model = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
-        {
-            Some(m) => m,
-            None => {
-                return self.fail(
-                    &ctx,
+            .ok_or_else(|| {
+                (
                     "no_model",
                     format!("no model given and provider '{provider_name}' has no default model"),
-                );
-            }
+                )
+            })?;
+        Ok(Target {
+            provider_name,
+            provider,
+            model,
+        })
+    }
+
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        let started = Instant::now();
+        let session_id = ctx.session_id();
+        let head = ctx.head_start.take::<ChatHeadStart>();
+        let Target {
+            provider_name,
+            provider,
+            model,
+        } = match &head {
+            Some(h) => h.target.clone(),
+            None => match self.target(&ctx) {
+                Ok(t) => t,
+                Err((code, message)) => return self.fail(&ctx, code, message),
+            },
         };
         ctx.events.emit(EventPayload::Init {
             system_info: json!({
@@ -125,26 +160,43 @@ impl ChatEngine {
             Err(e) => return self.fail(&ctx, "storage", e),
         };
 
-        let history = match self.mode {
-            ChatMode::MultiTurn => match parent {
-                Some(leaf) => match self
-                    .store
-                    .branch(
-                        session_id,
-                        leaf,
-                        self.settings.max_history.saturating_sub(1),
-                    )
-                    .await
-                {
-                    Ok(h) => h,
-                    Err(e) => return self.fail(&ctx, "storage", e.to_string()),
-                },
-                None => Vec::new(),
-            },
-            ChatMode::SingleTurn | ChatMode::Stateless => Vec::new(),
+        let (req, first) = match head {
+            // Built from the same stored prompt, with no history: a first run follows nothing.
+            Some(h) => (h.req, Some(h.first)),
+            None => {
+                let history = match self.mode {
+                    ChatMode::MultiTurn => match parent {
+                        Some(leaf) => match self
+                            .store
+                            .branch(
+                                session_id,
+                                leaf,
+                                self.settings.max_history.saturating_sub(1),
+                            )
+                            .await
+                        {
+                            Ok(h) => h,
+                            Err(e) => return self.fail(&ctx, "storage", e.to_string()),
+                        },
+                        None => Vec::new(),
+                    },
+                    ChatMode::SingleTurn | ChatMode::Stateless => Vec::new(),
+                };
+                (
+                    Arc::new(self.request(&ctx, model.clone(), &history, &user)),
+                    None,
+                )
+            }
         };
-        let req = self.request(&ctx, model.clone(), &history, &user);
-        let turn = stream_turn(provider.as_ref(), &req, &self.settings.retry, &ctx, started).await;
+        let turn = stream_turn_from(
+            provider.as_ref(),
+            &req,
+            &self.settings.retry,
+            &ctx,
+            started,
+            first,
+        )
+        .await;
         if !turn.tool_calls.is_empty() {
             tracing::debug!(
                 calls = turn.tool_calls.len(),
@@ -288,6 +340,22 @@ impl Engine for ChatEngine {
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
+    }
+
+    /// Opens the upstream call of a session's first prompt while the session is being committed.
+    /// Only a first prompt stored with its session qualifies: it follows nothing, so the request
+    /// does not depend on the store.
+    fn head_start(&self, ctx: &EngineSessionContext) -> HeadStart {
+        let Some(user) = &ctx.stored_user_message else {
+            return HeadStart::default();
+        };
+        let Ok(target) = self.target(ctx) else {
+            // The run reports the error itself.
+            return HeadStart::default();
+        };
+        let req = Arc::new(self.request(ctx, target.model.clone(), &[], user));
+        let first = spawn_first_attempt(target.provider.clone(), req.clone());
+        HeadStart::new(ChatHeadStart { target, req, first })
     }
 
     fn is_active(&self, session_id: elfgate_core::SessionId) -> bool {

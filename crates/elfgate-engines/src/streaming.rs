@@ -5,8 +5,8 @@
 use crate::tinyelf::think::ThinkSplitter;
 use elfgate_core::{Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo};
 use elfgate_llm::{
-    LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream, RetryNotice,
-    RetryPolicy, stream_with_retry,
+    FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
+    RetryNotice, RetryPolicy, stream_with_retry_from,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::time::Instant;
@@ -75,15 +75,26 @@ fn error_info(e: &LlmError) -> ErrorInfo {
     ErrorInfo::new(e.code(), e.to_string())
 }
 
-/// Streams one call and relays it. `started` is the run's start, for time-to-first-token.
-pub async fn stream_turn(
+/// Streams one call and relays it. `started` is the run's start, for time-to-first-token; `first`
+/// is the call's first attempt when it is already under way (the run's head start).
+pub async fn stream_turn_from(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
     policy: &RetryPolicy,
     ctx: &EngineSessionContext,
     started: Instant,
+    first: Option<FirstAttempt>,
 ) -> TurnOutput {
-    stream_turn_with(provider, req, policy, ctx, started, TurnOptions::default()).await
+    relay_turn(
+        provider,
+        req,
+        policy,
+        ctx,
+        started,
+        TurnOptions::default(),
+        first,
+    )
+    .await
 }
 
 /// Sends a text piece to the output (and the events), split at `<think>` tags when asked.
@@ -146,7 +157,7 @@ fn merge_ready(
     None
 }
 
-/// [`stream_turn`] with options: whether deltas are relayed, `<think>` tags split, errors reported,
+/// [`stream_turn_from`] with options: whether deltas are relayed, `<think>` tags split, errors reported,
 /// and which token stops it.
 pub(crate) async fn stream_turn_with(
     provider: &dyn LlmProvider,
@@ -155,6 +166,18 @@ pub(crate) async fn stream_turn_with(
     ctx: &EngineSessionContext,
     started: Instant,
     opts: TurnOptions<'_>,
+) -> TurnOutput {
+    relay_turn(provider, req, policy, ctx, started, opts, None).await
+}
+
+async fn relay_turn(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    ctx: &EngineSessionContext,
+    started: Instant,
+    opts: TurnOptions<'_>,
+    first: Option<FirstAttempt>,
 ) -> TurnOutput {
     let mut out = TurnOutput::default();
     let mut splitter = opts.split_think.then(ThinkSplitter::default);
@@ -181,7 +204,7 @@ pub(crate) async fn stream_turn_with(
     let connect = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(LlmError::Cancelled),
-        r = stream_with_retry(provider, req, policy, cancel, &mut on_retry) => r,
+        r = stream_with_retry_from(provider, req, policy, cancel, &mut on_retry, first) => r,
     };
     out.retries = retries;
     let mut stream = match connect {

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 pub use elfgate_core::model::{ContentBlock, Role};
 pub use error::LlmError;
-pub use retry::{RetryNotice, RetryPolicy, stream_with_retry};
+pub use retry::{
+    FirstAttempt, RetryNotice, RetryPolicy, spawn_first_attempt, stream_with_retry,
+    stream_with_retry_from,
+};
 
 /// Which wire protocol a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -2,8 +2,47 @@
 
 use crate::{LlmError, LlmProvider, LlmRequest, LlmStream};
 use futures_util::StreamExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+/// A first attempt already under way in its own task (see [`spawn_first_attempt`]); dropping it
+/// aborts the task, which closes the upstream connection.
+pub struct FirstAttempt(AbortOnDropHandle<Result<LlmStream, LlmError>>);
+
+impl std::fmt::Debug for FirstAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FirstAttempt")
+    }
+}
+
+impl Future for FirstAttempt {
+    type Output = Result<LlmStream, LlmError>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
+            Ok(result) => result,
+            Err(e) => Err(LlmError::Transport(format!(
+                "the upstream call failed: {e}"
+            ))),
+        })
+    }
+}
+
+/// Starts the first attempt of a call in its own task — opening the stream and waiting for its
+/// first event — so that it makes progress before anyone awaits it. Hand it to
+/// [`stream_with_retry_from`]; it reports nothing by itself.
+pub fn spawn_first_attempt(provider: Arc<dyn LlmProvider>, req: Arc<LlmRequest>) -> FirstAttempt {
+    FirstAttempt(AbortOnDropHandle::new(tokio::spawn(async move {
+        first_event(provider.as_ref(), &req).await
+    })))
+}
 
 /// How often and how patiently to retry.
 #[derive(Clone, Debug)]
@@ -44,15 +83,34 @@ pub async fn stream_with_retry(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
 ) -> Result<LlmStream, LlmError> {
+    stream_with_retry_from(provider, req, policy, cancel, on_retry, None).await
+}
+
+/// [`stream_with_retry`] whose first attempt, when given, is one already under way (made with the
+/// same request); its failure is retried like any other.
+pub async fn stream_with_retry_from(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+    on_retry: &mut (dyn FnMut(RetryNotice) + Send),
+    mut first: Option<FirstAttempt>,
+) -> Result<LlmStream, LlmError> {
     let mut attempt: u32 = 0;
     loop {
         if cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
         }
+        let under_way = first.take();
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(LlmError::Cancelled),
-            r = first_event(provider, req) => r,
+            r = async {
+                match under_way {
+                    Some(f) => f.await,
+                    None => first_event(provider, req).await,
+                }
+            } => r,
         };
         let err = match result {
             Ok(stream) => return Ok(stream),

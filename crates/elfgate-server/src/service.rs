@@ -243,6 +243,8 @@ fn build_ctx(
         is_resume,
         user_message_id: MessageId::new(),
         stored_user_message: None,
+        stored_as_running: false,
+        head_start: Default::default(),
         client_msg_id: o.client_msg_id.clone(),
         parent_id,
         provider_id: o
@@ -337,7 +339,9 @@ pub async fn create_session(
         created_at: now,
         updated_at: now,
     };
-    let run = new_run(session.id, req.overrides.client_msg_id.clone());
+    let mut run = new_run(session.id, req.overrides.client_msg_id.clone());
+    // A new session has no other run: its first one starts at once, so it is stored as running.
+    run.status = RunStatus::Running;
     // create_session stores the first seq reservation with the session.
     let bus = state
         .dispatcher
@@ -353,9 +357,16 @@ pub async fn create_session(
         parent_id: None,
     };
     let mut ctx = build_ctx(state, &session, prompt, overrides, bus.clone());
+    ctx.stored_as_running = true;
     // The first prompt is stored in the same commit as the session: one wait instead of two
     // before the request goes upstream.
     let user = elfgate_engines::prompt::new_user_message(&ctx, None);
+    ctx.stored_user_message = Some(user.clone());
+    // The engine may begin the upstream call now, so that it overlaps the commit; it publishes
+    // and stores nothing before it is dispatched below, and the call is dropped if the commit fails.
+    if let Some(e) = state.dispatcher.get_engine(engine) {
+        ctx.head_start = e.head_start(&ctx);
+    }
     if let Err(e) = state
         .store
         .create_session(&session, &run, Some(&user))
@@ -366,13 +377,7 @@ pub async fn create_session(
     }
     bus.publish(Some(run.id), &EventPayload::SessionCreated {});
     // Stored with the session, so announced with it too, whatever the run does next.
-    bus.publish(
-        Some(run.id),
-        &EventPayload::UserMessage {
-            message: user.clone(),
-        },
-    );
-    ctx.stored_user_message = Some(user);
+    bus.publish(Some(run.id), &EventPayload::UserMessage { message: user });
     match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,
