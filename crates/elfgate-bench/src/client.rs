@@ -18,6 +18,9 @@ pub struct Sample {
     pub ttft: Duration,
     /// From just before the first request to the end of the stream.
     pub total: Duration,
+    /// Through the daemon: when `POST /v1/sessions` was answered, and when the event stream's
+    /// headers arrived (from the same start); used for the phase split of `-v`.
+    pub phases: Option<(Duration, Duration)>,
 }
 
 /// Where a session goes.
@@ -137,7 +140,11 @@ impl Progress {
             bail!("received {} tokens, expected {expected}", self.tokens);
         }
         let ttft = self.first.context("no token received")?;
-        Ok(Sample { ttft, total })
+        Ok(Sample {
+            ttft,
+            total,
+            phases: None,
+        })
     }
 }
 
@@ -151,6 +158,11 @@ async fn read_sse(
     while let Some(chunk) = body.next().await {
         let chunk = chunk.context("reading the stream")?;
         if frames.feed(&chunk, &mut on_frame)? {
+            // Read to the end of the body (both servers end it right after the last event) so
+            // that the connection goes back to the pool instead of being closed.
+            while let Some(rest) = body.next().await {
+                rest.context("reading the end of the stream")?;
+            }
             return Ok(());
         }
     }
@@ -211,18 +223,23 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
             String::from_utf8_lossy(&bytes)
         );
     }
+    let answered = started.elapsed();
     let created: serde_json::Value = serde_json::from_slice(&bytes)?;
     let id = created["sessionId"]
         .as_str()
         .context("no sessionId in the answer")?;
     let resp = t
         .http
-        .get(format!("{}/v1/sessions/{id}/events", t.daemon_base))
+        .get(format!(
+            "{}/v1/sessions/{id}/events?until=complete",
+            t.daemon_base
+        ))
         .send()
         .await?;
     if !resp.status().is_success() {
         bail!("GET events answered {}", resp.status());
     }
+    let opened = started.elapsed();
     let mut p = Progress::new(started);
     read_sse(resp, |frame| match event_type(frame) {
         Some(b"streamDelta") => {
@@ -244,7 +261,9 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
         _ => Ok(false),
     })
     .await?;
-    p.finish(tokens)
+    let mut sample = p.finish(tokens)?;
+    sample.phases = Some((answered, opened));
+    Ok(sample)
 }
 
 /// One session on `path`.
@@ -323,7 +342,10 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
         .to_string();
     let resp = t
         .http
-        .get(format!("{}/v1/sessions/{id}/events", t.daemon_base))
+        .get(format!(
+            "{}/v1/sessions/{id}/events?until=complete",
+            t.daemon_base
+        ))
         .send()
         .await?
         .error_for_status()?;

@@ -334,6 +334,30 @@ async fn scenario(
         out.daemon.tokens_per_sec(),
         out.errors()
     );
+    if opts.verbose {
+        let answered: Vec<Duration> = out
+            .daemon
+            .samples
+            .iter()
+            .filter_map(|s| s.phases.map(|p| p.0))
+            .collect();
+        let opened: Vec<Duration> = out
+            .daemon
+            .samples
+            .iter()
+            .filter_map(|s| s.phases.map(|p| p.1))
+            .collect();
+        eprintln!(
+            "    daemon phases: POST answered p50 {:.2} p99 {:.2} ms; event stream open p50 {:.2} \
+             p99 {:.2} ms; first token p50 {:.2} p99 {:.2} ms",
+            percentile_ms(answered.iter().copied(), 0.5),
+            percentile_ms(answered.iter().copied(), 0.99),
+            percentile_ms(opened.iter().copied(), 0.5),
+            percentile_ms(opened.iter().copied(), 0.99),
+            out.daemon.ttft_ms(0.5),
+            out.daemon.ttft_ms(0.99),
+        );
+    }
     for (label, st) in [("direct", &out.direct), ("daemon", &out.daemon)] {
         if let Some(e) = &st.first_error {
             eprintln!("    first {label} error: {e}");

@@ -67,8 +67,10 @@ struct Cursor {
     reannounce: VecDeque<Bytes>,
     rx: broadcast::Receiver<Arc<EventRecord>>,
     last: u64,
-    /// Replay frames ready to send, with their seq.
-    buffer: VecDeque<(u64, Bytes)>,
+    /// Replay frames ready to send, with their seq and whether they carry a `complete`.
+    buffer: VecDeque<(u64, bool, Bytes)>,
+    /// End the stream after the first `complete` sent (`?until=complete`).
+    until_complete: bool,
     log_exhausted: bool,
     phase: Phase,
     keepalive: Interval,
@@ -115,12 +117,18 @@ impl Cursor {
     fn coalesce_live(&mut self, first: &EventRecord) -> Bytes {
         let mut out = BytesMut::new();
         push_frame(&mut out, first.seq, &first.event_type, &first.json);
+        if self.ends_here(&first.event_type) {
+            return out.freeze();
+        }
         while out.len() < COALESCE_BYTES {
             match self.rx.try_recv() {
                 Ok(e) if e.seq <= self.last => continue,
                 Ok(e) => {
                     self.last = e.seq;
                     push_frame(&mut out, e.seq, &e.event_type, &e.json);
+                    if self.ends_here(&e.event_type) {
+                        break;
+                    }
                 }
                 Err(_) => break,
             }
@@ -128,25 +136,42 @@ impl Cursor {
         out.freeze()
     }
 
+    /// Whether the stream ends after an event of this type; if so, marks it done.
+    fn ends_here(&mut self, event_type: &str) -> bool {
+        let ends = self.until_complete && event_type == "complete";
+        if ends {
+            self.phase = Phase::Done;
+        }
+        ends
+    }
+
     async fn next_frame(&mut self) -> Option<Bytes> {
         loop {
             match self.phase {
                 Phase::Done => return None,
                 Phase::Replay => {
-                    if let Some((seq, f)) = self.buffer.pop_front() {
+                    if let Some((seq, complete, f)) = self.buffer.pop_front() {
                         self.last = seq;
-                        if self.buffer.is_empty() {
+                        let ends = complete && self.until_complete;
+                        if ends {
+                            self.phase = Phase::Done;
+                        }
+                        if self.buffer.is_empty() || ends {
                             return Some(f);
                         }
                         // Send replayed frames in large writes rather than one write per event.
                         let mut out = BytesMut::with_capacity(COALESCE_BYTES);
                         out.extend_from_slice(&f);
                         while out.len() < COALESCE_BYTES {
-                            let Some((seq, f)) = self.buffer.pop_front() else {
+                            let Some((seq, complete, f)) = self.buffer.pop_front() else {
                                 break;
                             };
                             self.last = seq;
                             out.extend_from_slice(&f);
+                            if complete && self.until_complete {
+                                self.phase = Phase::Done;
+                                break;
+                            }
                         }
                         return Some(out.freeze());
                     }
@@ -164,7 +189,8 @@ impl Cursor {
                         Ok(page) => {
                             self.log_exhausted = page.len() < REPLAY_PAGE as usize;
                             self.buffer.extend(page.into_iter().map(|e: StoredEvent| {
-                                (e.seq, frame(e.seq, &e.event_type, &e.json))
+                                let complete = e.event_type == "complete";
+                                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
                             }));
                         }
                         Err(e) => {
@@ -203,11 +229,13 @@ impl Cursor {
     }
 }
 
-/// Opens the stream of a session after `after` (0 replays everything).
+/// Opens the stream of a session after `after` (0 replays everything); with `until_complete`, the
+/// stream ends after the first `complete` it sends.
 pub async fn session_events(
     state: AppState,
     session_id: SessionId,
     after: u64,
+    until_complete: bool,
 ) -> Result<Response, ApiError> {
     // An open bus means a live session: no need to ask the database.
     if state.dispatcher.hub().get(session_id).is_none()
@@ -234,11 +262,10 @@ pub async fn session_events(
     let log_exhausted = match sub.recent {
         // The bus still holds every event after the cursor: no log read, no flush.
         Some(recent) => {
-            buffer.extend(
-                recent
-                    .iter()
-                    .map(|e| (e.seq, frame(e.seq, &e.event_type, &e.json))),
-            );
+            buffer.extend(recent.iter().map(|e| {
+                let complete = &*e.event_type == "complete";
+                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
+            }));
             true
         }
         None => {
@@ -258,6 +285,7 @@ pub async fn session_events(
         rx: sub.live,
         last: after,
         buffer,
+        until_complete,
         log_exhausted,
         phase: Phase::Replay,
         keepalive,

@@ -472,3 +472,82 @@ async fn client_msg_id_makes_retried_prompts_idempotent() {
         .collect();
     assert_eq!(prompts, ["once", "twice?"]);
 }
+
+/// Reads a stream to its end; panics if it does not end within the guard time.
+async fn read_to_end(d: &Daemon, path: &str) -> Vec<common::Ev> {
+    let r = reqwest::get(d.url(path)).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut sse = common::Sse::new(r);
+    let mut evs = Vec::new();
+    while let Some(e) = sse.next().await {
+        evs.push(e);
+    }
+    evs
+}
+
+#[tokio::test]
+async fn until_complete_ends_the_stream_after_one_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1) = d.create(chat("one", "mock:tokens=20,delay_ms=5")).await;
+    // Followed live: the response ends by itself right after the run's `complete`.
+    let live = read_to_end(&d, &format!("/v1/sessions/{sid}/events?until=complete")).await;
+    assert_contiguous(&live, 1);
+    let last = live.last().unwrap();
+    assert_eq!(
+        (last.event.as_str(), last.run()),
+        ("complete", run1.as_str())
+    );
+    assert_eq!(types(&live).iter().filter(|t| **t == "complete").count(), 1);
+    assert_eq!(
+        text_of(&live),
+        (0..20).map(|i| format!("tok{i} ")).collect::<String>()
+    );
+
+    // A second run, followed from the first one's end: only its events, then the end.
+    let run2 = d
+        .send(&sid, json!({"prompt": "two", "model": "mock:tokens=3"}))
+        .await;
+    let after = last.seq();
+    let second = read_to_end(
+        &d,
+        &format!("/v1/sessions/{sid}/events?afterSeq={after}&until=complete"),
+    )
+    .await;
+    assert_contiguous(&second, after + 1);
+    assert!(second.iter().all(|e| e.run() == run2), "{second:?}");
+    assert_eq!(second.last().unwrap().event, "complete");
+
+    // Replayed from the start, the stream ends at the first `complete`, not the latest.
+    let replay = read_to_end(&d, &format!("/v1/sessions/{sid}/events?until=complete")).await;
+    assert_eq!(replay.len(), live.len());
+    assert_eq!(replay.last().unwrap().run(), run1);
+
+    // Anything else is refused with a JSON error.
+    let (status, body) = d
+        .get(&format!("/v1/sessions/{sid}/events?until=forever"))
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "bad_request", "{body}");
+}
+
+#[tokio::test]
+async fn a_new_sessions_first_run_is_stored_as_running() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("slow", "mock:tokens=1000,delay_ms=20")).await;
+    // Stored as running with the session, before the POST was answered.
+    let (status, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "running", "{r}");
+    let (_, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
+        .await;
+    assert_eq!(v["interrupted"], true, "{v}");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+    assert_eq!(r["finishReason"], "interrupted", "{r}");
+}

@@ -119,6 +119,9 @@ async fn send(
 struct EventsQuery {
     /// Replay events after this seq (ignored when Last-Event-ID is sent).
     after_seq: Option<u64>,
+    /// `complete`: end the stream after the first `complete` event it sends (one run followed to
+    /// its end, e.g. by a script); without it the stream stays open across runs.
+    until: Option<String>,
 }
 
 /// Follows a session as a Server-Sent Events stream; replays after `Last-Event-ID` or `afterSeq`.
@@ -161,7 +164,16 @@ async fn events(
             .ok_or_else(|| ApiError::BadRequest("Last-Event-ID must be a seq number".into()))?,
         None => query.after_seq.unwrap_or(0),
     };
-    sse::session_events(state, id, after).await
+    let until_complete = match query.until.as_deref() {
+        None => false,
+        Some("complete") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "until must be 'complete', not '{other}'"
+            )));
+        }
+    };
+    sse::session_events(state, id, after, until_complete).await
 }
 
 /// Body of POST /v1/sessions/{id}/interrupt (may be empty).
