@@ -78,6 +78,42 @@ async fn sigkill_mid_run_then_restart_ends_the_run_with_daemon_restart() {
 }
 
 #[tokio::test]
+async fn sigkill_right_after_a_run_ends_still_logs_its_end_once() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("q", "mock:tokens=3")).await;
+    let mut sse = d.events(&sid, None).await;
+    let seen = sse.until_complete(&run).await;
+    // Killed at once: the run's end is stored, its last events may not have reached the log.
+    d.kill();
+    drop(sse);
+
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_complete(&run).await;
+    let last = evs.last().unwrap();
+    assert_eq!(last.data["finishReason"], "stop");
+    assert_eq!(evs[evs.len() - 2].event, "result");
+    assert_eq!(types(&evs).iter().filter(|t| **t == "complete").count(), 1);
+    // Whatever was logged before the kill keeps its seq; anything logged again sits above what
+    // the client saw.
+    for e in &evs {
+        if let Some(same) = seen.iter().find(|s| s.seq() == e.seq()) {
+            assert_eq!(same.event, e.event);
+        }
+    }
+    assert!(last.seq() >= seen.last().unwrap().seq());
+    // The session goes on.
+    let run2 = d
+        .send(&sid, json!({"prompt": "again", "model": "mock:tokens=2"}))
+        .await;
+    let more = sse.until_complete(&run2).await;
+    assert_eq!(text_of(&more), "tok0 tok1 ");
+}
+
+#[tokio::test]
 async fn sigterm_interrupts_runs_and_flushes_the_log() {
     let mock = MockServer::start().await.unwrap();
     let mut d = Daemon::start(&mock, Opts::default());

@@ -7,6 +7,9 @@
 
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
+/// Scripts of at most this many statements stay prepared.
+const MAX_CACHED_STATEMENTS: usize = 6;
+
 /// Statements gathered for one round trip.
 pub(crate) struct Script {
     qb: QueryBuilder<Sqlite>,
@@ -40,12 +43,22 @@ impl Script {
         &mut self.qb
     }
 
+    /// Whether nothing was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.statements == 0
+    }
+
     /// Runs every statement, in order, on `conn`; nothing when empty.
+    ///
+    /// Small scripts — the common shapes, such as one session's creation or one run's end — are
+    /// kept prepared in the connection's statement cache; larger ones, whose shapes vary with the
+    /// load, are prepared each time rather than crowding the cache out.
     pub(crate) async fn execute(mut self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
         if self.statements == 0 {
             return Ok(());
         }
-        self.qb.build().execute(conn).await?;
+        let cached = self.statements <= MAX_CACHED_STATEMENTS;
+        self.qb.build().persistent(cached).execute(conn).await?;
         Ok(())
     }
 }

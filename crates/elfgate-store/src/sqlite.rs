@@ -18,6 +18,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 use std::collections::HashSet;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The embedded SQLite store.
@@ -30,6 +31,38 @@ pub struct SqliteStore {
     read: SqlitePool,
     /// The group-commit writer: the event log and the writes on a run's path.
     writer: Writer,
+    /// Checkpoints the WAL off the writer's path; stops with the last clone of the store.
+    checkpointer: Arc<AbortOnDrop>,
+}
+
+/// Aborts a task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often the WAL is checkpointed.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// Copies committed WAL frames into the database now and then (PASSIVE: never blocks the writer
+/// or readers; what it cannot copy yet is copied next time). SQLite restarts the WAL from its
+/// beginning once a checkpoint has copied all of it.
+async fn checkpoint_in_background(read: SqlitePool) {
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(&read)
+            .await
+        {
+            tracing::debug!(error = %e, "checkpoint skipped");
+        }
+    }
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -56,13 +89,18 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(dir)?;
         }
+        // The writer never checkpoints: a checkpoint copies the WAL into the database and syncs
+        // it, which took 5-15 ms under load and held up every commit queued behind it (a new
+        // session's among them). A background task checkpoints from a reader connection instead,
+        // concurrently with the writer.
+        let write_options = options.clone().pragma("wal_autocheckpoint", "0");
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
             // A local file does not go stale like a network connection: no ping (one more round
             // trip to SQLite's thread) before each use.
             .test_before_acquire(false)
-            .connect_with(options.clone())
+            .connect_with(write_options)
             .await?;
         MIGRATOR.run(&write).await?;
         let read = SqlitePoolOptions::new()
@@ -73,10 +111,14 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let writer = Writer::spawn(write.clone());
+        let checkpointer = Arc::new(AbortOnDrop(tokio::spawn(checkpoint_in_background(
+            read.clone(),
+        ))));
         Ok(SqliteStore {
             write,
             read,
             writer,
+            checkpointer,
         })
     }
 
@@ -94,6 +136,7 @@ impl SqliteStore {
 
     /// Writes what the writer holds, stops it, and closes the pools.
     pub async fn close(&self) {
+        self.checkpointer.0.abort();
         self.writer.shutdown().await;
         self.write.close().await;
         self.read.close().await;
@@ -317,6 +360,22 @@ async fn append_event_tx(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The seq a session's next logged event gets after a crash: seqs up to the reservation may have
+/// reached clients, so numbering continues above it.
+async fn next_seq_tx(tx: &mut Transaction<'_, Sqlite>, sid: &str) -> StoreResult<u64> {
+    let last_seq: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+            .bind(sid)
+            .fetch_one(&mut **tx)
+            .await?;
+    let reserved: Option<i64> =
+        sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
+            .bind(sid)
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(last_seq.unwrap_or(0).max(reserved.unwrap_or(0)).max(0) as u64 + 1)
 }
 
 #[async_trait]
@@ -692,6 +751,8 @@ impl Store for SqliteStore {
         .iter()
         .map(run_from_row)
         .collect::<StoreResult<Vec<_>>>()?;
+        // First the runs that did end: their `complete` must come before anything logged now.
+        self.log_missing_ends().await?;
         let mut recovered = Vec::with_capacity(runs.len());
         for run in runs {
             recovered.push(self.recover_run(&run).await?);
@@ -704,6 +765,80 @@ impl Store for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Logs `result` and `complete` for runs that ended but whose last events never reached the
+    /// log: the dispatcher records a run's end before it publishes them, and the log is written a
+    /// little later, so a crash in between leaves an ended run without its `complete`. Only a
+    /// session whose seq reservation was not released (its bus was open at the crash) can have
+    /// one. Returns how many runs got their end logged.
+    async fn log_missing_ends(&self) -> StoreResult<usize> {
+        let sessions: Vec<String> = sqlx::query_scalar(
+            "SELECT s.id FROM sessions s WHERE s.event_seq_reserved > \
+             COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.id), 0)",
+        )
+        .fetch_all(&self.write)
+        .await?;
+        let mut logged = 0;
+        for sid in sessions {
+            let runs = sqlx::query(
+                "SELECT * FROM runs r WHERE r.session_id = ? \
+                 AND r.status NOT IN ('running', 'queued') \
+                 AND NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id = r.session_id \
+                 AND e.run_id = r.id AND e.type = 'complete') ORDER BY r.started_at, r.rowid",
+            )
+            .bind(&sid)
+            .fetch_all(&self.write)
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+            if runs.is_empty() {
+                continue;
+            }
+            let mut tx = self.write.begin().await?;
+            let mut seq = next_seq_tx(&mut tx, &sid).await?;
+            for run in &runs {
+                let finish_reason = run.finish_reason.unwrap_or(FinishReason::Error);
+                let duration_ms = run
+                    .ended_at
+                    .map(|end| (end - run.started_at).num_milliseconds().max(0) as u64)
+                    .unwrap_or(0);
+                let stats = RunStats {
+                    input_tokens: run.input_tokens,
+                    output_tokens: run.output_tokens,
+                    iterations: run.iterations,
+                    duration_ms,
+                    finish_reason,
+                };
+                append_event_tx(
+                    &mut tx,
+                    run.session_id,
+                    run.id,
+                    seq,
+                    &EventPayload::Result { stats },
+                )
+                .await?;
+                append_event_tx(
+                    &mut tx,
+                    run.session_id,
+                    run.id,
+                    seq + 1,
+                    &EventPayload::Complete { finish_reason },
+                )
+                .await?;
+                seq += 2;
+                logged += 1;
+            }
+            sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
+                .bind((seq - 1) as i64)
+                .bind(&sid)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            tracing::warn!(session = %sid, runs = runs.len(), "logged the end of runs whose last events were lost");
+        }
+        Ok(logged)
+    }
+
     /// Ends one run left unfinished by a crash: keeps the partial answer found in the event log,
     /// answers dangling tool calls, and logs `result` and `complete`. All in one transaction.
     async fn recover_run(&self, run: &Run) -> StoreResult<RecoveredRun> {
@@ -826,18 +961,7 @@ impl SqliteStore {
         .execute(&mut *tx)
         .await?;
 
-        // Seqs up to the reservation may have reached clients before the crash: continue above it.
-        let last_seq: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
-                .bind(&sid)
-                .fetch_one(&mut *tx)
-                .await?;
-        let reserved: Option<i64> =
-            sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
-                .bind(&sid)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let seq = last_seq.unwrap_or(0).max(reserved.unwrap_or(0)).max(0) as u64;
+        let seq = next_seq_tx(&mut tx, &sid).await? - 1;
         let duration_ms = (now - run.started_at).num_milliseconds().max(0) as u64;
         append_event_tx(
             &mut tx,

@@ -1,8 +1,10 @@
 //! The writer: one task that owns SQLite's single write connection and commits in groups. It
-//! drains two queues — the event log (published events, seq reservations; publishers never wait) and
-//! the store operations on a run's path (user and assistant messages, run start and end; callers
-//! wait for their commit) — and writes everything that is waiting in one transaction. Under load,
-//! the messages of many sessions share one commit instead of queueing for one commit each.
+//! drains two queues: the store operations on a run's path (session creation, user and assistant
+//! messages, run start and end), which callers wait for and which are committed at once, all that
+//! are waiting in one transaction; and the event log (published events, seq reservations), which
+//! nobody waits for and which is committed every `LINGER` at most (at once for a flush or a seq
+//! reservation). Under load, the messages of many sessions share one commit, and a log commit
+//! carries many events of each session.
 
 use crate::StoreError;
 use crate::codec::ts;
@@ -21,13 +23,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// Most events written in one transaction.
-const MAX_BATCH: usize = 1024;
-/// Most events in a transaction that someone is waiting for.
-const MAX_BATCH_WITH_WAITERS: usize = 128;
+const MAX_BATCH: usize = 4096;
+/// Most events per log transaction; operations waiting are written between two.
+const LOG_SLICE: usize = 512;
 /// Most store operations written in one transaction.
 const MAX_OPS: usize = 256;
-/// How long events alone may wait for company before they are committed.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+/// How long events may wait for company before they are committed. Each commit rewrites every
+/// log page it touches; with many sessions streaming at once, a commit every few milliseconds
+/// carried about one event per session and rewrote a whole page for each.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 /// Most rows per INSERT statement (6 parameters each, far under SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 128;
 
@@ -64,6 +68,9 @@ struct Batch {
     seq_updates: Vec<SeqUpdate>,
     ops: Vec<(StoreOp, Ack)>,
     waiters: Vec<oneshot::Sender<()>>,
+    /// A seq reservation is waiting: written without lingering, since the seqs it covers are
+    /// about to be handed out.
+    urgent: bool,
 }
 
 impl Batch {
@@ -71,6 +78,7 @@ impl Batch {
         match cmd {
             LogCommand::Append(e) => self.events.push(e),
             LogCommand::Reserve { session_id, upto } => {
+                self.urgent = true;
                 self.seq_updates.push(SeqUpdate::Reserve(session_id, upto))
             }
             LogCommand::Release { session_id, last } => {
@@ -80,8 +88,8 @@ impl Batch {
         }
     }
 
-    fn has_writes(&self) -> bool {
-        !self.events.is_empty() || !self.seq_updates.is_empty() || !self.ops.is_empty()
+    fn has_log_writes(&self) -> bool {
+        !self.events.is_empty() || !self.seq_updates.is_empty()
     }
 }
 
@@ -141,46 +149,65 @@ async fn run(
     mut ops_rx: mpsc::UnboundedReceiver<(StoreOp, Ack)>,
 ) {
     let mut batch = Batch::default();
+    // When the events waiting in `batch` must be written at the latest.
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
+        let sleep = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            Some(cmd) = log_rx.recv() => batch.take_log(cmd),
+            biased;
             Some(op) = ops_rx.recv() => batch.ops.push(op),
+            Some(cmd) = log_rx.recv() => batch.take_log(cmd),
+            () = sleep => {}
             else => break,
         }
         drain_ready(&mut batch, &mut log_rx, &mut ops_rx);
-        // Events alone may wait a moment for more: fewer, larger commits rewrite far fewer pages.
-        // Anyone waiting (a store operation, a flush) is served at once.
-        let deadline = tokio::time::Instant::now() + LINGER;
-        while batch.ops.is_empty() && batch.waiters.is_empty() && batch.events.len() < MAX_BATCH {
-            let next = tokio::time::timeout_at(deadline, async {
-                tokio::select! {
-                    Some(cmd) = log_rx.recv() => Some(Either::Log(cmd)),
-                    Some(op) = ops_rx.recv() => Some(Either::Op(op)),
-                    else => None,
+        // Operations are waited for: written at once, on their own. Events are not: they wait
+        // for company, so that a commit carries many events per session and rewrites each
+        // session's log page once rather than once per event.
+        if !batch.ops.is_empty() {
+            write_ops_with_fallback(&pool, &mut batch.ops).await;
+        }
+        let now = tokio::time::Instant::now();
+        if due.is_none() && batch.has_log_writes() {
+            due = Some(now + LINGER);
+        }
+        let log_due = !batch.waiters.is_empty()
+            || batch.urgent
+            || batch.events.len() >= MAX_BATCH
+            || due.is_some_and(|at| at <= now);
+        if log_due {
+            // In slices, so that an operation arriving meanwhile (someone waits for it) does not
+            // queue behind thousands of events: it is written between two slices.
+            let mut start = 0;
+            let mut seq_updates = std::mem::take(&mut batch.seq_updates);
+            while start < batch.events.len() || !seq_updates.is_empty() {
+                let end = batch.events.len().min(start + LOG_SLICE);
+                write_log_with_retries(&pool, &batch.events[start..end], &seq_updates).await;
+                seq_updates.clear();
+                start = end;
+                while batch.ops.len() < MAX_OPS {
+                    match ops_rx.try_recv() {
+                        Ok(op) => batch.ops.push(op),
+                        Err(_) => break,
+                    }
                 }
-            })
-            .await;
-            match next {
-                Ok(Some(Either::Log(cmd))) => batch.take_log(cmd),
-                Ok(Some(Either::Op(op))) => batch.ops.push(op),
-                Ok(None) | Err(_) => break,
+                if !batch.ops.is_empty() {
+                    write_ops_with_fallback(&pool, &mut batch.ops).await;
+                }
             }
-            drain_ready(&mut batch, &mut log_rx, &mut ops_rx);
-        }
-        if batch.has_writes() {
-            write_with_fallback(&pool, &mut batch).await;
-        }
-        batch.events.clear();
-        batch.seq_updates.clear();
-        for w in batch.waiters.drain(..) {
-            let _ = w.send(());
+            batch.events.clear();
+            batch.urgent = false;
+            due = None;
+            for w in batch.waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
     }
-}
-
-enum Either {
-    Log(LogCommand),
-    Op((StoreOp, Ack)),
 }
 
 /// Takes what is already queued, without waiting.
@@ -195,13 +222,7 @@ fn drain_ready(
             Err(_) => break,
         }
     }
-    // Someone waits for this commit: keep it short, the other events go in the next one.
-    let limit = if batch.ops.is_empty() {
-        MAX_BATCH
-    } else {
-        MAX_BATCH_WITH_WAITERS
-    };
-    while batch.events.len() < limit {
+    while batch.events.len() < MAX_BATCH {
         match log_rx.try_recv() {
             Ok(cmd) => batch.take_log(cmd),
             Err(_) => break,
@@ -209,47 +230,46 @@ fn drain_ready(
     }
 }
 
-/// Writes the batch in one transaction; if that fails, writes the log part and then each operation
-/// on its own, so that one bad operation fails alone.
-async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
+/// Writes events and seq reservation changes in one transaction, retrying a few times.
+async fn write_log_with_retries(
+    pool: &SqlitePool,
+    events: &[Arc<EventRecord>],
+    seq_updates: &[SeqUpdate],
+) {
+    for attempt in 0..3u64 {
+        match commit_scripts(pool, log_scripts(events, seq_updates)).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::error!(error = %e, events = events.len(), attempt, "event log write failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
+            }
+        }
+    }
+    tracing::error!(
+        events = events.len(),
+        "event log batch dropped after retries"
+    );
+}
+
+/// Writes a group of operations in one transaction; if that fails, each on its own, so that one
+/// bad operation fails alone.
+async fn write_ops_with_fallback(pool: &SqlitePool, ops: &mut Vec<(StoreOp, Ack)>) {
     let all = async {
         let mut script = Script::transaction();
-        push_log(&mut script, batch);
-        let ops: Vec<&StoreOp> = batch.ops.iter().map(|(op, _)| op).collect();
-        push_ops(&mut script, &ops)?;
+        let refs: Vec<&StoreOp> = ops.iter().map(|(op, _)| op).collect();
+        push_ops(&mut script, &refs)?;
         commit(pool, script).await
     };
     match all.await {
         Ok(()) => {
-            for (_, ack) in batch.ops.drain(..) {
+            for (_, ack) in ops.drain(..) {
                 let _ = ack.send(Ok(()));
             }
             return;
         }
         Err(e) => tracing::warn!(error = %e, "group commit failed; writing its parts one by one"),
     }
-    let mut logged = false;
-    for attempt in 0..3u64 {
-        let mut script = Script::transaction();
-        push_log(&mut script, batch);
-        match commit(pool, script).await {
-            Ok(()) => {
-                logged = true;
-                break;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, events = batch.events.len(), attempt, "event log write failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
-            }
-        }
-    }
-    if !logged {
-        tracing::error!(
-            events = batch.events.len(),
-            "event log batch dropped after retries"
-        );
-    }
-    for (op, ack) in batch.ops.drain(..) {
+    for (op, ack) in ops.drain(..) {
         let one = async {
             let mut script = Script::transaction();
             push_ops(&mut script, &[&op])?;
@@ -262,10 +282,27 @@ async fn write_with_fallback(pool: &SqlitePool, batch: &mut Batch) {
 /// Runs the script as one transaction in a single round trip to SQLite's thread (BEGIN IMMEDIATE,
 /// the statements, COMMIT, sent as one query). On failure the transaction is rolled back; a
 /// connection whose state is then unknown is closed rather than reused.
-async fn commit(pool: &SqlitePool, mut script: Script) -> Result<(), StoreError> {
-    script.statement("COMMIT");
+async fn commit(pool: &SqlitePool, script: Script) -> Result<(), StoreError> {
+    commit_scripts(pool, vec![script]).await
+}
+
+/// Runs scripts as one transaction, one round trip each: the first opens it
+/// ([`Script::transaction`]), COMMIT is appended to the last.
+async fn commit_scripts(pool: &SqlitePool, mut scripts: Vec<Script>) -> Result<(), StoreError> {
+    match scripts.last_mut() {
+        Some(last) => {
+            last.statement("COMMIT");
+        }
+        None => return Ok(()),
+    }
     let mut conn = pool.acquire().await?;
-    match script.execute(&mut conn).await {
+    let run = async {
+        for script in scripts {
+            script.execute(&mut conn).await?;
+        }
+        Ok::<(), sqlx::Error>(())
+    };
+    match run.await {
         Ok(()) => Ok(()),
         Err(e) => {
             let rollback = sqlx::query("ROLLBACK").execute(&mut *conn).await;
@@ -326,16 +363,19 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Appends the batch's events and seq reservation changes.
-fn push_log(script: &mut Script, batch: &Batch) {
-    // Statement sizes are powers of two so that only a handful of distinct statements exist.
-    let mut rest: &[Arc<EventRecord>] = &batch.events;
+/// The batch's events and seq reservation changes as a transaction: one INSERT of up to
+/// `ROWS_PER_STATEMENT` events per round trip, each statement of a power-of-two size so that only a
+/// handful of them exist and all stay prepared (a log commit is rare: every `LINGER` at most).
+fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Script> {
+    let mut scripts = Vec::new();
+    let mut current = Script::transaction();
+    let mut rest: &[Arc<EventRecord>] = events;
     while !rest.is_empty() {
         let n = 1usize << rest.len().min(ROWS_PER_STATEMENT).ilog2();
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
         // OR IGNORE: a retried batch may have been half applied before a failed commit.
-        script
+        current
             .statement(
                 "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
             )
@@ -347,18 +387,19 @@ fn push_log(script: &mut Script, batch: &Batch) {
                     .push_bind(e.json.clone())
                     .push_bind(ts(&e.ts));
             });
+        scripts.push(std::mem::replace(&mut current, Script::new()));
     }
-    for u in &batch.seq_updates {
+    for u in seq_updates {
         match *u {
             SeqUpdate::Reserve(s, upto) => {
-                script
+                current
                     .statement("UPDATE sessions SET event_seq_reserved = MAX(event_seq_reserved, ")
                     .push_bind(upto as i64)
                     .push(") WHERE id = ")
                     .push_bind(s.to_string());
             }
             SeqUpdate::Release(s, last) => {
-                script
+                current
                     .statement("UPDATE sessions SET event_seq_reserved = ")
                     .push_bind(last as i64)
                     .push(" WHERE id = ")
@@ -366,4 +407,8 @@ fn push_log(script: &mut Script, batch: &Batch) {
             }
         }
     }
+    if !current.is_empty() || scripts.is_empty() {
+        scripts.push(current);
+    }
+    scripts
 }

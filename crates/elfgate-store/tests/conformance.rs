@@ -247,3 +247,56 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
     // Nothing is left to recover.
     assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
+    let (store, _dir) = open().await;
+    let s = session();
+    let ended = run(s.id, RunStatus::Running);
+    store.create_session(&s, &ended, None).await.unwrap();
+    let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
+    let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
+    let emitter = elfgate_core::EventEmitter::new(bus.clone(), ended.id);
+    emitter.emit(EventPayload::SessionCreated {});
+    assert!(hub.flush().await);
+    // The run's end is recorded, then the daemon dies before `result` and `complete` are logged
+    // (its bus is never closed: the reservation stays unreleased).
+    let outcome = RunOutcome {
+        output_tokens: 7,
+        ..RunOutcome::new(FinishReason::Stop)
+    };
+    store.run_finished(s.id, ended.id, &outcome).await.unwrap();
+    // A run whose end was logged is left alone.
+    let other = SessionId::new();
+    let mut s2 = session();
+    s2.id = other;
+    let fine = run(other, RunStatus::Running);
+    store.create_session(&s2, &fine, None).await.unwrap();
+    store.run_finished(other, fine.id, &outcome).await.unwrap();
+    let bus2 = hub.open(other, 0, SEQ_RESERVE_BLOCK);
+    elfgate_core::EventEmitter::new(bus2.clone(), fine.id).emit(EventPayload::Complete {
+        finish_reason: FinishReason::Stop,
+    });
+    assert!(hub.flush().await);
+
+    assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
+    let events = store.events_after(s.id, 0, 100).await.unwrap();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["sessionCreated", "result", "complete"]);
+    assert!(events[1].seq > SEQ_RESERVE_BLOCK, "{events:?}");
+    assert_eq!(events[2].seq, events[1].seq + 1);
+    assert!(
+        events[1].json.contains("\"outputTokens\":7"),
+        "{}",
+        events[1].json
+    );
+    assert!(
+        events[2].json.contains("\"finishReason\":\"stop\""),
+        "{}",
+        events[2].json
+    );
+    assert_eq!(store.events_after(other, 0, 100).await.unwrap().len(), 1);
+    // Logged once: a second start finds nothing to do.
+    assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
+    assert_eq!(store.events_after(s.id, 0, 100).await.unwrap().len(), 3);
+}
