@@ -18,7 +18,6 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 use std::collections::HashSet;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The embedded SQLite store.
@@ -31,38 +30,6 @@ pub struct SqliteStore {
     read: SqlitePool,
     /// The group-commit writer: the event log and the writes on a run's path.
     writer: Writer,
-    /// Checkpoints the WAL off the writer's path; stops with the last clone of the store.
-    checkpointer: Arc<AbortOnDrop>,
-}
-
-/// Aborts a task when dropped.
-#[derive(Debug)]
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// How often the WAL is checkpointed.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
-
-/// Copies committed WAL frames into the database now and then (PASSIVE: never blocks the writer
-/// or readers; what it cannot copy yet is copied next time). SQLite restarts the WAL from its
-/// beginning once a checkpoint has copied all of it.
-async fn checkpoint_in_background(read: SqlitePool) {
-    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&read)
-            .await
-        {
-            tracing::debug!(error = %e, "checkpoint skipped");
-        }
-    }
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -89,11 +56,14 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(dir)?;
         }
-        // The writer never checkpoints: a checkpoint copies the WAL into the database and syncs
-        // it, which took 5-15 ms under load and held up every commit queued behind it (a new
-        // session's among them). A background task checkpoints from a reader connection instead,
-        // concurrently with the writer.
-        let write_options = options.clone().pragma("wal_autocheckpoint", "0");
+        // No automatic checkpoint: it runs inside whichever commit crosses the threshold (5-15 ms
+        // under load), often one that a new session waits for. The writer checkpoints itself,
+        // between two event log commits, when no operation is waiting (see writer.rs).
+        let write_options = options
+            .clone()
+            .pragma("wal_autocheckpoint", "0")
+            // After a burst, the WAL file is cut back to 64 MB when it restarts.
+            .pragma("journal_size_limit", "67108864");
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
@@ -111,14 +81,10 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let writer = Writer::spawn(write.clone());
-        let checkpointer = Arc::new(AbortOnDrop(tokio::spawn(checkpoint_in_background(
-            read.clone(),
-        ))));
         Ok(SqliteStore {
             write,
             read,
             writer,
-            checkpointer,
         })
     }
 
@@ -136,7 +102,6 @@ impl SqliteStore {
 
     /// Writes what the writer holds, stops it, and closes the pools.
     pub async fn close(&self) {
-        self.checkpointer.0.abort();
         self.writer.shutdown().await;
         self.write.close().await;
         self.read.close().await;

@@ -151,6 +151,7 @@ async fn run(
     let mut batch = Batch::default();
     // When the events waiting in `batch` must be written at the latest.
     let mut due: Option<tokio::time::Instant> = None;
+    let mut wal = WalTracker::default();
     loop {
         let sleep = async {
             match due {
@@ -188,6 +189,7 @@ async fn run(
             while start < batch.events.len() || !seq_updates.is_empty() {
                 let end = batch.events.len().min(start + LOG_SLICE);
                 write_log_with_retries(&pool, &batch.events[start..end], &seq_updates).await;
+                wal.written += end - start + seq_updates.len();
                 seq_updates.clear();
                 start = end;
                 while batch.ops.len() < MAX_OPS {
@@ -206,7 +208,60 @@ async fn run(
             for w in batch.waiters.drain(..) {
                 let _ = w.send(());
             }
+            // Checkpoint now, between two log commits, if nobody waits for a write (or if it was
+            // put off too long: the WAL must not grow without bound).
+            if wal.is_due() && (ops_rx.is_empty() || wal.is_overdue()) {
+                wal.checkpoint(&pool).await;
+            }
         }
+    }
+}
+
+/// Events written since the last checkpoint; the writer checkpoints the WAL itself (see
+/// [`WalTracker::checkpoint`]).
+struct WalTracker {
+    written: usize,
+    last: tokio::time::Instant,
+}
+
+impl Default for WalTracker {
+    fn default() -> Self {
+        WalTracker {
+            written: 0,
+            last: tokio::time::Instant::now(),
+        }
+    }
+}
+
+/// Checkpoint after this many logged rows...
+const CHECKPOINT_AFTER_ROWS: usize = 4096;
+/// ...or this long after the last checkpoint, if anything was logged.
+const CHECKPOINT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl WalTracker {
+    fn is_overdue(&self) -> bool {
+        self.written >= 4 * CHECKPOINT_AFTER_ROWS
+    }
+
+    fn is_due(&self) -> bool {
+        self.written >= CHECKPOINT_AFTER_ROWS
+            || (self.written > 0 && self.last.elapsed() >= CHECKPOINT_AFTER)
+    }
+
+    /// Copies the WAL into the database. Run by the writer between two commits, so that no write
+    /// lands meanwhile and the checkpoint completes: the next commit then reuses the WAL from its
+    /// start. (A checkpoint from another connection, concurrent with a writer under constant
+    /// load, never completes, and the WAL grows without bound.) PASSIVE: readers are not waited
+    /// for; what an old snapshot still needs is copied next time.
+    async fn checkpoint(&mut self, pool: &SqlitePool) {
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .execute(pool)
+            .await
+        {
+            tracing::warn!(error = %e, "WAL checkpoint failed");
+        }
+        self.written = 0;
+        self.last = tokio::time::Instant::now();
     }
 }
 
