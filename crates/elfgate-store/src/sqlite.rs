@@ -57,8 +57,8 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)?;
         }
         // No automatic checkpoint: it runs inside whichever commit crosses the threshold (5-15 ms
-        // under load), often one that a new session waits for. The writer checkpoints itself,
-        // between two event log commits, when no operation is waiting (see writer.rs).
+        // under load), often one that a new session waits for. The writer has checkpoints run
+        // on a reader connection instead (see `WalTracker` in writer.rs).
         let write_options = options
             .clone()
             .pragma("wal_autocheckpoint", "0")
@@ -84,7 +84,7 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let writer = Writer::spawn(write.clone());
+        let writer = Writer::spawn(write.clone(), read.clone());
         Ok(SqliteStore {
             write,
             read,

@@ -102,10 +102,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn spawn(pool: SqlitePool) -> Writer {
+    /// Starts the writer on `pool` (the write connection); `read` serves its WAL checkpoints.
+    pub(crate) fn spawn(pool: SqlitePool, read: SqlitePool) -> Writer {
         let (log, log_rx) = mpsc::unbounded_channel();
         let (ops, ops_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(pool, log_rx, ops_rx));
+        let task = tokio::spawn(run(pool, read, log_rx, ops_rx));
         Writer {
             log,
             ops,
@@ -145,6 +146,7 @@ impl Writer {
 
 async fn run(
     pool: SqlitePool,
+    read: SqlitePool,
     mut log_rx: mpsc::UnboundedReceiver<LogCommand>,
     mut ops_rx: mpsc::UnboundedReceiver<(StoreOp, Ack)>,
 ) {
@@ -152,6 +154,9 @@ async fn run(
     // When the events waiting in `batch` must be written at the latest.
     let mut due: Option<tokio::time::Instant> = None;
     let mut wal = WalTracker::default();
+    // A checkpoint pass going on on a reader connection, and how many passes this round made.
+    let mut pass: Option<CheckpointPass> = None;
+    let mut passes = 0u32;
     loop {
         let sleep = async {
             match due {
@@ -159,9 +164,31 @@ async fn run(
                 None => std::future::pending().await,
             }
         };
+        let checkpointed = async {
+            match pass.as_mut() {
+                Some(p) => p.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             Some(op) = ops_rx.recv() => batch.ops.push(op),
+            result = checkpointed => {
+                pass = None;
+                passes += 1;
+                match result {
+                    // Frames were committed during the pass (operations keep going): one more
+                    // short pass copies them, so that the WAL can restart from its beginning.
+                    Ok((_, log, done)) if done < log && passes < MAX_CHECKPOINT_PASSES => {
+                        pass = Some(checkpoint_pass(&read));
+                    }
+                    Ok(_) => wal.reset(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "WAL checkpoint failed");
+                        wal.reset();
+                    }
+                }
+            }
             Some(cmd) = log_rx.recv() => batch.take_log(cmd),
             () = sleep => {}
             else => break,
@@ -177,10 +204,12 @@ async fn run(
         if due.is_none() && batch.has_log_writes() {
             due = Some(now + LINGER);
         }
+        // While a checkpoint goes on, events wait (nobody waits for them) unless someone asks for
+        // them or they pile up: the fewer frames are added meanwhile, the sooner it completes.
         let log_due = !batch.waiters.is_empty()
             || batch.urgent
             || batch.events.len() >= MAX_BATCH
-            || due.is_some_and(|at| at <= now);
+            || (pass.is_none() && due.is_some_and(|at| at <= now));
         if log_due {
             // In slices, so that an operation arriving meanwhile (someone waits for it) does not
             // queue behind thousands of events: it is written between two slices.
@@ -208,17 +237,42 @@ async fn run(
             for w in batch.waiters.drain(..) {
                 let _ = w.send(());
             }
-            // Checkpoint now, between two log commits, if nobody waits for a write (or if it was
-            // put off too long: the WAL must not grow without bound).
-            if wal.is_due() && (ops_rx.is_empty() || wal.is_overdue()) {
-                wal.checkpoint(&pool).await;
+            if pass.is_none() && wal.is_due() {
+                pass = Some(checkpoint_pass(&read));
+                passes = 0;
             }
         }
     }
 }
 
-/// Events written since the last checkpoint; the writer checkpoints the WAL itself (see
-/// [`WalTracker::checkpoint`]).
+/// One `PRAGMA wal_checkpoint(PASSIVE)` on a reader connection: (busy, frames in the WAL, frames
+/// copied).
+type CheckpointPass = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(i64, i64, i64), sqlx::Error>> + Send>,
+>;
+
+/// Most passes of one checkpoint round (see [`WalTracker`]).
+const MAX_CHECKPOINT_PASSES: u32 = 4;
+
+fn checkpoint_pass(read: &SqlitePool) -> CheckpointPass {
+    let read = read.clone();
+    Box::pin(async move {
+        sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&read)
+            .await
+    })
+}
+
+/// When the WAL is checkpointed: after `CHECKPOINT_AFTER_ROWS` logged rows, or `CHECKPOINT_AFTER`
+/// if anything was logged.
+///
+/// Not automatically: an automatic checkpoint runs inside whichever commit crosses its threshold
+/// and holds up every commit queued behind it (5-15 ms under load, often a commit that a new
+/// session waits for). The writer starts a PASSIVE checkpoint on a reader connection instead and
+/// goes on committing operations; event log commits wait meanwhile (nobody waits for them), so
+/// that few frames are added during the pass, and a second short pass copies those. Once a pass
+/// has copied everything, the next commit reuses the WAL from its start; a checkpointer that raced
+/// a writer under constant load would never catch up, and the WAL would grow without bound.
 struct WalTracker {
     written: usize,
     last: tokio::time::Instant,
@@ -239,27 +293,12 @@ const CHECKPOINT_AFTER_ROWS: usize = 4096;
 const CHECKPOINT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl WalTracker {
-    fn is_overdue(&self) -> bool {
-        self.written >= 4 * CHECKPOINT_AFTER_ROWS
-    }
-
     fn is_due(&self) -> bool {
         self.written >= CHECKPOINT_AFTER_ROWS
             || (self.written > 0 && self.last.elapsed() >= CHECKPOINT_AFTER)
     }
 
-    /// Copies the WAL into the database. Run by the writer between two commits, so that no write
-    /// lands meanwhile and the checkpoint completes: the next commit then reuses the WAL from its
-    /// start. (A checkpoint from another connection, concurrent with a writer under constant
-    /// load, never completes, and the WAL grows without bound.) PASSIVE: readers are not waited
-    /// for; what an old snapshot still needs is copied next time.
-    async fn checkpoint(&mut self, pool: &SqlitePool) {
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(pool)
-            .await
-        {
-            tracing::warn!(error = %e, "WAL checkpoint failed");
-        }
+    fn reset(&mut self) {
         self.written = 0;
         self.last = tokio::time::Instant::now();
     }
