@@ -18,6 +18,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// How long a session's bus stays open after its last run when nobody follows it.
+pub const IDLE_BUS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A failure to record a run's state.
 #[derive(Debug, thiserror::Error)]
 #[error("run ledger: {0}")]
@@ -295,9 +298,15 @@ impl EngineDispatcher {
                 None => {
                     // The context holds the bus: let it go so that the bus can close.
                     drop(ctx);
+                    // Kept a moment after the run: a client that connects right after a short
+                    // run (the usual POST-then-GET) is served from memory, instead of the session
+                    // being reopened from the log with a new seq reservation.
                     let active = self.active.clone();
-                    self.hub
-                        .close_if_idle(session_id, || active.contains(session_id));
+                    let hub = self.hub.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(IDLE_BUS_GRACE).await;
+                        hub.close_if_idle(session_id, || active.contains(session_id));
+                    });
                     return;
                 }
             }
