@@ -32,7 +32,7 @@ pub struct SqliteStore {
     writer: Writer,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
@@ -778,23 +778,35 @@ impl SqliteStore {
                     duration_ms,
                     finish_reason,
                 };
+                // `result` may have reached the log in an earlier commit than `complete`.
+                let has_result: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ? AND run_id = ? \
+                     AND type = 'result')",
+                )
+                .bind(&sid)
+                .bind(run.id.to_string())
+                .fetch_one(&mut *tx)
+                .await?;
+                if !has_result {
+                    append_event_tx(
+                        &mut tx,
+                        run.session_id,
+                        run.id,
+                        seq,
+                        &EventPayload::Result { stats },
+                    )
+                    .await?;
+                    seq += 1;
+                }
                 append_event_tx(
                     &mut tx,
                     run.session_id,
                     run.id,
                     seq,
-                    &EventPayload::Result { stats },
-                )
-                .await?;
-                append_event_tx(
-                    &mut tx,
-                    run.session_id,
-                    run.id,
-                    seq + 1,
                     &EventPayload::Complete { finish_reason },
                 )
                 .await?;
-                seq += 2;
+                seq += 1;
                 logged += 1;
             }
             sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")

@@ -157,9 +157,16 @@ async fn run(
     // A checkpoint pass going on on a reader connection, and how many passes this round made.
     let mut pass: Option<CheckpointPass> = None;
     let mut passes = 0u32;
+    let (mut ops_open, mut log_open) = (true, true);
     loop {
+        if !ops_open && !log_open && !batch.has_log_writes() && batch.waiters.is_empty() {
+            break;
+        }
+        // While a pass goes on the log waits for it, not for its deadline: no timer then, or the
+        // loop would wake at once, over and over, once the deadline has passed.
+        let wait_until = if pass.is_none() { due } else { None };
         let sleep = async {
-            match due {
+            match wait_until {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
@@ -172,26 +179,39 @@ async fn run(
         };
         tokio::select! {
             biased;
-            Some(op) = ops_rx.recv() => batch.ops.push(op),
             result = checkpointed => {
                 pass = None;
                 passes += 1;
                 match result {
                     // Frames were committed during the pass (operations keep going): one more
                     // short pass copies them, so that the WAL can restart from its beginning.
-                    Ok((_, log, done)) if done < log && passes < MAX_CHECKPOINT_PASSES => {
+                    Ok(Ok((_, log, done))) if done < log && passes < MAX_CHECKPOINT_PASSES => {
                         pass = Some(checkpoint_pass(&read));
                     }
-                    Ok(_) => wal.reset(),
-                    Err(e) => {
+                    Ok(Ok(_)) => wal.reset(),
+                    Ok(Err(e)) => {
                         tracing::warn!(error = %e, "WAL checkpoint failed");
+                        wal.reset();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "WAL checkpoint task failed");
                         wal.reset();
                     }
                 }
             }
-            Some(cmd) = log_rx.recv() => batch.take_log(cmd),
+            op = ops_rx.recv(), if ops_open => match op {
+                Some(op) => batch.ops.push(op),
+                None => ops_open = false,
+            },
+            cmd = log_rx.recv(), if log_open => match cmd {
+                Some(cmd) => batch.take_log(cmd),
+                // Closed: write what is left at once.
+                None => {
+                    log_open = false;
+                    batch.urgent = true;
+                }
+            },
             () = sleep => {}
-            else => break,
         }
         drain_ready(&mut batch, &mut log_rx, &mut ops_rx);
         // Operations are waited for: written at once, on their own. Events are not: they wait
@@ -237,7 +257,9 @@ async fn run(
             for w in batch.waiters.drain(..) {
                 let _ = w.send(());
             }
-            if pass.is_none() && wal.is_due() {
+            // Not while operations are queued (a burst of new sessions, say): the pass competes
+            // with them for the disk; unless it was put off too long.
+            if pass.is_none() && wal.is_due() && (ops_rx.is_empty() || wal.is_overdue()) {
                 pass = Some(checkpoint_pass(&read));
                 passes = 0;
             }
@@ -245,18 +267,16 @@ async fn run(
     }
 }
 
-/// One `PRAGMA wal_checkpoint(PASSIVE)` on a reader connection: (busy, frames in the WAL, frames
-/// copied).
-type CheckpointPass = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(i64, i64, i64), sqlx::Error>> + Send>,
->;
+/// One `PRAGMA wal_checkpoint(PASSIVE)` on a reader connection, in its own task so that it goes on
+/// while the writer commits: (busy, frames in the WAL, frames copied).
+type CheckpointPass = tokio::task::JoinHandle<Result<(i64, i64, i64), sqlx::Error>>;
 
 /// Most passes of one checkpoint round (see [`WalTracker`]).
 const MAX_CHECKPOINT_PASSES: u32 = 4;
 
 fn checkpoint_pass(read: &SqlitePool) -> CheckpointPass {
     let read = read.clone();
-    Box::pin(async move {
+    tokio::spawn(async move {
         sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
             .fetch_one(&read)
             .await
@@ -293,6 +313,10 @@ const CHECKPOINT_AFTER_ROWS: usize = 4096;
 const CHECKPOINT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl WalTracker {
+    fn is_overdue(&self) -> bool {
+        self.written >= 4 * CHECKPOINT_AFTER_ROWS
+    }
+
     fn is_due(&self) -> bool {
         self.written >= CHECKPOINT_AFTER_ROWS
             || (self.written > 0 && self.last.elapsed() >= CHECKPOINT_AFTER)
@@ -505,4 +529,39 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
         scripts.push(current);
     }
     scripts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use elfgate_core::EventPayload;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn writes_what_is_left_and_stops_when_both_queues_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/w.db?mode=rwc", dir.path().display());
+        let pool = SqlitePool::connect(&url).await.unwrap();
+        crate::sqlite::MIGRATOR.run(&pool).await.unwrap();
+        let (log, log_rx) = mpsc::unbounded_channel();
+        let (ops, ops_rx) = mpsc::unbounded_channel::<(StoreOp, Ack)>();
+        let task = tokio::spawn(run(pool.clone(), pool.clone(), log_rx, ops_rx));
+        let session = SessionId::new();
+        for seq in 1..=3 {
+            let e = EventRecord::build(session, seq, None, &EventPayload::SessionCreated {});
+            log.send(LogCommand::Append(Arc::new(e))).unwrap();
+        }
+        drop(log);
+        drop(ops);
+        // A guard, not a synchronization: the task ends by itself once both queues are closed.
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the writer did not stop")
+            .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+    }
 }

@@ -277,9 +277,28 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     elfgate_core::EventEmitter::new(bus2.clone(), fine.id).emit(EventPayload::Complete {
         finish_reason: FinishReason::Stop,
     });
+    // A run whose `result` reached the log but not its `complete`.
+    let mut s3 = session();
+    s3.id = SessionId::new();
+    let half = run(s3.id, RunStatus::Running);
+    store.create_session(&s3, &half, None).await.unwrap();
+    store.run_finished(s3.id, half.id, &outcome).await.unwrap();
+    let bus3 = hub.open(s3.id, 0, SEQ_RESERVE_BLOCK);
+    elfgate_core::EventEmitter::new(bus3.clone(), half.id).emit(EventPayload::Result {
+        stats: elfgate_core::RunStats {
+            input_tokens: 0,
+            output_tokens: 7,
+            iterations: 1,
+            duration_ms: 1,
+            finish_reason: FinishReason::Stop,
+        },
+    });
     assert!(hub.flush().await);
 
     assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
+    let third = store.events_after(s3.id, 0, 100).await.unwrap();
+    let types3: Vec<&str> = third.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types3, ["result", "complete"], "{third:?}");
     let events = store.events_after(s.id, 0, 100).await.unwrap();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["sessionCreated", "result", "complete"]);
