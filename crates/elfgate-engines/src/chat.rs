@@ -68,6 +68,7 @@ struct Target {
 
 /// The upstream call of a first prompt, opened before the run was admitted.
 struct ChatHeadStart {
+    opened: Instant,
     target: Target,
     req: Arc<LlmRequest>,
     first: FirstAttempt,
@@ -132,9 +133,11 @@ impl ChatEngine {
     }
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
-        let started = Instant::now();
         let session_id = ctx.session_id();
         let head = ctx.head_start.take::<ChatHeadStart>();
+        // Time to first token counts from the upstream call's start, which a head start moved
+        // before the run's.
+        let started = head.as_ref().map_or_else(Instant::now, |h| h.opened);
         let Target {
             provider_name,
             provider,
@@ -355,7 +358,12 @@ impl Engine for ChatEngine {
         };
         let req = Arc::new(self.request(ctx, target.model.clone(), &[], user));
         let first = spawn_first_attempt(target.provider.clone(), req.clone());
-        HeadStart::new(ChatHeadStart { target, req, first })
+        HeadStart::new(ChatHeadStart {
+            opened: Instant::now(),
+            target,
+            req,
+            first,
+        })
     }
 
     fn is_active(&self, session_id: elfgate_core::SessionId) -> bool {

@@ -234,10 +234,13 @@ async fn run(
             // In slices, so that an operation arriving meanwhile (someone waits for it) does not
             // queue behind thousands of events: it is written between two slices.
             let mut start = 0;
+            let mut lost = false;
             let mut seq_updates = std::mem::take(&mut batch.seq_updates);
             while start < batch.events.len() || !seq_updates.is_empty() {
                 let end = batch.events.len().min(start + LOG_SLICE);
-                write_log_with_retries(&pool, &batch.events[start..end], &seq_updates).await;
+                if !write_log_with_retries(&pool, &batch.events[start..end], &seq_updates).await {
+                    lost = true;
+                }
                 wal.written += end - start + seq_updates.len();
                 seq_updates.clear();
                 start = end;
@@ -254,8 +257,12 @@ async fn run(
             batch.events.clear();
             batch.urgent = false;
             due = None;
+            // A flush is answered only if everything before it is durable; otherwise its waiter is
+            // dropped, and the flush reports failure.
             for w in batch.waiters.drain(..) {
-                let _ = w.send(());
+                if !lost {
+                    let _ = w.send(());
+                }
             }
             // Not while operations are queued (a burst of new sessions, say): the pass competes
             // with them for the disk; unless it was put off too long.
@@ -353,10 +360,10 @@ async fn write_log_with_retries(
     pool: &SqlitePool,
     events: &[Arc<EventRecord>],
     seq_updates: &[SeqUpdate],
-) {
+) -> bool {
     for attempt in 0..3u64 {
         match commit_scripts(pool, log_scripts(events, seq_updates)).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(e) => {
                 tracing::error!(error = %e, events = events.len(), attempt, "event log write failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
@@ -367,6 +374,7 @@ async fn write_log_with_retries(
         events = events.len(),
         "event log batch dropped after retries"
     );
+    false
 }
 
 /// Writes a group of operations in one transaction; if that fails, each on its own, so that one
