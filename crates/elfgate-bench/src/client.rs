@@ -51,6 +51,8 @@ pub struct Target {
     pub mock_base: String,
     /// `http://ADDR` of the daemon.
     pub daemon_base: String,
+    /// Daemon sessions as one request (POST with `Accept: text/event-stream`).
+    pub one_request: bool,
 }
 
 /// The mock model string that streams `tokens` tokens with `delay_ms` between them.
@@ -201,7 +203,7 @@ pub async fn direct(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
 }
 
 /// One `api` session through the daemon: create it, then read its event stream from the start
-/// until `complete`.
+/// until `complete` — with a second request, or (`one_request`) from the creating request itself.
 pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
     let body = json!({
         "engine": "api",
@@ -209,36 +211,52 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
         "model": model(tokens, delay_ms),
     });
     let started = Instant::now();
-    let resp = t
-        .http
-        .post(format!("{}/v1/sessions", t.daemon_base))
-        .json(&body)
-        .send()
-        .await?;
-    let status = resp.status();
-    let bytes = resp.bytes().await?;
-    if status.as_u16() != 201 {
-        bail!(
-            "POST /v1/sessions answered {status}: {}",
-            String::from_utf8_lossy(&bytes)
-        );
-    }
-    let answered = started.elapsed();
-    let created: serde_json::Value = serde_json::from_slice(&bytes)?;
-    let id = created["sessionId"]
-        .as_str()
-        .context("no sessionId in the answer")?;
-    let resp = t
-        .http
-        .get(format!(
-            "{}/v1/sessions/{id}/events?until=complete",
-            t.daemon_base
-        ))
-        .send()
-        .await?;
-    if !resp.status().is_success() {
-        bail!("GET events answered {}", resp.status());
-    }
+    let (resp, answered) = if t.one_request {
+        let resp = t
+            .http
+            .post(format!("{}/v1/sessions", t.daemon_base))
+            .header("Accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await?;
+        if resp.status().as_u16() != 201 {
+            bail!("POST /v1/sessions (stream) answered {}", resp.status());
+        }
+        let answered = started.elapsed();
+        (resp, answered)
+    } else {
+        let resp = t
+            .http
+            .post(format!("{}/v1/sessions", t.daemon_base))
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await?;
+        if status.as_u16() != 201 {
+            bail!(
+                "POST /v1/sessions answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        let answered = started.elapsed();
+        let created: serde_json::Value = serde_json::from_slice(&bytes)?;
+        let id = created["sessionId"]
+            .as_str()
+            .context("no sessionId in the answer")?;
+        let resp = t
+            .http
+            .get(format!(
+                "{}/v1/sessions/{id}/events?until=complete",
+                t.daemon_base
+            ))
+            .send()
+            .await?;
+        if !resp.status().is_success() {
+            bail!("GET events answered {}", resp.status());
+        }
+        (resp, answered)
+    };
     let opened = started.elapsed();
     let mut p = Progress::new(started);
     read_sse(resp, |frame| match event_type(frame) {

@@ -39,6 +39,8 @@ OPTIONS:
   --rounds R           direct+daemon pass pairs per scenario (alternating)  [3]
   --min-samples S      run more rounds until each path has S sessions       [20]
   --no-throughput      skip the throughput pass (delay 0)
+  --one-request        daemon sessions as one request: POST /v1/sessions with
+                       Accept: text/event-stream (default: POST, then GET events)
   -v, --verbose        print one line per pass
   -h, --help           this text
 
@@ -54,6 +56,7 @@ struct Opts {
     rounds: usize,
     min_samples: usize,
     throughput: bool,
+    one_request: bool,
     verbose: bool,
 }
 
@@ -66,6 +69,7 @@ impl Opts {
             rounds: 3,
             min_samples: 20,
             throughput: true,
+            one_request: false,
             verbose: false,
         };
         let mut args = std::env::args().skip(1);
@@ -97,6 +101,7 @@ impl Opts {
                 "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
                 "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
                 "--no-throughput" => o.throughput = false,
+                "--one-request" => o.one_request = true,
                 "-v" | "--verbose" => o.verbose = true,
                 other => bail!("unknown argument {other:?}\n\n{USAGE}"),
             }
@@ -443,7 +448,7 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         .collect();
     println!();
     println!(
-        "elfgate-bench: {} cores, N={} tokens/session, latency pass D={} ms{}",
+        "elfgate-bench: {} cores, N={} tokens/session, latency pass D={} ms{}; daemon sessions {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         opts.tokens,
         opts.delay_ms,
@@ -451,6 +456,11 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
             ", throughput pass D=0"
         } else {
             ""
+        },
+        if opts.one_request {
+            "as one request (POST with Accept: text/event-stream)"
+        } else {
+            "as POST then GET events"
         }
     );
     println!(
@@ -586,6 +596,7 @@ async fn main() -> anyhow::Result<()> {
         http,
         mock_base: mock.base_url(),
         daemon_base: daemon.base.clone(),
+        one_request: opts.one_request,
     };
 
     let mut scenarios: Vec<Scenario> = opts

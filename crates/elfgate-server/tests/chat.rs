@@ -551,3 +551,66 @@ async fn a_new_sessions_first_run_is_stored_as_running() {
     assert_eq!(r["status"], "interrupted", "{r}");
     assert_eq!(r["finishReason"], "interrupted", "{r}");
 }
+
+#[tokio::test]
+async fn create_with_accept_event_stream_answers_with_the_first_runs_events() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let resp = d
+        .http
+        .post(d.url("/v1/sessions"))
+        .header("Accept", "text/event-stream")
+        .json(&chat("hi", "mock:tokens=4,delay_ms=5"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let sid = resp.headers()["x-session-id"].to_str().unwrap().to_string();
+    let run = resp.headers()["x-run-id"].to_str().unwrap().to_string();
+    let mut sse = common::Sse::new(resp);
+    let mut evs = Vec::new();
+    // The response ends by itself after the run's `complete`.
+    while let Some(e) = sse.next().await {
+        evs.push(e);
+    }
+    assert_contiguous(&evs, 1);
+    assert_in_order(
+        &types(&evs),
+        &[
+            "sessionCreated",
+            "userMessage",
+            "init",
+            "streamDelta",
+            "assistantMessage",
+            "result",
+            "complete",
+        ],
+    );
+    let last = evs.last().unwrap();
+    assert_eq!(
+        (last.event.as_str(), last.run()),
+        ("complete", run.as_str())
+    );
+    assert!(evs.iter().all(|e| e.data["sessionId"] == sid.as_str()));
+    assert_eq!(text_of(&evs), "tok0 tok1 tok2 tok3 ");
+    // The same session, stored as usual.
+    let (status, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(status, 200);
+    assert_eq!(m["messages"].as_array().unwrap().len(), 2, "{m}");
+    // Bad input still gets its JSON error, not a stream.
+    let bad = d
+        .http
+        .post(d.url("/v1/sessions"))
+        .header("Accept", "text/event-stream")
+        .json(&json!({"engine": "nope", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 422);
+    let body: serde_json::Value = bad.json().await.unwrap();
+    assert!(body["error"]["code"].is_string(), "{body}");
+}

@@ -10,7 +10,7 @@ use crate::sse;
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::{Message, Run, RunId, SessionId};
@@ -43,6 +43,10 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// Creates a session and starts its first run.
+///
+/// With `Accept: text/event-stream` the answer is the session's event stream itself, from its
+/// first event to the first run's `complete` (one request instead of POST then GET); the ids are
+/// in the `X-Session-Id` and `X-Run-Id` headers and in every event.
 #[utoipa::path(
     post,
     path = "/v1/sessions",
@@ -50,7 +54,7 @@ pub fn routes() -> Router<AppState> {
     tag = "sessions",
     request_body = CreateSessionRequest,
     responses(
-        (status = 201, description = "Session created, first run started", body = CreateSessionResponse),
+        (status = 201, description = "Session created, first run started; with Accept: text/event-stream, its events until the run's complete", content((CreateSessionResponse = "application/json"), (EventEnvelope = "text/event-stream"))),
         (status = 200, description = "clientMsgId matched an earlier creation: that session, nothing new (duplicate: true)", body = CreateSessionResponse),
         (status = 400, description = "Malformed body, empty prompt or bad setting", body = ErrorBody),
         (status = 401, description = "Missing bearer token", body = ErrorBody),
@@ -64,15 +68,36 @@ pub fn routes() -> Router<AppState> {
 )]
 async fn create(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSessionRequest>,
-) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
-    let created = detached(async move { service::create_session(&state, req).await }).await?;
+) -> Result<Response, ApiError> {
+    let wants_stream = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    let for_service = state.clone();
+    let created = detached(async move { service::create_session(&for_service, req).await }).await?;
     let status = if created.duplicate {
         StatusCode::OK
     } else {
         StatusCode::CREATED
     };
-    Ok((status, Json(created)))
+    if !wants_stream {
+        return Ok((status, Json(created)).into_response());
+    }
+    let mut resp = sse::session_events(state, created.session_id, 0, true).await?;
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    for (name, value) in [
+        ("x-session-id", created.session_id.to_string()),
+        ("x-run-id", created.run_id.to_string()),
+        ("location", format!("/v1/sessions/{}", created.session_id)),
+    ] {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    }
+    Ok(resp)
 }
 
 /// Sends a prompt to an existing session (resume).
