@@ -167,6 +167,21 @@ impl PathStats {
 }
 
 /// Nearest-rank percentile `q` (0..=1) of `values`, in milliseconds (NaN when empty).
+/// "C=1: 100%, C=50: 99%": each scenario's daemon/direct throughput ratio.
+fn ratios(outcomes: &[&Outcome]) -> String {
+    outcomes
+        .iter()
+        .map(|o| {
+            format!(
+                "C={}: {:.0}%",
+                o.scenario.concurrency,
+                100.0 * o.throughput_ratio()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn percentile_ms(values: impl Iterator<Item = Duration>, q: f64) -> f64 {
     let mut v: Vec<Duration> = values.collect();
     if v.is_empty() {
@@ -499,21 +514,14 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         }
     }
     // For reference: the same ratio with paced streams (what a real provider sends).
-    let paced: Vec<String> = outcomes
+    let paced: Vec<&Outcome> = outcomes
         .iter()
         .filter(|o| o.scenario.delay_ms > 0)
-        .map(|o| {
-            format!(
-                "C={}: {:.0}%",
-                o.scenario.concurrency,
-                100.0 * o.throughput_ratio()
-            )
-        })
         .collect();
     if !paced.is_empty() {
         println!(
             "relay throughput with paced streams (latency passes, not the target): {}",
-            paced.join(", ")
+            ratios(&paced)
         );
     }
     // Relay throughput is judged on the delay-0 passes (the mock streams as fast as it can).
@@ -529,21 +537,11 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
             .iter()
             .map(|o| o.throughput_ratio())
             .fold(f64::INFINITY, f64::min);
-        let per: Vec<String> = thru
-            .iter()
-            .map(|o| {
-                format!(
-                    "C={}: {:.0}%",
-                    o.scenario.concurrency,
-                    100.0 * o.throughput_ratio()
-                )
-            })
-            .collect();
         let errors: usize = thru.iter().map(|o| o.errors()).sum();
         println!(
             "target relay throughput >= {:.0}% of direct (D=0, every C): {} -> {}",
             100.0 * TARGET_THROUGHPUT_RATIO,
-            per.join(", "),
+            ratios(&thru),
             verdict(worst >= TARGET_THROUGHPUT_RATIO && errors == 0)
         );
     }
