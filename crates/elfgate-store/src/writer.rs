@@ -421,25 +421,51 @@ async fn commit_scripts(pool: &SqlitePool, mut scripts: Vec<Script>) -> Result<(
         }
         None => return Ok(()),
     }
-    let mut conn = pool.acquire().await?;
+    let mut tx = OpenTransaction {
+        conn: pool.acquire().await?,
+        open: true,
+    };
     let run = async {
         for script in scripts {
-            script.execute(&mut conn).await?;
+            script.execute(&mut tx.conn).await?;
         }
         Ok::<(), sqlx::Error>(())
     };
     match run.await {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            tx.open = false;
+            Ok(())
+        }
         Err(e) => {
-            let rollback = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            if let Err(sqlx::Error::Database(d)) = &rollback
-                && d.message().contains("no transaction is active")
-            {
+            let rollback = sqlx::query("ROLLBACK").execute(&mut *tx.conn).await;
+            match &rollback {
+                Ok(_) => tx.open = false,
                 // Nothing was left open.
-            } else if rollback.is_err() {
-                conn.close_on_drop();
+                Err(sqlx::Error::Database(d))
+                    if d.message().contains("no transaction is active") =>
+                {
+                    tx.open = false
+                }
+                // Unknown state: the connection is closed when dropped, not reused.
+                Err(_) => {}
             }
             Err(e.into())
+        }
+    }
+}
+
+/// A pooled connection on which this module sent a raw `BEGIN`, which sqlx does not track: if it
+/// is dropped before the transaction is known to be closed (an error whose rollback failed, or the
+/// future dropped mid-way), it is closed instead of going back to the pool with a transaction open.
+struct OpenTransaction {
+    conn: sqlx::pool::PoolConnection<sqlx::Sqlite>,
+    open: bool,
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
         }
     }
 }
