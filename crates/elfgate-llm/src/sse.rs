@@ -104,7 +104,7 @@ impl SseParser {
         if line[0] == b':' {
             return true; // comment / keep-alive
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
+        let (name, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
@@ -130,7 +130,8 @@ impl SseParser {
 }
 
 fn find_newline(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b == b'\n')
+    // memchr scans a word (or a vector) at a time; a relayed stream is mostly this scan.
+    memchr::memchr(b'\n', buf)
 }
 
 fn push_utf8(out: &mut String, bytes: &[u8]) {
