@@ -78,7 +78,7 @@ struct Cursor {
     _close: CloseOnDrop,
 }
 
-/// Closes the session's bus when its last subscriber leaves an idle session.
+/// Closes the session's bus 2 s after its last subscriber leaves, if the session is idle then.
 struct CloseOnDrop {
     state: AppState,
     session_id: SessionId,
@@ -87,11 +87,19 @@ struct CloseOnDrop {
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         let active = self.state.dispatcher.active().clone();
+        let hub = self.state.dispatcher.hub().clone();
         let id = self.session_id;
-        self.state
-            .dispatcher
-            .hub()
-            .close_if_idle(id, || active.contains(id));
+        // Like after a run, the bus is kept a moment: a client that follows one run at a time
+        // (`until=complete`, then a new prompt) finds it open instead of reopening the session.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    tokio::time::sleep(elfgate_core::dispatcher::IDLE_BUS_GRACE).await;
+                    hub.close_if_idle(id, || active.contains(id));
+                });
+            }
+            Err(_) => hub.close_if_idle(id, || active.contains(id)),
+        }
     }
 }
 
