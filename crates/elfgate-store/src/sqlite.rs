@@ -331,6 +331,47 @@ async fn append_event_tx(
     Ok(())
 }
 
+/// Logs a run's end above seq `after`: `result` (when `with_result`; it carries the run's stored
+/// tokens and iterations) and `complete`. Returns the last seq used.
+async fn append_run_end_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    run: &Run,
+    after: u64,
+    duration_ms: u64,
+    finish_reason: FinishReason,
+    with_result: bool,
+) -> StoreResult<u64> {
+    let mut seq = after;
+    if with_result {
+        seq += 1;
+        let stats = RunStats {
+            input_tokens: run.input_tokens,
+            output_tokens: run.output_tokens,
+            iterations: run.iterations,
+            duration_ms,
+            finish_reason,
+        };
+        append_event_tx(
+            tx,
+            run.session_id,
+            run.id,
+            seq,
+            &EventPayload::Result { stats },
+        )
+        .await?;
+    }
+    seq += 1;
+    append_event_tx(
+        tx,
+        run.session_id,
+        run.id,
+        seq,
+        &EventPayload::Complete { finish_reason },
+    )
+    .await?;
+    Ok(seq)
+}
+
 /// The seq a session's next logged event gets after a crash: seqs up to the reservation may have
 /// reached clients, so numbering continues above it.
 async fn next_seq_tx(tx: &mut Transaction<'_, Sqlite>, sid: &str) -> StoreResult<u64> {
@@ -764,20 +805,14 @@ impl SqliteStore {
                 continue;
             }
             let mut tx = self.write.begin().await?;
-            let mut seq = next_seq_tx(&mut tx, &sid).await?;
+            // The last seq used; each run's end goes above it.
+            let mut seq = next_seq_tx(&mut tx, &sid).await? - 1;
             for run in &runs {
                 let finish_reason = run.finish_reason.unwrap_or(FinishReason::Error);
                 let duration_ms = run
                     .ended_at
                     .map(|end| (end - run.started_at).num_milliseconds().max(0) as u64)
                     .unwrap_or(0);
-                let stats = RunStats {
-                    input_tokens: run.input_tokens,
-                    output_tokens: run.output_tokens,
-                    iterations: run.iterations,
-                    duration_ms,
-                    finish_reason,
-                };
                 // `result` may have reached the log in an earlier commit than `complete`.
                 let has_result: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ? AND run_id = ? \
@@ -787,30 +822,12 @@ impl SqliteStore {
                 .bind(run.id.to_string())
                 .fetch_one(&mut *tx)
                 .await?;
-                if !has_result {
-                    append_event_tx(
-                        &mut tx,
-                        run.session_id,
-                        run.id,
-                        seq,
-                        &EventPayload::Result { stats },
-                    )
+                seq = append_run_end_tx(&mut tx, run, seq, duration_ms, finish_reason, !has_result)
                     .await?;
-                    seq += 1;
-                }
-                append_event_tx(
-                    &mut tx,
-                    run.session_id,
-                    run.id,
-                    seq,
-                    &EventPayload::Complete { finish_reason },
-                )
-                .await?;
-                seq += 1;
                 logged += 1;
             }
             sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
-                .bind((seq - 1) as i64)
+                .bind(seq as i64)
                 .bind(&sid)
                 .execute(&mut *tx)
                 .await?;
@@ -944,34 +961,17 @@ impl SqliteStore {
 
         let seq = next_seq_tx(&mut tx, &sid).await? - 1;
         let duration_ms = (now - run.started_at).num_milliseconds().max(0) as u64;
-        append_event_tx(
+        let last = append_run_end_tx(
             &mut tx,
-            run.session_id,
-            run.id,
-            seq + 1,
-            &EventPayload::Result {
-                stats: RunStats {
-                    input_tokens: run.input_tokens,
-                    output_tokens: run.output_tokens,
-                    iterations: run.iterations,
-                    duration_ms,
-                    finish_reason: FinishReason::DaemonRestart,
-                },
-            },
-        )
-        .await?;
-        append_event_tx(
-            &mut tx,
-            run.session_id,
-            run.id,
-            seq + 2,
-            &EventPayload::Complete {
-                finish_reason: FinishReason::DaemonRestart,
-            },
+            run,
+            seq,
+            duration_ms,
+            FinishReason::DaemonRestart,
+            true,
         )
         .await?;
         sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
-            .bind((seq + 2) as i64)
+            .bind(last as i64)
             .bind(&sid)
             .execute(&mut *tx)
             .await?;
