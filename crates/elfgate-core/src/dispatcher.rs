@@ -11,7 +11,7 @@ use crate::engine_type::EngineType;
 use crate::event::{ErrorInfo, EventPayload, RunStats};
 use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
-use crate::model::FinishReason;
+use crate::model::{FinishReason, Message};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -31,12 +31,13 @@ pub struct LedgerError(pub String);
 pub trait RunLedger: Send + Sync {
     /// The run starts now.
     async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError>;
-    /// The run ended.
+    /// The run ended; `answer`, its closing message, is stored in the same commit.
     async fn run_finished(
         &self,
         session_id: SessionId,
         run_id: RunId,
         outcome: &RunOutcome,
+        answer: Option<&Message>,
     ) -> Result<(), LedgerError>;
 }
 
@@ -281,7 +282,7 @@ impl EngineDispatcher {
             } else {
                 self.run_one(engine.clone(), ctx.clone()).await
             };
-            self.record_end(&ctx, &outcome, started).await;
+            let outcome = self.record_end(&ctx, outcome, started).await;
             let (_, next) = ctx.events.bus().publish_then(
                 Some(run_id),
                 &EventPayload::Complete {
@@ -350,16 +351,39 @@ impl EngineDispatcher {
         }
     }
 
-    /// Stores the outcome and publishes `result`.
-    async fn record_end(&self, ctx: &EngineSessionContext, outcome: &RunOutcome, started: Instant) {
-        self.metrics.run_finished(outcome.finish_reason);
-        if let Err(e) = self
+    /// Stores the outcome with the run's closing message, announces the message, publishes
+    /// `result`, and returns the outcome as reported (an error if the commit failed while a
+    /// message depended on it).
+    async fn record_end(
+        &self,
+        ctx: &EngineSessionContext,
+        mut outcome: RunOutcome,
+        started: Instant,
+    ) -> RunOutcome {
+        let answer = outcome.answer.take();
+        let stored = self
             .ledger
-            .run_finished(ctx.session_id(), ctx.run_id, outcome)
-            .await
-        {
-            tracing::warn!(error = %e, "could not record the end of a run");
+            .run_finished(ctx.session_id(), ctx.run_id, &outcome, answer.as_ref())
+            .await;
+        match (stored, answer) {
+            (Ok(()), Some(message)) => {
+                ctx.events.emit(EventPayload::AssistantMessage { message });
+            }
+            (Ok(()), None) => {}
+            (Err(e), answer) => {
+                tracing::warn!(error = %e, "could not record the end of a run");
+                // A message that was not stored is not announced; the run reports the failure.
+                if answer.is_some() {
+                    let error = ErrorInfo::new("storage", e.to_string());
+                    ctx.events.emit(EventPayload::Error {
+                        error: error.clone(),
+                    });
+                    outcome.finish_reason = FinishReason::Error;
+                    outcome.error = Some(error);
+                }
+            }
         }
+        self.metrics.run_finished(outcome.finish_reason);
         ctx.events.emit(EventPayload::Result {
             stats: RunStats {
                 input_tokens: outcome.input_tokens,
@@ -369,5 +393,6 @@ impl EngineDispatcher {
                 finish_reason: outcome.finish_reason,
             },
         });
+        outcome
     }
 }

@@ -157,6 +157,10 @@ pub struct RunOutcome {
     pub iterations: u32,
     /// The error that ended it, if any (already reported as an `error` event by the engine).
     pub error: Option<ErrorInfo>,
+    /// The run's closing message, not yet stored: the dispatcher stores it in the same commit
+    /// as the run's end and then announces it as `assistantMessage`, before `result`. One commit
+    /// instead of two at the end of every run.
+    pub answer: Option<Message>,
 }
 
 impl RunOutcome {
@@ -168,6 +172,7 @@ impl RunOutcome {
             output_tokens: 0,
             iterations: 0,
             error: None,
+            answer: None,
         }
     }
 

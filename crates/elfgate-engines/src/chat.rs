@@ -225,7 +225,8 @@ impl ChatEngine {
         if !turn.text.is_empty() {
             blocks.push(ContentBlock::text(turn.text));
         }
-        if !blocks.is_empty() {
+        // Stored with the run's end (one commit) and announced after it by the dispatcher.
+        let answer = (!blocks.is_empty()).then(|| {
             let mut answer = Message::new(
                 session_id,
                 Some(ctx.run_id),
@@ -236,16 +237,8 @@ impl ChatEngine {
             answer.model = Some(model);
             answer.input_tokens = Some(turn.input_tokens);
             answer.output_tokens = Some(turn.output_tokens);
-            match self.store.insert_message(&answer).await {
-                Ok(()) => {
-                    ctx.events
-                        .emit(EventPayload::AssistantMessage { message: answer });
-                }
-                Err(e) => {
-                    return self.fail(&ctx, "storage", e.to_string());
-                }
-            }
-        }
+            answer
+        });
         if matches!(turn.finish, Some(LlmFinishReason::Length)) {
             ctx.events.emit(EventPayload::Processing {
                 message: "the answer was cut at the output token limit".to_string(),
@@ -257,6 +250,7 @@ impl ChatEngine {
             output_tokens: turn.output_tokens,
             iterations: 1,
             error: turn.error,
+            answer,
         }
     }
 

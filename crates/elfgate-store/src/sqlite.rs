@@ -406,12 +406,14 @@ impl RunLedger for SqliteStore {
         session_id: SessionId,
         run_id: RunId,
         outcome: &RunOutcome,
+        answer: Option<&Message>,
     ) -> Result<(), LedgerError> {
         self.writer
             .run(StoreOp::RunFinished {
                 session_id,
                 run_id,
-                outcome: outcome.clone(),
+                outcome: Box::new(outcome.clone()),
+                answer: answer.cloned().map(Box::new),
                 at: ts(&Utc::now()),
             })
             .await

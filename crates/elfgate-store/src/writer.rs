@@ -48,7 +48,9 @@ pub(crate) enum StoreOp {
     RunFinished {
         session_id: SessionId,
         run_id: RunId,
-        outcome: RunOutcome,
+        outcome: Box<RunOutcome>,
+        /// The run's closing message, inserted in the same commit.
+        answer: Option<Box<Message>>,
         at: String,
     },
 }
@@ -490,6 +492,12 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
                 }
             }
             StoreOp::InsertMessage(m) => messages.push(m),
+            StoreOp::RunFinished {
+                answer: Some(m), ..
+            } => {
+                messages.push(m);
+                updates.push(op);
+            }
             other => updates.push(other),
         }
     }
@@ -509,6 +517,7 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
                 run_id,
                 outcome,
                 at,
+                ..
             } => push_run_finished(script, *session_id, *run_id, outcome, at),
         }
     }

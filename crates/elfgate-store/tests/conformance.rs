@@ -131,7 +131,10 @@ async fn sessions_runs_and_messages_round_trip() {
         iterations: 1,
         ..RunOutcome::new(FinishReason::Stop)
     };
-    store.run_finished(s.id, r.id, &outcome).await.unwrap();
+    store
+        .run_finished(s.id, r.id, &outcome, None)
+        .await
+        .unwrap();
     let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.output_tokens, 7);
@@ -265,14 +268,20 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
         output_tokens: 7,
         ..RunOutcome::new(FinishReason::Stop)
     };
-    store.run_finished(s.id, ended.id, &outcome).await.unwrap();
+    store
+        .run_finished(s.id, ended.id, &outcome, None)
+        .await
+        .unwrap();
     // A run whose end was logged is left alone.
     let other = SessionId::new();
     let mut s2 = session();
     s2.id = other;
     let fine = run(other, RunStatus::Running);
     store.create_session(&s2, &fine, None).await.unwrap();
-    store.run_finished(other, fine.id, &outcome).await.unwrap();
+    store
+        .run_finished(other, fine.id, &outcome, None)
+        .await
+        .unwrap();
     let bus2 = hub.open(other, 0, SEQ_RESERVE_BLOCK);
     elfgate_core::EventEmitter::new(bus2.clone(), fine.id).emit(EventPayload::Complete {
         finish_reason: FinishReason::Stop,
@@ -282,7 +291,10 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     s3.id = SessionId::new();
     let half = run(s3.id, RunStatus::Running);
     store.create_session(&s3, &half, None).await.unwrap();
-    store.run_finished(s3.id, half.id, &outcome).await.unwrap();
+    store
+        .run_finished(s3.id, half.id, &outcome, None)
+        .await
+        .unwrap();
     let bus3 = hub.open(s3.id, 0, SEQ_RESERVE_BLOCK);
     elfgate_core::EventEmitter::new(bus3.clone(), half.id).emit(EventPayload::Result {
         stats: elfgate_core::RunStats {
@@ -318,4 +330,68 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     // Logged once: a second start finds nothing to do.
     assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
     assert_eq!(store.events_after(s.id, 0, 100).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
+    let (store, _dir) = open().await;
+    let s = session();
+    let r = run(s.id, RunStatus::Running);
+    let user = Message::new(
+        s.id,
+        Some(r.id),
+        None,
+        Role::User,
+        vec![ContentBlock::text("q")],
+    );
+    store.create_session(&s, &r, Some(&user)).await.unwrap();
+    let mut answer = Message::new(
+        s.id,
+        Some(r.id),
+        Some(user.id),
+        Role::Assistant,
+        vec![ContentBlock::text("a")],
+    );
+    answer.output_tokens = Some(2);
+    let outcome = RunOutcome {
+        output_tokens: 2,
+        iterations: 1,
+        ..RunOutcome::new(FinishReason::Stop)
+    };
+    store
+        .run_finished(s.id, r.id, &outcome, Some(&answer))
+        .await
+        .unwrap();
+    let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.output_tokens, 2);
+    let all = store.list_messages(s.id, 100).await.unwrap();
+    assert_eq!(
+        all.iter().map(|m| m.id).collect::<Vec<_>>(),
+        [user.id, answer.id]
+    );
+    assert_eq!(all[1].parent_id, Some(user.id));
+
+    // An answer that cannot be stored (its session does not exist) fails the whole commit: the
+    // run is not recorded as ended without it.
+    let r2 = run(s.id, RunStatus::Running);
+    store.create_run(&r2).await.unwrap();
+    let orphan = Message::new(
+        SessionId::new(),
+        Some(r2.id),
+        None,
+        Role::Assistant,
+        vec![ContentBlock::text("lost")],
+    );
+    let stop = RunOutcome::new(FinishReason::Stop);
+    assert!(
+        store
+            .run_finished(s.id, r2.id, &stop, Some(&orphan))
+            .await
+            .is_err()
+    );
+    let still = store.get_run(s.id, r2.id).await.unwrap().unwrap();
+    assert_eq!(still.status, RunStatus::Running);
+    assert!(still.ended_at.is_none());
+    assert_eq!(store.list_messages(s.id, 100).await.unwrap().len(), 2);
 }

@@ -269,6 +269,8 @@ impl TinyElfEngine {
             output_tokens,
             iterations: end.iterations,
             error: end.error,
+            // Each iteration's messages were stored as they came (tool results follow them).
+            answer: None,
         }
     }
 
