@@ -145,6 +145,10 @@ struct PathStats {
     wall: Duration,
     /// Daemon CPU ticks used during this path's passes.
     daemon_cpu_ticks: u64,
+    /// Daemon CPU time during this path's passes, in ns (per-thread schedstat).
+    daemon_cpu_ns: u64,
+    /// This process's CPU time (the mock provider and the load generator) during them, in ns.
+    bench_cpu_ns: u64,
     /// Highest daemon RSS seen during this path's passes.
     daemon_peak_rss: u64,
 }
@@ -239,6 +243,26 @@ impl Outcome {
     fn errors(&self) -> usize {
         self.direct.errors + self.daemon.errors
     }
+    /// CPU microseconds per session of `ns` over `path`'s sessions.
+    fn us_per_session(ns: u64, path: &PathStats) -> f64 {
+        if path.samples.is_empty() {
+            return f64::NAN;
+        }
+        ns as f64 / 1e3 / path.samples.len() as f64
+    }
+    /// Where the CPU of one session goes on each path, and the throughput ratio the machine's
+    /// cores allow when every process is busy: direct CPU / daemon-path CPU per session.
+    fn cpu_split(&self) -> String {
+        let direct = Self::us_per_session(self.direct.bench_cpu_ns, &self.direct);
+        let bench = Self::us_per_session(self.daemon.bench_cpu_ns, &self.daemon);
+        let daemon = Self::us_per_session(self.daemon.daemon_cpu_ns, &self.daemon);
+        format!(
+            "C={}: direct {direct:.0} µs (mock+client); through the daemon {bench:.0} µs (mock+client) \
+             + {daemon:.0} µs (daemon) -> CPU-bound ceiling {:.0}%",
+            self.scenario.concurrency,
+            100.0 * direct / (bench + daemon)
+        )
+    }
 }
 
 /// Runs `c` sessions at once on `path`; returns the samples, the errors and the wall time.
@@ -304,11 +328,17 @@ async fn scenario(
         };
         for path in order {
             let cpu0 = daemon::cpu_ticks(daemon.pid)?;
+            let (dns0, own0) = (
+                daemon::cpu_ns(daemon.pid)?,
+                daemon::cpu_ns(std::process::id())?,
+            );
             let sampler = RssSampler::start(daemon.pid, Duration::from_millis(10));
             let (samples, errors, wall) =
                 pass(target, path, sc.concurrency, sc.tokens, sc.delay_ms).await;
             let peak = sampler.stop(daemon.pid);
             let cpu = daemon::cpu_ticks(daemon.pid)?.saturating_sub(cpu0);
+            let dns = daemon::cpu_ns(daemon.pid)?.saturating_sub(dns0);
+            let own = daemon::cpu_ns(std::process::id())?.saturating_sub(own0);
             mock.clear_requests();
             if opts.verbose {
                 let max = samples.iter().map(|s| s.ttft).max().unwrap_or_default();
@@ -335,6 +365,8 @@ async fn scenario(
             }
             st.wall += wall;
             st.daemon_cpu_ticks += cpu;
+            st.daemon_cpu_ns += dns;
+            st.bench_cpu_ns += own;
             st.daemon_peak_rss = st.daemon_peak_rss.max(peak);
         }
     }
@@ -544,6 +576,11 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
             ratios(&thru),
             verdict(worst >= TARGET_THROUGHPUT_RATIO && errors == 0)
         );
+        // What bounds it: with all cores busy, the ratio cannot exceed the CPU a session costs
+        // directly over what it costs through the daemon (the mock and the client included).
+        for o in &thru {
+            println!("  CPU per session at D=0, {}", o.cpu_split());
+        }
     }
     println!(
         "target idle RSS < {TARGET_IDLE_RSS_MB} MB: {:.1} MB -> {}",
