@@ -308,6 +308,11 @@ pub async fn create_session(
     }
     check_prompt(&req.prompt)?;
     check_overrides(state, engine, &req.overrides)?;
+    // Held until the session is stored: a retry racing this request waits, then finds it.
+    let _key = match req.overrides.client_msg_id.as_deref() {
+        Some(key) => Some(state.client_keys.acquire(None, key).await),
+        None => None,
+    };
     if let Some(key) = req.overrides.client_msg_id.as_deref()
         && let Some(run) = state.store.run_by_client_msg_id(None, key).await?
     {
@@ -412,6 +417,12 @@ pub async fn send_message(
     }
     check_prompt(&req.prompt)?;
     check_overrides(state, session.engine, &req.overrides)?;
+    // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
+    // waits, then finds the run, instead of being refused as busy because of it.
+    let _key = match req.overrides.client_msg_id.as_deref() {
+        Some(key) => Some(state.client_keys.acquire(Some(session_id), key).await),
+        None => None,
+    };
     if let Some(key) = req.overrides.client_msg_id.as_deref()
         && let Some(run) = state
             .store

@@ -34,6 +34,8 @@ pub struct AppInner {
     shutting_down: AtomicBool,
     /// Sessions being deleted: they take no new prompt.
     pub deleting: dashmap::DashSet<elfgate_core::SessionId>,
+    /// Idempotency keys (`clientMsgId`) of requests being handled.
+    pub client_keys: crate::idempotency::KeyLocks,
 }
 
 impl AppState {
@@ -57,6 +59,7 @@ impl AppState {
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
                 deleting: dashmap::DashSet::new(),
+                client_keys: Default::default(),
             }),
         }
     }

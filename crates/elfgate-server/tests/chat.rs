@@ -462,15 +462,75 @@ async fn client_msg_id_makes_retried_prompts_idempotent() {
     assert_eq!(s3, 202, "{r3}");
 
     // Only one upstream call per distinct prompt; the history holds each prompt once.
+    assert_eq!(user_prompts(&d, &sid).await, ["once", "twice?"]);
+}
+
+#[tokio::test]
+async fn racing_retries_with_one_client_msg_id_start_one_session_and_one_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    // Eight copies of one creation at once (a client retrying on a timeout, say).
+    let create = json!({"engine": "chat", "prompt": "once", "model": "mock:tokens=1",
+                        "clientMsgId": "race-1"});
+    let answers =
+        futures_util::future::join_all((0..8).map(|_| d.post("/v1/sessions", create.clone())))
+            .await;
+    let created: Vec<_> = answers.iter().filter(|(s, _)| *s == 201).collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    let first = &created[0].1;
+    for (s, v) in &answers {
+        assert!(
+            *s == 201 || (*s == 200 && v["duplicate"] == true),
+            "{s} {v}"
+        );
+        assert_eq!(v["sessionId"], first["sessionId"]);
+        assert_eq!(v["runId"], first["runId"]);
+    }
+    let (_, list) = d.get("/v1/sessions").await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
+    let sid = first["sessionId"].as_str().unwrap().to_string();
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(first["runId"].as_str().unwrap()).await;
+
+    // Eight copies of one prompt at once, its run still going when the copies arrive: every copy
+    // is told it is a duplicate of that run, none is refused as busy because of it.
+    let prompt = json!({"prompt": "twice?", "clientMsgId": "race-2",
+                        "model": "mock:stall_after=1"});
+    let path = format!("/v1/sessions/{sid}/messages");
+    let answers =
+        futures_util::future::join_all((0..8).map(|_| d.post(&path, prompt.clone()))).await;
+    let started: Vec<_> = answers.iter().filter(|(s, _)| *s == 202).collect();
+    assert_eq!(started.len(), 1, "{answers:?}");
+    let run = started[0].1["runId"].as_str().unwrap().to_string();
+    for (s, v) in &answers {
+        assert!(
+            *s == 202 || (*s == 200 && v["duplicate"] == true),
+            "{s} {v}"
+        );
+        assert_eq!(v["runId"], run.as_str());
+    }
+    let (s, _) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(s, 200);
+    let evs = sse.until_complete(&run).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "interrupted");
+
+    // One upstream call per distinct prompt; the history holds each prompt once.
+    assert_eq!(mock.requests().len(), 2);
+    assert_eq!(user_prompts(&d, &sid).await, ["once", "twice?"]);
+}
+
+/// The texts of a session's stored user messages, in order.
+async fn user_prompts(d: &Daemon, sid: &str) -> Vec<String> {
     let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
-    let prompts: Vec<&str> = m["messages"]
+    m["messages"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|m| m["role"] == "user")
-        .map(|m| m["blocks"][0]["text"].as_str().unwrap())
-        .collect();
-    assert_eq!(prompts, ["once", "twice?"]);
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Reads a stream to its end; panics if it does not end within the guard time.

@@ -1,0 +1,94 @@
+//! Requests carrying the same idempotency key (`clientMsgId`) are handled one at a time.
+//!
+//! A retried request may arrive while the original is still being handled: both would look the
+//! key up before either stored it and both would start a run (two sessions for one creation), or
+//! the retry would find the original's run active and be refused as busy instead of being told
+//! it is a duplicate. Holding the key's lock from the lookup to the end of the handling makes the
+//! retry see the original's outcome.
+
+use dashmap::DashMap;
+use elfgate_core::SessionId;
+use std::sync::Arc;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// A key's scope: `None` for session creation (keys are looked up in every session), a session
+/// for its prompts (keys are per session).
+type Scope = Option<SessionId>;
+
+/// The keys being handled, each with its lock.
+#[derive(Default)]
+pub struct KeyLocks {
+    locks: DashMap<(Scope, String), Arc<Mutex<()>>>,
+}
+
+/// Held while a request with a key is handled; the next request with that key waits for it.
+pub struct KeyGuard<'a> {
+    locks: &'a KeyLocks,
+    key: (Scope, String),
+    guard: Option<OwnedMutexGuard<()>>,
+    lock: Option<Arc<Mutex<()>>>,
+}
+
+impl KeyLocks {
+    /// Waits until no other request with `key` in `scope` is being handled, then holds it.
+    pub async fn acquire(&self, scope: Scope, key: &str) -> KeyGuard<'_> {
+        let key = (scope, key.to_string());
+        let lock = self.locks.entry(key.clone()).or_default().clone();
+        let guard = lock.clone().lock_owned().await;
+        KeyGuard {
+            locks: self,
+            key,
+            guard: Some(guard),
+            lock: Some(lock),
+        }
+    }
+
+    /// How many keys have an entry (for tests: entries do not outlive their requests).
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Whether no key has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        drop(self.lock.take());
+        // Only the map holds it now: nobody waits for this key. A request that clones it after
+        // this check finds a live entry and removes it itself when done.
+        self.locks
+            .locks
+            .remove_if(&self.key, |_, lock| Arc::strong_count(lock) == 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_holder_waits_and_entries_go_away() {
+        let locks = Arc::new(KeyLocks::default());
+        let first = locks.acquire(None, "k").await;
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let l2 = locks.clone();
+        let waiter = tokio::spawn(async move {
+            let _g = l2.acquire(None, "k").await;
+            let _ = tx.send(());
+        });
+        // Another key, or the same key in another scope, does not wait.
+        drop(locks.acquire(Some(SessionId::new()), "k").await);
+        drop(locks.acquire(None, "other").await);
+        assert!(
+            rx.try_recv().is_err(),
+            "the second holder ran while the first held the key"
+        );
+        drop(first);
+        waiter.await.unwrap();
+        assert!(locks.is_empty());
+    }
+}
