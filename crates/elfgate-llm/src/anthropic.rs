@@ -301,10 +301,11 @@ struct BlockStart {
 struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
     kind: Option<Cow<'a, str>>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    thinking: Option<String>,
+    // Borrowed: a delta is parsed per token; its text is copied once, into the queued delta.
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    thinking: Option<Cow<'a, str>>,
     #[serde(default)]
     signature: Option<String>,
     #[serde(default, borrow)]
@@ -376,13 +377,13 @@ impl Decoder for AnthropicDecoder {
                         );
                     }
                     "text" => {
-                        if let Some(t) = block.text.filter(|t| !t.is_empty()) {
-                            out.push_back(Ok(LlmEvent::TextDelta(t)));
+                        if let Some(t) = block.text {
+                            http::push_delta(out, false, &t);
                         }
                     }
                     "thinking" => {
-                        if let Some(t) = block.thinking.filter(|t| !t.is_empty()) {
-                            out.push_back(Ok(LlmEvent::ThinkingDelta(t)));
+                        if let Some(t) = block.thinking {
+                            http::push_delta(out, true, &t);
                         }
                     }
                     _ => {}
@@ -394,13 +395,13 @@ impl Decoder for AnthropicDecoder {
                 };
                 match delta.kind.as_deref() {
                     Some("text_delta") => {
-                        if let Some(t) = delta.text.filter(|t| !t.is_empty()) {
-                            out.push_back(Ok(LlmEvent::TextDelta(t)));
+                        if let Some(t) = delta.text {
+                            http::push_delta(out, false, &t);
                         }
                     }
                     Some("thinking_delta") => {
-                        if let Some(t) = delta.thinking.filter(|t| !t.is_empty()) {
-                            out.push_back(Ok(LlmEvent::ThinkingDelta(t)));
+                        if let Some(t) = delta.thinking {
+                            http::push_delta(out, true, &t);
                         }
                     }
                     Some("signature_delta") => {

@@ -16,6 +16,30 @@ const MAX_ERROR_MESSAGE: usize = 2000;
 /// Output queue of a decoder.
 pub(crate) type EventQueue = VecDeque<Result<LlmEvent, LlmError>>;
 
+/// Most bytes of text one queued delta gathers (see [`push_delta`]).
+const MERGE_LIMIT: usize = 16 * 1024;
+
+/// Queues a piece of answer (`thinking: false`) or reasoning text. Pieces decoded from the same
+/// read of the body go into one delta: the queue is drained between reads, so this only merges
+/// tokens that arrived together and delays none; a burst costs one growing string instead of an
+/// allocation per token.
+pub(crate) fn push_delta(out: &mut EventQueue, thinking: bool, piece: &str) {
+    if piece.is_empty() {
+        return;
+    }
+    match out.back_mut() {
+        Some(Ok(LlmEvent::TextDelta(t))) if !thinking && t.len() < MERGE_LIMIT => t.push_str(piece),
+        Some(Ok(LlmEvent::ThinkingDelta(t))) if thinking && t.len() < MERGE_LIMIT => {
+            t.push_str(piece)
+        }
+        _ => out.push_back(Ok(if thinking {
+            LlmEvent::ThinkingDelta(piece.to_owned())
+        } else {
+            LlmEvent::TextDelta(piece.to_owned())
+        })),
+    }
+}
+
 /// Turns SSE events of one provider into [`LlmEvent`]s.
 pub(crate) trait Decoder: Send + 'static {
     /// Handles one SSE event. Returns `Ok(true)` once the provider's end marker
@@ -246,6 +270,29 @@ pub(crate) fn event_stream<D: Decoder>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deltas_decoded_together_merge_by_kind_up_to_the_limit() {
+        let mut q = EventQueue::new();
+        push_delta(&mut q, false, "Hel");
+        push_delta(&mut q, false, "");
+        push_delta(&mut q, false, "lo");
+        push_delta(&mut q, true, "hmm");
+        push_delta(&mut q, false, "!");
+        let got: Vec<LlmEvent> = q.drain(..).map(|e| e.unwrap()).collect();
+        assert_eq!(
+            got,
+            [
+                LlmEvent::TextDelta("Hello".into()),
+                LlmEvent::ThinkingDelta("hmm".into()),
+                LlmEvent::TextDelta("!".into()),
+            ]
+        );
+        let big = "x".repeat(MERGE_LIMIT);
+        push_delta(&mut q, false, &big);
+        push_delta(&mut q, false, "y");
+        assert_eq!(q.len(), 2, "a full delta takes no more");
+    }
 
     #[test]
     fn error_messages() {

@@ -7,6 +7,7 @@ use crate::{
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// A client for `{base_url}/chat/completions`.
@@ -232,10 +233,13 @@ pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
     out
 }
 
+// Borrowed where it can be: a chunk is parsed per token, and its text is copied once, into the
+// queued delta (see `http::push_delta`). (A SmallVec for `choices` saves an allocation per chunk
+// but its deserialization was slower: 84 µs against 72 µs per 200 chunks.)
 #[derive(Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    choices: Option<Vec<Choice>>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
@@ -243,21 +247,21 @@ struct Chunk {
 }
 
 #[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    delta: Option<Delta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    reasoning: Option<String>,
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallDelta>>,
 }
@@ -366,7 +370,7 @@ impl Decoder for OpenAiDecoder {
         if data.is_empty() {
             return Ok(false);
         }
-        let chunk: Chunk = serde_json::from_str(data)
+        let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|e| LlmError::Protocol(format!("invalid chunk JSON: {e}")))?;
         if let Some(err) = chunk.error.filter(|e| !e.is_null()) {
             let message = http::message_from_json(&serde_json::json!({ "error": err }))
@@ -375,15 +379,11 @@ impl Decoder for OpenAiDecoder {
         }
         for choice in chunk.choices.into_iter().flatten() {
             if let Some(delta) = choice.delta {
-                if let Some(r) = delta.reasoning_content.or(delta.reasoning)
-                    && !r.is_empty()
-                {
-                    out.push_back(Ok(LlmEvent::ThinkingDelta(r)));
+                if let Some(r) = delta.reasoning_content.or(delta.reasoning) {
+                    http::push_delta(out, true, &r);
                 }
-                if let Some(c) = delta.content
-                    && !c.is_empty()
-                {
-                    out.push_back(Ok(LlmEvent::TextDelta(c)));
+                if let Some(c) = delta.content {
+                    http::push_delta(out, false, &c);
                 }
                 for tc in delta.tool_calls.into_iter().flatten() {
                     self.merge_call(tc);
@@ -555,7 +555,7 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"reasoning":"ing"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}],"usage":null}"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"lo \"q\"\n"}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"ls","arguments":""}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read","arguments":"{\"pa"}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":1}"}}]}}]}"#,
@@ -568,11 +568,10 @@ mod tests {
         let events: Vec<LlmEvent> = events.into_iter().map(|e| e.unwrap()).collect();
         assert_eq!(
             events,
+            // Pieces decoded together (here: all of them) are queued as one delta per kind.
             vec![
-                LlmEvent::ThinkingDelta("think".into()),
-                LlmEvent::ThinkingDelta("ing".into()),
-                LlmEvent::TextDelta("Hel".into()),
-                LlmEvent::TextDelta("lo".into()),
+                LlmEvent::ThinkingDelta("thinking".into()),
+                LlmEvent::TextDelta("Hello \"q\"\n".into()),
                 LlmEvent::ToolCall {
                     id: "a".into(),
                     name: "read".into(),
