@@ -352,8 +352,12 @@ impl EngineDispatcher {
     }
 
     /// Stores the outcome with the run's closing message, announces the message, publishes
-    /// `result`, and returns the outcome as reported (an error if the commit failed while a
-    /// message depended on it).
+    /// `result`, and returns the outcome as reported.
+    ///
+    /// If that commit fails, the message is not announced (it was not stored): an `error
+    /// {code: storage}` says so, a run that would have stopped normally ends with `error`, and
+    /// the run's end is stored again without the message, so that the run is not left `running`
+    /// (a restart would otherwise end it a second time).
     async fn record_end(
         &self,
         ctx: &EngineSessionContext,
@@ -361,27 +365,37 @@ impl EngineDispatcher {
         started: Instant,
     ) -> RunOutcome {
         let answer = outcome.answer.take();
-        let stored = self
+        let (session_id, run_id) = (ctx.session_id(), ctx.run_id);
+        match self
             .ledger
-            .run_finished(ctx.session_id(), ctx.run_id, &outcome, answer.as_ref())
-            .await;
-        match (stored, answer) {
-            (Ok(()), Some(message)) => {
-                ctx.events.emit(EventPayload::AssistantMessage { message });
-            }
-            (Ok(()), None) => {}
-            (Err(e), answer) => {
-                tracing::warn!(error = %e, "could not record the end of a run");
-                // A message that was not stored is not announced; the run reports the failure.
-                if answer.is_some() {
-                    let error = ErrorInfo::new("storage", e.to_string());
-                    ctx.events.emit(EventPayload::Error {
-                        error: error.clone(),
-                    });
-                    outcome.finish_reason = FinishReason::Error;
-                    outcome.error = Some(error);
+            .run_finished(session_id, run_id, &outcome, answer.as_ref())
+            .await
+        {
+            Ok(()) => {
+                if let Some(message) = answer {
+                    ctx.events.emit(EventPayload::AssistantMessage { message });
                 }
             }
+            Err(e) if answer.is_some() => {
+                tracing::warn!(error = %e, "could not store a run's answer");
+                let error = ErrorInfo::new("storage", format!("the answer was not stored: {e}"));
+                ctx.events.emit(EventPayload::Error {
+                    error: error.clone(),
+                });
+                if outcome.finish_reason == FinishReason::Stop {
+                    outcome.finish_reason = FinishReason::Error;
+                }
+                // The engine's own error, if it reported one, stays the run's error.
+                outcome.error.get_or_insert(error);
+                if let Err(e) = self
+                    .ledger
+                    .run_finished(session_id, run_id, &outcome, None)
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not record the end of a run");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not record the end of a run"),
         }
         self.metrics.run_finished(outcome.finish_reason);
         ctx.events.emit(EventPayload::Result {
@@ -394,5 +408,164 @@ impl EngineDispatcher {
             },
         });
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::EventEmitter;
+    use crate::ids::MessageId;
+    use crate::model::{ContentBlock, Role, Session};
+    use std::sync::Mutex;
+    use tokio::sync::mpsc;
+
+    /// Records each `run_finished`; refuses those that carry an answer when `refuse_answers`.
+    #[derive(Default)]
+    struct Ledger {
+        refuse_answers: bool,
+        ends: Mutex<Vec<(FinishReason, bool)>>,
+    }
+
+    #[async_trait]
+    impl RunLedger for Ledger {
+        async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+            Ok(())
+        }
+        async fn run_finished(
+            &self,
+            _: SessionId,
+            _: RunId,
+            outcome: &RunOutcome,
+            answer: Option<&Message>,
+        ) -> Result<(), LedgerError> {
+            if self.refuse_answers && answer.is_some() {
+                return Err(LedgerError("disk full".into()));
+            }
+            let mut ends = self.ends.lock().unwrap();
+            ends.push((outcome.finish_reason, answer.is_some()));
+            Ok(())
+        }
+    }
+
+    /// Answers every prompt with "hi".
+    struct Answering;
+
+    #[async_trait]
+    impl Engine for Answering {
+        fn engine_type(&self) -> EngineType {
+            EngineType::Chat
+        }
+        fn description(&self) -> &'static str {
+            "test"
+        }
+        async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+            let answer = Message::new(
+                ctx.session_id(),
+                Some(ctx.run_id),
+                None,
+                Role::Assistant,
+                vec![ContentBlock::text("hi")],
+            );
+            RunOutcome {
+                answer: Some(answer),
+                ..RunOutcome::new(FinishReason::Stop)
+            }
+        }
+    }
+
+    fn context(hub: &EventHub) -> EngineSessionContext {
+        let now = chrono::Utc::now();
+        let session = Session {
+            id: SessionId::new(),
+            engine: EngineType::Chat,
+            title: None,
+            provider_id: None,
+            model: None,
+            cli_backend: None,
+            project_path: None,
+            agent_id: None,
+            system_prompt: None,
+            permission_mode: None,
+            engine_config: serde_json::json!({}),
+            cli_session_id: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let run_id = RunId::new();
+        let bus = hub.open(session.id, 0, crate::SEQ_RESERVE_BLOCK);
+        EngineSessionContext {
+            session,
+            run_id,
+            prompt: "q".into(),
+            is_resume: false,
+            user_message_id: MessageId::new(),
+            stored_user_message: None,
+            stored_as_running: true,
+            head_start: Default::default(),
+            client_msg_id: None,
+            parent_id: None,
+            provider_id: None,
+            model: None,
+            system_prompt: None,
+            thinking_level: None,
+            project_path: None,
+            agent_id: None,
+            engine_config: serde_json::json!({}),
+            permission_mode: None,
+            cli_backend: None,
+            attachments: Vec::new(),
+            channel_permissions: None,
+            events: EventEmitter::new(bus, run_id),
+            cancel: CancellationToken::new(),
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// Runs one prompt through a dispatcher with `ledger`; returns the run's event types and the
+    /// data of its `result`.
+    async fn run_once(ledger: Arc<Ledger>) -> (Vec<String>, serde_json::Value) {
+        let (log, _log_rx) = mpsc::unbounded_channel();
+        let metrics = Arc::new(Metrics::default());
+        let hub = EventHub::new(log, metrics.clone());
+        let dispatcher = EngineDispatcher::new(ActiveSessions::new(), hub.clone(), ledger, metrics);
+        dispatcher.register_engine(Arc::new(Answering));
+        let ctx = context(&hub);
+        let mut sub = ctx.events.bus().subscribe_after(0);
+        dispatcher.dispatch(ctx, OnBusy::Reject).unwrap();
+        let (mut types, mut result) = (Vec::new(), serde_json::Value::Null);
+        loop {
+            let e = sub.live.recv().await.unwrap();
+            types.push(e.event_type.to_string());
+            let data: serde_json::Value = serde_json::from_str(&e.json).unwrap();
+            if e.event_type == "result" {
+                result = data["stats"].clone();
+            }
+            if e.event_type == "complete" {
+                return (types, result);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_announced_after_it_is_stored_with_the_runs_end() {
+        let ledger = Arc::new(Ledger::default());
+        let (types, result) = run_once(ledger.clone()).await;
+        assert_eq!(types, ["assistantMessage", "result", "complete"]);
+        assert_eq!(result["finishReason"], "stop");
+        assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Stop, true)]);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_cannot_be_stored_is_not_announced_and_the_run_still_ends() {
+        let ledger = Arc::new(Ledger {
+            refuse_answers: true,
+            ..Ledger::default()
+        });
+        let (types, result) = run_once(ledger.clone()).await;
+        assert_eq!(types, ["error", "result", "complete"]);
+        assert_eq!(result["finishReason"], "error");
+        // The end is stored without the answer: the run is not left running.
+        assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Error, false)]);
     }
 }
