@@ -1,6 +1,6 @@
 //! Anthropic Messages client.
 
-use crate::http::{self, Decoder, EventQueue};
+use crate::http::{self, Decoder, EventQueue, Text};
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
@@ -301,11 +301,12 @@ struct BlockStart {
 struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
     kind: Option<Cow<'a, str>>,
-    // Borrowed: a delta is parsed per token; its text is copied once, into the queued delta.
+    // Borrowed (`http::Text`): a delta is parsed per token; its text is copied once, into the
+    // queued delta.
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    text: Option<Text<'a>>,
     #[serde(default, borrow)]
-    thinking: Option<Cow<'a, str>>,
+    thinking: Option<Text<'a>>,
     #[serde(default)]
     signature: Option<String>,
     #[serde(default, borrow)]
@@ -378,12 +379,12 @@ impl Decoder for AnthropicDecoder {
                     }
                     "text" => {
                         if let Some(t) = block.text {
-                            http::push_delta(out, false, &t);
+                            http::push_delta(out, false, Text(t.into()));
                         }
                     }
                     "thinking" => {
                         if let Some(t) = block.thinking {
-                            http::push_delta(out, true, &t);
+                            http::push_delta(out, true, Text(t.into()));
                         }
                     }
                     _ => {}
@@ -396,12 +397,12 @@ impl Decoder for AnthropicDecoder {
                 match delta.kind.as_deref() {
                     Some("text_delta") => {
                         if let Some(t) = delta.text {
-                            http::push_delta(out, false, &t);
+                            http::push_delta(out, false, t);
                         }
                     }
                     Some("thinking_delta") => {
                         if let Some(t) = delta.thinking {
-                            http::push_delta(out, true, &t);
+                            http::push_delta(out, true, t);
                         }
                     }
                     Some("signature_delta") => {

@@ -6,6 +6,7 @@ use crate::sse::SseParser;
 use crate::{LlmError, LlmEvent, LlmStream};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::time::Duration;
@@ -19,23 +20,33 @@ pub(crate) type EventQueue = VecDeque<Result<LlmEvent, LlmError>>;
 /// Most bytes of text one queued delta gathers (see [`push_delta`]).
 const MERGE_LIMIT: usize = 16 * 1024;
 
+/// Text borrowed from the body being parsed when it has no escapes (owned otherwise).
+///
+/// A newtype because serde borrows a `Cow<str>` only when it is a field's own type: inside an
+/// `Option` it always allocates (serde-rs/serde#2016).
+#[derive(serde::Deserialize)]
+pub(crate) struct Text<'a>(#[serde(borrow)] pub(crate) Cow<'a, str>);
+
 /// Queues a piece of answer (`thinking: false`) or reasoning text. Pieces decoded from the same
 /// read of the body go into one delta: the queue is drained between reads, so this only merges
-/// tokens that arrived together and delays none; a burst costs one growing string instead of an
-/// allocation per token.
-pub(crate) fn push_delta(out: &mut EventQueue, thinking: bool, piece: &str) {
+/// tokens that arrived together and delays none. A piece is copied at most once: into the delta
+/// it joins, or as the new delta's text (no copy when it is already owned).
+pub(crate) fn push_delta(out: &mut EventQueue, thinking: bool, piece: Text<'_>) {
+    let piece = piece.0;
     if piece.is_empty() {
         return;
     }
     match out.back_mut() {
-        Some(Ok(LlmEvent::TextDelta(t))) if !thinking && t.len() < MERGE_LIMIT => t.push_str(piece),
+        Some(Ok(LlmEvent::TextDelta(t))) if !thinking && t.len() < MERGE_LIMIT => {
+            t.push_str(&piece)
+        }
         Some(Ok(LlmEvent::ThinkingDelta(t))) if thinking && t.len() < MERGE_LIMIT => {
-            t.push_str(piece)
+            t.push_str(&piece)
         }
         _ => out.push_back(Ok(if thinking {
-            LlmEvent::ThinkingDelta(piece.to_owned())
+            LlmEvent::ThinkingDelta(piece.into_owned())
         } else {
-            LlmEvent::TextDelta(piece.to_owned())
+            LlmEvent::TextDelta(piece.into_owned())
         })),
     }
 }
@@ -274,11 +285,12 @@ mod tests {
     #[test]
     fn deltas_decoded_together_merge_by_kind_up_to_the_limit() {
         let mut q = EventQueue::new();
-        push_delta(&mut q, false, "Hel");
-        push_delta(&mut q, false, "");
-        push_delta(&mut q, false, "lo");
-        push_delta(&mut q, true, "hmm");
-        push_delta(&mut q, false, "!");
+        let text = |s: &'static str| Text(Cow::Borrowed(s));
+        push_delta(&mut q, false, text("Hel"));
+        push_delta(&mut q, false, text(""));
+        push_delta(&mut q, false, Text(Cow::Owned("lo".into())));
+        push_delta(&mut q, true, text("hmm"));
+        push_delta(&mut q, false, text("!"));
         let got: Vec<LlmEvent> = q.drain(..).map(|e| e.unwrap()).collect();
         assert_eq!(
             got,
@@ -288,9 +300,8 @@ mod tests {
                 LlmEvent::TextDelta("!".into()),
             ]
         );
-        let big = "x".repeat(MERGE_LIMIT);
-        push_delta(&mut q, false, &big);
-        push_delta(&mut q, false, "y");
+        push_delta(&mut q, false, Text(Cow::Owned("x".repeat(MERGE_LIMIT))));
+        push_delta(&mut q, false, text("y"));
         assert_eq!(q.len(), 2, "a full delta takes no more");
     }
 
