@@ -509,6 +509,9 @@ async fn racing_retries_with_one_client_msg_id_start_one_session_and_one_run() {
         );
         assert_eq!(v["runId"], run.as_str());
     }
+    // Its one token has streamed (so its upstream call was made) before it is interrupted.
+    let streamed = sse.until_n("streamDelta", 1).await;
+    assert_eq!(streamed.last().unwrap().run(), run);
     let (s, _) = d
         .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
         .await;
