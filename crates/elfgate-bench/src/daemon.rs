@@ -151,25 +151,14 @@ pub fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(utime + stime)
 }
 
-/// Nanoseconds a process's live threads have spent on a CPU (the first field of each
-/// `/proc/<pid>/task/*/schedstat`): finer than the 10 ms ticks of `/proc/<pid>/stat`, which a pass
-/// of a few milliseconds would round away. Threads that already exited are not counted.
+/// Nanoseconds of CPU a process has used, all its threads included, also those that already
+/// exited (its CPU-time clock, `clock_getcpuclockid`): finer than the 10 ms ticks of
+/// `/proc/<pid>/stat`, which a pass of a few milliseconds would round away.
 pub fn cpu_ns(pid: u32) -> anyhow::Result<u64> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = task?.path().join("schedstat");
-        // A thread may exit between the listing and the read.
-        let Ok(stat) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let ns: u64 = stat
-            .split_whitespace()
-            .next()
-            .context("empty schedstat")?
-            .parse()?;
-        total += ns;
-    }
-    Ok(total)
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    let clock = nix::time::clock_getcpuclockid(nix::unistd::Pid::from_raw(pid))?;
+    let t = nix::time::clock_gettime(clock)?;
+    Ok(u64::try_from(t.tv_sec())? * 1_000_000_000 + u64::try_from(t.tv_nsec())?)
 }
 
 /// Samples a process's RSS in the background and keeps the highest value seen.

@@ -145,7 +145,7 @@ struct PathStats {
     wall: Duration,
     /// Daemon CPU ticks used during this path's passes.
     daemon_cpu_ticks: u64,
-    /// Daemon CPU time during this path's passes, in ns (per-thread schedstat).
+    /// Daemon CPU time during this path's passes, in ns (its CPU-time clock).
     daemon_cpu_ns: u64,
     /// This process's CPU time (the mock provider and the load generator) during them, in ns.
     bench_cpu_ns: u64,
@@ -250,15 +250,15 @@ impl Outcome {
         }
         ns as f64 / 1e3 / path.samples.len() as f64
     }
-    /// Where the CPU of one session goes on each path, and the throughput ratio the machine's
-    /// cores allow when every process is busy: direct CPU / daemon-path CPU per session.
+    /// Where the CPU of one session goes on each path, and the throughput ratio it implies when
+    /// both paths keep every core busy: direct CPU / daemon-path CPU per session.
     fn cpu_split(&self) -> String {
         let direct = Self::us_per_session(self.direct.bench_cpu_ns, &self.direct);
         let bench = Self::us_per_session(self.daemon.bench_cpu_ns, &self.daemon);
         let daemon = Self::us_per_session(self.daemon.daemon_cpu_ns, &self.daemon);
         format!(
             "C={}: direct {direct:.0} µs (mock+client); through the daemon {bench:.0} µs (mock+client) \
-             + {daemon:.0} µs (daemon) -> CPU-bound ceiling {:.0}%",
+             + {daemon:.0} µs (daemon) -> CPU-bound estimate {:.0}%",
             self.scenario.concurrency,
             100.0 * direct / (bench + daemon)
         )
@@ -576,7 +576,7 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
             ratios(&thru),
             verdict(worst >= TARGET_THROUGHPUT_RATIO && errors == 0)
         );
-        // What bounds it: with all cores busy, the ratio cannot exceed the CPU a session costs
+        // What bounds it: with all cores busy on both paths, the ratio is the CPU a session costs
         // directly over what it costs through the daemon (the mock and the client included).
         for o in &thru {
             println!("  CPU per session at D=0, {}", o.cpu_split());
