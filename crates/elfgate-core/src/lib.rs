@@ -13,7 +13,8 @@ pub mod model;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
-    EventEmitter, EventHub, LogCommand, LogSender, SEQ_RESERVE_BLOCK, SessionBus, Subscription,
+    EventEmitter, EventHub, LogCommand, LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER,
+    SessionBus, Subscription,
 };
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,

@@ -6,22 +6,121 @@
 
 mod common;
 
-use common::{Ev, Sse};
+use common::{Ev, GUARD, Sse};
 use elfgate_core::{EventPayload, RunId, SessionId};
 use elfgate_mockllm::MockServer;
 use elfgate_server::app::Daemon;
 use elfgate_server::config::Config;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Events in the burst and the size of each one's message: ~13 MB in all, over twice what the
-/// socket buffers (up to 4 MB for sending on Linux by default) and the HTTP layers on both sides
-/// can hold, so that far more than a subscriber's buffer (1024 events) is left for the client
-/// that stopped reading.
-const BURST: usize = 12_000;
+/// Size of each burst event's message (an event is ~1.1 KB on the wire).
 const MESSAGE_BYTES: usize = 1000;
 /// The burst is published in batches, each once the reading subscriber has the previous one, so
 /// that it is never more than a batch behind: the burst must not reset it too.
 const BATCH: usize = 500;
+/// The slow client's receive buffer (set before connecting, so the kernel does not grow it).
+const SLOW_RECV_BUFFER: u32 = 64 * 1024;
+
+/// How many burst events surely outrun every buffer between the daemon and a client that stopped
+/// reading: the daemon's socket send buffer (its ceiling, `net.ipv4.tcp_wmem`, 4 MB by default),
+/// the client's fixed receive buffer, the HTTP server's write buffer (under 1 MB), then the 1024
+/// events a subscriber may lag — all doubled for margin (one run here: ~3.6 MB held, ~10 MB sent).
+fn burst_events() -> usize {
+    let send_max: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(4 << 20);
+    let bytes = 2 * (send_max + 2 * SLOW_RECV_BUFFER as usize + (1 << 20));
+    bytes / MESSAGE_BYTES + 2 * elfgate_core::SUBSCRIBER_BUFFER
+}
+
+/// An SSE client on a raw socket with a small, fixed receive buffer: unlike an HTTP client
+/// library it reads nothing until asked.
+struct SlowClient {
+    stream: tokio::net::TcpStream,
+    raw: Vec<u8>,
+    body: String,
+    ended: bool,
+}
+
+impl SlowClient {
+    async fn connect(addr: std::net::SocketAddr, path: &str) -> SlowClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut c = SlowClient {
+            stream,
+            raw: Vec::new(),
+            body: String::new(),
+            ended: false,
+        };
+        let head = loop {
+            if let Some(end) = c.raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break String::from_utf8(c.raw.drain(..end + 4).collect()).unwrap();
+            }
+            assert!(c.read_more().await, "no response head");
+        };
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{head}"
+        );
+        c
+    }
+
+    async fn read_more(&mut self) -> bool {
+        let mut buf = [0u8; 16 * 1024];
+        let n = tokio::time::timeout(GUARD, self.stream.read(&mut buf))
+            .await
+            .expect("nothing to read within the guard time")
+            .unwrap();
+        self.raw.extend_from_slice(&buf[..n]);
+        n > 0
+    }
+
+    /// Moves whole chunks of the chunked body from `raw` to `body`; marks the last one.
+    fn unchunk(&mut self) {
+        loop {
+            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                return;
+            };
+            let size_line = std::str::from_utf8(&self.raw[..eol]).unwrap();
+            let size = usize::from_str_radix(size_line.trim(), 16).unwrap();
+            if self.raw.len() < eol + 2 + size + 2 {
+                return;
+            }
+            let data = &self.raw[eol + 2..eol + 2 + size];
+            self.body.push_str(std::str::from_utf8(data).unwrap());
+            self.raw.drain(..eol + 2 + size + 2);
+            if size == 0 {
+                self.ended = true;
+                return;
+            }
+        }
+    }
+
+    /// The next event, or None at the end of the body.
+    async fn next(&mut self) -> Option<Ev> {
+        loop {
+            self.unchunk();
+            if let Some(pos) = self.body.find("\n\n") {
+                let frame: String = self.body.drain(..pos + 2).collect();
+                match common::parse_frame(&frame) {
+                    Some(ev) => return Some(ev),
+                    None => continue,
+                }
+            }
+            if self.ended || !self.read_more().await {
+                return None;
+            }
+        }
+    }
+}
 
 /// Reads `sse` up to seq `upto`, asserting every event from `from` on arrives once, in order.
 async fn read_through(sse: &mut Sse, from: u64, upto: u64) -> Vec<Ev> {
@@ -47,7 +146,8 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
         .unwrap();
     let state = daemon.state.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(daemon.serve(listener, async move {
         let _ = stopped.await;
@@ -69,8 +169,11 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     let events = format!("{base}/v1/sessions/{sid}/events");
 
     // Two subscribers, both caught up with the run's first token.
-    let mut slow = Sse::new(http.get(&events).send().await.unwrap());
-    let mut held = slow.until_n("streamDelta", 1).await;
+    let mut slow = SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events")).await;
+    let mut held = Vec::new();
+    while held.last().is_none_or(|e: &Ev| e.event != "streamDelta") {
+        held.push(slow.next().await.expect("stream ended early"));
+    }
     let mut reader = Sse::new(http.get(&events).send().await.unwrap());
     let start = reader.until_n("streamDelta", 1).await.last().unwrap().seq();
 
@@ -78,7 +181,7 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     let bus = state.dispatcher.hub().get(sid).expect("the session's bus");
     let message = "x".repeat(MESSAGE_BYTES);
     let mut last = start;
-    while last < start + BURST as u64 {
+    while last < start + burst_events() as u64 {
         let from = last + 1;
         for _ in 0..BATCH {
             let payload = EventPayload::Processing {

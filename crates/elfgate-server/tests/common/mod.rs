@@ -240,6 +240,30 @@ pub struct Sse {
     buf: String,
 }
 
+/// One SSE frame (up to its blank line) as an event; None for a comment (keep-alive).
+pub fn parse_frame(frame: &str) -> Option<Ev> {
+    let mut ev = Ev {
+        id: None,
+        event: String::new(),
+        data: Value::Null,
+    };
+    let mut data = String::new();
+    for line in frame.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            ev.id = v.parse().ok();
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            ev.event = v.to_string();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data.push_str(v);
+        }
+    }
+    if ev.event.is_empty() && data.is_empty() {
+        return None;
+    }
+    ev.data = serde_json::from_str(&data).unwrap();
+    Some(ev)
+}
+
 impl Sse {
     pub fn new(resp: reqwest::Response) -> Sse {
         Sse {
@@ -255,26 +279,10 @@ impl Sse {
         loop {
             if let Some(pos) = self.buf.find("\n\n") {
                 let frame: String = self.buf.drain(..pos + 2).collect();
-                let mut ev = Ev {
-                    id: None,
-                    event: String::new(),
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                for line in frame.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        ev.id = v.parse().ok();
-                    } else if let Some(v) = line.strip_prefix("event: ") {
-                        ev.event = v.to_string();
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        data.push_str(v);
-                    }
+                match parse_frame(&frame) {
+                    Some(ev) => return Some(ev),
+                    None => continue,
                 }
-                if ev.event.is_empty() && data.is_empty() {
-                    continue;
-                }
-                ev.data = serde_json::from_str(&data).unwrap();
-                return Some(ev);
             }
             let chunk = tokio::time::timeout_at(deadline, self.stream.next())
                 .await
