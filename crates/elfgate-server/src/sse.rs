@@ -58,6 +58,51 @@ enum Phase {
     Done,
 }
 
+/// Why [`coalesce`] stopped gathering frames.
+#[derive(Debug, PartialEq, Eq)]
+enum CoalesceEnd {
+    /// Nothing more was waiting, or the write is full.
+    Drained,
+    /// A `complete` was added and the stream ends after it (`?until=complete`).
+    Complete,
+    /// The channel dropped events for this receiver. `try_recv` reports that once and then moves
+    /// on to the oldest event it kept, so it must be acted on here: the next receive would return
+    /// an event past the gap as if nothing were missing.
+    Lagged,
+}
+
+/// Frames `first` (the caller has set `last` to its seq) and the events already waiting on `rx`
+/// after it (up to `COALESCE_BYTES`), advancing `last` over those it takes.
+fn coalesce(
+    rx: &mut broadcast::Receiver<Arc<EventRecord>>,
+    last: &mut u64,
+    first: &EventRecord,
+    until_complete: bool,
+) -> (Bytes, CoalesceEnd) {
+    let mut out = BytesMut::new();
+    push_frame(&mut out, first.seq, &first.event_type, &first.json);
+    if until_complete && first.event_type == "complete" {
+        return (out.freeze(), CoalesceEnd::Complete);
+    }
+    while out.len() < COALESCE_BYTES {
+        match rx.try_recv() {
+            Ok(e) if e.seq <= *last => continue,
+            Ok(e) => {
+                *last = e.seq;
+                push_frame(&mut out, e.seq, &e.event_type, &e.json);
+                if until_complete && e.event_type == "complete" {
+                    return (out.freeze(), CoalesceEnd::Complete);
+                }
+            }
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                return (out.freeze(), CoalesceEnd::Lagged);
+            }
+            Err(_) => break,
+        }
+    }
+    (out.freeze(), CoalesceEnd::Drained)
+}
+
 struct Cursor {
     state: AppState,
     session_id: SessionId,
@@ -72,6 +117,9 @@ struct Cursor {
     /// End the stream after the first `complete` sent (`?until=complete`).
     until_complete: bool,
     log_exhausted: bool,
+    /// The live channel dropped events for this subscriber while frames were being gathered: the
+    /// next frame is `reset`.
+    lagged: bool,
     phase: Phase,
     keepalive: Interval,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -121,36 +169,16 @@ impl Cursor {
     }
 
     /// The frame of `first` followed by the frames of events already waiting in the channel, so
-    /// that a burst of deltas leaves in one write. Stops at a lag: the next receive reports it.
+    /// that a burst of deltas leaves in one write. A lag seen meanwhile is kept for the next frame
+    /// (a `reset`).
     fn coalesce_live(&mut self, first: &EventRecord) -> Bytes {
-        let mut out = BytesMut::new();
-        push_frame(&mut out, first.seq, &first.event_type, &first.json);
-        if self.ends_here(&first.event_type) {
-            return out.freeze();
+        let (out, end) = coalesce(&mut self.rx, &mut self.last, first, self.until_complete);
+        match end {
+            CoalesceEnd::Complete => self.phase = Phase::Done,
+            CoalesceEnd::Lagged => self.lagged = true,
+            CoalesceEnd::Drained => {}
         }
-        while out.len() < COALESCE_BYTES {
-            match self.rx.try_recv() {
-                Ok(e) if e.seq <= self.last => continue,
-                Ok(e) => {
-                    self.last = e.seq;
-                    push_frame(&mut out, e.seq, &e.event_type, &e.json);
-                    if self.ends_here(&e.event_type) {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        out.freeze()
-    }
-
-    /// Whether the stream ends after an event of this type; if so, marks it done.
-    fn ends_here(&mut self, event_type: &str) -> bool {
-        let ends = self.until_complete && event_type == "complete";
-        if ends {
-            self.phase = Phase::Done;
-        }
-        ends
+        out
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
@@ -209,6 +237,10 @@ impl Cursor {
                     }
                 }
                 Phase::Live => {
+                    if self.lagged {
+                        self.phase = Phase::Done;
+                        return Some(reset_frame(self.session_id, self.last + 1));
+                    }
                     if let Some(f) = self.reannounce.pop_front() {
                         return Some(f);
                     }
@@ -295,6 +327,7 @@ pub async fn session_events(
         buffer,
         until_complete,
         log_exhausted,
+        lagged: false,
         phase: Phase::Replay,
         keepalive,
         _close: close,
@@ -320,4 +353,75 @@ pub async fn session_events(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use elfgate_core::EventPayload;
+
+    fn event(seq: u64, payload: &EventPayload) -> Arc<EventRecord> {
+        Arc::new(EventRecord::build(SessionId::new(), seq, None, payload))
+    }
+
+    fn note(seq: u64) -> Arc<EventRecord> {
+        event(
+            seq,
+            &EventPayload::Processing {
+                message: format!("n{seq}"),
+            },
+        )
+    }
+
+    fn seqs(frames: &Bytes) -> Vec<u64> {
+        std::str::from_utf8(frames)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(|v| v.parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn gathers_what_is_waiting_and_stops_at_complete() {
+        let (tx, mut rx) = broadcast::channel(16);
+        for seq in 2..=3 {
+            tx.send(note(seq)).unwrap();
+        }
+        tx.send(event(
+            4,
+            &EventPayload::Complete {
+                finish_reason: elfgate_core::FinishReason::Stop,
+            },
+        ))
+        .unwrap();
+        tx.send(note(5)).unwrap();
+        let mut last = 1;
+        let (out, end) = coalesce(&mut rx, &mut last, &note(1), true);
+        assert_eq!(
+            (seqs(&out), end, last),
+            (vec![1, 2, 3, 4], CoalesceEnd::Complete, 4)
+        );
+        // What follows the complete is left for the next write.
+        let five = rx.try_recv().unwrap();
+        // As in the stream: the caller has moved `last` to the event it received.
+        last = five.seq;
+        let (out, end) = coalesce(&mut rx, &mut last, &five, true);
+        assert_eq!((seqs(&out), end, last), (vec![5], CoalesceEnd::Drained, 5));
+    }
+
+    #[test]
+    fn a_lag_while_gathering_is_reported_not_skipped() {
+        let (tx, mut rx) = broadcast::channel(4);
+        tx.send(note(1)).unwrap();
+        let first = rx.try_recv().unwrap();
+        // Ten more than the channel keeps: this receiver loses some.
+        for seq in 2..=11 {
+            tx.send(note(seq)).unwrap();
+        }
+        let mut last = first.seq;
+        let (out, end) = coalesce(&mut rx, &mut last, &first, false);
+        assert_eq!(end, CoalesceEnd::Lagged);
+        assert_eq!((seqs(&out), last), (vec![1], 1));
+    }
 }
