@@ -535,7 +535,11 @@ mod tests {
         dispatcher.dispatch(ctx, OnBusy::Reject).unwrap();
         let (mut types, mut result) = (Vec::new(), serde_json::Value::Null);
         loop {
-            let e = sub.live.recv().await.unwrap();
+            // A guard, not a synchronization: a missing `complete` fails the test.
+            let e = tokio::time::timeout(std::time::Duration::from_secs(30), sub.live.recv())
+                .await
+                .expect("no event within 30 s")
+                .unwrap();
             types.push(e.event_type.to_string());
             let data: serde_json::Value = serde_json::from_str(&e.json).unwrap();
             if e.event_type == "result" {

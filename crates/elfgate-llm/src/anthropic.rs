@@ -300,7 +300,7 @@ struct BlockStart {
 #[derive(Deserialize)]
 struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
-    kind: Option<Cow<'a, str>>,
+    kind: Option<Text<'a>>,
     // Borrowed (`http::Text`): a delta is parsed per token; its text is copied once, into the
     // queued delta.
     #[serde(default, borrow)]
@@ -310,7 +310,7 @@ struct Delta<'a> {
     #[serde(default)]
     signature: Option<String>,
     #[serde(default, borrow)]
-    partial_json: Option<Cow<'a, str>>,
+    partial_json: Option<Text<'a>>,
     #[serde(default)]
     stop_reason: Option<String>,
 }
@@ -394,7 +394,7 @@ impl Decoder for AnthropicDecoder {
                 let Some(delta) = ev.delta else {
                     return Ok(false);
                 };
-                match delta.kind.as_deref() {
+                match delta.kind.as_ref().map(|k| k.0.as_ref()) {
                     Some("text_delta") => {
                         if let Some(t) = delta.text {
                             http::push_delta(out, false, t);
@@ -414,7 +414,7 @@ impl Decoder for AnthropicDecoder {
                         if let (Some(index), Some(part)) = (ev.index, delta.partial_json)
                             && let Some(tool) = self.tools.get_mut(&index)
                         {
-                            tool.json.push_str(&part);
+                            tool.json.push_str(&part.0);
                         }
                     }
                     _ => {}
