@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod ask;
+mod file_access;
 pub mod firewall;
 pub mod fs_tools;
 pub mod guardian;
@@ -13,9 +14,10 @@ pub mod permission;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
+mod walk;
 pub mod web;
 
-pub use firewall::{ExecutionFirewall, FirewallError};
+pub use firewall::{Confinement, ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
 pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
 pub use permission::{
