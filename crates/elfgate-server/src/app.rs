@@ -122,7 +122,9 @@ impl Daemon {
                 active.clone(),
             )));
         }
-        let permissions = Arc::new(elfgate_tools::PermissionBroker::new());
+        let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
+            config.engines.tinyelf.max_remembered_decisions,
+        ));
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),

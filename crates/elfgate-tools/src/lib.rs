@@ -21,8 +21,8 @@ pub use firewall::{Confinement, ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
 pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
 pub use permission::{
-    Ask, Decision, PendingRequest, PermissionAnswer, PermissionBroker, PermissionOutcome,
-    PolicyDecision, ResolveError, Scope, policy,
+    Ask, DEFAULT_MAX_REMEMBERED_DECISIONS, Decision, PendingRequest, PermissionAnswer,
+    PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope, policy,
 };
 pub use tool::{
     FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,

@@ -63,6 +63,10 @@ pub struct TinyElfConfig {
     pub default_max_history: u32,
     /// LLM iterations of a sub-agent.
     pub sub_agent_max_iterations: u32,
+    /// Background sub-agents one run may start; past it spawn with background: true fails.
+    pub max_background_agents: u32,
+    /// Decisions the permission broker remembers per session; past it the oldest is forgotten.
+    pub max_remembered_decisions: usize,
     /// Bytes of stdout and of stderr a shell call keeps (each).
     pub shell_max_output_bytes: usize,
     /// Let web_fetch reach loopback and private addresses.
@@ -99,6 +103,8 @@ impl Default for TinyElfConfig {
             max_background_drain_rounds: 3,
             default_max_history: 100,
             sub_agent_max_iterations: 20,
+            max_background_agents: 8,
+            max_remembered_decisions: elfgate_tools::DEFAULT_MAX_REMEMBERED_DECISIONS,
             shell_max_output_bytes: 100_000,
             web_fetch_allow_private: false,
             web_fetch_max_bytes: 2 * 1024 * 1024,
