@@ -1,10 +1,12 @@
 //! Builds the daemon: store, engines, dispatcher, router; runs it until a shutdown signal.
 
 use crate::auth::require_token;
-use crate::config::Config;
+use crate::config::{AuthMode, Config};
 use crate::error::{ApiError, BodyLimit};
+use crate::request_guard::guard_requests;
 use crate::routes;
 use crate::state::AppState;
+use crate::token_file::{self, TokenSource};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
@@ -23,7 +25,36 @@ use tokio::net::TcpListener;
 pub struct Daemon {
     /// Shared state.
     pub state: AppState,
+    /// Where the bearer token came from; None when auth is off.
+    pub token_source: Option<TokenSource>,
     store: SqliteStore,
+}
+
+/// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
+/// in the data directory, created at first start.
+fn settle_token(
+    config: &mut Config,
+    data_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Option<TokenSource>> {
+    if config.token.is_some() {
+        if config.server.auth == AuthMode::None {
+            tracing::warn!("server.auth = \"none\" is ignored: ELFGATE_TOKEN is set");
+        }
+        return Ok(Some(TokenSource::Environment));
+    }
+    if config.server.auth == AuthMode::None {
+        tracing::warn!(
+            "server.auth = \"none\": any program of any user on this machine can drive the \
+             daemon (and every tool it runs); use it only on a single-user machine"
+        );
+        return Ok(None);
+    }
+    let (token, source) = match data_dir {
+        Some(dir) => token_file::load_or_create(dir)?,
+        None => (token_file::generate()?, TokenSource::Ephemeral),
+    };
+    config.token = Some(token);
+    Ok(Some(source))
 }
 
 fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
@@ -82,7 +113,9 @@ fn data_dir(url: &str) -> Option<std::path::PathBuf> {
 
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
-    pub async fn build(config: Config) -> anyhow::Result<Daemon> {
+    pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
+        let dir = data_dir(&config.storage.url);
+        let token_source = settle_token(&mut config, dir.as_deref())?;
         let store = SqliteStore::open(&config.storage.url).await?;
         let recovered = store.recover_unfinished_runs().await?;
         for r in &recovered {
@@ -135,7 +168,11 @@ impl Daemon {
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
-        Ok(Daemon { state, store })
+        Ok(Daemon {
+            state,
+            token_source,
+            store,
+        })
     }
 
     /// The router with every route and layer.
@@ -156,6 +193,12 @@ impl Daemon {
                 next.run(req)
             }))
             .layer(DefaultBodyLimit::max(limit))
+            // Outermost: a request from a foreign Host or Origin is refused before anything else,
+            // and a CORS preflight is answered before auth (browsers send it without the token).
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                guard_requests,
+            ))
             .with_state(state)
     }
 

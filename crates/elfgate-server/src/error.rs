@@ -23,7 +23,8 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, busy, conflict,
-    /// payload_too_large, unprocessable, not_implemented, unavailable, internal.
+    /// payload_too_large, unsupported_media_type, unprocessable, not_implemented, unavailable,
+    /// internal.
     pub code: String,
     /// What happened, for a human.
     pub message: String,
@@ -41,6 +42,9 @@ pub enum ApiError {
     /// Wrong credentials (403).
     #[error("invalid token")]
     Forbidden,
+    /// A request the daemon refuses whatever its credentials: a foreign Host or Origin (403).
+    #[error("{0}")]
+    Refused(String),
     /// Unknown session, run or request (404).
     #[error("{0}")]
     NotFound(String),
@@ -56,6 +60,9 @@ pub enum ApiError {
     /// Body over the limit (413).
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A body that is not declared as JSON (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Unknown engine or provider (422).
     #[error("{0}")]
     Unprocessable(String),
@@ -75,10 +82,11 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -90,11 +98,12 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden => "forbidden",
+            ApiError::Forbidden | ApiError::Refused(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::Busy { .. } => "busy",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unprocessable(_) => "unprocessable",
             ApiError::NotImplemented(_) => "not_implemented",
             ApiError::Unavailable(_) => "unavailable",
@@ -128,8 +137,14 @@ impl From<elfgate_store::StoreError> for ApiError {
     }
 }
 
-/// A JSON body whose every failure is an [`ApiError`]: 413 over the limit, 400 for malformed
-/// JSON or wrong fields. The Content-Type is not required, so that `curl -d` works.
+/// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
+/// limit, 400 for malformed JSON or wrong fields.
+///
+/// The Content-Type check is a security boundary, not pedantry: a web page on any origin may
+/// send `text/plain`, form data or multipart without a CORS preflight, so a daemon that parses
+/// those as JSON can be driven by any page the user visits. `application/json` needs a
+/// preflight, which the origin check answers. A request with no Content-Type and an empty body
+/// is taken as `{}` (e.g. `POST …/interrupt` with nothing to say).
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
@@ -150,6 +165,13 @@ where
             .get::<BodyLimit>()
             .map(|l| l.0)
             .unwrap_or_default();
+        let declared_json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| is_json_media_type(v.as_bytes()));
+        if declared_json == Some(false) {
+            return Err(unsupported_media_type());
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
             if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(limit)
@@ -159,11 +181,61 @@ where
         })?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
+        } else if declared_json.is_none() {
+            return Err(unsupported_media_type());
         } else {
             &bytes
         };
         serde_json::from_slice(bytes)
             .map(ApiJson)
             .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    }
+}
+
+fn unsupported_media_type() -> ApiError {
+    ApiError::UnsupportedMediaType(
+        "the body must be JSON sent with Content-Type: application/json".into(),
+    )
+}
+
+/// `application/json` or `application/*+json`, any parameters (charset) allowed.
+fn is_json_media_type(value: &[u8]) -> bool {
+    let Ok(value) = std::str::from_utf8(value) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5
+                && subtype.as_bytes()[subtype.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_media_type;
+
+    #[test]
+    fn json_media_types() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+        ] {
+            assert!(is_json_media_type(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "+json",
+            "",
+        ] {
+            assert!(!is_json_media_type(bad.as_bytes()), "{bad}");
+        }
     }
 }

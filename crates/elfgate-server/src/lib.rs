@@ -6,10 +6,12 @@ pub mod config;
 pub mod error;
 pub mod idempotency;
 pub mod openapi;
+pub mod request_guard;
 pub mod routes;
 pub mod service;
 pub mod sse;
 pub mod state;
+pub mod token_file;
 
 pub use app::Daemon;
 pub use config::Config;

@@ -52,6 +52,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// Says where the bearer token is. Written with errors ignored: a caller that read the listening
+/// line may have closed our stdout already.
+fn print_token(daemon: &Daemon) {
+    use elfgate_server::token_file::TokenSource;
+    use std::io::Write;
+    let token = daemon.state.config.token.as_deref().unwrap_or_default();
+    let line = match &daemon.token_source {
+        None => "elfgate auth: none (server.auth = \"none\"): no token is needed".to_string(),
+        Some(TokenSource::Environment) => "elfgate token: from ELFGATE_TOKEN".to_string(),
+        Some(TokenSource::File { path, created }) => format!(
+            "elfgate token: {token} ({} {}; send it as 'Authorization: Bearer <token>')",
+            if *created { "new, saved in" } else { "from" },
+            path.display()
+        ),
+        Some(TokenSource::Ephemeral) => {
+            format!("elfgate token: {token} (in-memory database: a new token at every start)")
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -92,6 +115,7 @@ async fn run() -> anyhow::Result<()> {
             // Tests and scripts read this line to learn the port when binding port 0.
             println!("elfgate listening on http://{local}");
             tracing::info!(%local, "elfgate listening");
+            print_token(&daemon);
             daemon.serve(listener, shutdown_signal()).await
         }
         Some("migrate") => {
@@ -116,11 +140,12 @@ async fn run() -> anyhow::Result<()> {
             );
             println!("  default provider: {:?}", config.defaults.provider);
             println!(
-                "  token: {}",
-                if config.token.is_some() {
-                    "set"
-                } else {
-                    "not set"
+                "  auth: {}",
+                match (&config.token, config.server.auth) {
+                    (Some(_), _) => "token from ELFGATE_TOKEN",
+                    (None, elfgate_server::config::AuthMode::Token) =>
+                        "token from the data directory's token file (created at first start)",
+                    (None, elfgate_server::config::AuthMode::None) => "none (loopback only)",
                 }
             );
             Ok(())

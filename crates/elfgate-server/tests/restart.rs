@@ -157,15 +157,19 @@ fn run_elfgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
 }
 
 #[test]
-fn refuses_public_bind_without_token_and_bad_config() {
+fn refuses_public_bind_without_auth_and_bad_config() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/x.db", dir.path().display());
     let (ok, out) = run_elfgate(
         &["serve"],
-        &[("ELFGATE_BIND", "0.0.0.0:0"), ("ELFGATE_DATABASE_URL", &db)],
+        &[
+            ("ELFGATE_BIND", "0.0.0.0:0"),
+            ("ELFGATE_DATABASE_URL", &db),
+            ("ELFGATE_SERVER__AUTH", "none"),
+        ],
     );
     assert!(!ok);
-    assert!(out.contains("without ELFGATE_TOKEN"), "{out}");
+    assert!(out.contains("only allowed on a loopback address"), "{out}");
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(

@@ -144,6 +144,6 @@ pub trait Store: RunLedger + Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<StoredEvent>>;
 
-    /// Ends runs a crash left running or queued, as DESIGN.md section 5 says.
+    /// Ends runs a crash left running or queued (`interrupted`, finish reason `daemon_restart`).
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>>;
 }

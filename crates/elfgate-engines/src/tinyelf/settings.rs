@@ -36,7 +36,7 @@ impl Default for GuardianConfig {
     }
 }
 
-/// `[engines.tinyelf]`: defaults of the agent loop (DESIGN.md section 2), each overridable per
+/// `[engines.tinyelf]`: defaults of the agent loop, each overridable per
 /// session through engineConfig, and the security pipeline's configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
