@@ -56,6 +56,23 @@ pub struct HookConfig {
     pub timeout_secs: f64,
 }
 
+/// Longest a hook may take, whatever its timeout_secs says.
+const MAX_HOOK_SECS: f64 = 86_400.0;
+
+impl HookConfig {
+    /// Why its timeout_secs cannot be used, if it cannot (`inf` and `nan` are valid TOML floats).
+    pub fn timeout_problem(&self) -> Option<String> {
+        let t = self.timeout_secs;
+        (!t.is_finite() || t < 0.0)
+            .then(|| format!("must be a finite number of seconds, at least 0 (got {t})"))
+    }
+
+    /// How long it may take.
+    pub fn timeout(&self) -> Duration {
+        crate::clamped_secs(self.timeout_secs, 0.001, MAX_HOOK_SECS)
+    }
+}
+
 /// A hook's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookVerdict {
@@ -170,12 +187,12 @@ async fn run_one(c: &HookConfig, payload: &Value, cwd: &Path) -> Result<HookVerd
         let status = child.wait().await;
         (out, status)
     };
-    let timeout = Duration::from_secs_f64(c.timeout_secs.max(0.001));
-    let result = tokio::time::timeout(timeout, work).await;
+    let result = tokio::time::timeout(c.timeout(), work).await;
     if let Some(pgid) = pgid {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
-    let (out, status) = result.map_err(|_| format!("timed out after {:.1}s", c.timeout_secs))?;
+    let (out, status) =
+        result.map_err(|_| format!("timed out after {:.1}s", c.timeout().as_secs_f64()))?;
     let status = status.map_err(|e| e.to_string())?;
     let text = out.trim();
     if text.is_empty() {
@@ -253,5 +270,26 @@ mod tests {
                 .await,
             HookVerdict::Deny(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn unusable_timeouts_are_named_and_never_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = json!({"toolName": "shell"});
+        for bad in [f64::INFINITY, f64::NAN, -1.0] {
+            let h = hook("true", bad);
+            assert!(h.hooks[0].0.timeout_problem().is_some(), "{bad}");
+            // Clamped, not a panic.
+            let _ = h
+                .run(HookEvent::PreToolUse, Some("shell"), &p, dir.path())
+                .await;
+        }
+        assert_eq!(
+            hook("true", f64::INFINITY).hooks[0].0.timeout(),
+            Duration::from_secs(86_400)
+        );
+        for good in [0.0, 10.0] {
+            assert!(hook("true", good).hooks[0].0.timeout_problem().is_none());
+        }
     }
 }

@@ -28,7 +28,6 @@ use serde_json::json;
 use settings::RunSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A TinyElf configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +86,7 @@ impl TinyElfEngine {
             web: elfgate_tools::web::WebFetch {
                 allow_private: config.web_fetch_allow_private,
                 max_bytes: config.web_fetch_max_bytes.max(1),
-                timeout: Duration::from_secs_f64(config.web_fetch_timeout_secs.clamp(0.1, 3600.0)),
+                timeout: elfgate_tools::clamped_secs(config.web_fetch_timeout_secs, 0.1, 3600.0),
             },
         };
         let mut tools = elfgate_tools::builtin_registry(&builtin);
@@ -306,7 +305,7 @@ impl TinyElfEngine {
         Some(Guardian::new(
             provider,
             model,
-            Duration::from_secs_f64(g.timeout_secs.clamp(0.001, 3600.0)),
+            elfgate_tools::clamped_secs(g.timeout_secs, 0.001, 3600.0),
         ))
     }
 }

@@ -119,6 +119,18 @@ impl Default for TinyElfConfig {
     }
 }
 
+impl TinyElfConfig {
+    /// Values that parse but cannot be used, named by their key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, h) in self.hooks.iter().enumerate() {
+            if let Some(why) = h.timeout_problem() {
+                return Err(format!("engines.tinyelf.hooks[{i}].timeout_secs {why}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The values one run uses.
 #[derive(Debug, Clone)]
 pub(crate) struct RunSettings {
@@ -144,11 +156,7 @@ fn u64_of(cfg: &Value, keys: &[&str]) -> Option<u64> {
 }
 
 fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(if s.is_finite() && s > 0.0 {
-        s.min(86_400.0)
-    } else {
-        0.001
-    })
+    elfgate_tools::clamped_secs(s, 0.001, 86_400.0)
 }
 
 impl RunSettings {
