@@ -11,6 +11,7 @@ pub mod fs_tools;
 pub mod guardian;
 pub mod hooks;
 pub mod permission;
+pub mod process;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
