@@ -20,6 +20,7 @@ use elfgate_core::{
     RunOutcome, SessionId,
 };
 use elfgate_store::Store;
+use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
     BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, Hooks,
     PermissionBroker, PermissionTier, ToolRegistry,
@@ -52,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) firewall: Arc<ExecutionFirewall>,
     pub(crate) hooks: Arc<Hooks>,
     pub(crate) tools: ToolRegistry,
+    /// Children's environment before a session's additions.
+    child_env: ChildEnv,
     active: ActiveSessions,
 }
 
@@ -78,7 +81,12 @@ impl TinyElfEngine {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
         let firewall = Arc::new(ExecutionFirewall::new(zones, &config.deny_commands)?);
-        let hooks = Arc::new(Hooks::new(config.hooks.clone())?);
+        let child_env = config.child_env();
+        // The operator's hooks run with the daemon's defaults, whatever a session asks for.
+        let hooks = Arc::new(Hooks::new(
+            config.hooks.clone(),
+            config.child_setup(child_env.clone(), config.shell_network),
+        )?);
         let builtin = BuiltinSettings {
             shell: elfgate_tools::shell::Shell {
                 max_output_bytes: config.shell_max_output_bytes.max(1),
@@ -104,6 +112,7 @@ impl TinyElfEngine {
                 firewall,
                 hooks,
                 tools,
+                child_env,
                 active,
             }),
         })
@@ -166,6 +175,7 @@ impl TinyElfEngine {
         };
         let rs = RunSettings::resolve(
             &inner.config,
+            &inner.child_env,
             &ctx.engine_config,
             ctx.thinking_level.as_deref(),
         );
@@ -321,6 +331,8 @@ impl Engine for TinyElfEngine {
     }
 
     fn capabilities(&self) -> Vec<&'static str> {
+        let config = &self.inner.config;
+        let isolated = config.shell_network == Network::Isolated && config.isolation.is_some();
         vec![
             "streaming",
             "interrupt",
@@ -330,6 +342,12 @@ impl Engine for TinyElfEngine {
             "permissions",
             "sub-agents",
             "hooks",
+            // What a session's shell commands get unless its engineConfig says otherwise.
+            if isolated {
+                "shell-network-isolated"
+            } else {
+                "shell-network-host"
+            },
         ]
     }
 
