@@ -3,23 +3,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod scripted;
 
 use common::{Daemon, Ev, GUARD, Opts};
 use elfgate_mockllm::MockServer;
+use scripted::{call, ends_by_id, finish_of, script, session};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn script(mock: &MockServer, name: &str, responses: Value) {
-    mock.set_script(
-        name,
-        serde_json::from_value(json!({ "responses": responses })).unwrap(),
-    );
-}
-
 fn shell_call(id: &str, command: &str) -> Value {
-    json!({"id": id, "name": "shell", "arguments": json!({"command": command}).to_string()})
+    call(id, "shell", json!({ "command": command }))
 }
 
 fn project() -> PathBuf {
@@ -28,21 +23,17 @@ fn project() -> PathBuf {
 
 /// A tinyelf session in `dir` driven by the script `name`.
 fn tinyelf(name: &str, dir: &Path, permission_mode: &str, engine_config: Value) -> Value {
-    json!({
-        "engine": "tinyelf",
-        "prompt": "go",
-        "model": format!("mock:script={name}"),
-        "projectPath": dir.display().to_string(),
-        "permissionMode": permission_mode,
-        "engineConfig": engine_config,
-    })
+    session(
+        "go",
+        &format!("mock:script={name}"),
+        dir,
+        json!({"permissionMode": permission_mode, "engineConfig": engine_config}),
+    )
 }
 
 /// The content of the toolCallEnd of `id` among `evs`.
 fn result_of(evs: &[Ev], id: &str) -> Option<String> {
-    evs.iter()
-        .find(|e| e.event == "toolCallEnd" && e.data["block"]["tool_use_id"] == id)
-        .map(|e| e.data["block"]["content"].as_str().unwrap().to_string())
+    ends_by_id(evs).remove(id).map(|(_, content)| content)
 }
 
 /// Reads events until the toolCallEnd of `id`, adding them to `seen`; returns its content.
@@ -53,12 +44,6 @@ async fn until_result(sse: &mut common::Sse, id: &str, seen: &mut Vec<Ev>) -> St
             return c;
         }
     }
-}
-
-fn finish_of(evs: &[Ev]) -> &str {
-    let last = evs.last().unwrap();
-    assert_eq!(last.event, "complete");
-    last.data["finishReason"].as_str().unwrap()
 }
 
 /// Variable names of `env` output.
