@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Variables a child inherits from the daemon: what programs need to find things, speak the
 /// user's language and format dates, nothing that could carry a credential.
@@ -27,9 +27,12 @@ pub struct ChildEnv {
 }
 
 impl Default for ChildEnv {
-    /// The allow-listed part of the daemon's environment, nothing added.
+    /// The allow-listed part of the daemon's environment, nothing added (read once).
     fn default() -> Self {
-        ChildEnv::from_daemon(&BTreeMap::new(), &[], &BTreeSet::new())
+        static DEFAULT: OnceLock<ChildEnv> = OnceLock::new();
+        DEFAULT
+            .get_or_init(|| ChildEnv::from_daemon(&BTreeMap::new(), &[], &BTreeSet::new()))
+            .clone()
     }
 }
 

@@ -103,8 +103,17 @@ impl Isolation {
         if let Some(ip) = find_program("ip") {
             let mut up = ProcessSpec::new(ip.to_string_lossy(), &cwd);
             up.args = ["link", "set", "lo", "up"].map(String::from).to_vec();
-            match iso.check(up).await {
-                Ok(()) => iso.ip = Some(ip),
+            let with_ip = Isolation {
+                ip: Some(ip),
+                ..iso.clone()
+            };
+            // The loopback step itself, then the wrapper that runs it before every command.
+            let ok = match iso.check(up).await {
+                Ok(()) => with_ip.check(ProcessSpec::new("true", &cwd)).await,
+                Err(e) => Err(e),
+            };
+            match ok {
+                Ok(()) => iso = with_ip,
                 Err(e) => tracing::warn!(error = %e, "cannot bring a private loopback up"),
             }
         }
@@ -113,10 +122,7 @@ impl Isolation {
 
     async fn check(&self, mut spec: ProcessSpec) -> Result<(), String> {
         let what = format!("unshare {} {}", self.flag(), spec.program);
-        spec.isolation = Some(Isolation {
-            ip: None,
-            ..self.clone()
-        });
+        spec.isolation = Some(self.clone());
         spec.timeout = Some(PROBE_TIMEOUT);
         let out = run(&spec, &CancellationToken::new())
             .await
@@ -194,12 +200,19 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let (host, text) = reaches(None, port).await;
         assert!(host, "{text}");
-        let has_ip = iso.ip.is_some();
-        let (isolated, text) = reaches(Some(iso), port).await;
-        assert!(!isolated, "{text}");
-        if has_ip {
-            // Its own loopback is up.
-            assert!(text.contains("LOOPBACK,UP"), "{text}");
+        // What an unprivileged daemon uses (-rn) works the same for root.
+        let in_user_ns = Isolation {
+            user_namespace: true,
+            ..iso.clone()
+        };
+        for iso in [iso, in_user_ns] {
+            let has_ip = iso.ip.is_some();
+            let (isolated, text) = reaches(Some(iso), port).await;
+            assert!(!isolated, "{text}");
+            if has_ip {
+                // Its own loopback is up.
+                assert!(text.contains("LOOPBACK,UP"), "{text}");
+            }
         }
     }
 
