@@ -13,9 +13,12 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
-use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
+use elfgate_engines::{
+    ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
+};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
 use elfgate_store::{SqliteStore, Store};
+use elfgate_tools::process::{Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +114,37 @@ fn data_dir(url: &str) -> Option<std::path::PathBuf> {
     p.parent().map(|d| d.to_path_buf())
 }
 
+/// `[engines.tinyelf]` with what only the running daemon knows: the variables holding provider
+/// keys (never given to children) and whether this host can isolate a child's network.
+async fn tinyelf_config(config: &Config) -> TinyElfConfig {
+    let mut c = config.engines.tinyelf.clone();
+    c.secret_env = config
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .collect();
+    let probe = Isolation::probe().await;
+    match (&probe, c.shell_network) {
+        (Ok(iso), Network::Isolated) => tracing::info!(
+            isolation = %iso,
+            "shell commands and hooks run in a network namespace of their own: the daemon's API \
+             and every other network are out of their reach"
+        ),
+        (Err(why), Network::Isolated) => tracing::warn!(
+            reason = %why,
+            "cannot give shell commands and hooks a network of their own: they run in the \
+             host's network and can reach the daemon's API (engines.tinyelf.shell_network = \
+             \"isolated\" falls back to host)"
+        ),
+        (_, Network::Host) => tracing::info!(
+            "engines.tinyelf.shell_network = \"host\": shell commands and hooks share the \
+             host's network and can reach the daemon's API"
+        ),
+    }
+    c.isolation = probe.ok();
+    c
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
@@ -161,7 +195,7 @@ impl Daemon {
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),
-            config.engines.tinyelf.clone(),
+            tinyelf_config(&config).await,
             permissions.clone(),
             data_dir(&config.storage.url),
             active.clone(),

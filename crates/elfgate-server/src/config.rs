@@ -252,6 +252,10 @@ impl Config {
                 "server.body_limit_bytes must be positive".into(),
             ));
         }
+        self.engines
+            .tinyelf
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         if !self.storage.url.starts_with("sqlite:") {
             return Err(ConfigError::Invalid(format!(
                 "storage.url '{}': only sqlite: URLs are supported in this build",

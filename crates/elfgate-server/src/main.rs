@@ -107,6 +107,15 @@ async fn run() -> anyhow::Result<()> {
         Some("serve") | None => {
             let config = Config::load(parse_config_flag(args.get(1..).unwrap_or(&[]))?.as_deref())?;
             let addr = config.bind_addr()?;
+            // Processes that escape a command's group are re-parented to the daemon, which kills
+            // them when the command ends, instead of to init, where they would live on.
+            if let Err(e) = elfgate_tools::process::become_subreaper() {
+                tracing::warn!(
+                    error = %e,
+                    "cannot become a child subreaper: processes that escape a shell command's \
+                     process group outlive it"
+                );
+            }
             let daemon = Daemon::build(config).await?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await

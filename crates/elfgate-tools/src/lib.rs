@@ -11,6 +11,7 @@ pub mod fs_tools;
 pub mod guardian;
 pub mod hooks;
 pub mod permission;
+pub mod process;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
@@ -30,6 +31,19 @@ pub use tool::{
 };
 
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Seconds from the configuration as a duration within `min..=max`; a value that is not a number
+/// (NaN) or below `min` gives `min`, infinity gives `max` (`Duration::from_secs_f64` panics on
+/// both).
+pub fn clamped_secs(secs: f64, min: f64, max: f64) -> Duration {
+    let s = if secs.is_nan() {
+        min
+    } else {
+        secs.clamp(min, max)
+    };
+    Duration::from_secs_f64(s)
+}
 
 /// Settings of the built-in tools.
 #[derive(Debug, Clone, Default)]
