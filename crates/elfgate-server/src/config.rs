@@ -34,6 +34,10 @@ pub struct ServerConfig {
     pub keepalive_secs: u64,
     /// Seconds to wait for runs and the log on shutdown.
     pub shutdown_grace_secs: u64,
+    /// Seconds a client has to send a whole request header.
+    pub header_read_timeout_secs: u64,
+    /// Client connections open at once.
+    pub max_connections: usize,
 }
 
 /// `[storage]`.
@@ -216,6 +220,16 @@ impl Config {
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        if self.server.header_read_timeout_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "server.header_read_timeout_secs must be positive".into(),
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_connections must be positive".into(),
             ));
         }
         if !self.storage.url.starts_with("sqlite:") {

@@ -122,6 +122,8 @@ async fn sigterm_interrupts_runs_and_flushes_the_log() {
     sse.until_text("tok0 tok1 ").await;
     let status = d.terminate();
     assert!(status.success(), "daemon exited with {status}");
+    // The daemon ended the stream before exiting; it was not cut off by the exit.
+    sse.rest().await.unwrap();
 
     let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
     let evs = d.all_events_until_complete_of(&sid, &run).await;
