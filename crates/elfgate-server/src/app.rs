@@ -11,7 +11,6 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
-use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
@@ -246,38 +245,34 @@ impl Daemon {
         let app = self.router();
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
+        let settings = crate::listener::ConnectionSettings::from_config(&state.config.server);
         let shutdown_state = state.clone();
-        // Without TCP_NODELAY each small SSE frame waits for the client's delayed ACK (~40 ms).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                signal.await;
-                tracing::info!("shutting down");
-                shutdown_state.begin_shutdown();
-                let done = shutdown_state.dispatcher.interrupt_all();
-                let wait_all = async {
-                    for d in done {
-                        d.cancelled().await;
-                    }
-                };
-                let active = shutdown_state.dispatcher.active().clone();
-                let wait_all = async move {
-                    wait_all.await;
-                    // Queued runs end right after the running ones, without running.
-                    while !active.is_empty() {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                };
-                if tokio::time::timeout(grace, wait_all).await.is_err() {
-                    tracing::warn!("some runs did not end within the shutdown grace period");
+        // New connections and requests are still taken while runs wind down (they get 503 for
+        // new work); the listener stops after the streams have been told to end.
+        let stop = async move {
+            signal.await;
+            tracing::info!("shutting down");
+            shutdown_state.begin_shutdown();
+            let done = shutdown_state.dispatcher.interrupt_all();
+            let wait_all = async {
+                for d in done {
+                    d.cancelled().await;
                 }
-                shutdown_state.shutdown.cancel();
-            })
-            .await?;
+            };
+            let active = shutdown_state.dispatcher.active().clone();
+            let wait_all = async move {
+                wait_all.await;
+                // Queued runs end right after the running ones, without running.
+                while !active.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            if tokio::time::timeout(grace, wait_all).await.is_err() {
+                tracing::warn!("some runs did not end within the shutdown grace period");
+            }
+            shutdown_state.shutdown.cancel();
+        };
+        crate::listener::serve(listener, app, settings, stop).await;
         let hub = state.dispatcher.hub().clone();
         hub.release_all();
         if tokio::time::timeout(grace, hub.flush()).await.is_err() {

@@ -43,6 +43,10 @@ pub struct ServerConfig {
     /// Host header names accepted besides loopback names and the bound address.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Seconds a client has to send a whole request header.
+    pub header_read_timeout_secs: u64,
+    /// Client connections open at once.
+    pub max_connections: usize,
 }
 
 /// `[server] auth`.
@@ -256,6 +260,16 @@ impl Config {
             .tinyelf
             .validate()
             .map_err(ConfigError::Invalid)?;
+        if self.server.header_read_timeout_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "server.header_read_timeout_secs must be positive".into(),
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_connections must be positive".into(),
+            ));
+        }
         if !self.storage.url.starts_with("sqlite:") {
             return Err(ConfigError::Invalid(format!(
                 "storage.url '{}': only sqlite: URLs are supported in this build",

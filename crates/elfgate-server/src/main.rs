@@ -75,6 +75,20 @@ fn print_token(daemon: &Daemon) {
     let _ = out.flush();
 }
 
+/// Every client connection holds a file descriptor; the common default soft limit (1024) would
+/// cap the daemon at about a thousand of them.
+fn raise_file_limit() {
+    match elfgate_server::fdlimit::raise() {
+        Ok(l) => tracing::info!(
+            soft = l.soft,
+            hard = l.hard,
+            was = l.before,
+            "open-file limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,6 +130,7 @@ async fn run() -> anyhow::Result<()> {
                      process group outlive it"
                 );
             }
+            raise_file_limit();
             let daemon = Daemon::build(config).await?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await

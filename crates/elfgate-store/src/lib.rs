@@ -4,6 +4,7 @@
 //! behind the same trait later.
 
 mod codec;
+mod lock;
 mod script;
 mod sqlite;
 mod writer;
@@ -31,6 +32,29 @@ pub enum StoreError {
     /// The database directory could not be created.
     #[error("cannot prepare the database location: {0}")]
     Io(#[from] std::io::Error),
+    /// Another process (or another open store) uses the database.
+    #[error(
+        "database {} is in use by another elfgate process{holder}: it holds the lock on {}; \
+         stop that process first, or use another database",
+        database.display(),
+        lock.display()
+    )]
+    Locked {
+        /// The database file.
+        database: std::path::PathBuf,
+        /// The lock file.
+        lock: std::path::PathBuf,
+        /// " (pid N)" when known.
+        holder: String,
+    },
+    /// The lock file could not be created or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// Shorthand for store results.

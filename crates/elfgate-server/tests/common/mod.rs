@@ -38,6 +38,8 @@ pub struct Opts {
     /// Tables appended to the config file.
     pub extra_toml: String,
     pub env: Vec<(String, String)>,
+    /// Starts the daemon with this soft limit on open files (its hard limit unchanged).
+    pub nofile_soft: Option<u64>,
 }
 
 pub fn write_config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
@@ -116,12 +118,21 @@ impl Daemon {
         Self::start_in(dir, mock, opts)
     }
 
-    /// Starts a daemon on an existing data directory (a restart).
     /// `elfgate serve` on `dir` with `opts`, and nothing of the test's own environment that
     /// would change it.
     fn serve_command(dir: &Path, mock: &MockServer, opts: &Opts) -> Command {
         let config = write_config_with_server(dir, mock, &opts.server_toml, &opts.extra_toml);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+        let mut cmd = match opts.nofile_soft {
+            // `exec` keeps the pid, so `child` is the daemon itself.
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_elfgate"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_elfgate")),
+        };
         cmd.arg("serve")
             .arg("--config")
             .arg(&config)
@@ -139,6 +150,7 @@ impl Daemon {
         cmd
     }
 
+    /// Starts a daemon on an existing data directory (a restart).
     pub fn start_in(dir: PathBuf, mock: &MockServer, opts: Opts) -> Daemon {
         let mut cmd = Self::serve_command(&dir, mock, &opts);
         cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -369,6 +381,21 @@ impl Sse {
                 .expect("no SSE event within the guard time")?;
             self.buf
                 .push_str(std::str::from_utf8(&chunk.ok()?).unwrap());
+        }
+    }
+
+    /// Reads to the end of the stream; Err when the body was cut off (a transport error) rather
+    /// than ended by the daemon.
+    pub async fn rest(&mut self) -> Result<(), String> {
+        loop {
+            match tokio::time::timeout(GUARD, self.stream.next())
+                .await
+                .expect("the stream did not end within the guard time")
+            {
+                None => return Ok(()),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(format!("{e:?}")),
+            }
         }
     }
 
