@@ -87,6 +87,7 @@ matcher = "shell"
 command = "env > hook.env"
 "#
             .into(),
+            ..Opts::default()
         },
     );
     let dir = project();
