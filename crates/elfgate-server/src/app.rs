@@ -2,7 +2,8 @@
 
 use crate::auth::require_token;
 use crate::config::Config;
-use crate::error::{ApiError, BodyLimit};
+use crate::error::{ApiError, method_not_allowed};
+use crate::extract::BodyLimit;
 use crate::routes;
 use crate::state::AppState;
 use axum::Router;
@@ -144,10 +145,14 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::health::protected_routes())
+            // Before the auth layer, so that a wrong method without a token is still 401.
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
             .merge(protected)
+            // Reaches only the routes above without one: the protected ones have theirs.
+            .method_not_allowed_fallback(method_not_allowed)
             .fallback(|| async { ApiError::NotFound("no such route".into()).into_response() })
             .layer(middleware::from_fn(move |mut req: Request, next: Next| {
                 req.extensions_mut().insert(BodyLimit(limit));

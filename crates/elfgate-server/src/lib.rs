@@ -4,6 +4,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod extract;
 pub mod idempotency;
 pub mod openapi;
 pub mod routes;

@@ -4,34 +4,16 @@
 //! behind the same trait later.
 
 mod codec;
+mod error;
 mod script;
 mod sqlite;
 mod writer;
 
+pub use error::StoreError;
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;
 use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
-
-/// A storage failure.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database refused or failed.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    /// Migrations failed.
-    #[error("migration error: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored row could not be read back.
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-    /// The storage URL is not one this build supports.
-    #[error("unsupported storage url '{0}'")]
-    UnsupportedUrl(String),
-    /// The database directory could not be created.
-    #[error("cannot prepare the database location: {0}")]
-    Io(#[from] std::io::Error),
-}
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
