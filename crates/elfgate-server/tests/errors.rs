@@ -386,8 +386,16 @@ async fn a_first_prompt_is_announced_even_when_the_run_fails_at_once() {
 
 /// A request as a client sends it, with the harness's token when it has one; the status, the
 /// headers and the body parsed as JSON (Null when it is not JSON).
-async fn request(d: &Daemon, method: &str, path: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+async fn request(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
     let mut rb = d.http.request(method.parse().unwrap(), d.url(path));
+    if let Some(body) = body {
+        rb = rb.json(&body);
+    }
     if let Some(t) = &d.token {
         rb = rb.bearer_auth(t);
     }
@@ -426,7 +434,7 @@ async fn every_rejection_is_a_json_error() {
             .filter(|m| item.get(m.to_lowercase()).is_some())
             .collect();
         for method in methods.iter().filter(|m| !has.contains(m)) {
-            let (s, headers, v) = request(&d, method, &path).await;
+            let (s, headers, v) = request(&d, method, &path, None).await;
             assert_eq!(s, 405, "{method} {template}: {v}");
             assert_eq!(code(&v), "method_not_allowed", "{method} {template}");
             assert!(
@@ -495,7 +503,53 @@ async fn every_rejection_is_a_json_error() {
         ),
         ("PUT", "/v1/nothing-here".to_string(), 404, "not_found"),
     ] {
-        let (s, _, v) = request(&d, method, &path).await;
+        let (s, _, v) = request(&d, method, &path, None).await;
         assert_eq!((s, code(&v)), (status, want), "{method} {path}: {v}");
     }
+}
+
+/// Another process holding the database's write lock makes a write fail with SQLITE_BUSY once
+/// the busy timeout has passed: the client gets 503 with Retry-After and a reference, not the
+/// driver's text, and the same request succeeds once the lock is gone.
+#[tokio::test]
+async fn a_busy_database_is_503_with_retry_after() {
+    use sqlx::Connection;
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    // Followed all along, so that the session's bus stays open and writes nothing meanwhile.
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(&run).await;
+
+    let url = format!("sqlite://{}", d.dir.join("elfgate.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let path = format!("/v1/sessions/{sid}/messages");
+    let (s, headers, v) = request(&d, "POST", &path, Some(json!({"prompt": "again"}))).await;
+    assert_eq!((s, code(&v)), (503, "unavailable"), "{v}");
+    assert_eq!(headers["retry-after"], "1");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("busy") && message.contains("(ref "),
+        "{message}"
+    );
+    assert!(
+        !message.contains("locked") && !message.contains("code"),
+        "{message}"
+    );
+    // Reads go on meanwhile (WAL).
+    let (s, _) = d.get("/readyz").await;
+    assert_eq!(s, 200);
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+    other.close().await.unwrap();
+    let (s, v) = d.post(&path, json!({"prompt": "again"})).await;
+    assert_eq!(s, 202, "{v}");
+    sse.until_complete(v["runId"].as_str().unwrap()).await;
+    // The refused prompt left nothing behind.
+    let (_, m) = d.get(&path).await;
+    assert_eq!(m["messages"].as_array().unwrap().len(), 4, "{m}");
 }
