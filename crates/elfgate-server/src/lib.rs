@@ -6,9 +6,11 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod idempotency;
+pub mod keyed_lock;
 pub mod openapi;
 pub mod routes;
 pub mod service;
+pub mod session_gate;
 pub mod sse;
 pub mod state;
 

@@ -405,16 +405,17 @@ pub async fn send_message(
     req: SendMessageRequest,
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
+    // Held until the run is admitted or withdrawn, so that a DELETE either stops this run or is
+    // seen by the checks below (see session_gate.rs).
+    let _pass =
+        state.sessions.enter(session_id).await.ok_or_else(|| {
+            ApiError::NotFound(format!("session '{session_id}' is being deleted"))
+        })?;
     let session = state
         .store
         .get_session(session_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
-    if state.deleting.contains(&session_id) {
-        return Err(ApiError::NotFound(format!(
-            "session '{session_id}' is being deleted"
-        )));
-    }
     check_prompt(&req.prompt)?;
     check_overrides(state, session.engine, &req.overrides)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
@@ -564,14 +565,12 @@ pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(
             "unknown session '{session_id}'"
         )));
     }
-    if !state.deleting.insert(session_id) {
+    let Some(_mark) = state.sessions.begin_delete(session_id).await else {
         return Err(ApiError::Conflict(format!(
             "session '{session_id}' is already being deleted"
         )));
-    }
-    let result = delete_stopped_session(state, session_id).await;
-    state.deleting.remove(&session_id);
-    result
+    };
+    delete_stopped_session(state, session_id).await
 }
 
 async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {
