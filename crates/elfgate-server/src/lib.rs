@@ -4,6 +4,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod event_schema;
 pub mod extract;
 pub mod idempotency;
 pub mod keyed_lock;

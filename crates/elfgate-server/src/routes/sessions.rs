@@ -1,8 +1,8 @@
 //! /v1/sessions: create, resume, follow, interrupt, read, delete.
 
 use crate::error::{ApiError, ErrorBody};
+use crate::event_schema::EventEnvelope;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::openapi::EventEnvelope;
 use crate::service::{
     self, CreateSessionRequest, CreateSessionResponse, InterruptResponse, SendMessageRequest,
     SendMessageResponse, SessionView, parse_session_id,
@@ -217,7 +217,7 @@ struct InterruptRequest {
     operation_id = "interruptSession",
     tag = "sessions",
     params(("id" = SessionId, Path, description = "Session id")),
-    request_body(content = Option<InterruptRequest>, description = "Optional; an empty body means wait=false"),
+    request_body(content = InterruptRequest, description = "Optional (not required; an empty body means wait=false); `null` is 400"),
     responses(
         (status = 200, description = "Interrupted, or nothing was running", body = InterruptResponse),
         (status = 400, description = "Malformed body", body = ErrorBody),
