@@ -54,6 +54,10 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
                     default_model: p.default_model.clone(),
                     idle_timeout: Duration::from_secs(p.idle_timeout_secs.max(1)),
                     request_timeout: Duration::from_secs(p.request_timeout_secs.max(1)),
+                    first_token_timeout: Duration::from_secs(
+                        p.first_token_timeout_secs
+                            .unwrap_or(p.request_timeout_secs.max(1) + p.idle_timeout_secs.max(1)),
+                    ),
                 },
                 http.clone(),
             ),

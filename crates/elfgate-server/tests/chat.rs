@@ -763,3 +763,73 @@ async fn delete_racing_prompts_leaves_no_run_on_a_deleted_session() {
         );
     }
 }
+
+/// Waits (bounded) until the mock has seen the client close the request for `model`.
+async fn until_disconnected(mock: &MockServer, model: &str) -> Vec<Outcome> {
+    let deadline = tokio::time::Instant::now() + common::GUARD;
+    loop {
+        let outcomes: Vec<Outcome> = mock
+            .requests()
+            .iter()
+            .filter(|r| r.model == model)
+            .map(|r| r.outcome)
+            .collect();
+        if outcomes.contains(&Outcome::ClientDisconnected) || tokio::time::Instant::now() > deadline
+        {
+            return outcomes;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// An upstream that accepts the call and then sends nothing: the provider's first-token deadline
+/// (1 s here, against an idle timeout of 30 s and retries left) ends the call once for all its
+/// attempts: one `error`, no `retry`, a run that completes with `error`, the upstream closed.
+#[tokio::test]
+async fn a_stall_before_the_first_token_ends_the_run_at_the_call_deadline() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = format!(
+        r#"
+[providers.stalling]
+kind = "openai"
+base_url = "{}/v1"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+first_token_timeout_secs = 1
+"#,
+        mock.base_url()
+    );
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra,
+            ..Opts::default()
+        },
+    );
+    let project = tempfile::tempdir().unwrap();
+    for engine in ["chat", "tinyelf"] {
+        let model = format!("mock:stall_after=0,id={engine}");
+        let (sid, run) = d
+            .create(
+                json!({"engine": engine, "prompt": "hello?", "providerId": "stalling",
+                           "model": model,
+                           "projectPath": project.path().display().to_string()}),
+            )
+            .await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        let t = types(&evs);
+        assert!(!t.contains(&"retry"), "{engine}: {t:?}");
+        let errors: Vec<&common::Ev> = evs.iter().filter(|e| e.event == "error").collect();
+        assert_eq!(errors.len(), 1, "{engine}: {t:?}");
+        assert_eq!(errors[0].data["error"]["code"], "first_token_timeout");
+        assert_in_order(&t, &["userMessage", "error", "result", "complete"]);
+        assert_eq!(evs.last().unwrap().data["finishReason"], "error");
+        let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+        assert_eq!(r["status"], "failed", "{r}");
+        assert_eq!(
+            until_disconnected(&mock, &model).await,
+            [Outcome::ClientDisconnected],
+            "{engine}: one upstream request, closed by the daemon"
+        );
+    }
+}
