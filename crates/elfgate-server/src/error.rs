@@ -117,23 +117,15 @@ impl ApiError {
     }
 
     /// The message a client sees. A storage failure is logged here with a fresh reference, which
-    /// the message carries instead of the driver's text (SQL, file paths, constraint names).
+    /// the message carries instead of the driver's text ([`StoreError::report`]).
     fn client_message(&self) -> String {
         match self {
             ApiError::Internal(msg) => {
                 tracing::error!(error = %msg, "internal error");
                 self.to_string()
             }
-            ApiError::Storage(e) => {
-                let reference = uuid::Uuid::now_v7();
-                tracing::error!(%reference, error = %e, "storage failure");
-                let advice = if e.is_transient() {
-                    "; try again later"
-                } else {
-                    ""
-                };
-                format!("{}{advice} (ref {reference})", e.summary())
-            }
+            ApiError::Storage(e) if e.is_transient() => format!("{}; try again later", e.report()),
+            ApiError::Storage(e) => e.report(),
             _ => self.to_string(),
         }
     }

@@ -96,6 +96,15 @@ impl StoreError {
         }
     }
 
+    /// Logs this failure with its detail under a new reference and returns what a client may be
+    /// shown instead: the kind and the reference, never the driver's text (SQL, paths,
+    /// constraint names). Whoever reports the failure can be pointed at the log line.
+    pub fn report(&self) -> String {
+        let reference = uuid::Uuid::now_v7();
+        tracing::error!(%reference, error = %self, "storage failure");
+        format!("{} (ref {reference})", self.summary())
+    }
+
     /// Classifies a SQLite result code (extended or primary).
     fn from_sqlite_code(code: i64, detail: String) -> StoreError {
         match code & 0xff {
@@ -229,6 +238,12 @@ mod tests {
                 "the summary leaves the detail out"
             );
         }
+        let shown = StoreError::Corrupt("row 7: invalid uuid 'x'".into()).report();
+        assert!(
+            shown.starts_with("corrupt data in the database (ref "),
+            "{shown}"
+        );
+        assert!(!shown.contains("row 7"), "{shown}");
         assert!(matches!(
             StoreError::from(sqlx::Error::PoolTimedOut),
             StoreError::Busy(_)

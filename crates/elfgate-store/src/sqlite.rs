@@ -398,7 +398,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.to_string()))
+            .map_err(|e| LedgerError(e.report()))
     }
 
     async fn run_finished(
@@ -417,7 +417,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.to_string()))
+            .map_err(|e| LedgerError(e.report()))
     }
 }
 

@@ -183,7 +183,7 @@ impl Runner {
 
     async fn persist(&self, msg: &Message) -> Result<(), ErrorInfo> {
         self.inner.store.insert_message(msg).await.map_err(|e| {
-            let info = ErrorInfo::new("storage", e.to_string());
+            let info = ErrorInfo::new("storage", e.report());
             self.ctx.events.emit(EventPayload::Error {
                 error: info.clone(),
             });
