@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests and the end-to-end tests that start the daemon on a
-# loopback port against the mock provider. Needs only a Rust toolchain; no service, no key.
+# loopback port against the mock provider, and the browser tests in headless Chromium (installed
+# by scripts/install-test-deps.sh). No service, no key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/install-test-deps.sh
+# The browser tests fail instead of skipping when Chromium is missing.
+export ELFGATE_BROWSER_TESTS=require
 cargo test --workspace --locked "$@"

@@ -49,6 +49,8 @@ pub struct Target {
     pub http: reqwest::Client,
     /// `http://ADDR` of the mock provider.
     pub mock_base: String,
+    /// The daemon's bearer token.
+    pub daemon_token: String,
     /// `http://ADDR` of the daemon.
     pub daemon_base: String,
     /// Daemon sessions as one request (POST with `Accept: text/event-stream`).
@@ -215,6 +217,7 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
         let resp = t
             .http
             .post(format!("{}/v1/sessions", t.daemon_base))
+            .bearer_auth(&t.daemon_token)
             .header("Accept", "text/event-stream")
             .json(&body)
             .send()
@@ -228,6 +231,7 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
         let resp = t
             .http
             .post(format!("{}/v1/sessions", t.daemon_base))
+            .bearer_auth(&t.daemon_token)
             .json(&body)
             .send()
             .await?;
@@ -250,6 +254,7 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
                 "{}/v1/sessions/{id}/events?until=complete",
                 t.daemon_base
             ))
+            .bearer_auth(&t.daemon_token)
             .send()
             .await?;
         if !resp.status().is_success() {
@@ -348,6 +353,7 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
     let created: serde_json::Value = t
         .http
         .post(format!("{}/v1/sessions", t.daemon_base))
+        .bearer_auth(&t.daemon_token)
         .json(&body)
         .send()
         .await?
@@ -364,6 +370,7 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
             "{}/v1/sessions/{id}/events?until=complete",
             t.daemon_base
         ))
+        .bearer_auth(&t.daemon_token)
         .send()
         .await?
         .error_for_status()?;
@@ -377,6 +384,7 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
     let answer = t
         .http
         .post(format!("{}/v1/sessions/{id}/interrupt", t.daemon_base))
+        .bearer_auth(&t.daemon_token)
         .json(&json!({"wait": true}))
         .send();
     let mut complete_seen = None;

@@ -15,6 +15,8 @@ pub struct Daemon {
     pub base: String,
     /// The daemon's process id.
     pub pid: u32,
+    /// The bearer token the daemon generated into its data directory.
+    pub token: String,
     /// Holds the config file and the database until the daemon is gone.
     _dir: tempfile::TempDir,
 }
@@ -88,6 +90,11 @@ provider = "mock"
             bail!("the daemon did not start (stdout: {line:?})");
         };
         let base = base.to_string();
+        // The daemon writes its token file before it listens.
+        let token = std::fs::read_to_string(dir.path().join("token"))
+            .context("reading the daemon's token file")?
+            .trim()
+            .to_string();
         // Keep draining stdout so the daemon can never block on a full pipe.
         std::thread::spawn(move || {
             let mut sink = Vec::new();
@@ -97,6 +104,7 @@ provider = "mock"
             child,
             base,
             pid,
+            token,
             _dir: dir,
         })
     }

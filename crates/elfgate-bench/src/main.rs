@@ -631,6 +631,7 @@ async fn main() -> anyhow::Result<()> {
         http,
         mock_base: mock.base_url(),
         daemon_base: daemon.base.clone(),
+        daemon_token: daemon.token.clone(),
         one_request: opts.one_request,
     };
 

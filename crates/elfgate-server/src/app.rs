@@ -1,20 +1,24 @@
 //! Builds the daemon: store, engines, dispatcher, router; runs it until a shutdown signal.
 
 use crate::auth::require_token;
-use crate::config::Config;
+use crate::config::{AuthMode, Config};
 use crate::error::{ApiError, method_not_allowed};
 use crate::extract::BodyLimit;
+use crate::request_guard::guard_requests;
 use crate::routes;
 use crate::state::AppState;
+use crate::token_file::{self, TokenSource};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
-use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
-use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
+use elfgate_engines::{
+    ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
+};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
 use elfgate_store::{SqliteStore, Store};
+use elfgate_tools::process::{Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +28,36 @@ use tokio::net::TcpListener;
 pub struct Daemon {
     /// Shared state.
     pub state: AppState,
+    /// Where the bearer token came from; None when auth is off.
+    pub token_source: Option<TokenSource>,
     store: SqliteStore,
+}
+
+/// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
+/// in the data directory, created at first start.
+fn settle_token(
+    config: &mut Config,
+    data_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Option<TokenSource>> {
+    if config.token.is_some() {
+        if config.server.auth == AuthMode::None {
+            tracing::warn!("server.auth = \"none\" is ignored: ELFGATE_TOKEN is set");
+        }
+        return Ok(Some(TokenSource::Environment));
+    }
+    if config.server.auth == AuthMode::None {
+        tracing::warn!(
+            "server.auth = \"none\": any program of any user on this machine can drive the \
+             daemon (and every tool it runs); use it only on a single-user machine"
+        );
+        return Ok(None);
+    }
+    let (token, source) = match data_dir {
+        Some(dir) => token_file::load_or_create(dir)?,
+        None => (token_file::generate()?, TokenSource::Ephemeral),
+    };
+    config.token = Some(token);
+    Ok(Some(source))
 }
 
 fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
@@ -85,9 +118,42 @@ fn data_dir(url: &str) -> Option<std::path::PathBuf> {
     p.parent().map(|d| d.to_path_buf())
 }
 
+/// `[engines.tinyelf]` with what only the running daemon knows: the variables holding provider
+/// keys (never given to children) and whether this host can isolate a child's network.
+async fn tinyelf_config(config: &Config) -> TinyElfConfig {
+    let mut c = config.engines.tinyelf.clone();
+    c.secret_env = config
+        .providers
+        .values()
+        .filter_map(|p| p.api_key_env.clone())
+        .collect();
+    let probe = Isolation::probe().await;
+    match (&probe, c.shell_network) {
+        (Ok(iso), Network::Isolated) => tracing::info!(
+            isolation = %iso,
+            "shell commands and hooks run in a network namespace of their own: the daemon's API \
+             and every other network are out of their reach"
+        ),
+        (Err(why), Network::Isolated) => tracing::warn!(
+            reason = %why,
+            "cannot give shell commands and hooks a network of their own: they run in the \
+             host's network and can reach the daemon's API (engines.tinyelf.shell_network = \
+             \"isolated\" falls back to host)"
+        ),
+        (_, Network::Host) => tracing::info!(
+            "engines.tinyelf.shell_network = \"host\": shell commands and hooks share the \
+             host's network and can reach the daemon's API"
+        ),
+    }
+    c.isolation = probe.ok();
+    c
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
-    pub async fn build(config: Config) -> anyhow::Result<Daemon> {
+    pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
+        let dir = data_dir(&config.storage.url);
+        let token_source = settle_token(&mut config, dir.as_deref())?;
         let store = SqliteStore::open(&config.storage.url).await?;
         let recovered = store.recover_unfinished_runs().await?;
         for r in &recovered {
@@ -127,18 +193,24 @@ impl Daemon {
                 active.clone(),
             )));
         }
-        let permissions = Arc::new(elfgate_tools::PermissionBroker::new());
+        let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
+            config.engines.tinyelf.max_remembered_decisions,
+        ));
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),
-            config.engines.tinyelf.clone(),
+            tinyelf_config(&config).await,
             permissions.clone(),
             data_dir(&config.storage.url),
             active.clone(),
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
-        Ok(Daemon { state, store })
+        Ok(Daemon {
+            state,
+            token_source,
+            store,
+        })
     }
 
     /// The router with every route and layer.
@@ -163,6 +235,12 @@ impl Daemon {
                 next.run(req)
             }))
             .layer(DefaultBodyLimit::max(limit))
+            // Outermost: a request from a foreign Host or Origin is refused before anything else,
+            // and a CORS preflight is answered before auth (browsers send it without the token).
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                guard_requests,
+            ))
             .with_state(state)
     }
 
@@ -176,38 +254,34 @@ impl Daemon {
         let app = self.router();
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
+        let settings = crate::listener::ConnectionSettings::from_config(&state.config.server);
         let shutdown_state = state.clone();
-        // Without TCP_NODELAY each small SSE frame waits for the client's delayed ACK (~40 ms).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                signal.await;
-                tracing::info!("shutting down");
-                shutdown_state.begin_shutdown();
-                let done = shutdown_state.dispatcher.interrupt_all();
-                let wait_all = async {
-                    for d in done {
-                        d.cancelled().await;
-                    }
-                };
-                let active = shutdown_state.dispatcher.active().clone();
-                let wait_all = async move {
-                    wait_all.await;
-                    // Queued runs end right after the running ones, without running.
-                    while !active.is_empty() {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                };
-                if tokio::time::timeout(grace, wait_all).await.is_err() {
-                    tracing::warn!("some runs did not end within the shutdown grace period");
+        // New connections and requests are still taken while runs wind down (they get 503 for
+        // new work); the listener stops after the streams have been told to end.
+        let stop = async move {
+            signal.await;
+            tracing::info!("shutting down");
+            shutdown_state.begin_shutdown();
+            let done = shutdown_state.dispatcher.interrupt_all();
+            let wait_all = async {
+                for d in done {
+                    d.cancelled().await;
                 }
-                shutdown_state.shutdown.cancel();
-            })
-            .await?;
+            };
+            let active = shutdown_state.dispatcher.active().clone();
+            let wait_all = async move {
+                wait_all.await;
+                // Queued runs end right after the running ones, without running.
+                while !active.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            if tokio::time::timeout(grace, wait_all).await.is_err() {
+                tracing::warn!("some runs did not end within the shutdown grace period");
+            }
+            shutdown_state.shutdown.cancel();
+        };
+        crate::listener::serve(listener, app, settings, stop).await;
         let hub = state.dispatcher.hub().clone();
         hub.release_all();
         if tokio::time::timeout(grace, hub.flush()).await.is_err() {

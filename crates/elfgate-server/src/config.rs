@@ -34,6 +34,31 @@ pub struct ServerConfig {
     pub keepalive_secs: u64,
     /// Seconds to wait for runs and the log on shutdown.
     pub shutdown_grace_secs: u64,
+    /// Whether requests need the bearer token.
+    #[serde(default)]
+    pub auth: AuthMode,
+    /// Origins (scheme://host[:port]) whose web pages may call the API, with CORS answers.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Host header names accepted besides loopback names and the bound address.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Seconds a client has to send a whole request header.
+    pub header_read_timeout_secs: u64,
+    /// Client connections open at once.
+    pub max_connections: usize,
+}
+
+/// `[server] auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Every route but /healthz and /readyz needs `Authorization: Bearer <token>`; the token is
+    /// ELFGATE_TOKEN, or else the one generated into the data directory at first start.
+    #[default]
+    Token,
+    /// No token (loopback only; the daemon warns at every start).
+    None,
 }
 
 /// `[storage]`.
@@ -177,9 +202,17 @@ impl Config {
                     .map(|_| "storage.url".into()),
             );
         let mut config: Config = fig.extract().map_err(Box::new)?;
-        config.token = std::env::var("ELFGATE_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty());
+        config.token = match std::env::var("ELFGATE_TOKEN") {
+            // A blank token is a mistake (an unset variable expanded, say), and one no client
+            // could send: refuse it rather than run with a token no one has or with none.
+            Ok(t) if t.trim().is_empty() => {
+                return Err(ConfigError::Invalid(
+                    "ELFGATE_TOKEN is set but blank: set a real token or unset it".into(),
+                ));
+            }
+            Ok(t) => Some(t.trim().to_string()),
+            Err(_) => None,
+        };
         config.validate()?;
         Ok(config)
     }
@@ -194,10 +227,15 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let addr = self.bind_addr()?;
-        if !addr.ip().is_loopback() && self.token.is_none() {
+        if !addr.ip().is_loopback() && self.server.auth == AuthMode::None {
             return Err(ConfigError::Invalid(format!(
-                "refusing to listen on non-loopback address {addr} without ELFGATE_TOKEN"
+                "server.auth = \"none\" is only allowed on a loopback address, not on {addr}"
             )));
+        }
+        for origin in &self.server.allowed_origins {
+            crate::request_guard::parse_origin(origin).map_err(|e| {
+                ConfigError::Invalid(format!("server.allowed_origins '{origin}': {e}"))
+            })?;
         }
         if let Some(p) = &self.defaults.provider
             && !self.providers.contains_key(p)
@@ -222,6 +260,20 @@ impl Config {
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        self.engines
+            .tinyelf
+            .validate()
+            .map_err(ConfigError::Invalid)?;
+        if self.server.header_read_timeout_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "server.header_read_timeout_secs must be positive".into(),
+            ));
+        }
+        if self.server.max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_connections must be positive".into(),
             ));
         }
         if !self.storage.url.starts_with("sqlite:") {

@@ -21,7 +21,8 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, method_not_allowed, busy,
-    /// conflict, payload_too_large, unprocessable, not_implemented, unavailable, internal.
+    /// conflict, payload_too_large, unsupported_media_type, unprocessable, not_implemented,
+    /// unavailable, internal.
     pub code: String,
     /// What happened, for a human.
     pub message: String,
@@ -39,6 +40,9 @@ pub enum ApiError {
     /// Wrong credentials (403).
     #[error("invalid token")]
     Forbidden,
+    /// A request the daemon refuses whatever its credentials: a foreign Host or Origin (403).
+    #[error("{0}")]
+    Refused(String),
     /// Unknown session, run or request (404).
     #[error("{0}")]
     NotFound(String),
@@ -57,6 +61,9 @@ pub enum ApiError {
     /// Body over the limit (413).
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// A body that is not declared as JSON (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Unknown engine or provider (422).
     #[error("{0}")]
     Unprocessable(String),
@@ -80,11 +87,12 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -99,12 +107,13 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden => "forbidden",
+            ApiError::Forbidden | ApiError::Refused(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Busy { .. } => "busy",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unprocessable(_) => "unprocessable",
             ApiError::NotImplemented(_) => "not_implemented",
             ApiError::Unavailable(_) => "unavailable",
@@ -190,7 +199,7 @@ mod tests {
     async fn transient_storage_failures_are_503_with_retry_after_and_no_driver_text() {
         for (e, wait) in [
             (StoreError::Busy(DRIVER_TEXT.into()), "1"),
-            (StoreError::Locked(DRIVER_TEXT.into()), "1"),
+            (StoreError::TableLocked(DRIVER_TEXT.into()), "1"),
             (StoreError::Full(DRIVER_TEXT.into()), "30"),
         ] {
             let (status, retry_after, body) = answer(e.into()).await;

@@ -8,8 +8,14 @@ use axum::http::request::Parts;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-/// A JSON body whose every failure is an [`ApiError`]: 413 over the limit, 400 for malformed
-/// JSON or wrong fields. The Content-Type is not required, so that `curl -d` works.
+/// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
+/// limit, 400 for malformed JSON or wrong fields.
+///
+/// The Content-Type check is a security boundary, not pedantry: a web page on any origin may
+/// send `text/plain`, form data or multipart without a CORS preflight, so a daemon that parses
+/// those as JSON can be driven by any page the user visits. `application/json` needs a
+/// preflight, which the origin check answers. A request with no Content-Type and an empty body
+/// is taken as `{}` (e.g. `POST …/interrupt` with nothing to say).
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
@@ -30,6 +36,13 @@ where
             .get::<BodyLimit>()
             .map(|l| l.0)
             .unwrap_or_default();
+        let declared_json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| is_json_media_type(v.as_bytes()));
+        if declared_json == Some(false) {
+            return Err(unsupported_media_type());
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
             if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::PayloadTooLarge(limit)
@@ -39,6 +52,8 @@ where
         })?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
+        } else if declared_json.is_none() {
+            return Err(unsupported_media_type());
         } else {
             &bytes
         };
@@ -88,5 +103,53 @@ where
             .await
             .map(|Query(v)| ApiQuery(v))
             .map_err(|rej| ApiError::BadRequest(rej.body_text()))
+    }
+}
+
+fn unsupported_media_type() -> ApiError {
+    ApiError::UnsupportedMediaType(
+        "the body must be JSON sent with Content-Type: application/json".into(),
+    )
+}
+
+/// `application/json` or `application/*+json`, any parameters (charset) allowed.
+fn is_json_media_type(value: &[u8]) -> bool {
+    let Ok(value) = std::str::from_utf8(value) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5
+                && subtype.as_bytes()[subtype.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_media_type;
+
+    #[test]
+    fn json_media_types() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+        ] {
+            assert!(is_json_media_type(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "+json",
+            "",
+        ] {
+            assert!(!is_json_media_type(bad.as_bytes()), "{bad}");
+        }
     }
 }

@@ -6,14 +6,18 @@ pub mod config;
 pub mod error;
 pub mod event_schema;
 pub mod extract;
+pub mod fdlimit;
 pub mod idempotency;
 pub mod keyed_lock;
+pub mod listener;
 pub mod openapi;
+pub mod request_guard;
 pub mod routes;
 pub mod service;
 pub mod session_gate;
 pub mod sse;
 pub mod state;
+pub mod token_file;
 
 pub use app::Daemon;
 pub use config::Config;

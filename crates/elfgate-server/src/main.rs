@@ -52,6 +52,43 @@ async fn shutdown_signal() {
     }
 }
 
+/// Says where the bearer token is. Written with errors ignored: a caller that read the listening
+/// line may have closed our stdout already.
+fn print_token(daemon: &Daemon) {
+    use elfgate_server::token_file::TokenSource;
+    use std::io::Write;
+    let token = daemon.state.config.token.as_deref().unwrap_or_default();
+    let line = match &daemon.token_source {
+        None => "elfgate auth: none (server.auth = \"none\"): no token is needed".to_string(),
+        Some(TokenSource::Environment) => "elfgate token: from ELFGATE_TOKEN".to_string(),
+        Some(TokenSource::File { path, created }) => format!(
+            "elfgate token: {token} ({} {}; send it as 'Authorization: Bearer <token>')",
+            if *created { "new, saved in" } else { "from" },
+            path.display()
+        ),
+        Some(TokenSource::Ephemeral) => {
+            format!("elfgate token: {token} (in-memory database: a new token at every start)")
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Every client connection holds a file descriptor; the common default soft limit (1024) would
+/// cap the daemon at about a thousand of them.
+fn raise_file_limit() {
+    match elfgate_server::fdlimit::raise() {
+        Ok(l) => tracing::info!(
+            soft = l.soft,
+            hard = l.hard,
+            was = l.before,
+            "open-file limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -84,6 +121,16 @@ async fn run() -> anyhow::Result<()> {
         Some("serve") | None => {
             let config = Config::load(parse_config_flag(args.get(1..).unwrap_or(&[]))?.as_deref())?;
             let addr = config.bind_addr()?;
+            // Processes that escape a command's group are re-parented to the daemon, which kills
+            // them when the command ends, instead of to init, where they would live on.
+            if let Err(e) = elfgate_tools::process::become_subreaper() {
+                tracing::warn!(
+                    error = %e,
+                    "cannot become a child subreaper: processes that escape a shell command's \
+                     process group outlive it"
+                );
+            }
+            raise_file_limit();
             let daemon = Daemon::build(config).await?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -92,6 +139,7 @@ async fn run() -> anyhow::Result<()> {
             // Tests and scripts read this line to learn the port when binding port 0.
             println!("elfgate listening on http://{local}");
             tracing::info!(%local, "elfgate listening");
+            print_token(&daemon);
             daemon.serve(listener, shutdown_signal()).await
         }
         Some("migrate") => {
@@ -116,11 +164,12 @@ async fn run() -> anyhow::Result<()> {
             );
             println!("  default provider: {:?}", config.defaults.provider);
             println!(
-                "  token: {}",
-                if config.token.is_some() {
-                    "set"
-                } else {
-                    "not set"
+                "  auth: {}",
+                match (&config.token, config.server.auth) {
+                    (Some(_), _) => "token from ELFGATE_TOKEN",
+                    (None, elfgate_server::config::AuthMode::Token) =>
+                        "token from the data directory's token file (created at first start)",
+                    (None, elfgate_server::config::AuthMode::None) => "none (loopback only)",
                 }
             );
             Ok(())

@@ -37,6 +37,8 @@ pub struct AppInner {
     pub sessions: crate::session_gate::SessionGates,
     /// Idempotency keys (`clientMsgId`) of requests being handled.
     pub client_keys: crate::idempotency::KeyLocks,
+    /// Host and Origin checks, CORS.
+    pub request_guard: crate::request_guard::RequestGuard,
 }
 
 impl AppState {
@@ -49,6 +51,14 @@ impl AppState {
         metrics: Arc<Metrics>,
         permissions: Arc<PermissionBroker>,
     ) -> Self {
+        let bind = config
+            .bind_addr()
+            .unwrap_or_else(|_| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)));
+        let request_guard = crate::request_guard::RequestGuard::new(
+            bind,
+            &config.server.allowed_hosts,
+            &config.server.allowed_origins,
+        );
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -61,6 +71,7 @@ impl AppState {
                 shutting_down: AtomicBool::new(false),
                 sessions: Default::default(),
                 client_keys: Default::default(),
+                request_guard,
             }),
         }
     }

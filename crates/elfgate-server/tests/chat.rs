@@ -263,7 +263,10 @@ async fn reconnect_with_last_event_id_gets_every_missed_event_once() {
         (0..30).map(|i| format!("tok{i} ")).collect::<String>()
     );
     // The same through ?afterSeq.
-    let r = reqwest::get(d.url(&format!("/v1/sessions/{sid}/events?afterSeq={last_id}")))
+    let r = d
+        .http
+        .get(d.url(&format!("/v1/sessions/{sid}/events?afterSeq={last_id}")))
+        .send()
         .await
         .unwrap();
     let mut third = common::Sse::new(r);
@@ -538,7 +541,7 @@ async fn user_prompts(d: &Daemon, sid: &str) -> Vec<String> {
 
 /// Reads a stream to its end; panics if it does not end within the guard time.
 async fn read_to_end(d: &Daemon, path: &str) -> Vec<common::Ev> {
-    let r = reqwest::get(d.url(path)).await.unwrap();
+    let r = d.http.get(d.url(path)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let mut sse = common::Sse::new(r);
     let mut evs = Vec::new();

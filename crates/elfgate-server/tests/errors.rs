@@ -7,6 +7,8 @@ use common::{Daemon, Opts, chat};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 
+/// A request with `authorization` as given (None: no credentials at all), or with the harness's
+/// token when `authorization` is `Some("harness")`.
 async fn raw(
     d: &Daemon,
     method: &str,
@@ -14,8 +16,11 @@ async fn raw(
     body: &str,
     token: Option<&str>,
 ) -> (u16, Value) {
-    let mut rb = d
-        .http
+    let (client, token) = match token {
+        Some("harness") => (&d.http, None),
+        other => (&d.anon, other),
+    };
+    let mut rb = client
         .request(method.parse().unwrap(), d.url(path))
         .header("content-type", "application/json")
         .body(body.to_string());
@@ -44,7 +49,7 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
     let mut sse = d.events(&sid, None).await;
     sse.until_text("tok0 ").await;
 
-    let (s, v) = raw(&d, "POST", "/v1/sessions", "{not json", None).await;
+    let (s, v) = raw(&d, "POST", "/v1/sessions", "{not json", Some("harness")).await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
     assert!(
         v["error"]["message"]
@@ -53,7 +58,14 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
             .contains("invalid JSON")
     );
 
-    let (s, v) = raw(&d, "POST", "/v1/sessions", r#"{"engine":"chat"}"#, None).await;
+    let (s, v) = raw(
+        &d,
+        "POST",
+        "/v1/sessions",
+        r#"{"engine":"chat"}"#,
+        Some("harness"),
+    )
+    .await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
     assert!(
         v["error"]["message"].as_str().unwrap().contains("prompt"),
@@ -65,7 +77,7 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
         "POST",
         "/v1/sessions",
         r#"{"engine":"chat","prompt":"  "}"#,
-        None,
+        Some("harness"),
     )
     .await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
@@ -148,7 +160,7 @@ async fn bad_requests_get_json_errors_and_nothing_breaks() {
 
     // The harness config limits bodies to 64 KiB.
     let big = json!({"engine": "chat", "prompt": "x".repeat(100_000)}).to_string();
-    let (s, v) = raw(&d, "POST", "/v1/sessions", &big, None).await;
+    let (s, v) = raw(&d, "POST", "/v1/sessions", &big, Some("harness")).await;
     assert_eq!((s, code(&v)), (413, "payload_too_large"));
 
     // A cursor beyond anything the session had gets a reset, not a crash.
@@ -384,8 +396,8 @@ async fn a_first_prompt_is_announced_even_when_the_run_fails_at_once() {
     assert_eq!(stored[0]["id"], evs[1].data["message"]["id"]);
 }
 
-/// A request as a client sends it, with the harness's token when it has one; the status, the
-/// headers and the body parsed as JSON (Null when it is not JSON).
+/// A request as a client sends it (with the harness's token); the status, the headers and the
+/// body parsed as JSON (Null when it is not JSON).
 async fn request(
     d: &Daemon,
     method: &str,
@@ -395,9 +407,6 @@ async fn request(
     let mut rb = d.http.request(method.parse().unwrap(), d.url(path));
     if let Some(body) = body {
         rb = rb.json(&body);
-    }
-    if let Some(t) = &d.token {
-        rb = rb.bearer_auth(t);
     }
     let r = rb.send().await.unwrap();
     let status = r.status().as_u16();

@@ -122,6 +122,8 @@ async fn sigterm_interrupts_runs_and_flushes_the_log() {
     sse.until_text("tok0 tok1 ").await;
     let status = d.terminate();
     assert!(status.success(), "daemon exited with {status}");
+    // The daemon ended the stream before exiting; it was not cut off by the exit.
+    sse.rest().await.unwrap();
 
     let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
     let evs = d.all_events_until_complete_of(&sid, &run).await;
@@ -157,15 +159,19 @@ fn run_elfgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
 }
 
 #[test]
-fn refuses_public_bind_without_token_and_bad_config() {
+fn refuses_public_bind_without_auth_and_bad_config() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/x.db", dir.path().display());
     let (ok, out) = run_elfgate(
         &["serve"],
-        &[("ELFGATE_BIND", "0.0.0.0:0"), ("ELFGATE_DATABASE_URL", &db)],
+        &[
+            ("ELFGATE_BIND", "0.0.0.0:0"),
+            ("ELFGATE_DATABASE_URL", &db),
+            ("ELFGATE_SERVER__AUTH", "none"),
+        ],
     );
     assert!(!ok);
-    assert!(out.contains("without ELFGATE_TOKEN"), "{out}");
+    assert!(out.contains("only allowed on a loopback address"), "{out}");
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(
@@ -192,4 +198,63 @@ fn refuses_public_bind_without_token_and_bad_config() {
     let (ok, out) = run_elfgate(&["migrate"], &[("ELFGATE_DATABASE_URL", &db)]);
     assert!(ok, "{out}");
     assert!(dir.path().join("x.db").exists());
+}
+
+/// Runs `elfgate ARGS --config` with `d`'s configuration to its end.
+async fn elfgate_beside(d: &Daemon, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_elfgate"))
+        .args(args)
+        .arg("--config")
+        .arg(d.dir.join("elfgate.toml"))
+        .env_remove("ELFGATE_TOKEN")
+        .env_remove("ELFGATE_BIND")
+        .env_remove("ELFGATE_DATABASE_URL")
+        .env("ELFGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(common::GUARD, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("`elfgate {}` did not exit", args.join(" ")))
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_database_refuses_to_start() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("long", "mock:tokens=400,delay_ms=25")).await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 tok1 ").await;
+
+    let db = d.dir.join("elfgate.db");
+    let lock = d.dir.join("elfgate.db.lock");
+    for args in [&["serve"][..], &["migrate"][..]] {
+        let (status, out) = elfgate_beside(&d, args).await;
+        assert!(
+            !status.success(),
+            "`elfgate {args:?}` started beside the daemon: {out}"
+        );
+        assert!(out.contains("in use by another elfgate process"), "{out}");
+        assert!(out.contains(&lock.display().to_string()), "{out}");
+        assert!(out.contains(&db.display().to_string()), "{out}");
+    }
+
+    // The first daemon's run was left alone: it streams to its normal end, ended once.
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    assert_eq!(types(&evs).iter().filter(|t| **t == "complete").count(), 1);
+    let want: String = (0..400).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text_of(&evs), want);
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["finishReason"], "stop", "{r}");
 }

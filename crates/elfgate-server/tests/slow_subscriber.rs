@@ -47,12 +47,14 @@ struct SlowClient {
 }
 
 impl SlowClient {
-    async fn connect(addr: std::net::SocketAddr, path: &str) -> SlowClient {
+    async fn connect(addr: std::net::SocketAddr, path: &str, token: &str) -> SlowClient {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
         let mut stream = socket.connect(addr).await.unwrap();
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut c = SlowClient {
             stream,
@@ -150,6 +152,7 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
         .await
         .unwrap();
     let state = daemon.state.clone();
+    let token = daemon.state.config.token.clone().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base = format!("http://{addr}");
@@ -158,7 +161,7 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
         let _ = stopped.await;
     }));
 
-    let http = reqwest::Client::new();
+    let http = common::authenticated_client(Some(&token));
     // A run that streams one token and then stalls keeps the session live.
     let created: Value = http
         .post(format!("{base}/v1/sessions"))
@@ -174,7 +177,7 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     let events = format!("{base}/v1/sessions/{sid}/events");
 
     // Two subscribers, both caught up with the run's first token.
-    let mut slow = SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events")).await;
+    let mut slow = SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events"), &token).await;
     let mut held = Vec::new();
     while held.last().is_none_or(|e: &Ev| e.event != "streamDelta") {
         held.push(slow.next().await.expect("stream ended early"));

@@ -3,53 +3,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod scripted;
 
 use common::{Daemon, Ev, GUARD, Opts, allow, text_of, types};
 use elfgate_mockllm::MockServer;
+use scripted::{call, ends_by_id, finish_of, of, run, script, session};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-fn script(mock: &MockServer, name: &str, responses: Value) {
-    mock.set_script(
-        name,
-        serde_json::from_value(json!({ "responses": responses })).unwrap(),
-    );
-}
 
 fn project() -> PathBuf {
     let dir = tempfile::tempdir().unwrap().keep();
     std::fs::write(dir.join("a.txt"), "hello world\nsecond line\nthird line\n").unwrap();
     dir
-}
-
-fn call(id: &str, name: &str, args: Value) -> Value {
-    json!({"id": id, "name": name, "arguments": args.to_string()})
-}
-
-fn session(prompt: &str, model: &str, project: &Path, extra: Value) -> Value {
-    let mut v = json!({
-        "engine": "tinyelf",
-        "prompt": prompt,
-        "model": model,
-        "projectPath": project.display().to_string(),
-    });
-    if let Value::Object(m) = extra {
-        for (k, x) in m {
-            v[k] = x;
-        }
-    }
-    v
-}
-
-fn of<'a>(evs: &'a [Ev], kind: &str) -> Vec<&'a Ev> {
-    evs.iter().filter(|e| e.event == kind).collect()
-}
-
-fn finish_of(evs: &[Ev]) -> String {
-    let c = evs.last().unwrap();
-    assert_eq!(c.event, "complete");
-    c.data["finishReason"].as_str().unwrap().to_string()
 }
 
 fn ends(evs: &[Ev]) -> Vec<(String, String)> {
@@ -62,28 +28,6 @@ fn ends(evs: &[Ev]) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// toolCallEnd (status, content) by tool_use_id.
-fn ends_by_id(evs: &[Ev]) -> std::collections::BTreeMap<String, (String, String)> {
-    of(evs, "toolCallEnd")
-        .iter()
-        .map(|e| {
-            (
-                e.data["block"]["tool_use_id"].as_str().unwrap().to_string(),
-                (
-                    e.data["status"].as_str().unwrap().to_string(),
-                    e.data["block"]["content"].as_str().unwrap().to_string(),
-                ),
-            )
-        })
-        .collect()
-}
-
-async fn run(d: &Daemon, body: Value) -> (String, String, Vec<Ev>) {
-    let (sid, run) = d.create(body).await;
-    let evs = d.all_events_until_complete_of(&sid, &run).await;
-    (sid, run, evs)
 }
 
 async fn stored(d: &Daemon, sid: &str) -> Vec<Value> {

@@ -13,8 +13,8 @@ pub enum StoreError {
     #[error("the database is busy: {0}")]
     Busy(String),
     /// A table is locked by another statement of a shared connection (SQLITE_LOCKED).
-    #[error("the database is locked: {0}")]
-    Locked(String),
+    #[error("a database table is locked: {0}")]
+    TableLocked(String),
     /// The disk or the database is full (SQLITE_FULL).
     #[error("the database is full: {0}")]
     Full(String),
@@ -43,6 +43,29 @@ pub enum StoreError {
     /// The storage URL is not one this build supports.
     #[error("unsupported storage url '{0}'")]
     UnsupportedUrl(String),
+    /// Another process (or another open store) uses the database.
+    #[error(
+        "database {} is in use by another elfgate process{holder}: it holds the lock on {}; \
+         stop that process first, or use another database",
+        database.display(),
+        lock.display()
+    )]
+    Locked {
+        /// The database file.
+        database: std::path::PathBuf,
+        /// The lock file.
+        lock: std::path::PathBuf,
+        /// " (pid N)" when known.
+        holder: String,
+    },
+    /// The lock file could not be created or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// SQLite's primary result codes (the low byte of an extended code).
@@ -65,14 +88,14 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Busy(_) | StoreError::Locked(_) | StoreError::Full(_)
+            StoreError::Busy(_) | StoreError::TableLocked(_) | StoreError::Full(_)
         )
     }
 
     /// How long a client should wait before trying again, for a transient failure.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            StoreError::Busy(_) | StoreError::Locked(_) => Some(Duration::from_secs(1)),
+            StoreError::Busy(_) | StoreError::TableLocked(_) => Some(Duration::from_secs(1)),
             // Freeing space takes an operator, not a moment.
             StoreError::Full(_) => Some(Duration::from_secs(30)),
             _ => None,
@@ -83,7 +106,7 @@ impl StoreError {
     pub fn summary(&self) -> &'static str {
         match self {
             StoreError::Busy(_) => "the database is busy",
-            StoreError::Locked(_) => "the database is locked",
+            StoreError::TableLocked(_) => "a database table is locked",
             StoreError::Full(_) => "the database is full",
             StoreError::Io(_) => "database I/O error",
             StoreError::Constraint(_) => "a database constraint was violated",
@@ -93,6 +116,8 @@ impl StoreError {
             StoreError::Database(_) => "database error",
             StoreError::Migrate(_) => "database migration error",
             StoreError::UnsupportedUrl(_) => "unsupported storage url",
+            StoreError::Locked { .. } => "the database is in use by another process",
+            StoreError::Lock { .. } => "cannot lock the database",
         }
     }
 
@@ -109,7 +134,7 @@ impl StoreError {
     fn from_sqlite_code(code: i64, detail: String) -> StoreError {
         match code & 0xff {
             code::BUSY => StoreError::Busy(detail),
-            code::LOCKED => StoreError::Locked(detail),
+            code::LOCKED => StoreError::TableLocked(detail),
             code::FULL => StoreError::Full(detail),
             code::IOERR | code::CANTOPEN | code::READONLY => StoreError::Io(detail),
             code::CONSTRAINT => StoreError::Constraint(detail),
@@ -170,7 +195,7 @@ mod tests {
         ));
         assert!(matches!(
             StoreError::from_sqlite_code(6, d()),
-            StoreError::Locked(_)
+            StoreError::TableLocked(_)
         ));
         assert!(matches!(
             StoreError::from_sqlite_code(13, d()),
@@ -217,7 +242,7 @@ mod tests {
         let d = || "x".to_string();
         for e in [
             StoreError::Busy(d()),
-            StoreError::Locked(d()),
+            StoreError::TableLocked(d()),
             StoreError::Full(d()),
         ] {
             assert!(e.is_transient(), "{e}");

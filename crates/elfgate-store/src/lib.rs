@@ -5,6 +5,7 @@
 
 mod codec;
 mod error;
+mod lock;
 mod script;
 mod sqlite;
 mod writer;
@@ -126,6 +127,6 @@ pub trait Store: RunLedger + Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<StoredEvent>>;
 
-    /// Ends runs a crash left running or queued, as DESIGN.md section 5 says.
+    /// Ends runs a crash left running or queued (`interrupted`, finish reason `daemon_restart`).
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>>;
 }

@@ -1,6 +1,7 @@
 //! The SQLite store: WAL journal, a busy timeout, a bounded pool, migrations applied at open.
 
 use crate::codec::{parse, parse_opt, parse_ts, ts};
+use crate::lock::{DatabaseLock, in_memory};
 use crate::script::Script;
 use crate::writer::{StoreOp, Writer};
 use crate::{RecoveredRun, SessionPage, Store, StoreError, StoreResult, StoredEvent};
@@ -18,6 +19,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, Transaction};
 use std::collections::HashSet;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The embedded SQLite store.
@@ -30,13 +32,16 @@ pub struct SqliteStore {
     read: SqlitePool,
     /// The group-commit writer: the event log and the writes on a run's path.
     writer: Writer,
+    /// This process's claim on the database file (none in memory), released with the last clone.
+    _lock: Option<Arc<DatabaseLock>>,
 }
 
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
-    /// applies pending migrations.
+    /// applies pending migrations. A database file is locked first (see `lock.rs`): while this
+    /// store or a clone lives, opening the same file again fails with [`StoreError::Locked`].
     pub async fn open(url: &str) -> StoreResult<Self> {
         if !url.starts_with("sqlite:") {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
@@ -56,6 +61,12 @@ impl SqliteStore {
         {
             std::fs::create_dir_all(dir)?;
         }
+        // Before migrations and before anyone reads or ends a run.
+        let lock = if in_memory(url) {
+            None
+        } else {
+            Some(Arc::new(DatabaseLock::acquire(file)?))
+        };
         // No automatic checkpoint: it runs inside whichever commit crosses the threshold (5-15 ms
         // under load), often one that a new session waits for. The writer has checkpoints run
         // on a reader connection instead (see `WalTracker` in writer.rs).
@@ -89,6 +100,7 @@ impl SqliteStore {
             write,
             read,
             writer,
+            _lock: lock,
         })
     }
 

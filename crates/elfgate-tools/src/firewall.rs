@@ -1,5 +1,7 @@
 //! The ExecutionFirewall: file paths must resolve (symlinks included) inside the project and outside
-//! the deny zones; shell commands must not match the deny list or name a deny zone.
+//! the deny zones, and must not name a regular file with several hard links; every entry a walker
+//! meets passes the same test ([`Confinement`]); shell commands must not match the deny list or name
+//! a deny zone.
 
 use regex::Regex;
 use std::path::{Component, Path, PathBuf};
@@ -38,6 +40,17 @@ pub enum FirewallError {
         path: String,
         /// The zone.
         zone: String,
+    },
+    /// The path names a regular file with more than one hard link: its other names may lie outside
+    /// the project or in a deny zone, and nothing tells where.
+    #[error(
+        "path '{path}' is a file with {links} hard links; its other names may lie outside the project, so the file tools refuse it (copy it to a new file instead)"
+    )]
+    HardLinked {
+        /// As given.
+        path: String,
+        /// Its link count.
+        links: u64,
     },
     /// The command matches the deny list.
     #[error("command denied by the firewall (matches '{pattern}')")]
@@ -171,8 +184,7 @@ impl ExecutionFirewall {
 
     /// Resolves `path` (relative to `project`, or absolute) and checks it.
     pub fn resolve_path(&self, project: &Path, path: &str) -> Result<PathBuf, FirewallError> {
-        let project_canon = std::fs::canonicalize(project)
-            .map_err(|e| FirewallError::BadProject(project.display().to_string(), e.to_string()))?;
+        let project_canon = canonical_project(project)?;
         let joined = if Path::new(path).is_absolute() {
             PathBuf::from(path)
         } else {
@@ -180,13 +192,11 @@ impl ExecutionFirewall {
         };
         let resolved = resolve_existing(&lexical_normalize(&joined))
             .map_err(|e| FirewallError::BadProject(project.display().to_string(), e.to_string()))?;
-        for zone in &self.deny_zones {
-            if resolved.starts_with(zone) {
-                return Err(FirewallError::DenyZone {
-                    path: path.to_string(),
-                    zone: zone.display().to_string(),
-                });
-            }
+        if let Some(zone) = zone_of(&self.deny_zones, &resolved) {
+            return Err(FirewallError::DenyZone {
+                path: path.to_string(),
+                zone: zone.display().to_string(),
+            });
         }
         if !resolved.starts_with(&project_canon) {
             return Err(FirewallError::OutsideProject {
@@ -195,7 +205,18 @@ impl ExecutionFirewall {
                 project: project_canon.display().to_string(),
             });
         }
+        if let Ok(meta) = std::fs::metadata(&resolved) {
+            check_single_link(path, &meta)?;
+        }
         Ok(resolved)
+    }
+
+    /// The test a walker (grep, glob, list_dir) applies to every entry it meets under `project`.
+    pub fn confinement(&self, project: &Path) -> Result<Confinement, FirewallError> {
+        Ok(Confinement {
+            project: canonical_project(project)?,
+            deny_zones: self.deny_zones.clone(),
+        })
     }
 
     /// Checks a shell command against the deny list and the deny zones.
@@ -222,6 +243,62 @@ impl ExecutionFirewall {
             }
         }
         Ok(())
+    }
+}
+
+fn canonical_project(project: &Path) -> Result<PathBuf, FirewallError> {
+    std::fs::canonicalize(project)
+        .map_err(|e| FirewallError::BadProject(project.display().to_string(), e.to_string()))
+}
+
+/// The deny zone `resolved` lies in, if any.
+fn zone_of<'a>(zones: &'a [PathBuf], resolved: &Path) -> Option<&'a PathBuf> {
+    zones.iter().find(|z| resolved.starts_with(z))
+}
+
+/// Refuses a regular file with several hard links. `meta` must describe the file that is (or will
+/// be) read or written, ideally taken from the open handle, so that no rename can slip between the
+/// check and the use.
+pub fn check_single_link(path: &str, meta: &std::fs::Metadata) -> Result<(), FirewallError> {
+    use std::os::unix::fs::MetadataExt;
+    if meta.is_file() && meta.nlink() > 1 {
+        return Err(FirewallError::HardLinked {
+            path: path.to_string(),
+            links: meta.nlink(),
+        });
+    }
+    Ok(())
+}
+
+/// The firewall's test for the entries a walker meets in one project. Walkers skip what it refuses
+/// without a word, so that even the names in a deny zone stay hidden.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    project: PathBuf,
+    deny_zones: Vec<PathBuf>,
+}
+
+impl Confinement {
+    /// Whether a walker may show (and read) `path`, an entry it met while walking a root the
+    /// firewall resolved, without following symlinks: the entry must not lie in a deny zone and,
+    /// when it is a symlink, must lead inside the project and outside the deny zones. Hard links
+    /// are not judged here (their names are harmless); readers check the link count of what they
+    /// open.
+    pub fn admits(&self, path: &Path, is_symlink: bool) -> bool {
+        let resolved = if is_symlink {
+            match resolve_existing(path) {
+                Ok(r) => r,
+                Err(_) => return false,
+            }
+        } else {
+            lexical_normalize(path)
+        };
+        zone_of(&self.deny_zones, &resolved).is_none() && resolved.starts_with(&self.project)
+    }
+
+    /// The resolved project directory.
+    pub fn project(&self) -> &Path {
+        &self.project
     }
 }
 
@@ -308,6 +385,43 @@ mod tests {
         assert!(fw.check_command("cat data/x").is_ok());
         let abs = format!("rm {}/x", project.join("data").display());
         assert!(fw.check_command(&abs).is_err());
+    }
+
+    #[test]
+    fn hard_linked_files_are_refused() {
+        let (_root, project, secret) = setup();
+        std::fs::hard_link(secret.join("key"), project.join("key")).unwrap();
+        let fw = ExecutionFirewall::new(vec![], &[]).unwrap();
+        let e = fw.resolve_path(&project, "key").unwrap_err();
+        assert!(
+            matches!(e, FirewallError::HardLinked { links: 2, .. }),
+            "{e}"
+        );
+        // Directories and single-link files are unaffected.
+        assert!(fw.resolve_path(&project, "sub").is_ok());
+        assert!(fw.resolve_path(&project, "a.txt").is_ok());
+    }
+
+    #[test]
+    fn confinement_admits_only_what_resolve_path_would() {
+        let (_root, project, secret) = setup();
+        std::fs::create_dir_all(project.join("denied")).unwrap();
+        std::fs::write(project.join("denied/keys.txt"), "k").unwrap();
+        std::os::unix::fs::symlink(&secret, project.join("out")).unwrap();
+        std::os::unix::fs::symlink(project.join("denied"), project.join("in-zone")).unwrap();
+        std::os::unix::fs::symlink(project.join("a.txt"), project.join("fine")).unwrap();
+        std::os::unix::fs::symlink(secret.join("nope"), project.join("dangling")).unwrap();
+        let fw = ExecutionFirewall::new(vec![project.join("denied")], &[]).unwrap();
+        let c = fw.confinement(&project).unwrap();
+        let p = c.project().to_path_buf();
+        assert!(c.admits(&p.join("a.txt"), false));
+        assert!(c.admits(&p.join("sub"), false));
+        assert!(c.admits(&p.join("fine"), true));
+        assert!(!c.admits(&p.join("denied"), false));
+        assert!(!c.admits(&p.join("denied/keys.txt"), false));
+        assert!(!c.admits(&p.join("out"), true));
+        assert!(!c.admits(&p.join("in-zone"), true));
+        assert!(!c.admits(&p.join("dangling"), true));
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! File-system tools, all confined to the project: read_file, write_file, edit_file, list_dir, glob, grep.
+//! Single files are opened through [`crate::file_access`]; directories are walked through
+//! [`crate::walk`], which drops what the firewall refuses.
 
+use crate::file_access::{self, Access};
 use crate::tool::{
     FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
 };
+use crate::walk::{WalkOptions, walk};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::path::Path;
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 fn parse<T: for<'de> Deserialize<'de>>(input: Value) -> Result<T, ToolError> {
     serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
@@ -76,7 +80,7 @@ impl Tool for ReadFile {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: ReadArgs = parse(input)?;
         let path = ctx.resolve(&a.path)?;
-        let meta = tokio::fs::metadata(&path).await?;
+        let (mut file, meta) = file_access::open(&path, &a.path, Access::Read).await?;
         if meta.is_dir() {
             return Ok(ToolOutput::error(format!(
                 "{} is a directory; use list_dir",
@@ -90,7 +94,8 @@ impl Tool for ReadFile {
                 meta.len()
             )));
         }
-        let bytes = tokio::fs::read(&path).await?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).await?;
         let text = String::from_utf8_lossy(&bytes);
         if a.start_line.is_none() && a.end_line.is_none() {
             return Ok(ToolOutput::ok(text.into_owned()));
@@ -157,13 +162,22 @@ impl Tool for WriteFile {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;
         }
-        tokio::fs::write(&path, a.content.as_bytes()).await?;
+        let (mut file, _) = file_access::open(&path, &a.path, Access::Create).await?;
+        replace_contents(&mut file, a.content.as_bytes()).await?;
         Ok(ToolOutput::ok(format!(
             "wrote {} bytes to {}",
             a.content.len(),
             a.path
         )))
     }
+}
+
+/// Replaces everything in `file` (opened for writing) with `bytes`.
+async fn replace_contents(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    file.set_len(0).await?;
+    file.rewind().await?;
+    file.write_all(bytes).await?;
+    file.flush().await
 }
 
 /// The result of an exact replacement.
@@ -219,10 +233,12 @@ impl Tool for EditFile {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: EditArgs = parse(input)?;
         let path = ctx.resolve(&a.path)?;
-        let text = tokio::fs::read_to_string(&path).await?;
+        let (mut file, _) = file_access::open(&path, &a.path, Access::Update).await?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).await?;
         match replace_exact(&text, &a.old_string, &a.new_string) {
             Ok(new_text) => {
-                tokio::fs::write(&path, new_text).await?;
+                replace_contents(&mut file, new_text.as_bytes()).await?;
                 Ok(ToolOutput::ok(format!("edited {}", a.path)))
             }
             Err(msg) => Ok(ToolOutput::error(format!("{}: {msg}", a.path))),
@@ -263,17 +279,34 @@ impl Tool for ListDir {
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: ListArgs = parse(input)?;
-        let path = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
-        let mut rd = tokio::fs::read_dir(&path).await?;
-        let mut names = Vec::new();
-        while let Some(e) = rd.next_entry().await? {
-            let mut n = e.file_name().to_string_lossy().into_owned();
-            if e.file_type().await.map(|t| t.is_dir()).unwrap_or(false) {
-                n.push('/');
-            }
-            names.push(n);
+        let shown = a.path.as_deref().unwrap_or(".");
+        let path = ctx.resolve(shown)?;
+        if !tokio::fs::metadata(&path).await?.is_dir() {
+            return Ok(ToolOutput::error(format!(
+                "{shown} is not a directory; use read_file"
+            )));
         }
-        names.sort();
+        let confinement = ctx.firewall.confinement(&ctx.project_path)?;
+        let names = tokio::task::spawn_blocking(move || {
+            let opts = WalkOptions {
+                max_depth: 1,
+                skip_bulky: false,
+            };
+            let mut names: Vec<String> = walk(&path, confinement, opts)
+                .filter(|e| e.depth() == 1)
+                .map(|e| {
+                    let mut n = e.file_name().to_string_lossy().into_owned();
+                    if e.file_type().is_dir() {
+                        n.push('/');
+                    }
+                    n
+                })
+                .collect();
+            names.sort();
+            names
+        })
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
         Ok(ToolOutput::ok(names.join("\n")))
     }
 }
@@ -285,15 +318,23 @@ const MAX_FILES: usize = 20_000;
 /// Largest file grep reads.
 const GREP_MAX_FILE_BYTES: u64 = 2 * 1024 * 1024;
 
-fn walk(root: &Path) -> impl Iterator<Item = walkdir::DirEntry> {
-    walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .into_iter()
-        .filter_entry(|e| {
-            let n = e.file_name().to_string_lossy();
-            e.depth() == 0 || !(n == ".git" || n == "node_modules" || n == "target")
-        })
-        .filter_map(Result::ok)
+/// How grep and glob walk: the whole tree, without the bulky generated directories.
+const SEARCH_WALK: WalkOptions = WalkOptions {
+    max_depth: usize::MAX,
+    skip_bulky: true,
+};
+
+/// A file's bytes for grep; None (skipped without a word, like the entries the walker drops) when
+/// it is too large, unreadable, or refused by the firewall (several hard links).
+fn read_for_grep(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let (mut file, meta) = file_access::open_blocking(path, Access::Read).ok()?;
+    if !meta.is_file() || meta.len() > GREP_MAX_FILE_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// glob: project files matching a pattern.
@@ -333,6 +374,7 @@ impl Tool for Glob {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: GlobArgs = parse(input)?;
         let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
+        let confinement = ctx.firewall.confinement(&ctx.project_path)?;
         let matcher = globset::Glob::new(&a.pattern)
             .map_err(|e| ToolError::InvalidInput(format!("bad glob: {e}")))?
             .compile_matcher();
@@ -340,7 +382,7 @@ impl Tool for Glob {
         let out = tokio::task::spawn_blocking(move || {
             let mut hits = Vec::new();
             let mut more = false;
-            for e in walk(&root) {
+            for e in walk(&root, confinement, SEARCH_WALK) {
                 if cancel.is_cancelled() {
                     break;
                 }
@@ -435,12 +477,13 @@ impl Tool for Grep {
         };
         let limit = a.max_results.unwrap_or(MAX_MATCHES).clamp(1, MAX_MATCHES);
         let cancel = ctx.cancel.clone();
-        let base = ctx.resolve(".")?;
+        let confinement = ctx.firewall.confinement(&ctx.project_path)?;
+        let base = confinement.project().to_path_buf();
         let out = tokio::task::spawn_blocking(move || {
             let mut hits = Vec::new();
             let mut files = 0usize;
             let mut more = false;
-            'files: for e in walk(&root) {
+            'files: for e in walk(&root, confinement, SEARCH_WALK) {
                 if cancel.is_cancelled() {
                     break;
                 }
@@ -459,13 +502,7 @@ impl Tool for Grep {
                     more = true;
                     break;
                 }
-                if e.metadata()
-                    .map(|m| m.len() > GREP_MAX_FILE_BYTES)
-                    .unwrap_or(true)
-                {
-                    continue;
-                }
-                let Ok(bytes) = std::fs::read(e.path()) else {
+                let Some(bytes) = read_for_grep(e.path()) else {
                     continue;
                 };
                 if bytes.contains(&0) {

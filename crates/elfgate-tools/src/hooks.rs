@@ -1,15 +1,15 @@
 //! Hooks: commands run at PreToolUse, PostToolUse, SessionStart and SessionEnd. Each gets a JSON
 //! description on stdin and may answer `{"decision": "allow"|"deny", "reason": "..."}` on stdout.
+//! They run like shell calls (see [`crate::process`]): own process group, clean environment, and
+//! the daemon's default network (a session's settings do not change how the operator's hooks run).
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use crate::process::{ChildSetup, End, run};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 /// When a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -56,6 +56,23 @@ pub struct HookConfig {
     pub timeout_secs: f64,
 }
 
+/// Longest a hook may take, whatever its timeout_secs says.
+const MAX_HOOK_SECS: f64 = 86_400.0;
+
+impl HookConfig {
+    /// Why its timeout_secs cannot be used, if it cannot (`inf` and `nan` are valid TOML floats).
+    pub fn timeout_problem(&self) -> Option<String> {
+        let t = self.timeout_secs;
+        (!t.is_finite() || t < 0.0)
+            .then(|| format!("must be a finite number of seconds, at least 0 (got {t})"))
+    }
+
+    /// How long it may take.
+    pub fn timeout(&self) -> Duration {
+        crate::clamped_secs(self.timeout_secs, 0.001, MAX_HOOK_SECS)
+    }
+}
+
 /// A hook's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HookVerdict {
@@ -74,6 +91,7 @@ pub struct HookConfigError(pub String, pub String);
 #[derive(Debug, Clone, Default)]
 pub struct Hooks {
     hooks: Vec<(HookConfig, Option<Regex>)>,
+    child: ChildSetup,
 }
 
 #[derive(Deserialize)]
@@ -85,8 +103,8 @@ struct HookAnswer {
 }
 
 impl Hooks {
-    /// Compiles the hooks' matchers.
-    pub fn new(configs: Vec<HookConfig>) -> Result<Self, HookConfigError> {
+    /// Compiles the hooks' matchers; the hooks run with `child`'s environment and network.
+    pub fn new(configs: Vec<HookConfig>, child: ChildSetup) -> Result<Self, HookConfigError> {
         let mut hooks = Vec::new();
         for c in configs {
             let re = match &c.matcher {
@@ -98,7 +116,7 @@ impl Hooks {
             };
             hooks.push((c, re));
         }
-        Ok(Hooks { hooks })
+        Ok(Hooks { hooks, child })
     }
 
     /// Whether any hook is configured for `event`.
@@ -125,7 +143,7 @@ impl Hooks {
             {
                 continue;
             }
-            let verdict = run_one(c, payload, cwd).await;
+            let verdict = run_one(c, payload, cwd, &self.child).await;
             match verdict {
                 Ok(HookVerdict::Allow) => {}
                 Ok(HookVerdict::Deny(r)) => return HookVerdict::Deny(r),
@@ -141,42 +159,28 @@ impl Hooks {
     }
 }
 
-async fn run_one(c: &HookConfig, payload: &Value, cwd: &Path) -> Result<HookVerdict, String> {
-    let mut child = tokio::process::Command::new("bash")
-        .arg("-c")
-        .arg(&c.command)
-        .current_dir(cwd)
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start: {e}"))?;
-    let pgid = child.id().and_then(|p| i32::try_from(p).ok());
-    let input = payload.to_string();
-    let mut stdin = child.stdin.take();
-    let mut stdout = child.stdout.take();
-    let work = async {
-        if let Some(mut s) = stdin.take() {
-            // A hook that does not read its input is fine.
-            let _ = s.write_all(input.as_bytes()).await;
-            let _ = s.shutdown().await;
+async fn run_one(
+    c: &HookConfig,
+    payload: &Value,
+    cwd: &Path,
+    child: &ChildSetup,
+) -> Result<HookVerdict, String> {
+    let mut spec = child.spec("bash", &["-c", &c.command], cwd);
+    spec.stdin = Some(payload.to_string().into_bytes());
+    spec.stdout_cap = 64 * 1024;
+    spec.stderr_cap = 0;
+    spec.timeout = Some(c.timeout());
+    // Not cancellable by itself: a caller that gives up drops the future, which stops the group.
+    let out = run(&spec, &CancellationToken::new())
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = match out.end {
+        End::Exited(s) => s,
+        End::TimedOut | End::Cancelled => {
+            return Err(format!("timed out after {:.1}s", c.timeout().as_secs_f64()));
         }
-        let mut out = String::new();
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.take(64 * 1024).read_to_string(&mut out).await;
-        }
-        let status = child.wait().await;
-        (out, status)
     };
-    let timeout = Duration::from_secs_f64(c.timeout_secs.max(0.001));
-    let result = tokio::time::timeout(timeout, work).await;
-    if let Some(pgid) = pgid {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-    let (out, status) = result.map_err(|_| format!("timed out after {:.1}s", c.timeout_secs))?;
-    let status = status.map_err(|e| e.to_string())?;
+    let out = String::from_utf8_lossy(&out.stdout.bytes);
     let text = out.trim();
     if text.is_empty() {
         return if status.success() {
@@ -206,12 +210,15 @@ mod tests {
     use serde_json::json;
 
     fn hook(cmd: &str, timeout: f64) -> Hooks {
-        Hooks::new(vec![HookConfig {
-            event: HookEvent::PreToolUse,
-            command: cmd.into(),
-            matcher: Some("shell|write_file".into()),
-            timeout_secs: timeout,
-        }])
+        Hooks::new(
+            vec![HookConfig {
+                event: HookEvent::PreToolUse,
+                command: cmd.into(),
+                matcher: Some("shell|write_file".into()),
+                timeout_secs: timeout,
+            }],
+            ChildSetup::default(),
+        )
         .unwrap()
     }
 
@@ -253,5 +260,26 @@ mod tests {
                 .await,
             HookVerdict::Deny(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn unusable_timeouts_are_named_and_never_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = json!({"toolName": "shell"});
+        for bad in [f64::INFINITY, f64::NAN, -1.0] {
+            let h = hook("true", bad);
+            assert!(h.hooks[0].0.timeout_problem().is_some(), "{bad}");
+            // Clamped, not a panic.
+            let _ = h
+                .run(HookEvent::PreToolUse, Some("shell"), &p, dir.path())
+                .await;
+        }
+        assert_eq!(
+            hook("true", f64::INFINITY).hooks[0].0.timeout(),
+            Duration::from_secs(86_400)
+        );
+        for good in [0.0, 10.0] {
+            assert!(hook("true", good).hooks[0].0.timeout_problem().is_none());
+        }
     }
 }

@@ -5,22 +5,25 @@
 #![warn(missing_docs)]
 
 pub mod ask;
+mod file_access;
 pub mod firewall;
 pub mod fs_tools;
 pub mod guardian;
 pub mod hooks;
 pub mod permission;
+pub mod process;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
+mod walk;
 pub mod web;
 
-pub use firewall::{ExecutionFirewall, FirewallError};
+pub use firewall::{Confinement, ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
 pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
 pub use permission::{
-    Ask, Decision, PendingRequest, PermissionAnswer, PermissionBroker, PermissionOutcome,
-    PolicyDecision, ResolveError, Scope, policy,
+    Ask, DEFAULT_MAX_REMEMBERED_DECISIONS, Decision, PendingRequest, PermissionAnswer,
+    PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope, policy,
 };
 pub use tool::{
     FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
@@ -28,6 +31,19 @@ pub use tool::{
 };
 
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Seconds from the configuration as a duration within `min..=max`; a value that is not a number
+/// (NaN) or below `min` gives `min`, infinity gives `max` (`Duration::from_secs_f64` panics on
+/// both).
+pub fn clamped_secs(secs: f64, min: f64, max: f64) -> Duration {
+    let s = if secs.is_nan() {
+        min
+    } else {
+        secs.clamp(min, max)
+    };
+    Duration::from_secs_f64(s)
+}
 
 /// Settings of the built-in tools.
 #[derive(Debug, Clone, Default)]

@@ -7,6 +7,7 @@ use dashmap::DashMap;
 use elfgate_core::{EventEmitter, EventPayload, EventRecord, RequestId, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -157,11 +158,16 @@ pub struct PendingRequest {
     pub record: Arc<EventRecord>,
 }
 
+/// How many remembered decisions a session keeps by default.
+pub const DEFAULT_MAX_REMEMBERED_DECISIONS: usize = 64;
+
 /// Pending permission requests and what clients decided.
 pub struct PermissionBroker {
     pending: DashMap<String, Pending>,
     decided: DashMap<String, SessionId>,
-    remembered: DashMap<(SessionId, String), Decision>,
+    /// Per session, (tool, decision) from the oldest decision to the newest.
+    remembered: DashMap<SessionId, VecDeque<(String, Decision)>>,
+    max_remembered: usize,
     ask_locks: DashMap<(SessionId, String), Arc<tokio::sync::Mutex<()>>>,
 }
 
@@ -180,12 +186,20 @@ impl Default for PermissionBroker {
 }
 
 impl PermissionBroker {
-    /// An empty broker.
+    /// An empty broker that remembers up to [`DEFAULT_MAX_REMEMBERED_DECISIONS`] decisions per
+    /// session.
     pub fn new() -> Self {
+        Self::with_max_remembered(DEFAULT_MAX_REMEMBERED_DECISIONS)
+    }
+
+    /// An empty broker that remembers up to `max` decisions per session (0: none, every call
+    /// that needs asking is asked).
+    pub fn with_max_remembered(max: usize) -> Self {
         PermissionBroker {
             pending: DashMap::new(),
             decided: DashMap::new(),
             remembered: DashMap::new(),
+            max_remembered: max,
             ask_locks: DashMap::new(),
         }
     }
@@ -193,14 +207,30 @@ impl PermissionBroker {
     /// What the client decided for the rest of the session for this tool, if anything.
     pub fn remembered(&self, session_id: SessionId, tool: &str) -> Option<Decision> {
         self.remembered
-            .get(&(session_id, tool.to_string()))
-            .map(|d| *d)
+            .get(&session_id)?
+            .iter()
+            .find(|(t, _)| t == tool)
+            .map(|(_, d)| *d)
     }
 
-    /// Remembers a decision for the session and tool.
+    /// Remembers a decision for the session and tool. Past the per-session cap the oldest allow
+    /// is forgotten: the client is asked again the next time that tool needs it, which costs a
+    /// prompt, never a permission nobody gave. A forgotten deny could let a tool run unasked
+    /// (bypassPermissions, acceptEdits), so denies go only when nothing else is left.
     pub fn remember(&self, session_id: SessionId, tool: &str, decision: Decision) {
-        self.remembered
-            .insert((session_id, tool.to_string()), decision);
+        if self.max_remembered == 0 {
+            return;
+        }
+        let mut memory = self.remembered.entry(session_id).or_default();
+        memory.retain(|(t, _)| t != tool);
+        memory.push_back((tool.to_string(), decision));
+        while memory.len() > self.max_remembered {
+            let victim = memory
+                .iter()
+                .position(|(_, d)| *d == Decision::Allow)
+                .unwrap_or(0);
+            memory.remove(victim);
+        }
     }
 
     /// A lock per session and tool: concurrent calls of one confirm_once tool take it around
@@ -215,7 +245,7 @@ impl PermissionBroker {
     /// Forgets everything about a session (deleted).
     pub fn forget_session(&self, session_id: SessionId) {
         self.ask_locks.retain(|(s, _), _| *s != session_id);
-        self.remembered.retain(|(s, _), _| *s != session_id);
+        self.remembered.remove(&session_id);
         self.decided.retain(|_, s| *s != session_id);
         self.pending.retain(|_, p| p.session_id != session_id);
     }
@@ -346,6 +376,42 @@ impl PermissionBroker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_decisions_are_capped_per_session_oldest_allow_first() {
+        let b = PermissionBroker::with_max_remembered(2);
+        let (s1, s2) = (SessionId::new(), SessionId::new());
+        b.remember(s1, "write_file", Decision::Allow);
+        b.remember(s1, "glob", Decision::Allow);
+        b.remember(s2, "web_fetch", Decision::Allow);
+        // Deciding again refreshes a decision instead of adding one.
+        b.remember(s1, "write_file", Decision::Allow);
+        b.remember(s1, "edit_file", Decision::Allow);
+        assert_eq!(b.remembered(s1, "glob"), None, "the oldest was forgotten");
+        assert_eq!(b.remembered(s1, "write_file"), Some(Decision::Allow));
+        assert_eq!(b.remembered(s1, "edit_file"), Some(Decision::Allow));
+        // Another session's memory is its own.
+        assert_eq!(b.remembered(s2, "web_fetch"), Some(Decision::Allow));
+        b.forget_session(s1);
+        assert_eq!(b.remembered(s1, "write_file"), None);
+        assert_eq!(b.remembered(s2, "web_fetch"), Some(Decision::Allow));
+
+        // Denies outlive allows; only a memory full of denies forgets one, the oldest.
+        b.remember(s2, "shell", Decision::Deny);
+        b.remember(s2, "write_file", Decision::Allow);
+        assert_eq!(b.remembered(s2, "web_fetch"), None);
+        assert_eq!(b.remembered(s2, "shell"), Some(Decision::Deny));
+        b.remember(s2, "edit_file", Decision::Deny);
+        b.remember(s2, "glob", Decision::Deny);
+        assert_eq!(b.remembered(s2, "write_file"), None);
+        assert_eq!(b.remembered(s2, "shell"), None);
+        assert_eq!(b.remembered(s2, "edit_file"), Some(Decision::Deny));
+        assert_eq!(b.remembered(s2, "glob"), Some(Decision::Deny));
+
+        let none = PermissionBroker::with_max_remembered(0);
+        none.remember(s1, "write_file", Decision::Allow);
+        assert_eq!(none.remembered(s1, "write_file"), None);
+    }
 
     #[test]
     fn policy_combines_tier_mode_and_memory() {

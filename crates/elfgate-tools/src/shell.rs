@@ -1,37 +1,14 @@
-//! shell: runs a command with bash in the project, in its own process group; the whole group is
-//! killed on interrupt or timeout (and whenever the call is dropped).
+//! shell: runs a command with bash in the project through [`crate::process`]: its own process
+//! group (ended whole on interrupt, timeout, drop, and when the leader exits), the session's
+//! clean environment and, by default, a network namespace of its own.
 
+use crate::process::{Captured, End, run};
 use crate::tool::{
     FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
 };
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::process::Stdio;
-use tokio::io::{AsyncRead, AsyncReadExt};
-
-/// Kills a process group when dropped (unless disarmed).
-#[derive(Debug)]
-struct GroupGuard {
-    pgid: Option<i32>,
-}
-
-impl GroupGuard {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            // ESRCH (already gone) is fine.
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// shell: `bash -c COMMAND` in the project directory.
 #[derive(Debug, Clone)]
@@ -54,30 +31,13 @@ struct ShellArgs {
     command: String,
 }
 
-/// Reads a pipe to its end, keeping at most `cap` bytes; returns the kept bytes and the total.
-async fn read_capped(mut r: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, usize) {
-    let mut kept = Vec::new();
-    let mut total = 0usize;
-    let mut buf = [0u8; 8192];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                total += n;
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
-        }
-    }
-    (kept, total)
-}
-
-fn section(name: &str, (bytes, total): &(Vec<u8>, usize)) -> String {
-    let mut s = String::from_utf8_lossy(bytes).into_owned();
-    if *total > bytes.len() {
+fn section(name: &str, c: &Captured) -> String {
+    let mut s = String::from_utf8_lossy(&c.bytes).into_owned();
+    if c.capped() {
         s.push_str(&format!(
-            "\n[... {name} capped: {} of {total} bytes shown ...]",
-            bytes.len()
+            "\n[... {name} capped: {} of {} bytes shown ...]",
+            c.bytes.len(),
+            c.total
         ));
     }
     s
@@ -116,62 +76,24 @@ impl Tool for Shell {
             serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
         ctx.firewall.check_command(&a.command)?;
         let cwd = ctx.resolve(".")?;
-        let mut child = tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(&a.command)
-            .current_dir(&cwd)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let mut guard = GroupGuard {
-            pgid: child.id().and_then(|p| i32::try_from(p).ok()),
+        let mut spec = ctx.child.spec("bash", &["-c", &a.command], &cwd);
+        spec.stdout_cap = self.max_output_bytes;
+        spec.stderr_cap = self.max_output_bytes;
+        // No timeout of its own: the pipeline's tool timeout fires ctx.cancel.
+        let out = run(&spec, &ctx.cancel).await?;
+        let status = match out.end {
+            End::Exited(s) => s,
+            End::Cancelled | End::TimedOut => return Err(ToolError::Interrupted),
         };
-        let cap = self.max_output_bytes;
-        // Readers run on their own so that the leader's exit is seen even while something it left
-        // behind still holds the pipes.
-        let out_task = child
-            .stdout
-            .take()
-            .map(|s| tokio::spawn(read_capped(s, cap)));
-        let err_task = child
-            .stderr
-            .take()
-            .map(|s| tokio::spawn(read_capped(s, cap)));
-        let status = tokio::select! {
-            biased;
-            _ = ctx.cancel.cancelled() => None,
-            s = child.wait() => Some(s),
-        };
-        // Leader gone (or interrupted): nothing it started may live on; this also closes the pipes.
-        guard.kill();
-        let Some(status) = status else {
-            let _ = child.wait().await;
-            for t in [out_task, err_task].into_iter().flatten() {
-                t.abort();
-            }
-            return Err(ToolError::Interrupted);
-        };
-        let collect = |t: Option<tokio::task::JoinHandle<(Vec<u8>, usize)>>| async move {
-            match t {
-                Some(t) => t.await.unwrap_or_default(),
-                None => (Vec::new(), 0),
-            }
-        };
-        let out = collect(out_task).await;
-        let err = collect(err_task).await;
-        let status = status?;
         let code = status.code();
         let mut text = match code {
             Some(c) => format!("exit code: {c}\n"),
             None => "exit code: none (killed by a signal)\n".to_string(),
         };
         text.push_str("--- stdout ---\n");
-        text.push_str(&section("stdout", &out));
+        text.push_str(&section("stdout", &out.stdout));
         text.push_str("\n--- stderr ---\n");
-        text.push_str(&section("stderr", &err));
+        text.push_str(&section("stderr", &out.stderr));
         Ok(ToolOutput {
             content: text,
             is_error: code != Some(0),
@@ -196,6 +118,7 @@ mod tests {
             cancel: CancellationToken::new(),
             firewall: Arc::new(ExecutionFirewall::new(vec![], &[]).unwrap()),
             store: None,
+            child: crate::process::ChildSetup::default(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The Tool trait, the context a tool runs in, and the registry of tools.
 
 use crate::firewall::{ExecutionFirewall, FirewallError};
+use crate::process::{ChildSetup, ProcessError};
 use async_trait::async_trait;
 use elfgate_core::SessionId;
 use elfgate_llm::ToolSpec;
@@ -126,6 +127,9 @@ pub enum ToolError {
     /// An I/O error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A command could not be run.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
     /// The call was interrupted.
     #[error("interrupted")]
     Interrupted,
@@ -147,6 +151,8 @@ pub struct ToolContext {
     pub firewall: Arc<ExecutionFirewall>,
     /// Read access to stored sessions (session tools).
     pub store: Option<Arc<dyn Store>>,
+    /// The environment and network of the commands the call runs (shell).
+    pub child: ChildSetup,
 }
 
 impl fmt::Debug for ToolContext {

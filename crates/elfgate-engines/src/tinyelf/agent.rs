@@ -43,6 +43,8 @@ pub(crate) struct Runner {
     bg_rx: Mutex<mpsc::UnboundedReceiver<BackgroundResult>>,
     bg_running: AtomicUsize,
     bg_ready: AtomicUsize,
+    /// Background sub-agents started in this run (running or finished).
+    bg_started: AtomicUsize,
     bg_handles: std::sync::Mutex<Vec<JoinHandle<()>>>,
     /// Fired when the run ends: stops background sub-agents still going.
     pub bg_cancel: CancellationToken,
@@ -103,6 +105,7 @@ impl Runner {
             bg_rx: Mutex::new(bg_rx),
             bg_running: AtomicUsize::new(0),
             bg_ready: AtomicUsize::new(0),
+            bg_started: AtomicUsize::new(0),
             bg_handles: std::sync::Mutex::new(Vec::new()),
             bg_cancel,
         })
@@ -121,6 +124,17 @@ impl Runner {
             .fetch_add(turn.input_tokens, Ordering::SeqCst);
         self.output_tokens
             .fetch_add(turn.output_tokens, Ordering::SeqCst);
+    }
+
+    /// Takes one of the run's `max_background_agents` slots; false when none is left. Concurrent
+    /// spawn calls of one response cannot overshoot the cap between them.
+    pub(crate) fn reserve_background(&self) -> bool {
+        let max = self.inner.config.max_background_agents as usize;
+        self.bg_started
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
     }
 
     /// Starts a background sub-agent task.

@@ -20,6 +20,7 @@ use elfgate_core::{
     RunOutcome, SessionId,
 };
 use elfgate_store::Store;
+use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
     BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, Hooks,
     PermissionBroker, PermissionTier, ToolRegistry,
@@ -28,7 +29,6 @@ use serde_json::json;
 use settings::RunSettings;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A TinyElf configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,8 @@ pub(crate) struct Inner {
     pub(crate) firewall: Arc<ExecutionFirewall>,
     pub(crate) hooks: Arc<Hooks>,
     pub(crate) tools: ToolRegistry,
+    /// Children's environment before a session's additions.
+    child_env: ChildEnv,
     active: ActiveSessions,
 }
 
@@ -79,7 +81,12 @@ impl TinyElfEngine {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
         let firewall = Arc::new(ExecutionFirewall::new(zones, &config.deny_commands)?);
-        let hooks = Arc::new(Hooks::new(config.hooks.clone())?);
+        let child_env = config.child_env();
+        // The operator's hooks run with the daemon's defaults, whatever a session asks for.
+        let hooks = Arc::new(Hooks::new(
+            config.hooks.clone(),
+            config.child_setup(child_env.clone(), config.shell_network),
+        )?);
         let builtin = BuiltinSettings {
             shell: elfgate_tools::shell::Shell {
                 max_output_bytes: config.shell_max_output_bytes.max(1),
@@ -87,7 +94,7 @@ impl TinyElfEngine {
             web: elfgate_tools::web::WebFetch {
                 allow_private: config.web_fetch_allow_private,
                 max_bytes: config.web_fetch_max_bytes.max(1),
-                timeout: Duration::from_secs_f64(config.web_fetch_timeout_secs.clamp(0.1, 3600.0)),
+                timeout: elfgate_tools::clamped_secs(config.web_fetch_timeout_secs, 0.1, 3600.0),
             },
         };
         let mut tools = elfgate_tools::builtin_registry(&builtin);
@@ -105,6 +112,7 @@ impl TinyElfEngine {
                 firewall,
                 hooks,
                 tools,
+                child_env,
                 active,
             }),
         })
@@ -167,6 +175,7 @@ impl TinyElfEngine {
         };
         let rs = RunSettings::resolve(
             &inner.config,
+            &inner.child_env,
             &ctx.engine_config,
             ctx.thinking_level.as_deref(),
         );
@@ -306,7 +315,7 @@ impl TinyElfEngine {
         Some(Guardian::new(
             provider,
             model,
-            Duration::from_secs_f64(g.timeout_secs.clamp(0.001, 3600.0)),
+            elfgate_tools::clamped_secs(g.timeout_secs, 0.001, 3600.0),
         ))
     }
 }
@@ -322,6 +331,8 @@ impl Engine for TinyElfEngine {
     }
 
     fn capabilities(&self) -> Vec<&'static str> {
+        let config = &self.inner.config;
+        let isolated = config.shell_network == Network::Isolated && config.isolation.is_some();
         vec![
             "streaming",
             "interrupt",
@@ -331,6 +342,12 @@ impl Engine for TinyElfEngine {
             "permissions",
             "sub-agents",
             "hooks",
+            // What a session's shell commands get unless its engineConfig says otherwise.
+            if isolated {
+                "shell-network-isolated"
+            } else {
+                "shell-network-host"
+            },
         ]
     }
 

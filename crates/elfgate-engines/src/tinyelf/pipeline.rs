@@ -274,6 +274,7 @@ pub(crate) async fn run_call(
         cancel: tool_cancel.clone(),
         firewall: runner.inner.firewall.clone(),
         store: Some(runner.inner.store.clone()),
+        child: runner.rs.child.clone(),
     };
     let exec: BoxFuture<'_, Result<ToolOutput, ToolError>> = if call.name == spawn::SPAWN {
         spawn::run(

@@ -3,9 +3,10 @@
 
 use elfgate_llm::ThinkingLevel;
 use elfgate_tools::HookConfig;
+use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// `[engines.tinyelf.guardian]`: the optional LLM reviewer.
@@ -36,7 +37,7 @@ impl Default for GuardianConfig {
     }
 }
 
-/// `[engines.tinyelf]`: defaults of the agent loop (DESIGN.md section 2), each overridable per
+/// `[engines.tinyelf]`: defaults of the agent loop, each overridable per
 /// session through engineConfig, and the security pipeline's configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -63,8 +64,18 @@ pub struct TinyElfConfig {
     pub default_max_history: u32,
     /// LLM iterations of a sub-agent.
     pub sub_agent_max_iterations: u32,
+    /// Background sub-agents one run may start; past it spawn with background: true fails.
+    pub max_background_agents: u32,
+    /// Decisions the permission broker remembers per session; past it the oldest is forgotten.
+    pub max_remembered_decisions: usize,
     /// Bytes of stdout and of stderr a shell call keeps (each).
     pub shell_max_output_bytes: usize,
+    /// Variables shell commands and hooks get on top of the allow-listed ones.
+    pub shell_env: BTreeMap<String, String>,
+    /// Names of the daemon's variables passed through to shell commands and hooks.
+    pub shell_env_passthrough: Vec<String>,
+    /// The network of shell commands and hooks: isolated (a namespace of their own) or host.
+    pub shell_network: Network,
     /// Let web_fetch reach loopback and private addresses.
     pub web_fetch_allow_private: bool,
     /// Most bytes web_fetch reads.
@@ -83,6 +94,14 @@ pub struct TinyElfConfig {
     pub hooks: Vec<HookConfig>,
     /// The guardian.
     pub guardian: GuardianConfig,
+    /// Set by the daemon, not the configuration: variables that hold secrets (the providers'
+    /// api_key_env), never passed to a child even when named in shell_env or its passthrough.
+    #[serde(skip)]
+    pub secret_env: BTreeSet<String>,
+    /// Set by the daemon, not the configuration: how this host isolates a child's network (None:
+    /// it cannot, and isolated falls back to host).
+    #[serde(skip)]
+    pub isolation: Option<Isolation>,
 }
 
 impl Default for TinyElfConfig {
@@ -99,7 +118,12 @@ impl Default for TinyElfConfig {
             max_background_drain_rounds: 3,
             default_max_history: 100,
             sub_agent_max_iterations: 20,
+            max_background_agents: 8,
+            max_remembered_decisions: elfgate_tools::DEFAULT_MAX_REMEMBERED_DECISIONS,
             shell_max_output_bytes: 100_000,
+            shell_env: BTreeMap::new(),
+            shell_env_passthrough: Vec::new(),
+            shell_network: Network::Isolated,
             web_fetch_allow_private: false,
             web_fetch_max_bytes: 2 * 1024 * 1024,
             web_fetch_timeout_secs: 30.0,
@@ -109,6 +133,41 @@ impl Default for TinyElfConfig {
             enabled_tools: None,
             hooks: Vec::new(),
             guardian: GuardianConfig::default(),
+            secret_env: BTreeSet::new(),
+            isolation: None,
+        }
+    }
+}
+
+impl TinyElfConfig {
+    /// Values that parse but cannot be used, named by their key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, h) in self.hooks.iter().enumerate() {
+            if let Some(why) = h.timeout_problem() {
+                return Err(format!("engines.tinyelf.hooks[{i}].timeout_secs {why}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The environment of shell commands and hooks, before a session's additions.
+    pub(crate) fn child_env(&self) -> ChildEnv {
+        ChildEnv::from_daemon(
+            &self.shell_env,
+            &self.shell_env_passthrough,
+            &self.secret_env,
+        )
+    }
+
+    /// The setup of children with `network` on this host: isolated needs the probe to have
+    /// succeeded, else they share the host's network (the daemon warned about it at start).
+    pub(crate) fn child_setup(&self, env: ChildEnv, network: Network) -> ChildSetup {
+        ChildSetup {
+            env,
+            isolation: match network {
+                Network::Isolated => self.isolation.clone(),
+                Network::Host => None,
+            },
         }
     }
 }
@@ -130,6 +189,8 @@ pub(crate) struct RunSettings {
     pub enabled_tools: Option<Vec<String>>,
     pub sub_agent_model: Option<String>,
     pub sub_agent_max_iterations: u32,
+    /// Environment and network of the run's shell commands.
+    pub child: ChildSetup,
 }
 
 fn u64_of(cfg: &Value, keys: &[&str]) -> Option<u64> {
@@ -138,16 +199,18 @@ fn u64_of(cfg: &Value, keys: &[&str]) -> Option<u64> {
 }
 
 fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(if s.is_finite() && s > 0.0 {
-        s.min(86_400.0)
-    } else {
-        0.001
-    })
+    elfgate_tools::clamped_secs(s, 0.001, 86_400.0)
 }
 
 impl RunSettings {
-    /// The daemon defaults with a run's engineConfig (camelCase keys) and thinking level over them.
-    pub(crate) fn resolve(base: &TinyElfConfig, cfg: &Value, thinking: Option<&str>) -> Self {
+    /// The daemon defaults with a run's engineConfig (camelCase keys) and thinking level over them;
+    /// `env` is the children's environment before the session's `shellEnv`.
+    pub(crate) fn resolve(
+        base: &TinyElfConfig,
+        env: &ChildEnv,
+        cfg: &Value,
+        thinking: Option<&str>,
+    ) -> Self {
         let as_u32 = |v: u64| v.min(u32::MAX as u64) as u32;
         let tools = cfg
             .get("enabledTools")
@@ -164,6 +227,21 @@ impl RunSettings {
             .or_else(|| cfg.get("thinkingLevel").and_then(Value::as_str))
             .map(|t| crate::chat::thinking_level(Some(t)))
             .unwrap_or_default();
+        // Values only: a session cannot pass the daemon's own variables through.
+        let shell_env: BTreeMap<String, String> = cfg
+            .get("shellEnv")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let network = cfg
+            .get("shellNetwork")
+            .and_then(Value::as_str)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(base.shell_network);
         RunSettings {
             max_iterations: u64_of(cfg, &["maxIterations", "maxTurns"])
                 .map(as_u32)
@@ -211,6 +289,7 @@ impl RunSettings {
                 .map(as_u32)
                 .unwrap_or(base.sub_agent_max_iterations)
                 .max(1),
+            child: base.child_setup(env.with(&shell_env), network),
         }
     }
 }

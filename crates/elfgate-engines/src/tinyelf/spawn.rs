@@ -85,6 +85,13 @@ pub(crate) fn run(
         if !parent.is_top() {
             return Ok(ToolOutput::error("sub-agents cannot spawn sub-agents"));
         }
+        if a.background && !runner.reserve_background() {
+            return Ok(ToolOutput::error(format!(
+                "background sub-agent limit reached: this run already started {} (engines.tinyelf.max_background_agents); \
+wait for their results, or run this task in the foreground (background: false)",
+                runner.inner.config.max_background_agents
+            )));
+        }
         let label = a
             .label
             .filter(|l| !l.trim().is_empty())

@@ -19,19 +19,39 @@ pub struct Daemon {
     pub child: Child,
     pub base: String,
     pub dir: PathBuf,
+    /// The token the daemon wants: Opts.token, or the one it generated into its data dir.
     pub token: Option<String>,
+    /// A client that sends the token with every request, as the project's own clients do.
     pub http: reqwest::Client,
+    /// A client that sends no credentials.
+    pub anon: reqwest::Client,
+    /// What the daemon printed about its token at start.
+    pub token_line: String,
 }
 
 /// Options for a daemon.
 #[derive(Default, Clone)]
 pub struct Opts {
     pub token: Option<String>,
+    /// Keys added to the `[server]` table (which the harness writes itself).
+    pub server_toml: String,
+    /// Tables appended to the config file.
     pub extra_toml: String,
     pub env: Vec<(String, String)>,
+    /// Starts the daemon with this soft limit on open files (its hard limit unchanged).
+    pub nofile_soft: Option<u64>,
 }
 
 pub fn write_config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
+    write_config_with_server(dir, mock, "", extra)
+}
+
+pub fn write_config_with_server(
+    dir: &Path,
+    mock: &MockServer,
+    server: &str,
+    extra: &str,
+) -> PathBuf {
     let cfg = format!(
         r#"
 [server]
@@ -39,6 +59,7 @@ bind = "127.0.0.1:0"
 body_limit_bytes = 65536
 keepalive_secs = 15
 shutdown_grace_secs = 10
+{server}
 
 [storage]
 url = "sqlite://{db}"
@@ -75,6 +96,21 @@ max_retry_delay_ms = 50
     path
 }
 
+/// A client that sends `Authorization: Bearer TOKEN` with every request.
+pub fn authenticated_client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {t}").parse().unwrap(),
+        );
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 impl Daemon {
     /// Starts a daemon with a fresh data directory.
     pub fn start(mock: &MockServer, opts: Opts) -> Daemon {
@@ -82,10 +118,21 @@ impl Daemon {
         Self::start_in(dir, mock, opts)
     }
 
-    /// Starts a daemon on an existing data directory (a restart).
-    pub fn start_in(dir: PathBuf, mock: &MockServer, opts: Opts) -> Daemon {
-        let config = write_config(&dir, mock, &opts.extra_toml);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    /// `elfgate serve` on `dir` with `opts`, and nothing of the test's own environment that
+    /// would change it.
+    fn serve_command(dir: &Path, mock: &MockServer, opts: &Opts) -> Command {
+        let config = write_config_with_server(dir, mock, &opts.server_toml, &opts.extra_toml);
+        let mut cmd = match opts.nofile_soft {
+            // `exec` keeps the pid, so `child` is the daemon itself.
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_elfgate"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_elfgate")),
+        };
         cmd.arg("serve")
             .arg("--config")
             .arg(&config)
@@ -93,30 +140,75 @@ impl Daemon {
             .env_remove("ELFGATE_BIND")
             .env_remove("ELFGATE_DATABASE_URL")
             .env("ELFGATE_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stdin(Stdio::null());
         if let Some(t) = &opts.token {
             cmd.env("ELFGATE_TOKEN", t);
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
+        cmd
+    }
+
+    /// Starts a daemon on an existing data directory (a restart).
+    pub fn start_in(dir: PathBuf, mock: &MockServer, opts: Opts) -> Daemon {
+        let mut cmd = Self::serve_command(&dir, mock, &opts);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let mut reader = BufReader::new(stdout);
+        reader.read_line(&mut line).unwrap();
+        // The daemon says right after where its token comes from (one line in every mode).
+        let mut token_line = String::new();
+        if line.starts_with("elfgate listening on ") {
+            reader.read_line(&mut token_line).unwrap();
+        }
         let base = line
             .trim()
             .strip_prefix("elfgate listening on ")
             .unwrap_or_else(|| panic!("daemon did not start: {line:?}"))
             .to_string();
+        // Without ELFGATE_TOKEN the daemon wrote its token into the data dir before listening
+        // (unless the test turned auth off).
+        let token = opts.token.or_else(|| {
+            std::fs::read_to_string(dir.join("token"))
+                .ok()
+                .map(|t| t.trim().to_string())
+        });
         Daemon {
             child,
             base,
             dir,
-            token: opts.token,
-            http: reqwest::Client::new(),
+            token_line: token_line.trim().to_string(),
+            http: authenticated_client(token.as_deref()),
+            anon: reqwest::Client::new(),
+            token,
         }
+    }
+
+    /// Runs `elfgate serve` on `dir` expecting it to refuse to start; returns its stderr.
+    pub fn start_refused(dir: &Path, mock: &MockServer, opts: Opts) -> String {
+        let mut child = Self::serve_command(dir, mock, &opts)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A daemon that starts after all would never exit: poll, and kill it past the guard.
+        let deadline = std::time::Instant::now() + GUARD;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the daemon was expected to refuse to start, and it runs");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        assert!(!status.success(), "the daemon exited with success");
+        String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -289,6 +381,21 @@ impl Sse {
                 .expect("no SSE event within the guard time")?;
             self.buf
                 .push_str(std::str::from_utf8(&chunk.ok()?).unwrap());
+        }
+    }
+
+    /// Reads to the end of the stream; Err when the body was cut off (a transport error) rather
+    /// than ended by the daemon.
+    pub async fn rest(&mut self) -> Result<(), String> {
+        loop {
+            match tokio::time::timeout(GUARD, self.stream.next())
+                .await
+                .expect("the stream did not end within the guard time")
+            {
+                None => return Ok(()),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(format!("{e:?}")),
+            }
         }
     }
 

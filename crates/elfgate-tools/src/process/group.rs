@@ -1,0 +1,141 @@
+//! A running process group and its shutdown.
+
+use super::{ProcessError, ProcessSpec, orphans};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+
+/// A child started in a process group of its own (its pid is the group id). Stopping it, or
+/// dropping it while it runs, ends the whole group and reaps the leader.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    /// None once reaped.
+    child: Option<Child>,
+    pid: i32,
+    grace: Duration,
+    program: String,
+}
+
+impl ProcessGroup {
+    /// Starts `spec` (its stdin piped when it has bytes for it, stdout and stderr piped). The
+    /// caller feeds and reads the pipes; [`super::run`] does it all.
+    pub fn spawn(spec: &ProcessSpec) -> Result<ProcessGroup, ProcessError> {
+        let (program, args) = match &spec.isolation {
+            Some(iso) => iso.wrap(&spec.program, &spec.args),
+            None => (spec.program.clone(), spec.args.clone()),
+        };
+        let mut cmd = tokio::process::Command::new(&program);
+        cmd.args(&args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .envs(spec.env.iter())
+            .process_group(0)
+            .stdin(if spec.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Only if it is dropped outside a runtime (see Drop): then tokio reaps it.
+            .kill_on_drop(true);
+        let (child, pid) =
+            orphans::spawn_registered(&mut cmd).map_err(|source| ProcessError::Spawn {
+                program: spec.program.clone(),
+                source,
+            })?;
+        Ok(ProcessGroup {
+            child: Some(child),
+            pid,
+            grace: spec.grace,
+            program: spec.program.clone(),
+        })
+    }
+
+    /// The leader's pid, which is also the group id.
+    pub fn id(&self) -> i32 {
+        self.pid
+    }
+
+    /// Its stdin, once.
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.as_mut()?.stdin.take()
+    }
+
+    /// Its stdout, once.
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.as_mut()?.stdout.take()
+    }
+
+    /// Its stderr, once.
+    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
+        self.child.as_mut()?.stderr.take()
+    }
+
+    /// Waits for the leader to exit (the rest of the group may live on until [`Self::stop`]).
+    pub async fn wait(&mut self) -> Result<ExitStatus, ProcessError> {
+        let wait = match self.child.as_mut() {
+            Some(c) => c.wait().await,
+            None => Err(std::io::Error::other("already stopped")),
+        };
+        wait.map_err(|source| ProcessError::Wait {
+            program: self.program.clone(),
+            source,
+        })
+    }
+
+    /// Ends the group and reaps the leader, then sweeps what the group left behind. `polite`:
+    /// SIGTERM first and up to the grace for the leader to exit; either way the group then gets
+    /// SIGKILL, so background jobs of a leader that already exited do not survive it. Returns the
+    /// leader's status (None if it was stopped before).
+    pub async fn stop(&mut self, polite: bool) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = shutdown(child, self.pid, polite, self.grace).await;
+        // Reaped: from here on the drop has nothing left to do.
+        self.child = None;
+        orphans::forget(self.pid);
+        orphans::sweep().await;
+        status
+    }
+}
+
+async fn shutdown(
+    child: &mut Child,
+    pid: i32,
+    polite: bool,
+    grace: Duration,
+) -> Option<ExitStatus> {
+    let group = Pid::from_raw(pid);
+    if polite {
+        // ESRCH (nobody left) is fine, here and below.
+        let _ = killpg(group, Signal::SIGTERM);
+        let _ = tokio::time::timeout(grace, child.wait()).await;
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    child.wait().await.ok()
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let (pid, grace) = (self.pid, self.grace);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    shutdown(&mut child, pid, true, grace).await;
+                    orphans::forget(pid);
+                    orphans::sweep().await;
+                });
+            }
+            Err(_) => {
+                // No runtime to wait in: kill now and leave the reaping to tokio (the pid stays
+                // registered, its status is tokio's).
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}

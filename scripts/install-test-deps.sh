@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs besides the Rust toolchain: Chromium (Debian's package) for
+# the browser tests. Does nothing when it is already there.
+set -euo pipefail
+
+if command -v chromium >/dev/null 2>&1 || [[ -n "${ELFGATE_CHROMIUM:-}" && -x "${ELFGATE_CHROMIUM}" ]]; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-test-deps: Chromium is needed for the browser tests; install it and set ELFGATE_CHROMIUM=/path/to/chromium" >&2
+  exit 1
+fi
+SUDO=()
+if [[ "$(id -u)" != 0 ]]; then
+  SUDO=(sudo -n)
+fi
+echo "install-test-deps: installing chromium (apt-get)"
+export DEBIAN_FRONTEND=noninteractive
+if ! "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null; then
+  "${SUDO[@]}" apt-get update >/dev/null
+  "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null
+fi
