@@ -10,6 +10,7 @@ pub mod event;
 pub mod ids;
 pub mod metrics;
 pub mod model;
+pub mod permission_mode;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
@@ -29,3 +30,4 @@ pub use event::{
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
+pub use permission_mode::PermissionMode;

@@ -187,6 +187,7 @@ pub struct Session {
     /// The system prompt.
     pub system_prompt: Option<String>,
     /// The permission mode.
+    #[schema(value_type = Option<crate::PermissionMode>)]
     pub permission_mode: Option<String>,
     /// Engine-specific settings.
     pub engine_config: Value,

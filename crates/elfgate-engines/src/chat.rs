@@ -179,7 +179,7 @@ impl ChatEngine {
                             .await
                         {
                             Ok(h) => h,
-                            Err(e) => return self.fail(&ctx, "storage", e.to_string()),
+                            Err(e) => return self.fail(&ctx, "storage", e.report()),
                         },
                         None => Vec::new(),
                     },

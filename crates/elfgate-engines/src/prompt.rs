@@ -38,7 +38,7 @@ pub fn new_user_message(ctx: &EngineSessionContext, parent: Option<MessageId>) -
 
 /// Stores the run's user message — before anything is sent upstream — and announces it. It follows
 /// `parentId` when given, else the session's latest message (a first run follows nothing).
-/// Returns the message and its parent, or the storage error.
+/// Returns the message and its parent, or the storage error as a client may see it.
 pub(crate) async fn store_user_message(
     store: &dyn Store,
     ctx: &EngineSessionContext,
@@ -54,14 +54,11 @@ pub(crate) async fn store_user_message(
         None => store
             .latest_message(session_id)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.report())?
             .map(|m| m.id),
     };
     let user = new_user_message(ctx, parent);
-    store
-        .insert_message(&user)
-        .await
-        .map_err(|e| e.to_string())?;
+    store.insert_message(&user).await.map_err(|e| e.report())?;
     ctx.events.emit(EventPayload::UserMessage {
         message: user.clone(),
     });

@@ -43,6 +43,9 @@ pub struct TurnOutput {
     pub interrupted: bool,
     /// Set when it failed (reported as an `error` event unless the options said not to).
     pub error: Option<ErrorInfo>,
+    /// Set when the failure must not be retried by a caller either: the call's first-token
+    /// deadline, which bounds the call with all its retries, has passed.
+    pub deadline_passed: bool,
     /// Retries made before the first event.
     pub retries: u32,
 }
@@ -221,6 +224,7 @@ async fn relay_turn(
                 });
             }
             out.error = Some(info);
+            out.deadline_passed = matches!(e, LlmError::FirstTokenTimeout(_));
             return out;
         }
     };

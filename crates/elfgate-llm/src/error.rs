@@ -21,6 +21,10 @@ pub enum LlmError {
     /// No bytes arrived from the provider for this long while reading the body.
     #[error("no data from upstream for {0:?}")]
     IdleTimeout(Duration),
+    /// No event arrived within the call's first-token deadline, over all its attempts and the
+    /// waits between them. Not retried: the deadline bounds the whole call.
+    #[error("no answer from upstream within {0:?} (first-token deadline, retries included)")]
+    FirstTokenTimeout(Duration),
     /// The provider sent something that could not be understood (or the request was unusable).
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -42,7 +46,7 @@ impl LlmError {
             }
             LlmError::Transport(_) | LlmError::IdleTimeout(_) => true,
             LlmError::Upstream(msg) => msg.to_ascii_lowercase().contains("overloaded"),
-            LlmError::Protocol(_) | LlmError::Cancelled => false,
+            LlmError::Protocol(_) | LlmError::FirstTokenTimeout(_) | LlmError::Cancelled => false,
         }
     }
 
@@ -52,6 +56,7 @@ impl LlmError {
             LlmError::Status { .. } => "upstream_status",
             LlmError::Transport(_) => "transport",
             LlmError::IdleTimeout(_) => "idle_timeout",
+            LlmError::FirstTokenTimeout(_) => "first_token_timeout",
             LlmError::Protocol(_) => "protocol",
             LlmError::Upstream(_) => "upstream_error",
             LlmError::Cancelled => "cancelled",
@@ -106,6 +111,7 @@ mod tests {
         assert!(!LlmError::Upstream("bad".into()).is_retryable());
         assert!(!LlmError::Protocol("x".into()).is_retryable());
         assert!(!LlmError::Cancelled.is_retryable());
+        assert!(!LlmError::FirstTokenTimeout(Duration::from_secs(1)).is_retryable());
         assert_eq!(st(500).code(), "upstream_status");
         assert_eq!(LlmError::Cancelled.code(), "cancelled");
     }

@@ -148,6 +148,10 @@ pub trait LlmProvider: Send + Sync {
     fn default_model(&self) -> Option<&str>;
     /// Send the request; Ok once the response status is 2xx and headers arrived. Events follow on the stream.
     async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError>;
+    /// How long a call may take, over all its attempts, until its first event (zero: no limit).
+    fn first_token_timeout(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// How to reach one provider.
@@ -166,6 +170,9 @@ pub struct ProviderConfig {
     pub idle_timeout: Duration,
     /// Longest wait for the response headers (zero disables it).
     pub request_timeout: Duration,
+    /// Longest wait for a call's first event, over every attempt and the delays between them
+    /// (zero disables it); see [`stream_with_retry`].
+    pub first_token_timeout: Duration,
 }
 
 /// Builds the provider client for `cfg`, sharing the given HTTP client.

@@ -30,6 +30,10 @@ impl LlmProvider for OpenAiProvider {
         ProviderKind::Openai
     }
 
+    fn first_token_timeout(&self) -> std::time::Duration {
+        self.cfg.first_token_timeout
+    }
+
     fn default_model(&self) -> Option<&str> {
         self.cfg.default_model.as_deref()
     }

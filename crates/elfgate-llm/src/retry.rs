@@ -6,12 +6,17 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 /// A first attempt already under way in its own task (see [`spawn_first_attempt`]); dropping it
 /// aborts the task, which closes the upstream connection.
-pub struct FirstAttempt(AbortOnDropHandle<Result<LlmStream, LlmError>>);
+pub struct FirstAttempt {
+    task: AbortOnDropHandle<Result<LlmStream, LlmError>>,
+    /// When it began: the call's first-token deadline counts from here.
+    started: Instant,
+}
 
 impl std::fmt::Debug for FirstAttempt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -26,12 +31,14 @@ impl Future for FirstAttempt {
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
-            Ok(result) => result,
-            Err(e) => Err(LlmError::Transport(format!(
-                "the upstream call failed: {e}"
-            ))),
-        })
+        Pin::new(&mut self.task)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(result) => result,
+                Err(e) => Err(LlmError::Transport(format!(
+                    "the upstream call failed: {e}"
+                ))),
+            })
     }
 }
 
@@ -39,9 +46,12 @@ impl Future for FirstAttempt {
 /// first event — so that it makes progress before anyone awaits it. Hand it to
 /// [`stream_with_retry_from`]; it reports nothing by itself.
 pub fn spawn_first_attempt(provider: Arc<dyn LlmProvider>, req: Arc<LlmRequest>) -> FirstAttempt {
-    FirstAttempt(AbortOnDropHandle::new(tokio::spawn(async move {
-        first_event(provider.as_ref(), &req).await
-    })))
+    FirstAttempt {
+        started: Instant::now(),
+        task: AbortOnDropHandle::new(tokio::spawn(async move {
+            first_event(provider.as_ref(), &req).await
+        })),
+    }
 }
 
 /// How often and how patiently to retry.
@@ -76,6 +86,12 @@ pub struct RetryNotice {
 ///
 /// Waiting for the response and the first event is also abandoned with
 /// [`LlmError::Cancelled`] when `cancel` fires.
+///
+/// The provider's [`LlmProvider::first_token_timeout`] bounds the whole of it — every attempt and
+/// every delay — from the start of the first attempt: when it passes, the attempt going on is
+/// dropped (closing its connection) and the call fails with [`LlmError::FirstTokenTimeout`],
+/// whatever retries are left. Without it, an upstream that stalls before its first token would
+/// cost one idle timeout per attempt.
 pub async fn stream_with_retry(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
@@ -87,8 +103,32 @@ pub async fn stream_with_retry(
 }
 
 /// [`stream_with_retry`] whose first attempt, when given, is one already under way (made with the
-/// same request); its failure is retried like any other.
+/// same request); its failure is retried like any other, and the deadline counts from its start.
 pub async fn stream_with_retry_from(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+    on_retry: &mut (dyn FnMut(RetryNotice) + Send),
+    first: Option<FirstAttempt>,
+) -> Result<LlmStream, LlmError> {
+    let limit = provider.first_token_timeout();
+    let started = first.as_ref().map_or_else(Instant::now, |f| f.started);
+    let attempts = attempts(provider, req, policy, cancel, on_retry, first);
+    if limit.is_zero() {
+        return attempts.await;
+    }
+    match tokio::time::timeout_at(started + limit, attempts).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(?limit, "LLM call gave no first event before its deadline");
+            Err(LlmError::FirstTokenTimeout(limit))
+        }
+    }
+}
+
+/// The attempts of [`stream_with_retry_from`], without its deadline.
+async fn attempts(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
     policy: &RetryPolicy,

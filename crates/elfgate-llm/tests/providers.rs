@@ -40,6 +40,7 @@ fn provider(kind: ProviderKind, base_url: String) -> Arc<dyn LlmProvider> {
             default_model: Some("default-model".into()),
             idle_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
+            first_token_timeout: Duration::ZERO,
         },
         reqwest::Client::new(),
     )
@@ -610,6 +611,7 @@ async fn idle_timeout_on_stalled_body() {
             default_model: Some("m".into()),
             idle_timeout: Duration::from_millis(200),
             request_timeout: Duration::from_secs(10),
+            first_token_timeout: Duration::ZERO,
         },
         reqwest::Client::new(),
     );
@@ -665,6 +667,7 @@ async fn pings_alone_do_not_keep_a_stream_alive() {
             default_model: Some("m".into()),
             idle_timeout: Duration::from_millis(300),
             request_timeout: Duration::from_secs(10),
+            first_token_timeout: Duration::ZERO,
         },
         reqwest::Client::new(),
     );
@@ -732,6 +735,7 @@ async fn missing_model_is_an_error() {
             default_model: None,
             idle_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(1),
+            first_token_timeout: Duration::ZERO,
         },
         reqwest::Client::new(),
     );
@@ -740,4 +744,80 @@ async fn missing_model_is_an_error() {
         p.stream(&LlmRequest::default()).await,
         Err(LlmError::Protocol(_))
     ));
+}
+
+fn with_deadline(base: String, idle: Duration, first_token: Duration) -> Arc<dyn LlmProvider> {
+    build_provider(
+        ProviderConfig {
+            kind: ProviderKind::Openai,
+            base_url: base,
+            api_key: None,
+            default_model: Some("m".into()),
+            idle_timeout: idle,
+            request_timeout: Duration::from_secs(10),
+            first_token_timeout: first_token,
+        },
+        reqwest::Client::new(),
+    )
+}
+
+/// Calls `p` with retries left; the error it ends with and how many retries it announced.
+async fn call_failing(p: &dyn LlmProvider, policy: &RetryPolicy) -> (LlmError, usize) {
+    let mut retries = 0;
+    let result = stream_with_retry(
+        p,
+        &LlmRequest::default(),
+        policy,
+        &CancellationToken::new(),
+        &mut |_| retries += 1,
+    )
+    .await;
+    match result {
+        Err(e) => (e, retries),
+        Ok(_) => panic!("expected an error"),
+    }
+}
+
+#[tokio::test]
+async fn a_stall_before_the_first_event_ends_at_the_deadline_without_retries() {
+    // Headers, then nothing: each attempt would wait a whole idle timeout.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let router = Router::new().route(
+        "/chat/completions",
+        post(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { stream_body(futures_util::stream::pending()) }
+        }),
+    );
+    let p = with_deadline(
+        spawn(router).await,
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+    );
+    let (err, retries) = call_failing(p.as_ref(), &fast_policy()).await;
+    assert_eq!(err, LlmError::FirstTokenTimeout(Duration::from_millis(200)));
+    assert_eq!(err.code(), "first_token_timeout");
+    assert_eq!(retries, 0);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_deadline_also_covers_the_waits_between_attempts() {
+    let (router, calls) = retry_router("/chat/completions", usize::MAX, || {
+        error_response(StatusCode::SERVICE_UNAVAILABLE, &[], "down")
+    });
+    let p = with_deadline(
+        spawn(router).await,
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+    );
+    let slow = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_secs(60),
+        max_delay: Duration::from_secs(60),
+    };
+    let (err, retries) = call_failing(p.as_ref(), &slow).await;
+    assert_eq!(err, LlmError::FirstTokenTimeout(Duration::from_millis(200)));
+    assert_eq!((retries, calls.load(Ordering::SeqCst)), (1, 1));
 }

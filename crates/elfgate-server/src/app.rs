@@ -2,7 +2,8 @@
 
 use crate::auth::require_token;
 use crate::config::{AuthMode, Config};
-use crate::error::{ApiError, BodyLimit};
+use crate::error::{ApiError, method_not_allowed};
+use crate::extract::BodyLimit;
 use crate::request_guard::guard_requests;
 use crate::routes;
 use crate::state::AppState;
@@ -86,6 +87,10 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
                     default_model: p.default_model.clone(),
                     idle_timeout: Duration::from_secs(p.idle_timeout_secs.max(1)),
                     request_timeout: Duration::from_secs(p.request_timeout_secs.max(1)),
+                    first_token_timeout: Duration::from_secs(
+                        p.first_token_timeout_secs
+                            .unwrap_or(p.request_timeout_secs.max(1) + p.idle_timeout_secs.max(1)),
+                    ),
                 },
                 http.clone(),
             ),
@@ -216,10 +221,14 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::health::protected_routes())
+            // Before the auth layer, so that a wrong method without a token is still 401.
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
             .merge(protected)
+            // Reaches only the routes above without one: the protected ones have theirs.
+            .method_not_allowed_fallback(method_not_allowed)
             .fallback(|| async { ApiError::NotFound("no such route".into()).into_response() })
             .layer(middleware::from_fn(move |mut req: Request, next: Next| {
                 req.extensions_mut().insert(BodyLimit(limit));

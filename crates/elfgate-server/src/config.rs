@@ -99,6 +99,12 @@ pub struct ProviderConfigSection {
     /// Seconds allowed until response headers.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_secs: u64,
+    /// Seconds a call may take until its first event, over all its attempts and the delays
+    /// between them (0: no limit). Absent: `request_timeout_secs + idle_timeout_secs`, the most
+    /// one attempt may take by its own limits, so that a stall before the first token costs one
+    /// attempt's wait, not one per attempt.
+    #[serde(default)]
+    pub first_token_timeout_secs: Option<u64>,
 }
 
 fn default_idle() -> u64 {

@@ -1,12 +1,10 @@
 //! The one API error type, mapped to status codes and the JSON body `{error: {code, message}}`.
 
-use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use elfgate_core::RunId;
+use elfgate_store::StoreError;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 /// The JSON body of every error response.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -22,9 +20,9 @@ pub struct ErrorBody {
 /// A machine code and a human message.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
-    /// One of bad_request, unauthorized, forbidden, not_found, busy, conflict,
-    /// payload_too_large, unsupported_media_type, unprocessable, not_implemented, unavailable,
-    /// internal.
+    /// One of bad_request, unauthorized, forbidden, not_found, method_not_allowed, busy,
+    /// conflict, payload_too_large, unsupported_media_type, unprocessable, not_implemented,
+    /// unavailable, internal.
     pub code: String,
     /// What happened, for a human.
     pub message: String,
@@ -54,6 +52,9 @@ pub enum ApiError {
         /// The run going on.
         active_run_id: RunId,
     },
+    /// The path exists but not with this method (405); the router adds the `Allow` header.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// Already decided or otherwise conflicting (409).
     #[error("{0}")]
     Conflict(String),
@@ -75,6 +76,10 @@ pub enum ApiError {
     /// A fault of the daemon (500).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The store failed: 503 with `Retry-After` when trying again may work (busy, locked, full),
+    /// 503 while the store is closing, 500 otherwise. The driver's text goes to the log only.
+    #[error("{}", .0.summary())]
+    Storage(StoreError),
 }
 
 impl ApiError {
@@ -84,6 +89,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -91,6 +97,9 @@ impl ApiError {
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Storage(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Storage(StoreError::Closed(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -100,6 +109,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden | ApiError::Refused(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Busy { .. } => "busy",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
@@ -108,134 +118,134 @@ impl ApiError {
             ApiError::NotImplemented(_) => "not_implemented",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
+            ApiError::Storage(_) => match self.status() {
+                StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+                _ => "internal",
+            },
+        }
+    }
+
+    /// The message a client sees. A storage failure is logged here with a fresh reference, which
+    /// the message carries instead of the driver's text ([`StoreError::report`]).
+    fn client_message(&self) -> String {
+        match self {
+            ApiError::Internal(msg) => {
+                tracing::error!(error = %msg, "internal error");
+                self.to_string()
+            }
+            ApiError::Storage(e) if e.is_transient() => format!("{}; try again later", e.report()),
+            ApiError::Storage(e) => e.report(),
+            _ => self.to_string(),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(msg) = &self {
-            tracing::error!(error = %msg, "internal error");
-        }
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code().to_string(),
-                message: self.to_string(),
+                message: self.client_message(),
             },
             active_run_id: match &self {
                 ApiError::Busy { active_run_id } => Some(*active_run_id),
                 _ => None,
             },
         };
-        (self.status(), axum::Json(body)).into_response()
-    }
-}
-
-impl From<elfgate_store::StoreError> for ApiError {
-    fn from(e: elfgate_store::StoreError) -> Self {
-        ApiError::Internal(e.to_string())
-    }
-}
-
-/// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
-/// limit, 400 for malformed JSON or wrong fields.
-///
-/// The Content-Type check is a security boundary, not pedantry: a web page on any origin may
-/// send `text/plain`, form data or multipart without a CORS preflight, so a daemon that parses
-/// those as JSON can be driven by any page the user visits. `application/json` needs a
-/// preflight, which the origin check answers. A request with no Content-Type and an empty body
-/// is taken as `{}` (e.g. `POST …/interrupt` with nothing to say).
-#[derive(Debug)]
-pub struct ApiJson<T>(pub T);
-
-/// The body limit, stored in request extensions by the router so that 413 can name it.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimit(pub usize);
-
-impl<S, T> FromRequest<S> for ApiJson<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map(|l| l.0)
-            .unwrap_or_default();
-        let declared_json = req
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .map(|v| is_json_media_type(v.as_bytes()));
-        if declared_json == Some(false) {
-            return Err(unsupported_media_type());
+        let mut resp = (self.status(), axum::Json(body)).into_response();
+        if let ApiError::Storage(e) = &self
+            && let Some(after) = e.retry_after()
+        {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(after.as_secs().max(1)),
+            );
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
-            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::BadRequest(format!("cannot read the body: {rej}"))
-            }
-        })?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else if declared_json.is_none() {
-            return Err(unsupported_media_type());
-        } else {
-            &bytes
-        };
-        serde_json::from_slice(bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+        resp
     }
 }
 
-fn unsupported_media_type() -> ApiError {
-    ApiError::UnsupportedMediaType(
-        "the body must be JSON sent with Content-Type: application/json".into(),
-    )
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::Storage(e)
+    }
 }
 
-/// `application/json` or `application/*+json`, any parameters (charset) allowed.
-fn is_json_media_type(value: &[u8]) -> bool {
-    let Ok(value) = std::str::from_utf8(value) else {
-        return false;
-    };
-    let essence = value.split(';').next().unwrap_or_default().trim();
-    let Some((kind, subtype)) = essence.split_once('/') else {
-        return false;
-    };
-    kind.eq_ignore_ascii_case("application")
-        && (subtype.eq_ignore_ascii_case("json")
-            || subtype.len() > 5
-                && subtype.as_bytes()[subtype.len() - 5..].eq_ignore_ascii_case(b"+json"))
+/// The 405 answer of every route, for a method the route does not have.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_json_media_type;
+    use super::*;
 
-    #[test]
-    fn json_media_types() {
-        for ok in [
-            "application/json",
-            "Application/JSON; charset=utf-8",
-            "application/merge-patch+json",
+    async fn answer(e: ApiError) -> (StatusCode, Option<String>, serde_json::Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, retry_after, serde_json::from_slice(&body).unwrap())
+    }
+
+    const DRIVER_TEXT: &str = "error returned from database: (code: 5) database is locked";
+
+    #[tokio::test]
+    async fn transient_storage_failures_are_503_with_retry_after_and_no_driver_text() {
+        for (e, wait) in [
+            (StoreError::Busy(DRIVER_TEXT.into()), "1"),
+            (StoreError::TableLocked(DRIVER_TEXT.into()), "1"),
+            (StoreError::Full(DRIVER_TEXT.into()), "30"),
         ] {
-            assert!(is_json_media_type(ok.as_bytes()), "{ok}");
+            let (status, retry_after, body) = answer(e.into()).await;
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(retry_after.as_deref(), Some(wait));
+            assert_eq!(body["error"]["code"], "unavailable");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains("(ref "), "{message}");
+            assert!(message.contains("try again later"), "{message}");
+            assert!(!message.contains("code: 5"), "{message}");
         }
-        for bad in [
-            "text/plain",
-            "text/plain;charset=UTF-8",
-            "application/x-www-form-urlencoded",
-            "multipart/form-data; boundary=x",
-            "application/jsonx",
-            "+json",
-            "",
+    }
+
+    #[tokio::test]
+    async fn other_storage_failures_are_500_without_driver_text() {
+        let secret = "UNIQUE constraint failed: runs.client_msg_id in /var/lib/elfgate";
+        for e in [
+            StoreError::Io(secret.into()),
+            StoreError::Constraint(secret.into()),
+            StoreError::Corrupt(secret.into()),
+            StoreError::NotFound(secret.into()),
+            StoreError::Database(secret.into()),
         ] {
-            assert!(!is_json_media_type(bad.as_bytes()), "{bad}");
+            let summary = e.summary();
+            let (status, retry_after, body) = answer(e.into()).await;
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{summary}");
+            assert_eq!(retry_after, None);
+            assert_eq!(body["error"]["code"], "internal");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with(summary), "{message}");
+            assert!(message.contains("(ref "), "{message}");
+            assert!(!message.contains("runs.client_msg_id"), "{message}");
         }
+        // A store closing under a shutdown: unavailable, but not worth a quick retry.
+        let (status, retry_after, body) =
+            answer(StoreError::Closed("the writer has stopped".into()).into()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after, None);
+        assert_eq!(body["error"]["code"], "unavailable");
+    }
+
+    #[tokio::test]
+    async fn every_reference_is_new() {
+        let message = |b: serde_json::Value| b["error"]["message"].as_str().unwrap().to_string();
+        let (_, _, a) = answer(StoreError::Busy(String::new()).into()).await;
+        let (_, _, b) = answer(StoreError::Busy(String::new()).into()).await;
+        assert_ne!(message(a), message(b));
     }
 }

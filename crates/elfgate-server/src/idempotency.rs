@@ -6,10 +6,8 @@
 //! it is a duplicate. Holding the key's lock from the lookup to the end of the handling makes the
 //! retry see the original's outcome.
 
-use dashmap::DashMap;
+use crate::keyed_lock::{KeyedGuard, KeyedLocks};
 use elfgate_core::SessionId;
-use std::sync::Arc;
-use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// A key's scope: `None` for session creation (keys are looked up in every session), a session
 /// for its prompts (keys are per session).
@@ -18,29 +16,16 @@ type Scope = Option<SessionId>;
 /// The keys being handled, each with its lock.
 #[derive(Default)]
 pub struct KeyLocks {
-    locks: DashMap<(Scope, String), Arc<Mutex<()>>>,
+    locks: KeyedLocks<(Scope, String)>,
 }
 
 /// Held while a request with a key is handled; the next request with that key waits for it.
-pub struct KeyGuard<'a> {
-    locks: &'a KeyLocks,
-    key: (Scope, String),
-    guard: Option<OwnedMutexGuard<()>>,
-    lock: Option<Arc<Mutex<()>>>,
-}
+pub type KeyGuard<'a> = KeyedGuard<'a, (Scope, String)>;
 
 impl KeyLocks {
     /// Waits until no other request with `key` in `scope` is being handled, then holds it.
     pub async fn acquire(&self, scope: Scope, key: &str) -> KeyGuard<'_> {
-        let key = (scope, key.to_string());
-        let lock = self.locks.entry(key.clone()).or_default().clone();
-        let guard = lock.clone().lock_owned().await;
-        KeyGuard {
-            locks: self,
-            key,
-            guard: Some(guard),
-            lock: Some(lock),
-        }
+        self.locks.exclusive((scope, key.to_string())).await
     }
 
     /// How many keys have an entry (for tests: entries do not outlive their requests).
@@ -51,18 +36,6 @@ impl KeyLocks {
     /// Whether no key has an entry.
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty()
-    }
-}
-
-impl Drop for KeyGuard<'_> {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        drop(self.lock.take());
-        // Only the map holds it now: nobody waits for this key. A request that clones it after
-        // this check finds a live entry and removes it itself when done.
-        self.locks
-            .locks
-            .remove_if(&self.key, |_, lock| Arc::strong_count(lock) == 1);
     }
 }
 

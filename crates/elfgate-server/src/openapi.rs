@@ -2,6 +2,7 @@
 //! `#[utoipa::path]` annotations on the handlers.
 
 use crate::error::{ErrorBody, ErrorDetail};
+use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{engines, health, sessions};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
@@ -9,35 +10,13 @@ use crate::service::{
 };
 use elfgate_core::{
     Attachment, ChannelPermissions, ContentBlock, Delta, DeltaKind, EngineInfo, EngineType,
-    ErrorInfo, EventPayload, FinishReason, Message, MessageId, OnBusy, RequestId, RetryInfo, Role,
-    Run, RunId, RunStats, RunStatus, Session, SessionId, ToolCallStatus,
+    ErrorInfo, EventPayload, FinishReason, Message, MessageId, OnBusy, PermissionMode, RequestId,
+    RetryInfo, Role, Run, RunId, RunStats, RunStatus, Session, SessionId, ToolCallStatus,
 };
-use serde::Serialize;
 use serde_json::Value;
 use std::sync::OnceLock;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
-
-/// One event as sent in the `data` of an SSE message and stored in the log: the envelope fields
-/// next to the payload's `type` and fields. Documentation only; `elfgate_core::EventRecord`
-/// serializes the real thing.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EventEnvelope {
-    /// Per-session sequence number; also the SSE `id`.
-    pub seq: u64,
-    /// The session.
-    pub session_id: SessionId,
-    /// The run, for events that belong to one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<RunId>,
-    /// When it was published (RFC 3339, milliseconds, UTC).
-    #[schema(format = DateTime)]
-    pub ts: String,
-    /// The event type and its fields.
-    #[serde(flatten)]
-    pub payload: EventPayload,
-}
+use utoipa::{Modify, OpenApi};
 
 /// Adds the `bearer` HTTP security scheme the protected routes refer to.
 struct BearerScheme;
@@ -83,6 +62,7 @@ impl Modify for BearerScheme {
         MessageId,
         RequestId,
         EngineType,
+        PermissionMode,
         Role,
         ContentBlock,
         Message,
@@ -128,20 +108,32 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc
 }
 
-/// The document as JSON, built once.
+/// The document as JSON, built once: utoipa's, with what its derives cannot say.
 pub fn document() -> Value {
     static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| {
-        serde_json::to_value(openapi()).unwrap_or_else(|e| {
-            serde_json::json!({
-                "openapi": "3.1.0",
-                "info": {"title": "Elfgate", "version": env!("CARGO_PKG_VERSION")},
-                "paths": {},
-                "x-error": e.to_string(),
-            })
-        })
+    DOC.get_or_init(|| match serde_json::to_value(openapi()) {
+        Ok(mut doc) => {
+            event_schema::complete(&mut doc);
+            optional_bodies(&mut doc);
+            doc
+        }
+        Err(e) => serde_json::json!({
+            "openapi": "3.1.0",
+            "info": {"title": "Elfgate", "version": env!("CARGO_PKG_VERSION")},
+            "paths": {},
+            "x-error": e.to_string(),
+        }),
     })
     .clone()
+}
+
+/// Bodies that may be left out but are not nullable (a `null` body is 400): utoipa only makes a
+/// body optional by making its schema nullable too.
+fn optional_bodies(doc: &mut Value) {
+    let body = &mut doc["paths"]["/v1/sessions/{id}/interrupt"]["post"]["requestBody"];
+    if body.is_object() {
+        body["required"] = Value::Bool(false);
+    }
 }
 
 #[cfg(test)]

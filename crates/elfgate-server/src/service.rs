@@ -5,7 +5,8 @@ use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
     Attachment, ChannelPermissions, DispatchError, EngineSessionContext, EngineType, EventEmitter,
-    EventPayload, MessageId, OnBusy, Run, RunId, RunStatus, Session, SessionBus, SessionId,
+    EventPayload, MessageId, OnBusy, PermissionMode, Run, RunId, RunStatus, Session, SessionBus,
+    SessionId,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -13,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-const PERMISSION_MODES: [&str; 4] = ["default", "acceptEdits", "bypassPermissions", "plan"];
 const THINKING_LEVELS: [&str; 4] = ["none", "low", "medium", "high"];
 
 /// Per-run settings a prompt may carry (both on create and on resume).
@@ -31,6 +31,7 @@ pub struct RunOverrides {
     /// Engine settings merged over the session's.
     pub engine_config: Option<Value>,
     /// Permission mode.
+    #[schema(value_type = Option<PermissionMode>)]
     pub permission_mode: Option<String>,
     /// Files and images.
     pub attachments: Option<Vec<Attachment>>,
@@ -44,7 +45,8 @@ pub struct RunOverrides {
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
-    /// Engine wire name.
+    /// Engine wire name. An engine not built in (`cli` for now) or unknown is 422.
+    #[schema(value_type = EngineType)]
     pub engine: String,
     /// First prompt.
     pub prompt: String,
@@ -143,13 +145,9 @@ pub fn parse_session_id(s: &str) -> Result<SessionId, ApiError> {
 }
 
 fn check_overrides(state: &AppState, engine: EngineType, o: &RunOverrides) -> Result<(), ApiError> {
-    if let Some(mode) = &o.permission_mode
-        && !PERMISSION_MODES.contains(&mode.as_str())
-    {
-        return Err(ApiError::BadRequest(format!(
-            "permissionMode '{mode}' is not one of {}",
-            PERMISSION_MODES.join(", ")
-        )));
+    if let Some(mode) = &o.permission_mode {
+        mode.parse::<PermissionMode>()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     }
     if let Some(level) = &o.thinking_level
         && !THINKING_LEVELS.contains(&level.as_str())
@@ -405,16 +403,17 @@ pub async fn send_message(
     req: SendMessageRequest,
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
+    // Held until the run is admitted or withdrawn, so that a DELETE either stops this run or is
+    // seen by the checks below (see session_gate.rs).
+    let _pass =
+        state.sessions.enter(session_id).await.ok_or_else(|| {
+            ApiError::NotFound(format!("session '{session_id}' is being deleted"))
+        })?;
     let session = state
         .store
         .get_session(session_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
-    if state.deleting.contains(&session_id) {
-        return Err(ApiError::NotFound(format!(
-            "session '{session_id}' is being deleted"
-        )));
-    }
     check_prompt(&req.prompt)?;
     check_overrides(state, session.engine, &req.overrides)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
@@ -564,14 +563,12 @@ pub async fn delete_session(state: &AppState, session_id: SessionId) -> Result<(
             "unknown session '{session_id}'"
         )));
     }
-    if !state.deleting.insert(session_id) {
+    let Some(_mark) = state.sessions.begin_delete(session_id).await else {
         return Err(ApiError::Conflict(format!(
             "session '{session_id}' is already being deleted"
         )));
-    }
-    let result = delete_stopped_session(state, session_id).await;
-    state.deleting.remove(&session_id);
-    result
+    };
+    delete_stopped_session(state, session_id).await
 }
 
 async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {

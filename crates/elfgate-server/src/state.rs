@@ -32,8 +32,9 @@ pub struct AppInner {
     /// Fired when the daemon shuts down: ends SSE streams.
     pub shutdown: CancellationToken,
     shutting_down: AtomicBool,
-    /// Sessions being deleted: they take no new prompt.
-    pub deleting: dashmap::DashSet<elfgate_core::SessionId>,
+    /// Sessions being deleted (they take no new prompt), and the gates that keep prompts and
+    /// deletions apart.
+    pub sessions: crate::session_gate::SessionGates,
     /// Idempotency keys (`clientMsgId`) of requests being handled.
     pub client_keys: crate::idempotency::KeyLocks,
     /// Host and Origin checks, CORS.
@@ -68,7 +69,7 @@ impl AppState {
                 permissions,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
-                deleting: dashmap::DashSet::new(),
+                sessions: Default::default(),
                 client_keys: Default::default(),
                 request_guard,
             }),

@@ -680,3 +680,159 @@ async fn create_with_accept_event_stream_answers_with_the_first_runs_events() {
     let body: serde_json::Value = bad.json().await.unwrap();
     assert!(body["error"]["code"].is_string(), "{body}");
 }
+
+/// Sessions with a run going on, over every engine.
+async fn active_sessions(d: &Daemon) -> u64 {
+    let (_, engines) = d.get("/v1/engines").await;
+    engines["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["activeSessions"].as_u64().unwrap())
+        .sum()
+}
+
+/// Whether any upstream request the mock received carries `text`.
+fn upstream_saw(mock: &MockServer, text: &str) -> bool {
+    mock.requests()
+        .iter()
+        .any(|r| r.body.to_string().contains(text))
+}
+
+#[tokio::test]
+async fn a_prompt_after_delete_is_404_and_starts_nothing() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(d.delete(&format!("/v1/sessions/{sid}")).await, 204);
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "after the delete", "onBusy": "enqueue"}),
+        )
+        .await;
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+    for path in [
+        format!("/v1/sessions/{sid}"),
+        format!("/v1/sessions/{sid}/events"),
+        format!("/v1/sessions/{sid}/messages"),
+    ] {
+        assert_eq!(d.get(&path).await.0, 404, "{path}");
+    }
+    assert!(!upstream_saw(&mock, "after the delete"));
+    assert_eq!(active_sessions(&d).await, 0);
+}
+
+/// DELETE and prompts sent at the same moment: each prompt either comes first (202; its run is
+/// stopped and deleted with the session before DELETE answers) or after (404 or 409); once all
+/// have answered, nothing of the session is left and nothing runs.
+#[tokio::test]
+async fn delete_racing_prompts_leaves_no_run_on_a_deleted_session() {
+    use futures_util::future::join_all;
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for round in 0..30 {
+        let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+        d.events(&sid, None).await.until_complete(&run).await;
+        let path = format!("/v1/sessions/{sid}/messages");
+        // A slow answer: a run admitted after the delete would still be going when checked.
+        let prompts = join_all((0..4).map(|k| {
+            d.post(
+                &path,
+                json!({"prompt": format!("round {round} prompt {k}"), "onBusy": "enqueue",
+                       "model": "mock:tokens=100,delay_ms=50"}),
+            )
+        }));
+        let session = format!("/v1/sessions/{sid}");
+        let (answers, deleted) = tokio::join!(prompts, d.delete(&session));
+        assert_eq!(deleted, 204, "round {round}");
+        let mut accepted = Vec::new();
+        for (s, v) in answers {
+            assert!(matches!(s, 202 | 404 | 409), "round {round}: {s} {v}");
+            if s == 202 {
+                accepted.push(v["runId"].as_str().unwrap().to_string());
+            }
+        }
+        assert_eq!(d.get(&session).await.0, 404);
+        for run in accepted {
+            let (s, v) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+            assert_eq!(s, 404, "round {round}: run {run} outlived its session: {v}");
+        }
+        assert_eq!(
+            active_sessions(&d).await,
+            0,
+            "round {round}: a run goes on in a deleted session"
+        );
+    }
+}
+
+/// Waits (bounded) until the mock has seen the client close the request for `model`.
+async fn until_disconnected(mock: &MockServer, model: &str) -> Vec<Outcome> {
+    let deadline = tokio::time::Instant::now() + common::GUARD;
+    loop {
+        let outcomes: Vec<Outcome> = mock
+            .requests()
+            .iter()
+            .filter(|r| r.model == model)
+            .map(|r| r.outcome)
+            .collect();
+        if outcomes.contains(&Outcome::ClientDisconnected) || tokio::time::Instant::now() > deadline
+        {
+            return outcomes;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// An upstream that accepts the call and then sends nothing: the provider's first-token deadline
+/// (1 s here, against an idle timeout of 30 s and retries left) ends the call once for all its
+/// attempts: one `error`, no `retry`, a run that completes with `error`, the upstream closed.
+#[tokio::test]
+async fn a_stall_before_the_first_token_ends_the_run_at_the_call_deadline() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = format!(
+        r#"
+[providers.stalling]
+kind = "openai"
+base_url = "{}/v1"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+first_token_timeout_secs = 1
+"#,
+        mock.base_url()
+    );
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: extra,
+            ..Opts::default()
+        },
+    );
+    let project = tempfile::tempdir().unwrap();
+    for engine in ["chat", "tinyelf"] {
+        let model = format!("mock:stall_after=0,id={engine}");
+        let (sid, run) = d
+            .create(
+                json!({"engine": engine, "prompt": "hello?", "providerId": "stalling",
+                           "model": model,
+                           "projectPath": project.path().display().to_string()}),
+            )
+            .await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        let t = types(&evs);
+        assert!(!t.contains(&"retry"), "{engine}: {t:?}");
+        let errors: Vec<&common::Ev> = evs.iter().filter(|e| e.event == "error").collect();
+        assert_eq!(errors.len(), 1, "{engine}: {t:?}");
+        assert_eq!(errors[0].data["error"]["code"], "first_token_timeout");
+        assert_in_order(&t, &["userMessage", "error", "result", "complete"]);
+        assert_eq!(evs.last().unwrap().data["finishReason"], "error");
+        let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+        assert_eq!(r["status"], "failed", "{r}");
+        assert_eq!(
+            until_disconnected(&mock, &model).await,
+            [Outcome::ClientDisconnected],
+            "{engine}: one upstream request, closed by the daemon"
+        );
+    }
+}

@@ -243,6 +243,13 @@ async fn token_auth_guards_the_api() {
     let (s, v) = d.get("/v1/sessions").await;
     assert_eq!(s, 200);
     assert_eq!(v["sessions"].as_array().unwrap().len(), 1);
+    // Protected routes ask for the token first; the open ones answer 405 at once.
+    let (s, v) = raw(&d, "PUT", "/v1/sessions", "", None).await;
+    assert_eq!((s, code(&v)), (401, "unauthorized"));
+    let (s, v) = raw(&d, "POST", "/healthz", "", None).await;
+    assert_eq!((s, code(&v)), (405, "method_not_allowed"));
+    let (s, v) = raw(&d, "PUT", "/v1/sessions", "", Some("Bearer s3cret-token")).await;
+    assert_eq!((s, code(&v)), (405, "method_not_allowed"));
 }
 
 #[tokio::test]
@@ -387,4 +394,171 @@ async fn a_first_prompt_is_announced_even_when_the_run_fails_at_once() {
     let stored = m["messages"].as_array().unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0]["id"], evs[1].data["message"]["id"]);
+}
+
+/// A request as a client sends it (with the harness's token); the status, the headers and the
+/// body parsed as JSON (Null when it is not JSON).
+async fn request(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut rb = d.http.request(method.parse().unwrap(), d.url(path));
+    if let Some(body) = body {
+        rb = rb.json(&body);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        headers,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn every_rejection_is_a_json_error() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    let ghost = "01900000-0000-7000-8000-000000000000";
+
+    // Every route of the document, with every method it lacks: 405, the JSON shape, and an
+    // Allow header naming the methods it has.
+    let (_, doc) = d.get("/openapi.json").await;
+    let methods = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+    let mut checked = 0;
+    for (template, item) in doc["paths"].as_object().unwrap() {
+        let path = template
+            .replace("{id}", &sid)
+            .replace("{runId}", &run)
+            .replace("{requestId}", ghost);
+        let has: Vec<&str> = methods
+            .iter()
+            .copied()
+            .filter(|m| item.get(m.to_lowercase()).is_some())
+            .collect();
+        for method in methods.iter().filter(|m| !has.contains(m)) {
+            let (s, headers, v) = request(&d, method, &path, None).await;
+            assert_eq!(s, 405, "{method} {template}: {v}");
+            assert_eq!(code(&v), "method_not_allowed", "{method} {template}");
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(method),
+                "{v}"
+            );
+            let allow = headers
+                .get("allow")
+                .unwrap_or_else(|| panic!("{method} {template}: no Allow header"))
+                .to_str()
+                .unwrap();
+            for m in &has {
+                assert!(allow.contains(m), "{method} {template}: Allow {allow:?}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} wrong methods tried");
+
+    // Paths that cannot be decoded name nothing; malformed queries are 400; unknown routes 404.
+    for (method, path, status, want) in [
+        ("GET", "/v1/sessions/%FF".to_string(), 404, "not_found"),
+        ("DELETE", "/v1/sessions/%FF".to_string(), 404, "not_found"),
+        (
+            "GET",
+            format!("/v1/sessions/{sid}/runs/%C3%28"),
+            404,
+            "not_found",
+        ),
+        (
+            "POST",
+            format!("/v1/sessions/{sid}/permissions/%FF"),
+            404,
+            "not_found",
+        ),
+        (
+            "GET",
+            "/v1/sessions?limit=many".to_string(),
+            400,
+            "bad_request",
+        ),
+        (
+            "GET",
+            "/v1/sessions?limit=-1".to_string(),
+            400,
+            "bad_request",
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{sid}/messages?limit=x"),
+            400,
+            "bad_request",
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{sid}/events?afterSeq=x"),
+            400,
+            "bad_request",
+        ),
+        ("GET", "/v1/sessions/".to_string(), 404, "not_found"),
+        (
+            "GET",
+            format!("/v1/sessions/{sid}/nothing"),
+            404,
+            "not_found",
+        ),
+        ("PUT", "/v1/nothing-here".to_string(), 404, "not_found"),
+    ] {
+        let (s, _, v) = request(&d, method, &path, None).await;
+        assert_eq!((s, code(&v)), (status, want), "{method} {path}: {v}");
+    }
+}
+
+/// Another process holding the database's write lock makes a write fail with SQLITE_BUSY once
+/// the busy timeout has passed: the client gets 503 with Retry-After and a reference, not the
+/// driver's text, and the same request succeeds once the lock is gone.
+#[tokio::test]
+async fn a_busy_database_is_503_with_retry_after() {
+    use sqlx::Connection;
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
+    // Followed all along, so that the session's bus stays open and writes nothing meanwhile.
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(&run).await;
+
+    let url = format!("sqlite://{}", d.dir.join("elfgate.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let path = format!("/v1/sessions/{sid}/messages");
+    let (s, headers, v) = request(&d, "POST", &path, Some(json!({"prompt": "again"}))).await;
+    assert_eq!((s, code(&v)), (503, "unavailable"), "{v}");
+    assert_eq!(headers["retry-after"], "1");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("busy") && message.contains("(ref "),
+        "{message}"
+    );
+    assert!(
+        !message.contains("locked") && !message.contains("code"),
+        "{message}"
+    );
+    // Reads go on meanwhile (WAL).
+    let (s, _) = d.get("/readyz").await;
+    assert_eq!(s, 200);
+
+    sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+    other.close().await.unwrap();
+    let (s, v) = d.post(&path, json!({"prompt": "again"})).await;
+    assert_eq!(s, 202, "{v}");
+    sse.until_complete(v["runId"].as_str().unwrap()).await;
+    // The refused prompt left nothing behind.
+    let (_, m) = d.get(&path).await;
+    assert_eq!(m["messages"].as_array().unwrap().len(), 4, "{m}");
 }

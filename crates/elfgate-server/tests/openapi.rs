@@ -54,8 +54,38 @@ fn named(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
-/// Asserts that every key of `value` is a property of schema `name`, and every required one is there.
+/// A validator of the document's schema `name`: OpenAPI 3.1 schemas are JSON Schema 2020-12.
+fn validator(doc: &Value, name: &str) -> jsonschema::Validator {
+    let schema = json!({
+        "$ref": format!("#/components/schemas/{name}"),
+        "components": doc["components"],
+    });
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap_or_else(|e| panic!("schema {name} does not compile: {e}"))
+}
+
+/// Asserts that `value` is valid against `v`, listing every violation when it is not.
+fn assert_valid(v: &jsonschema::Validator, what: &str, value: &Value) {
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| {
+            format!(
+                "{} at {} (schema {})",
+                e,
+                e.instance_path(),
+                e.schema_path()
+            )
+        })
+        .collect();
+    assert!(errors.is_empty(), "{what} {value}\n{}", errors.join("\n"));
+}
+
+/// Asserts that every key of `value` is a property of schema `name`, every required one is
+/// there, and the value is valid against the schema.
 fn fits(doc: &Value, name: &str, value: &Value) {
+    assert_valid(&validator(doc, name), name, value);
     let allowed = props(doc, &named(name));
     let obj = value
         .as_object()
@@ -71,32 +101,22 @@ fn fits(doc: &Value, name: &str, value: &Value) {
     }
 }
 
-/// Asserts that an event (envelope + payload) fits EventEnvelope with the EventPayload variant of its type.
-fn event_fits(doc: &Value, ev: &Value) {
+/// Asserts that an event is valid against EventEnvelope and has no field its variant lacks.
+fn event_fits(doc: &Value, envelope: &jsonschema::Validator, ev: &Value) {
+    assert_valid(envelope, "event", ev);
     let ty = ev["type"].as_str().unwrap();
-    let payload = &doc["components"]["schemas"]["EventPayload"];
-    let variant = payload["oneOf"]
+    let variant = doc["components"]["schemas"]["EventEnvelope"]["oneOf"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["properties"]["type"]["enum"][0] == ty)
-        .unwrap_or_else(|| panic!("EventPayload has no variant for '{ty}'"));
-    let envelope = &doc["components"]["schemas"]["EventEnvelope"];
-    let mut allowed = BTreeSet::new();
-    for part in envelope["allOf"].as_array().unwrap() {
-        if part.get("$ref").is_none() {
-            allowed.extend(props(doc, part));
-        }
-    }
-    allowed.extend(props(doc, variant));
+        .find(|v| v["properties"]["type"]["const"] == ty)
+        .unwrap_or_else(|| panic!("EventEnvelope has no variant for '{ty}'"));
+    let allowed = props(doc, variant);
     for k in ev.as_object().unwrap().keys() {
         assert!(
             allowed.contains(k),
             "event '{ty}' has '{k}' that its schema lacks ({allowed:?})"
         );
-    }
-    for k in required(doc, variant) {
-        assert!(ev.get(&k).is_some(), "event '{ty}' lacks required '{k}'");
     }
 }
 
@@ -254,9 +274,10 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let run = created["runId"].as_str().unwrap().to_string();
 
     let evs = d.all_events_until_complete_of(&sid, &run).await;
+    let envelope = validator(&doc, "EventEnvelope");
     for ev in &evs {
         assert_eq!(ev.data["type"], ev.event.as_str());
-        event_fits(&doc, &ev.data);
+        event_fits(&doc, &envelope, &ev.data);
     }
 
     let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
@@ -283,4 +304,164 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let (status, err) = d.get(&format!("/v1/sessions/{run}")).await;
     assert_eq!(status, 404);
     fits(&doc, "ErrorBody", &err);
+}
+
+fn script(mock: &MockServer, name: &str, responses: Value) {
+    mock.set_script(
+        name,
+        serde_json::from_value(json!({ "responses": responses })).unwrap(),
+    );
+}
+
+/// Reads events until one of `kind`, keeping all of them.
+async fn until_event(sse: &mut common::Sse, kind: &str, seen: &mut Vec<Value>) -> Value {
+    loop {
+        let ev = sse.next().await.expect("stream ended");
+        seen.push(ev.data.clone());
+        if ev.event == kind {
+            return ev.data;
+        }
+    }
+}
+
+/// Every event a client can receive validates against the served EventEnvelope schema: those of
+/// chat runs (thinking, retries, a failure), of a tinyelf run with a tool call and a permission
+/// request (re-announced to a reconnecting client too), and a reset.
+#[tokio::test]
+async fn real_events_validate_against_the_served_event_schema() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (_, doc) = d.get("/openapi.json").await;
+    let envelope = validator(&doc, "EventEnvelope");
+    let mut seen: Vec<Value> = Vec::new();
+
+    let (sid, run) = d.create(chat("hello", "mock:tokens=3,think=2")).await;
+    let mut sse = d.events(&sid, None).await;
+    seen.extend(sse.until_complete(&run).await.into_iter().map(|e| e.data));
+    for model in [
+        "mock:fail=500x1,tokens=2,id=openapi",
+        "mock:tokens=3,error_after=1",
+    ] {
+        let run = d
+            .send(&sid, json!({"prompt": "more", "model": model}))
+            .await;
+        seen.extend(sse.until_complete(&run).await.into_iter().map(|e| e.data));
+    }
+    let r = d
+        .http
+        .get(d.url(&format!("/v1/sessions/{sid}/events")))
+        .header("Last-Event-ID", u64::MAX.to_string())
+        .send()
+        .await
+        .unwrap();
+    seen.push(common::Sse::new(r).next().await.unwrap().data);
+
+    let dir = tempfile::tempdir().unwrap();
+    script(
+        &mock,
+        "openapi-tools",
+        json!([
+            {"thinking": "I will write it.", "text": "Writing.",
+             "toolCalls": [{"id": "w1", "name": "write_file",
+                            "arguments": json!({"path": "a.txt", "content": "x"}).to_string()}]},
+            {"toolCalls": [{"id": "r1", "name": "read_file",
+                            "arguments": json!({"path": "a.txt"}).to_string()}]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, run) = d
+        .create(json!({"engine": "tinyelf", "prompt": "write a file",
+                       "model": "mock:script=openapi-tools",
+                       "projectPath": dir.path().display().to_string()}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let request = until_event(&mut sse, "permissionRequest", &mut seen).await;
+    let rid = request["requestId"].as_str().unwrap();
+    let seq = request["seq"].as_u64().unwrap();
+    let mut again = d.events(&sid, Some(seq)).await;
+    seen.push(again.next().await.unwrap().data);
+    drop(again);
+    common::allow(&d, &sid, rid).await;
+    seen.extend(sse.until_complete(&run).await.into_iter().map(|e| e.data));
+
+    let mut types = BTreeSet::new();
+    for ev in &seen {
+        event_fits(&doc, &envelope, ev);
+        types.insert(ev["type"].as_str().unwrap().to_string());
+    }
+    for want in [
+        "sessionCreated",
+        "userMessage",
+        "init",
+        "streamDelta",
+        "assistantMessage",
+        "toolCallStart",
+        "toolCallEnd",
+        "permissionRequest",
+        "permissionResolved",
+        "retry",
+        "error",
+        "result",
+        "complete",
+        "reset",
+    ] {
+        assert!(
+            types.contains(want),
+            "no {want} event was captured: {types:?}"
+        );
+    }
+    // Something that is not an event does not validate: the schema says something.
+    assert!(!envelope.is_valid(&json!({"type": "complete", "seq": 1})));
+    assert!(
+        !envelope.is_valid(&json!({"type": "nope", "seq": 1, "sessionId": sid,
+                                        "ts": "2025-01-01T00:00:00.000Z"}))
+    );
+}
+
+/// Settings with a fixed set of values are enums in the document, and the interrupt body is
+/// optional rather than nullable (a `null` body is refused with 400).
+#[tokio::test]
+async fn enums_and_the_optional_interrupt_body_are_declared_as_served() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (_, doc) = d.get("/openapi.json").await;
+    let create = validator(&doc, "CreateSessionRequest");
+    let ok = json!({"engine": "chat", "prompt": "x", "permissionMode": "acceptEdits"});
+    assert_valid(&create, "create", &ok);
+    for bad in [
+        json!({"engine": "nope", "prompt": "x"}),
+        json!({"engine": "chat", "prompt": "x", "permissionMode": "yolo"}),
+    ] {
+        assert!(!create.is_valid(&bad), "{bad} validates");
+    }
+    let session = validator(&doc, "Session");
+    let (sid, run) = d.create(ok).await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    let (_, view) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_valid(&session, "session", &view);
+    let mut wrong = view.clone();
+    wrong["permissionMode"] = json!("yolo");
+    assert!(!session.is_valid(&wrong));
+
+    let body = &doc["paths"]["/v1/sessions/{id}/interrupt"]["post"]["requestBody"];
+    assert_ne!(body["required"], true, "{body}");
+    let schema = json!({"$ref": body["content"]["application/json"]["schema"]["$ref"],
+                        "components": doc["components"]});
+    let interrupt = jsonschema::draft202012::new(&schema).unwrap();
+    assert!(interrupt.is_valid(&json!({"wait": true})));
+    assert!(
+        !interrupt.is_valid(&Value::Null),
+        "the body is declared nullable"
+    );
+    let (s, v) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), Value::Null)
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let r = d
+        .http
+        .post(d.url(&format!("/v1/sessions/{sid}/interrupt")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "no body at all is fine");
 }

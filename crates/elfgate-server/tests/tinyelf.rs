@@ -5,7 +5,7 @@
 mod common;
 mod scripted;
 
-use common::{Daemon, Ev, GUARD, Opts, text_of, types};
+use common::{Daemon, Ev, GUARD, Opts, allow, text_of, types};
 use elfgate_mockllm::MockServer;
 use scripted::{call, ends_by_id, finish_of, of, run, script, session};
 use serde_json::{Value, json};
@@ -1373,16 +1373,6 @@ async fn until_drain(sse: &mut common::Sse, seen: &mut Vec<Ev>) -> String {
             return t;
         }
     }
-}
-
-async fn allow(d: &Daemon, sid: &str, rid: &str) {
-    let (s, v) = d
-        .post(
-            &format!("/v1/sessions/{sid}/permissions/{rid}"),
-            json!({"decision": "allow"}),
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
 }
 
 /// A sub-agent script for `n` gated sub-agents: each first asks to run a shell command (a

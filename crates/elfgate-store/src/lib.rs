@@ -4,58 +4,17 @@
 //! behind the same trait later.
 
 mod codec;
+mod error;
 mod lock;
 mod script;
 mod sqlite;
 mod writer;
 
+pub use error::StoreError;
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;
 use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
-
-/// A storage failure.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The database refused or failed.
-    #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
-    /// Migrations failed.
-    #[error("migration error: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored row could not be read back.
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-    /// The storage URL is not one this build supports.
-    #[error("unsupported storage url '{0}'")]
-    UnsupportedUrl(String),
-    /// The database directory could not be created.
-    #[error("cannot prepare the database location: {0}")]
-    Io(#[from] std::io::Error),
-    /// Another process (or another open store) uses the database.
-    #[error(
-        "database {} is in use by another elfgate process{holder}: it holds the lock on {}; \
-         stop that process first, or use another database",
-        database.display(),
-        lock.display()
-    )]
-    Locked {
-        /// The database file.
-        database: std::path::PathBuf,
-        /// The lock file.
-        lock: std::path::PathBuf,
-        /// " (pid N)" when known.
-        holder: String,
-    },
-    /// The lock file could not be created or locked.
-    #[error("cannot lock {}: {source}", path.display())]
-    Lock {
-        /// The lock file.
-        path: std::path::PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-}
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;

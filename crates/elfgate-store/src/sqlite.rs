@@ -410,7 +410,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.to_string()))
+            .map_err(|e| LedgerError(e.report()))
     }
 
     async fn run_finished(
@@ -429,7 +429,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.to_string()))
+            .map_err(|e| LedgerError(e.report()))
     }
 }
 

@@ -55,7 +55,7 @@ pub(crate) enum StoreOp {
     },
 }
 
-type Ack = oneshot::Sender<Result<(), String>>;
+type Ack = oneshot::Sender<Result<(), StoreError>>;
 
 /// A change to a session's seq reservation, applied in the batch's transaction.
 #[derive(Debug, Clone, Copy)]
@@ -125,12 +125,9 @@ impl Writer {
         let (tx, rx) = oneshot::channel();
         self.ops
             .send((op, tx))
-            .map_err(|_| StoreError::Corrupt("the writer has stopped".into()))?;
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Corrupt(format!("write failed: {e}"))),
-            Err(_) => Err(StoreError::Corrupt("the writer has stopped".into())),
-        }
+            .map_err(|_| StoreError::Closed("the writer has stopped".into()))?;
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Closed("the writer has stopped".into())))
     }
 
     /// Writes everything queued so far, then stops the task.
@@ -403,7 +400,7 @@ async fn write_ops_with_fallback(pool: &SqlitePool, ops: &mut Vec<(StoreOp, Ack)
             push_ops(&mut script, &[&op])?;
             commit(pool, script).await
         };
-        let _ = ack.send(one.await.map_err(|e| e.to_string()));
+        let _ = ack.send(one.await);
     }
 }
 

@@ -39,7 +39,7 @@ impl Tool for ListSessions {
         let page = store
             .list_sessions(limit, None)
             .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?;
+            .map_err(|e| ToolError::Failed(e.report()))?;
         let lines: Vec<String> = page
             .sessions
             .iter()
@@ -110,7 +110,7 @@ impl Tool for ReadSessionMessages {
         if store
             .get_session(id)
             .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?
+            .map_err(|e| ToolError::Failed(e.report()))?
             .is_none()
         {
             return Ok(ToolOutput::error(format!("unknown session {id}")));
@@ -118,7 +118,7 @@ impl Tool for ReadSessionMessages {
         let msgs = store
             .list_messages(id, limit)
             .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?;
+            .map_err(|e| ToolError::Failed(e.report()))?;
         let mut out = String::new();
         for m in msgs {
             out.push_str(&format!("[{}]", m.role.as_str()));

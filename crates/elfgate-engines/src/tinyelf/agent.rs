@@ -197,7 +197,7 @@ impl Runner {
 
     async fn persist(&self, msg: &Message) -> Result<(), ErrorInfo> {
         self.inner.store.insert_message(msg).await.map_err(|e| {
-            let info = ErrorInfo::new("storage", e.to_string());
+            let info = ErrorInfo::new("storage", e.report());
             self.ctx.events.emit(EventPayload::Error {
                 error: info.clone(),
             });
@@ -207,7 +207,8 @@ impl Runner {
 
     /// One LLM call with the loop's retry rule: a call that fails (or finishes with reason error)
     /// before producing anything is retried up to `max_llm_retries` times, `llm_retry_delay` x
-    /// (attempt+1) apart, with a `retry` event each; an `error` event after the last.
+    /// (attempt+1) apart, with a `retry` event each; an `error` event after the last. A call
+    /// whose first-token deadline passed is not retried: the deadline bounds it, retries included.
     async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
         let max = self.rs.max_llm_retries;
         let mut used = 0u32;
@@ -254,7 +255,7 @@ impl Runner {
             let empty =
                 turn.text.is_empty() && turn.thinking.is_empty() && turn.tool_calls.is_empty();
             if let Some(err) = &turn.error {
-                if empty && used < max {
+                if empty && used < max && !turn.deadline_passed {
                     used += 1;
                     let delay = self.rs.llm_retry_delay.saturating_mul(used);
                     if agent.is_top() {

@@ -204,7 +204,7 @@ impl TinyElfEngine {
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.to_string()),
+                Err(e) => return Self::fail(&ctx, "storage", e.report()),
             },
             None => Vec::new(),
         };

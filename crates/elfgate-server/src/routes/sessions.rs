@@ -1,14 +1,15 @@
 //! /v1/sessions: create, resume, follow, interrupt, read, delete.
 
-use crate::error::{ApiError, ApiJson, ErrorBody};
-use crate::openapi::EventEnvelope;
+use crate::error::{ApiError, ErrorBody};
+use crate::event_schema::EventEnvelope;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::service::{
     self, CreateSessionRequest, CreateSessionResponse, InterruptResponse, SendMessageRequest,
     SendMessageResponse, SessionView, parse_session_id,
 };
 use crate::sse;
 use crate::state::AppState;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -125,7 +126,7 @@ async fn create(
 )]
 async fn send(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
     let id = parse_session_id(&id)?;
@@ -174,12 +175,11 @@ struct EventsQuery {
 )]
 async fn events(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Response, ApiError> {
     let id = parse_session_id(&id)?;
-    let Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     // Last-Event-ID (a reconnecting EventSource) wins over ?afterSeq.
     let after = match headers.get("last-event-id") {
         Some(v) => v
@@ -217,7 +217,7 @@ struct InterruptRequest {
     operation_id = "interruptSession",
     tag = "sessions",
     params(("id" = SessionId, Path, description = "Session id")),
-    request_body(content = Option<InterruptRequest>, description = "Optional; an empty body means wait=false"),
+    request_body(content = InterruptRequest, description = "Optional (not required; an empty body means wait=false); `null` is 400"),
     responses(
         (status = 200, description = "Interrupted, or nothing was running", body = InterruptResponse),
         (status = 400, description = "Malformed body", body = ErrorBody),
@@ -231,7 +231,7 @@ struct InterruptRequest {
 )]
 async fn interrupt(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<InterruptRequest>,
 ) -> Result<Json<InterruptResponse>, ApiError> {
     let id = parse_session_id(&id)?;
@@ -277,9 +277,8 @@ struct SessionList {
 )]
 async fn list(
     State(state): State<AppState>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SessionList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let cursor = q
         .cursor
         .map(|c| {
@@ -319,7 +318,7 @@ async fn list(
 )]
 async fn one(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
     let id = parse_session_id(&id)?;
     Ok(Json(service::session_view(&state, id).await?))
@@ -344,7 +343,7 @@ async fn one(
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_session_id(&id)?;
     detached(async move { service::delete_session(&state, id).await }).await?;
@@ -386,11 +385,10 @@ struct MessageList {
 )]
 async fn messages(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    query: Result<Query<MessagesQuery>, axum::extract::rejection::QueryRejection>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessageList>, ApiError> {
     let id = parse_session_id(&id)?;
-    let Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     if state.store.get_session(id).await?.is_none() {
         return Err(ApiError::NotFound(format!("unknown session '{id}'")));
     }
@@ -422,7 +420,7 @@ async fn messages(
 )]
 async fn run(
     State(state): State<AppState>,
-    Path((id, run_id)): Path<(String, String)>,
+    ApiPath((id, run_id)): ApiPath<(String, String)>,
 ) -> Result<Json<Run>, ApiError> {
     let id = parse_session_id(&id)?;
     let run_id: RunId = run_id
@@ -489,7 +487,7 @@ struct PermissionAnswered {
 )]
 async fn permission(
     State(state): State<AppState>,
-    Path((id, request_id)): Path<(String, String)>,
+    ApiPath((id, request_id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<PermissionBody>,
 ) -> Result<Json<PermissionAnswered>, ApiError> {
     use elfgate_tools::{Decision, PermissionAnswer, ResolveError, Scope};

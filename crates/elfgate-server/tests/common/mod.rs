@@ -467,3 +467,14 @@ impl Sse {
         panic!("stream ended before text {want:?}: {out:?}");
     }
 }
+
+/// Allows a pending permission request; panics unless 200.
+pub async fn allow(d: &Daemon, sid: &str, rid: &str) {
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/permissions/{rid}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+}

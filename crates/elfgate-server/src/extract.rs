@@ -1,0 +1,155 @@
+//! Extractors whose every rejection is an [`ApiError`], so that a bad body, path or query gets
+//! the same JSON error shape as everything else instead of axum's plain-text rejections.
+
+use crate::error::ApiError;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+/// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
+/// limit, 400 for malformed JSON or wrong fields.
+///
+/// The Content-Type check is a security boundary, not pedantry: a web page on any origin may
+/// send `text/plain`, form data or multipart without a CORS preflight, so a daemon that parses
+/// those as JSON can be driven by any page the user visits. `application/json` needs a
+/// preflight, which the origin check answers. A request with no Content-Type and an empty body
+/// is taken as `{}` (e.g. `POST …/interrupt` with nothing to say).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+/// The body limit, stored in request extensions by the router so that 413 can name it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map(|l| l.0)
+            .unwrap_or_default();
+        let declared_json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(|v| is_json_media_type(v.as_bytes()));
+        if declared_json == Some(false) {
+            return Err(unsupported_media_type());
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
+            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(limit)
+            } else {
+                ApiError::BadRequest(format!("cannot read the body: {rej}"))
+            }
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else if declared_json.is_none() {
+            return Err(unsupported_media_type());
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(bytes)
+            .map(ApiJson)
+            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    }
+}
+
+/// Path parameters. A segment that cannot be decoded names nothing: 404, like a malformed id.
+#[derive(Debug)]
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            // Only a route declared without the parameter its handler reads: a fault of ours.
+            Err(rej) if rej.status().is_server_error() => Err(ApiError::Internal(rej.body_text())),
+            Err(rej) => Err(ApiError::NotFound(format!(
+                "no such resource: {}",
+                rej.body_text()
+            ))),
+        }
+    }
+}
+
+/// Query parameters: 400 naming the parameter when one is malformed.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(v)| ApiQuery(v))
+            .map_err(|rej| ApiError::BadRequest(rej.body_text()))
+    }
+}
+
+fn unsupported_media_type() -> ApiError {
+    ApiError::UnsupportedMediaType(
+        "the body must be JSON sent with Content-Type: application/json".into(),
+    )
+}
+
+/// `application/json` or `application/*+json`, any parameters (charset) allowed.
+fn is_json_media_type(value: &[u8]) -> bool {
+    let Ok(value) = std::str::from_utf8(value) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5
+                && subtype.as_bytes()[subtype.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_media_type;
+
+    #[test]
+    fn json_media_types() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+        ] {
+            assert!(is_json_media_type(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "text/plain;charset=UTF-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "+json",
+            "",
+        ] {
+            assert!(!is_json_media_type(bad.as_bytes()), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The store's error type: what kind of failure it was, so that callers can tell a database that
+//! is momentarily busy (worth retrying) from one that is broken, with the driver's text kept as
+//! detail for the log.
+
+use std::time::Duration;
+
+/// A storage failure. The `String` of each variant is the driver's or the store's own detail: for
+/// logs, not for clients.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another connection holds the lock the operation needs (SQLITE_BUSY), or no pooled
+    /// connection became free in time.
+    #[error("the database is busy: {0}")]
+    Busy(String),
+    /// A table is locked by another statement of a shared connection (SQLITE_LOCKED).
+    #[error("a database table is locked: {0}")]
+    TableLocked(String),
+    /// The disk or the database is full (SQLITE_FULL).
+    #[error("the database is full: {0}")]
+    Full(String),
+    /// Reading or writing the database files failed (SQLITE_IOERR, CANTOPEN, READONLY, or an
+    /// I/O error around the database).
+    #[error("database I/O error: {0}")]
+    Io(String),
+    /// A write broke a constraint: a duplicate key, a reference to a missing row.
+    #[error("constraint violated: {0}")]
+    Constraint(String),
+    /// The database file is damaged, or a stored row could not be read back.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// A row the operation expected is not there.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The store is closed or its writer has stopped (the daemon is shutting down).
+    #[error("the store is closed: {0}")]
+    Closed(String),
+    /// Any other database failure.
+    #[error("database error: {0}")]
+    Database(String),
+    /// Migrations failed.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The storage URL is not one this build supports.
+    #[error("unsupported storage url '{0}'")]
+    UnsupportedUrl(String),
+    /// Another process (or another open store) uses the database.
+    #[error(
+        "database {} is in use by another elfgate process{holder}: it holds the lock on {}; \
+         stop that process first, or use another database",
+        database.display(),
+        lock.display()
+    )]
+    Locked {
+        /// The database file.
+        database: std::path::PathBuf,
+        /// The lock file.
+        lock: std::path::PathBuf,
+        /// " (pid N)" when known.
+        holder: String,
+    },
+    /// The lock file could not be created or locked.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// SQLite's primary result codes (the low byte of an extended code).
+mod code {
+    pub const LOCKED: i64 = 6;
+    pub const BUSY: i64 = 5;
+    pub const READONLY: i64 = 8;
+    pub const IOERR: i64 = 10;
+    pub const CORRUPT: i64 = 11;
+    pub const NOTFOUND: i64 = 12;
+    pub const FULL: i64 = 13;
+    pub const CANTOPEN: i64 = 14;
+    pub const CONSTRAINT: i64 = 19;
+    pub const NOTADB: i64 = 26;
+}
+
+impl StoreError {
+    /// Whether the same operation may succeed if tried again shortly: the database was busy or
+    /// locked by someone else, or full (space may be freed). Nothing was written.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Busy(_) | StoreError::TableLocked(_) | StoreError::Full(_)
+        )
+    }
+
+    /// How long a client should wait before trying again, for a transient failure.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            StoreError::Busy(_) | StoreError::TableLocked(_) => Some(Duration::from_secs(1)),
+            // Freeing space takes an operator, not a moment.
+            StoreError::Full(_) => Some(Duration::from_secs(30)),
+            _ => None,
+        }
+    }
+
+    /// What went wrong, without the detail: safe to show to a client.
+    pub fn summary(&self) -> &'static str {
+        match self {
+            StoreError::Busy(_) => "the database is busy",
+            StoreError::TableLocked(_) => "a database table is locked",
+            StoreError::Full(_) => "the database is full",
+            StoreError::Io(_) => "database I/O error",
+            StoreError::Constraint(_) => "a database constraint was violated",
+            StoreError::Corrupt(_) => "corrupt data in the database",
+            StoreError::NotFound(_) => "a stored record was not found",
+            StoreError::Closed(_) => "the store is closed",
+            StoreError::Database(_) => "database error",
+            StoreError::Migrate(_) => "database migration error",
+            StoreError::UnsupportedUrl(_) => "unsupported storage url",
+            StoreError::Locked { .. } => "the database is in use by another process",
+            StoreError::Lock { .. } => "cannot lock the database",
+        }
+    }
+
+    /// Logs this failure with its detail under a new reference and returns what a client may be
+    /// shown instead: the kind and the reference, never the driver's text (SQL, paths,
+    /// constraint names). Whoever reports the failure can be pointed at the log line.
+    pub fn report(&self) -> String {
+        let reference = uuid::Uuid::now_v7();
+        tracing::error!(%reference, error = %self, "storage failure");
+        format!("{} (ref {reference})", self.summary())
+    }
+
+    /// Classifies a SQLite result code (extended or primary).
+    fn from_sqlite_code(code: i64, detail: String) -> StoreError {
+        match code & 0xff {
+            code::BUSY => StoreError::Busy(detail),
+            code::LOCKED => StoreError::TableLocked(detail),
+            code::FULL => StoreError::Full(detail),
+            code::IOERR | code::CANTOPEN | code::READONLY => StoreError::Io(detail),
+            code::CONSTRAINT => StoreError::Constraint(detail),
+            code::CORRUPT | code::NOTADB => StoreError::Corrupt(detail),
+            code::NOTFOUND => StoreError::NotFound(detail),
+            _ => StoreError::Database(detail),
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let detail = e.to_string();
+        match &e {
+            sqlx::Error::Database(db) => match db.code().and_then(|c| c.parse::<i64>().ok()) {
+                Some(code) => StoreError::from_sqlite_code(code, detail),
+                None => StoreError::Database(detail),
+            },
+            sqlx::Error::PoolTimedOut => StoreError::Busy(detail),
+            sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => StoreError::Closed(detail),
+            sqlx::Error::Io(_) => StoreError::Io(detail),
+            sqlx::Error::RowNotFound => StoreError::NotFound(detail),
+            sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::Decode(_)
+            | sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnIndexOutOfBounds { .. } => StoreError::Corrupt(detail),
+            sqlx::Error::Migrate(_) => StoreError::Database(detail),
+            _ => StoreError::Database(detail),
+        }
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Io(format!("cannot prepare the database location: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_codes_are_classified_by_their_primary_code() {
+        let d = || "detail".to_string();
+        assert!(matches!(
+            StoreError::from_sqlite_code(5, d()),
+            StoreError::Busy(_)
+        ));
+        // SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY.
+        assert!(matches!(
+            StoreError::from_sqlite_code(517, d()),
+            StoreError::Busy(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(261, d()),
+            StoreError::Busy(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(6, d()),
+            StoreError::TableLocked(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(13, d()),
+            StoreError::Full(_)
+        ));
+        // SQLITE_IOERR_WRITE, SQLITE_CANTOPEN, SQLITE_READONLY.
+        assert!(matches!(
+            StoreError::from_sqlite_code(778, d()),
+            StoreError::Io(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(14, d()),
+            StoreError::Io(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(8, d()),
+            StoreError::Io(_)
+        ));
+        // SQLITE_CONSTRAINT_FOREIGNKEY, SQLITE_CONSTRAINT_UNIQUE.
+        assert!(matches!(
+            StoreError::from_sqlite_code(787, d()),
+            StoreError::Constraint(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(2067, d()),
+            StoreError::Constraint(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(11, d()),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(26, d()),
+            StoreError::Corrupt(_)
+        ));
+        assert!(matches!(
+            StoreError::from_sqlite_code(1, d()),
+            StoreError::Database(_)
+        ));
+    }
+
+    #[test]
+    fn only_busy_locked_and_full_are_transient() {
+        let d = || "x".to_string();
+        for e in [
+            StoreError::Busy(d()),
+            StoreError::TableLocked(d()),
+            StoreError::Full(d()),
+        ] {
+            assert!(e.is_transient(), "{e}");
+            assert!(e.retry_after().is_some(), "{e}");
+        }
+        for e in [
+            StoreError::Io(d()),
+            StoreError::Constraint(d()),
+            StoreError::Corrupt(d()),
+            StoreError::NotFound(d()),
+            StoreError::Closed(d()),
+            StoreError::Database(d()),
+        ] {
+            assert!(!e.is_transient(), "{e}");
+            assert_eq!(e.retry_after(), None, "{e}");
+            assert!(
+                !e.summary().contains('x'),
+                "the summary leaves the detail out"
+            );
+        }
+        let shown = StoreError::Corrupt("row 7: invalid uuid 'x'".into()).report();
+        assert!(
+            shown.starts_with("corrupt data in the database (ref "),
+            "{shown}"
+        );
+        assert!(!shown.contains("row 7"), "{shown}");
+        assert!(matches!(
+            StoreError::from(sqlx::Error::PoolTimedOut),
+            StoreError::Busy(_)
+        ));
+        assert!(matches!(
+            StoreError::from(sqlx::Error::PoolClosed),
+            StoreError::Closed(_)
+        ));
+    }
+
+    /// A real SQLite failure carries its code through sqlx: a second writer on a locked file is
+    /// busy, a duplicate key a constraint violation.
+    #[tokio::test]
+    async fn real_sqlite_failures_are_classified() {
+        use sqlx::Connection;
+        use sqlx::sqlite::SqliteConnectOptions;
+        use std::str::FromStr;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/e.db?mode=rwc", dir.path().display());
+        let opts = SqliteConnectOptions::from_str(&url)
+            .unwrap()
+            .busy_timeout(Duration::ZERO);
+        let mut a = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+        let mut b = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            .execute(&mut a)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut a)
+            .await
+            .unwrap();
+        let dup = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut a)
+            .await
+            .unwrap_err();
+        assert!(matches!(StoreError::from(dup), StoreError::Constraint(_)));
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut a)
+            .await
+            .unwrap();
+        let busy = sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&mut b)
+            .await
+            .unwrap_err();
+        assert!(matches!(StoreError::from(busy), StoreError::Busy(_)));
+    }
+}
