@@ -149,25 +149,9 @@ impl EngineDispatcher {
         &self.hub
     }
 
-    /// Starts the first run of a session.
+    /// Starts, queues or refuses a run of a session, as `on_busy` says when the session is busy.
+    /// The first run and later ones differ only in `ctx.is_resume`, which the engine reads.
     pub fn dispatch(
-        self: &Arc<Self>,
-        ctx: EngineSessionContext,
-        on_busy: OnBusy,
-    ) -> Result<DispatchStatus, DispatchError> {
-        self.admit(ctx, on_busy)
-    }
-
-    /// Starts (or queues) a later run of a session.
-    pub fn resume(
-        self: &Arc<Self>,
-        ctx: EngineSessionContext,
-        on_busy: OnBusy,
-    ) -> Result<DispatchStatus, DispatchError> {
-        self.admit(ctx, on_busy)
-    }
-
-    fn admit(
         self: &Arc<Self>,
         ctx: EngineSessionContext,
         on_busy: OnBusy,

@@ -7,8 +7,8 @@ use crate::providers::ProviderRegistry;
 use crate::streaming::stream_turn_from;
 use async_trait::async_trait;
 use elfgate_core::{
-    ActiveSessions, ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo,
-    EventPayload, FinishReason, HeadStart, Message, Role, RunOutcome,
+    ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, FinishReason,
+    HeadStart, Message, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy, ThinkingLevel,
@@ -80,7 +80,6 @@ pub struct ChatEngine {
     store: Arc<dyn Store>,
     providers: ProviderRegistry,
     settings: ChatSettings,
-    active: ActiveSessions,
 }
 
 impl ChatEngine {
@@ -90,14 +89,12 @@ impl ChatEngine {
         store: Arc<dyn Store>,
         providers: ProviderRegistry,
         settings: ChatSettings,
-        active: ActiveSessions,
     ) -> Self {
         ChatEngine {
             mode,
             store,
             providers,
             settings,
-            active,
         }
     }
 
@@ -358,11 +355,5 @@ impl Engine for ChatEngine {
             req,
             first,
         })
-    }
-
-    fn is_active(&self, session_id: elfgate_core::SessionId) -> bool {
-        self.active
-            .get(session_id)
-            .is_some_and(|r| r.engine == self.engine_type())
     }
 }

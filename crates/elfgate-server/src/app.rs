@@ -119,7 +119,6 @@ impl Daemon {
                 shared.clone(),
                 registry.clone(),
                 settings.clone(),
-                active.clone(),
             )));
         }
         let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
@@ -131,7 +130,6 @@ impl Daemon {
             config.engines.tinyelf.clone(),
             permissions.clone(),
             data_dir(&config.storage.url),
-            active.clone(),
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);

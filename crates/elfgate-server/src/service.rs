@@ -466,7 +466,7 @@ pub async fn send_message(
         parent_id: req.parent_id,
     };
     let ctx = build_ctx(state, &session, prompt, req.overrides, bus);
-    match state.dispatcher.resume(ctx, req.on_busy) {
+    match state.dispatcher.dispatch(ctx, req.on_busy) {
         Ok(status) => Ok(SendMessageResponse {
             session_id,
             run_id: run.id,

@@ -93,8 +93,6 @@ pub trait Store: RunLedger + Send + Sync {
     ) -> StoreResult<SessionPage>;
     /// Deletes a session with its runs, messages and events. false when it did not exist.
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool>;
-    /// Stores the CLI backend's own session id.
-    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()>;
 
     /// Stores a new run (status queued or running).
     async fn create_run(&self, run: &Run) -> StoreResult<()>;

@@ -569,16 +569,6 @@ impl Store for SqliteStore {
         Ok(gone > 0)
     }
 
-    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET cli_session_id = ?, updated_at = ? WHERE id = ?")
-            .bind(cli_session_id)
-            .bind(ts(&Utc::now()))
-            .bind(id.to_string())
-            .execute(&self.write)
-            .await?;
-        Ok(())
-    }
-
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
         let mut tx = self.write.begin().await?;
         insert_runs_tx(&mut tx, &[run]).await?;

@@ -16,8 +16,7 @@ use crate::providers::ProviderRegistry;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
 use elfgate_core::{
-    ActiveSessions, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role,
-    RunOutcome, SessionId,
+    Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
 };
 use elfgate_store::Store;
 use elfgate_tools::{
@@ -53,7 +52,6 @@ pub(crate) struct Inner {
     pub(crate) firewall: Arc<ExecutionFirewall>,
     pub(crate) hooks: Arc<Hooks>,
     pub(crate) tools: ToolRegistry,
-    active: ActiveSessions,
 }
 
 /// The agent engine.
@@ -74,7 +72,6 @@ impl TinyElfEngine {
         config: TinyElfConfig,
         broker: Arc<PermissionBroker>,
         data_dir: Option<PathBuf>,
-        active: ActiveSessions,
     ) -> Result<Self, TinyElfError> {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
@@ -105,7 +102,6 @@ impl TinyElfEngine {
                 firewall,
                 hooks,
                 tools,
-                active,
             }),
         })
     }
@@ -336,12 +332,5 @@ impl Engine for TinyElfEngine {
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
-    }
-
-    fn is_active(&self, session_id: SessionId) -> bool {
-        self.inner
-            .active
-            .get(session_id)
-            .is_some_and(|r| r.engine == EngineType::TinyElf)
     }
 }
