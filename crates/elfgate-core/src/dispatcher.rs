@@ -267,13 +267,17 @@ impl EngineDispatcher {
                 self.run_one(engine.clone(), ctx.clone()).await
             };
             let outcome = self.record_end(&ctx, outcome, started).await;
-            let (_, next) = ctx.events.bus().publish_then(
-                Some(run_id),
-                &EventPayload::Complete {
-                    finish_reason: outcome.finish_reason,
-                },
-                || self.active.finish(session_id, run_id),
-            );
+            let (_, next) = ctx
+                .events
+                .bus()
+                .publish_then(
+                    Some(run_id),
+                    &EventPayload::Complete {
+                        finish_reason: outcome.finish_reason,
+                    },
+                    || self.active.finish(session_id, run_id),
+                )
+                .await;
             done.cancel();
             match next {
                 Some((next_ctx, next_done)) => {
@@ -327,9 +331,11 @@ impl EngineDispatcher {
             Ok(outcome) => outcome,
             Err(join) => {
                 let error = ErrorInfo::new("engine_panic", format!("the engine failed: {join}"));
-                events.emit(EventPayload::Error {
-                    error: error.clone(),
-                });
+                events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
                 RunOutcome::failed(error)
             }
         }
@@ -357,15 +363,19 @@ impl EngineDispatcher {
         {
             Ok(()) => {
                 if let Some(message) = answer {
-                    ctx.events.emit(EventPayload::AssistantMessage { message });
+                    ctx.events
+                        .emit(EventPayload::AssistantMessage { message })
+                        .await;
                 }
             }
             Err(e) if answer.is_some() => {
                 tracing::warn!(error = %e, "could not store a run's answer");
                 let error = ErrorInfo::new("storage", format!("the answer was not stored: {e}"));
-                ctx.events.emit(EventPayload::Error {
-                    error: error.clone(),
-                });
+                ctx.events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
                 if outcome.finish_reason == FinishReason::Stop {
                     outcome.finish_reason = FinishReason::Error;
                 }
@@ -382,15 +392,17 @@ impl EngineDispatcher {
             Err(e) => tracing::warn!(error = %e, "could not record the end of a run"),
         }
         self.metrics.run_finished(outcome.finish_reason);
-        ctx.events.emit(EventPayload::Result {
-            stats: RunStats {
-                input_tokens: outcome.input_tokens,
-                output_tokens: outcome.output_tokens,
-                iterations: outcome.iterations,
-                duration_ms: started.elapsed().as_millis() as u64,
-                finish_reason: outcome.finish_reason,
-            },
-        });
+        ctx.events
+            .emit(EventPayload::Result {
+                stats: RunStats {
+                    input_tokens: outcome.input_tokens,
+                    output_tokens: outcome.output_tokens,
+                    iterations: outcome.iterations,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    finish_reason: outcome.finish_reason,
+                },
+            })
+            .await;
         outcome
     }
 }
@@ -402,7 +414,6 @@ mod tests {
     use crate::ids::MessageId;
     use crate::model::{ContentBlock, Role, Session};
     use std::sync::Mutex;
-    use tokio::sync::mpsc;
 
     /// Records each `run_finished`; refuses those that carry an answer when `refuse_answers`.
     #[derive(Default)]
@@ -509,7 +520,7 @@ mod tests {
     /// Runs one prompt through a dispatcher with `ledger`; returns the run's event types and the
     /// data of its `result`.
     async fn run_once(ledger: Arc<Ledger>) -> (Vec<String>, serde_json::Value) {
-        let (log, _log_rx) = mpsc::unbounded_channel();
+        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
         let metrics = Arc::new(Metrics::default());
         let hub = EventHub::new(log, metrics.clone());
         let dispatcher = EngineDispatcher::new(ActiveSessions::new(), hub.clone(), ledger, metrics);

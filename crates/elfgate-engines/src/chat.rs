@@ -98,11 +98,13 @@ impl ChatEngine {
         }
     }
 
-    fn fail(&self, ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+    async fn fail(&self, ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
         let error = ErrorInfo::new(code, message);
-        ctx.events.emit(EventPayload::Error {
-            error: error.clone(),
-        });
+        ctx.events
+            .emit(EventPayload::Error {
+                error: error.clone(),
+            })
+            .await;
         RunOutcome::failed(error)
     }
 
@@ -143,21 +145,23 @@ impl ChatEngine {
             Some(h) => h.target.clone(),
             None => match self.target(&ctx) {
                 Ok(t) => t,
-                Err((code, message)) => return self.fail(&ctx, code, message),
+                Err((code, message)) => return self.fail(&ctx, code, message).await,
             },
         };
-        ctx.events.emit(EventPayload::Init {
-            system_info: json!({
-                "engine": self.engine_type().as_str(),
-                "provider": provider_name,
-                "model": model,
-                "daemonVersion": env!("CARGO_PKG_VERSION"),
-            }),
-        });
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": self.engine_type().as_str(),
+                    "provider": provider_name,
+                    "model": model,
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
 
         let (user, parent) = match store_user_message(self.store.as_ref(), &ctx).await {
             Ok(u) => u,
-            Err(e) => return self.fail(&ctx, "storage", e),
+            Err(e) => return self.fail(&ctx, "storage", e).await,
         };
 
         let (req, first) = match head {
@@ -176,7 +180,7 @@ impl ChatEngine {
                             .await
                         {
                             Ok(h) => h,
-                            Err(e) => return self.fail(&ctx, "storage", e.to_string()),
+                            Err(e) => return self.fail(&ctx, "storage", e.to_string()).await,
                         },
                         None => Vec::new(),
                     },
@@ -237,9 +241,11 @@ impl ChatEngine {
             answer
         });
         if matches!(turn.finish, Some(LlmFinishReason::Length)) {
-            ctx.events.emit(EventPayload::Processing {
-                message: "the answer was cut at the output token limit".to_string(),
-            });
+            ctx.events
+                .emit(EventPayload::Processing {
+                    message: "the answer was cut at the output token limit".to_string(),
+                })
+                .await;
         }
         RunOutcome {
             finish_reason,

@@ -62,8 +62,10 @@ pub(crate) async fn store_user_message(
         .insert_message(&user)
         .await
         .map_err(|e| e.to_string())?;
-    ctx.events.emit(EventPayload::UserMessage {
-        message: user.clone(),
-    });
+    ctx.events
+        .emit(EventPayload::UserMessage {
+            message: user.clone(),
+        })
+        .await;
     Ok((user, parent))
 }

@@ -13,7 +13,7 @@ use axum::serve::ListenerExt;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfEngine};
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
-use elfgate_store::{SqliteStore, Store};
+use elfgate_store::{SqliteStore, Store, StoreOptions};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +83,13 @@ fn data_dir(url: &str) -> Option<std::path::PathBuf> {
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(config: Config) -> anyhow::Result<Daemon> {
-        let store = SqliteStore::open(&config.storage.url).await?;
+        let store = SqliteStore::open_with(
+            &config.storage.url,
+            StoreOptions {
+                log_queue_events: config.storage.log_queue_events,
+            },
+        )
+        .await?;
         let recovered = store.recover_unfinished_runs().await?;
         for r in &recovered {
             tracing::info!(session = %r.session_id, run = %r.run_id, "run ended by daemon restart");

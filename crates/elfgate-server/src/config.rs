@@ -42,6 +42,8 @@ pub struct ServerConfig {
 pub struct StorageConfig {
     /// Database URL.
     pub url: String,
+    /// Published events that may wait for the log writer before publishers wait for room.
+    pub log_queue_events: usize,
 }
 
 /// The wire format a provider speaks.
@@ -216,6 +218,11 @@ impl Config {
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),
+            ));
+        }
+        if self.storage.log_queue_events == 0 {
+            return Err(ConfigError::Invalid(
+                "storage.log_queue_events must be positive".into(),
             ));
         }
         if !self.storage.url.starts_with("sqlite:") {

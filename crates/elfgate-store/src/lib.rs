@@ -8,7 +8,7 @@ mod script;
 mod sqlite;
 mod writer;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;
 use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};

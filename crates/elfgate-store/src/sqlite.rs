@@ -32,12 +32,32 @@ pub struct SqliteStore {
     writer: Writer,
 }
 
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How many published events may wait for the log writer before publishers wait.
+    pub log_queue_events: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
+        }
+    }
+}
+
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
     /// applies pending migrations.
     pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with options.
+    pub async fn open_with(url: &str, opts: StoreOptions) -> StoreResult<Self> {
         if !url.starts_with("sqlite:") {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
@@ -84,7 +104,7 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let writer = Writer::spawn(write.clone(), read.clone());
+        let writer = Writer::spawn(write.clone(), read.clone(), opts.log_queue_events);
         Ok(SqliteStore {
             write,
             read,

@@ -111,11 +111,13 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+    async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
         let error = ErrorInfo::new(code, message);
-        ctx.events.emit(EventPayload::Error {
-            error: error.clone(),
-        });
+        ctx.events
+            .emit(EventPayload::Error {
+                error: error.clone(),
+            })
+            .await;
         RunOutcome::failed(error)
     }
 
@@ -124,7 +126,7 @@ impl TinyElfEngine {
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()),
+            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()).await,
         };
         let Some(model) = ctx
             .model
@@ -135,14 +137,16 @@ impl TinyElfEngine {
                 &ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
-            );
+            )
+            .await;
         };
         let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
             return Self::fail(
                 &ctx,
                 "no_project_path",
                 "the tinyelf engine needs a projectPath for its tools".to_string(),
-            );
+            )
+            .await;
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
@@ -151,14 +155,16 @@ impl TinyElfEngine {
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
-                );
+                )
+                .await;
             }
             Err(e) => {
                 return Self::fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
-                );
+                )
+                .await;
             }
         };
         let rs = RunSettings::resolve(
@@ -170,28 +176,30 @@ impl TinyElfEngine {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),
         };
-        ctx.events.emit(EventPayload::Init {
-            system_info: json!({
-                "engine": EngineType::TinyElf.as_str(),
-                "provider": provider_name,
-                "model": model,
-                "projectPath": project.display().to_string(),
-                "tools": tools.names(),
-                "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
-                "maxIterations": rs.max_iterations,
-                "daemonVersion": env!("CARGO_PKG_VERSION"),
-            }),
-        });
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": EngineType::TinyElf.as_str(),
+                    "provider": provider_name,
+                    "model": model,
+                    "projectPath": project.display().to_string(),
+                    "tools": tools.names(),
+                    "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
+                    "maxIterations": rs.max_iterations,
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
 
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return Self::fail(&ctx, "storage", e),
+                Err(e) => return Self::fail(&ctx, "storage", e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.to_string()),
+                Err(e) => return Self::fail(&ctx, "storage", e.to_string()).await,
             },
             None => Vec::new(),
         };
@@ -222,7 +230,7 @@ impl TinyElfEngine {
                 .await;
         }
 
-        let guardian = self.guardian(&ctx, &provider, &model);
+        let guardian = self.guardian(&ctx, &provider, &model).await;
         let system = ctx
             .system_prompt
             .clone()
@@ -270,7 +278,7 @@ impl TinyElfEngine {
         }
     }
 
-    fn guardian(
+    async fn guardian(
         &self,
         ctx: &EngineSessionContext,
         provider: &Arc<dyn elfgate_llm::LlmProvider>,
@@ -286,9 +294,11 @@ impl TinyElfEngine {
                 Err(e) => {
                     // Fail closed: a guardian that cannot be reached blocks every reviewed call.
                     tracing::warn!(error = %e, "guardian provider unavailable");
-                    ctx.events.emit(EventPayload::Processing {
-                        message: format!("guardian provider unavailable: {e}"),
-                    });
+                    ctx.events
+                        .emit(EventPayload::Processing {
+                            message: format!("guardian provider unavailable: {e}"),
+                        })
+                        .await;
                     provider.clone()
                 }
             },
