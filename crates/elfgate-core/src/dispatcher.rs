@@ -56,6 +56,12 @@ pub enum DispatchError {
         /// The run going on.
         active_run_id: RunId,
     },
+    /// The session is running and as many prompts as allowed already wait behind it.
+    #[error("{max_queued} prompts already wait for this session")]
+    QueueFull {
+        /// How many prompts may wait.
+        max_queued: usize,
+    },
 }
 
 /// What became of a dispatched run.
@@ -178,6 +184,7 @@ impl EngineDispatcher {
             }
             Admission::Queued => Ok(DispatchStatus::Queued),
             Admission::Busy { active_run_id } => Err(DispatchError::Busy { active_run_id }),
+            Admission::QueueFull { max_queued } => Err(DispatchError::QueueFull { max_queued }),
         }
     }
 
@@ -566,5 +573,46 @@ mod tests {
         assert_eq!(result["finishReason"], "error");
         // The end is stored without the answer: the run is not left running.
         assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Error, false)]);
+    }
+
+    /// Another run of `ctx`'s session.
+    fn next_run(ctx: &EngineSessionContext) -> EngineSessionContext {
+        let run_id = RunId::new();
+        EngineSessionContext {
+            run_id,
+            events: EventEmitter::new(ctx.events.bus().clone(), run_id),
+            cancel: CancellationToken::new(),
+            ..ctx.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn enqueued_prompts_past_the_bound_are_refused_and_dropped_ones_do_not_count() {
+        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
+        let hub = EventHub::new(log, Arc::new(Metrics::default()));
+        let active = ActiveSessions::with_max_queued(2);
+        let first = context(&hub);
+        let admit = |on_busy| active.admit(next_run(&first), EngineType::Chat, on_busy);
+        assert!(matches!(
+            active.admit(first.clone(), EngineType::Chat, OnBusy::Enqueue),
+            Admission::Start { .. }
+        ));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(!active.queue_is_full(first.session_id()));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(active.queue_is_full(first.session_id()));
+        assert!(matches!(
+            admit(OnBusy::Enqueue),
+            Admission::QueueFull { max_queued: 2 }
+        ));
+        // An interrupting prompt always gets in; the queued runs it cancels end without running
+        // and no longer count against the bound.
+        assert!(matches!(admit(OnBusy::Interrupt), Admission::Queued));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(matches!(
+            admit(OnBusy::Enqueue),
+            Admission::QueueFull { .. }
+        ));
+        assert_eq!(active.get(first.session_id()).map(|r| r.queued), Some(4));
     }
 }

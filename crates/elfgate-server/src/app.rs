@@ -99,7 +99,7 @@ impl Daemon {
             metrics.run_finished(elfgate_core::FinishReason::DaemonRestart);
         }
         let hub = EventHub::new(store.log_sender(), metrics.clone());
-        let active = ActiveSessions::new();
+        let active = ActiveSessions::with_max_queued(config.server.max_queued_prompts_per_session);
         let shared: Arc<dyn Store> = Arc::new(store.clone());
         let ledger: Arc<dyn elfgate_core::RunLedger> = Arc::new(store.clone());
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());

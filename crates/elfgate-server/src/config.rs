@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub keepalive_secs: u64,
     /// Seconds to wait for runs and the log on shutdown.
     pub shutdown_grace_secs: u64,
+    /// Prompts sent with onBusy=enqueue that may wait behind a session's run; past it, 429.
+    pub max_queued_prompts_per_session: usize,
 }
 
 /// `[storage]`.

@@ -23,7 +23,7 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, busy, conflict,
-    /// payload_too_large, unprocessable, not_implemented, unavailable, internal.
+    /// payload_too_large, unprocessable, too_many_queued, not_implemented, unavailable, internal.
     pub code: String,
     /// What happened, for a human.
     pub message: String,
@@ -59,6 +59,9 @@ pub enum ApiError {
     /// Unknown engine or provider (422).
     #[error("{0}")]
     Unprocessable(String),
+    /// The session's queue of waiting prompts is full (429).
+    #[error("the session is busy and {0} prompts already wait for it")]
+    TooManyQueued(usize),
     /// Not built yet (501).
     #[error("{0}")]
     NotImplemented(String),
@@ -80,6 +83,7 @@ impl ApiError {
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyQueued(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -96,6 +100,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::Unprocessable(_) => "unprocessable",
+            ApiError::TooManyQueued(_) => "too_many_queued",
             ApiError::NotImplemented(_) => "not_implemented",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",

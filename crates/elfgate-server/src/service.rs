@@ -440,6 +440,11 @@ pub async fn send_message(
             active_run_id: active.run_id,
         });
     }
+    // Refused before the run is stored; admission checks again, atomically, below.
+    let active = state.dispatcher.active();
+    if req.on_busy == OnBusy::Enqueue && active.queue_is_full(session_id) {
+        return Err(ApiError::TooManyQueued(active.max_queued()));
+    }
     if let Some(parent) = req.parent_id
         && state.store.get_message(session_id, parent).await?.is_none()
     {
@@ -479,6 +484,10 @@ pub async fn send_message(
             // Lost a race with another prompt: the run never started.
             state.store.delete_run(run.id).await?;
             Err(ApiError::Busy { active_run_id })
+        }
+        Err(DispatchError::QueueFull { max_queued }) => {
+            state.store.delete_run(run.id).await?;
+            Err(ApiError::TooManyQueued(max_queued))
         }
         Err(e @ DispatchError::UnknownEngine(_)) => {
             state.store.delete_run(run.id).await?;
