@@ -72,7 +72,7 @@ pub struct ProviderConfigSection {
     /// Model used when a session names none.
     #[serde(default)]
     pub default_model: Option<String>,
-    /// Seconds of silence after which a stream is failed.
+    /// Seconds without a decoded event after which a stream is failed.
     #[serde(default = "default_idle")]
     pub idle_timeout_secs: u64,
     /// Seconds allowed until response headers.

@@ -86,7 +86,7 @@ impl SqliteStore {
             .pragma("journal_size_limit", "67108864")
             // 16 MB of page cache (default 2 MB): with many sessions logging at once, a commit
             // touches one log page per session, and a small cache spilled dirty pages to the WAL
-            // mid-transaction and read pages back (~18% of the writer's CPU at 200 sessions).
+            // mid-transaction and read pages back (docs/benchmarks.md, item 11).
             .pragma("cache_size", "-16384");
         let write = SqlitePoolOptions::new()
             .max_connections(1)

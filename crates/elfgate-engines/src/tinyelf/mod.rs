@@ -292,7 +292,8 @@ impl TinyElfEngine {
             Some(name) => match self.inner.providers.resolve(Some(name)) {
                 Ok((_, p)) => p,
                 Err(e) => {
-                    // Fail closed: a guardian that cannot be reached blocks every reviewed call.
+                    // A guardian provider missing from the configuration does not turn the review
+                    // off: the session's provider reviews instead, and the client is told.
                     tracing::warn!(error = %e, "guardian provider unavailable");
                     ctx.events
                         .emit(EventPayload::Processing {
