@@ -27,6 +27,15 @@ impl ActiveRun {
             q.cancel.cancel();
         }
     }
+
+    /// Queued runs that will still run (an interrupt leaves cancelled ones behind, which end
+    /// without running as soon as the running run has).
+    fn waiting(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|q| !q.cancel.is_cancelled())
+            .count()
+    }
 }
 
 /// A view of a session's active run.
@@ -57,6 +66,11 @@ pub enum Admission {
         /// The run going on.
         active_run_id: RunId,
     },
+    /// The session was busy and its queue full: the run was refused.
+    QueueFull {
+        /// How many prompts may wait.
+        max_queued: usize,
+    },
 }
 
 /// What an interrupt found.
@@ -85,27 +99,61 @@ pub enum OnBusy {
     /// Refuse it (409).
     #[default]
     Reject,
-    /// Run it after the current run (and any queued before it).
+    /// Run it after the current run (and any queued before it); refused (429) when the session's
+    /// queue is full.
     Enqueue,
     /// Interrupt the current run, drop the queue, then run it.
     Interrupt,
 }
 
+/// How many prompts may wait behind a session's run by default
+/// (`[server] max_queued_prompts_per_session`).
+pub const MAX_QUEUED_PROMPTS: usize = 16;
+
 /// The concurrent map of active runs. Cloning shares the map.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ActiveSessions {
     map: Arc<DashMap<SessionId, ActiveRun>>,
+    max_queued: usize,
+}
+
+impl Default for ActiveSessions {
+    fn default() -> Self {
+        Self::with_max_queued(MAX_QUEUED_PROMPTS)
+    }
 }
 
 impl ActiveSessions {
-    /// An empty map.
+    /// An empty map whose sessions queue up to [`MAX_QUEUED_PROMPTS`] prompts.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty map whose sessions queue up to `max_queued` prompts each (0: none).
+    pub fn with_max_queued(max_queued: usize) -> Self {
+        ActiveSessions {
+            map: Arc::new(DashMap::new()),
+            max_queued,
+        }
+    }
+
+    /// How many prompts may wait behind a session's run.
+    pub fn max_queued(&self) -> usize {
+        self.max_queued
+    }
+
+    /// Whether a prompt sent with `OnBusy::Enqueue` would find the session's queue full now.
+    pub fn queue_is_full(&self, session_id: SessionId) -> bool {
+        self.map
+            .get(&session_id)
+            .is_some_and(|r| r.waiting() >= self.max_queued)
+    }
+
     /// Offers a run; decides atomically whether it starts, queues, or is refused.
-    /// With `OnBusy::Interrupt` the current run and every queued one are cancelled; cancelled queued
-    /// runs stay in the queue so that they end, in order, without running.
+    /// With `OnBusy::Enqueue` it is refused when `max_queued` runs already wait. With
+    /// `OnBusy::Interrupt` the current run and every queued one are cancelled; cancelled queued
+    /// runs stay in the queue so that they end, in order, without running, and do not count
+    /// against the bound.
     pub fn admit(
         &self,
         ctx: EngineSessionContext,
@@ -129,6 +177,9 @@ impl ActiveSessions {
                 match on_busy {
                     OnBusy::Reject => Admission::Busy {
                         active_run_id: run.run_id,
+                    },
+                    OnBusy::Enqueue if run.waiting() >= self.max_queued => Admission::QueueFull {
+                        max_queued: self.max_queued,
                     },
                     OnBusy::Enqueue => {
                         run.queue.push_back(ctx);

@@ -1,9 +1,13 @@
 //! The per-session event bus: assigns sequence numbers, hands each event to the log writer, and fans it
 //! out to live subscribers.
 //!
-//! Publishing never waits: the log writer gets the event over an unbounded channel and writes in batches
-//! off the hot path, and subscribers get it from a bounded broadcast channel. A subscriber that falls
-//! more than the channel's capacity behind is told to reset instead of slowing anyone down.
+//! The log writer gets events over a queue bounded in events (`[storage] log_queue_events`) and
+//! writes them in batches off the hot path; subscribers get them from a bounded broadcast channel. A
+//! subscriber that falls more than the channel's capacity behind is told to reset instead of slowing
+//! anyone down. A log writer that falls behind does slow the publishers down: once the queue is full,
+//! `publish` waits for room before the event gets its seq, so that no durable event is dropped and
+//! memory stays bounded. Only a caller that cannot wait (a synchronous callback) publishes past the
+//! bound, with [`SessionBus::publish_now`].
 //!
 //! Because an event is fanned out before it is durable, a crash can lose events that a client has
 //! already seen. So that their seqs are never handed out again, a bus works inside a seq range it has
@@ -17,7 +21,7 @@ use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError, broadcast, mpsc, oneshot};
 
 /// Work for the event log writer, executed in order.
 #[derive(Debug)]
@@ -42,8 +46,150 @@ pub enum LogCommand {
     Flush(oneshot::Sender<()>),
 }
 
-/// The sending side of the event log writer.
-pub type LogSender = mpsc::UnboundedSender<LogCommand>;
+/// How many events the log queue holds by default (`[storage] log_queue_events`).
+pub const LOG_QUEUE_EVENTS: usize = 16384;
+
+/// A command in the log queue, and whether it holds one unit of the queue's room.
+#[derive(Debug)]
+struct Queued {
+    cmd: LogCommand,
+    holds_room: bool,
+}
+
+/// The sending side of the event log queue.
+///
+/// Events take room in the queue before they are sent and give it back when the writer takes
+/// them; the other commands (seq reservations, releases, flushes) take none: they are few (one
+/// reservation per `SEQ_RESERVE_BLOCK / 2` events, one release per bus closed, one flush per
+/// waiting caller), and some are sent where nobody can wait (a bus closing inside a map lock).
+/// One queue for all keeps them in order with the events.
+#[derive(Debug, Clone)]
+pub struct LogSender {
+    tx: mpsc::UnboundedSender<Queued>,
+    room: Arc<Semaphore>,
+}
+
+/// The receiving side of the event log queue (the writer's).
+#[derive(Debug)]
+pub struct LogReceiver {
+    rx: mpsc::UnboundedReceiver<Queued>,
+    room: Arc<Semaphore>,
+}
+
+/// The queue had no room for an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogQueueFull;
+
+/// Room for one event in the log queue, taken before the event gets its seq so that waiting for
+/// it never holds the bus's lock. Dropped unused, it goes back to the queue.
+#[derive(Debug)]
+pub struct LogRoom<'a> {
+    log: &'a LogSender,
+    /// None past the bound, or when the writer has stopped (the event then goes nowhere).
+    permit: Option<SemaphorePermit<'a>>,
+}
+
+/// A log queue holding at most `events` events (at least one).
+pub fn log_channel(events: usize) -> (LogSender, LogReceiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(events.clamp(1, Semaphore::MAX_PERMITS)));
+    (
+        LogSender {
+            tx,
+            room: room.clone(),
+        },
+        LogReceiver { rx, room },
+    )
+}
+
+impl LogSender {
+    /// Room for one event if the queue has some now.
+    pub fn try_room(&self) -> Result<LogRoom<'_>, LogQueueFull> {
+        match self.room.try_acquire() {
+            Ok(permit) => Ok(self.with(Some(permit))),
+            // The writer has stopped (shutdown): nothing to wait for.
+            Err(TryAcquireError::Closed) => Ok(self.with(None)),
+            Err(TryAcquireError::NoPermits) => Err(LogQueueFull),
+        }
+    }
+
+    /// Waits until the queue has room for one event.
+    pub async fn room(&self) -> LogRoom<'_> {
+        // An error means the writer has stopped: the event goes nowhere, as after shutdown.
+        self.with(self.room.acquire().await.ok())
+    }
+
+    /// A place past the bound, for a caller that can neither wait nor drop the event.
+    pub fn over_bound(&self) -> LogRoom<'_> {
+        self.with(None)
+    }
+
+    fn with<'a>(&'a self, permit: Option<SemaphorePermit<'a>>) -> LogRoom<'a> {
+        LogRoom { log: self, permit }
+    }
+
+    /// Sends a command that takes no room; false when the writer has stopped.
+    fn control(&self, cmd: LogCommand) -> bool {
+        self.tx
+            .send(Queued {
+                cmd,
+                holds_room: false,
+            })
+            .is_ok()
+    }
+
+    /// Waits until every command sent before is durable; false if that cannot be known (the
+    /// writer stopped, or a write failed).
+    pub async fn flush(&self) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.control(LogCommand::Flush(tx)) && rx.await.is_ok()
+    }
+}
+
+impl LogRoom<'_> {
+    /// Queues `record` in this room.
+    pub fn append(self, record: Arc<EventRecord>) {
+        let queued = Queued {
+            cmd: LogCommand::Append(record),
+            holds_room: self.permit.is_some(),
+        };
+        // The room now travels with the event; the receiver gives it back when it takes it. If
+        // the writer has stopped, the permit drops here instead.
+        if self.log.tx.send(queued).is_ok()
+            && let Some(permit) = self.permit
+        {
+            permit.forget();
+        }
+    }
+}
+
+impl LogReceiver {
+    /// The next command; None once every sender is gone.
+    pub async fn recv(&mut self) -> Option<LogCommand> {
+        let q = self.rx.recv().await?;
+        Some(self.taken(q))
+    }
+
+    /// The next command if one is waiting.
+    pub fn try_recv(&mut self) -> Option<LogCommand> {
+        let q = self.rx.try_recv().ok()?;
+        Some(self.taken(q))
+    }
+
+    fn taken(&self, q: Queued) -> LogCommand {
+        if q.holds_room {
+            self.room.add_permits(1);
+        }
+        q.cmd
+    }
+}
+
+impl Drop for LogReceiver {
+    fn drop(&mut self) {
+        // Publishers waiting for room go on without the log, as after shutdown.
+        self.room.close();
+    }
+}
 
 /// How many events a live subscriber may lag behind before it is reset.
 pub const SUBSCRIBER_BUFFER: usize = 1024;
@@ -117,34 +263,62 @@ impl SessionBus {
         self.session_id
     }
 
-    /// Publishes an event: assigns its seq, queues it for the log, and fans it out.
-    pub fn publish(&self, run_id: Option<RunId>, payload: &EventPayload) -> Arc<EventRecord> {
-        self.publish_then(run_id, payload, || ()).0
+    /// Publishes an event: assigns its seq, queues it for the log, and fans it out. Waits, before
+    /// anything else, while the log queue is full; a call dropped meanwhile publishes nothing.
+    pub async fn publish(&self, run_id: Option<RunId>, payload: &EventPayload) -> Arc<EventRecord> {
+        self.publish_then(run_id, payload, || ()).await.0
     }
 
     /// Publishes an event and runs `then` before any later event can be published, so that a state
     /// change made in `then` (e.g. freeing the session for a new run) is ordered after this event.
-    pub fn publish_then<R>(
+    pub async fn publish_then<R>(
         &self,
         run_id: Option<RunId>,
         payload: &EventPayload,
         then: impl FnOnce() -> R,
     ) -> (Arc<EventRecord>, R) {
-        // The lock is held only for this synchronous block, never across an await; it keeps seq order
-        // equal to log order and to fan-out order.
+        let room = match self.log.try_room() {
+            Ok(room) => room,
+            Err(LogQueueFull) => {
+                self.metrics.log_queue_wait();
+                self.log.room().await
+            }
+        };
+        self.publish_in(room, run_id, payload, then)
+    }
+
+    /// Publishes an event without waiting, for a caller that cannot wait (a synchronous callback).
+    /// If the log queue is full the event goes past its bound rather than be dropped.
+    pub fn publish_now(&self, run_id: Option<RunId>, payload: &EventPayload) -> Arc<EventRecord> {
+        let room = self.log.try_room().unwrap_or_else(|LogQueueFull| {
+            self.metrics.log_queue_overflow();
+            self.log.over_bound()
+        });
+        self.publish_in(room, run_id, payload, || ()).0
+    }
+
+    fn publish_in<R>(
+        &self,
+        room: LogRoom<'_>,
+        run_id: Option<RunId>,
+        payload: &EventPayload,
+        then: impl FnOnce() -> R,
+    ) -> (Arc<EventRecord>, R) {
+        // The lock is held only for this synchronous block, never across an await (room in the log
+        // queue was taken before); it keeps seq order equal to log order and to fan-out order.
         let mut st = self.lock();
         let seq = st.next;
         st.next += 1;
         if seq + SEQ_RESERVE_BLOCK / 2 >= st.reserved {
             st.reserved = seq.max(st.reserved) + SEQ_RESERVE_BLOCK;
-            let _ = self.log.send(LogCommand::Reserve {
+            self.log.control(LogCommand::Reserve {
                 session_id: self.session_id,
                 upto: st.reserved,
             });
         }
         let record = Arc::new(EventRecord::build(self.session_id, seq, run_id, payload));
-        // A closed log channel means the daemon is shutting down; the event is still fanned out.
-        let _ = self.log.send(LogCommand::Append(record.clone()));
+        // A stopped writer means the daemon is shutting down; the event is still fanned out.
+        room.append(record.clone());
         let _ = self.live.send(record.clone());
         if st.recent.len() == RECENT_EVENTS {
             st.recent.pop_front();
@@ -192,7 +366,7 @@ impl SessionBus {
 
     fn release(&self) {
         let last = self.last_seq();
-        let _ = self.log.send(LogCommand::Release {
+        self.log.control(LogCommand::Release {
             session_id: self.session_id,
             last,
         });
@@ -276,11 +450,7 @@ impl EventHub {
 
     /// Waits until every event published so far is durable in the log.
     pub async fn flush(&self) -> bool {
-        let (tx, rx) = oneshot::channel();
-        if self.log.send(LogCommand::Flush(tx)).is_err() {
-            return false;
-        }
-        rx.await.is_ok()
+        self.log.flush().await
     }
 
     /// How many buses are open.
@@ -302,9 +472,15 @@ impl EventEmitter {
         EventEmitter { bus, run_id }
     }
 
-    /// Publishes an event of this run.
-    pub fn emit(&self, payload: EventPayload) -> Arc<EventRecord> {
-        self.bus.publish(Some(self.run_id), &payload)
+    /// Publishes an event of this run (see [`SessionBus::publish`]).
+    pub async fn emit(&self, payload: EventPayload) -> Arc<EventRecord> {
+        self.bus.publish(Some(self.run_id), &payload).await
+    }
+
+    /// Publishes an event of this run without waiting, from a synchronous callback (see
+    /// [`SessionBus::publish_now`]).
+    pub fn emit_now(&self, payload: EventPayload) -> Arc<EventRecord> {
+        self.bus.publish_now(Some(self.run_id), &payload)
     }
 
     /// The run this emitter reports for.
@@ -323,8 +499,8 @@ mod tests {
     use super::*;
     use crate::ids::SessionId;
 
-    fn hub() -> (EventHub, mpsc::UnboundedReceiver<LogCommand>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn hub() -> (EventHub, LogReceiver) {
+        let (tx, rx) = log_channel(LOG_QUEUE_EVENTS);
         (EventHub::new(tx, Arc::new(Metrics::default())), rx)
     }
 
@@ -334,22 +510,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn seqs_continue_after_the_given_last_and_reservations_run_ahead() {
+    #[tokio::test]
+    async fn seqs_continue_after_the_given_last_and_reservations_run_ahead() {
         let (hub, mut rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 41, 41 + SEQ_RESERVE_BLOCK);
-        let first = bus.publish(None, &note(0));
+        let first = bus.publish(None, &note(0)).await;
         assert_eq!(first.seq, 42);
         let mut reserved_upto = 41 + SEQ_RESERVE_BLOCK;
         for i in 1..(SEQ_RESERVE_BLOCK as usize) {
-            let e = bus.publish(None, &note(i));
+            let e = bus.publish(None, &note(i)).await;
             assert!(
                 e.seq < reserved_upto,
                 "seq {} handed out beyond the reservation",
                 e.seq
             );
-            while let Ok(cmd) = rx.try_recv() {
+            while let Some(cmd) = rx.try_recv() {
                 if let LogCommand::Reserve { upto, .. } = cmd {
                     assert!(upto > reserved_upto);
                     reserved_upto = upto;
@@ -359,13 +535,13 @@ mod tests {
         assert_eq!(bus.last_seq(), 41 + SEQ_RESERVE_BLOCK);
     }
 
-    #[test]
-    fn subscribe_after_serves_recent_events_from_memory_or_asks_for_the_log() {
+    #[tokio::test]
+    async fn subscribe_after_serves_recent_events_from_memory_or_asks_for_the_log() {
         let (hub, _rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
         for i in 0..10 {
-            bus.publish(None, &note(i));
+            bus.publish(None, &note(i)).await;
         }
         let sub = hub.subscribe_after(s, 4).expect("open bus");
         let seqs: Vec<u64> = sub
@@ -378,7 +554,7 @@ mod tests {
         assert_eq!(sub.last_seq, 10);
         // Past what memory holds, the caller must read the log.
         for i in 0..RECENT_EVENTS {
-            bus.publish(None, &note(i));
+            bus.publish(None, &note(i)).await;
         }
         assert!(
             hub.subscribe_after(s, 2)
@@ -391,14 +567,14 @@ mod tests {
         assert_eq!(sub.recent.map(|r| r.len()), Some(0));
     }
 
-    #[test]
-    fn a_subscriber_that_falls_behind_is_told_it_lagged() {
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
         let (hub, _rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
         let mut sub = hub.subscribe_after(s, 0).expect("open bus");
         for i in 0..(SUBSCRIBER_BUFFER + 10) {
-            bus.publish(None, &note(i));
+            bus.publish(None, &note(i)).await;
         }
         assert!(matches!(
             sub.live.try_recv(),
@@ -406,8 +582,8 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_bus_someone_still_holds_stays_open() {
+    #[tokio::test]
+    async fn a_bus_someone_still_holds_stays_open() {
         let (hub, _rx) = hub();
         let s = SessionId::new();
         let held = hub.open(s, 0, SEQ_RESERVE_BLOCK);
@@ -423,21 +599,154 @@ mod tests {
         assert!(hub.get(s).is_none());
     }
 
-    #[test]
-    fn an_idle_bus_closes_and_releases_its_reservation() {
+    #[tokio::test]
+    async fn an_idle_bus_closes_and_releases_its_reservation() {
         let (hub, mut rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
-        bus.publish(None, &note(0));
+        bus.publish(None, &note(0)).await;
         drop(bus);
         hub.close_if_idle(s, || false);
         assert!(hub.get(s).is_none());
         let mut released = None;
-        while let Ok(cmd) = rx.try_recv() {
+        while let Some(cmd) = rx.try_recv() {
             if let LogCommand::Release { last, .. } = cmd {
                 released = Some(last);
             }
         }
         assert_eq!(released, Some(1));
+    }
+
+    /// A bus over a log queue of `bound` events whose writer reads only when the test says so.
+    fn stalled_writer(bound: usize) -> (Arc<SessionBus>, LogReceiver, Arc<Metrics>) {
+        let (tx, rx) = log_channel(bound);
+        let metrics = Arc::new(Metrics::default());
+        let hub = EventHub::new(tx, metrics.clone());
+        (
+            hub.open(SessionId::new(), 0, SEQ_RESERVE_BLOCK),
+            rx,
+            metrics,
+        )
+    }
+
+    fn logged_seqs(rx: &mut LogReceiver) -> Vec<u64> {
+        let mut seqs = Vec::new();
+        while let Some(cmd) = rx.try_recv() {
+            if let LogCommand::Append(e) = cmd {
+                seqs.push(e.seq);
+            }
+        }
+        seqs
+    }
+
+    fn poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+        f.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn a_full_log_queue_holds_the_publisher_until_the_writer_takes_an_event() {
+        let (bus, mut rx, metrics) = stalled_writer(4);
+        let mut sub = bus.subscribe_after(0);
+        for i in 0..4 {
+            bus.publish(None, &note(i)).await;
+        }
+        let payload = note(4);
+        let mut fifth = std::pin::pin!(bus.publish(None, &payload));
+        assert!(poll_once(fifth.as_mut()).is_pending());
+        assert!(poll_once(fifth.as_mut()).is_pending());
+        // Waiting, it has taken no seq and reached nobody.
+        assert_eq!(bus.last_seq(), 4);
+        for seq in 1..=4 {
+            assert_eq!(sub.live.try_recv().map(|e| e.seq), Ok(seq));
+        }
+        assert!(sub.live.try_recv().is_err());
+        assert!(matches!(rx.try_recv(), Some(LogCommand::Append(e)) if e.seq == 1));
+        let std::task::Poll::Ready(fifth) = poll_once(fifth.as_mut()) else {
+            panic!("the publisher still waits though the writer took an event");
+        };
+        assert_eq!(fifth.seq, 5);
+        assert_eq!(sub.live.try_recv().map(|e| e.seq), Ok(5));
+        // Nothing lost, nothing reordered.
+        assert_eq!(logged_seqs(&mut rx), [2, 3, 4, 5]);
+        assert!(
+            metrics
+                .render_prometheus(0)
+                .contains("elfgate_log_queue_waits_total 1\n")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn publishers_held_by_a_slow_writer_lose_nothing_and_keep_their_order() {
+        let (tx, mut rx) = log_channel(3);
+        let hub = EventHub::new(tx, Arc::new(Metrics::default()));
+        let sessions: Vec<SessionId> = (0..4).map(|_| SessionId::new()).collect();
+        let per_session = 200;
+        let publishers: Vec<_> = sessions
+            .iter()
+            .map(|&s| {
+                let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
+                tokio::spawn(async move {
+                    for i in 0..per_session {
+                        bus.publish(None, &note(i)).await;
+                    }
+                })
+            })
+            .collect();
+        let mut logged: std::collections::HashMap<SessionId, Vec<u64>> = Default::default();
+        let mut n = 0;
+        while n < sessions.len() * per_session {
+            // A guard, not a synchronization: a lost event fails the test instead of hanging it.
+            let cmd = tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv())
+                .await
+                .expect("an event never reached the log")
+                .expect("the queue closed");
+            if let LogCommand::Append(e) = cmd {
+                logged.entry(e.session_id).or_default().push(e.seq);
+                n += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+        for p in publishers {
+            p.await.unwrap();
+        }
+        for s in sessions {
+            assert_eq!(logged[&s], (1..=per_session as u64).collect::<Vec<_>>());
+        }
+        assert!(rx.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_publisher_that_cannot_wait_goes_past_the_bound_without_widening_it() {
+        let (bus, mut rx, metrics) = stalled_writer(1);
+        bus.publish(None, &note(0)).await;
+        assert_eq!(bus.publish_now(None, &note(1)).seq, 2);
+        assert!(
+            metrics
+                .render_prometheus(0)
+                .contains("elfgate_log_queue_overflows_total 1\n")
+        );
+        assert_eq!(logged_seqs(&mut rx), [1, 2]);
+        // The bound is one event again, not two.
+        bus.publish(None, &note(2)).await;
+        let payload = note(3);
+        let mut next = std::pin::pin!(bus.publish(None, &payload));
+        assert!(poll_once(next.as_mut()).is_pending());
+        assert_eq!(logged_seqs(&mut rx), [3]);
+        assert!(poll_once(next.as_mut()).is_ready());
+    }
+
+    #[tokio::test]
+    async fn publishers_waiting_for_a_writer_that_stopped_go_on() {
+        let (bus, rx, _) = stalled_writer(1);
+        let mut sub = bus.subscribe_after(0);
+        bus.publish(None, &note(0)).await;
+        let payload = note(1);
+        let mut second = std::pin::pin!(bus.publish(None, &payload));
+        assert!(poll_once(second.as_mut()).is_pending());
+        drop(rx);
+        assert!(poll_once(second.as_mut()).is_ready());
+        // Still fanned out, as during shutdown.
+        assert_eq!(sub.live.try_recv().map(|e| e.seq), Ok(1));
+        assert_eq!(sub.live.try_recv().map(|e| e.seq), Ok(2));
     }
 }

@@ -56,6 +56,12 @@ pub enum DispatchError {
         /// The run going on.
         active_run_id: RunId,
     },
+    /// The session is running and as many prompts as allowed already wait behind it.
+    #[error("{max_queued} prompts already wait for this session")]
+    QueueFull {
+        /// How many prompts may wait.
+        max_queued: usize,
+    },
 }
 
 /// What became of a dispatched run.
@@ -149,25 +155,9 @@ impl EngineDispatcher {
         &self.hub
     }
 
-    /// Starts the first run of a session.
+    /// Starts, queues or refuses a run of a session, as `on_busy` says when the session is busy.
+    /// The first run and later ones differ only in `ctx.is_resume`, which the engine reads.
     pub fn dispatch(
-        self: &Arc<Self>,
-        ctx: EngineSessionContext,
-        on_busy: OnBusy,
-    ) -> Result<DispatchStatus, DispatchError> {
-        self.admit(ctx, on_busy)
-    }
-
-    /// Starts (or queues) a later run of a session.
-    pub fn resume(
-        self: &Arc<Self>,
-        ctx: EngineSessionContext,
-        on_busy: OnBusy,
-    ) -> Result<DispatchStatus, DispatchError> {
-        self.admit(ctx, on_busy)
-    }
-
-    fn admit(
         self: &Arc<Self>,
         ctx: EngineSessionContext,
         on_busy: OnBusy,
@@ -194,6 +184,7 @@ impl EngineDispatcher {
             }
             Admission::Queued => Ok(DispatchStatus::Queued),
             Admission::Busy { active_run_id } => Err(DispatchError::Busy { active_run_id }),
+            Admission::QueueFull { max_queued } => Err(DispatchError::QueueFull { max_queued }),
         }
     }
 
@@ -283,13 +274,17 @@ impl EngineDispatcher {
                 self.run_one(engine.clone(), ctx.clone()).await
             };
             let outcome = self.record_end(&ctx, outcome, started).await;
-            let (_, next) = ctx.events.bus().publish_then(
-                Some(run_id),
-                &EventPayload::Complete {
-                    finish_reason: outcome.finish_reason,
-                },
-                || self.active.finish(session_id, run_id),
-            );
+            let (_, next) = ctx
+                .events
+                .bus()
+                .publish_then(
+                    Some(run_id),
+                    &EventPayload::Complete {
+                        finish_reason: outcome.finish_reason,
+                    },
+                    || self.active.finish(session_id, run_id),
+                )
+                .await;
             done.cancel();
             match next {
                 Some((next_ctx, next_done)) => {
@@ -343,9 +338,11 @@ impl EngineDispatcher {
             Ok(outcome) => outcome,
             Err(join) => {
                 let error = ErrorInfo::new("engine_panic", format!("the engine failed: {join}"));
-                events.emit(EventPayload::Error {
-                    error: error.clone(),
-                });
+                events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
                 RunOutcome::failed(error)
             }
         }
@@ -373,15 +370,19 @@ impl EngineDispatcher {
         {
             Ok(()) => {
                 if let Some(message) = answer {
-                    ctx.events.emit(EventPayload::AssistantMessage { message });
+                    ctx.events
+                        .emit(EventPayload::AssistantMessage { message })
+                        .await;
                 }
             }
             Err(e) if answer.is_some() => {
                 tracing::warn!(error = %e, "could not store a run's answer");
                 let error = ErrorInfo::new("storage", format!("the answer was not stored: {e}"));
-                ctx.events.emit(EventPayload::Error {
-                    error: error.clone(),
-                });
+                ctx.events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
                 if outcome.finish_reason == FinishReason::Stop {
                     outcome.finish_reason = FinishReason::Error;
                 }
@@ -398,15 +399,17 @@ impl EngineDispatcher {
             Err(e) => tracing::warn!(error = %e, "could not record the end of a run"),
         }
         self.metrics.run_finished(outcome.finish_reason);
-        ctx.events.emit(EventPayload::Result {
-            stats: RunStats {
-                input_tokens: outcome.input_tokens,
-                output_tokens: outcome.output_tokens,
-                iterations: outcome.iterations,
-                duration_ms: started.elapsed().as_millis() as u64,
-                finish_reason: outcome.finish_reason,
-            },
-        });
+        ctx.events
+            .emit(EventPayload::Result {
+                stats: RunStats {
+                    input_tokens: outcome.input_tokens,
+                    output_tokens: outcome.output_tokens,
+                    iterations: outcome.iterations,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    finish_reason: outcome.finish_reason,
+                },
+            })
+            .await;
         outcome
     }
 }
@@ -418,7 +421,6 @@ mod tests {
     use crate::ids::MessageId;
     use crate::model::{ContentBlock, Role, Session};
     use std::sync::Mutex;
-    use tokio::sync::mpsc;
 
     /// Records each `run_finished`; refuses those that carry an answer when `refuse_answers`.
     #[derive(Default)]
@@ -525,7 +527,7 @@ mod tests {
     /// Runs one prompt through a dispatcher with `ledger`; returns the run's event types and the
     /// data of its `result`.
     async fn run_once(ledger: Arc<Ledger>) -> (Vec<String>, serde_json::Value) {
-        let (log, _log_rx) = mpsc::unbounded_channel();
+        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
         let metrics = Arc::new(Metrics::default());
         let hub = EventHub::new(log, metrics.clone());
         let dispatcher = EngineDispatcher::new(ActiveSessions::new(), hub.clone(), ledger, metrics);
@@ -571,5 +573,46 @@ mod tests {
         assert_eq!(result["finishReason"], "error");
         // The end is stored without the answer: the run is not left running.
         assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Error, false)]);
+    }
+
+    /// Another run of `ctx`'s session.
+    fn next_run(ctx: &EngineSessionContext) -> EngineSessionContext {
+        let run_id = RunId::new();
+        EngineSessionContext {
+            run_id,
+            events: EventEmitter::new(ctx.events.bus().clone(), run_id),
+            cancel: CancellationToken::new(),
+            ..ctx.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn enqueued_prompts_past_the_bound_are_refused_and_dropped_ones_do_not_count() {
+        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
+        let hub = EventHub::new(log, Arc::new(Metrics::default()));
+        let active = ActiveSessions::with_max_queued(2);
+        let first = context(&hub);
+        let admit = |on_busy| active.admit(next_run(&first), EngineType::Chat, on_busy);
+        assert!(matches!(
+            active.admit(first.clone(), EngineType::Chat, OnBusy::Enqueue),
+            Admission::Start { .. }
+        ));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(!active.queue_is_full(first.session_id()));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(active.queue_is_full(first.session_id()));
+        assert!(matches!(
+            admit(OnBusy::Enqueue),
+            Admission::QueueFull { max_queued: 2 }
+        ));
+        // An interrupting prompt always gets in; the queued runs it cancels end without running
+        // and no longer count against the bound.
+        assert!(matches!(admit(OnBusy::Interrupt), Admission::Queued));
+        assert!(matches!(admit(OnBusy::Enqueue), Admission::Queued));
+        assert!(matches!(
+            admit(OnBusy::Enqueue),
+            Admission::QueueFull { .. }
+        ));
+        assert_eq!(active.get(first.session_id()).map(|r| r.queued), Some(4));
     }
 }

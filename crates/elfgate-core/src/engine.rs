@@ -239,11 +239,6 @@ pub trait Engine: Send + Sync {
         false
     }
 
-    /// Whether the engine holds state of a running session beyond the dispatcher's map.
-    fn is_active(&self, _session_id: SessionId) -> bool {
-        false
-    }
-
     /// Reloads MCP tools of every active session; returns how many were reloaded.
     async fn reload_mcp_for_all_active(&self) -> usize {
         0

@@ -237,6 +237,48 @@ struct Envelope<'a> {
     payload: &'a EventPayload,
 }
 
+/// A payload sent to a single subscriber outside the log (a `reset`): no seq, run or time, since
+/// it is not part of the session's stream. Its JSON is the type, the session, then the payload's
+/// own fields.
+struct Unlogged<'a> {
+    session_id: SessionId,
+    payload: &'a EventPayload,
+}
+
+impl Serialize for Unlogged<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap};
+        let fields = serde_json::to_value(self.payload).map_err(S::Error::custom)?;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("type", self.payload.type_name())?;
+        map.serialize_entry("sessionId", &self.session_id)?;
+        if let Value::Object(fields) = &fields {
+            for (k, v) in fields.iter().filter(|(k, _)| *k != "type") {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl EventPayload {
+    /// The JSON of this payload sent outside the log to one subscriber of `session_id` (see
+    /// [`EventPayload::Reset`]).
+    pub fn unlogged_json(&self, session_id: SessionId) -> String {
+        let unlogged = Unlogged {
+            session_id,
+            payload: self,
+        };
+        // Serializing plain data to a String cannot fail; the fallback still names the type.
+        serde_json::to_string(&unlogged).unwrap_or_else(|_| {
+            format!(
+                "{{\"type\":\"{}\",\"sessionId\":\"{session_id}\"}}",
+                self.type_name()
+            )
+        })
+    }
+}
+
 /// One published event, already serialized: the same JSON goes to every subscriber and to the log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRecord {

@@ -14,8 +14,8 @@ pub mod permission_mode;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
-    EventEmitter, EventHub, LogCommand, LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER,
-    SessionBus, Subscription,
+    EventEmitter, EventHub, LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom,
+    LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription, log_channel,
 };
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,

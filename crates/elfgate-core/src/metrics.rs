@@ -28,6 +28,8 @@ pub struct Metrics {
     ttft_count: AtomicU64,
     ttft_sum_micros: AtomicU64,
     retries: AtomicU64,
+    log_queue_waits: AtomicU64,
+    log_queue_overflows: AtomicU64,
 }
 
 impl Metrics {
@@ -51,6 +53,16 @@ impl Metrics {
     /// Counts an upstream retry.
     pub fn retry(&self) {
         self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a publisher that waited for room in the event log queue.
+    pub fn log_queue_wait(&self) {
+        self.log_queue_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an event published past the log queue's bound (by a caller that could not wait).
+    pub fn log_queue_overflow(&self) {
+        self.log_queue_overflows.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the time from a run's start to its first streamed token.
@@ -97,26 +109,33 @@ impl Metrics {
                 self.runs_finished[i].load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP elfgate_events_published_total Events published."
-        );
-        let _ = writeln!(out, "# TYPE elfgate_events_published_total counter");
-        let _ = writeln!(
-            out,
-            "elfgate_events_published_total {}",
-            self.events_published()
-        );
-        let _ = writeln!(
-            out,
-            "# HELP elfgate_llm_retries_total Upstream calls retried."
-        );
-        let _ = writeln!(out, "# TYPE elfgate_llm_retries_total counter");
-        let _ = writeln!(
-            out,
-            "elfgate_llm_retries_total {}",
-            self.retries.load(Ordering::Relaxed)
-        );
+        let counters = [
+            (
+                "elfgate_events_published_total",
+                "Events published.",
+                self.events_published(),
+            ),
+            (
+                "elfgate_llm_retries_total",
+                "Upstream calls retried.",
+                self.retries.load(Ordering::Relaxed),
+            ),
+            (
+                "elfgate_log_queue_waits_total",
+                "Events whose publisher waited for room in the event log queue.",
+                self.log_queue_waits.load(Ordering::Relaxed),
+            ),
+            (
+                "elfgate_log_queue_overflows_total",
+                "Events queued past the event log queue's bound by a publisher that could not wait.",
+                self.log_queue_overflows.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {value}");
+        }
         let _ = writeln!(
             out,
             "# HELP elfgate_time_to_first_token_seconds From run start to the first streamed token."

@@ -7,8 +7,8 @@ use crate::providers::ProviderRegistry;
 use crate::streaming::stream_turn_from;
 use async_trait::async_trait;
 use elfgate_core::{
-    ActiveSessions, ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo,
-    EventPayload, FinishReason, HeadStart, Message, Role, RunOutcome,
+    ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, FinishReason,
+    HeadStart, Message, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy, ThinkingLevel,
@@ -80,7 +80,6 @@ pub struct ChatEngine {
     store: Arc<dyn Store>,
     providers: ProviderRegistry,
     settings: ChatSettings,
-    active: ActiveSessions,
 }
 
 impl ChatEngine {
@@ -90,22 +89,22 @@ impl ChatEngine {
         store: Arc<dyn Store>,
         providers: ProviderRegistry,
         settings: ChatSettings,
-        active: ActiveSessions,
     ) -> Self {
         ChatEngine {
             mode,
             store,
             providers,
             settings,
-            active,
         }
     }
 
-    fn fail(&self, ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+    async fn fail(&self, ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
         let error = ErrorInfo::new(code, message);
-        ctx.events.emit(EventPayload::Error {
-            error: error.clone(),
-        });
+        ctx.events
+            .emit(EventPayload::Error {
+                error: error.clone(),
+            })
+            .await;
         RunOutcome::failed(error)
     }
 
@@ -146,21 +145,23 @@ impl ChatEngine {
             Some(h) => h.target.clone(),
             None => match self.target(&ctx) {
                 Ok(t) => t,
-                Err((code, message)) => return self.fail(&ctx, code, message),
+                Err((code, message)) => return self.fail(&ctx, code, message).await,
             },
         };
-        ctx.events.emit(EventPayload::Init {
-            system_info: json!({
-                "engine": self.engine_type().as_str(),
-                "provider": provider_name,
-                "model": model,
-                "daemonVersion": env!("CARGO_PKG_VERSION"),
-            }),
-        });
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": self.engine_type().as_str(),
+                    "provider": provider_name,
+                    "model": model,
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
 
         let (user, parent) = match store_user_message(self.store.as_ref(), &ctx).await {
             Ok(u) => u,
-            Err(e) => return self.fail(&ctx, "storage", e),
+            Err(e) => return self.fail(&ctx, "storage", e).await,
         };
 
         let (req, first) = match head {
@@ -179,7 +180,7 @@ impl ChatEngine {
                             .await
                         {
                             Ok(h) => h,
-                            Err(e) => return self.fail(&ctx, "storage", e.report()),
+                            Err(e) => return self.fail(&ctx, "storage", e.report()).await,
                         },
                         None => Vec::new(),
                     },
@@ -240,9 +241,11 @@ impl ChatEngine {
             answer
         });
         if matches!(turn.finish, Some(LlmFinishReason::Length)) {
-            ctx.events.emit(EventPayload::Processing {
-                message: "the answer was cut at the output token limit".to_string(),
-            });
+            ctx.events
+                .emit(EventPayload::Processing {
+                    message: "the answer was cut at the output token limit".to_string(),
+                })
+                .await;
         }
         RunOutcome {
             finish_reason,
@@ -358,11 +361,5 @@ impl Engine for ChatEngine {
             req,
             first,
         })
-    }
-
-    fn is_active(&self, session_id: elfgate_core::SessionId) -> bool {
-        self.active
-            .get(session_id)
-            .is_some_and(|r| r.engine == self.engine_type())
     }
 }

@@ -59,8 +59,10 @@ pub(crate) async fn store_user_message(
     };
     let user = new_user_message(ctx, parent);
     store.insert_message(&user).await.map_err(|e| e.report())?;
-    ctx.events.emit(EventPayload::UserMessage {
-        message: user.clone(),
-    });
+    ctx.events
+        .emit(EventPayload::UserMessage {
+            message: user.clone(),
+        })
+        .await;
     Ok((user, parent))
 }

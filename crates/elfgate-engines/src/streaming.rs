@@ -101,7 +101,7 @@ pub async fn stream_turn_from(
 }
 
 /// Sends a text piece to the output (and the events), split at `<think>` tags when asked.
-fn push_text(
+async fn push_text(
     out: &mut TurnOutput,
     splitter: &mut Option<ThinkSplitter>,
     opts: &TurnOptions<'_>,
@@ -113,11 +113,11 @@ fn push_text(
         None => vec![(DeltaKind::Text, t)],
     };
     for (kind, text) in pieces {
-        push_piece(out, opts, ctx, kind, text);
+        push_piece(out, opts, ctx, kind, text).await;
     }
 }
 
-fn push_piece(
+async fn push_piece(
     out: &mut TurnOutput,
     opts: &TurnOptions<'_>,
     ctx: &EngineSessionContext,
@@ -132,9 +132,11 @@ fn push_piece(
         DeltaKind::Thinking => out.thinking.push_str(&text),
     }
     if opts.relay_deltas {
-        ctx.events.emit(EventPayload::StreamDelta {
-            delta: Delta { kind, text },
-        });
+        ctx.events
+            .emit(EventPayload::StreamDelta {
+                delta: Delta { kind, text },
+            })
+            .await;
     }
 }
 
@@ -195,7 +197,10 @@ async fn relay_turn(
             return;
         }
         metrics.retry();
-        events.emit(EventPayload::Retry {
+        // The provider client calls this synchronously, right before it sleeps until the retry:
+        // the notice cannot wait for room in the log queue, and goes past its bound if need be
+        // (one per retry, so it cannot flood it).
+        events.emit_now(EventPayload::Retry {
             retry: RetryInfo {
                 attempt: n.attempt,
                 max_attempts: n.max_attempts,
@@ -219,9 +224,11 @@ async fn relay_turn(
         Err(e) => {
             let info = error_info(&e);
             if opts.report_errors {
-                events.emit(EventPayload::Error {
-                    error: info.clone(),
-                });
+                events
+                    .emit(EventPayload::Error {
+                        error: info.clone(),
+                    })
+                    .await;
             }
             out.error = Some(info);
             out.deadline_passed = matches!(e, LlmError::FirstTokenTimeout(_));
@@ -258,7 +265,7 @@ async fn relay_turn(
                     metrics.observe_ttft(started.elapsed());
                 }
                 read_ahead = merge_ready(&mut stream, &mut t, false);
-                push_text(&mut out, &mut splitter, &opts, ctx, t);
+                push_text(&mut out, &mut splitter, &opts, ctx, t).await;
             }
             Ok(LlmEvent::ThinkingDelta(mut t)) => {
                 if first_token {
@@ -266,7 +273,7 @@ async fn relay_turn(
                     metrics.observe_ttft(started.elapsed());
                 }
                 read_ahead = merge_ready(&mut stream, &mut t, true);
-                push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t);
+                push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t).await;
             }
             Ok(LlmEvent::ThinkingSignature(s)) => out.signature = Some(s),
             Ok(LlmEvent::ToolCall {
@@ -293,9 +300,11 @@ async fn relay_turn(
             Err(e) => {
                 let info = error_info(&e);
                 if opts.report_errors {
-                    events.emit(EventPayload::Error {
-                        error: info.clone(),
-                    });
+                    events
+                        .emit(EventPayload::Error {
+                            error: info.clone(),
+                        })
+                        .await;
                 }
                 out.error = Some(info);
                 return out;
@@ -304,7 +313,7 @@ async fn relay_turn(
     }
     if let Some(sp) = splitter.as_mut() {
         for (kind, text) in sp.finish() {
-            push_piece(&mut out, &opts, ctx, kind, text);
+            push_piece(&mut out, &opts, ctx, kind, text).await;
         }
     }
     out

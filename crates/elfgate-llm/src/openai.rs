@@ -239,7 +239,7 @@ pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
 
 // Text borrowed where it can be (`http::Text`): a chunk is parsed per token, and its text is
 // copied once, into the queued delta. (A SmallVec for `choices` would save an allocation per
-// chunk, but its deserialization was slower: 84 µs against 72 µs per 200 chunks.)
+// chunk, but it deserializes more slowly; see docs/benchmarks.md.)
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(default, borrow)]

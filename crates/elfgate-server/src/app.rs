@@ -17,7 +17,7 @@ use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
-use elfgate_store::{SqliteStore, Store};
+use elfgate_store::{SqliteStore, Store, StoreOptions};
 use elfgate_tools::process::{Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
@@ -154,7 +154,13 @@ impl Daemon {
     pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
         let dir = data_dir(&config.storage.url);
         let token_source = settle_token(&mut config, dir.as_deref())?;
-        let store = SqliteStore::open(&config.storage.url).await?;
+        let store = SqliteStore::open_with(
+            &config.storage.url,
+            StoreOptions {
+                log_queue_events: config.storage.log_queue_events,
+            },
+        )
+        .await?;
         let recovered = store.recover_unfinished_runs().await?;
         for r in &recovered {
             tracing::info!(session = %r.session_id, run = %r.run_id, "run ended by daemon restart");
@@ -164,7 +170,7 @@ impl Daemon {
             metrics.run_finished(elfgate_core::FinishReason::DaemonRestart);
         }
         let hub = EventHub::new(store.log_sender(), metrics.clone());
-        let active = ActiveSessions::new();
+        let active = ActiveSessions::with_max_queued(config.server.max_queued_prompts_per_session);
         let shared: Arc<dyn Store> = Arc::new(store.clone());
         let ledger: Arc<dyn elfgate_core::RunLedger> = Arc::new(store.clone());
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());
@@ -190,7 +196,6 @@ impl Daemon {
                 shared.clone(),
                 registry.clone(),
                 settings.clone(),
-                active.clone(),
             )));
         }
         let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
@@ -202,7 +207,6 @@ impl Daemon {
             tinyelf_config(&config).await,
             permissions.clone(),
             data_dir(&config.storage.url),
-            active.clone(),
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);

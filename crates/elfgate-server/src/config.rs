@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub header_read_timeout_secs: u64,
     /// Client connections open at once.
     pub max_connections: usize,
+    /// Prompts sent with onBusy=enqueue that may wait behind a session's run; past it, 429.
+    pub max_queued_prompts_per_session: usize,
 }
 
 /// `[server] auth`.
@@ -67,6 +69,8 @@ pub enum AuthMode {
 pub struct StorageConfig {
     /// Database URL.
     pub url: String,
+    /// Published events that may wait for the log writer before publishers wait for room.
+    pub log_queue_events: usize,
 }
 
 /// The wire format a provider speaks.
@@ -93,7 +97,7 @@ pub struct ProviderConfigSection {
     /// Model used when a session names none.
     #[serde(default)]
     pub default_model: Option<String>,
-    /// Seconds of silence after which a stream is failed.
+    /// Seconds without a decoded event after which a stream is failed.
     #[serde(default = "default_idle")]
     pub idle_timeout_secs: u64,
     /// Seconds allowed until response headers.
@@ -274,6 +278,11 @@ impl Config {
         if self.server.max_connections == 0 {
             return Err(ConfigError::Invalid(
                 "server.max_connections must be positive".into(),
+            ));
+        }
+        if self.storage.log_queue_events == 0 {
+            return Err(ConfigError::Invalid(
+                "storage.log_queue_events must be positive".into(),
             ));
         }
         if !self.storage.url.starts_with("sqlite:") {

@@ -21,8 +21,8 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, method_not_allowed, busy,
-    /// conflict, payload_too_large, unsupported_media_type, unprocessable, not_implemented,
-    /// unavailable, internal.
+    /// conflict, payload_too_large, unsupported_media_type, unprocessable, too_many_queued,
+    /// not_implemented, unavailable, internal.
     pub code: String,
     /// What happened, for a human.
     pub message: String,
@@ -67,6 +67,9 @@ pub enum ApiError {
     /// Unknown engine or provider (422).
     #[error("{0}")]
     Unprocessable(String),
+    /// The session's queue of waiting prompts is full (429).
+    #[error("the session is busy and {0} prompts already wait for it")]
+    TooManyQueued(usize),
     /// Not built yet (501).
     #[error("{0}")]
     NotImplemented(String),
@@ -94,6 +97,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyQueued(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -115,6 +119,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unprocessable(_) => "unprocessable",
+            ApiError::TooManyQueued(_) => "too_many_queued",
             ApiError::NotImplemented(_) => "not_implemented",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",

@@ -378,9 +378,11 @@ pub async fn create_session(
         state.dispatcher.hub().remove(session.id);
         return Err(e.into());
     }
-    bus.publish(Some(run.id), &EventPayload::SessionCreated {});
+    bus.publish(Some(run.id), &EventPayload::SessionCreated {})
+        .await;
     // Stored with the session, so announced with it too, whatever the run does next.
-    bus.publish(Some(run.id), &EventPayload::UserMessage { message: user });
+    bus.publish(Some(run.id), &EventPayload::UserMessage { message: user })
+        .await;
     match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,
@@ -437,6 +439,11 @@ pub async fn send_message(
             active_run_id: active.run_id,
         });
     }
+    // Refused before the run is stored; admission checks again, atomically, below.
+    let active = state.dispatcher.active();
+    if req.on_busy == OnBusy::Enqueue && active.queue_is_full(session_id) {
+        return Err(ApiError::TooManyQueued(active.max_queued()));
+    }
     if let Some(parent) = req.parent_id
         && state.store.get_message(session_id, parent).await?.is_none()
     {
@@ -465,7 +472,7 @@ pub async fn send_message(
         parent_id: req.parent_id,
     };
     let ctx = build_ctx(state, &session, prompt, req.overrides, bus);
-    match state.dispatcher.resume(ctx, req.on_busy) {
+    match state.dispatcher.dispatch(ctx, req.on_busy) {
         Ok(status) => Ok(SendMessageResponse {
             session_id,
             run_id: run.id,
@@ -476,6 +483,10 @@ pub async fn send_message(
             // Lost a race with another prompt: the run never started.
             state.store.delete_run(run.id).await?;
             Err(ApiError::Busy { active_run_id })
+        }
+        Err(DispatchError::QueueFull { max_queued }) => {
+            state.store.delete_run(run.id).await?;
+            Err(ApiError::TooManyQueued(max_queued))
         }
         Err(e @ DispatchError::UnknownEngine(_)) => {
             state.store.delete_run(run.id).await?;

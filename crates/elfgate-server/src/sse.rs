@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use elfgate_core::{EventRecord, SessionId};
+use elfgate_core::{EventPayload, EventRecord, SessionId};
 use elfgate_store::StoredEvent;
 use futures_util::stream;
 use std::collections::VecDeque;
@@ -46,9 +46,12 @@ fn frame(seq: u64, event_type: &str, json: &str) -> Bytes {
 }
 
 fn reset_frame(session_id: SessionId, from_seq: u64) -> Bytes {
+    let reset = EventPayload::Reset { from_seq };
     // Not a logged event: it carries no id, so the client's Last-Event-ID stays at what it has.
     Bytes::from(format!(
-        "event: reset\ndata: {{\"type\":\"reset\",\"sessionId\":\"{session_id}\",\"fromSeq\":{from_seq}}}\n\n"
+        "event: {}\ndata: {}\n\n",
+        reset.type_name(),
+        reset.unlogged_json(session_id)
     ))
 }
 
@@ -358,7 +361,6 @@ pub async fn session_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use elfgate_core::EventPayload;
 
     fn event(seq: u64, payload: &EventPayload) -> Arc<EventRecord> {
         Arc::new(EventRecord::build(SessionId::new(), seq, None, payload))
@@ -380,6 +382,17 @@ mod tests {
             .filter_map(|l| l.strip_prefix("id: "))
             .map(|v| v.parse().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_reset_frame_carries_the_type_the_session_and_the_cursor_and_no_id() {
+        let s = SessionId::new();
+        assert_eq!(
+            reset_frame(s, 42),
+            format!(
+                "event: reset\ndata: {{\"type\":\"reset\",\"sessionId\":\"{s}\",\"fromSeq\":42}}\n\n"
+            )
+        );
     }
 
     #[test]

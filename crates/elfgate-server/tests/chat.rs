@@ -418,6 +418,101 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
     assert_eq!(order, [a.as_str(), b.as_str()]);
 }
 
+fn enqueue(prompt: &str) -> serde_json::Value {
+    json!({"prompt": prompt, "onBusy": "enqueue", "model": "mock:tokens=1"})
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_the_next_enqueued_prompt_and_stores_nothing_for_it() {
+    let mock = MockServer::start().await.unwrap();
+    let max_queued = 2;
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            env: vec![(
+                "ELFGATE_SERVER__MAX_QUEUED_PROMPTS_PER_SESSION".into(),
+                max_queued.to_string(),
+            )],
+            ..Opts::default()
+        },
+    );
+    let (sid, first) = d.create(chat("first", "mock:stall_after=1")).await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_text("tok0 ").await;
+
+    let mut queued = Vec::new();
+    for i in 0..max_queued {
+        let (status, v) = d
+            .post(
+                &format!("/v1/sessions/{sid}/messages"),
+                enqueue(&format!("queued {i}")),
+            )
+            .await;
+        assert_eq!(status, 202, "{v}");
+        assert_eq!(v["status"], "queued");
+        queued.push(v["runId"].as_str().unwrap().to_string());
+    }
+    let (status, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            enqueue("one too many"),
+        )
+        .await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], "too_many_queued");
+    assert!(v["error"]["message"].as_str().unwrap().contains('2'));
+    assert!(v.get("runId").is_none());
+    let (_, view) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(view["queuedRuns"], max_queued);
+
+    // The interrupt ends the stalled run and drops the queue: every accepted run ends, in order.
+    let (status, _) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let evs = sse.until_complete(queued.last().unwrap()).await;
+    let completes: Vec<(&str, &str)> = evs
+        .iter()
+        .filter(|e| e.event == "complete")
+        .map(|e| (e.run(), e.data["finishReason"].as_str().unwrap()))
+        .collect();
+    let mut want = vec![(first.as_str(), "interrupted")];
+    want.extend(queued.iter().map(|r| (r.as_str(), "interrupted")));
+    assert_eq!(completes, want);
+    for run in &queued {
+        let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+        assert_eq!(r["status"], "interrupted");
+    }
+    let (_, view) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(
+        (&view["status"], &view["queuedRuns"]),
+        (&json!("idle"), &json!(0))
+    );
+
+    // The queue takes prompts again.
+    let (status, v) = d
+        .post(&format!("/v1/sessions/{sid}/messages"), enqueue("after"))
+        .await;
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(v["status"], "running");
+    sse.until_complete(v["runId"].as_str().unwrap()).await;
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let prompts: Vec<&str> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(prompts, ["first", "after"]);
+    assert!(
+        mock.requests()
+            .iter()
+            .all(|r| !r.body.to_string().contains("one too many")),
+        "the refused prompt reached the provider"
+    );
+}
+
 #[tokio::test]
 async fn client_msg_id_makes_retried_prompts_idempotent() {
     let mock = MockServer::start().await.unwrap();

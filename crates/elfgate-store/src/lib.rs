@@ -11,7 +11,7 @@ mod sqlite;
 mod writer;
 
 pub use error::StoreError;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;
 use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
@@ -76,8 +76,6 @@ pub trait Store: RunLedger + Send + Sync {
     ) -> StoreResult<SessionPage>;
     /// Deletes a session with its runs, messages and events. false when it did not exist.
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool>;
-    /// Stores the CLI backend's own session id.
-    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()>;
 
     /// Stores a new run (status queued or running).
     async fn create_run(&self, run: &Run) -> StoreResult<()>;

@@ -36,6 +36,21 @@ pub struct SqliteStore {
     _lock: Option<Arc<DatabaseLock>>,
 }
 
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How many published events may wait for the log writer before publishers wait.
+    pub log_queue_events: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
+        }
+    }
+}
+
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 impl SqliteStore {
@@ -43,6 +58,11 @@ impl SqliteStore {
     /// applies pending migrations. A database file is locked first (see `lock.rs`): while this
     /// store or a clone lives, opening the same file again fails with [`StoreError::Locked`].
     pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with options.
+    pub async fn open_with(url: &str, opts: StoreOptions) -> StoreResult<Self> {
         if !url.starts_with("sqlite:") {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
@@ -77,7 +97,7 @@ impl SqliteStore {
             .pragma("journal_size_limit", "67108864")
             // 16 MB of page cache (default 2 MB): with many sessions logging at once, a commit
             // touches one log page per session, and a small cache spilled dirty pages to the WAL
-            // mid-transaction and read pages back (~18% of the writer's CPU at 200 sessions).
+            // mid-transaction and read pages back (docs/benchmarks.md, item 11).
             .pragma("cache_size", "-16384");
         let write = SqlitePoolOptions::new()
             .max_connections(1)
@@ -95,7 +115,7 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let writer = Writer::spawn(write.clone(), read.clone());
+        let writer = Writer::spawn(write.clone(), read.clone(), opts.log_queue_events);
         Ok(SqliteStore {
             write,
             read,
@@ -579,16 +599,6 @@ impl Store for SqliteStore {
             .rows_affected();
         tx.commit().await?;
         Ok(gone > 0)
-    }
-
-    async fn set_cli_session_id(&self, id: SessionId, cli_session_id: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE sessions SET cli_session_id = ?, updated_at = ? WHERE id = ?")
-            .bind(cli_session_id)
-            .bind(ts(&Utc::now()))
-            .bind(id.to_string())
-            .execute(&self.write)
-            .await?;
-        Ok(())
     }
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {

@@ -2,8 +2,9 @@
 //! drains two queues: the store operations on a run's path (session creation, user and assistant
 //! messages, run start and end), which callers wait for and which are committed at once, all that
 //! are waiting in one transaction; and the event log (published events, seq reservations), which
-//! nobody waits for and which is committed every `LINGER` at most (at once for a flush or a seq
-//! reservation). Under load, the messages of many sessions share one commit, and a log commit
+//! nobody waits for (unless its bounded queue is full) and which is committed `LINGER` after its
+//! first waiting event, later while a checkpoint pass runs, at once for a flush, a seq reservation
+//! or a full batch. Under load, the messages of many sessions share one commit, and a log commit
 //! carries many events of each session.
 
 use crate::StoreError;
@@ -14,8 +15,8 @@ use crate::sqlite::{
     push_run_started,
 };
 use elfgate_core::{
-    EventRecord, LogCommand, LogSender, Message, Run, RunId, RunOutcome, RunStatus, Session,
-    SessionId,
+    EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, RunStatus,
+    Session, SessionId,
 };
 use sqlx::SqlitePool;
 use std::sync::{Arc, Mutex};
@@ -105,8 +106,9 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the writer on `pool` (the write connection); `read` serves its WAL checkpoints.
-    pub(crate) fn spawn(pool: SqlitePool, read: SqlitePool) -> Writer {
-        let (log, log_rx) = mpsc::unbounded_channel();
+    /// Publishers wait when `log_queue_events` events wait for it.
+    pub(crate) fn spawn(pool: SqlitePool, read: SqlitePool, log_queue_events: usize) -> Writer {
+        let (log, log_rx) = elfgate_core::log_channel(log_queue_events);
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(pool, read, log_rx, ops_rx));
         Writer {
@@ -132,10 +134,7 @@ impl Writer {
 
     /// Writes everything queued so far, then stops the task.
     pub(crate) async fn shutdown(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.log.send(LogCommand::Flush(tx)).is_ok() {
-            let _ = rx.await;
-        }
+        self.log.flush().await;
         let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = task {
             t.abort();
@@ -146,7 +145,7 @@ impl Writer {
 async fn run(
     pool: SqlitePool,
     read: SqlitePool,
-    mut log_rx: mpsc::UnboundedReceiver<LogCommand>,
+    mut log_rx: LogReceiver,
     mut ops_rx: mpsc::UnboundedReceiver<(StoreOp, Ack)>,
 ) {
     let mut batch = Batch::default();
@@ -337,7 +336,7 @@ impl WalTracker {
 /// Takes what is already queued, without waiting.
 fn drain_ready(
     batch: &mut Batch,
-    log_rx: &mut mpsc::UnboundedReceiver<LogCommand>,
+    log_rx: &mut LogReceiver,
     ops_rx: &mut mpsc::UnboundedReceiver<(StoreOp, Ack)>,
 ) {
     while batch.ops.len() < MAX_OPS {
@@ -348,8 +347,8 @@ fn drain_ready(
     }
     while batch.events.len() < MAX_BATCH {
         match log_rx.try_recv() {
-            Ok(cmd) => batch.take_log(cmd),
-            Err(_) => break,
+            Some(cmd) => batch.take_log(cmd),
+            None => break,
         }
     }
 }
@@ -583,13 +582,13 @@ mod tests {
         let url = format!("sqlite://{}/w.db?mode=rwc", dir.path().display());
         let pool = SqlitePool::connect(&url).await.unwrap();
         crate::sqlite::MIGRATOR.run(&pool).await.unwrap();
-        let (log, log_rx) = mpsc::unbounded_channel();
+        let (log, log_rx) = elfgate_core::log_channel(2);
         let (ops, ops_rx) = mpsc::unbounded_channel::<(StoreOp, Ack)>();
         let task = tokio::spawn(run(pool.clone(), pool.clone(), log_rx, ops_rx));
         let session = SessionId::new();
         for seq in 1..=3 {
             let e = EventRecord::build(session, seq, None, &EventPayload::SessionCreated {});
-            log.send(LogCommand::Append(Arc::new(e))).unwrap();
+            log.room().await.append(Arc::new(e));
         }
         drop(log);
         drop(ops);

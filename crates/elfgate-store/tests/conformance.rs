@@ -165,7 +165,8 @@ async fn event_log_is_written_in_order_and_survives_reopen() {
                 &EventPayload::Processing {
                     message: format!("m{i}"),
                 },
-            );
+            )
+            .await;
         }
         assert!(hub.flush().await);
         let page = store.events_after(s.id, 100, 1000).await.unwrap();
@@ -220,12 +221,14 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
     let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
     let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
     let emitter = elfgate_core::EventEmitter::new(bus.clone(), r.id);
-    emitter.emit(EventPayload::StreamDelta {
-        delta: elfgate_core::Delta {
-            kind: elfgate_core::DeltaKind::Text,
-            text: "part".into(),
-        },
-    });
+    emitter
+        .emit(EventPayload::StreamDelta {
+            delta: elfgate_core::Delta {
+                kind: elfgate_core::DeltaKind::Text,
+                text: "part".into(),
+            },
+        })
+        .await;
     assert!(hub.flush().await);
 
     let recovered = store.recover_unfinished_runs().await.unwrap();
@@ -260,7 +263,7 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
     let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
     let emitter = elfgate_core::EventEmitter::new(bus.clone(), ended.id);
-    emitter.emit(EventPayload::SessionCreated {});
+    emitter.emit(EventPayload::SessionCreated {}).await;
     assert!(hub.flush().await);
     // The run's end is recorded, then the daemon dies before `result` and `complete` are logged
     // (its bus is never closed: the reservation stays unreleased).
@@ -283,9 +286,11 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
         .await
         .unwrap();
     let bus2 = hub.open(other, 0, SEQ_RESERVE_BLOCK);
-    elfgate_core::EventEmitter::new(bus2.clone(), fine.id).emit(EventPayload::Complete {
-        finish_reason: FinishReason::Stop,
-    });
+    elfgate_core::EventEmitter::new(bus2.clone(), fine.id)
+        .emit(EventPayload::Complete {
+            finish_reason: FinishReason::Stop,
+        })
+        .await;
     // A run whose `result` reached the log but not its `complete`.
     let mut s3 = session();
     s3.id = SessionId::new();
@@ -296,15 +301,17 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
         .await
         .unwrap();
     let bus3 = hub.open(s3.id, 0, SEQ_RESERVE_BLOCK);
-    elfgate_core::EventEmitter::new(bus3.clone(), half.id).emit(EventPayload::Result {
-        stats: elfgate_core::RunStats {
-            input_tokens: 0,
-            output_tokens: 7,
-            iterations: 1,
-            duration_ms: 1,
-            finish_reason: FinishReason::Stop,
-        },
-    });
+    elfgate_core::EventEmitter::new(bus3.clone(), half.id)
+        .emit(EventPayload::Result {
+            stats: elfgate_core::RunStats {
+                input_tokens: 0,
+                output_tokens: 7,
+                iterations: 1,
+                duration_ms: 1,
+                finish_reason: FinishReason::Stop,
+            },
+        })
+        .await;
     assert!(hub.flush().await);
 
     assert!(store.recover_unfinished_runs().await.unwrap().is_empty());

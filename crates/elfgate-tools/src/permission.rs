@@ -319,13 +319,15 @@ impl PermissionBroker {
                 record: None,
             },
         );
-        let record = events.emit(EventPayload::PermissionRequest {
-            request_id: request_id.clone(),
-            tool_name: tool_name.to_string(),
-            input: input.clone(),
-            tier: tier.as_str().to_string(),
-            expires_at,
-        });
+        let record = events
+            .emit(EventPayload::PermissionRequest {
+                request_id: request_id.clone(),
+                tool_name: tool_name.to_string(),
+                input: input.clone(),
+                tier: tier.as_str().to_string(),
+                expires_at,
+            })
+            .await;
         if let Some(mut p) = self.pending.get_mut(&request_id) {
             p.record = Some(record);
         }
@@ -362,13 +364,15 @@ impl PermissionBroker {
             None if cancel.is_cancelled() => PermissionOutcome::Interrupted,
             None => PermissionOutcome::TimedOut,
         };
-        events.emit(EventPayload::PermissionResolved {
-            request_id,
-            decision: match outcome {
-                PermissionOutcome::Allowed => "allow".to_string(),
-                _ => "deny".to_string(),
-            },
-        });
+        events
+            .emit(EventPayload::PermissionResolved {
+                request_id,
+                decision: match outcome {
+                    PermissionOutcome::Allowed => "allow".to_string(),
+                    _ => "deny".to_string(),
+                },
+            })
+            .await;
         outcome
     }
 }

@@ -196,13 +196,17 @@ impl Runner {
     }
 
     async fn persist(&self, msg: &Message) -> Result<(), ErrorInfo> {
-        self.inner.store.insert_message(msg).await.map_err(|e| {
-            let info = ErrorInfo::new("storage", e.report());
-            self.ctx.events.emit(EventPayload::Error {
+        let Err(e) = self.inner.store.insert_message(msg).await else {
+            return Ok(());
+        };
+        let info = ErrorInfo::new("storage", e.report());
+        self.ctx
+            .events
+            .emit(EventPayload::Error {
                 error: info.clone(),
-            });
-            info
-        })
+            })
+            .await;
+        Err(info)
     }
 
     /// One LLM call with the loop's retry rule: a call that fails (or finishes with reason error)
@@ -260,14 +264,17 @@ impl Runner {
                     let delay = self.rs.llm_retry_delay.saturating_mul(used);
                     if agent.is_top() {
                         self.ctx.metrics.retry();
-                        self.ctx.events.emit(EventPayload::Retry {
-                            retry: RetryInfo {
-                                attempt: used,
-                                max_attempts: max,
-                                delay_ms: delay.as_millis() as u64,
-                                reason: err.message.clone(),
-                            },
-                        });
+                        self.ctx
+                            .events
+                            .emit(EventPayload::Retry {
+                                retry: RetryInfo {
+                                    attempt: used,
+                                    max_attempts: max,
+                                    delay_ms: delay.as_millis() as u64,
+                                    reason: err.message.clone(),
+                                },
+                            })
+                            .await;
                     }
                     tokio::select! {
                         biased;
@@ -281,7 +288,8 @@ impl Runner {
                 if agent.is_top() {
                     self.ctx
                         .events
-                        .emit(EventPayload::Error { error: err.clone() });
+                        .emit(EventPayload::Error { error: err.clone() })
+                        .await;
                 }
             }
             return turn;
@@ -357,12 +365,14 @@ pub(crate) async fn run_loop(
         }
         if iterations.saturating_sub(free_iterations) >= agent.max_iterations {
             if top {
-                ctx.events.emit(EventPayload::Processing {
-                    message: format!(
-                        "stopped after {} iterations (max_iterations)",
-                        agent.max_iterations
-                    ),
-                });
+                ctx.events
+                    .emit(EventPayload::Processing {
+                        message: format!(
+                            "stopped after {} iterations (max_iterations)",
+                            agent.max_iterations
+                        ),
+                    })
+                    .await;
             }
             return end(FinishReason::MaxIterations, last_text, iterations, None);
         }
@@ -421,7 +431,8 @@ pub(crate) async fn run_loop(
                     }
                     last_id = Some(msg.id);
                     ctx.events
-                        .emit(EventPayload::AssistantMessage { message: msg });
+                        .emit(EventPayload::AssistantMessage { message: msg })
+                        .await;
                 }
                 messages.push(LlmMessage {
                     role: Role::Assistant,
@@ -463,7 +474,9 @@ pub(crate) async fn run_loop(
                     role: Role::User,
                     blocks: note.blocks.clone(),
                 });
-                ctx.events.emit(EventPayload::UserMessage { message: note });
+                ctx.events
+                    .emit(EventPayload::UserMessage { message: note })
+                    .await;
                 drains_in_row += 1;
                 free_iterations += 1;
                 continue;
@@ -515,16 +528,19 @@ pub(crate) async fn run_loop(
             }
             last_id = Some(tool_msg.id);
             ctx.events
-                .emit(EventPayload::AssistantMessage { message: msg });
+                .emit(EventPayload::AssistantMessage { message: msg })
+                .await;
         } else {
             let names: Vec<&str> = calls.iter().map(|(c, _, _)| c.name.as_str()).collect();
-            ctx.events.emit(EventPayload::Processing {
-                message: format!(
-                    "[agent \"{}\"] ran {}",
-                    agent.label.as_deref().unwrap_or("sub-agent"),
-                    names.join(", ")
-                ),
-            });
+            ctx.events
+                .emit(EventPayload::Processing {
+                    message: format!(
+                        "[agent \"{}\"] ran {}",
+                        agent.label.as_deref().unwrap_or("sub-agent"),
+                        names.join(", ")
+                    ),
+                })
+                .await;
         }
         messages.push(LlmMessage {
             role: Role::Assistant,

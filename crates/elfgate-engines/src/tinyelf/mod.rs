@@ -16,8 +16,7 @@ use crate::providers::ProviderRegistry;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
 use elfgate_core::{
-    ActiveSessions, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role,
-    RunOutcome, SessionId,
+    Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
 };
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
@@ -55,7 +54,6 @@ pub(crate) struct Inner {
     pub(crate) tools: ToolRegistry,
     /// Children's environment before a session's additions.
     child_env: ChildEnv,
-    active: ActiveSessions,
 }
 
 /// The agent engine.
@@ -76,7 +74,6 @@ impl TinyElfEngine {
         config: TinyElfConfig,
         broker: Arc<PermissionBroker>,
         data_dir: Option<PathBuf>,
-        active: ActiveSessions,
     ) -> Result<Self, TinyElfError> {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
@@ -113,7 +110,6 @@ impl TinyElfEngine {
                 hooks,
                 tools,
                 child_env,
-                active,
             }),
         })
     }
@@ -123,11 +119,13 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+    async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
         let error = ErrorInfo::new(code, message);
-        ctx.events.emit(EventPayload::Error {
-            error: error.clone(),
-        });
+        ctx.events
+            .emit(EventPayload::Error {
+                error: error.clone(),
+            })
+            .await;
         RunOutcome::failed(error)
     }
 
@@ -136,7 +134,7 @@ impl TinyElfEngine {
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()),
+            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()).await,
         };
         let Some(model) = ctx
             .model
@@ -147,14 +145,16 @@ impl TinyElfEngine {
                 &ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
-            );
+            )
+            .await;
         };
         let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
             return Self::fail(
                 &ctx,
                 "no_project_path",
                 "the tinyelf engine needs a projectPath for its tools".to_string(),
-            );
+            )
+            .await;
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
@@ -163,14 +163,16 @@ impl TinyElfEngine {
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
-                );
+                )
+                .await;
             }
             Err(e) => {
                 return Self::fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
-                );
+                )
+                .await;
             }
         };
         let rs = RunSettings::resolve(
@@ -183,28 +185,30 @@ impl TinyElfEngine {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),
         };
-        ctx.events.emit(EventPayload::Init {
-            system_info: json!({
-                "engine": EngineType::TinyElf.as_str(),
-                "provider": provider_name,
-                "model": model,
-                "projectPath": project.display().to_string(),
-                "tools": tools.names(),
-                "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
-                "maxIterations": rs.max_iterations,
-                "daemonVersion": env!("CARGO_PKG_VERSION"),
-            }),
-        });
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": EngineType::TinyElf.as_str(),
+                    "provider": provider_name,
+                    "model": model,
+                    "projectPath": project.display().to_string(),
+                    "tools": tools.names(),
+                    "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
+                    "maxIterations": rs.max_iterations,
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
 
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return Self::fail(&ctx, "storage", e),
+                Err(e) => return Self::fail(&ctx, "storage", e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.report()),
+                Err(e) => return Self::fail(&ctx, "storage", e.report()).await,
             },
             None => Vec::new(),
         };
@@ -235,7 +239,7 @@ impl TinyElfEngine {
                 .await;
         }
 
-        let guardian = self.guardian(&ctx, &provider, &model);
+        let guardian = self.guardian(&ctx, &provider, &model).await;
         let system = ctx
             .system_prompt
             .clone()
@@ -283,7 +287,7 @@ impl TinyElfEngine {
         }
     }
 
-    fn guardian(
+    async fn guardian(
         &self,
         ctx: &EngineSessionContext,
         provider: &Arc<dyn elfgate_llm::LlmProvider>,
@@ -297,11 +301,14 @@ impl TinyElfEngine {
             Some(name) => match self.inner.providers.resolve(Some(name)) {
                 Ok((_, p)) => p,
                 Err(e) => {
-                    // Fail closed: a guardian that cannot be reached blocks every reviewed call.
+                    // A guardian provider missing from the configuration does not turn the review
+                    // off: the session's provider reviews instead, and the client is told.
                     tracing::warn!(error = %e, "guardian provider unavailable");
-                    ctx.events.emit(EventPayload::Processing {
-                        message: format!("guardian provider unavailable: {e}"),
-                    });
+                    ctx.events
+                        .emit(EventPayload::Processing {
+                            message: format!("guardian provider unavailable: {e}"),
+                        })
+                        .await;
                     provider.clone()
                 }
             },
@@ -353,12 +360,5 @@ impl Engine for TinyElfEngine {
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
-    }
-
-    fn is_active(&self, session_id: SessionId) -> bool {
-        self.inner
-            .active
-            .get(session_id)
-            .is_some_and(|r| r.engine == EngineType::TinyElf)
     }
 }

@@ -34,7 +34,7 @@ pub(crate) struct CallResult {
     pub yield_run: bool,
 }
 
-fn finish(
+async fn finish(
     runner: &Runner,
     agent: &Agent,
     call: &RequestedToolCall,
@@ -49,15 +49,24 @@ fn finish(
         is_error: status != ToolCallStatus::Success,
     };
     if agent.is_top() {
-        runner.ctx.events.emit(EventPayload::ToolCallEnd {
-            block: block.clone(),
-            status,
-        });
+        runner
+            .ctx
+            .events
+            .emit(EventPayload::ToolCallEnd {
+                block: block.clone(),
+                status,
+            })
+            .await;
     }
     CallResult { block, yield_run }
 }
 
-fn denied(runner: &Runner, agent: &Agent, call: &RequestedToolCall, why: String) -> CallResult {
+async fn denied(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    why: String,
+) -> CallResult {
     finish(
         runner,
         agent,
@@ -66,9 +75,10 @@ fn denied(runner: &Runner, agent: &Agent, call: &RequestedToolCall, why: String)
         ToolCallStatus::Denied,
         false,
     )
+    .await
 }
 
-fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> CallResult {
+async fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> CallResult {
     finish(
         runner,
         agent,
@@ -77,6 +87,7 @@ fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> Call
         ToolCallStatus::Interrupted,
         false,
     )
+    .await
 }
 
 /// Runs one call through the pipeline. `bad_args` is set when the arguments did not parse.
@@ -88,17 +99,21 @@ pub(crate) async fn run_call(
     bad_args: Option<&str>,
 ) -> CallResult {
     if agent.is_top() {
-        runner.ctx.events.emit(EventPayload::ToolCallStart {
-            block: ContentBlock::ToolUse {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                input: input.clone(),
-            },
-        });
+        runner
+            .ctx
+            .events
+            .emit(EventPayload::ToolCallStart {
+                block: ContentBlock::ToolUse {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    input: input.clone(),
+                },
+            })
+            .await;
     }
     // 1. Abort check.
     if agent.cancel.is_cancelled() {
-        return interrupted(runner, agent, call);
+        return interrupted(runner, agent, call).await;
     }
     let tool = agent.tools.get(&call.name);
     // 2. Native search: run by the provider, nothing to do here.
@@ -113,7 +128,8 @@ pub(crate) async fn run_call(
             ),
             ToolCallStatus::Success,
             false,
-        );
+        )
+        .await;
     }
     let Some(tool) = tool else {
         return finish(
@@ -127,7 +143,8 @@ pub(crate) async fn run_call(
             ),
             ToolCallStatus::Error,
             false,
-        );
+        )
+        .await;
     };
     if let Some(why) = bad_args {
         return finish(
@@ -141,7 +158,7 @@ pub(crate) async fn run_call(
             ),
             ToolCallStatus::Error,
             false,
-        );
+        ).await;
     }
     // 3. Channel role check.
     let channel = runner.ctx.channel_permissions;
@@ -151,7 +168,8 @@ pub(crate) async fn run_call(
             agent,
             call,
             "this channel user may not use tools (canUseTool is false)".to_string(),
-        );
+        )
+        .await;
     }
     let session_id = runner.ctx.session_id();
     let project = runner.project.display().to_string();
@@ -169,7 +187,7 @@ pub(crate) async fn run_call(
         });
         let verdict = tokio::select! {
             biased;
-            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call),
+            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call).await,
             v = hooks.run(HookEvent::PreToolUse, Some(&call.name), &payload, &runner.project) => v,
         };
         if let HookVerdict::Deny(reason) = verdict {
@@ -178,20 +196,21 @@ pub(crate) async fn run_call(
                 agent,
                 call,
                 format!("a PreToolUse hook refused it: {reason}"),
-            );
+            )
+            .await;
         }
     }
     // 5. ExecutionFirewall.
     let targets = tool.firewall_targets(input);
     for p in &targets.paths {
         if let Err(e) = runner.inner.firewall.resolve_path(&runner.project, p) {
-            return denied(runner, agent, call, format!("blocked by the firewall: {e}"));
+            return denied(runner, agent, call, format!("blocked by the firewall: {e}")).await;
         }
     }
     if let Some(cmd) = &targets.command
         && let Err(e) = runner.inner.firewall.check_command(cmd)
     {
-        return denied(runner, agent, call, format!("blocked by the firewall: {e}"));
+        return denied(runner, agent, call, format!("blocked by the firewall: {e}")).await;
     }
     let tier = agent.tools.tier_of(tool.as_ref());
     // 6. Guardian.
@@ -201,9 +220,9 @@ pub(crate) async fn run_call(
         match g.review(&call.name, input, &project, &agent.cancel).await {
             GuardianVerdict::Allow => {}
             GuardianVerdict::Block(_) if agent.cancel.is_cancelled() => {
-                return interrupted(runner, agent, call);
+                return interrupted(runner, agent, call).await;
             }
-            GuardianVerdict::Block(reason) => return denied(runner, agent, call, reason),
+            GuardianVerdict::Block(reason) => return denied(runner, agent, call, reason).await,
         }
     }
     // 7. Permission.
@@ -215,7 +234,7 @@ pub(crate) async fn run_call(
     let ask_guard = match &ask_lock {
         Some(l) => tokio::select! {
             biased;
-            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call),
+            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call).await,
             g = l.lock() => Some(g),
         },
         None => None,
@@ -224,7 +243,7 @@ pub(crate) async fn run_call(
     let require = channel.is_some_and(|c| c.require_confirmation);
     match policy(tier, tool.kind(), mode, require, remembered) {
         PolicyDecision::Allow => {}
-        PolicyDecision::Deny(reason) => return denied(runner, agent, call, reason),
+        PolicyDecision::Deny(reason) => return denied(runner, agent, call, reason).await,
         PolicyDecision::Ask => {
             let outcome = runner
                 .inner
@@ -248,7 +267,7 @@ pub(crate) async fn run_call(
                     if let Some(m) = msg.filter(|m| !m.is_empty()) {
                         why.push_str(&format!(": {m}"));
                     }
-                    return denied(runner, agent, call, why);
+                    return denied(runner, agent, call, why).await;
                 }
                 PermissionOutcome::TimedOut => {
                     return denied(
@@ -259,9 +278,10 @@ pub(crate) async fn run_call(
                             "nobody answered the permission request within {:.1}s",
                             runner.rs.permission_timeout.as_secs_f64()
                         ),
-                    );
+                    )
+                    .await;
                 }
-                PermissionOutcome::Interrupted => return interrupted(runner, agent, call),
+                PermissionOutcome::Interrupted => return interrupted(runner, agent, call).await,
             }
         }
     }
@@ -372,5 +392,5 @@ pub(crate) async fn run_call(
                 .await;
         });
     }
-    finish(runner, agent, call, content, status, yield_run)
+    finish(runner, agent, call, content, status, yield_run).await
 }

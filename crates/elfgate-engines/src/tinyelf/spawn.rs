@@ -128,16 +128,20 @@ directory {}. Do the task with your tools and answer with the result only.",
             role: Role::User,
             blocks: vec![ContentBlock::text(a.task.clone())],
         }];
-        runner.ctx.events.emit(EventPayload::Processing {
-            message: format!(
-                "[agent \"{label}\" ({run_id})] started{}",
-                if a.background {
-                    " in the background"
-                } else {
-                    ""
-                }
-            ),
-        });
+        runner
+            .ctx
+            .events
+            .emit(EventPayload::Processing {
+                message: format!(
+                    "[agent \"{label}\" ({run_id})] started{}",
+                    if a.background {
+                        " in the background"
+                    } else {
+                        ""
+                    }
+                ),
+            })
+            .await;
         if a.background {
             let fut: BoxFuture<'static, LoopEnd> =
                 Box::pin(run_loop(runner.clone(), agent, messages, None));
@@ -147,9 +151,13 @@ directory {}. Do the task with your tools and answer with the result only.",
             )));
         }
         let end = run_loop(runner.clone(), agent, messages, None).await;
-        runner.ctx.events.emit(EventPayload::Processing {
-            message: format!("[agent \"{label}\" ({run_id})] {}", end.finish.as_str()),
-        });
+        runner
+            .ctx
+            .events
+            .emit(EventPayload::Processing {
+                message: format!("[agent \"{label}\" ({run_id})] {}", end.finish.as_str()),
+            })
+            .await;
         if end.finish == FinishReason::Interrupted {
             return Err(ToolError::Interrupted);
         }

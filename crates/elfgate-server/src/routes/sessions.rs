@@ -119,6 +119,7 @@ async fn create(
         (status = 409, description = "Busy and onBusy is reject; carries activeRunId", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 422, description = "Unknown engine or provider", body = ErrorBody),
+        (status = 429, description = "onBusy is enqueue and the session's queue is full (too_many_queued); nothing is stored", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
         (status = 503, description = "Shutting down", body = ErrorBody),
     ),
