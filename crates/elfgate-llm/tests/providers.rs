@@ -22,6 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 type Captured = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
 
+/// A safety net so that a broken provider fails a test instead of hanging it; never used to wait
+/// for something to happen, nor expected to fire.
+const GUARD: Duration = Duration::from_secs(30);
+
 async fn spawn(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -559,7 +563,7 @@ async fn retry_sleep_is_cancellable() {
     };
     let mut delays = Vec::new();
     let result = tokio::time::timeout(
-        Duration::from_secs(10),
+        GUARD,
         stream_with_retry(
             p.as_ref(),
             &LlmRequest::default(),
@@ -719,7 +723,7 @@ async fn dropping_the_stream_closes_the_upstream() {
     let mut s = p.stream(&LlmRequest::default()).await.unwrap();
     assert_eq!(s.next().await, Some(Ok(LlmEvent::TextDelta("x".into()))));
     drop(s);
-    tokio::time::timeout(Duration::from_secs(10), rx)
+    tokio::time::timeout(GUARD, rx)
         .await
         .expect("server body must be dropped once the client stream is dropped")
         .unwrap();

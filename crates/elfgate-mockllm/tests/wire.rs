@@ -68,9 +68,16 @@ fn anthropic_req(model: &str, stream: bool) -> Value {
     })
 }
 
+/// A safety net so that a broken mock fails a test instead of hanging it; never used to wait for
+/// something to happen.
+const GUARD: Duration = Duration::from_secs(30);
+
+/// Polls (for at most the guard time) until request `index` has the outcome `want`: the mock
+/// records an outcome when the response body ends or is dropped, a moment after the client saw it.
 async fn wait_for_outcome(server: &MockServer, index: usize, want: Outcome) -> RecordedRequest {
+    let deadline = tokio::time::Instant::now() + GUARD;
     let mut last = None;
-    for _ in 0..200 {
+    while tokio::time::Instant::now() < deadline {
         let reqs = server.requests();
         if let Some(r) = reqs.get(index) {
             if r.outcome == want {
@@ -506,7 +513,7 @@ async fn client_disconnect_on_stall_is_recorded() {
     let mut stream = resp.bytes_stream();
     let mut buf = Vec::new();
     while !String::from_utf8_lossy(&buf).contains("tok0") {
-        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        let chunk = tokio::time::timeout(GUARD, stream.next())
             .await
             .unwrap()
             .unwrap()
@@ -637,12 +644,10 @@ async fn dropping_server_ends_stalled_streams() {
     )
     .await;
     let mut stream = resp.bytes_stream();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .unwrap();
+    let first = tokio::time::timeout(GUARD, stream.next()).await.unwrap();
     assert!(first.is_some());
     drop(server);
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+    let ended = tokio::time::timeout(GUARD, async {
         while let Some(Ok(_)) = stream.next().await {}
     })
     .await;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Daemon, Opts, chat, text_of, types};
+use common::{Daemon, Opts, chat, poll_until, text_of, types};
 use elfgate_mockllm::{MockServer, Outcome};
 use serde_json::json;
 
@@ -222,16 +222,10 @@ async fn interrupt_stops_the_upstream_stream_and_keeps_partial_text() {
     assert_eq!(r["status"], "interrupted");
     assert_eq!(r["finishReason"], "interrupted");
     // The mock records the disconnect when its response body is dropped; poll until it has.
-    let mut outcome = mock.requests()[0].outcome;
-    for _ in 0..200 {
-        if outcome == Outcome::ClientDisconnected {
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        outcome = mock.requests()[0].outcome;
-    }
-    assert_eq!(outcome, Outcome::ClientDisconnected);
+    poll_until("the mock's record of the disconnect", || {
+        (mock.requests()[0].outcome == Outcome::ClientDisconnected).then_some(())
+    })
+    .await;
 
     // Idempotent.
     let (status, v) = d

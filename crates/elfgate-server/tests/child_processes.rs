@@ -5,9 +5,11 @@
 mod common;
 mod scripted;
 
-use common::{Daemon, Ev, GUARD, Opts};
+use common::{Daemon, GUARD, Opts, poll_until};
 use elfgate_mockllm::MockServer;
-use scripted::{call, ends_by_id, finish_of, script, session};
+use scripted::events::{result_of, until_result};
+use scripted::procs::until_dead;
+use scripted::{call, finish_of, script, session};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,21 +31,6 @@ fn tinyelf(name: &str, dir: &Path, permission_mode: &str, engine_config: Value) 
         dir,
         json!({"permissionMode": permission_mode, "engineConfig": engine_config}),
     )
-}
-
-/// The content of the toolCallEnd of `id` among `evs`.
-fn result_of(evs: &[Ev], id: &str) -> Option<String> {
-    ends_by_id(evs).remove(id).map(|(_, content)| content)
-}
-
-/// Reads events until the toolCallEnd of `id`, adding them to `seen`; returns its content.
-async fn until_result(sse: &mut common::Sse, id: &str, seen: &mut Vec<Ev>) -> String {
-    loop {
-        seen.push(sse.next().await.expect("stream ended"));
-        if let Some(c) = result_of(&seen[seen.len() - 1..], id) {
-            return c;
-        }
-    }
 }
 
 /// Variable names of `env` output.
@@ -332,15 +319,11 @@ async fn processes_that_escape_a_shell_call_do_not_survive_it() {
             .flat_map(|arg| live_with_cmdline(&["sleep", arg]))
             .collect()
     };
-    let deadline = Instant::now() + GUARD;
-    let found = loop {
+    let found = poll_until("the escapees' start", || {
         let found = escapees();
-        if found.len() == 2 {
-            break found;
-        }
-        assert!(Instant::now() < deadline, "the escapees never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (found.len() == 2).then_some(found)
+    })
+    .await;
     for pid in &found {
         assert!(descends_from(*pid, daemon), "{pid} is not under the daemon");
     }
@@ -351,14 +334,7 @@ async fn processes_that_escape_a_shell_call_do_not_survive_it() {
     assert_eq!(finish_of(&evs), "stop");
     // Killed and reaped before the call returned; polled (bounded) all the same, as SIGKILL is
     // delivered asynchronously.
-    let mut left = escapees();
-    for _ in 0..500 {
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        left = escapees();
-    }
+    let left = until_dead(escapees).await;
     assert!(left.is_empty(), "escapees still alive: {left:?}");
 }
 

@@ -3,9 +3,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod scripted;
 
 use common::{Daemon, Opts, chat};
 use elfgate_mockllm::MockServer;
+use scripted::script;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
@@ -304,13 +306,6 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let (status, err) = d.get(&format!("/v1/sessions/{run}")).await;
     assert_eq!(status, 404);
     fits(&doc, "ErrorBody", &err);
-}
-
-fn script(mock: &MockServer, name: &str, responses: Value) {
-    mock.set_script(
-        name,
-        serde_json::from_value(json!({ "responses": responses })).unwrap(),
-    );
 }
 
 /// Reads events until one of `kind`, keeping all of them.

@@ -5,37 +5,19 @@
 mod common;
 mod scripted;
 
-use common::{Daemon, Opts};
+use common::Daemon;
 use elfgate_mockllm::MockServer;
-use scripted::{call, ends_by_id, finish_of, of, script, session};
-use serde_json::{Value, json};
+use scripted::events::drained_text;
+use scripted::{call, daemon_with, ends_by_id, finish_of, resume, script, session, spawn_bg};
+use serde_json::json;
 
 fn daemon(mock: &MockServer, tinyelf_toml: &str) -> Daemon {
-    Daemon::start(
-        mock,
-        Opts {
-            extra_toml: format!("[engines.tinyelf]\n{tinyelf_toml}\n"),
-            ..Opts::default()
-        },
-    )
-}
-
-fn spawn_bg(id: &str) -> Value {
-    call(
-        id,
-        "spawn",
-        json!({"task": format!("job {id}"), "label": id, "background": true}),
-    )
+    daemon_with(mock, &format!("[engines.tinyelf]\n{tinyelf_toml}\n"))
 }
 
 /// The drained background results of `evs`, as `userMessage` texts.
 fn drained(evs: &[common::Ev]) -> Vec<String> {
-    of(evs, "userMessage")
-        .iter()
-        .filter_map(|e| e.data["message"]["blocks"][0]["text"].as_str())
-        .filter(|t| t.starts_with("[Background agent \""))
-        .map(str::to_string)
-        .collect()
+    evs.iter().filter_map(drained_text).collect()
 }
 
 #[tokio::test]
@@ -49,8 +31,8 @@ async fn background_agents_past_the_cap_get_a_tool_error_and_the_run_goes_on() {
         &mock,
         "bg-cap",
         json!([
-            {"toolCalls": [spawn_bg("b1"), spawn_bg("b2"), spawn_bg("b3")]},
-            {"toolCalls": [spawn_bg("b4")]},
+            {"toolCalls": [spawn_bg("b1", "b1"), spawn_bg("b2", "b2"), spawn_bg("b3", "b3")]},
+            {"toolCalls": [spawn_bg("b4", "b4")]},
             {"text": "done"}
         ]),
     );
@@ -93,13 +75,12 @@ async fn background_agents_past_the_cap_get_a_tool_error_and_the_run_goes_on() {
     script(
         &mock,
         "bg-again",
-        json!([{"toolCalls": [spawn_bg("c1")]}, {"text": "done again"}]),
+        json!([{"toolCalls": [spawn_bg("c1", "c1")]}, {"text": "done again"}]),
     );
     let mut body = cfg;
     body["prompt"] = json!("once more");
     body["model"] = json!("mock:script=bg-again");
-    let run2 = d.send(&sid, body).await;
-    let evs = d.events(&sid, None).await.until_complete(&run2).await;
+    let (run2, evs) = resume(&d, &sid, body).await;
     let evs: Vec<common::Ev> = evs.into_iter().filter(|e| e.run() == run2).collect();
     assert_eq!(finish_of(&evs), "stop");
     assert_eq!(ends_by_id(&evs)["c1"].0, "success");

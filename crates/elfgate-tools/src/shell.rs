@@ -111,6 +111,9 @@ mod tests {
     use std::time::{Duration, Instant};
     use tokio_util::sync::CancellationToken;
 
+    /// A safety net for waits on a condition; never expected to run out.
+    const GUARD: Duration = Duration::from_secs(30);
+
     fn ctx(dir: &std::path::Path) -> ToolContext {
         ToolContext {
             project_path: dir.to_path_buf(),
@@ -155,7 +158,7 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(30));
+        assert!(t0.elapsed() < GUARD);
         assert!(out.content.contains("exit code: 0"));
         assert!(out.content.contains("done"));
         let pid: i32 = std::fs::read_to_string(dir.path().join("bg.pid"))
@@ -171,10 +174,8 @@ mod tests {
                 .and_then(|s| s.rsplit_once(") ").and_then(|(_, r)| r.chars().next()))
         };
         let mut state = state_of();
-        for _ in 0..500 {
-            if matches!(state, None | Some('Z') | Some('X')) {
-                break;
-            }
+        let t1 = Instant::now();
+        while !matches!(state, None | Some('Z') | Some('X')) && t1.elapsed() < GUARD {
             tokio::time::sleep(Duration::from_millis(10)).await;
             state = state_of();
         }
@@ -192,14 +193,13 @@ mod tests {
                 .execute(json!({"command": "touch started; sleep 600"}), &c)
                 .await
         });
+        let t0 = Instant::now();
         while !marker.exists() {
+            assert!(t0.elapsed() < GUARD, "the command never started");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         cancel.cancel();
-        let r = tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .unwrap()
-            .unwrap();
+        let r = tokio::time::timeout(GUARD, task).await.unwrap().unwrap();
         assert!(matches!(r, Err(ToolError::Interrupted)));
     }
 }

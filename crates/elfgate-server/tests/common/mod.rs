@@ -14,6 +14,22 @@ use std::time::Duration;
 /// for something to happen.
 pub const GUARD: Duration = Duration::from_secs(30);
 
+/// Polls `probe` until it yields a value, for at most the guard time (then panics with `what`).
+/// For conditions no event announces, such as a process ending or a file appearing.
+pub async fn poll_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {GUARD:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,

@@ -1,11 +1,15 @@
 //! Helpers for tinyelf runs scripted with the mock provider's tool calls.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
-use crate::common::{Daemon, Ev};
+pub mod events;
+pub mod procs;
+pub mod transcript;
+
+use crate::common::{Daemon, Ev, poll_until};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Registers a script of mock responses.
 pub fn script(mock: &MockServer, name: &str, responses: Value) {
@@ -69,4 +73,107 @@ pub fn ends_by_id(evs: &[Ev]) -> BTreeMap<String, (String, String)> {
             )
         })
         .collect()
+}
+
+/// A project directory with one small file, a.txt.
+pub fn project() -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    std::fs::write(dir.join("a.txt"), "hello world\nsecond line\nthird line\n").unwrap();
+    dir
+}
+
+/// A daemon whose config has `extra_toml` appended.
+pub fn daemon_with(mock: &MockServer, extra_toml: &str) -> Daemon {
+    Daemon::start(
+        mock,
+        crate::common::Opts {
+            extra_toml: extra_toml.into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// Session fields for bypassPermissions; `extra`'s keys are merged in.
+pub fn bypass(extra: Value) -> Value {
+    let mut v = json!({"permissionMode": "bypassPermissions"});
+    if let Value::Object(m) = extra {
+        for (k, x) in m {
+            v[k] = x;
+        }
+    }
+    v
+}
+
+/// Sends a prompt to an existing session and reads its events up to that run's `complete`
+/// (the events of earlier runs included).
+pub async fn resume(d: &Daemon, sid: &str, body: Value) -> (String, Vec<Ev>) {
+    let run = d.send(sid, body).await;
+    let evs = d.events(sid, None).await.until_complete(&run).await;
+    (run, evs)
+}
+
+/// toolCallEnd (status, content) in the order the calls ended.
+pub fn ends(evs: &[Ev]) -> Vec<(String, String)> {
+    of(evs, "toolCallEnd")
+        .iter()
+        .map(|e| {
+            (
+                e.data["status"].as_str().unwrap().to_string(),
+                e.data["block"]["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The session's stored messages.
+pub async fn stored(d: &Daemon, sid: &str) -> Vec<Value> {
+    let (s, v) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(s, 200);
+    v["messages"].as_array().unwrap().clone()
+}
+
+pub fn roles(msgs: &[Value]) -> Vec<&str> {
+    msgs.iter().map(|m| m["role"].as_str().unwrap()).collect()
+}
+
+/// The bodies of the requests the mock received for `model`, oldest first.
+pub fn bodies_for(mock: &MockServer, model: &str) -> Vec<Value> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.model == model)
+        .map(|r| r.body)
+        .collect()
+}
+
+/// The names of the tools an OpenAI request offered.
+pub fn offered_tools(body: &Value) -> Vec<&str> {
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect()
+}
+
+/// Waits (bounded) until a file that a tool or hook under test writes has `min_lines` non-blank
+/// lines; returns its text.
+pub async fn wait_for_file(path: &Path, min_lines: usize) -> String {
+    poll_until(
+        &format!("{} with {min_lines} lines", path.display()),
+        || {
+            std::fs::read_to_string(path)
+                .ok()
+                .filter(|s| s.lines().filter(|l| !l.trim().is_empty()).count() >= min_lines)
+        },
+    )
+    .await
+}
+
+/// A scripted call that spawns a background sub-agent labelled `label`.
+pub fn spawn_bg(id: &str, label: &str) -> Value {
+    call(
+        id,
+        "spawn",
+        json!({"task": format!("job {label}"), "label": label, "background": true}),
+    )
 }

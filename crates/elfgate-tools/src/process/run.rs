@@ -119,6 +119,9 @@ mod tests {
     use std::path::Path;
     use std::time::Instant;
 
+    /// A safety net for waits on a condition; never expected to run out.
+    const GUARD: Duration = Duration::from_secs(30);
+
     fn bash(dir: &Path, script: &str) -> ProcessSpec {
         ChildSetup::default().spec("bash", &["-c", script], dir)
     }
@@ -130,9 +133,11 @@ mod tests {
             .is_some_and(|c| c != 'Z' && c != 'X')
     }
 
-    /// Polls (bounded) until `pid` is gone: SIGKILL is delivered asynchronously.
+    /// Polls (for at most the guard time) until `pid` is gone: SIGKILL is delivered
+    /// asynchronously.
     async fn until_dead(pid: i32) -> bool {
-        for _ in 0..500 {
+        let t0 = Instant::now();
+        while t0.elapsed() < GUARD {
             if !alive(pid) {
                 return true;
             }
@@ -141,12 +146,16 @@ mod tests {
         false
     }
 
-    fn pid_in(dir: &Path, file: &str) -> i32 {
+    fn read_pid(dir: &Path, file: &str) -> Option<i32> {
         std::fs::read_to_string(dir.join(file))
-            .unwrap()
+            .ok()?
             .trim()
             .parse()
-            .unwrap()
+            .ok()
+    }
+
+    fn pid_in(dir: &Path, file: &str) -> i32 {
+        read_pid(dir, file).unwrap()
     }
 
     #[tokio::test]
@@ -178,14 +187,28 @@ mod tests {
 
     #[tokio::test]
     async fn a_timeout_ends_the_whole_group_even_one_deaf_to_sigterm() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut spec = bash(
-            dir.path(),
-            "trap '' TERM; sleep 600 & echo $! > bg.pid; echo $$ > sh.pid; wait",
-        );
-        spec.timeout = Some(Duration::from_millis(300));
-        spec.grace = Duration::from_millis(200);
-        let out = run(&spec, &CancellationToken::new()).await.unwrap();
+        // The script writes sh.pid last, once it ignores SIGTERM and its job runs. A machine
+        // slower than the timeout may end it before that, which tests nothing: then again with
+        // twice the timeout.
+        let mut timeout = Duration::from_millis(300);
+        let (dir, out) = loop {
+            let dir = tempfile::tempdir().unwrap();
+            let mut spec = bash(
+                dir.path(),
+                "trap '' TERM; sleep 600 & echo $! > bg.pid; echo $$ > sh.pid; wait",
+            );
+            spec.timeout = Some(timeout);
+            spec.grace = Duration::from_millis(200);
+            let out = run(&spec, &CancellationToken::new()).await.unwrap();
+            if read_pid(dir.path(), "sh.pid").is_some() {
+                break (dir, out);
+            }
+            assert!(
+                timeout < GUARD,
+                "the script never started within {timeout:?}"
+            );
+            timeout *= 2;
+        };
         assert_eq!(out.end, End::TimedOut);
         let sh = pid_in(dir.path(), "sh.pid");
         // The leader was reaped before run returned; its background job is killed with it.
@@ -203,7 +226,7 @@ mod tests {
         let t0 = Instant::now();
         let task = tokio::spawn(async move { run(&spec, &c).await });
         while !marker.exists() || std::fs::read_to_string(&marker).unwrap().is_empty() {
-            assert!(t0.elapsed() < Duration::from_secs(30));
+            assert!(t0.elapsed() < GUARD);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         cancel.cancel();

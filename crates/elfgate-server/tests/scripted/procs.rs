@@ -1,0 +1,60 @@
+//! The processes a tool call starts, seen from /proc.
+
+use crate::common::GUARD;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The state letter of a process (R, S, Z, ...); None once it is gone.
+fn state_of(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Processes of these pids that are still alive (not zombies).
+pub fn alive(pids: &[i32]) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|p| state_of(*p).is_some_and(|c| c != 'Z' && c != 'X'))
+        .collect()
+}
+
+/// Processes of a process group that are still alive (not zombies).
+pub fn live_in_group(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[2] == pgid.to_string() && f[0] != "Z" && f[0] != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (bounded by the guard time) until `check` finds no live process; returns what is left.
+/// SIGKILL is delivered asynchronously, so a process killed a moment ago may still show as
+/// running on a loaded machine.
+pub async fn until_dead<T>(check: impl Fn() -> Vec<T>) -> Vec<T> {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let left = check();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The pid a command wrote into `path`, if it got that far.
+pub fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
