@@ -1,14 +1,15 @@
 //! The Engine trait and the context a run gets.
 
 use crate::bus::EventEmitter;
+use crate::engine_config::EngineConfig;
 use crate::engine_type::EngineType;
 use crate::event::ErrorInfo;
 use crate::ids::{MessageId, RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::{FinishReason, Message, Session};
+use crate::modes::{PermissionMode, ThinkingLevel};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::any::Any;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -113,16 +114,16 @@ pub struct EngineSessionContext {
     pub model: Option<String>,
     /// System prompt.
     pub system_prompt: Option<String>,
-    /// none, low, medium or high.
-    pub thinking_level: Option<String>,
+    /// The prompt's top-level thinkingLevel (engineConfig's applies when None).
+    pub thinking_level: Option<ThinkingLevel>,
     /// Directory the tools act in.
     pub project_path: Option<String>,
     /// Agent profile.
     pub agent_id: Option<String>,
     /// Engine settings (session's, with this run's overrides merged in).
-    pub engine_config: Value,
-    /// default, acceptEdits, bypassPermissions or plan.
-    pub permission_mode: Option<String>,
+    pub engine_config: EngineConfig,
+    /// The prompt's permission mode, else the session's (None: default).
+    pub permission_mode: Option<PermissionMode>,
     /// codex, claude-code or gemini-cli (cli engine).
     pub cli_backend: Option<String>,
     /// Files and images sent with the prompt.

@@ -5,12 +5,13 @@ pub mod active;
 pub mod bus;
 pub mod dispatcher;
 pub mod engine;
+pub mod engine_config;
 pub mod engine_type;
 pub mod event;
 pub mod ids;
 pub mod metrics;
 pub mod model;
-pub mod permission_mode;
+pub mod modes;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
@@ -23,6 +24,7 @@ pub use dispatcher::{
 pub use engine::{
     Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, HeadStart, RunOutcome,
 };
+pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;
 pub use event::{
     Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RetryInfo, RunStats, ToolCallStatus,
@@ -30,4 +32,4 @@ pub use event::{
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
-pub use permission_mode::PermissionMode;
+pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};

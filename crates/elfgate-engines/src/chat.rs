@@ -11,11 +11,11 @@ use elfgate_core::{
     HeadStart, Message, Role, RunOutcome,
 };
 use elfgate_llm::{
-    FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy, ThinkingLevel,
+    FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
     spawn_first_attempt,
 };
 use elfgate_store::Store;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -281,33 +281,14 @@ impl ChatEngine {
             model,
             system: ctx.system_prompt.clone().filter(|s| !s.is_empty()),
             messages,
-            temperature: cfg
-                .get("temperature")
-                .and_then(Value::as_f64)
-                .map(|t| t as f32)
-                .or(self.settings.temperature),
-            max_tokens: cfg
-                .get("maxTokens")
-                .and_then(Value::as_u64)
-                .map(|t| t.min(u32::MAX as u64) as u32)
-                .or(self.settings.max_tokens),
-            thinking: thinking_level(
-                ctx.thinking_level
-                    .as_deref()
-                    .or_else(|| cfg.get("thinkingLevel").and_then(Value::as_str)),
-            ),
+            temperature: cfg.temperature.or(self.settings.temperature),
+            max_tokens: cfg.max_tokens.or(self.settings.max_tokens),
+            thinking: ctx
+                .thinking_level
+                .or(cfg.thinking_level)
+                .unwrap_or_default(),
             tools: Vec::new(),
         }
-    }
-}
-
-/// Maps a thinking level name to the provider-neutral level; unknown names mean none.
-pub fn thinking_level(name: Option<&str>) -> ThinkingLevel {
-    match name {
-        Some("low") => ThinkingLevel::Low,
-        Some("medium") => ThinkingLevel::Medium,
-        Some("high") => ThinkingLevel::High,
-        _ => ThinkingLevel::None,
     }
 }
 

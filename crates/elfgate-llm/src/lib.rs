@@ -17,6 +17,7 @@ mod sse;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use elfgate_core::ThinkingLevel;
 pub use elfgate_core::model::{ContentBlock, Role};
 pub use error::LlmError;
 pub use retry::{
@@ -32,21 +33,6 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages (`/v1/messages`).
     Anthropic,
-}
-
-/// How much reasoning the model should do.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThinkingLevel {
-    /// No extended reasoning requested.
-    #[default]
-    None,
-    /// A little reasoning.
-    Low,
-    /// A moderate amount of reasoning.
-    Medium,
-    /// A lot of reasoning.
-    High,
 }
 
 /// A tool the model may call.

@@ -4,17 +4,16 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
-    Attachment, ChannelPermissions, DispatchError, EngineSessionContext, EngineType, EventEmitter,
-    EventPayload, MessageId, OnBusy, PermissionMode, Run, RunId, RunStatus, Session, SessionBus,
-    SessionId,
+    Attachment, ChannelPermissions, DispatchError, EngineConfig, EngineSessionContext, EngineType,
+    EventEmitter, EventPayload, MessageId, OnBusy, PermissionMode, Run, RunId, RunStatus, Session,
+    SessionBus, SessionId, ThinkingLevel, UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-const THINKING_LEVELS: [&str; 4] = ["none", "low", "medium", "high"];
 
 /// Per-run settings a prompt may carry (both on create and on resume).
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
@@ -26,11 +25,15 @@ pub struct RunOverrides {
     pub model: Option<String>,
     /// System prompt.
     pub system_prompt: Option<String>,
-    /// none, low, medium, high.
+    /// How much the model reasons; over engineConfig.thinkingLevel. Kept as text here so that
+    /// an unknown level is a 400 naming the accepted ones.
+    #[schema(value_type = Option<ThinkingLevel>)]
     pub thinking_level: Option<String>,
-    /// Engine settings merged over the session's.
+    /// Engine settings, key by key over the session's. Parsed after the body so that a wrong
+    /// key or type is a 422 naming it.
+    #[schema(value_type = Option<EngineConfig>)]
     pub engine_config: Option<Value>,
-    /// Permission mode.
+    /// Permission mode (tinyelf).
     #[schema(value_type = Option<PermissionMode>)]
     pub permission_mode: Option<String>,
     /// Files and images.
@@ -144,33 +147,70 @@ pub fn parse_session_id(s: &str) -> Result<SessionId, ApiError> {
         .map_err(|_| ApiError::NotFound(format!("unknown session '{s}'")))
 }
 
-fn check_overrides(state: &AppState, engine: EngineType, o: &RunOverrides) -> Result<(), ApiError> {
-    if let Some(mode) = &o.permission_mode {
-        mode.parse::<PermissionMode>()
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+/// A prompt's settings once validated: names parsed into their enums, engineConfig into its
+/// struct.
+struct Checked {
+    thinking_level: Option<ThinkingLevel>,
+    permission_mode: Option<PermissionMode>,
+    engine_config: EngineConfig,
+}
+
+impl Checked {
+    /// These settings over those stored with `session`, for a later prompt of it.
+    fn over_session(self, session: &Session) -> Result<Checked, ApiError> {
+        // Both were checked when the session was created; only a row written by an older daemon,
+        // which took any keys, can fail here.
+        let stored = |e: &dyn std::fmt::Display| {
+            ApiError::Unprocessable(format!("the session's stored {e}"))
+        };
+        let base = EngineConfig::from_json(&session.engine_config).map_err(|e| stored(&e))?;
+        let permission_mode = match self.permission_mode {
+            Some(m) => Some(m),
+            None => parse_name(session.permission_mode.as_deref()).map_err(|e| stored(&e))?,
+        };
+        Ok(Checked {
+            thinking_level: self.thinking_level,
+            permission_mode,
+            engine_config: self.engine_config.over(&base),
+        })
     }
-    if let Some(level) = &o.thinking_level
-        && !THINKING_LEVELS.contains(&level.as_str())
-    {
-        return Err(ApiError::BadRequest(format!(
-            "thinkingLevel '{level}' is not one of {}",
-            THINKING_LEVELS.join(", ")
-        )));
-    }
-    if let Some(cfg) = &o.engine_config
-        && !cfg.is_object()
-    {
-        return Err(ApiError::BadRequest(
-            "engineConfig must be a JSON object".into(),
-        ));
-    }
+}
+
+/// An optional wire name parsed into its enum.
+fn parse_name<T: FromStr<Err = UnknownName>>(name: Option<&str>) -> Result<Option<T>, UnknownName> {
+    name.map(str::parse).transpose()
+}
+
+fn check_overrides(
+    state: &AppState,
+    engine: EngineType,
+    o: &RunOverrides,
+) -> Result<Checked, ApiError> {
+    let bad = |e: UnknownName| ApiError::BadRequest(e.to_string());
+    let permission_mode = parse_name(o.permission_mode.as_deref()).map_err(bad)?;
+    let thinking_level = parse_name(o.thinking_level.as_deref()).map_err(bad)?;
+    let engine_config = match &o.engine_config {
+        None => EngineConfig::default(),
+        Some(cfg) if !cfg.is_object() => {
+            return Err(ApiError::BadRequest(
+                "engineConfig must be a JSON object".into(),
+            ));
+        }
+        Some(cfg) => {
+            EngineConfig::from_json(cfg).map_err(|e| ApiError::Unprocessable(e.to_string()))?
+        }
+    };
     if engine != EngineType::Cli {
         state
             .providers
             .resolve(o.provider_id.as_deref())
             .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
     }
-    Ok(())
+    Ok(Checked {
+        thinking_level,
+        permission_mode,
+        engine_config,
+    })
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -203,16 +243,6 @@ pub async fn open_bus(
     Ok(hub.open(session_id, last, reserved))
 }
 
-fn merged_config(session: &Session, o: &RunOverrides) -> Value {
-    let mut cfg = session.engine_config.clone();
-    if let (Some(base), Some(Value::Object(over))) = (cfg.as_object_mut(), &o.engine_config) {
-        for (k, v) in over {
-            base.insert(k.clone(), v.clone());
-        }
-    }
-    cfg
-}
-
 /// The prompt side of a run about to be built.
 struct Prompt {
     run_id: RunId,
@@ -226,6 +256,7 @@ fn build_ctx(
     session: &Session,
     p: Prompt,
     o: RunOverrides,
+    checked: Checked,
     bus: Arc<SessionBus>,
 ) -> EngineSessionContext {
     let Prompt {
@@ -254,14 +285,11 @@ fn build_ctx(
             .system_prompt
             .clone()
             .or_else(|| session.system_prompt.clone()),
-        thinking_level: o.thinking_level.clone(),
+        thinking_level: checked.thinking_level,
         project_path: session.project_path.clone(),
         agent_id: session.agent_id.clone(),
-        engine_config: merged_config(session, &o),
-        permission_mode: o
-            .permission_mode
-            .clone()
-            .or_else(|| session.permission_mode.clone()),
+        engine_config: checked.engine_config,
+        permission_mode: checked.permission_mode,
         cli_backend: session.cli_backend.clone(),
         attachments: o.attachments.unwrap_or_default(),
         channel_permissions: o.channel_permissions,
@@ -305,7 +333,7 @@ pub async fn create_session(
         )));
     }
     check_prompt(&req.prompt)?;
-    check_overrides(state, engine, &req.overrides)?;
+    let checked = check_overrides(state, engine, &req.overrides)?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match req.overrides.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),
@@ -332,12 +360,9 @@ pub async fn create_session(
         project_path: req.project_path.clone(),
         agent_id: req.agent_id.clone(),
         system_prompt: req.overrides.system_prompt.clone(),
-        permission_mode: req.overrides.permission_mode.clone(),
-        engine_config: req
-            .overrides
-            .engine_config
-            .clone()
-            .unwrap_or_else(|| Value::Object(Default::default())),
+        permission_mode: checked.permission_mode.map(|m| m.as_str().to_string()),
+        // Stored as understood: canonical key names, so that an alias reads back the same.
+        engine_config: checked.engine_config.to_json(),
         cli_session_id: None,
         created_at: now,
         updated_at: now,
@@ -350,16 +375,13 @@ pub async fn create_session(
         .dispatcher
         .hub()
         .open(session.id, 0, elfgate_core::SEQ_RESERVE_BLOCK);
-    let mut overrides = req.overrides;
-    // The session already carries these; the run reads them from there.
-    overrides.engine_config = None;
     let prompt = Prompt {
         run_id: run.id,
         text: req.prompt,
         is_resume: false,
         parent_id: None,
     };
-    let mut ctx = build_ctx(state, &session, prompt, overrides, bus.clone());
+    let mut ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus.clone());
     ctx.stored_as_running = true;
     // The first prompt is stored in the same commit as the session: one wait instead of two
     // before the request goes upstream.
@@ -417,7 +439,7 @@ pub async fn send_message(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
     check_prompt(&req.prompt)?;
-    check_overrides(state, session.engine, &req.overrides)?;
+    let checked = check_overrides(state, session.engine, &req.overrides)?.over_session(&session)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
     // waits, then finds the run, instead of being refused as busy because of it.
     let _key = match req.overrides.client_msg_id.as_deref() {
@@ -471,7 +493,7 @@ pub async fn send_message(
         is_resume: true,
         parent_id: req.parent_id,
     };
-    let ctx = build_ctx(state, &session, prompt, req.overrides, bus);
+    let ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus);
     match state.dispatcher.dispatch(ctx, req.on_busy) {
         Ok(status) => Ok(SendMessageResponse {
             session_id,

@@ -4,7 +4,7 @@
 use crate::tool::{PermissionTier, ToolKind};
 use chrono::Utc;
 use dashmap::DashMap;
-use elfgate_core::{EventEmitter, EventPayload, EventRecord, RequestId, SessionId};
+use elfgate_core::{EventEmitter, EventPayload, EventRecord, PermissionMode, RequestId, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -95,7 +95,7 @@ pub enum PolicyDecision {
 pub fn policy(
     tier: PermissionTier,
     kind: ToolKind,
-    mode: &str,
+    mode: PermissionMode,
     require_confirmation: bool,
     remembered: Option<Decision>,
 ) -> PolicyDecision {
@@ -104,7 +104,7 @@ pub fn policy(
             "this tool is manual_only: the model can never run it".to_string(),
         );
     }
-    if mode == "plan" && tier != PermissionTier::ReadOnly {
+    if mode == PermissionMode::Plan && tier != PermissionTier::ReadOnly {
         return PolicyDecision::Deny(
             "permissionMode is plan: only read-only tools may run; describe the change instead"
                 .to_string(),
@@ -118,10 +118,10 @@ pub fn policy(
     if require_confirmation {
         return PolicyDecision::Ask;
     }
-    if mode == "bypassPermissions" || tier == PermissionTier::ReadOnly {
+    if mode == PermissionMode::BypassPermissions || tier == PermissionTier::ReadOnly {
         return PolicyDecision::Allow;
     }
-    if mode == "acceptEdits" && kind == ToolKind::Edit {
+    if mode == PermissionMode::AcceptEdits && kind == ToolKind::Edit {
         return PolicyDecision::Allow;
     }
     if remembered == Some(Decision::Allow) {
@@ -420,7 +420,7 @@ mod tests {
     #[test]
     fn policy_combines_tier_mode_and_memory() {
         use PermissionTier::*;
-        let p = |t, k, m, r, mem| policy(t, k, m, r, mem);
+        let p = |t, k, m: &str, r, mem| policy(t, k, m.parse().unwrap(), r, mem);
         assert_eq!(
             p(ReadOnly, ToolKind::Read, "default", false, None),
             PolicyDecision::Allow

@@ -179,7 +179,7 @@ impl TinyElfEngine {
             &inner.config,
             &inner.child_env,
             &ctx.engine_config,
-            ctx.thinking_level.as_deref(),
+            ctx.thinking_level,
         );
         let tools = match &rs.enabled_tools {
             Some(names) => inner.tools.only(names),
@@ -193,7 +193,7 @@ impl TinyElfEngine {
                     "model": model,
                     "projectPath": project.display().to_string(),
                     "tools": tools.names(),
-                    "permissionMode": ctx.permission_mode.as_deref().unwrap_or("default"),
+                    "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "maxIterations": rs.max_iterations,
                     "daemonVersion": env!("CARGO_PKG_VERSION"),
                 }),

@@ -226,7 +226,7 @@ pub(crate) async fn run_call(
         }
     }
     // 7. Permission.
-    let mode = runner.ctx.permission_mode.as_deref().unwrap_or("default");
+    let mode = runner.ctx.permission_mode.unwrap_or_default();
     // Concurrent calls of one confirm_once tool ask one after the other, so the first answer
     // covers the rest.
     let ask_lock = (tier == PermissionTier::ConfirmOnce)

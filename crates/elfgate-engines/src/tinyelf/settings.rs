@@ -1,11 +1,10 @@
 //! TinyElf's settings: the daemon-wide `[engines.tinyelf]` section and the per-run values after a
 //! session's `engineConfig` overrides.
 
-use elfgate_llm::ThinkingLevel;
+use elfgate_core::{EngineConfig, ThinkingLevel};
 use elfgate_tools::HookConfig;
 use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -193,103 +192,60 @@ pub(crate) struct RunSettings {
     pub child: ChildSetup,
 }
 
-fn u64_of(cfg: &Value, keys: &[&str]) -> Option<u64> {
-    keys.iter()
-        .find_map(|k| cfg.get(*k).and_then(Value::as_u64))
-}
-
 fn secs(s: f64) -> Duration {
     elfgate_tools::clamped_secs(s, 0.001, 86_400.0)
 }
 
 impl RunSettings {
-    /// The daemon defaults with a run's engineConfig (camelCase keys) and thinking level over them;
-    /// `env` is the children's environment before the session's `shellEnv`.
+    /// The daemon defaults with a run's engineConfig and thinking level over them; `env` is the
+    /// children's environment before the session's `shellEnv`.
     pub(crate) fn resolve(
         base: &TinyElfConfig,
         env: &ChildEnv,
-        cfg: &Value,
-        thinking: Option<&str>,
+        cfg: &EngineConfig,
+        thinking: Option<ThinkingLevel>,
     ) -> Self {
-        let as_u32 = |v: u64| v.min(u32::MAX as u64) as u32;
-        let tools = cfg
-            .get("enabledTools")
-            .or_else(|| cfg.get("tools"))
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .or_else(|| base.enabled_tools.clone());
-        let thinking = thinking
-            .or_else(|| cfg.get("thinkingLevel").and_then(Value::as_str))
-            .map(|t| crate::chat::thinking_level(Some(t)))
-            .unwrap_or_default();
+        let millis = |ms: u64| Duration::from_millis(ms.max(1));
         // Values only: a session cannot pass the daemon's own variables through.
-        let shell_env: BTreeMap<String, String> = cfg
-            .get("shellEnv")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let network = cfg
-            .get("shellNetwork")
-            .and_then(Value::as_str)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(base.shell_network);
+        let shell_env = cfg.shell_env.clone().unwrap_or_default();
         RunSettings {
-            max_iterations: u64_of(cfg, &["maxIterations", "maxTurns"])
-                .map(as_u32)
-                .unwrap_or(base.max_iterations)
-                .max(1),
-            temperature: cfg
-                .get("temperature")
-                .and_then(Value::as_f64)
-                .map(|t| t as f32)
-                .unwrap_or(base.temperature),
-            max_tokens: u64_of(cfg, &["maxTokens"])
-                .map(as_u32)
-                .unwrap_or(base.max_tokens),
-            tool_result_max_chars: u64_of(cfg, &["toolResultMaxChars"])
-                .map(|v| v as usize)
+            max_iterations: cfg.max_iterations.unwrap_or(base.max_iterations).max(1),
+            temperature: cfg.temperature.unwrap_or(base.temperature),
+            max_tokens: cfg.max_tokens.unwrap_or(base.max_tokens),
+            tool_result_max_chars: cfg
+                .tool_result_max_chars
                 .unwrap_or(base.tool_result_max_chars)
                 .max(1),
-            max_llm_retries: u64_of(cfg, &["maxLlmRetries"])
-                .map(as_u32)
-                .unwrap_or(base.max_llm_retries)
-                .min(10),
+            max_llm_retries: cfg.max_llm_retries.unwrap_or(base.max_llm_retries).min(10),
             llm_retry_delay: Duration::from_millis(
-                u64_of(cfg, &["llmRetryDelayMs"]).unwrap_or(base.llm_retry_delay_ms),
+                cfg.llm_retry_delay_ms.unwrap_or(base.llm_retry_delay_ms),
             ),
-            tool_timeout: u64_of(cfg, &["toolExecutionTimeout", "toolTimeoutMs"])
-                .map(|ms| Duration::from_millis(ms.max(1)))
+            tool_timeout: cfg
+                .tool_execution_timeout
+                .map(millis)
                 .unwrap_or_else(|| secs(base.tool_timeout_secs)),
-            permission_timeout: u64_of(cfg, &["permissionTimeout", "permissionTimeoutMs"])
-                .map(|ms| Duration::from_millis(ms.max(1)))
+            permission_timeout: cfg
+                .permission_timeout
+                .map(millis)
                 .unwrap_or_else(|| secs(base.permission_timeout_secs)),
-            max_background_drain_rounds: u64_of(cfg, &["maxBackgroundDrainRounds"])
-                .map(as_u32)
+            max_background_drain_rounds: cfg
+                .max_background_drain_rounds
                 .unwrap_or(base.max_background_drain_rounds),
-            max_history: u64_of(cfg, &["maxHistory"])
-                .map(as_u32)
-                .unwrap_or(base.default_max_history)
-                .max(1),
-            thinking,
-            enabled_tools: tools,
-            sub_agent_model: cfg
-                .get("subAgentModel")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            sub_agent_max_iterations: u64_of(cfg, &["subAgentMaxIterations"])
-                .map(as_u32)
+            max_history: cfg.max_history.unwrap_or(base.default_max_history).max(1),
+            thinking: thinking.or(cfg.thinking_level).unwrap_or_default(),
+            enabled_tools: cfg
+                .enabled_tools
+                .clone()
+                .or_else(|| base.enabled_tools.clone()),
+            sub_agent_model: cfg.sub_agent_model.clone(),
+            sub_agent_max_iterations: cfg
+                .sub_agent_max_iterations
                 .unwrap_or(base.sub_agent_max_iterations)
                 .max(1),
-            child: base.child_setup(env.with(&shell_env), network),
+            child: base.child_setup(
+                env.with(&shell_env),
+                cfg.shell_network.unwrap_or(base.shell_network),
+            ),
         }
     }
 }

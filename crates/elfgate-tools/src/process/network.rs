@@ -3,46 +3,11 @@
 //! host or the outside network is reachable from it.
 
 use super::{End, ProcessSpec, run};
-use serde::Deserialize;
+pub use elfgate_core::Network;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Which network a child gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    /// A private network namespace (when the host allows one).
-    #[default]
-    Isolated,
-    /// The daemon's own network.
-    Host,
-}
-
-impl Network {
-    /// The configuration name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Network::Isolated => "isolated",
-            Network::Host => "host",
-        }
-    }
-}
-
-impl FromStr for Network {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "isolated" => Ok(Network::Isolated),
-            "host" => Ok(Network::Host),
-            other => Err(format!(
-                "unknown network '{other}' (expected isolated or host)"
-            )),
-        }
-    }
-}
 
 /// How this host gives a child a network namespace of its own; found once by [`Isolation::probe`].
 #[derive(Debug, Clone, PartialEq, Eq)]

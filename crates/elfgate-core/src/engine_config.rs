@@ -1,0 +1,223 @@
+//! `engineConfig`: a session's engine settings, as the API takes them (POST /v1/sessions and every
+//! prompt). Parsed once, at the request, so that a wrong type or an unknown key is refused there
+//! with the field named instead of being ignored by the engine later.
+
+use crate::modes::{Network, ThinkingLevel};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Engine settings of a session or a prompt. Every key is optional; an absent key leaves the
+/// daemon's default (`[engines.*]` in the configuration). Unknown keys are refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EngineConfig {
+    /// LLM iterations per run (tinyelf). Alias: maxTurns.
+    #[serde(alias = "maxTurns", skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+    /// Sampling temperature (every engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Output token limit of each LLM call (every engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Tool results longer than this many characters are cut (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_result_max_chars: Option<usize>,
+    /// Retries of a failed LLM call, at most 10 (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_llm_retries: Option<u32>,
+    /// Delay before retry n is this x n milliseconds (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_retry_delay_ms: Option<u64>,
+    /// Milliseconds a tool call may run (tinyelf). Alias: toolTimeoutMs.
+    #[serde(alias = "toolTimeoutMs", skip_serializing_if = "Option::is_none")]
+    pub tool_execution_timeout: Option<u64>,
+    /// Milliseconds a permission request waits for the client (tinyelf). Alias:
+    /// permissionTimeoutMs.
+    #[serde(alias = "permissionTimeoutMs", skip_serializing_if = "Option::is_none")]
+    pub permission_timeout: Option<u64>,
+    /// Background sub-agent drains in a row before the loop stops anyway (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_background_drain_rounds: Option<u32>,
+    /// History messages loaded on resume (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_history: Option<u32>,
+    /// Reasoning effort when the prompt has no top-level thinkingLevel (every engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<ThinkingLevel>,
+    /// Tools offered to the model (tinyelf). Alias: tools.
+    #[serde(alias = "tools", skip_serializing_if = "Option::is_none")]
+    pub enabled_tools: Option<Vec<String>>,
+    /// Model of the sub-agents started with spawn (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_agent_model: Option<String>,
+    /// LLM iterations of a sub-agent (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_agent_max_iterations: Option<u32>,
+    /// Network of the session's shell commands (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_network: Option<Network>,
+    /// Variables set for the session's shell commands (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_env: Option<BTreeMap<String, String>>,
+}
+
+/// Why an `engineConfig` object was refused: the key path and serde's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("engineConfig{}: {message}", display_path(.path))]
+pub struct EngineConfigError {
+    /// Where, e.g. `maxIterations`, `shellEnv.FOO`, or the unknown key; empty or `.` for the
+    /// object itself.
+    pub path: String,
+    /// What is wrong, e.g. `invalid type: string "x", expected u32`.
+    pub message: String,
+}
+
+fn display_path(path: &str) -> String {
+    if path.is_empty() || path == "." {
+        String::new()
+    } else {
+        format!(".{path}")
+    }
+}
+
+impl EngineConfig {
+    /// Parses an `engineConfig` object.
+    pub fn from_json(value: &Value) -> Result<Self, EngineConfigError> {
+        serde_path_to_error::deserialize(value).map_err(|e| EngineConfigError {
+            path: e.path().to_string(),
+            message: e.inner().to_string(),
+        })
+    }
+
+    /// The object with canonical key names and only the keys that are set.
+    pub fn to_json(&self) -> Value {
+        // Serializing plain numbers, strings and maps cannot fail; the fallback is never taken.
+        serde_json::to_value(self).unwrap_or_else(|_| Value::Object(Default::default()))
+    }
+
+    /// These settings with `base`'s for every key they leave unset (a prompt's over its
+    /// session's). A key replaces the base's whole value: shellEnv and enabledTools are not
+    /// merged entry by entry.
+    pub fn over(self, base: &EngineConfig) -> EngineConfig {
+        // Destructured so that a new field cannot be forgotten here.
+        let EngineConfig {
+            max_iterations,
+            temperature,
+            max_tokens,
+            tool_result_max_chars,
+            max_llm_retries,
+            llm_retry_delay_ms,
+            tool_execution_timeout,
+            permission_timeout,
+            max_background_drain_rounds,
+            max_history,
+            thinking_level,
+            enabled_tools,
+            sub_agent_model,
+            sub_agent_max_iterations,
+            shell_network,
+            shell_env,
+        } = self;
+        EngineConfig {
+            max_iterations: max_iterations.or(base.max_iterations),
+            temperature: temperature.or(base.temperature),
+            max_tokens: max_tokens.or(base.max_tokens),
+            tool_result_max_chars: tool_result_max_chars.or(base.tool_result_max_chars),
+            max_llm_retries: max_llm_retries.or(base.max_llm_retries),
+            llm_retry_delay_ms: llm_retry_delay_ms.or(base.llm_retry_delay_ms),
+            tool_execution_timeout: tool_execution_timeout.or(base.tool_execution_timeout),
+            permission_timeout: permission_timeout.or(base.permission_timeout),
+            max_background_drain_rounds: max_background_drain_rounds
+                .or(base.max_background_drain_rounds),
+            max_history: max_history.or(base.max_history),
+            thinking_level: thinking_level.or(base.thinking_level),
+            enabled_tools: enabled_tools.or_else(|| base.enabled_tools.clone()),
+            sub_agent_model: sub_agent_model.or_else(|| base.sub_agent_model.clone()),
+            sub_agent_max_iterations: sub_agent_max_iterations.or(base.sub_agent_max_iterations),
+            shell_network: shell_network.or(base.shell_network),
+            shell_env: shell_env.or_else(|| base.shell_env.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn err(v: Value) -> String {
+        EngineConfig::from_json(&v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn aliases_and_canonical_names_parse_to_the_same_settings() {
+        let old = EngineConfig::from_json(&json!({"maxTurns": 5, "tools": ["grep"],
+            "toolTimeoutMs": 10, "permissionTimeoutMs": 20}))
+        .unwrap();
+        let new = EngineConfig::from_json(&json!({"maxIterations": 5, "enabledTools": ["grep"],
+            "toolExecutionTimeout": 10, "permissionTimeout": 20}))
+        .unwrap();
+        assert_eq!(old, new);
+        assert_eq!(
+            new.to_json(),
+            json!({"maxIterations": 5, "enabledTools": ["grep"], "toolExecutionTimeout": 10,
+                   "permissionTimeout": 20})
+        );
+        assert_eq!(EngineConfig::from_json(&new.to_json()).unwrap(), new);
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_field() {
+        assert_eq!(
+            err(json!({"maxIterations": "5"})),
+            r#"engineConfig.maxIterations: invalid type: string "5", expected u32"#
+        );
+        assert_eq!(
+            err(json!({"maxTurns": -1})),
+            "engineConfig.maxTurns: invalid value: integer `-1`, expected u32"
+        );
+        assert_eq!(
+            err(json!({"shellEnv": {"A": 1}})),
+            "engineConfig.shellEnv.A: invalid type: integer `1`, expected a string"
+        );
+        assert!(err(json!({"thinkingLevel": "huge"})).starts_with(
+            "engineConfig.thinkingLevel: unknown variant `huge`, expected one of `none`"
+        ));
+    }
+
+    #[test]
+    fn both_names_of_one_key_are_refused() {
+        let e = err(json!({"maxIterations": 3, "maxTurns": 4}));
+        assert!(e.contains("duplicate field `maxIterations`"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_by_name() {
+        let e = err(json!({"maxIteration": 3}));
+        assert!(
+            e.starts_with(
+                "engineConfig.maxIteration: unknown field `maxIteration`, expected one of `maxIterations`, `maxTurns`,"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_prompt_overrides_its_session_key_by_key() {
+        let session = EngineConfig::from_json(&json!({"maxTurns": 5, "temperature": 0.5,
+            "shellEnv": {"A": "1"}}))
+        .unwrap();
+        let prompt =
+            EngineConfig::from_json(&json!({"maxIterations": 2, "shellEnv": {"B": "2"}})).unwrap();
+        let m = prompt.over(&session);
+        assert_eq!(m.max_iterations, Some(2));
+        assert_eq!(m.temperature, Some(0.5));
+        assert_eq!(
+            m.shell_env,
+            Some(BTreeMap::from([("B".to_string(), "2".to_string())]))
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The closed sets of names a client picks from: thinking levels, permission modes and the shell
+//! network. Each is defined once here, with the exact wire names, so that request parsing,
+//! engines and provider clients cannot disagree about them.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A name that is not one of an enum's wire names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} '{given}' is not one of {expected}")]
+pub struct UnknownName {
+    /// The field, as the API spells it.
+    pub what: &'static str,
+    /// What was given.
+    pub given: String,
+    /// The accepted names, comma separated.
+    pub expected: String,
+}
+
+/// Declares an enum whose serde names, `as_str`, `Display` and `FromStr` all come from one list
+/// of wire names, so they cannot drift apart. The names are `tt`, not `literal`: a `literal`
+/// fragment reaches derive macros wrapped in an invisible group, which utoipa does not read, so
+/// the OpenAPI document would show the Rust names.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident as $what:literal {
+            $($(#[$vmeta:meta])* $variant:ident = $wire:tt,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(
+            Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize,
+            utoipa::ToSchema,
+        )]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $wire)] $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in the documented order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The wire name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $wire,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| UnknownName {
+                        what: $what,
+                        given: s.to_string(),
+                        expected: Self::ALL
+                            .iter()
+                            .map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    })
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// How much reasoning the model should do (`thinkingLevel`).
+    pub enum ThinkingLevel as "thinkingLevel" {
+        /// No extended reasoning requested.
+        #[default]
+        None = "none",
+        /// A little reasoning.
+        Low = "low",
+        /// A moderate amount of reasoning.
+        Medium = "medium",
+        /// A lot of reasoning.
+        High = "high",
+    }
+}
+
+wire_enum! {
+    /// Which tool calls run without asking the client (`permissionMode`).
+    pub enum PermissionMode as "permissionMode" {
+        /// Read-only tools run; the others ask (confirm_once tools once per session).
+        #[default]
+        Default = "default",
+        /// Like default, and tools that edit project files run without asking.
+        AcceptEdits = "acceptEdits",
+        /// Every tool runs without asking (manual_only tools still never run).
+        BypassPermissions = "bypassPermissions",
+        /// Only read-only tools run; the others are denied.
+        Plan = "plan",
+    }
+}
+
+wire_enum! {
+    /// Which network shell commands and hooks get (`shellNetwork`, `shell_network`).
+    pub enum Network as "shellNetwork" {
+        /// A private network namespace (when the host allows one).
+        #[default]
+        Isolated = "isolated",
+        /// The daemon's own network.
+        Host = "host",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn wire_names_round_trip_through_serde_and_from_str() {
+        for l in ThinkingLevel::ALL {
+            let v = serde_json::to_value(l).unwrap();
+            assert_eq!(v, l.as_str());
+            assert_eq!(serde_json::from_value::<ThinkingLevel>(v).unwrap(), *l);
+            assert_eq!(l.as_str().parse::<ThinkingLevel>().unwrap(), *l);
+        }
+        for m in PermissionMode::ALL {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
+            assert_eq!(m.as_str().parse::<PermissionMode>().unwrap(), *m);
+        }
+        assert_eq!(
+            serde_json::to_value(PermissionMode::AcceptEdits).unwrap(),
+            "acceptEdits"
+        );
+        assert_eq!(ThinkingLevel::default(), ThinkingLevel::None);
+        assert_eq!(PermissionMode::default(), PermissionMode::Default);
+        assert_eq!(Network::default(), Network::Isolated);
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_accepted_ones() {
+        let e = "yolo".parse::<PermissionMode>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "permissionMode 'yolo' is not one of default, acceptEdits, bypassPermissions, plan"
+        );
+        let e = "huge".parse::<ThinkingLevel>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "thinkingLevel 'huge' is not one of none, low, medium, high"
+        );
+    }
+}
