@@ -1,9 +1,17 @@
 //! ask_user: the model asks the user a question and the run stops (a YieldSignal) until the user
 //! answers with the next prompt.
 
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use crate::schema::schema_of;
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct AskArgs {
+    question: String,
+}
 
 /// ask_user: yields the run with a question for the user.
 #[derive(Debug, Default)]
@@ -19,7 +27,7 @@ impl Tool for AskUser {
 user's reply arrives as the next message."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]})
+        schema_of::<AskArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -28,11 +36,11 @@ user's reply arrives as the next message."
         ToolKind::Read
     }
     async fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let q = input
-            .get("question")
-            .and_then(Value::as_str)
-            .filter(|q| !q.trim().is_empty())
-            .ok_or_else(|| ToolError::InvalidInput("question is required".into()))?;
+        let a: AskArgs = parse_args(input)?;
+        let q = a.question;
+        if q.trim().is_empty() {
+            return Err(ToolError::InvalidInput("question must not be empty".into()));
+        }
         Ok(ToolOutput {
             content: format!(
                 "The question was shown to the user: {q}\nTheir answer will be the next message."

@@ -3,18 +3,16 @@
 //! [`crate::walk`], which drops what the firewall refuses.
 
 use crate::file_access::{self, Access};
+use crate::schema::schema_of;
 use crate::tool::{
-    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
 };
 use crate::walk::{WalkOptions, walk};
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
-
-fn parse<T: for<'de> Deserialize<'de>>(input: Value) -> Result<T, ToolError> {
-    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
-}
 
 fn path_target(input: &Value, key: &str) -> FirewallTargets {
     FirewallTargets {
@@ -43,13 +41,16 @@ const READ_MAX_BYTES: u64 = 10 * 1024 * 1024;
 #[derive(Debug, Default)]
 pub struct ReadFile;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadArgs {
+pub(crate) struct ReadArgs {
+    /// File path, relative to the project
     path: String,
     #[serde(default, alias = "startLine")]
+    #[schemars(range(min = 1))]
     start_line: Option<usize>,
     #[serde(default, alias = "endLine")]
+    #[schemars(range(min = 1))]
     end_line: Option<usize>,
 }
 
@@ -62,11 +63,7 @@ impl Tool for ReadFile {
         "Read a text file of the project. Optional 1-based inclusive line range start_line..end_line."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "path": {"type": "string", "description": "File path, relative to the project"},
-            "start_line": {"type": "integer", "minimum": 1},
-            "end_line": {"type": "integer", "minimum": 1}
-        }, "required": ["path"]})
+        schema_of::<ReadArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -78,7 +75,7 @@ impl Tool for ReadFile {
         path_target(input, "path")
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ReadArgs = parse(input)?;
+        let a: ReadArgs = parse_args(input)?;
         let path = ctx.resolve(&a.path)?;
         let (mut file, meta) = file_access::open(&path, &a.path, Access::Read).await?;
         if meta.is_dir() {
@@ -127,9 +124,9 @@ impl Tool for ReadFile {
 #[derive(Debug, Default)]
 pub struct WriteFile;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct WriteArgs {
+pub(crate) struct WriteArgs {
     path: String,
     content: String,
 }
@@ -143,9 +140,7 @@ impl Tool for WriteFile {
         "Create or overwrite a file of the project with the given content."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "path": {"type": "string"}, "content": {"type": "string"}
-        }, "required": ["path", "content"]})
+        schema_of::<WriteArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ConfirmOnce
@@ -157,7 +152,7 @@ impl Tool for WriteFile {
         path_target(input, "path")
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: WriteArgs = parse(input)?;
+        let a: WriteArgs = parse_args(input)?;
         let path = ctx.resolve(&a.path)?;
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;
@@ -198,9 +193,9 @@ pub fn replace_exact(text: &str, old: &str, new: &str) -> Result<String, String>
 #[derive(Debug, Default)]
 pub struct EditFile;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct EditArgs {
+pub(crate) struct EditArgs {
     path: String,
     #[serde(alias = "oldString")]
     old_string: String,
@@ -217,9 +212,7 @@ impl Tool for EditFile {
         "Replace exactly one occurrence of old_string with new_string in a file. Fails if old_string is missing or matches more than once."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}
-        }, "required": ["path", "old_string", "new_string"]})
+        schema_of::<EditArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ConfirmOnce
@@ -231,7 +224,7 @@ impl Tool for EditFile {
         path_target(input, "path")
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: EditArgs = parse(input)?;
+        let a: EditArgs = parse_args(input)?;
         let path = ctx.resolve(&a.path)?;
         let (mut file, _) = file_access::open(&path, &a.path, Access::Update).await?;
         let mut text = String::new();
@@ -250,9 +243,9 @@ impl Tool for EditFile {
 #[derive(Debug, Default)]
 pub struct ListDir;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
+pub(crate) struct ListArgs {
     #[serde(default)]
     path: Option<String>,
 }
@@ -266,7 +259,7 @@ impl Tool for ListDir {
         "List a directory of the project (default: the project root). Directories end with '/'."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"path": {"type": "string"}}})
+        schema_of::<ListArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -278,7 +271,7 @@ impl Tool for ListDir {
         path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ListArgs = parse(input)?;
+        let a: ListArgs = parse_args(input)?;
         let shown = a.path.as_deref().unwrap_or(".");
         let path = ctx.resolve(shown)?;
         if !tokio::fs::metadata(&path).await?.is_dir() {
@@ -341,9 +334,9 @@ fn read_for_grep(path: &std::path::Path) -> Option<Vec<u8>> {
 #[derive(Debug, Default)]
 pub struct Glob;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct GlobArgs {
+pub(crate) struct GlobArgs {
     pattern: String,
     #[serde(default)]
     path: Option<String>,
@@ -358,9 +351,7 @@ impl Tool for Glob {
         "Find project files whose path (relative to `path`, default the project root) matches a glob such as **/*.rs."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "pattern": {"type": "string"}, "path": {"type": "string"}
-        }, "required": ["pattern"]})
+        schema_of::<GlobArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -372,7 +363,7 @@ impl Tool for Glob {
         path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: GlobArgs = parse(input)?;
+        let a: GlobArgs = parse_args(input)?;
         let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
         let confinement = ctx.firewall.confinement(&ctx.project_path)?;
         let matcher = globset::Glob::new(&a.pattern)
@@ -422,9 +413,9 @@ impl Tool for Glob {
 #[derive(Debug, Default)]
 pub struct Grep;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct GrepArgs {
+pub(crate) struct GrepArgs {
     pattern: String,
     #[serde(default)]
     path: Option<String>,
@@ -433,6 +424,7 @@ struct GrepArgs {
     #[serde(default, alias = "caseInsensitive")]
     case_insensitive: bool,
     #[serde(default, alias = "maxResults")]
+    #[schemars(range(min = 1))]
     max_results: Option<usize>,
 }
 
@@ -445,10 +437,7 @@ impl Tool for Grep {
         "Search project files for a regular expression; returns path:line: text. Optional path (file or directory), glob filter, case_insensitive, max_results (default and limit 1000)."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"},
-            "case_insensitive": {"type": "boolean"}, "max_results": {"type": "integer", "minimum": 1}
-        }, "required": ["pattern"]})
+        schema_of::<GrepArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -460,7 +449,7 @@ impl Tool for Grep {
         path_or_root_target(input)
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: GrepArgs = parse(input)?;
+        let a: GrepArgs = parse_args(input)?;
         let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
         let re = regex::RegexBuilder::new(&a.pattern)
             .case_insensitive(a.case_insensitive)

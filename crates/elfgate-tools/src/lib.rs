@@ -12,6 +12,7 @@ pub mod guardian;
 pub mod hooks;
 pub mod permission;
 pub mod process;
+pub mod schema;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
@@ -27,7 +28,7 @@ pub use permission::{
 };
 pub use tool::{
     FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
-    ToolRegistry, truncate_result,
+    ToolRegistry, parse_args, truncate_result,
 };
 
 use std::sync::Arc;
@@ -69,4 +70,48 @@ pub fn builtin_registry(settings: &BuiltinSettings) -> ToolRegistry {
     r.register(Arc::new(session_tools::ReadSessionMessages));
     r.register(Arc::new(ask::AskUser));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::schema::check_args_schema;
+    use serde_json::Value;
+
+    /// Checks a tool's schema against the argument struct it parses its input into.
+    type Check = fn(&Value) -> Result<(), String>;
+
+    #[test]
+    fn every_builtin_tool_schema_says_what_its_arguments_need() {
+        let checks: [(&str, Check); 11] = [
+            ("read_file", check_args_schema::<fs_tools::ReadArgs>),
+            ("write_file", check_args_schema::<fs_tools::WriteArgs>),
+            ("edit_file", check_args_schema::<fs_tools::EditArgs>),
+            ("list_dir", check_args_schema::<fs_tools::ListArgs>),
+            ("glob", check_args_schema::<fs_tools::GlobArgs>),
+            ("grep", check_args_schema::<fs_tools::GrepArgs>),
+            ("shell", check_args_schema::<shell::ShellArgs>),
+            ("web_fetch", check_args_schema::<web::WebArgs>),
+            (
+                "list_sessions",
+                check_args_schema::<session_tools::ListSessionsArgs>,
+            ),
+            (
+                "read_session_messages",
+                check_args_schema::<session_tools::ReadSessionArgs>,
+            ),
+            ("ask_user", check_args_schema::<ask::AskArgs>),
+        ];
+        let registry = builtin_registry(&BuiltinSettings::default());
+        let mut names = registry.names();
+        names.sort();
+        let mut checked: Vec<String> = checks.iter().map(|(n, _)| n.to_string()).collect();
+        checked.sort();
+        assert_eq!(names, checked, "a built-in tool without a schema check");
+        for (name, check) in checks {
+            let tool = registry.get(name).unwrap();
+            check(&tool.schema()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
 }

@@ -1,9 +1,18 @@
 //! Session tools: list the daemon's sessions and read another session's messages (read-only).
 
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use crate::schema::schema_of;
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
 use async_trait::async_trait;
 use elfgate_core::{ContentBlock, SessionId};
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct ListSessionsArgs {
+    #[schemars(range(min = 1, max = 200))]
+    limit: Option<u64>,
+}
 
 /// list_sessions: the sessions of this daemon, newest first.
 #[derive(Debug, Default)]
@@ -18,7 +27,7 @@ impl Tool for ListSessions {
         "List the user's sessions, newest first: id, engine, title, project path."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 200}}})
+        schema_of::<ListSessionsArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -27,11 +36,8 @@ impl Tool for ListSessions {
         ToolKind::Read
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let limit = input
-            .get("limit")
-            .and_then(Value::as_u64)
-            .unwrap_or(50)
-            .clamp(1, 200) as u32;
+        let a: ListSessionsArgs = parse_args(input)?;
+        let limit = a.limit.unwrap_or(50).clamp(1, 200) as u32;
         let store = ctx
             .store
             .as_ref()
@@ -66,6 +72,14 @@ impl Tool for ListSessions {
     }
 }
 
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct ReadSessionArgs {
+    #[serde(alias = "sessionId")]
+    session_id: String,
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u64>,
+}
+
 /// read_session_messages: the stored messages of a session, as text.
 #[derive(Debug, Default)]
 pub struct ReadSessionMessages;
@@ -79,9 +93,7 @@ impl Tool for ReadSessionMessages {
         "Read the stored messages of a session (read-only), oldest first."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "session_id": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 500}
-        }, "required": ["session_id"]})
+        schema_of::<ReadSessionArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -90,19 +102,11 @@ impl Tool for ReadSessionMessages {
         ToolKind::Read
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let id = input
-            .get("session_id")
-            .or_else(|| input.get("sessionId"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| ToolError::InvalidInput("session_id is required".into()))?;
-        let id: SessionId = id
-            .parse()
-            .map_err(|_| ToolError::InvalidInput(format!("'{id}' is not a session id")))?;
-        let limit = input
-            .get("limit")
-            .and_then(Value::as_u64)
-            .unwrap_or(100)
-            .clamp(1, 500) as u32;
+        let a: ReadSessionArgs = parse_args(input)?;
+        let id: SessionId = a.session_id.parse().map_err(|_| {
+            ToolError::InvalidInput(format!("'{}' is not a session id", a.session_id))
+        })?;
+        let limit = a.limit.unwrap_or(100).clamp(1, 500) as u32;
         let store = ctx
             .store
             .as_ref()

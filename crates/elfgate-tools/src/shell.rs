@@ -3,12 +3,14 @@
 //! clean environment and, by default, a network namespace of its own.
 
 use crate::process::{Captured, End, run};
+use crate::schema::schema_of;
 use crate::tool::{
-    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
+    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
 };
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// shell: `bash -c COMMAND` in the project directory.
 #[derive(Debug, Clone)]
@@ -25,9 +27,10 @@ impl Default for Shell {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ShellArgs {
+pub(crate) struct ShellArgs {
+    /// The bash command line
     command: String,
 }
 
@@ -52,9 +55,7 @@ impl Tool for Shell {
         "Run a shell command with bash in the project directory. Returns the exit code, stdout and stderr (capped)."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "command": {"type": "string", "description": "The bash command line"}
-        }, "required": ["command"]})
+        schema_of::<ShellArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::AlwaysConfirm
@@ -72,8 +73,7 @@ impl Tool for Shell {
         }
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ShellArgs =
-            serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+        let a: ShellArgs = parse_args(input)?;
         ctx.firewall.check_command(&a.command)?;
         let cwd = ctx.resolve(".")?;
         let mut spec = ctx.child.spec("bash", &["-c", &a.command], &cwd);
@@ -107,6 +107,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::firewall::ExecutionFirewall;
+    use serde_json::json;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
     use tokio_util::sync::CancellationToken;

@@ -138,6 +138,11 @@ pub enum ToolError {
     Failed(String),
 }
 
+/// A tool's input parsed into its argument struct; a mismatch is an input error the model sees.
+pub fn parse_args<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))
+}
+
 /// Where and for whom a tool runs.
 #[derive(Clone)]
 pub struct ToolContext {

@@ -1,10 +1,13 @@
 //! web_fetch: fetches a URL and returns readable text; refuses loopback and private addresses
 //! unless allowed; size and time limits; redirects are followed by hand and checked each time.
 
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use crate::schema::schema_of;
+use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -200,6 +203,11 @@ impl WebFetch {
     }
 }
 
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct WebArgs {
+    url: String,
+}
+
 #[async_trait]
 impl Tool for WebFetch {
     fn name(&self) -> &str {
@@ -209,7 +217,7 @@ impl Tool for WebFetch {
         "Fetch an http(s) URL and return its readable text."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]})
+        schema_of::<WebArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ConfirmOnce
@@ -218,11 +226,8 @@ impl Tool for WebFetch {
         ToolKind::Network
     }
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let url = input
-            .get("url")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ToolError::InvalidInput("url is required".into()))?;
-        match self.fetch(url, &ctx.cancel).await {
+        let a: WebArgs = parse_args(input)?;
+        match self.fetch(&a.url, &ctx.cancel).await {
             Ok(t) => Ok(ToolOutput::ok(t)),
             Err(e) if ctx.cancel.is_cancelled() => {
                 tracing::debug!(error = %e, "web_fetch interrupted");

@@ -5,10 +5,14 @@ use super::agent::{Agent, LoopEnd, Runner, run_loop};
 use async_trait::async_trait;
 use elfgate_core::{ContentBlock, EventPayload, FinishReason, Role};
 use elfgate_llm::LlmMessage;
-use elfgate_tools::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput};
+use elfgate_tools::schema::schema_of;
+use elfgate_tools::{
+    PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
+};
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -28,12 +32,7 @@ impl Tool for SpawnTool {
 background=true returns at once and its answer arrives later as a message. Sub-agents cannot spawn."
     }
     fn schema(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "task": {"type": "string", "description": "What the sub-agent must do"},
-            "label": {"type": "string", "description": "A short name for it"},
-            "background": {"type": "boolean"},
-            "tools": {"type": "array", "items": {"type": "string"}, "description": "Tool names it may use (default: yours, without spawn)"}
-        }, "required": ["task"]})
+        schema_of::<SpawnArgs>()
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
@@ -46,14 +45,17 @@ background=true returns at once and its answer arrives later as a message. Sub-a
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SpawnArgs {
+    /// What the sub-agent must do
     task: String,
+    /// A short name for it
     #[serde(default)]
     label: Option<String>,
     #[serde(default)]
     background: bool,
+    /// Tool names it may use (default: yours, without spawn)
     #[serde(default)]
     tools: Option<Vec<String>>,
 }
@@ -77,8 +79,7 @@ pub(crate) fn run(
     cancel: CancellationToken,
 ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
     Box::pin(async move {
-        let a: SpawnArgs =
-            serde_json::from_value(input).map_err(|e| ToolError::InvalidInput(e.to_string()))?;
+        let a: SpawnArgs = parse_args(input)?;
         if a.task.trim().is_empty() {
             return Err(ToolError::InvalidInput("task must not be empty".into()));
         }
@@ -173,4 +174,16 @@ directory {}. Do the task with your tools and answer with the result only.",
 /// The drained text of a background result.
 pub(crate) fn background_text(end: &LoopEnd) -> String {
     outcome_text(end)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_schema_says_what_the_arguments_need() {
+        let schema = SpawnTool.schema();
+        elfgate_tools::schema::check_args_schema::<SpawnArgs>(&schema).unwrap();
+    }
 }

@@ -1,0 +1,155 @@
+//! Tool input schemas, derived with schemars from the structs the tools parse their input into,
+//! so that what the model is told and what the tool accepts cannot drift apart. Property
+//! descriptions are the fields' doc comments.
+
+use schemars::generate::SchemaSettings;
+use schemars::transform::RecursiveTransform;
+use schemars::{JsonSchema, Schema};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// The JSON schema of `T` as the model sees it: a plain object schema, without the meta-schema,
+/// title or the struct's own description (the tool's description says what it does).
+pub fn schema_of<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| s.meta_schema = None)
+        .with_transform(RecursiveTransform(plain))
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("title");
+        root.remove("description");
+    }
+    schema
+}
+
+/// Rewrites what schemars adds for Rust types into what the model needs to know.
+fn plain(schema: &mut Schema) {
+    let Some(o) = schema.as_object_mut() else {
+        return;
+    };
+    // An Option field may be left out; the tools never want an explicit null, so the model is
+    // not offered one (neither as a type nor as the default of a `#[serde(default)]` field).
+    if let Some(Value::Array(types)) = o.get("type") {
+        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        if let [only] = kept.as_slice() {
+            o.insert("type".into(), only.clone());
+        }
+    }
+    if o.get("default") == Some(&Value::Null) {
+        o.remove("default");
+    }
+    // "uint32" and the like are not JSON Schema formats; providers that accept a subset of JSON
+    // Schema reject formats they do not know, and the bounds already say what matters.
+    if o.get("type") == Some(&json!("integer")) {
+        o.remove("format");
+    }
+}
+
+/// Checks that `schema`, the input schema a tool shows the model, describes what deserializing
+/// `T` accepts: an object schema whose `required` list is exactly the properties `T` cannot do
+/// without. Every tool's tests run it on the tool's schema and argument struct.
+pub fn check_args_schema<T: DeserializeOwned>(schema: &Value) -> Result<(), String> {
+    if schema["type"] != "object" {
+        return Err(format!("not an object schema: {schema}"));
+    }
+    let props = schema["properties"]
+        .as_object()
+        .ok_or_else(|| format!("no properties: {schema}"))?;
+    let required: Vec<&str> = match schema.get("required") {
+        None => Vec::new(),
+        Some(r) => r
+            .as_array()
+            .ok_or_else(|| format!("required is not a list: {schema}"))?
+            .iter()
+            .map(|v| v.as_str().ok_or_else(|| format!("required holds {v}")))
+            .collect::<Result<_, _>>()?,
+    };
+    if let Some(r) = required.iter().find(|r| !props.contains_key(**r)) {
+        return Err(format!("'{r}' is required but not a property"));
+    }
+    let full: Map<String, Value> = props
+        .iter()
+        .map(|(k, p)| {
+            Ok((
+                k.clone(),
+                sample(p).ok_or_else(|| format!("no sample for {k}: {p}"))?,
+            ))
+        })
+        .collect::<Result<_, String>>()?;
+    serde_json::from_value::<T>(Value::Object(full.clone()))
+        .map_err(|e| format!("a value with every property does not parse: {e}"))?;
+    for name in props.keys() {
+        let mut without = full.clone();
+        without.remove(name);
+        let parses = serde_json::from_value::<T>(Value::Object(without)).is_ok();
+        let listed = required.contains(&name.as_str());
+        if parses == listed {
+            return Err(format!(
+                "'{name}' is {} in the schema, but the arguments {} it",
+                if listed { "required" } else { "optional" },
+                if parses { "do without" } else { "need" },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A value a property schema accepts.
+fn sample(p: &Value) -> Option<Value> {
+    Some(match p["type"].as_str()? {
+        "string" => json!("x"),
+        "integer" => p.get("minimum").cloned().unwrap_or(json!(1)),
+        "number" => json!(1.0),
+        "boolean" => json!(true),
+        "array" => json!([]),
+        "object" => json!({}),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde::Deserialize;
+
+    /// Demo.
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        /// The path.
+        path: String,
+        #[serde(default)]
+        #[schemars(range(min = 1, max = 9))]
+        limit: Option<u32>,
+        #[serde(default)]
+        flag: bool,
+        tags: Option<Vec<String>>,
+    }
+
+    #[test]
+    fn options_are_optional_without_null_and_docs_become_descriptions() {
+        assert_eq!(
+            schema_of::<Args>(),
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "The path."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 9},
+                "flag": {"type": "boolean", "default": false},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["path"]})
+        );
+        check_args_schema::<Args>(&schema_of::<Args>()).unwrap();
+    }
+
+    #[test]
+    fn a_required_list_that_differs_from_the_struct_is_caught() {
+        let mut s = schema_of::<Args>();
+        s["required"] = json!(["path", "limit"]);
+        let e = check_args_schema::<Args>(&s).unwrap_err();
+        assert!(e.contains("'limit' is required"), "{e}");
+        s["required"] = json!([]);
+        let e = check_args_schema::<Args>(&s).unwrap_err();
+        assert!(e.contains("'path' is optional"), "{e}");
+    }
+}
