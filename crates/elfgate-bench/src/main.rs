@@ -11,6 +11,7 @@
 
 mod client;
 mod daemon;
+mod memory;
 
 use anyhow::{Context, bail};
 use client::{Path, Sample, Target};
@@ -41,6 +42,11 @@ OPTIONS:
   --no-throughput      skip the throughput pass (delay 0)
   --one-request        daemon sessions as one request: POST /v1/sessions with
                        Accept: text/event-stream (default: POST, then GET events)
+  --idle-subscribers N instead of the scenarios: N idle SSE subscribers over
+                       --idle-sessions S sessions [100]; RSS before/with/after
+                       and /healthz latency meanwhile (needs ulimit -n > N)
+  --large-prompts N    instead of the scenarios: N prompts of 1 MB in one chat
+                       session; RSS before, at the end, and once idle
   -v, --verbose        print one line per pass
   -h, --help           this text
 
@@ -58,6 +64,9 @@ struct Opts {
     throughput: bool,
     one_request: bool,
     verbose: bool,
+    idle_subscribers: usize,
+    idle_sessions: usize,
+    large_prompts: usize,
 }
 
 impl Opts {
@@ -71,6 +80,9 @@ impl Opts {
             throughput: true,
             one_request: false,
             verbose: false,
+            idle_subscribers: 0,
+            idle_sessions: 100,
+            large_prompts: 0,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -102,6 +114,15 @@ impl Opts {
                 "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
                 "--no-throughput" => o.throughput = false,
                 "--one-request" => o.one_request = true,
+                "--idle-subscribers" => {
+                    o.idle_subscribers = value()?.parse().context("--idle-subscribers")?;
+                }
+                "--idle-sessions" => {
+                    o.idle_sessions = value()?.parse().context("--idle-sessions")?;
+                }
+                "--large-prompts" => {
+                    o.large_prompts = value()?.parse().context("--large-prompts")?;
+                }
                 "-v" | "--verbose" => o.verbose = true,
                 other => bail!("unknown argument {other:?}\n\n{USAGE}"),
             }
@@ -634,6 +655,18 @@ async fn main() -> anyhow::Result<()> {
         daemon_token: daemon.token.clone(),
         one_request: opts.one_request,
     };
+    if opts.idle_subscribers > 0 {
+        return memory::idle_subscribers(
+            &daemon,
+            &target,
+            opts.idle_sessions,
+            opts.idle_subscribers,
+        )
+        .await;
+    }
+    if opts.large_prompts > 0 {
+        return memory::large_prompts(&daemon, &target, opts.large_prompts, 1_000_000).await;
+    }
 
     let mut scenarios: Vec<Scenario> = opts
         .concurrency

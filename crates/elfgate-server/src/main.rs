@@ -89,6 +89,11 @@ fn raise_file_limit() {
     }
 }
 
+/// See the dependency's comment in Cargo.toml: memory goes back to the system when load falls.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
