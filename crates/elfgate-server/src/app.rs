@@ -4,6 +4,7 @@ use crate::auth::require_token;
 use crate::config::{AuthMode, Config};
 use crate::error::{ApiError, method_not_allowed};
 use crate::extract::BodyLimit;
+use crate::openapi;
 use crate::request_guard::guard_requests;
 use crate::routes;
 use crate::state::AppState;
@@ -225,6 +226,7 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::health::protected_routes())
+            .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
