@@ -14,6 +14,7 @@
 //!   answered here, before auth, because browsers send no credentials with a preflight.
 
 use crate::error::ApiError;
+pub use crate::origin::{BadOrigin, parse_origin};
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -33,24 +34,6 @@ pub struct RequestGuard {
     bound_ip: IpAddr,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
-}
-
-/// An origin in the configuration that is not `scheme://host[:port]`.
-#[derive(Debug, thiserror::Error)]
-#[error("an origin is scheme://host[:port] with scheme http or https, no path, no trailing slash")]
-pub struct BadOrigin;
-
-/// Checks one configured origin and returns it in the form browsers send (lower case).
-pub fn parse_origin(origin: &str) -> Result<String, BadOrigin> {
-    let lower = origin.trim().to_ascii_lowercase();
-    let rest = lower
-        .strip_prefix("http://")
-        .or_else(|| lower.strip_prefix("https://"))
-        .ok_or(BadOrigin)?;
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(BadOrigin);
-    }
-    Ok(lower)
 }
 
 impl RequestGuard {
