@@ -244,7 +244,7 @@ impl Daemon {
             // Outermost: a request from a foreign Host or Origin is refused before anything else,
             // and a CORS preflight is answered before auth (browsers send it without the token).
             .layer(middleware::from_fn_with_state(
-                state.clone(),
+                Arc::new(state.request_guard.clone()),
                 guard_requests,
             ))
             .with_state(state)

@@ -15,12 +15,12 @@
 
 use crate::error::ApiError;
 pub use crate::origin::{BadOrigin, parse_origin};
-use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 /// The request headers a web client may send (the answer to a preflight).
 const ALLOWED_HEADERS: &str = "authorization, content-type, last-event-id, accept";
@@ -117,9 +117,13 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 }
 
 /// The middleware: refuse, answer a preflight, or pass on (adding CORS headers for configured
-/// origins).
-pub async fn guard_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let guard = &state.request_guard;
+/// origins). It takes the guard alone, not the application state, which holds the guard.
+pub async fn guard_requests(
+    State(guard): State<Arc<RequestGuard>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let guard = &*guard;
     let host = request_host(&req);
     if let Some(h) = &host
         && !guard.host_allowed(h)
