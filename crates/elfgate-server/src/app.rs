@@ -4,6 +4,7 @@ use crate::auth::require_token;
 use crate::config::{AuthMode, Config};
 use crate::error::{ApiError, method_not_allowed};
 use crate::extract::BodyLimit;
+use crate::openapi;
 use crate::request_guard::guard_requests;
 use crate::routes;
 use crate::state::AppState;
@@ -225,6 +226,7 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::health::protected_routes())
+            .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.
             .method_not_allowed_fallback(method_not_allowed)
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
@@ -242,7 +244,7 @@ impl Daemon {
             // Outermost: a request from a foreign Host or Origin is refused before anything else,
             // and a CORS preflight is answered before auth (browsers send it without the token).
             .layer(middleware::from_fn_with_state(
-                state.clone(),
+                Arc::new(state.request_guard.clone()),
                 guard_requests,
             ))
             .with_state(state)

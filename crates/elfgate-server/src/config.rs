@@ -237,7 +237,7 @@ impl Config {
             )));
         }
         for origin in &self.server.allowed_origins {
-            crate::request_guard::parse_origin(origin).map_err(|e| {
+            crate::origin::parse_origin(origin).map_err(|e| {
                 ConfigError::Invalid(format!("server.allowed_origins '{origin}': {e}"))
             })?;
         }

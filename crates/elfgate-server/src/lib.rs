@@ -11,6 +11,7 @@ pub mod idempotency;
 pub mod keyed_lock;
 pub mod listener;
 pub mod openapi;
+pub mod origin;
 pub mod request_guard;
 pub mod routes;
 pub mod service;

@@ -14,12 +14,13 @@
 //!   answered here, before auth, because browsers send no credentials with a preflight.
 
 use crate::error::ApiError;
-use crate::state::AppState;
+pub use crate::origin::{BadOrigin, parse_origin};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 /// The request headers a web client may send (the answer to a preflight).
 const ALLOWED_HEADERS: &str = "authorization, content-type, last-event-id, accept";
@@ -33,24 +34,6 @@ pub struct RequestGuard {
     bound_ip: IpAddr,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
-}
-
-/// An origin in the configuration that is not `scheme://host[:port]`.
-#[derive(Debug, thiserror::Error)]
-#[error("an origin is scheme://host[:port] with scheme http or https, no path, no trailing slash")]
-pub struct BadOrigin;
-
-/// Checks one configured origin and returns it in the form browsers send (lower case).
-pub fn parse_origin(origin: &str) -> Result<String, BadOrigin> {
-    let lower = origin.trim().to_ascii_lowercase();
-    let rest = lower
-        .strip_prefix("http://")
-        .or_else(|| lower.strip_prefix("https://"))
-        .ok_or(BadOrigin)?;
-    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(BadOrigin);
-    }
-    Ok(lower)
 }
 
 impl RequestGuard {
@@ -134,9 +117,13 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 }
 
 /// The middleware: refuse, answer a preflight, or pass on (adding CORS headers for configured
-/// origins).
-pub async fn guard_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let guard = &state.request_guard;
+/// origins). It takes the guard alone, not the application state, which holds the guard.
+pub async fn guard_requests(
+    State(guard): State<Arc<RequestGuard>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let guard = &*guard;
     let host = request_host(&req);
     if let Some(h) = &host
         && !guard.host_allowed(h)

@@ -6,8 +6,10 @@
 mod codec;
 mod error;
 mod lock;
+mod schema;
 mod script;
 mod sqlite;
+mod statements;
 mod writer;
 
 pub use error::StoreError;

@@ -10,7 +10,7 @@
 use crate::StoreError;
 use crate::codec::ts;
 use crate::script::Script;
-use crate::sqlite::{
+use crate::statements::{
     push_insert_messages, push_insert_runs, push_insert_sessions, push_run_finished,
     push_run_started,
 };
@@ -581,7 +581,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/w.db?mode=rwc", dir.path().display());
         let pool = SqlitePool::connect(&url).await.unwrap();
-        crate::sqlite::MIGRATOR.run(&pool).await.unwrap();
+        crate::schema::MIGRATOR.run(&pool).await.unwrap();
         let (log, log_rx) = elfgate_core::log_channel(2);
         let (ops, ops_rx) = mpsc::unbounded_channel::<(StoreOp, Ack)>();
         let task = tokio::spawn(run(pool.clone(), pool.clone(), log_rx, ops_rx));

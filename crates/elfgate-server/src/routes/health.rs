@@ -1,4 +1,5 @@
-//! Liveness, readiness, metrics and the OpenAPI document.
+//! Liveness, readiness and metrics. (The OpenAPI document's route lives with the document, in
+//! `openapi.rs`, so that the document depends on the routes and not the other way round.)
 
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
@@ -8,7 +9,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 
 /// The operational routes (no auth).
@@ -20,9 +20,7 @@ pub fn routes() -> Router<AppState> {
 
 /// The operational routes behind auth.
 pub fn protected_routes() -> Router<AppState> {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
+    Router::new().route("/metrics", get(metrics))
 }
 
 /// Answer of /healthz and /readyz.
@@ -87,21 +85,4 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             .metrics
             .render_prometheus(state.dispatcher.active().len()),
     )
-}
-
-/// This OpenAPI document.
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    operation_id = "openapi",
-    tag = "operations",
-    responses(
-        (status = 200, description = "The OpenAPI 3.1 document", body = Object),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
-    ),
-    security(("bearer" = []))
-)]
-async fn openapi() -> Json<Value> {
-    Json(crate::openapi::document())
 }

@@ -1,0 +1,118 @@
+//! Opening the database (pragmas, pools, lock, migrations) and closing it.
+
+use super::SqliteStore;
+use crate::lock::{DatabaseLock, in_memory};
+use crate::schema::MIGRATOR;
+use crate::writer::Writer;
+use crate::{StoreError, StoreResult};
+use elfgate_core::LogSender;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How many published events may wait for the log writer before publishers wait.
+    pub log_queue_events: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
+    /// applies pending migrations. A database file is locked first (see `lock.rs`): while this
+    /// store or a clone lives, opening the same file again fails with [`StoreError::Locked`].
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, StoreOptions::default()).await
+    }
+
+    /// [`SqliteStore::open`] with options.
+    pub async fn open_with(url: &str, opts: StoreOptions) -> StoreResult<Self> {
+        if !url.starts_with("sqlite:") {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL in WAL mode stays consistent after a crash; only the last commits may be lost on
+            // power failure, never on a process kill.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let file = options.get_filename();
+        if let Some(dir) = file.parent()
+            && !dir.as_os_str().is_empty()
+            && file.as_os_str() != ":memory:"
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        // Before migrations and before anyone reads or ends a run.
+        let lock = if in_memory(url) {
+            None
+        } else {
+            Some(Arc::new(DatabaseLock::acquire(file)?))
+        };
+        // No automatic checkpoint: it runs inside whichever commit crosses the threshold (5-15 ms
+        // under load), often one that a new session waits for. The writer has checkpoints run
+        // on a reader connection instead (see `WalTracker` in the writer module).
+        let write_options = options
+            .clone()
+            .pragma("wal_autocheckpoint", "0")
+            // After a burst, the WAL file is cut back to 64 MB when it restarts.
+            .pragma("journal_size_limit", "67108864")
+            // 16 MB of page cache (default 2 MB): with many sessions logging at once, a commit
+            // touches one log page per session, and a small cache spilled dirty pages to the WAL
+            // mid-transaction and read pages back (docs/benchmarks.md, item 11).
+            .pragma("cache_size", "-16384");
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            // A local file does not go stale like a network connection: no ping (one more round
+            // trip to SQLite's thread) before each use.
+            .test_before_acquire(false)
+            .connect_with(write_options)
+            .await?;
+        MIGRATOR.run(&write).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(8)
+            .min_connections(1)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        let writer = Writer::spawn(write.clone(), read.clone(), opts.log_queue_events);
+        Ok(SqliteStore {
+            write,
+            read,
+            writer,
+            _lock: lock,
+        })
+    }
+
+    /// Where the event hub sends published events.
+    pub fn log_sender(&self) -> LogSender {
+        self.writer.log_sender()
+    }
+
+    /// Applies pending migrations without keeping the store (the `migrate` command).
+    pub async fn migrate(url: &str) -> StoreResult<()> {
+        let store = Self::open(url).await?;
+        store.close().await;
+        Ok(())
+    }
+
+    /// Writes what the writer holds, stops it, and closes the pools.
+    pub async fn close(&self) {
+        self.writer.shutdown().await;
+        self.write.close().await;
+        self.read.close().await;
+    }
+}

@@ -1,0 +1,339 @@
+//! [`Store`] and [`RunLedger`] for [`SqliteStore`]: writes on a run's path go through the
+//! group-commit writer, reads go to the reader pool.
+
+use super::SqliteStore;
+use super::rows::{message_from_row, run_from_row, session_from_row};
+use crate::codec::ts;
+use crate::statements::insert_runs_tx;
+use crate::writer::StoreOp;
+use crate::{RecoveredRun, SessionPage, Store, StoreResult, StoredEvent};
+use async_trait::async_trait;
+use chrono::Utc;
+use elfgate_core::{
+    LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
+    SessionId,
+};
+use sqlx::Row;
+
+#[async_trait]
+impl RunLedger for SqliteStore {
+    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
+        self.writer
+            .run(StoreOp::RunStarted {
+                session_id,
+                run_id,
+                at: ts(&Utc::now()),
+            })
+            .await
+            .map_err(|e| LedgerError(e.report()))
+    }
+
+    async fn run_finished(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        outcome: &RunOutcome,
+        answer: Option<&Message>,
+    ) -> Result<(), LedgerError> {
+        self.writer
+            .run(StoreOp::RunFinished {
+                session_id,
+                run_id,
+                outcome: Box::new(outcome.clone()),
+                answer: answer.cloned().map(Box::new),
+                at: ts(&Utc::now()),
+            })
+            .await
+            .map_err(|e| LedgerError(e.report()))
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    async fn create_session(
+        &self,
+        s: &Session,
+        first_run: &Run,
+        first_message: Option<&Message>,
+    ) -> StoreResult<()> {
+        // Group commit: sessions created at the same moment share one transaction.
+        self.writer
+            .run(StoreOp::CreateSession(
+                Box::new(s.clone()),
+                Box::new(first_run.clone()),
+                first_message.map(|m| Box::new(m.clone())),
+            ))
+            .await
+    }
+
+    async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {
+        let row = sqlx::query("SELECT * FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        cursor: Option<SessionId>,
+    ) -> StoreResult<SessionPage> {
+        let limit = limit.clamp(1, 500);
+        // Ids are UUIDv7: their text order is creation order.
+        let rows = match cursor {
+            Some(c) => {
+                sqlx::query("SELECT * FROM sessions WHERE id < ? ORDER BY id DESC LIMIT ?")
+                    .bind(c.to_string())
+                    .bind(limit as i64 + 1)
+                    .fetch_all(&self.read)
+                    .await?
+            }
+            None => {
+                sqlx::query("SELECT * FROM sessions ORDER BY id DESC LIMIT ?")
+                    .bind(limit as i64 + 1)
+                    .fetch_all(&self.read)
+                    .await?
+            }
+        };
+        let mut sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let next_cursor = if sessions.len() > limit as usize {
+            sessions.truncate(limit as usize);
+            sessions.last().map(|s| s.id)
+        } else {
+            None
+        };
+        Ok(SessionPage {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
+        let mut tx = self.write.begin().await?;
+        let sid = id.to_string();
+        sqlx::query("DELETE FROM events WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM messages WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM runs WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        let gone = sqlx::query("DELETE FROM sessions WHERE id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(gone > 0)
+    }
+
+    async fn create_run(&self, run: &Run) -> StoreResult<()> {
+        let mut tx = self.write.begin().await?;
+        insert_runs_tx(&mut tx, &[run]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn run_by_client_msg_id(
+        &self,
+        session_id: Option<SessionId>,
+        client_msg_id: &str,
+    ) -> StoreResult<Option<Run>> {
+        let row = match session_id {
+            Some(s) => {
+                sqlx::query("SELECT * FROM runs WHERE session_id = ? AND client_msg_id = ?")
+                    .bind(s.to_string())
+                    .bind(client_msg_id)
+                    .fetch_optional(&self.read)
+                    .await?
+            }
+            // A session's first run: its key identifies the session too.
+            None => {
+                sqlx::query(
+                    "SELECT runs.* FROM runs JOIN sessions ON sessions.id = runs.session_id \
+                     WHERE runs.client_msg_id = ? AND runs.id = ( \
+                       SELECT r2.id FROM runs r2 WHERE r2.session_id = runs.session_id \
+                       ORDER BY r2.rowid LIMIT 1) \
+                     ORDER BY runs.rowid DESC LIMIT 1",
+                )
+                .bind(client_msg_id)
+                .fetch_optional(&self.read)
+                .await?
+            }
+        };
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn delete_run(&self, run_id: RunId) -> StoreResult<()> {
+        sqlx::query("DELETE FROM runs WHERE id = ?")
+            .bind(run_id.to_string())
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
+    async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
+            .bind(run_id.to_string())
+            .bind(session_id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn insert_message(&self, m: &Message) -> StoreResult<()> {
+        // Group commit: messages stored at the same moment by many runs share one transaction.
+        self.writer.run(StoreOp::InsertMessage(m.clone())).await
+    }
+
+    async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT rowid AS rid, * FROM messages WHERE session_id = ? \
+             ORDER BY rowid DESC LIMIT ?) ORDER BY rid ASC",
+        )
+        .bind(session_id.to_string())
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn latest_message(&self, session_id: SessionId) -> StoreResult<Option<Message>> {
+        let row =
+            sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
+                .bind(session_id.to_string())
+                .fetch_optional(&self.read)
+                .await?;
+        row.as_ref().map(message_from_row).transpose()
+    }
+
+    async fn get_message(
+        &self,
+        session_id: SessionId,
+        id: MessageId,
+    ) -> StoreResult<Option<Message>> {
+        let row = sqlx::query("SELECT * FROM messages WHERE id = ? AND session_id = ?")
+            .bind(id.to_string())
+            .bind(session_id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(message_from_row).transpose()
+    }
+
+    async fn branch(
+        &self,
+        session_id: SessionId,
+        leaf: MessageId,
+        limit: u32,
+    ) -> StoreResult<Vec<Message>> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE chain(id, parent_id, depth) AS ( \
+               SELECT id, parent_id, 0 FROM messages WHERE id = ? AND session_id = ? \
+               UNION ALL \
+               SELECT m.id, m.parent_id, c.depth + 1 FROM messages m JOIN chain c ON m.id = c.parent_id \
+               WHERE c.depth + 1 < ? AND m.session_id = ? \
+             ) \
+             SELECT messages.* FROM chain JOIN messages ON messages.id = chain.id ORDER BY chain.depth DESC",
+        )
+        .bind(leaf.to_string())
+        .bind(session_id.to_string())
+        .bind(limit as i64)
+        .bind(session_id.to_string())
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    async fn last_seq(&self, session_id: SessionId) -> StoreResult<u64> {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+                .bind(session_id.to_string())
+                .fetch_one(&self.read)
+                .await?;
+        Ok(seq.unwrap_or(0).max(0) as u64)
+    }
+
+    async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)> {
+        let sid = session_id.to_string();
+        let mut tx = self.write.begin().await?;
+        let logged: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
+                .bind(&sid)
+                .fetch_one(&mut *tx)
+                .await?;
+        let reserved: Option<i64> =
+            sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
+                .bind(&sid)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let last = logged.unwrap_or(0).max(reserved.unwrap_or(0)).max(0) as u64;
+        let upto = last + SEQ_RESERVE_BLOCK;
+        sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
+            .bind(upto as i64)
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((last, upto))
+    }
+
+    async fn events_after(
+        &self,
+        session_id: SessionId,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, type, payload FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id.to_string())
+        .bind(after.min(i64::MAX as u64) as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StoredEvent {
+                    seq: r.try_get::<i64, _>("seq")?.max(0) as u64,
+                    event_type: r.try_get("type")?,
+                    json: r.try_get("payload")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>> {
+        let runs = sqlx::query(
+            "SELECT * FROM runs WHERE status IN ('running', 'queued') ORDER BY started_at",
+        )
+        .fetch_all(&self.write)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+        // First the runs that did end: their `complete` must come before anything logged now.
+        self.log_missing_ends().await?;
+        let mut recovered = Vec::with_capacity(runs.len());
+        for run in runs {
+            recovered.push(self.recover_run(&run).await?);
+        }
+        sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
+            .execute(&self.write)
+            .await?;
+        Ok(recovered)
+    }
+}

@@ -1,0 +1,202 @@
+//! The statements that store sessions, runs and messages and record a run's start and end, shared
+//! by the group-commit writer and the store's own transactions.
+
+use crate::codec::ts;
+use crate::script::Script;
+use crate::{StoreError, StoreResult};
+use elfgate_core::{Message, Run, RunId, RunOutcome, SEQ_RESERVE_BLOCK, Session, SessionId};
+use sqlx::{Sqlite, Transaction};
+
+fn json_text(v: &impl serde::Serialize) -> StoreResult<String> {
+    serde_json::to_string(v).map_err(|e| StoreError::Corrupt(format!("serialize: {e}")))
+}
+
+/// Largest power of two not above `n` (n > 0), capped: statement sizes stay few and cached.
+fn chunk_len(n: usize) -> usize {
+    1usize << n.min(64).ilog2()
+}
+
+/// Appends the statements storing sessions (with their first seq reservation and their status:
+/// running when their first run is stored as running), many rows per statement.
+pub(crate) fn push_insert_sessions(
+    script: &mut Script,
+    sessions: &[(&Session, &'static str)],
+) -> StoreResult<()> {
+    let configs = sessions
+        .iter()
+        .map(|(s, _)| json_text(&s.engine_config))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let rows: Vec<(&Session, &'static str, String)> = sessions
+        .iter()
+        .zip(configs)
+        .map(|((s, status), c)| (*s, *status, c))
+        .collect();
+    let mut rest = &rows[..];
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        script
+            .statement(
+                "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, \
+                 project_path, agent_id, system_prompt, permission_mode, engine_config, \
+                 cli_session_id, event_seq_reserved, status, created_at, updated_at) ",
+            )
+            .push_values(chunk, |mut row, (s, status, config)| {
+                row.push_bind(s.id.to_string())
+                    .push_bind(s.engine.as_str())
+                    .push_bind(s.title.clone())
+                    .push_bind(s.provider_id.clone())
+                    .push_bind(s.model.clone())
+                    .push_bind(s.cli_backend.clone())
+                    .push_bind(s.project_path.clone())
+                    .push_bind(s.agent_id.clone())
+                    .push_bind(s.system_prompt.clone())
+                    .push_bind(s.permission_mode.clone())
+                    .push_bind(config.clone())
+                    .push_bind(s.cli_session_id.clone())
+                    // A new session's bus starts at 0 inside this first reservation.
+                    .push_bind(SEQ_RESERVE_BLOCK as i64)
+                    .push_bind(*status)
+                    .push_bind(ts(&s.created_at))
+                    .push_bind(ts(&s.updated_at));
+            });
+    }
+    Ok(())
+}
+
+/// Appends the statements storing runs, many rows per statement.
+pub(crate) fn push_insert_runs(script: &mut Script, runs: &[&Run]) {
+    let mut rest = runs;
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        script
+            .statement(
+                "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, \
+                 output_tokens, iterations, started_at, ended_at, error, client_msg_id) ",
+            )
+            .push_values(chunk, |mut row, run| {
+                row.push_bind(run.id.to_string())
+                    .push_bind(run.session_id.to_string())
+                    .push_bind(run.status.as_str())
+                    .push_bind(run.finish_reason.map(|f| f.as_str()))
+                    .push_bind(run.input_tokens as i64)
+                    .push_bind(run.output_tokens as i64)
+                    .push_bind(run.iterations as i64)
+                    .push_bind(ts(&run.started_at))
+                    .push_bind(run.ended_at.as_ref().map(ts))
+                    .push_bind(run.error.clone())
+                    .push_bind(run.client_msg_id.clone());
+            });
+    }
+}
+
+/// Appends the statements storing messages, many rows per statement, in the order given (their
+/// rowid order).
+pub(crate) fn push_insert_messages(script: &mut Script, messages: &[&Message]) -> StoreResult<()> {
+    let blocks = messages
+        .iter()
+        .map(|m| json_text(&m.blocks))
+        .collect::<StoreResult<Vec<_>>>()?;
+    let rows: Vec<(&Message, String)> = messages.iter().copied().zip(blocks).collect();
+    let mut rest = &rows[..];
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+        rest = tail;
+        script
+            .statement(
+                "INSERT INTO messages (id, session_id, run_id, parent_id, role, blocks, model, \
+                 input_tokens, output_tokens, created_at) ",
+            )
+            .push_values(chunk, |mut row, (m, blocks)| {
+                row.push_bind(m.id.to_string())
+                    .push_bind(m.session_id.to_string())
+                    .push_bind(m.run_id.map(|r| r.to_string()))
+                    .push_bind(m.parent_id.map(|p| p.to_string()))
+                    .push_bind(m.role.as_str())
+                    .push_bind(blocks.clone())
+                    .push_bind(m.model.clone())
+                    .push_bind(m.input_tokens.map(|v| v as i64))
+                    .push_bind(m.output_tokens.map(|v| v as i64))
+                    .push_bind(ts(&m.created_at));
+            });
+    }
+    Ok(())
+}
+
+/// Stores runs (in a transaction of the caller's).
+pub(crate) async fn insert_runs_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    runs: &[&Run],
+) -> StoreResult<()> {
+    let mut script = Script::new();
+    push_insert_runs(&mut script, runs);
+    script.execute(tx).await?;
+    Ok(())
+}
+
+/// Stores messages (in a transaction of the caller's).
+pub(crate) async fn insert_messages_tx(
+    tx: &mut Transaction<'_, Sqlite>,
+    messages: &[&Message],
+) -> StoreResult<()> {
+    let mut script = Script::new();
+    push_insert_messages(&mut script, messages)?;
+    script.execute(tx).await?;
+    Ok(())
+}
+
+/// Appends the statements marking a run as running.
+pub(crate) fn push_run_started(
+    script: &mut Script,
+    session_id: SessionId,
+    run_id: RunId,
+    at: &str,
+) {
+    script
+        .statement("UPDATE runs SET status = 'running', started_at = ")
+        .push_bind(at.to_string())
+        .push(" WHERE id = ")
+        .push_bind(run_id.to_string());
+    script
+        .statement("UPDATE sessions SET status = 'running', updated_at = ")
+        .push_bind(at.to_string())
+        .push(" WHERE id = ")
+        .push_bind(session_id.to_string());
+}
+
+/// Appends the statements recording a run's end.
+pub(crate) fn push_run_finished(
+    script: &mut Script,
+    session_id: SessionId,
+    run_id: RunId,
+    outcome: &RunOutcome,
+    at: &str,
+) {
+    let error = outcome
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {}", e.code, e.message));
+    script
+        .statement("UPDATE runs SET status = ")
+        .push_bind(outcome.finish_reason.run_status().as_str())
+        .push(", finish_reason = ")
+        .push_bind(outcome.finish_reason.as_str())
+        .push(", input_tokens = ")
+        .push_bind(outcome.input_tokens as i64)
+        .push(", output_tokens = ")
+        .push_bind(outcome.output_tokens as i64)
+        .push(", iterations = ")
+        .push_bind(outcome.iterations as i64)
+        .push(", ended_at = ")
+        .push_bind(at.to_string())
+        .push(", error = ")
+        .push_bind(error)
+        .push(" WHERE id = ")
+        .push_bind(run_id.to_string());
+    script
+        .statement("UPDATE sessions SET status = 'idle', updated_at = ")
+        .push_bind(at.to_string())
+        .push(" WHERE id = ")
+        .push_bind(session_id.to_string());
+}
