@@ -451,6 +451,12 @@ impl RunLedger for SqliteStore {
             .await
             .map_err(|e| LedgerError(e.report()))
     }
+
+    async fn message_added(&self, message: &Message) -> Result<(), LedgerError> {
+        self.insert_message(message)
+            .await
+            .map_err(|e| LedgerError(e.report()))
+    }
 }
 
 /// Appends the statements marking a run as running.
