@@ -202,7 +202,8 @@ pub struct EngineInfo {
 
 /// An engine: turns one prompt into events and stored messages.
 ///
-/// Engines report only through `ctx.events` and stop promptly when `ctx.cancel` fires. They do not emit
+/// Engines report only through `ctx.events`, store only through `ctx.recorder` (they may read the
+/// store) and stop promptly when `ctx.cancel` fires. They do not emit
 /// `result` or `complete`: the dispatcher does, exactly once per run, from the returned outcome.
 #[async_trait]
 pub trait Engine: Send + Sync {

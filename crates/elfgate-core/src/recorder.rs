@@ -135,3 +135,73 @@ impl RunRecorder {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContentBlock, FinishReason, Role};
+
+    /// Counts the writes it is asked for.
+    #[derive(Default)]
+    struct Counting {
+        started: Mutex<u32>,
+        messages: Mutex<u32>,
+    }
+
+    #[async_trait]
+    impl RunLedger for Counting {
+        async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+            *self.started.lock().unwrap() += 1;
+            Ok(())
+        }
+        async fn run_finished(
+            &self,
+            _: SessionId,
+            _: RunId,
+            _: &RunOutcome,
+            _: Option<&Message>,
+        ) -> Result<(), LedgerError> {
+            Ok(())
+        }
+        async fn message_added(&self, _: &Message) -> Result<(), LedgerError> {
+            *self.messages.lock().unwrap() += 1;
+            Ok(())
+        }
+    }
+
+    fn prompt(session_id: SessionId, run_id: RunId) -> Message {
+        let blocks = vec![ContentBlock::text("q")];
+        Message::new(session_id, Some(run_id), None, Role::User, blocks)
+    }
+
+    #[tokio::test]
+    async fn a_run_stored_with_its_session_is_not_written_again() {
+        let ledger = Arc::new(Counting::default());
+        let (sid, rid) = (SessionId::new(), RunId::new());
+        let user = prompt(sid, rid);
+        let recorder = RunRecorder::stored_with_session(ledger.clone(), sid, rid, user.clone());
+        assert_eq!(recorder.user_message().map(|m| m.id), Some(user.id));
+        recorder.mark_running().await.unwrap();
+        assert_eq!(*ledger.started.lock().unwrap(), 0);
+        assert_eq!(*ledger.messages.lock().unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_later_run_is_marked_running_once_and_remembers_its_prompt() {
+        let ledger = Arc::new(Counting::default());
+        let (sid, rid) = (SessionId::new(), RunId::new());
+        let recorder = RunRecorder::new(ledger.clone(), sid, rid);
+        assert!(recorder.user_message().is_none());
+        let user = prompt(sid, rid);
+        recorder.add_user_message(&user).await.unwrap();
+        assert_eq!(recorder.user_message().map(|m| m.id), Some(user.id));
+        recorder.mark_running().await.unwrap();
+        recorder.mark_running().await.unwrap();
+        recorder
+            .finish(&RunOutcome::new(FinishReason::Stop), None)
+            .await
+            .unwrap();
+        assert_eq!(*ledger.started.lock().unwrap(), 1);
+        assert_eq!(*ledger.messages.lock().unwrap(), 1);
+    }
+}
