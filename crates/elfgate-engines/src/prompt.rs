@@ -37,8 +37,9 @@ pub fn new_user_message(ctx: &EngineSessionContext, parent: Option<MessageId>) -
     user
 }
 
-/// Stores the run's user message through the run's recorder — before anything is sent upstream — and announces it. It follows
-/// `parentId` when given, else the session's latest message (a first run follows nothing).
+/// Stores the run's user message through the run's recorder — before anything is sent upstream —
+/// and announces it. It follows `parentId` when given, else the session's latest message (a first
+/// run follows nothing).
 /// Returns the message and its parent, or the storage error as a client may see it.
 pub(crate) async fn store_user_message(
     store: &dyn Store,
