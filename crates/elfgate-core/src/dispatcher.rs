@@ -12,7 +12,8 @@ use crate::event::{ErrorInfo, EventPayload, RunStats};
 use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::{FinishReason, Message};
-use async_trait::async_trait;
+use crate::recorder::RunRecorder;
+pub use crate::recorder::{LedgerError, RunLedger};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -20,26 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a session's bus stays open after its last run when nobody follows it.
 pub const IDLE_BUS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// A failure to record a run's state.
-#[derive(Debug, thiserror::Error)]
-#[error("run ledger: {0}")]
-pub struct LedgerError(pub String);
-
-/// Where the dispatcher records runs' lives (the store implements it).
-#[async_trait]
-pub trait RunLedger: Send + Sync {
-    /// The run starts now.
-    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError>;
-    /// The run ended; `answer`, its closing message, is stored in the same commit.
-    async fn run_finished(
-        &self,
-        session_id: SessionId,
-        run_id: RunId,
-        outcome: &RunOutcome,
-        answer: Option<&Message>,
-    ) -> Result<(), LedgerError>;
-}
 
 /// Why a run could not be dispatched.
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +134,21 @@ impl EngineDispatcher {
     /// The event hub.
     pub fn hub(&self) -> &EventHub {
         &self.hub
+    }
+
+    /// The recorder of a run stored as `queued`, for its context.
+    pub fn recorder(&self, session_id: SessionId, run_id: RunId) -> Arc<RunRecorder> {
+        RunRecorder::new(self.ledger.clone(), session_id, run_id)
+    }
+
+    /// The recorder of a session's first run, stored as running with the session and `user`.
+    pub fn first_run_recorder(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        user: Message,
+    ) -> Arc<RunRecorder> {
+        RunRecorder::stored_with_session(self.ledger.clone(), session_id, run_id, user)
     }
 
     /// Starts, queues or refuses a run of a session, as `on_busy` says when the session is busy.
@@ -312,10 +308,9 @@ impl EngineDispatcher {
     /// Runs one engine call in its own task so that a panic becomes an error outcome.
     async fn run_one(&self, engine: Arc<dyn Engine>, ctx: EngineSessionContext) -> RunOutcome {
         self.metrics.run_started();
-        let (session_id, run_id) = (ctx.session_id(), ctx.run_id);
         let events = ctx.events.clone();
         let is_resume = ctx.is_resume;
-        let stored_as_running = ctx.stored_as_running;
+        let recorder = ctx.recorder.clone();
         let task = tokio::spawn(async move {
             if is_resume {
                 engine.resume_session(ctx).await
@@ -326,10 +321,7 @@ impl EngineDispatcher {
         // Marking the run as running does not hold up the engine; it is done before the end is
         // recorded, so the two writes stay in order.
         let mark = async {
-            if stored_as_running {
-                return;
-            }
-            if let Err(e) = self.ledger.run_started(session_id, run_id).await {
+            if let Err(e) = recorder.mark_running().await {
                 tracing::warn!(error = %e, "could not mark run as running");
             }
         };
@@ -362,12 +354,7 @@ impl EngineDispatcher {
         started: Instant,
     ) -> RunOutcome {
         let answer = outcome.answer.take();
-        let (session_id, run_id) = (ctx.session_id(), ctx.run_id);
-        match self
-            .ledger
-            .run_finished(session_id, run_id, &outcome, answer.as_ref())
-            .await
-        {
+        match ctx.recorder.finish(&outcome, answer.as_ref()).await {
             Ok(()) => {
                 if let Some(message) = answer {
                     ctx.events
@@ -388,11 +375,7 @@ impl EngineDispatcher {
                 }
                 // The engine's own error, if it reported one, stays the run's error.
                 outcome.error.get_or_insert(error);
-                if let Err(e) = self
-                    .ledger
-                    .run_finished(session_id, run_id, &outcome, None)
-                    .await
-                {
+                if let Err(e) = ctx.recorder.finish(&outcome, None).await {
                     tracing::warn!(error = %e, "could not record the end of a run");
                 }
             }
@@ -420,6 +403,7 @@ mod tests {
     use crate::bus::EventEmitter;
     use crate::ids::MessageId;
     use crate::model::{ContentBlock, Role, Session};
+    use async_trait::async_trait;
     use std::sync::Mutex;
 
     /// Records each `run_finished`; refuses those that carry an answer when `refuse_answers`.
@@ -446,6 +430,9 @@ mod tests {
             }
             let mut ends = self.ends.lock().unwrap();
             ends.push((outcome.finish_reason, answer.is_some()));
+            Ok(())
+        }
+        async fn message_added(&self, _: &Message) -> Result<(), LedgerError> {
             Ok(())
         }
     }
@@ -476,7 +463,7 @@ mod tests {
         }
     }
 
-    fn context(hub: &EventHub) -> EngineSessionContext {
+    fn context(hub: &EventHub, ledger: Arc<dyn RunLedger>) -> EngineSessionContext {
         let now = chrono::Utc::now();
         let session = Session {
             id: SessionId::new(),
@@ -496,14 +483,14 @@ mod tests {
         };
         let run_id = RunId::new();
         let bus = hub.open(session.id, 0, crate::SEQ_RESERVE_BLOCK);
+        let session_id = session.id;
         EngineSessionContext {
+            recorder: RunRecorder::new(ledger, session_id, run_id),
             session,
             run_id,
             prompt: "q".into(),
             is_resume: false,
             user_message_id: MessageId::new(),
-            stored_user_message: None,
-            stored_as_running: true,
             head_start: Default::default(),
             client_msg_id: None,
             parent_id: None,
@@ -530,9 +517,10 @@ mod tests {
         let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
         let metrics = Arc::new(Metrics::default());
         let hub = EventHub::new(log, metrics.clone());
-        let dispatcher = EngineDispatcher::new(ActiveSessions::new(), hub.clone(), ledger, metrics);
+        let dispatcher =
+            EngineDispatcher::new(ActiveSessions::new(), hub.clone(), ledger.clone(), metrics);
         dispatcher.register_engine(Arc::new(Answering));
-        let ctx = context(&hub);
+        let ctx = context(&hub, ledger);
         let mut sub = ctx.events.bus().subscribe_after(0);
         dispatcher.dispatch(ctx, OnBusy::Reject).unwrap();
         let (mut types, mut result) = (Vec::new(), serde_json::Value::Null);
@@ -591,7 +579,7 @@ mod tests {
         let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
         let hub = EventHub::new(log, Arc::new(Metrics::default()));
         let active = ActiveSessions::with_max_queued(2);
-        let first = context(&hub);
+        let first = context(&hub, Arc::new(Ledger::default()));
         let admit = |on_busy| active.admit(next_run(&first), EngineType::Chat, on_busy);
         assert!(matches!(
             active.admit(first.clone(), EngineType::Chat, OnBusy::Enqueue),

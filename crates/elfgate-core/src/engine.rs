@@ -8,6 +8,7 @@ use crate::ids::{MessageId, RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::{FinishReason, Message, Session};
 use crate::modes::{PermissionMode, ThinkingLevel};
+use crate::recorder::RunRecorder;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -96,12 +97,10 @@ pub struct EngineSessionContext {
     pub is_resume: bool,
     /// The id the user message will be stored under.
     pub user_message_id: MessageId,
-    /// The user message, when it is already stored and announced (a session's first prompt is
-    /// stored with the session, in one commit); the engine then neither stores nor announces it.
-    pub stored_user_message: Option<Message>,
-    /// Whether the run is already stored as running (a session's first run is stored that way with
-    /// the session), so that the dispatcher need not mark it.
-    pub stored_as_running: bool,
+    /// The run's writer: engines report the messages they store to it, and the dispatcher the
+    /// run's start and end. It knows what is already stored (a session's first prompt, stored and
+    /// announced with the session: the engine then neither stores nor announces it again).
+    pub recorder: Arc<RunRecorder>,
     /// Work the engine began before the run was admitted (see [`Engine::head_start`]).
     pub head_start: HeadStart,
     /// A client's idempotency key for the prompt.
@@ -203,7 +202,8 @@ pub struct EngineInfo {
 
 /// An engine: turns one prompt into events and stored messages.
 ///
-/// Engines report only through `ctx.events` and stop promptly when `ctx.cancel` fires. They do not emit
+/// Engines report only through `ctx.events`, store only through `ctx.recorder` (they may read the
+/// store) and stop promptly when `ctx.cancel` fires. They do not emit
 /// `result` or `complete`: the dispatcher does, exactly once per run, from the returned outcome.
 #[async_trait]
 pub trait Engine: Send + Sync {

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod metrics;
 pub mod model;
 pub mod modes;
+pub mod recorder;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
@@ -33,3 +34,4 @@ pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
 pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};
+pub use recorder::RunRecorder;

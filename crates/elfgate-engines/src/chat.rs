@@ -327,14 +327,14 @@ impl Engine for ChatEngine {
     /// Only a first prompt stored with its session qualifies: it follows nothing, so the request
     /// does not depend on the store.
     fn head_start(&self, ctx: &EngineSessionContext) -> HeadStart {
-        let Some(user) = &ctx.stored_user_message else {
+        let Some(user) = ctx.recorder.user_message() else {
             return HeadStart::default();
         };
         let Ok(target) = self.target(ctx) else {
             // The run reports the error itself.
             return HeadStart::default();
         };
-        let req = Arc::new(self.request(ctx, target.model.clone(), &[], user));
+        let req = Arc::new(self.request(ctx, target.model.clone(), &[], &user));
         let first = spawn_first_attempt(target.provider.clone(), req.clone());
         HeadStart::new(ChatHeadStart {
             opened: Instant::now(),

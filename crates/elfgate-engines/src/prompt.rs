@@ -1,4 +1,5 @@
-//! The user's side of a run, shared by the engines: the stored user message.
+//! The user's side of a run, shared by the engines: the stored user message. The store is only
+//! read here (the parent); the message is written by the run's recorder.
 
 use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Message, MessageId, Role};
 use elfgate_store::Store;
@@ -36,16 +37,18 @@ pub fn new_user_message(ctx: &EngineSessionContext, parent: Option<MessageId>) -
     user
 }
 
-/// Stores the run's user message — before anything is sent upstream — and announces it. It follows
-/// `parentId` when given, else the session's latest message (a first run follows nothing).
+/// Stores the run's user message through the run's recorder — before anything is sent upstream —
+/// and announces it. It follows `parentId` when given, else the session's latest message (a first
+/// run follows nothing).
 /// Returns the message and its parent, or the storage error as a client may see it.
 pub(crate) async fn store_user_message(
     store: &dyn Store,
     ctx: &EngineSessionContext,
 ) -> Result<(Message, Option<MessageId>), String> {
     // Stored and announced together with the session.
-    if let Some(user) = &ctx.stored_user_message {
-        return Ok((user.clone(), user.parent_id));
+    if let Some(user) = ctx.recorder.user_message() {
+        let parent = user.parent_id;
+        return Ok((user, parent));
     }
     let session_id = ctx.session_id();
     let parent = match ctx.parent_id {
@@ -58,7 +61,10 @@ pub(crate) async fn store_user_message(
             .map(|m| m.id),
     };
     let user = new_user_message(ctx, parent);
-    store.insert_message(&user).await.map_err(|e| e.report())?;
+    ctx.recorder
+        .add_user_message(&user)
+        .await
+        .map_err(|e| e.0)?;
     ctx.events
         .emit(EventPayload::UserMessage {
             message: user.clone(),

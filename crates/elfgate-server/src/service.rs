@@ -271,8 +271,7 @@ fn build_ctx(
         prompt,
         is_resume,
         user_message_id: MessageId::new(),
-        stored_user_message: None,
-        stored_as_running: false,
+        recorder: state.dispatcher.recorder(session.id, run_id),
         head_start: Default::default(),
         client_msg_id: o.client_msg_id.clone(),
         parent_id,
@@ -382,11 +381,13 @@ pub async fn create_session(
         parent_id: None,
     };
     let mut ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus.clone());
-    ctx.stored_as_running = true;
-    // The first prompt is stored in the same commit as the session: one wait instead of two
-    // before the request goes upstream.
+    // The first prompt is stored in the same commit as the session and its running run: one wait
+    // instead of three before the request goes upstream. The run's recorder is told so, and
+    // neither it nor the engine writes them again.
     let user = elfgate_engines::prompt::new_user_message(&ctx, None);
-    ctx.stored_user_message = Some(user.clone());
+    ctx.recorder = state
+        .dispatcher
+        .first_run_recorder(session.id, run.id, user.clone());
     // The engine may begin the upstream call now, so that it overlaps the commit; it publishes
     // and stores nothing before it is dispatched below, and the call is dropped if the commit fails.
     if let Some(e) = state.dispatcher.get_engine(engine) {

@@ -16,21 +16,14 @@ fn chunk_len(n: usize) -> usize {
     1usize << n.min(64).ilog2()
 }
 
-/// Appends the statements storing sessions (with their first seq reservation and their status:
-/// running when their first run is stored as running), many rows per statement.
-pub(crate) fn push_insert_sessions(
-    script: &mut Script,
-    sessions: &[(&Session, &'static str)],
-) -> StoreResult<()> {
+/// Appends the statements storing sessions (with their first seq reservation), many rows per
+/// statement.
+pub(crate) fn push_insert_sessions(script: &mut Script, sessions: &[&Session]) -> StoreResult<()> {
     let configs = sessions
         .iter()
-        .map(|(s, _)| json_text(&s.engine_config))
+        .map(|s| json_text(&s.engine_config))
         .collect::<StoreResult<Vec<_>>>()?;
-    let rows: Vec<(&Session, &'static str, String)> = sessions
-        .iter()
-        .zip(configs)
-        .map(|((s, status), c)| (*s, *status, c))
-        .collect();
+    let rows: Vec<(&Session, String)> = sessions.iter().copied().zip(configs).collect();
     let mut rest = &rows[..];
     while !rest.is_empty() {
         let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
@@ -39,9 +32,9 @@ pub(crate) fn push_insert_sessions(
             .statement(
                 "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, \
                  project_path, agent_id, system_prompt, permission_mode, engine_config, \
-                 cli_session_id, event_seq_reserved, status, created_at, updated_at) ",
+                 cli_session_id, event_seq_reserved, created_at, updated_at) ",
             )
-            .push_values(chunk, |mut row, (s, status, config)| {
+            .push_values(chunk, |mut row, (s, config)| {
                 row.push_bind(s.id.to_string())
                     .push_bind(s.engine.as_str())
                     .push_bind(s.title.clone())
@@ -56,7 +49,6 @@ pub(crate) fn push_insert_sessions(
                     .push_bind(s.cli_session_id.clone())
                     // A new session's bus starts at 0 inside this first reservation.
                     .push_bind(SEQ_RESERVE_BLOCK as i64)
-                    .push_bind(*status)
                     .push_bind(ts(&s.created_at))
                     .push_bind(ts(&s.updated_at));
             });
@@ -124,17 +116,6 @@ pub(crate) fn push_insert_messages(script: &mut Script, messages: &[&Message]) -
     Ok(())
 }
 
-/// Stores runs (in a transaction of the caller's).
-pub(crate) async fn insert_runs_tx(
-    tx: &mut Transaction<'_, Sqlite>,
-    runs: &[&Run],
-) -> StoreResult<()> {
-    let mut script = Script::new();
-    push_insert_runs(&mut script, runs);
-    script.execute(tx).await?;
-    Ok(())
-}
-
 /// Stores messages (in a transaction of the caller's).
 pub(crate) async fn insert_messages_tx(
     tx: &mut Transaction<'_, Sqlite>,
@@ -159,7 +140,7 @@ pub(crate) fn push_run_started(
         .push(" WHERE id = ")
         .push_bind(run_id.to_string());
     script
-        .statement("UPDATE sessions SET status = 'running', updated_at = ")
+        .statement("UPDATE sessions SET updated_at = ")
         .push_bind(at.to_string())
         .push(" WHERE id = ")
         .push_bind(session_id.to_string());
@@ -195,7 +176,7 @@ pub(crate) fn push_run_finished(
         .push(" WHERE id = ")
         .push_bind(run_id.to_string());
     script
-        .statement("UPDATE sessions SET status = 'idle', updated_at = ")
+        .statement("UPDATE sessions SET updated_at = ")
         .push_bind(at.to_string())
         .push(" WHERE id = ")
         .push_bind(session_id.to_string());

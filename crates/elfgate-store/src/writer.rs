@@ -15,8 +15,8 @@ use crate::statements::{
     push_run_started,
 };
 use elfgate_core::{
-    EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, RunStatus,
-    Session, SessionId,
+    EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
+    SessionId,
 };
 use sqlx::SqlitePool;
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,10 @@ const ROWS_PER_STATEMENT: usize = 128;
 pub(crate) enum StoreOp {
     CreateSession(Box<Session>, Box<Run>, Option<Box<Message>>),
     InsertMessage(Message),
+    /// A later run of a session, stored as queued.
+    CreateRun(Box<Run>),
+    /// A stored run that was never admitted.
+    DeleteRun(RunId),
     RunStarted {
         session_id: SessionId,
         run_id: RunId,
@@ -476,18 +480,14 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
     for op in ops {
         match op {
             StoreOp::CreateSession(s, r, m) => {
-                let status = if r.status == RunStatus::Running {
-                    "running"
-                } else {
-                    "idle"
-                };
-                sessions.push((&**s, status));
+                sessions.push(&**s);
                 runs.push(&**r);
                 if let Some(m) = m {
                     messages.push(&**m);
                 }
             }
             StoreOp::InsertMessage(m) => messages.push(m),
+            StoreOp::CreateRun(r) => runs.push(&**r),
             StoreOp::RunFinished {
                 answer: Some(m), ..
             } => {
@@ -502,7 +502,12 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
     push_insert_messages(script, &messages)?;
     for op in updates {
         match op {
-            StoreOp::CreateSession(..) | StoreOp::InsertMessage(_) => {}
+            StoreOp::CreateSession(..) | StoreOp::InsertMessage(_) | StoreOp::CreateRun(_) => {}
+            StoreOp::DeleteRun(run_id) => {
+                script
+                    .statement("DELETE FROM runs WHERE id = ")
+                    .push_bind(run_id.to_string());
+            }
             StoreOp::RunStarted {
                 session_id,
                 run_id,

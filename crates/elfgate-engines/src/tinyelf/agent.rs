@@ -196,10 +196,10 @@ impl Runner {
     }
 
     async fn persist(&self, msg: &Message) -> Result<(), ErrorInfo> {
-        let Err(e) = self.inner.store.insert_message(msg).await else {
+        let Err(e) = self.ctx.recorder.add_message(msg).await else {
             return Ok(());
         };
-        let info = ErrorInfo::new("storage", e.report());
+        let info = ErrorInfo::new("storage", e.0);
         self.ctx
             .events
             .emit(EventPayload::Error {

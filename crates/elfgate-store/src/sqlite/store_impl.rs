@@ -4,7 +4,6 @@
 use super::SqliteStore;
 use super::rows::{message_from_row, run_from_row, session_from_row};
 use crate::codec::ts;
-use crate::statements::insert_runs_tx;
 use crate::writer::StoreOp;
 use crate::{RecoveredRun, SessionPage, Store, StoreResult, StoredEvent};
 use async_trait::async_trait;
@@ -43,6 +42,12 @@ impl RunLedger for SqliteStore {
                 answer: answer.cloned().map(Box::new),
                 at: ts(&Utc::now()),
             })
+            .await
+            .map_err(|e| LedgerError(e.report()))
+    }
+
+    async fn message_added(&self, message: &Message) -> Result<(), LedgerError> {
+        self.insert_message(message)
             .await
             .map_err(|e| LedgerError(e.report()))
     }
@@ -142,10 +147,9 @@ impl Store for SqliteStore {
     }
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
-        let mut tx = self.write.begin().await?;
-        insert_runs_tx(&mut tx, &[run]).await?;
-        tx.commit().await?;
-        Ok(())
+        self.writer
+            .run(StoreOp::CreateRun(Box::new(run.clone())))
+            .await
     }
 
     async fn run_by_client_msg_id(
@@ -179,11 +183,7 @@ impl Store for SqliteStore {
     }
 
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()> {
-        sqlx::query("DELETE FROM runs WHERE id = ?")
-            .bind(run_id.to_string())
-            .execute(&self.write)
-            .await?;
-        Ok(())
+        self.writer.run(StoreOp::DeleteRun(run_id)).await
     }
 
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
@@ -331,9 +331,6 @@ impl Store for SqliteStore {
         for run in runs {
             recovered.push(self.recover_run(&run).await?);
         }
-        sqlx::query("UPDATE sessions SET status = 'idle' WHERE status = 'running'")
-            .execute(&self.write)
-            .await?;
         Ok(recovered)
     }
 }

@@ -1,0 +1,207 @@
+//! The one writer of a run's state: its messages, its start and its end.
+//!
+//! Engines report what a run produced to its [`RunRecorder`] (in `ctx.recorder`) instead of writing
+//! to the store themselves, and the dispatcher records the run's start and end through the same
+//! recorder. The recorder remembers what it has written, so that a write done ahead of the run (a
+//! session's first prompt and its `running` status, committed with the session) is not done twice.
+
+use crate::engine::RunOutcome;
+use crate::ids::{RunId, SessionId};
+use crate::model::Message;
+use async_trait::async_trait;
+use std::sync::{Arc, Mutex};
+
+/// A failure to record a run's state; the text is the store's report of it.
+#[derive(Debug, thiserror::Error)]
+#[error("run ledger: {0}")]
+pub struct LedgerError(pub String);
+
+/// Where runs' writes go (the store implements it).
+#[async_trait]
+pub trait RunLedger: Send + Sync {
+    /// The run starts now.
+    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError>;
+    /// The run ended; `answer`, its closing message, is stored in the same commit.
+    async fn run_finished(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        outcome: &RunOutcome,
+        answer: Option<&Message>,
+    ) -> Result<(), LedgerError>;
+    /// A message of a run (the prompt, or an intermediate assistant or tool message).
+    async fn message_added(&self, message: &Message) -> Result<(), LedgerError>;
+}
+
+/// What the recorder has written of its run.
+#[derive(Debug, Default)]
+struct Written {
+    /// The run's user message, once stored.
+    user: Option<Message>,
+    /// Whether the run is stored as running.
+    running: bool,
+}
+
+/// The writer of one run's state. Shared by the run's context and the dispatcher.
+pub struct RunRecorder {
+    ledger: Arc<dyn RunLedger>,
+    session_id: SessionId,
+    run_id: RunId,
+    written: Mutex<Written>,
+}
+
+impl std::fmt::Debug for RunRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRecorder")
+            .field("run_id", &self.run_id)
+            .field("written", &self.written)
+            .finish()
+    }
+}
+
+impl RunRecorder {
+    /// A recorder of a run that nothing has been written of yet but its `queued` row.
+    pub fn new(ledger: Arc<dyn RunLedger>, session_id: SessionId, run_id: RunId) -> Arc<Self> {
+        Arc::new(RunRecorder {
+            ledger,
+            session_id,
+            run_id,
+            written: Mutex::default(),
+        })
+    }
+
+    /// A recorder of a session's first run, which is committed with the session as `running`
+    /// together with its user message `user` (one commit instead of three before the request
+    /// goes upstream). The session is created by the caller, whose errors are the store's own;
+    /// the recorder only learns that these writes are done, so that it does not repeat them.
+    pub fn stored_with_session(
+        ledger: Arc<dyn RunLedger>,
+        session_id: SessionId,
+        run_id: RunId,
+        user: Message,
+    ) -> Arc<Self> {
+        Arc::new(RunRecorder {
+            ledger,
+            session_id,
+            run_id,
+            written: Mutex::new(Written {
+                user: Some(user),
+                running: true,
+            }),
+        })
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, Written> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The run's user message, if it is stored already.
+    pub fn user_message(&self) -> Option<Message> {
+        self.written().user.clone()
+    }
+
+    /// Stores the run's user message.
+    pub async fn add_user_message(&self, user: &Message) -> Result<(), LedgerError> {
+        self.ledger.message_added(user).await?;
+        self.written().user = Some(user.clone());
+        Ok(())
+    }
+
+    /// Stores a message the run produced before its end (the closing one goes with the end).
+    pub async fn add_message(&self, message: &Message) -> Result<(), LedgerError> {
+        self.ledger.message_added(message).await
+    }
+
+    /// Marks the run as running, unless it is stored that way already.
+    pub(crate) async fn mark_running(&self) -> Result<(), LedgerError> {
+        if self.written().running {
+            return Ok(());
+        }
+        self.ledger
+            .run_started(self.session_id, self.run_id)
+            .await?;
+        self.written().running = true;
+        Ok(())
+    }
+
+    /// Stores the run's end with its closing message, in one commit.
+    pub(crate) async fn finish(
+        &self,
+        outcome: &RunOutcome,
+        answer: Option<&Message>,
+    ) -> Result<(), LedgerError> {
+        self.ledger
+            .run_finished(self.session_id, self.run_id, outcome, answer)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContentBlock, FinishReason, Role};
+
+    /// Counts the writes it is asked for.
+    #[derive(Default)]
+    struct Counting {
+        started: Mutex<u32>,
+        messages: Mutex<u32>,
+    }
+
+    #[async_trait]
+    impl RunLedger for Counting {
+        async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+            *self.started.lock().unwrap() += 1;
+            Ok(())
+        }
+        async fn run_finished(
+            &self,
+            _: SessionId,
+            _: RunId,
+            _: &RunOutcome,
+            _: Option<&Message>,
+        ) -> Result<(), LedgerError> {
+            Ok(())
+        }
+        async fn message_added(&self, _: &Message) -> Result<(), LedgerError> {
+            *self.messages.lock().unwrap() += 1;
+            Ok(())
+        }
+    }
+
+    fn prompt(session_id: SessionId, run_id: RunId) -> Message {
+        let blocks = vec![ContentBlock::text("q")];
+        Message::new(session_id, Some(run_id), None, Role::User, blocks)
+    }
+
+    #[tokio::test]
+    async fn a_run_stored_with_its_session_is_not_written_again() {
+        let ledger = Arc::new(Counting::default());
+        let (sid, rid) = (SessionId::new(), RunId::new());
+        let user = prompt(sid, rid);
+        let recorder = RunRecorder::stored_with_session(ledger.clone(), sid, rid, user.clone());
+        assert_eq!(recorder.user_message().map(|m| m.id), Some(user.id));
+        recorder.mark_running().await.unwrap();
+        assert_eq!(*ledger.started.lock().unwrap(), 0);
+        assert_eq!(*ledger.messages.lock().unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_later_run_is_marked_running_once_and_remembers_its_prompt() {
+        let ledger = Arc::new(Counting::default());
+        let (sid, rid) = (SessionId::new(), RunId::new());
+        let recorder = RunRecorder::new(ledger.clone(), sid, rid);
+        assert!(recorder.user_message().is_none());
+        let user = prompt(sid, rid);
+        recorder.add_user_message(&user).await.unwrap();
+        assert_eq!(recorder.user_message().map(|m| m.id), Some(user.id));
+        recorder.mark_running().await.unwrap();
+        recorder.mark_running().await.unwrap();
+        recorder
+            .finish(&RunOutcome::new(FinishReason::Stop), None)
+            .await
+            .unwrap();
+        assert_eq!(*ledger.started.lock().unwrap(), 1);
+        assert_eq!(*ledger.messages.lock().unwrap(), 1);
+    }
+}
