@@ -44,8 +44,9 @@ pub struct TurnOutput {
     /// Set when it failed (reported as an `error` event unless the options said not to).
     pub error: Option<ErrorInfo>,
     /// Set when the failure must not be retried by a caller either: the call's first-token
-    /// deadline, which bounds the call with all its retries, has passed.
-    pub deadline_passed: bool,
+    /// deadline, which bounds the call with all its retries, has passed, or the server asked for a
+    /// longer wait than the retry policy's longest delay.
+    pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
 }
@@ -71,6 +72,18 @@ impl Default for TurnOptions<'_> {
             report_errors: true,
             cancel: None,
         }
+    }
+}
+
+/// The `retry` event of a retry about to happen.
+pub(crate) fn retry_event(n: RetryNotice) -> EventPayload {
+    EventPayload::Retry {
+        retry: RetryInfo {
+            attempt: n.attempt,
+            max_attempts: n.max_attempts,
+            delay_ms: n.delay.as_millis() as u64,
+            reason: n.reason,
+        },
     }
 }
 
@@ -200,14 +213,7 @@ async fn relay_turn(
         // The provider client calls this synchronously, right before it sleeps until the retry:
         // the notice cannot wait for room in the log queue, and goes past its bound if need be
         // (one per retry, so it cannot flood it).
-        events.emit_now(EventPayload::Retry {
-            retry: RetryInfo {
-                attempt: n.attempt,
-                max_attempts: n.max_attempts,
-                delay_ms: n.delay.as_millis() as u64,
-                reason: n.reason,
-            },
-        });
+        events.emit_now(retry_event(n));
     };
     let connect = tokio::select! {
         biased;
@@ -231,7 +237,8 @@ async fn relay_turn(
                     .await;
             }
             out.error = Some(info);
-            out.deadline_passed = matches!(e, LlmError::FirstTokenTimeout(_));
+            out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
+                || !policy.accepts_retry_after(e.retry_after());
             return out;
         }
     };
