@@ -155,7 +155,7 @@ impl Runner {
                 label,
                 run_id,
                 finish: end.finish,
-                text: super::spawn::background_text(&end),
+                text: super::spawn::outcome_text(end.finish, &end.text),
             });
             this.bg_running.fetch_sub(1, Ordering::SeqCst);
         });
