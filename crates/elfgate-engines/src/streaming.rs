@@ -62,6 +62,8 @@ pub(crate) struct TurnOptions<'a> {
     pub report_errors: bool,
     /// The token that stops the call (default: the run's).
     pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+    /// Retries the caller already made of this call (see [`stream_with_retry_from`]).
+    pub retries_done: u32,
 }
 
 impl Default for TurnOptions<'_> {
@@ -71,6 +73,7 @@ impl Default for TurnOptions<'_> {
             split_think: false,
             report_errors: true,
             cancel: None,
+            retries_done: 0,
         }
     }
 }
@@ -218,7 +221,9 @@ async fn relay_turn(
     let connect = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(LlmError::Cancelled),
-        r = stream_with_retry_from(provider, req, policy, cancel, &mut on_retry, first) => r,
+        r = stream_with_retry_from(
+            provider, req, policy, cancel, &mut on_retry, first, opts.retries_done,
+        ) => r,
     };
     out.retries = retries;
     let mut stream = match connect {

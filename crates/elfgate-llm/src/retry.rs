@@ -90,11 +90,13 @@ pub async fn stream_with_retry(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
 ) -> Result<LlmStream, LlmError> {
-    stream_with_retry_from(provider, req, policy, cancel, on_retry, None).await
+    stream_with_retry_from(provider, req, policy, cancel, on_retry, None, 0).await
 }
 
 /// [`stream_with_retry`] whose first attempt, when given, is one already under way (made with the
 /// same request); its failure is retried like any other, and the deadline counts from its start.
+/// `done` is how many retries the caller already made of this call by its own rules: they count
+/// against `max_retries`, and the numbering and the schedule go on from there.
 pub async fn stream_with_retry_from(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
@@ -102,10 +104,11 @@ pub async fn stream_with_retry_from(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
     first: Option<FirstAttempt>,
+    done: u32,
 ) -> Result<LlmStream, LlmError> {
     let limit = provider.first_token_timeout();
     let started = first.as_ref().map_or_else(Instant::now, |f| f.started);
-    let attempts = attempts(provider, req, policy, cancel, on_retry, first);
+    let attempts = attempts(provider, req, policy, cancel, on_retry, first, done);
     if limit.is_zero() {
         return attempts.await;
     }
@@ -126,8 +129,9 @@ async fn attempts(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
     mut first: Option<FirstAttempt>,
+    done: u32,
 ) -> Result<LlmStream, LlmError> {
-    let mut attempt: u32 = 0;
+    let mut attempt = done;
     loop {
         if cancel.is_cancelled() {
             return Err(LlmError::Cancelled);

@@ -262,6 +262,42 @@ async fn llm_retries_follow_an_exponential_schedule_when_configured() {
     assert_eq!(delays, [&json!(5), &json!(10), &json!(20)]);
 }
 
+/// The loop's own retries (here of a non-retryable 400) and the provider client's (a 500) share one
+/// budget and one count: the `retry` events number 1, 2 out of the same maximum, on one schedule.
+#[tokio::test]
+async fn loop_and_client_retries_count_as_one_sequence() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "mixed",
+        json!([{"status": 400}, {"status": 500}, {"text": "done"}]),
+    );
+    let cfg = json!({"engineConfig": {"llmRetryDelayMs": 5, "maxLlmRetries": 3}});
+    let (_, _, evs) = run(&d, session("r", "mock:script=mixed", &dir, cfg)).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let retries: Vec<(Value, Value, Value)> = of(&evs, "retry")
+        .iter()
+        .map(|e| {
+            let r = &e.data["retry"];
+            (
+                r["attempt"].clone(),
+                r["maxAttempts"].clone(),
+                r["delayMs"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        [
+            (json!(1), json!(3), json!(5)),
+            (json!(2), json!(3), json!(10)),
+        ]
+    );
+    assert_eq!(text_of(&evs), "done");
+}
+
 #[tokio::test]
 async fn engine_config_overrides_reach_the_request() {
     let mock = MockServer::start().await.unwrap();

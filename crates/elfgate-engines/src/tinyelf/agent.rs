@@ -8,9 +8,7 @@ use elfgate_core::{
     ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
     Role,
 };
-use elfgate_llm::{
-    LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryNotice, RetryPolicy, random_unit,
-};
+use elfgate_llm::{LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryNotice, random_unit};
 use elfgate_tools::{Guardian, ToolRegistry};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -229,14 +227,10 @@ impl Runner {
                     ..TurnOutput::default()
                 };
             }
-            let left = RetryPolicy {
-                max_retries: max.saturating_sub(used),
-                ..policy.clone()
-            };
             let mut turn = stream_turn_with(
                 self.provider.as_ref(),
                 req,
-                &left,
+                policy,
                 &self.ctx,
                 // Time to first token is measured per call in the agent loop.
                 Instant::now(),
@@ -245,6 +239,7 @@ impl Runner {
                     split_think: true,
                     report_errors: false,
                     cancel: Some(&agent.cancel),
+                    retries_done: used,
                 },
             )
             .await;
