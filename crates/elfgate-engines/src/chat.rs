@@ -17,7 +17,7 @@ use elfgate_llm::{
 use elfgate_store::Store;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a chat engine sends upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +49,7 @@ impl Default for ChatSettings {
             max_history: 100,
             temperature: None,
             max_tokens: None,
-            retry: RetryPolicy {
-                max_retries: 2,
-                base_delay: Duration::from_millis(1000),
-                max_delay: Duration::from_secs(30),
-            },
+            retry: RetryPolicy::default(),
         }
     }
 }

@@ -44,8 +44,9 @@ pub struct TurnOutput {
     /// Set when it failed (reported as an `error` event unless the options said not to).
     pub error: Option<ErrorInfo>,
     /// Set when the failure must not be retried by a caller either: the call's first-token
-    /// deadline, which bounds the call with all its retries, has passed.
-    pub deadline_passed: bool,
+    /// deadline, which bounds the call with all its retries, has passed, or the server asked for a
+    /// longer wait than the retry policy's longest delay.
+    pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
 }
@@ -61,6 +62,8 @@ pub(crate) struct TurnOptions<'a> {
     pub report_errors: bool,
     /// The token that stops the call (default: the run's).
     pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+    /// Retries the caller already made of this call (see [`stream_with_retry_from`]).
+    pub retries_done: u32,
 }
 
 impl Default for TurnOptions<'_> {
@@ -70,7 +73,20 @@ impl Default for TurnOptions<'_> {
             split_think: false,
             report_errors: true,
             cancel: None,
+            retries_done: 0,
         }
+    }
+}
+
+/// The `retry` event of a retry about to happen.
+pub(crate) fn retry_event(n: RetryNotice) -> EventPayload {
+    EventPayload::Retry {
+        retry: RetryInfo {
+            attempt: n.attempt,
+            max_attempts: n.max_attempts,
+            delay_ms: n.delay.as_millis() as u64,
+            reason: n.reason,
+        },
     }
 }
 
@@ -200,19 +216,14 @@ async fn relay_turn(
         // The provider client calls this synchronously, right before it sleeps until the retry:
         // the notice cannot wait for room in the log queue, and goes past its bound if need be
         // (one per retry, so it cannot flood it).
-        events.emit_now(EventPayload::Retry {
-            retry: RetryInfo {
-                attempt: n.attempt,
-                max_attempts: n.max_attempts,
-                delay_ms: n.delay.as_millis() as u64,
-                reason: n.reason,
-            },
-        });
+        events.emit_now(retry_event(n));
     };
     let connect = tokio::select! {
         biased;
         _ = cancel.cancelled() => Err(LlmError::Cancelled),
-        r = stream_with_retry_from(provider, req, policy, cancel, &mut on_retry, first) => r,
+        r = stream_with_retry_from(
+            provider, req, policy, cancel, &mut on_retry, first, opts.retries_done,
+        ) => r,
     };
     out.retries = retries;
     let mut stream = match connect {
@@ -231,7 +242,8 @@ async fn relay_turn(
                     .await;
             }
             out.error = Some(info);
-            out.deadline_passed = matches!(e, LlmError::FirstTokenTimeout(_));
+            out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
+                || !policy.accepts_retry_after(e.retry_after());
             return out;
         }
     };

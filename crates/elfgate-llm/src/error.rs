@@ -64,7 +64,7 @@ impl LlmError {
     }
 
     /// The delay the provider asked for before retrying, if any.
-    pub(crate) fn retry_after(&self) -> Option<Duration> {
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
             LlmError::Status { retry_after, .. } => *retry_after,
             _ => None,

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Most error-body bytes kept in a [`LlmError::Status`] message.
 const MAX_ERROR_MESSAGE: usize = 2000;
@@ -108,21 +108,34 @@ pub(crate) async fn send(
     })
 }
 
-/// Parses `retry-after-ms` (OpenAI) or `Retry-After` (delta seconds).
+/// Parses `retry-after-ms` (OpenAI) or `Retry-After` (delta seconds or an HTTP-date).
 pub(crate) fn parse_retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |name: &str| {
+    parse_retry_after_at(headers, SystemTime::now())
+}
+
+/// [`parse_retry_after`] with the clock an HTTP-date is measured against.
+fn parse_retry_after_at(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
+    };
+    let number = |name: &str| {
+        text(name)
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
     };
     // A value too large for a Duration is ignored rather than trusted.
-    if let Some(ms) = get("retry-after-ms") {
+    if let Some(ms) = number("retry-after-ms") {
         return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
-    get("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok())
+    if let Some(s) = number("retry-after") {
+        return Duration::try_from_secs_f64(s).ok();
+    }
+    // A date already past means "now".
+    let date = httpdate::parse_http_date(text("retry-after")?).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Extracts a readable message from an error body: `{"error":{"message":..}}`,
@@ -335,5 +348,22 @@ mod tests {
             reqwest::header::HeaderValue::from_static("150"),
         );
         assert_eq!(parse_retry_after(&h), Some(Duration::from_millis(150)));
+    }
+
+    #[test]
+    fn retry_after_as_an_http_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 21 Oct 2015 07:28:00
+        let mut h = reqwest::header::HeaderMap::new();
+        let mut set = |v: &'static str| {
+            h.insert("retry-after", reqwest::header::HeaderValue::from_static(v));
+            parse_retry_after_at(&h, now)
+        };
+        assert_eq!(
+            set("Wed, 21 Oct 2015 07:28:30 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(set("Wed, 21 Oct 2015 07:27:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(set("soon"), None);
+        assert_eq!(set("-3"), None);
     }
 }

@@ -11,6 +11,7 @@ mod anthropic;
 mod error;
 mod http;
 mod openai;
+mod policy;
 mod retry;
 mod sse;
 
@@ -20,9 +21,9 @@ use std::time::Duration;
 pub use elfgate_core::ThinkingLevel;
 pub use elfgate_core::model::{ContentBlock, Role};
 pub use error::LlmError;
+pub use policy::{Backoff, Jitter, RetryPolicy, random_unit};
 pub use retry::{
-    FirstAttempt, RetryNotice, RetryPolicy, spawn_first_attempt, stream_with_retry,
-    stream_with_retry_from,
+    FirstAttempt, RetryNotice, spawn_first_attempt, stream_with_retry, stream_with_retry_from,
 };
 
 /// Which wire protocol a provider speaks.

@@ -1,6 +1,7 @@
 //! Retrying a streaming call until its first event arrives.
 
-use crate::{LlmError, LlmProvider, LlmRequest, LlmStream};
+use crate::policy::random_unit;
+use crate::{LlmError, LlmProvider, LlmRequest, LlmStream, RetryPolicy};
 use futures_util::StreamExt;
 use std::future::Future;
 use std::pin::Pin;
@@ -54,17 +55,6 @@ pub fn spawn_first_attempt(provider: Arc<dyn LlmProvider>, req: Arc<LlmRequest>)
     }
 }
 
-/// How often and how patiently to retry.
-#[derive(Clone, Debug)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt (0 = no retry).
-    pub max_retries: u32,
-    /// Delay before retry `n` is `base_delay * n` (or `Retry-After`, if larger).
-    pub base_delay: Duration,
-    /// Upper bound of any delay.
-    pub max_delay: Duration,
-}
-
 /// Reported before each retry.
 #[derive(Clone, Debug)]
 pub struct RetryNotice {
@@ -79,9 +69,10 @@ pub struct RetryNotice {
 }
 
 /// Calls provider.stream and waits for the FIRST event. If the call or the first event fails with a retryable error
-/// (before any token was produced), calls on_retry(notice), sleeps (delay = base_delay * attempt, or the Retry-After
-/// value if larger, capped at max_delay; the sleep is abandoned with LlmError::Cancelled if `cancel` fires) and tries
-/// again, up to max_retries retries. Returns a stream that yields the already-received first event first, then the rest.
+/// (before any token was produced), calls on_retry(notice), sleeps ([`RetryPolicy::delay`]: the policy's schedule, or
+/// the Retry-After value if larger; the sleep is abandoned with LlmError::Cancelled if `cancel` fires) and tries
+/// again, up to max_retries retries. A Retry-After longer than the policy's max_delay ends the call with that error.
+/// Returns a stream that yields the already-received first event first, then the rest.
 /// Never retries after the first event was received. Checks `cancel` before each attempt.
 ///
 /// Waiting for the response and the first event is also abandoned with
@@ -99,11 +90,13 @@ pub async fn stream_with_retry(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
 ) -> Result<LlmStream, LlmError> {
-    stream_with_retry_from(provider, req, policy, cancel, on_retry, None).await
+    stream_with_retry_from(provider, req, policy, cancel, on_retry, None, 0).await
 }
 
 /// [`stream_with_retry`] whose first attempt, when given, is one already under way (made with the
 /// same request); its failure is retried like any other, and the deadline counts from its start.
+/// `done` is how many retries the caller already made of this call by its own rules: they count
+/// against `max_retries`, and the numbering and the schedule go on from there.
 pub async fn stream_with_retry_from(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
@@ -111,10 +104,11 @@ pub async fn stream_with_retry_from(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
     first: Option<FirstAttempt>,
+    done: u32,
 ) -> Result<LlmStream, LlmError> {
     let limit = provider.first_token_timeout();
     let started = first.as_ref().map_or_else(Instant::now, |f| f.started);
-    let attempts = attempts(provider, req, policy, cancel, on_retry, first);
+    let attempts = attempts(provider, req, policy, cancel, on_retry, first, done);
     if limit.is_zero() {
         return attempts.await;
     }
@@ -135,8 +129,9 @@ async fn attempts(
     cancel: &CancellationToken,
     on_retry: &mut (dyn FnMut(RetryNotice) + Send),
     mut first: Option<FirstAttempt>,
+    done: u32,
 ) -> Result<LlmStream, LlmError> {
-    let mut attempt: u32 = 0;
+    let mut attempt = done;
     loop {
         if cancel.is_cancelled() {
             return Err(LlmError::Cancelled);
@@ -160,11 +155,11 @@ async fn attempts(
             return Err(err);
         }
         attempt += 1;
-        let mut delay = policy.base_delay.saturating_mul(attempt);
-        if let Some(ra) = err.retry_after() {
-            delay = delay.max(ra);
-        }
-        delay = delay.min(policy.max_delay);
+        let Some(delay) = policy.delay(attempt, err.retry_after(), &mut random_unit) else {
+            tracing::warn!(retry_after = ?err.retry_after(), max_delay = ?policy.max_delay, error = %err,
+                "not retrying: the server asks for a longer wait than the longest retry delay");
+            return Err(err);
+        };
         tracing::warn!(attempt, max = policy.max_retries, ?delay, error = %err, "retrying LLM call");
         on_retry(RetryNotice {
             attempt,

@@ -384,6 +384,7 @@ fn fast_policy() -> RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(20),
+        ..RetryPolicy::default()
     }
 }
 
@@ -505,6 +506,7 @@ async fn retry_after_is_honoured() {
         max_retries: 2,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_secs(30),
+        ..RetryPolicy::default()
     };
     let stream = stream_with_retry(
         p.as_ref(),
@@ -543,6 +545,28 @@ async fn retry_after_is_honoured() {
     assert_eq!(notices[0].delay, Duration::from_millis(5));
 }
 
+/// A server that asks for a longer wait than the policy allows is not retried early: the call
+/// fails at once with its error.
+#[tokio::test]
+async fn a_retry_after_past_the_longest_delay_ends_the_call() {
+    let (router, calls) = retry_router("/chat/completions", usize::MAX, || {
+        error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            &[("retry-after", "120")],
+            "{}",
+        )
+    });
+    let base = spawn(router).await;
+    let p = provider(ProviderKind::Openai, base);
+    let (err, retries) = call_failing(p.as_ref(), &fast_policy()).await;
+    assert!(
+        matches!(err, LlmError::Status { status: 429, .. }),
+        "{err:?}"
+    );
+    assert_eq!(retries, 0);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn retry_sleep_is_cancellable() {
     let (router, calls) = retry_router("/chat/completions", usize::MAX, || {
@@ -560,6 +584,7 @@ async fn retry_sleep_is_cancellable() {
         max_retries: 5,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_secs(600),
+        ..RetryPolicy::default()
     };
     let mut delays = Vec::new();
     let result = tokio::time::timeout(
@@ -820,6 +845,7 @@ async fn the_deadline_also_covers_the_waits_between_attempts() {
         max_retries: 3,
         base_delay: Duration::from_secs(60),
         max_delay: Duration::from_secs(60),
+        ..RetryPolicy::default()
     };
     let (err, retries) = call_failing(p.as_ref(), &slow).await;
     assert_eq!(err, LlmError::FirstTokenTimeout(Duration::from_millis(200)));

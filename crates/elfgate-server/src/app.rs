@@ -185,6 +185,8 @@ impl Daemon {
                 max_retries: chat.max_retries,
                 base_delay: Duration::from_millis(chat.retry_delay_ms),
                 max_delay: Duration::from_millis(chat.max_retry_delay_ms),
+                backoff: chat.retry_backoff,
+                jitter: chat.retry_jitter,
             },
         };
         for mode in [

@@ -139,6 +139,12 @@ pub struct ChatEngineConfig {
     pub retry_delay_ms: u64,
     /// Longest retry delay.
     pub max_retry_delay_ms: u64,
+    /// How the retry delay grows.
+    #[serde(default)]
+    pub retry_backoff: elfgate_llm::Backoff,
+    /// Randomness applied to the retry delay.
+    #[serde(default)]
+    pub retry_jitter: elfgate_llm::Jitter,
 }
 
 /// `[engines]`.

@@ -241,6 +241,63 @@ async fn llm_retries_then_error_after_the_last() {
     assert_eq!(of(&evs, "error").len(), 1);
 }
 
+/// The retry schedule is configurable: exponential doubles the delay where linear adds to it, and
+/// Retry-After-free failures get exactly the schedule when jitter is off.
+#[tokio::test]
+async fn llm_retries_follow_an_exponential_schedule_when_configured() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon_with(
+        &mock,
+        "[engines.tinyelf]\nllm_retry_backoff = \"exponential\"\nllm_retry_jitter = \"none\"\n",
+    );
+    let dir = project();
+    script(&mock, "flaky3", json!([{"text": "done"}]));
+    let cfg = json!({"engineConfig": {"llmRetryDelayMs": 5, "maxLlmRetries": 3}});
+    let (_, _, evs) = run(&d, session("r", "mock:script=flaky3,fail=500x3", &dir, cfg)).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let delays: Vec<&Value> = of(&evs, "retry")
+        .iter()
+        .map(|e| &e.data["retry"]["delayMs"])
+        .collect();
+    assert_eq!(delays, [&json!(5), &json!(10), &json!(20)]);
+}
+
+/// The loop's own retries (here of a non-retryable 400) and the provider client's (a 500) share one
+/// budget and one count: the `retry` events number 1, 2 out of the same maximum, on one schedule.
+#[tokio::test]
+async fn loop_and_client_retries_count_as_one_sequence() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "mixed",
+        json!([{"status": 400}, {"status": 500}, {"text": "done"}]),
+    );
+    let cfg = json!({"engineConfig": {"llmRetryDelayMs": 5, "maxLlmRetries": 3}});
+    let (_, _, evs) = run(&d, session("r", "mock:script=mixed", &dir, cfg)).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let retries: Vec<(Value, Value, Value)> = of(&evs, "retry")
+        .iter()
+        .map(|e| {
+            let r = &e.data["retry"];
+            (
+                r["attempt"].clone(),
+                r["maxAttempts"].clone(),
+                r["delayMs"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        [
+            (json!(1), json!(3), json!(5)),
+            (json!(2), json!(3), json!(10)),
+        ]
+    );
+    assert_eq!(text_of(&evs), "done");
+}
+
 #[tokio::test]
 async fn engine_config_overrides_reach_the_request() {
     let mock = MockServer::start().await.unwrap();

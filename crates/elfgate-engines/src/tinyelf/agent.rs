@@ -3,18 +3,18 @@
 use super::Inner;
 use super::pipeline::{self, CallResult};
 use super::settings::RunSettings;
-use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, stream_turn_with};
+use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, retry_event, stream_turn_with};
 use elfgate_core::{
     ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
-    RetryInfo, Role,
+    Role,
 };
-use elfgate_llm::{LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy};
+use elfgate_llm::{LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryNotice, random_unit};
 use elfgate_tools::{Guardian, ToolRegistry};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -153,7 +153,7 @@ impl Runner {
                 label,
                 run_id,
                 finish: end.finish,
-                text: super::spawn::background_text(&end),
+                text: super::spawn::outcome_text(end.finish, &end.text),
             });
             this.bg_running.fetch_sub(1, Ordering::SeqCst);
         });
@@ -209,12 +209,16 @@ impl Runner {
         Err(info)
     }
 
-    /// One LLM call with the loop's retry rule: a call that fails (or finishes with reason error)
-    /// before producing anything is retried up to `max_llm_retries` times, `llm_retry_delay` x
-    /// (attempt+1) apart, with a `retry` event each; an `error` event after the last. A call
-    /// whose first-token deadline passed is not retried: the deadline bounds it, retries included.
+    /// One LLM call with the loop's retry rule, on top of the provider client's: a call that
+    /// fails (or finishes with reason error) before producing anything is retried even when the
+    /// client does not retry it (a non-retryable status, an error after an empty first event).
+    /// Both share the run's retry policy: one budget of `max_llm_retries`, the same schedule for
+    /// the delays, a `retry` event each; an `error` event after the last. A call whose first-token
+    /// deadline passed (it bounds the call, retries included), or whose server asked for a longer
+    /// wait than the policy's longest delay, is not retried.
     async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
-        let max = self.rs.max_llm_retries;
+        let policy = &self.rs.llm_retry;
+        let max = policy.max_retries;
         let mut used = 0u32;
         loop {
             if agent.cancel.is_cancelled() {
@@ -223,15 +227,10 @@ impl Runner {
                     ..TurnOutput::default()
                 };
             }
-            let policy = RetryPolicy {
-                max_retries: max.saturating_sub(used),
-                base_delay: self.rs.llm_retry_delay,
-                max_delay: Duration::from_secs(60),
-            };
             let mut turn = stream_turn_with(
                 self.provider.as_ref(),
                 req,
-                &policy,
+                policy,
                 &self.ctx,
                 // Time to first token is measured per call in the agent loop.
                 Instant::now(),
@@ -240,6 +239,7 @@ impl Runner {
                     split_think: true,
                     report_errors: false,
                     cancel: Some(&agent.cancel),
+                    retries_done: used,
                 },
             )
             .await;
@@ -259,21 +259,19 @@ impl Runner {
             let empty =
                 turn.text.is_empty() && turn.thinking.is_empty() && turn.tool_calls.is_empty();
             if let Some(err) = &turn.error {
-                if empty && used < max && !turn.deadline_passed {
+                if empty && used < max && !turn.no_retry {
                     used += 1;
-                    let delay = self.rs.llm_retry_delay.saturating_mul(used);
+                    let delay = policy.jittered(used, &mut random_unit);
                     if agent.is_top() {
                         self.ctx.metrics.retry();
                         self.ctx
                             .events
-                            .emit(EventPayload::Retry {
-                                retry: RetryInfo {
-                                    attempt: used,
-                                    max_attempts: max,
-                                    delay_ms: delay.as_millis() as u64,
-                                    reason: err.message.clone(),
-                                },
-                            })
+                            .emit(retry_event(RetryNotice {
+                                attempt: used,
+                                max_attempts: max,
+                                delay,
+                                reason: err.message.clone(),
+                            }))
                             .await;
                     }
                     tokio::select! {

@@ -8,6 +8,7 @@ mod history;
 mod pipeline;
 pub mod settings;
 mod spawn;
+mod subagents;
 pub(crate) mod think;
 
 pub use settings::{GuardianConfig, TinyElfConfig};
@@ -95,7 +96,6 @@ impl TinyElfEngine {
             },
         };
         let mut tools = elfgate_tools::builtin_registry(&builtin);
-        tools.register(Arc::new(spawn::SpawnTool));
         for (name, tier) in &config.tool_tiers {
             let t: PermissionTier = tier.parse().map_err(TinyElfError::Tier)?;
             tools.set_tier(name.clone(), t);
@@ -185,6 +185,16 @@ impl TinyElfEngine {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),
         };
+        // spawn is bound to the run (below), once there is one; the client sees it listed now.
+        let spawn_on = rs
+            .enabled_tools
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
+        let mut tool_names = tools.names();
+        if spawn_on {
+            tool_names.push(spawn::SPAWN.to_string());
+            tool_names.sort();
+        }
         ctx.events
             .emit(EventPayload::Init {
                 system_info: json!({
@@ -192,7 +202,7 @@ impl TinyElfEngine {
                     "provider": provider_name,
                     "model": model,
                     "projectPath": project.display().to_string(),
-                    "tools": tools.names(),
+                    "tools": tool_names,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "maxIterations": rs.max_iterations,
                     "daemonVersion": env!("CARGO_PKG_VERSION"),
@@ -258,7 +268,7 @@ impl TinyElfEngine {
         let agent = Agent {
             label: None,
             depth: 0,
-            tools,
+            tools: subagents::with_spawn(tools, &runner, spawn_on),
             cancel: ctx.cancel.clone(),
             model,
             system,

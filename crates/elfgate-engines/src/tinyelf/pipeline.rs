@@ -3,7 +3,6 @@
 //! execute with the tool timeout -> PostToolUse hooks (fire-and-forget).
 
 use super::agent::{Agent, Runner};
-use super::spawn;
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{ContentBlock, EventPayload, ToolCallStatus};
 use elfgate_tools::{
@@ -296,16 +295,8 @@ pub(crate) async fn run_call(
         store: Some(runner.inner.store.clone()),
         child: runner.rs.child.clone(),
     };
-    let exec: BoxFuture<'_, Result<ToolOutput, ToolError>> = if call.name == spawn::SPAWN {
-        spawn::run(
-            runner.clone(),
-            agent.clone(),
-            input.clone(),
-            tool_cancel.clone(),
-        )
-    } else {
-        Box::pin(tool.execute(input.clone(), &tctx))
-    };
+    let exec: BoxFuture<'_, Result<ToolOutput, ToolError>> =
+        Box::pin(tool.execute(input.clone(), &tctx));
     let timeout = runner.rs.tool_timeout;
     let (result, timed_out) = {
         tokio::pin!(exec);

@@ -2,6 +2,7 @@
 //! session's `engineConfig` overrides.
 
 use elfgate_core::{EngineConfig, ThinkingLevel};
+use elfgate_llm::{Backoff, Jitter, RetryPolicy};
 use elfgate_tools::HookConfig;
 use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
 use serde::Deserialize;
@@ -51,8 +52,14 @@ pub struct TinyElfConfig {
     pub tool_result_max_chars: usize,
     /// Retries of a failed LLM call.
     pub max_llm_retries: u32,
-    /// Delay before retry n is this x n milliseconds.
+    /// The unit of the retry schedule, in milliseconds.
     pub llm_retry_delay_ms: u64,
+    /// How the retry delay grows: linear (unit x n) or exponential (unit x 2^(n-1)).
+    pub llm_retry_backoff: Backoff,
+    /// Randomness applied to the retry delay.
+    pub llm_retry_jitter: Jitter,
+    /// Longest retry delay, in milliseconds; a longer Retry-After ends the call.
+    pub max_llm_retry_delay_ms: u64,
     /// Seconds a tool call may run.
     pub tool_timeout_secs: f64,
     /// Seconds a permission request waits for the client before it is denied.
@@ -112,6 +119,9 @@ impl Default for TinyElfConfig {
             tool_result_max_chars: 50_000,
             max_llm_retries: 2,
             llm_retry_delay_ms: 1000,
+            llm_retry_backoff: Backoff::Linear,
+            llm_retry_jitter: Jitter::None,
+            max_llm_retry_delay_ms: 60_000,
             tool_timeout_secs: 300.0,
             permission_timeout_secs: 300.0,
             max_background_drain_rounds: 3,
@@ -178,8 +188,8 @@ pub(crate) struct RunSettings {
     pub temperature: f32,
     pub max_tokens: u32,
     pub tool_result_max_chars: usize,
-    pub max_llm_retries: u32,
-    pub llm_retry_delay: Duration,
+    /// Retries of an LLM call, shared by the provider client and the loop (see `Runner::call_llm`).
+    pub llm_retry: RetryPolicy,
     pub tool_timeout: Duration,
     pub permission_timeout: Duration,
     pub max_background_drain_rounds: u32,
@@ -216,10 +226,15 @@ impl RunSettings {
                 .tool_result_max_chars
                 .unwrap_or(base.tool_result_max_chars)
                 .max(1),
-            max_llm_retries: cfg.max_llm_retries.unwrap_or(base.max_llm_retries).min(10),
-            llm_retry_delay: Duration::from_millis(
-                cfg.llm_retry_delay_ms.unwrap_or(base.llm_retry_delay_ms),
-            ),
+            llm_retry: RetryPolicy {
+                max_retries: cfg.max_llm_retries.unwrap_or(base.max_llm_retries).min(10),
+                base_delay: Duration::from_millis(
+                    cfg.llm_retry_delay_ms.unwrap_or(base.llm_retry_delay_ms),
+                ),
+                max_delay: Duration::from_millis(base.max_llm_retry_delay_ms),
+                backoff: base.llm_retry_backoff,
+                jitter: base.llm_retry_jitter,
+            },
             tool_timeout: cfg
                 .tool_execution_timeout
                 .map(millis)
