@@ -579,6 +579,11 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         mb(idle_rss),
         mb(idle_rss_after)
     );
+    // Other work on the machine slows every path; say how busy it was.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let avg: Vec<&str> = load.split_whitespace().take(3).collect();
+        println!("load average (1, 5, 15 min): {}", avg.join(" "));
+    }
     println!();
     print!("{}", table(&header, &rows));
     println!();
