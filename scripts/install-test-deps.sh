@@ -3,11 +3,11 @@
 # the browser tests. Does nothing when it is already there.
 set -euo pipefail
 
-if command -v chromium >/dev/null 2>&1 || [[ -n "${ELFGATE_CHROMIUM:-}" && -x "${ELFGATE_CHROMIUM}" ]]; then
+if command -v chromium >/dev/null 2>&1 || [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-test-deps: Chromium is needed for the browser tests; install it and set ELFGATE_CHROMIUM=/path/to/chromium" >&2
+  echo "install-test-deps: Chromium is needed for the browser tests; install it and set CHROMIUM_BIN=/path/to/chromium" >&2
   exit 1
 fi
 SUDO=()

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
-# The browser tests fail instead of skipping when Chromium is missing.
-export ELFGATE_BROWSER_TESTS=require
+# The browser tests fail instead of skipping when Chromium is missing. (Not an ELFGATE_ name:
+# the daemon reads every ELFGATE_* variable as configuration.)
+export REQUIRE_BROWSER_TESTS=require
 cargo test --workspace --locked "$@"

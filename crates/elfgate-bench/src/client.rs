@@ -1,6 +1,7 @@
-//! The two kinds of benchmark session: one streamed chat completion straight from the mock
-//! provider, and one `api` session through the daemon's HTTP/SSE API. Both measure time to first
-//! token and total stream time, and check that exactly the expected number of tokens arrived.
+//! The kinds of benchmark session: one streamed chat completion straight from the mock provider
+//! (or the same request through nginx), and one `api` session through the daemon's HTTP/SSE API.
+//! All measure time to first token and total stream time, and check that exactly the expected
+//! number of tokens arrived.
 //!
 //! SSE is parsed cheaply: frames are split at blank lines and only their event type is looked at;
 //! tokens are counted by scanning for the mock's `tok<digit>` pattern, without decoding JSON.
@@ -30,6 +31,8 @@ pub enum Path {
     Direct,
     /// Through the daemon: `POST /v1/sessions` then `GET /v1/sessions/{id}/events`.
     Daemon,
+    /// The direct request, through nginx as a plain reverse proxy.
+    Nginx,
 }
 
 impl Path {
@@ -38,6 +41,7 @@ impl Path {
         match self {
             Path::Direct => "direct",
             Path::Daemon => "daemon",
+            Path::Nginx => "nginx",
         }
     }
 }
@@ -55,6 +59,8 @@ pub struct Target {
     pub daemon_base: String,
     /// Daemon sessions as one request (POST with `Accept: text/event-stream`).
     pub one_request: bool,
+    /// `http://ADDR` of nginx in front of the mock, when it runs.
+    pub nginx_base: Option<String>,
 }
 
 /// The mock model string that streams `tokens` tokens with `delay_ms` between them.
@@ -173,18 +179,19 @@ async fn read_sse(
     bail!("stream ended before its last event")
 }
 
-/// One streamed chat completion straight from the mock; ends at `data: [DONE]`.
-pub async fn direct(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+/// One streamed chat completion from the mock behind `base` (the mock itself, or a proxy in
+/// front of it); ends at `data: [DONE]`.
+pub async fn direct(t: &Target, base: &str, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
     let body = json!({
         "model": model(tokens, delay_ms),
         "stream": true,
         "messages": [{"role": "user", "content": "bench"}],
     });
-    let url = format!("{}/v1/chat/completions", t.mock_base);
+    let url = format!("{base}/v1/chat/completions");
     let started = Instant::now();
     let resp = t.http.post(url).json(&body).send().await?;
     if !resp.status().is_success() {
-        bail!("mock answered {}", resp.status());
+        bail!("{base} answered {}", resp.status());
     }
     let mut p = Progress::new(started);
     read_sse(resp, |frame| {
@@ -292,8 +299,12 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
 /// One session on `path`.
 pub async fn run(t: &Target, path: Path, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
     match path {
-        Path::Direct => direct(t, tokens, delay_ms).await,
+        Path::Direct => direct(t, &t.mock_base, tokens, delay_ms).await,
         Path::Daemon => daemon(t, tokens, delay_ms).await,
+        Path::Nginx => {
+            let base = t.nginx_base.as_deref().context("nginx is not running")?;
+            direct(t, base, tokens, delay_ms).await
+        }
     }
 }
 

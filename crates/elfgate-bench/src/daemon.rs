@@ -17,6 +17,8 @@ pub struct Daemon {
     pub pid: u32,
     /// The bearer token the daemon generated into its data directory.
     pub token: String,
+    /// The daemon's SQLite database file.
+    pub db: PathBuf,
     /// Holds the config file and the database until the daemon is gone.
     _dir: tempfile::TempDir,
 }
@@ -105,6 +107,7 @@ provider = "mock"
             base,
             pid,
             token,
+            db,
             _dir: dir,
         })
     }

@@ -12,10 +12,15 @@
 mod client;
 mod daemon;
 mod memory;
+mod nginx;
+mod nginx_report;
+mod ratio_search;
+mod write_rate;
 
 use anyhow::{Context, bail};
 use client::{Path, Sample, Target};
 use daemon::{Daemon, RssSampler};
+use nginx::Nginx;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -47,6 +52,13 @@ OPTIONS:
                        and /healthz latency meanwhile (needs ulimit -n > N)
   --large-prompts N    instead of the scenarios: N prompts of 1 MB in one chat
                        session; RSS before, at the end, and once idle
+  --no-nginx           skip the nginx path (run when /usr/sbin/nginx exists)
+  --ratio-search LIST  after the scenarios, the largest C of LIST (e.g. 200,300,400,500)
+                       whose paced relay ratio stays >= 0.95 (D = --delay-ms)
+  --write-rate         after the scenarios, the event log's sustained write rate
+  --write-rate-sessions C   sessions at once in that pass                   [200]
+  --write-rate-delay-ms D   mock delay before each token in that pass       [1]
+  --write-rate-secs S       length of its measured window                   [10]
   -v, --verbose        print one line per pass
   -h, --help           this text
 
@@ -67,6 +79,20 @@ struct Opts {
     idle_subscribers: usize,
     idle_sessions: usize,
     large_prompts: usize,
+    /// Run the nginx path when nginx is installed.
+    nginx: bool,
+    /// Concurrencies to search for the largest paced relay ratio >= 0.95 (empty: no search).
+    ratio_search: Vec<usize>,
+    /// The event log write-rate pass, when asked for.
+    write_rate: Option<write_rate::Settings>,
+}
+
+/// "1,50,200" as numbers.
+fn concurrency_list(v: &str, option: &str) -> anyhow::Result<Vec<usize>> {
+    v.split(',')
+        .map(|s| s.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{option} takes a list like 1,50,200"))
 }
 
 impl Opts {
@@ -83,6 +109,9 @@ impl Opts {
             idle_subscribers: 0,
             idle_sessions: 100,
             large_prompts: 0,
+            nginx: true,
+            ratio_search: Vec::new(),
+            write_rate: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -101,13 +130,7 @@ impl Opts {
                     println!("{USAGE}");
                     return Ok(None);
                 }
-                "--concurrency" => {
-                    o.concurrency = value()?
-                        .split(',')
-                        .map(|s| s.trim().parse::<usize>())
-                        .collect::<Result<_, _>>()
-                        .context("--concurrency takes a list like 1,50,200")?;
-                }
+                "--concurrency" => o.concurrency = concurrency_list(&value()?, "--concurrency")?,
                 "--tokens" => o.tokens = value()?.parse().context("--tokens")?,
                 "--delay-ms" => o.delay_ms = value()?.parse().context("--delay-ms")?,
                 "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
@@ -123,12 +146,37 @@ impl Opts {
                 "--large-prompts" => {
                     o.large_prompts = value()?.parse().context("--large-prompts")?;
                 }
+                "--no-nginx" => o.nginx = false,
+                "--ratio-search" => {
+                    o.ratio_search = concurrency_list(&value()?, "--ratio-search")?;
+                }
+                "--write-rate" => {
+                    o.write_rate.get_or_insert_with(Default::default);
+                }
+                "--write-rate-sessions" | "--write-rate-delay-ms" | "--write-rate-secs" => {
+                    let n: u64 = value()?.parse().with_context(|| key.clone())?;
+                    let w = o.write_rate.get_or_insert_with(Default::default);
+                    match key.as_str() {
+                        "--write-rate-sessions" => w.sessions = usize::try_from(n)?,
+                        "--write-rate-delay-ms" => w.delay_ms = n,
+                        _ => w.secs = n,
+                    }
+                }
                 "-v" | "--verbose" => o.verbose = true,
                 other => bail!("unknown argument {other:?}\n\n{USAGE}"),
             }
         }
-        if o.concurrency.is_empty() || o.concurrency.contains(&0) {
-            bail!("--concurrency needs positive numbers");
+        if o.concurrency.is_empty() || o.concurrency.contains(&0) || o.ratio_search.contains(&0) {
+            bail!("--concurrency and --ratio-search need positive numbers");
+        }
+        if !o.ratio_search.is_empty() && o.delay_ms == 0 {
+            bail!("--ratio-search measures paced streams: --delay-ms must be positive");
+        }
+        if o.write_rate
+            .as_ref()
+            .is_some_and(|w| w.sessions == 0 || w.secs == 0)
+        {
+            bail!("--write-rate-sessions and --write-rate-secs must be positive");
         }
         if o.tokens == 0 {
             bail!("--tokens must be positive");
@@ -170,6 +218,8 @@ struct PathStats {
     daemon_cpu_ns: u64,
     /// This process's CPU time (the mock provider and the load generator) during them, in ns.
     bench_cpu_ns: u64,
+    /// nginx's CPU time (master and workers) during them, in ns.
+    nginx_cpu_ns: u64,
     /// Highest daemon RSS seen during this path's passes.
     daemon_peak_rss: u64,
 }
@@ -223,6 +273,8 @@ struct Outcome {
     scenario: Scenario,
     direct: PathStats,
     daemon: PathStats,
+    /// The direct request through nginx, when nginx runs.
+    nginx: Option<PathStats>,
     clk_tck: u64,
 }
 
@@ -262,7 +314,7 @@ impl Outcome {
         }
     }
     fn errors(&self) -> usize {
-        self.direct.errors + self.daemon.errors
+        self.direct.errors + self.daemon.errors + self.nginx.as_ref().map_or(0, |n| n.errors)
     }
     /// CPU microseconds per session of `ns` over `path`'s sessions.
     fn us_per_session(ns: u64, path: &PathStats) -> f64 {
@@ -324,6 +376,7 @@ async fn scenario(
     target: &Target,
     mock: &elfgate_mockllm::MockServer,
     daemon: &Daemon,
+    nginx: Option<&Nginx>,
     sc: Scenario,
     opts: &Opts,
     clk_tck: u64,
@@ -331,7 +384,11 @@ async fn scenario(
     // Warm up with the full concurrency so that both connection pools (ours, and the daemon's to
     // the mock) already hold C connections: a burst of new loopback connections can stall on SYN
     // retransmits (~1 s) and would otherwise dominate the first pass's p99.
-    for path in [Path::Direct, Path::Daemon] {
+    let mut paths = vec![Path::Direct, Path::Daemon];
+    if nginx.is_some() {
+        paths.push(Path::Nginx);
+    }
+    for &path in &paths {
         let (_, errors, _) = pass(target, path, sc.concurrency, sc.tokens.min(20), 0).await;
         if let Some(e) = errors.first() {
             bail!("warmup on {} failed: {e}", path.label());
@@ -341,13 +398,14 @@ async fn scenario(
     let rounds = opts.rounds.max(opts.min_samples.div_ceil(sc.concurrency));
     let mut direct = PathStats::default();
     let mut via = PathStats::default();
+    let mut proxied = PathStats::default();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [Path::Direct, Path::Daemon]
-        } else {
-            [Path::Daemon, Path::Direct]
-        };
+        // Every path goes first in turn: with two paths the order alternates.
+        let mut order = paths.clone();
+        order.rotate_left(round % paths.len());
         for path in order {
+            let nginx_cpu = || nginx.map_or(Ok(0), Nginx::cpu_ns);
+            let ngx0 = nginx_cpu()?;
             let cpu0 = daemon::cpu_ticks(daemon.pid)?;
             let (dns0, own0) = (
                 daemon::cpu_ns(daemon.pid)?,
@@ -360,6 +418,7 @@ async fn scenario(
             let cpu = daemon::cpu_ticks(daemon.pid)?.saturating_sub(cpu0);
             let dns = daemon::cpu_ns(daemon.pid)?.saturating_sub(dns0);
             let own = daemon::cpu_ns(std::process::id())?.saturating_sub(own0);
+            let ngx = nginx_cpu()?.saturating_sub(ngx0);
             mock.clear_requests();
             if opts.verbose {
                 let max = samples.iter().map(|s| s.ttft).max().unwrap_or_default();
@@ -377,6 +436,7 @@ async fn scenario(
             let st = match path {
                 Path::Direct => &mut direct,
                 Path::Daemon => &mut via,
+                Path::Nginx => &mut proxied,
             };
             st.tokens += samples.len() as u64 * u64::from(sc.tokens);
             st.samples.extend(samples);
@@ -388,6 +448,7 @@ async fn scenario(
             st.daemon_cpu_ticks += cpu;
             st.daemon_cpu_ns += dns;
             st.bench_cpu_ns += own;
+            st.nginx_cpu_ns += ngx;
             st.daemon_peak_rss = st.daemon_peak_rss.max(peak);
         }
     }
@@ -395,6 +456,7 @@ async fn scenario(
         scenario: sc,
         direct,
         daemon: via,
+        nginx: nginx.is_some().then_some(proxied),
         clk_tck,
     };
     eprintln!(
@@ -431,7 +493,9 @@ async fn scenario(
             out.daemon.ttft_ms(0.99),
         );
     }
-    for (label, st) in [("direct", &out.direct), ("daemon", &out.daemon)] {
+    let all = [Some(&out.direct), Some(&out.daemon), out.nginx.as_ref()];
+    for (path, st) in paths.iter().zip(all.into_iter().flatten()) {
+        let label = path.label();
         if let Some(e) = &st.first_error {
             eprintln!("    first {label} error: {e}");
         }
@@ -536,6 +600,11 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         mb(idle_rss),
         mb(idle_rss_after)
     );
+    // Other work on the machine slows every path; say how busy it was.
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
+        let avg: Vec<&str> = load.split_whitespace().take(3).collect();
+        println!("load average (1, 5, 15 min): {}", avg.join(" "));
+    }
     println!();
     print!("{}", table(&header, &rows));
     println!();
@@ -608,6 +677,10 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         mb(idle_rss),
         verdict(mb(idle_rss) < TARGET_IDLE_RSS_MB)
     );
+    match nginx_report::print(outcomes) {
+        Some(ok) => all_pass &= ok,
+        None => measured_all = false,
+    }
     let errors: usize = outcomes.iter().map(Outcome::errors).sum();
     if errors > 0 {
         println!("{errors} sessions failed: see the errors above");
@@ -633,6 +706,11 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("starting the mock provider")?;
     let daemon = Daemon::start(&mock.base_url())?;
+    let nginx = if opts.nginx {
+        Nginx::start_if_installed(&mock.base_url())?
+    } else {
+        None
+    };
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(4096)
         .tcp_nodelay(true)
@@ -648,12 +726,23 @@ async fn main() -> anyhow::Result<()> {
         daemon.base,
         mb(idle_rss)
     );
+    match &nginx {
+        Some(n) => eprintln!(
+            "nginx pid {} ({} workers) at {}",
+            n.pid,
+            n.worker_count(),
+            n.base
+        ),
+        None if opts.nginx => eprintln!("{} not found: no nginx path", nginx::BINARY),
+        None => {}
+    }
     let target = Target {
         http,
         mock_base: mock.base_url(),
         daemon_base: daemon.base.clone(),
         daemon_token: daemon.token.clone(),
         one_request: opts.one_request,
+        nginx_base: nginx.as_ref().map(|n| n.base.clone()),
     };
     if opts.idle_subscribers > 0 {
         return memory::idle_subscribers(
@@ -686,13 +775,20 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut outcomes = Vec::new();
     for sc in scenarios {
-        outcomes.push(scenario(&target, &mock, &daemon, sc, &opts, clk_tck).await?);
+        outcomes.push(scenario(&target, &mock, &daemon, nginx.as_ref(), sc, &opts, clk_tck).await?);
     }
     // Idle again: give the daemon a moment to drop finished sessions' state.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_after = daemon::rss_bytes(daemon.pid)?;
     report(&outcomes, idle_rss, idle_after, &opts);
-    interrupt_report(&target).await
+    interrupt_report(&target).await?;
+    if !opts.ratio_search.is_empty() {
+        ratio_search::run(&target, &mock, &daemon, &opts, clk_tck).await?;
+    }
+    if let Some(w) = &opts.write_rate {
+        write_rate::run(&target, &daemon, opts.tokens, w).await?;
+    }
+    Ok(())
 }
 
 /// Interrupt latency on a stalled stream, one session at a time.

@@ -2,7 +2,7 @@
 //! permission request, nor read a stream, even with auth turned off; a configured origin can.
 //!
 //! Needs Chromium (`scripts/test.sh` installs Debian's package and sets
-//! ELFGATE_BROWSER_TESTS=require; without it and without Chromium the test says so and passes).
+//! REQUIRE_BROWSER_TESTS=require; without it and without Chromium the test says so and passes).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn chromium() -> Option<PathBuf> {
     let candidates = [
-        std::env::var("ELFGATE_CHROMIUM").unwrap_or_default(),
+        std::env::var("CHROMIUM_BIN").unwrap_or_default(),
         "/usr/bin/chromium".into(),
         "/usr/bin/chromium-browser".into(),
         "/usr/bin/google-chrome".into(),
@@ -29,11 +29,11 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.exists());
     if found.is_none() {
         assert_ne!(
-            std::env::var("ELFGATE_BROWSER_TESTS").as_deref(),
+            std::env::var("REQUIRE_BROWSER_TESTS").as_deref(),
             Ok("require"),
             "Chromium is required (scripts/test.sh installs it)"
         );
-        eprintln!("browser test skipped: no Chromium found (set ELFGATE_CHROMIUM)");
+        eprintln!("browser test skipped: no Chromium found (set CHROMIUM_BIN)");
     }
     found
 }

@@ -152,11 +152,15 @@ impl Daemon {
         cmd.arg("serve")
             .arg("--config")
             .arg(&config)
-            .env_remove("ELFGATE_TOKEN")
-            .env_remove("ELFGATE_BIND")
-            .env_remove("ELFGATE_DATABASE_URL")
             .env("ELFGATE_LOG", "warn")
             .stdin(Stdio::null());
+        // The daemon reads every ELFGATE_* variable as configuration: none of the test
+        // environment's may reach it, only what the test sets.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("ELFGATE_") && key != "ELFGATE_LOG" {
+                cmd.env_remove(key);
+            }
+        }
         if let Some(t) = &opts.token {
             cmd.env("ELFGATE_TOKEN", t);
         }
