@@ -7,6 +7,7 @@ pub mod chat;
 pub mod prompt;
 pub mod providers;
 mod streaming;
+mod think;
 pub mod tinyelf;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings};

@@ -2,7 +2,7 @@
 //! `retry` events, text and thinking become `streamDelta` events, an interrupt drops the upstream
 //! stream at once.
 
-use crate::tinyelf::think::ThinkSplitter;
+use crate::think::ThinkSplitter;
 use elfgate_core::{Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo};
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,

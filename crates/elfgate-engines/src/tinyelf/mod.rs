@@ -9,7 +9,6 @@ mod pipeline;
 pub mod settings;
 mod spawn;
 mod subagents;
-pub(crate) mod think;
 
 pub use settings::{GuardianConfig, TinyElfConfig};
 
