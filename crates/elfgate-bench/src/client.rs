@@ -353,6 +353,37 @@ pub struct InterruptSample {
     pub complete_seen: Duration,
 }
 
+/// `POST /v1/sessions` with `body`; the new session's id.
+pub async fn create_session(t: &Target, body: &serde_json::Value) -> anyhow::Result<String> {
+    let created: serde_json::Value = t
+        .http
+        .post(format!("{}/v1/sessions", t.daemon_base))
+        .bearer_auth(&t.daemon_token)
+        .json(body)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(created["sessionId"]
+        .as_str()
+        .context("no sessionId in the answer")?
+        .to_string())
+}
+
+/// The session's event stream from the start, ending after a run's `complete`.
+pub async fn run_events(t: &Target, id: &str) -> anyhow::Result<reqwest::Response> {
+    Ok(t.http
+        .get(format!(
+            "{}/v1/sessions/{id}/events?until=complete",
+            t.daemon_base
+        ))
+        .bearer_auth(&t.daemon_token)
+        .send()
+        .await?
+        .error_for_status()?)
+}
+
 /// Starts a session whose upstream stalls after one token, waits for that token on the stream,
 /// interrupts, and times the answer and the `complete` frame.
 pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
@@ -361,30 +392,8 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
         "prompt": "bench",
         "model": "mock:tokens=100000,stall_after=1",
     });
-    let created: serde_json::Value = t
-        .http
-        .post(format!("{}/v1/sessions", t.daemon_base))
-        .bearer_auth(&t.daemon_token)
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["sessionId"]
-        .as_str()
-        .context("no sessionId in the answer")?
-        .to_string();
-    let resp = t
-        .http
-        .get(format!(
-            "{}/v1/sessions/{id}/events?until=complete",
-            t.daemon_base
-        ))
-        .bearer_auth(&t.daemon_token)
-        .send()
-        .await?
-        .error_for_status()?;
+    let id = create_session(t, &body).await?;
+    let resp = run_events(t, &id).await?;
     let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
     while memmem::find(&buf, b"event: streamDelta").is_none() {

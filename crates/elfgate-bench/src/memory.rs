@@ -1,7 +1,7 @@
 //! Memory scenarios: what idle SSE subscribers cost the daemon and whether it gives memory back
 //! when they leave, and what large prompts leave behind.
 
-use crate::client::Target;
+use crate::client::{self, Target};
 use crate::daemon::{Daemon, rss_bytes};
 use anyhow::{Context, bail};
 use serde_json::json;
@@ -15,31 +15,9 @@ fn mb(bytes: u64) -> f64 {
 
 /// Creates a session whose one run streams a token and ends; returns its id.
 async fn finished_session(t: &Target, prompt: &str) -> anyhow::Result<String> {
-    let created: serde_json::Value = t
-        .http
-        .post(format!("{}/v1/sessions", t.daemon_base))
-        .bearer_auth(&t.daemon_token)
-        .json(&json!({"engine": "chat", "prompt": prompt, "model": "mock:tokens=1"}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = created["sessionId"]
-        .as_str()
-        .context("no sessionId")?
-        .to_string();
-    t.http
-        .get(format!(
-            "{}/v1/sessions/{id}/events?until=complete",
-            t.daemon_base
-        ))
-        .bearer_auth(&t.daemon_token)
-        .send()
-        .await?
-        .error_for_status()?
-        .bytes()
-        .await?;
+    let body = json!({"engine": "chat", "prompt": prompt, "model": "mock:tokens=1"});
+    let id = client::create_session(t, &body).await?;
+    client::run_events(t, &id).await?.bytes().await?;
     Ok(id)
 }
 
