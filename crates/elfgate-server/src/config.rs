@@ -173,6 +173,9 @@ pub struct Config {
     pub defaults: DefaultsConfig,
     /// `[engines.*]`.
     pub engines: EnginesConfig,
+    /// `[mcp]`: MCP servers of tinyelf sessions.
+    #[serde(default)]
+    pub mcp: elfgate_core::McpSection,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -276,6 +279,9 @@ impl Config {
             .tinyelf
             .validate()
             .map_err(ConfigError::Invalid)?;
+        if let Some(p) = self.mcp.problem() {
+            return Err(ConfigError::Invalid(p));
+        }
         if self.server.header_read_timeout_secs == 0 {
             return Err(ConfigError::Invalid(
                 "server.header_read_timeout_secs must be positive".into(),
