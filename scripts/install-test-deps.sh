@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs besides the Rust toolchain: Chromium (Debian's package) for
-# the browser tests. Does nothing when it is already there.
+# Installs what the test suite needs besides the Rust toolchain: the pinned MCP servers of the
+# MCP tests (scripts/install-mcp-servers.sh) and Chromium (Debian's package) for the browser
+# tests. Does nothing when they are already there.
 set -euo pipefail
+
+"$(dirname "$0")/install-mcp-servers.sh"
 
 if command -v chromium >/dev/null 2>&1 || [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
   exit 0

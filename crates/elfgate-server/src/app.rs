@@ -18,8 +18,9 @@ use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
+use elfgate_mcp::McpManager;
 use elfgate_store::{SqliteStore, Store, StoreOptions};
-use elfgate_tools::process::{Isolation, Network};
+use elfgate_tools::process::{ChildEnv, Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,6 +151,13 @@ async fn tinyelf_config(config: &Config) -> TinyElfConfig {
     c
 }
 
+/// The environment MCP stdio servers start from: the clean child environment (allow-listed
+/// variables only; never the daemon's ELFGATE_* variables nor the providers' key variables), to
+/// which each server's `env` is added.
+fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
+    ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env)
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
@@ -204,15 +212,26 @@ impl Daemon {
         let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
             config.engines.tinyelf.max_remembered_decisions,
         ));
+        let tinyelf_config = tinyelf_config(&config).await;
+        let mcp = McpManager::new(config.mcp.clone(), mcp_env(&tinyelf_config));
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),
-            tinyelf_config(&config).await,
+            tinyelf_config,
             permissions.clone(),
             data_dir(&config.storage.url),
+            Some(mcp.clone()),
         )?;
         dispatcher.register_engine(Arc::new(tinyelf));
-        let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
+        let state = AppState::new(
+            config,
+            shared,
+            dispatcher,
+            registry,
+            metrics,
+            permissions,
+            mcp,
+        );
         Ok(Daemon {
             state,
             token_source,
@@ -227,6 +246,7 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::mcp::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.
@@ -290,6 +310,8 @@ impl Daemon {
             shutdown_state.shutdown.cancel();
         };
         crate::listener::serve(listener, app, settings, stop).await;
+        // Runs are over: no session needs a server any more.
+        state.mcp.shutdown(grace).await;
         let hub = state.dispatcher.hub().clone();
         hub.release_all();
         if tokio::time::timeout(grace, hub.flush()).await.is_err() {

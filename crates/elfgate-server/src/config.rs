@@ -179,6 +179,9 @@ pub struct Config {
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
+    /// The file the configuration was read from (POST /v1/mcp/reload reads it again).
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -226,6 +229,7 @@ impl Config {
             Ok(t) => Some(t.trim().to_string()),
             Err(_) => None,
         };
+        config.source = file.map(Path::to_path_buf);
         config.validate()?;
         Ok(config)
     }

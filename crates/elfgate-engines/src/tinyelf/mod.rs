@@ -5,6 +5,7 @@
 
 mod agent;
 mod history;
+mod mcp;
 mod pipeline;
 pub mod settings;
 mod spawn;
@@ -18,6 +19,7 @@ use async_trait::async_trait;
 use elfgate_core::{
     Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
 };
+use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
@@ -54,6 +56,10 @@ pub(crate) struct Inner {
     pub(crate) tools: ToolRegistry,
     /// Children's environment before a session's additions.
     child_env: ChildEnv,
+    /// MCP servers (none in a daemon built without them).
+    mcp: Option<McpManager>,
+    /// Sessions with a run going on, for the count a reload answers.
+    running: std::sync::Mutex<std::collections::HashSet<elfgate_core::SessionId>>,
 }
 
 /// The agent engine.
@@ -74,6 +80,7 @@ impl TinyElfEngine {
         config: TinyElfConfig,
         broker: Arc<PermissionBroker>,
         data_dir: Option<PathBuf>,
+        mcp: Option<McpManager>,
     ) -> Result<Self, TinyElfError> {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
@@ -109,6 +116,8 @@ impl TinyElfEngine {
                 hooks,
                 tools,
                 child_env,
+                mcp,
+                running: Default::default(),
             }),
         })
     }
@@ -189,7 +198,16 @@ impl TinyElfEngine {
             .enabled_tools
             .as_ref()
             .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
-        let mut tool_names = tools.names();
+        // The servers start here, on first use; the loop asks again before each iteration.
+        let mcp = inner
+            .mcp
+            .as_ref()
+            .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+        let first_tools = match &mcp {
+            Some(m) => m.tools(&tools).await,
+            None => tools.clone(),
+        };
+        let mut tool_names = first_tools.names();
         if spawn_on {
             tool_names.push(spawn::SPAWN.to_string());
             tool_names.sort();
@@ -272,8 +290,12 @@ impl TinyElfEngine {
             model,
             system,
             max_iterations: rs.max_iterations,
+            mcp,
         };
-        let end = agent::run_loop(runner.clone(), agent, messages, Some(user.id)).await;
+        let end = {
+            let _running = Running::enter(inner, session_id);
+            agent::run_loop(runner.clone(), agent, messages, Some(user.id)).await
+        };
         runner.stop_background().await;
 
         if inner.hooks.has(HookEvent::SessionEnd) {
@@ -336,6 +358,33 @@ impl TinyElfEngine {
     }
 }
 
+/// Marks a session as running for as long as it lives.
+struct Running<'a> {
+    inner: &'a Inner,
+    session: elfgate_core::SessionId,
+}
+
+impl<'a> Running<'a> {
+    fn enter(inner: &'a Inner, session: elfgate_core::SessionId) -> Self {
+        inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session);
+        Running { inner, session }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.session);
+    }
+}
+
 #[async_trait]
 impl Engine for TinyElfEngine {
     fn engine_type(&self) -> EngineType {
@@ -349,7 +398,7 @@ impl Engine for TinyElfEngine {
     fn capabilities(&self) -> Vec<&'static str> {
         let config = &self.inner.config;
         let isolated = config.shell_network == Network::Isolated && config.isolation.is_some();
-        vec![
+        let mut caps = vec![
             "streaming",
             "interrupt",
             "thinking",
@@ -364,10 +413,27 @@ impl Engine for TinyElfEngine {
             } else {
                 "shell-network-host"
             },
-        ]
+        ];
+        if self.inner.mcp.is_some() {
+            caps.push("mcp");
+        }
+        caps
     }
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
+    }
+
+    /// The MCP manager already holds the new server set (the daemon reloaded it); every running
+    /// session's loop asks for its tools before each iteration, so this only counts them.
+    async fn reload_mcp_for_all_active(&self) -> usize {
+        if self.inner.mcp.is_none() {
+            return 0;
+        }
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }
