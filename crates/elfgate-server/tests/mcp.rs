@@ -7,7 +7,7 @@
 mod common;
 mod scripted;
 
-use common::{Daemon, Ev, Opts, allow, write_config};
+use common::{Daemon, Ev, Opts, allow, poll_until, write_config};
 use elfgate_mockllm::MockServer;
 use scripted::events::{next_of, until_requests};
 use scripted::procs::{alive, live_in_group, until_dead};
@@ -201,6 +201,8 @@ async fn echo_and_get_sum_over_stdio_and_streamable_http() {
     assert_eq!(st["transport"], "stdio");
     assert_eq!(st["scope"], "global");
     assert!(st["toolCount"].as_u64().unwrap() >= 2, "{st}");
+    let pid = st["pid"].clone();
+    assert!(pid.is_i64(), "{st}");
 
     // A session's own server, over streamable HTTP.
     let http = HttpServer::start().await;
@@ -219,8 +221,10 @@ async fn echo_and_get_sum_over_stdio_and_streamable_http() {
     let st = server_status(&d, "web").await;
     assert_eq!(st["transport"], "streamableHttp", "{st}");
     assert_eq!(st["scope"], "session");
-    // The daemon's server is still offered next to it.
+    // The daemon's server is still offered next to it, and the session shared its process
+    // with the first one (same configuration).
     assert!(init_tools(&evs).contains(&"mcp__ev__echo".to_string()));
+    assert_eq!(server_status(&d, "ev").await["pid"], pid);
 }
 
 #[tokio::test]
@@ -487,4 +491,124 @@ async fn bad_mcp_input_is_refused_or_reported() {
             .contains("mcp.servers.x: set either command or url"),
         "{v}"
     );
+}
+
+/// A stdio MCP server in bash that logs every line it reads to `log`, answers initialize and
+/// tools/list (one tool, `hang`), and never answers a call.
+fn silent_server(dir: &std::path::Path, log: &std::path::Path) -> String {
+    let script = dir.join("silent-server.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/bash
+while IFS= read -r line; do
+  printf '%s\n' "$line" >> '{log}'
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+  case "$line" in
+    *'"method":"initialize"'*)
+      printf '{{"jsonrpc":"2.0","id":%s,"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"silent","version":"1"}}}}}}\n' "$id";;
+    *'"method":"tools/list"'*)
+      printf '{{"jsonrpc":"2.0","id":%s,"result":{{"tools":[{{"name":"hang","inputSchema":{{"type":"object"}},"annotations":{{"readOnlyHint":true}}}}]}}}}\n' "$id";;
+  esac
+done
+"#,
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    format!(
+        "\n[mcp.servers.silent]\ncommand = \"bash\"\nargs = [\"{}\"]\ncall_timeout_secs = 1\n",
+        script.display()
+    )
+}
+
+/// How many lines of the server's log mention `what`.
+fn logged(log: &std::path::Path, what: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(what))
+        .count()
+}
+
+#[tokio::test]
+async fn interrupts_and_call_timeouts_cancel_the_call_with_the_server() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = project();
+    let log = dir.join("server.log");
+    let d = daemon(&mock, &silent_server(&dir, &log));
+
+    // A call that gets no answer within call_timeout_secs: a tool error, the request cancelled,
+    // and the server restarted for the next call.
+    script(
+        &mock,
+        "timeout",
+        json!([
+            {"toolCalls": [call("h1", "mcp__silent__hang", json!({}))]},
+            {"toolCalls": [call("h2", "mcp__silent__hang", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (_, _, evs) = run(&d, session("go", "mock:script=timeout", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let ends = ends_by_id(&evs);
+    for id in ["h1", "h2"] {
+        assert_eq!(ends[id].0, "error", "{ends:?}");
+        assert!(
+            ends[id].1.contains("gave no answer within 1.0s"),
+            "{ends:?}"
+        );
+    }
+    assert!(
+        processing(&evs)
+            .iter()
+            .any(|n| n.contains("no answer within the call timeout")),
+        "{evs:?}"
+    );
+    // Started for the run, again for h2 after h1 timed out, and again for the last iteration.
+    assert_eq!(logged(&log, "\"method\":\"initialize\""), 3);
+    let cancelled = poll_until("the first call cancelled", || {
+        (logged(&log, "notifications/cancelled") >= 1).then_some(())
+    });
+    cancelled.await;
+
+    // An interrupt cancels the call in flight; the server stays up.
+    script(
+        &mock,
+        "interrupt",
+        json!([
+            {"toolCalls": [call("h3", "mcp__silent__hang", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, run_id) = d
+        .create(session(
+            "go",
+            "mock:script=interrupt",
+            &dir,
+            json!({"mcpConfig": {"servers": {"silent": {"command": "bash",
+                "args": [dir.join("silent-server.sh").display().to_string()],
+                "call_timeout_secs": 600}}}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let _ = next_of(&mut sse, "toolCallStart").await;
+    let calls = poll_until("the call reached the server", || {
+        let n = logged(&log, "\"method\":\"tools/call\"");
+        (n >= 3).then_some(n)
+    })
+    .await;
+    let before = logged(&log, "notifications/cancelled");
+    let (s, v) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let evs = sse.until_complete(&run_id).await;
+    assert_eq!(finish_of(&evs), "interrupted");
+    assert_eq!(ends_by_id(&evs)["h3"].0, "interrupted");
+    poll_until("the interrupted call cancelled", || {
+        (logged(&log, "notifications/cancelled") > before).then_some(())
+    })
+    .await;
+    assert_eq!(logged(&log, "\"method\":\"tools/call\""), calls);
 }
