@@ -1,6 +1,7 @@
 //! One connection to one server configuration: started on first use, restarted after a crash or a
 //! timed-out call (with backoff after failed starts), stopped when no session needs it.
 
+use crate::leftovers::Leftovers;
 use crate::notify::{Listening, Notifier};
 use crate::result::ServerTool;
 use crate::stdio::StdioProcess;
@@ -12,7 +13,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 
@@ -80,6 +81,7 @@ pub(crate) struct Connection {
     http: reqwest::Client,
     notifier: Notifier,
     tasks: TaskTracker,
+    leftovers: Option<Arc<Leftovers>>,
     state: tokio::sync::Mutex<State>,
     shown: Mutex<Shown>,
 }
@@ -99,6 +101,7 @@ impl Connection {
         env: ChildEnv,
         http: reqwest::Client,
         tasks: TaskTracker,
+        leftovers: Option<Arc<Leftovers>>,
     ) -> Connection {
         Connection {
             name: name.to_string(),
@@ -107,6 +110,7 @@ impl Connection {
             env,
             http,
             tasks,
+            leftovers,
             state: tokio::sync::Mutex::new(State {
                 live: None,
                 generation: 0,
@@ -243,7 +247,8 @@ impl Connection {
         let attempt = async {
             let service = match self.cfg.transport() {
                 Some(McpTransport::Stdio) => {
-                    let (p, stdout, stdin) = StdioProcess::spawn(&self.cfg, &self.env)?;
+                    let (p, stdout, stdin) =
+                        StdioProcess::spawn(&self.cfg, &self.env, self.leftovers.clone())?;
                     process = Some(p);
                     rmcp::serve_client(self.notifier.clone(), (stdout, stdin))
                         .await

@@ -2,6 +2,7 @@
 //! shared by the sessions whose configuration of a server is identical.
 
 use crate::connection::{Connection, ServerState};
+use crate::leftovers::Leftovers;
 use crate::tool::McpTool;
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
@@ -75,6 +76,7 @@ struct Inner {
     env: ChildEnv,
     http: reqwest::Client,
     tasks: TaskTracker,
+    leftovers: Option<Arc<Leftovers>>,
 }
 
 /// The daemon's MCP connections. Cloning is cheap.
@@ -89,8 +91,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl McpManager {
     /// A manager for the `[mcp]` section; stdio servers start from `env` (the clean child
-    /// environment) plus their own `env`.
-    pub fn new(section: McpSection, env: ChildEnv) -> McpManager {
+    /// environment) plus their own `env`, and are recorded in `leftovers` while they run.
+    pub fn new(
+        section: McpSection,
+        env: ChildEnv,
+        leftovers: Option<Arc<Leftovers>>,
+    ) -> McpManager {
         McpManager {
             inner: Arc::new(Inner {
                 section: RwLock::new(section),
@@ -99,6 +105,7 @@ impl McpManager {
                 env,
                 http: reqwest::Client::new(),
                 tasks: TaskTracker::new(),
+                leftovers,
             }),
         }
     }
@@ -141,6 +148,7 @@ impl McpManager {
                         self.inner.env.clone(),
                         self.inner.http.clone(),
                         self.inner.tasks.clone(),
+                        self.inner.leftovers.clone(),
                     )),
                     users: BTreeSet::new(),
                 });

@@ -2,6 +2,7 @@
 //! clean child environment plus the server's `env`), stopped by closing its stdin, a grace, then
 //! SIGTERM and SIGKILL to the whole group.
 
+use crate::leftovers::Leftovers;
 use elfgate_core::McpServerConfig;
 use elfgate_tools::process::{ChildEnv, ProcessGroup, ProcessSpec};
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ pub(crate) const GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct StdioProcess {
     group: ProcessGroup,
     stderr: Arc<Mutex<Vec<u8>>>,
+    leftovers: Option<Arc<Leftovers>>,
 }
 
 impl StdioProcess {
@@ -27,6 +29,7 @@ impl StdioProcess {
     pub(crate) fn spawn(
         cfg: &McpServerConfig,
         env: &ChildEnv,
+        leftovers: Option<Arc<Leftovers>>,
     ) -> Result<(StdioProcess, ChildStdout, ChildStdin), String> {
         let program = cfg.command.clone().unwrap_or_default();
         let cwd = match &cfg.cwd {
@@ -40,6 +43,9 @@ impl StdioProcess {
         spec.stdin = Some(Vec::new());
         spec.grace = GRACE;
         let mut group = ProcessGroup::spawn(&spec).map_err(|e| e.to_string())?;
+        if let Some(l) = &leftovers {
+            l.add(group.id());
+        }
         let (Some(stdin), Some(stdout)) = (group.take_stdin(), group.take_stdout()) else {
             return Err("the server's pipes could not be opened".into());
         };
@@ -59,7 +65,15 @@ impl StdioProcess {
                 }
             });
         }
-        Ok((StdioProcess { group, stderr }, stdout, stdin))
+        Ok((
+            StdioProcess {
+                group,
+                stderr,
+                leftovers,
+            },
+            stdout,
+            stdin,
+        ))
     }
 
     /// The process (group) id.
@@ -78,5 +92,8 @@ impl StdioProcess {
     pub(crate) async fn stop(mut self) {
         let _ = tokio::time::timeout(GRACE, self.group.wait()).await;
         self.group.stop(true).await;
+        if let Some(l) = &self.leftovers {
+            l.remove(self.group.id());
+        }
     }
 }

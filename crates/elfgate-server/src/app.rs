@@ -18,7 +18,7 @@ use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
-use elfgate_mcp::McpManager;
+use elfgate_mcp::{Leftovers, McpManager};
 use elfgate_store::{SqliteStore, Store, StoreOptions};
 use elfgate_tools::process::{ChildEnv, Isolation, Network};
 use std::future::Future;
@@ -213,7 +213,16 @@ impl Daemon {
             config.engines.tinyelf.max_remembered_decisions,
         ));
         let tinyelf_config = tinyelf_config(&config).await;
-        let mcp = McpManager::new(config.mcp.clone(), mcp_env(&tinyelf_config));
+        // The database lock is held: stdio servers recorded in the data directory are a killed
+        // daemon's, never a running one's.
+        let leftovers = dir.as_deref().map(|d| {
+            let (record, killed) = Leftovers::reap(d);
+            if killed > 0 {
+                tracing::info!(killed, "stopped MCP servers a previous daemon left running");
+            }
+            Arc::new(record)
+        });
+        let mcp = McpManager::new(config.mcp.clone(), mcp_env(&tinyelf_config), leftovers);
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),

@@ -494,8 +494,8 @@ async fn bad_mcp_input_is_refused_or_reported() {
 }
 
 /// A stdio MCP server in bash that logs every line it reads to `log`, answers initialize and
-/// tools/list (one tool, `hang`), and never answers a call.
-fn silent_server(dir: &std::path::Path, log: &std::path::Path) -> String {
+/// tools/list (one tool, `hang`), and never answers a call. `after` runs once its stdin closes.
+fn silent_server(dir: &std::path::Path, log: &std::path::Path, after: &str) -> String {
     let script = dir.join("silent-server.sh");
     std::fs::write(
         &script,
@@ -511,6 +511,7 @@ while IFS= read -r line; do
       printf '{{"jsonrpc":"2.0","id":%s,"result":{{"tools":[{{"name":"hang","inputSchema":{{"type":"object"}},"annotations":{{"readOnlyHint":true}}}}]}}}}\n' "$id";;
   esac
 done
+{after}
 "#,
             log = log.display()
         ),
@@ -536,7 +537,7 @@ async fn interrupts_and_call_timeouts_cancel_the_call_with_the_server() {
     let mock = MockServer::start().await.unwrap();
     let dir = project();
     let log = dir.join("server.log");
-    let d = daemon(&mock, &silent_server(&dir, &log));
+    let d = daemon(&mock, &silent_server(&dir, &log, ""));
 
     // A call that gets no answer within call_timeout_secs: a tool error, the request cancelled,
     // and the server restarted for the next call.
@@ -611,4 +612,28 @@ async fn interrupts_and_call_timeouts_cancel_the_call_with_the_server() {
     })
     .await;
     assert_eq!(logged(&log, "\"method\":\"tools/call\""), calls);
+}
+
+#[tokio::test]
+async fn servers_a_killed_daemon_left_running_are_stopped_when_it_starts_again() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = project();
+    let log = dir.join("server.log");
+    // A server that outlives its stdin closing, and a daemon that keeps it after the run.
+    let opts = Opts {
+        extra_toml: format!(
+            "[mcp]\nidle_shutdown_secs = 600\n{}",
+            silent_server(&dir, &log, "exec sleep 600")
+        ),
+        ..Default::default()
+    };
+    let mut d = Daemon::start(&mock, opts.clone());
+    script(&mock, "plain", json!([{"text": "hi"}]));
+    let (_, _, evs) = run(&d, session("go", "mock:script=plain", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let pid = server_status(&d, "silent").await["pid"].as_i64().unwrap() as i32;
+    d.kill();
+    assert_eq!(alive(&[pid]), [pid], "the server ended with the daemon");
+    let _d = Daemon::start_in(d.dir.clone(), &mock, opts);
+    assert!(until_dead(|| live_in_group(pid)).await.is_empty());
 }
