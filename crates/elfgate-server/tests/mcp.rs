@@ -612,6 +612,11 @@ async fn interrupts_and_call_timeouts_cancel_the_call_with_the_server() {
     })
     .await;
     assert_eq!(logged(&log, "\"method\":\"tools/call\""), calls);
+    // The server was not taken for a broken one. (The session's server differs from the
+    // daemon's only in its call timeout: they share one connection.)
+    let st = server_status(&d, "silent").await;
+    assert_eq!(st["status"], "connected", "{st}");
+    assert_eq!(logged(&log, "\"method\":\"initialize\""), 3);
 }
 
 #[tokio::test]
