@@ -197,18 +197,6 @@ impl Daemon {
                 jitter: chat.retry_jitter,
             },
         };
-        for mode in [
-            ChatMode::MultiTurn,
-            ChatMode::SingleTurn,
-            ChatMode::Stateless,
-        ] {
-            dispatcher.register_engine(Arc::new(ChatEngine::new(
-                mode,
-                shared.clone(),
-                registry.clone(),
-                settings.clone(),
-            )));
-        }
         let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
             config.engines.tinyelf.max_remembered_decisions,
         ));
@@ -231,6 +219,19 @@ impl Daemon {
             data_dir(&config.storage.url),
             Some(mcp.clone()),
         )?;
+        for mode in [
+            ChatMode::MultiTurn,
+            ChatMode::SingleTurn,
+            ChatMode::Stateless,
+        ] {
+            let engine = ChatEngine::new(mode, shared.clone(), registry.clone(), settings.clone());
+            // Only the multi-turn chat keeps a conversation a tool loop can go on in.
+            let engine = match mode {
+                ChatMode::MultiTurn => engine.with_tool_loop(tinyelf.chat_tool_loop()),
+                ChatMode::SingleTurn | ChatMode::Stateless => engine,
+            };
+            dispatcher.register_engine(Arc::new(engine));
+        }
         dispatcher.register_engine(Arc::new(tinyelf));
         let state = AppState::new(
             config,

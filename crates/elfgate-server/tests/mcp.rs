@@ -642,3 +642,69 @@ async fn servers_a_killed_daemon_left_running_are_stopped_when_it_starts_again()
     let _d = Daemon::start_in(d.dir.clone(), &mock, opts);
     assert!(until_dead(|| live_in_group(pid)).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_chat_session_with_mcp_config_calls_tools_through_the_pipeline() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock, &stdio_server("ev", ""));
+
+    // Without mcpConfig a chat session has no tools, whatever the daemon configures.
+    script(&mock, "chat-plain", json!([{"text": "no tools"}]));
+    let (_, _, evs) = run(
+        &d,
+        json!({"engine": "chat", "prompt": "hi", "model": "mock:script=chat-plain"}),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert!(bodies_for(&mock, "mock:script=chat-plain")[0]["tools"].is_null());
+
+    // With it: the daemon's server, a call that asks (no readOnlyHint) and one that does not.
+    script(
+        &mock,
+        "chat-mcp",
+        json!([
+            {"toolCalls": [call("e1", "mcp__ev__echo", json!({"message": "from chat"}))]},
+            {"toolCalls": [call("t1", "mcp__ev__toggle-simulated-logging", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, run_id) = d
+        .create(
+            json!({"engine": "chat", "prompt": "go", "model": "mock:script=chat-mcp",
+            "systemPrompt": "Be brief.", "mcpConfig": {}}),
+        )
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut seen = Vec::new();
+    let ids = until_requests(&mut sse, 1, &mut seen).await;
+    allow(&d, &sid, &ids[0]).await;
+    seen.extend(sse.until_complete(&run_id).await);
+    assert_eq!(finish_of(&seen), "stop");
+    let ends = ends_by_id(&seen);
+    assert_eq!(ends["e1"], ("success".into(), "Echo: from chat".into()));
+    assert_eq!(ends["t1"].0, "success", "{ends:?}");
+    let tools = init_tools(&seen);
+    assert!(
+        tools.iter().all(|t| t.starts_with("mcp__ev__")),
+        "{tools:?}"
+    );
+    assert_eq!(of(&seen, "init")[0].data["systemInfo"]["engine"], "chat");
+    let bodies = bodies_for(&mock, "mock:script=chat-mcp");
+    assert_eq!(bodies.len(), 3);
+    assert_eq!(tool_messages(&bodies[1]), ["Echo: from chat"]);
+    // The session's own system prompt, without tinyelf's.
+    assert_eq!(bodies[0]["messages"][0]["content"], "Be brief.");
+    let msgs = stored(&d, &sid).await;
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+}

@@ -384,7 +384,7 @@ pub(crate) async fn run_loop(
         }
         let req = LlmRequest {
             model: agent.model.clone(),
-            system: Some(agent.system.clone()),
+            system: Some(agent.system.clone()).filter(|s| !s.is_empty()),
             messages: messages.clone(),
             temperature: Some(runner.rs.temperature),
             max_tokens: Some(runner.rs.max_tokens),

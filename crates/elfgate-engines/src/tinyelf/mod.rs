@@ -13,6 +13,7 @@ mod subagents;
 
 pub use settings::{GuardianConfig, TinyElfConfig};
 
+use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
@@ -65,6 +66,26 @@ pub(crate) struct Inner {
 /// The agent engine.
 pub struct TinyElfEngine {
     inner: Arc<Inner>,
+}
+
+/// Whose run the loop serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// A tinyelf session: built-in tools, a project, the agent's system prompt.
+    Agent,
+    /// A chat session that set mcpConfig: its MCP tools only, its own system prompt, no project
+    /// needed.
+    Chat,
+}
+
+/// The chat engine's tool loop: tinyelf's loop and pipeline with the session's MCP tools only.
+struct ChatLoop(TinyElfEngine);
+
+#[async_trait]
+impl ToolLoop for ChatLoop {
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.0.run(ctx, Flavor::Chat).await
+    }
 }
 
 /// The default system prompt; the session's replaces it.
@@ -122,6 +143,13 @@ impl TinyElfEngine {
         })
     }
 
+    /// The loop a chat session whose mcpConfig is set runs its prompts with (see docs/mcp.md).
+    pub fn chat_tool_loop(&self) -> Arc<dyn ToolLoop> {
+        Arc::new(ChatLoop(TinyElfEngine {
+            inner: self.inner.clone(),
+        }))
+    }
+
     /// The permission broker (the HTTP layer answers requests through it).
     pub fn broker(&self) -> Arc<PermissionBroker> {
         self.inner.broker.clone()
@@ -137,7 +165,7 @@ impl TinyElfEngine {
         RunOutcome::failed(error)
     }
 
-    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+    async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
         let inner = &self.inner;
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
@@ -156,13 +184,29 @@ impl TinyElfEngine {
             )
             .await;
         };
-        let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
-            return Self::fail(
-                &ctx,
-                "no_project_path",
-                "the tinyelf engine needs a projectPath for its tools".to_string(),
-            )
-            .await;
+        let project = match (flavor, ctx.project_path.clone().filter(|p| !p.is_empty())) {
+            (_, Some(p)) => p,
+            // A chat session needs no project: path arguments are confined to the daemon's
+            // working directory, where hooks run too.
+            (Flavor::Chat, None) => match std::env::current_dir() {
+                Ok(d) => d.display().to_string(),
+                Err(e) => {
+                    return Self::fail(
+                        &ctx,
+                        "bad_project_path",
+                        format!("no working directory: {e}"),
+                    )
+                    .await;
+                }
+            },
+            (Flavor::Agent, None) => {
+                return Self::fail(
+                    &ctx,
+                    "no_project_path",
+                    "the tinyelf engine needs a projectPath for its tools".to_string(),
+                )
+                .await;
+            }
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
@@ -189,15 +233,17 @@ impl TinyElfEngine {
             &ctx.engine_config,
             ctx.thinking_level,
         );
-        let tools = match &rs.enabled_tools {
-            Some(names) => inner.tools.only(names),
-            None => inner.tools.clone(),
+        let tools = match (&rs.enabled_tools, flavor) {
+            (_, Flavor::Chat) => ToolRegistry::new(),
+            (Some(names), Flavor::Agent) => inner.tools.only(names),
+            (None, Flavor::Agent) => inner.tools.clone(),
         };
         // spawn is bound to the run (below), once there is one; the client sees it listed now.
-        let spawn_on = rs
-            .enabled_tools
-            .as_ref()
-            .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
+        let spawn_on = flavor == Flavor::Agent
+            && rs
+                .enabled_tools
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
         // The servers start here, on first use; the loop asks again before each iteration.
         let mcp = inner
             .mcp
@@ -215,7 +261,7 @@ impl TinyElfEngine {
         ctx.events
             .emit(EventPayload::Init {
                 system_info: json!({
-                    "engine": EngineType::TinyElf.as_str(),
+                    "engine": ctx.session.engine.as_str(),
                     "provider": provider_name,
                     "model": model,
                     "projectPath": project.display().to_string(),
@@ -267,12 +313,16 @@ impl TinyElfEngine {
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
-        let system = ctx
-            .system_prompt
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
-        let system = format!("{system}\n\nProject directory: {}", project.display());
+        let own = ctx.system_prompt.clone().filter(|s| !s.is_empty());
+        let system = match flavor {
+            // A chat session's prompt is its own, as without tools (none: no system prompt).
+            Flavor::Chat => own.unwrap_or_default(),
+            Flavor::Agent => format!(
+                "{}\n\nProject directory: {}",
+                own.unwrap_or_else(|| DEFAULT_SYSTEM.to_string()),
+                project.display()
+            ),
+        };
         let runner = Runner::new(
             inner.clone(),
             ctx.clone(),
@@ -421,7 +471,7 @@ impl Engine for TinyElfEngine {
     }
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
-        self.run(ctx).await
+        self.run(ctx, Flavor::Agent).await
     }
 
     /// The MCP manager already holds the new server set (the daemon reloaded it); every running
