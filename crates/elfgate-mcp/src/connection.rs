@@ -207,7 +207,13 @@ impl Connection {
             ));
         }
         self.show(ServerState::Starting, None, st.tools.len(), None);
-        match self.connect().await {
+        let mut starting = Starting {
+            conn: self,
+            done: false,
+        };
+        let outcome = self.connect().await;
+        starting.done = true;
+        match outcome {
             Ok((live, tools)) => {
                 st.failures = 0;
                 st.retry_at = None;
@@ -357,6 +363,26 @@ impl Connection {
         if let Some(live) = st.live.take() {
             self.tasks.spawn(stop(live));
             self.show(ServerState::Idle, None, st.tools.len(), None);
+        }
+    }
+}
+
+/// Shows a start whose caller went away (an interrupt) as idle again; the attempt's process is
+/// stopped when the attempt is dropped.
+struct Starting<'a> {
+    conn: &'a Connection,
+    done: bool,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.conn.show(
+                ServerState::Idle,
+                Some("its start was abandoned: the run waiting for it was interrupted".into()),
+                0,
+                None,
+            );
         }
     }
 }

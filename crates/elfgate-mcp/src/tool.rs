@@ -163,7 +163,13 @@ impl Tool for McpTool {
 
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let server = &self.conn.name;
-        let ready = match self.conn.ready().await {
+        // Starting the server may take up to its startup timeout: an interrupt does not wait.
+        let ready = tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => return Err(ToolError::Interrupted),
+            r = self.conn.ready() => r,
+        };
+        let ready = match ready {
             Ok(r) => r,
             Err(e) => {
                 self.note(format!("mcp {server}: unavailable: {e}")).await;

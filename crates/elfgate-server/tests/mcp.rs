@@ -708,3 +708,39 @@ async fn a_chat_session_with_mcp_config_calls_tools_through_the_pipeline() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_interrupt_does_not_wait_for_a_server_that_is_starting() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock, "");
+    let dir = project();
+    script(&mock, "never", json!([{"text": "unreachable"}]));
+    let (sid, run_id) = d
+        .create(session(
+            "go",
+            "mock:script=never",
+            &dir,
+            json!({"mcpConfig": {"servers": {"slow": {"command": "sleep", "args": ["1000"],
+                "startup_timeout_secs": 3600}}}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    // Polled: no event announces a server starting.
+    let deadline = std::time::Instant::now() + common::GUARD;
+    while server_status(&d, "slow").await["status"] != "starting" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (s, v) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let evs = sse.until_complete(&run_id).await;
+    assert_eq!(finish_of(&evs), "interrupted");
+    assert!(bodies_for(&mock, "mock:script=never").is_empty());
+    let st = server_status(&d, "slow").await;
+    assert_eq!(st["status"], "idle", "{st}");
+}

@@ -380,7 +380,10 @@ pub(crate) async fn run_loop(
             return end(FinishReason::MaxIterations, last_text, iterations, None);
         }
         if let Some(mcp) = &agent.mcp {
-            agent.tools = mcp.tools(&base_tools).await;
+            match mcp.tools(&base_tools, &agent.cancel).await {
+                Some(tools) => agent.tools = tools,
+                None => return end(FinishReason::Interrupted, last_text, iterations, None),
+            }
         }
         let req = LlmRequest {
             model: agent.model.clone(),

@@ -6,6 +6,7 @@ use elfgate_mcp::McpManager;
 use elfgate_tools::ToolRegistry;
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
+use tokio_util::sync::CancellationToken;
 
 /// The MCP side of one run; the session lets go of its servers when it is dropped.
 pub(crate) struct McpRun {
@@ -30,16 +31,22 @@ impl McpRun {
     }
 
     /// `base` with the tools of the servers the session uses now; a server that cannot be
-    /// reached is left out, with a `processing` event saying so.
-    pub(crate) async fn tools(&self, base: &ToolRegistry) -> ToolRegistry {
-        let got = self
-            .manager
-            .session_tools(
+    /// reached is left out, with a `processing` event saying so. None when `cancel` fired first
+    /// (starting a server may take up to its startup timeout).
+    pub(crate) async fn tools(
+        &self,
+        base: &ToolRegistry,
+        cancel: &CancellationToken,
+    ) -> Option<ToolRegistry> {
+        let got = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return None,
+            got = self.manager.session_tools(
                 self.session,
                 self.cfg.as_ref(),
                 Some(self.ctx.events.clone()),
-            )
-            .await;
+            ) => got,
+        };
         let mut notes = Vec::new();
         {
             let mut announced = self
@@ -67,7 +74,7 @@ impl McpRun {
         for t in got.tools {
             tools.register(t);
         }
-        tools
+        Some(tools)
     }
 }
 

@@ -249,8 +249,12 @@ impl TinyElfEngine {
             .mcp
             .as_ref()
             .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+        // An interrupt meanwhile: the loop ends the run before its first call.
         let first_tools = match &mcp {
-            Some(m) => m.tools(&tools).await,
+            Some(m) => m
+                .tools(&tools, &ctx.cancel)
+                .await
+                .unwrap_or_else(|| tools.clone()),
             None => tools.clone(),
         };
         let mut tool_names = first_tools.names();
