@@ -416,7 +416,7 @@ async fn reload_changes_the_tools_of_a_running_session_from_its_next_iteration()
 #[tokio::test]
 async fn bad_mcp_input_is_refused_or_reported() {
     let mock = MockServer::start().await.unwrap();
-    let d = daemon(&mock, "");
+    let mut d = daemon(&mock, "");
     let dir = project();
 
     // A malformed mcpConfig: 422 naming the field.
@@ -491,6 +491,9 @@ async fn bad_mcp_input_is_refused_or_reported() {
             .contains("mcp.servers.x: set either command or url"),
         "{v}"
     );
+    // The daemon stops what it started for the failed attempts before it exits (the harness
+    // would otherwise SIGKILL it, and `sleep` does not end with its stdin).
+    assert!(d.terminate().success());
 }
 
 /// A stdio MCP server in bash that logs every line it reads to `log`, answers initialize and
@@ -712,7 +715,7 @@ async fn a_chat_session_with_mcp_config_calls_tools_through_the_pipeline() {
 #[tokio::test]
 async fn an_interrupt_does_not_wait_for_a_server_that_is_starting() {
     let mock = MockServer::start().await.unwrap();
-    let d = daemon(&mock, "");
+    let mut d = daemon(&mock, "");
     let dir = project();
     script(&mock, "never", json!([{"text": "unreachable"}]));
     let (sid, run_id) = d
@@ -743,4 +746,5 @@ async fn an_interrupt_does_not_wait_for_a_server_that_is_starting() {
     assert!(bodies_for(&mock, "mock:script=never").is_empty());
     let st = server_status(&d, "slow").await;
     assert_eq!(st["status"], "idle", "{st}");
+    assert!(d.terminate().success());
 }
