@@ -10,7 +10,7 @@ use elfgate_core::{
 use elfgate_tools::Tool;
 use elfgate_tools::process::ChildEnv;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
@@ -116,13 +116,6 @@ impl McpManager {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    /// Whether a session with this mcpConfig has any server to use.
-    pub fn has_servers(&self, session: Option<&McpSessionConfig>) -> bool {
-        McpSessionConfig::merged(session, &self.section().servers)
-            .values()
-            .any(|s| s.enabled)
     }
 
     /// The tools of the servers `session` uses now (the daemon's, merged with its mcpConfig),
@@ -339,13 +332,5 @@ impl McpManager {
         {
             tracing::warn!("some MCP servers did not stop within the shutdown grace period");
         }
-    }
-
-    /// Servers by name the session would use now (for its init event).
-    pub fn server_names(&self, cfg: Option<&McpSessionConfig>) -> BTreeMap<String, bool> {
-        McpSessionConfig::merged(cfg, &self.section().servers)
-            .into_iter()
-            .map(|(n, s)| (n, s.enabled))
-            .collect()
     }
 }
