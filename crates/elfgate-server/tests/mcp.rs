@@ -270,6 +270,40 @@ async fn tiers_disabled_servers_and_notifications() {
         "{notes:?}"
     );
 
+    // tool_tiers over readOnlyHint: a session's own configuration of the server makes echo ask
+    // (the connection is the daemon's: only call settings differ).
+    script(
+        &mock,
+        "tiered",
+        json!([
+            {"toolCalls": [call("e1", "mcp__ev__echo", json!({"message": "asked"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, run_id) = d
+        .create(session(
+            "go",
+            "mock:script=tiered",
+            &dir,
+            json!({"mcpConfig": {"servers": {"ev": {"command": "node",
+                "args": [everything(), "stdio"],
+                "tool_tiers": {"echo": "always_confirm"}}}}}),
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut seen = Vec::new();
+    let ids = until_requests(&mut sse, 1, &mut seen).await;
+    assert_eq!(
+        of(&seen, "permissionRequest")[0].data["toolName"],
+        "mcp__ev__echo"
+    );
+    allow(&d, &sid, &ids[0]).await;
+    seen.extend(sse.until_complete(&run_id).await);
+    assert_eq!(
+        ends_by_id(&seen)["e1"],
+        ("success".into(), "Echo: asked".into())
+    );
+
     // A session that does without the daemon's server.
     script(&mock, "plain", json!([{"text": "hi"}]));
     let (_, _, evs) = run(
