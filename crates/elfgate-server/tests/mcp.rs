@@ -204,6 +204,33 @@ async fn echo_and_get_sum_over_stdio_and_streamable_http() {
     let pid = st["pid"].clone();
     assert!(pid.is_i64(), "{st}");
 
+    // Images, structured content and errors, as the tool_result text says them.
+    script(
+        &mock,
+        "results",
+        json!([
+            {"toolCalls": [
+                call("i1", "mcp__ev__get-tiny-image", json!({})),
+                call("c1", "mcp__ev__get-structured-content", json!({"location": "Chicago"})),
+                call("x1", "mcp__ev__get-sum", json!({"a": "one", "b": 2})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let (_, _, evs) = run(&d, session("go", "mock:script=results", &dir, json!({}))).await;
+    let ends = ends_by_id(&evs);
+    let (status, image) = &ends["i1"];
+    assert_eq!(status, "success");
+    assert!(
+        image.starts_with("Here's the image you requested:\n[image: image/png, "),
+        "{image}"
+    );
+    assert!(image.ends_with("bytes of base64 data not shown]\nThe image above is the MCP logo."));
+    let (status, structured) = &ends["c1"];
+    assert_eq!(status, "success");
+    assert!(structured.contains("\"temperature\""), "{structured}");
+    assert_eq!(ends["x1"].0, "error", "{ends:?}");
+
     // A session's own server, over streamable HTTP.
     let http = HttpServer::start().await;
     echo_and_sum(&mock, "http", "web");
