@@ -162,8 +162,7 @@ impl Connection {
 
     /// The server's tools, starting it if needed. Err: why it is not available.
     pub(crate) async fn tools(&self) -> Result<Vec<ServerTool>, String> {
-        let st = self.ensure().await?;
-        Ok(st)
+        self.ensure().await
     }
 
     /// A live connection for one call, started if needed.
