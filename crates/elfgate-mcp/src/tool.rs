@@ -19,6 +19,9 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long telling a server about a cancelled call may take.
+const CANCEL_WAIT: Duration = Duration::from_secs(2);
+
 /// Argument names whose values are paths the firewall checks, when the schema declares them.
 const PATH_ARGS: &[&str] = &["path", "paths", "file_path", "filePath"];
 
@@ -43,6 +46,18 @@ pub fn tool_name(server: &str, tool: &str) -> String {
 struct Abandon {
     peer: Peer<RoleClient>,
     id: Option<RequestId>,
+}
+
+impl Abandon {
+    /// Sends it now (briefly: the server may be hung) instead of when dropped.
+    async fn send(&mut self, reason: &str) {
+        let Some(id) = self.id.take() else { return };
+        let note = self.peer.notify_cancelled(CancelledNotificationParam::new(
+            Some(id),
+            Some(reason.to_string()),
+        ));
+        let _ = tokio::time::timeout(CANCEL_WAIT, note).await;
+    }
 }
 
 impl Drop for Abandon {
@@ -210,8 +225,10 @@ impl Tool for McpTool {
                         _ = &mut deadline => break None,
                     }
                 };
-                if outcome.is_some() {
-                    abandon.id = None;
+                match outcome {
+                    Some(_) => abandon.id = None,
+                    // Told before the server is stopped as hung (below), not after.
+                    None => abandon.send("the call timed out").await,
                 }
                 // Notifications that came with the answer.
                 while let Ok(line) = listening.rx.try_recv() {

@@ -558,7 +558,8 @@ async fn bad_mcp_input_is_refused_or_reported() {
 }
 
 /// A stdio MCP server in bash that logs every line it reads to `log`, answers initialize and
-/// tools/list (one tool, `hang`), and never answers a call. `after` runs once its stdin closes.
+/// tools/list (`hang`, and `open`, which declares a `path` argument), and never answers a call.
+/// `after` runs once its stdin closes.
 fn silent_server(dir: &std::path::Path, log: &std::path::Path, after: &str) -> String {
     let script = dir.join("silent-server.sh");
     std::fs::write(
@@ -572,7 +573,7 @@ while IFS= read -r line; do
     *'"method":"initialize"'*)
       printf '{{"jsonrpc":"2.0","id":%s,"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},"serverInfo":{{"name":"silent","version":"1"}}}}}}\n' "$id";;
     *'"method":"tools/list"'*)
-      printf '{{"jsonrpc":"2.0","id":%s,"result":{{"tools":[{{"name":"hang","inputSchema":{{"type":"object"}},"annotations":{{"readOnlyHint":true}}}}]}}}}\n' "$id";;
+      printf '{{"jsonrpc":"2.0","id":%s,"result":{{"tools":[{{"name":"hang","inputSchema":{{"type":"object"}},"annotations":{{"readOnlyHint":true}}}},{{"name":"open","inputSchema":{{"type":"object","properties":{{"path":{{"type":"string"}}}}}},"annotations":{{"readOnlyHint":true}}}}]}}}}\n' "$id";;
   esac
 done
 {after}
@@ -808,4 +809,38 @@ async fn an_interrupt_does_not_wait_for_a_server_that_is_starting() {
     let st = server_status(&d, "slow").await;
     assert_eq!(st["status"], "idle", "{st}");
     assert!(d.terminate().success());
+}
+
+#[tokio::test]
+async fn mcp_calls_go_through_hooks_and_the_firewall() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = project();
+    let log = dir.join("server.log");
+    let hook = r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "mcp__silent__hang"
+command = '''cat > /dev/null; echo '{"decision":"deny","reason":"not this one"}' '''
+"#;
+    let d = daemon(&mock, &format!("{}{hook}", silent_server(&dir, &log, "")));
+    script(
+        &mock,
+        "gated",
+        json!([
+            {"toolCalls": [
+                call("h1", "mcp__silent__hang", json!({})),
+                call("o1", "mcp__silent__open", json!({"path": "/etc/passwd"})),
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let (_, _, evs) = run(&d, session("go", "mock:script=gated", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let ends = ends_by_id(&evs);
+    assert_eq!(ends["h1"].0, "denied", "{ends:?}");
+    assert!(ends["h1"].1.contains("not this one"), "{ends:?}");
+    assert_eq!(ends["o1"].0, "denied", "{ends:?}");
+    assert!(ends["o1"].1.contains("firewall"), "{ends:?}");
+    // Neither call reached the server.
+    assert_eq!(logged(&log, "\"method\":\"tools/call\""), 0);
 }
