@@ -124,6 +124,8 @@ struct Recorded {
     args: Vec<String>,
     env: Vec<(String, String)>,
     grandchild: Option<i32>,
+    /// A process that left the group (setsid).
+    escapee: Option<i32>,
 }
 
 impl Recorded {
@@ -154,6 +156,8 @@ impl CliDaemon {
                 r.args.push(v.to_string());
             } else if let Some(v) = line.strip_prefix("grandchild=") {
                 r.grandchild = v.parse().ok();
+            } else if let Some(v) = line.strip_prefix("escapee=") {
+                r.escapee = v.parse().ok();
             } else if let Some((k, v)) = line.strip_prefix("env:").and_then(|l| l.split_once('=')) {
                 r.env.push((k.to_string(), v.to_string()));
             }
@@ -161,11 +165,13 @@ impl CliDaemon {
         runs
     }
 
-    /// Waits until `backend` has recorded `n` runs (and, with a grandchild, its pid).
-    async fn until_runs(&self, backend: &str, n: usize, grandchild: bool) -> Vec<Recorded> {
+    /// Waits until `backend` has recorded `n` runs (and, with `side`, the pid of the process
+    /// the last one started beside itself).
+    async fn until_runs(&self, backend: &str, n: usize, side: bool) -> Vec<Recorded> {
         poll_until(&format!("{backend} run {n} recorded"), || {
             let runs = self.runs(backend);
-            (runs.len() >= n && (!grandchild || runs[n - 1].grandchild.is_some())).then_some(runs)
+            let has_side = |r: &Recorded| r.grandchild.or(r.escapee).is_some();
+            (runs.len() >= n && (!side || has_side(&runs[n - 1]))).then_some(runs)
         })
         .await
     }
@@ -264,6 +270,10 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
         let result = evs.iter().find(|e| e.event == "result").unwrap();
         assert_eq!(result.data["stats"]["outputTokens"], 30, "{b}");
 
+        if b == "gemini-cli" {
+            // gemini-cli does not print the model's thoughts.
+            continue;
+        }
         let (sid, evs) = c.run(b, "thinking").await;
         assert_eq!(complete(&evs), ["stop"], "{b}");
         let kinds: Vec<&str> = evs
@@ -400,7 +410,8 @@ async fn interrupt_mid_run(c: &CliDaemon, b: &str, scenario: &str) {
     let (sid, run) = c.d.create(c.session(b, scenario)).await;
     let mut sse = c.d.events(&sid, None).await;
     let mut evs = sse.until_text("Partial answer").await;
-    let runs = c.until_runs(b, before + 1, scenario == "grandchild").await;
+    let side = scenario == "grandchild" || scenario == "escapee";
+    let runs = c.until_runs(b, before + 1, side).await;
     let rec = &runs[before];
     let (status, r) =
         c.d.post(
@@ -431,8 +442,24 @@ async fn interrupt_mid_run(c: &CliDaemon, b: &str, scenario: &str) {
         );
     }
     let msgs = c.messages(&sid).await;
-    assert_eq!(roles(&msgs), ["user", "assistant"], "{b}");
-    assert_eq!(msgs[1]["blocks"][0]["text"], "Partial answer", "{b}");
+    let texts: Vec<&Value> = msgs[1]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .collect();
+    assert_eq!(texts[0]["text"], "Partial answer", "{b}");
+    if scenario == "escapee" {
+        // The tool call that was going on ends as interrupted, so that the history stays valid.
+        assert_eq!(roles(&msgs), ["user", "assistant", "tool"], "{b}");
+        let result = &msgs[2]["blocks"][0];
+        assert_eq!(result["is_error"], true, "{result}");
+        let ends: Vec<&Ev> = evs.iter().filter(|e| e.event == "toolCallEnd").collect();
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].data["status"], "interrupted");
+    } else {
+        assert_eq!(roles(&msgs), ["user", "assistant"], "{b}");
+    }
 }
 
 #[tokio::test]
@@ -444,6 +471,9 @@ async fn an_interrupt_ends_the_whole_group_and_keeps_the_partial_answer() {
     }
     // A CLI deaf to SIGINT and SIGTERM is killed at the end of the ladder.
     interrupt_mid_run(&c, "codex", "deaf").await;
+    // A tool command that left gemini's group (as its shell tool does) is adopted by the daemon
+    // and killed once the group has ended.
+    interrupt_mid_run(&c, "gemini-cli", "escapee").await;
 }
 
 #[tokio::test]

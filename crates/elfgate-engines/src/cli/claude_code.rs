@@ -22,11 +22,12 @@ pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
         "stream-json",
         "--verbose",
         "--include-partial-messages",
-        "--permission-mode",
-        permission_mode(inv.permission_mode),
     ]
     .map(String::from)
     .to_vec();
+    if let Some(mode) = permission_mode(inv.permission_mode) {
+        a.extend(["--permission-mode".to_string(), mode.to_string()]);
+    }
     if let Some(m) = inv.model {
         a.extend(["--model".to_string(), m.to_string()]);
     }
@@ -37,13 +38,13 @@ pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
     a
 }
 
-/// claude's own names for the modes are Elfgate's.
-fn permission_mode(m: PermissionMode) -> &'static str {
+/// claude's own names for the modes are Elfgate's; the default is claude's own (no flag).
+fn permission_mode(m: PermissionMode) -> Option<&'static str> {
     match m {
-        PermissionMode::Default => "default",
-        PermissionMode::AcceptEdits => "acceptEdits",
-        PermissionMode::BypassPermissions => "bypassPermissions",
-        PermissionMode::Plan => "plan",
+        PermissionMode::Default => None,
+        PermissionMode::AcceptEdits => Some("acceptEdits"),
+        PermissionMode::BypassPermissions => Some("bypassPermissions"),
+        PermissionMode::Plan => Some("plan"),
     }
 }
 

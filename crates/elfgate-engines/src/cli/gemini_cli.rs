@@ -1,6 +1,7 @@
 //! gemini-cli: `gemini --prompt=... --output-format stream-json`. `init` carries the session id
-//! that `-r` takes; assistant `message` lines the text (as deltas); `tool_use` / `tool_result`
-//! the tool calls; `error` warnings and errors; `result` the stats and whether the run failed.
+//! that `-r` takes; assistant `message` lines the text (as deltas; the model's thoughts are not
+//! printed); `tool_use` / `tool_result` the tool calls; `error` warnings and errors; `result` the
+//! stats and whether the run failed. An interrupted gemini prints nothing more and exits 0.
 
 use super::backend::{Adapter, AdapterEvent, Invocation, str_of, u64_of};
 use super::settings::CliProvider;
@@ -96,16 +97,10 @@ impl Adapter for GeminiAdapter {
             "init" => str_of(line, "session_id")
                 .map(|id| vec![AdapterEvent::SessionId(id.to_string())])
                 .unwrap_or_default(),
-            "message" if str_of(line, "role") == Some("assistant") => {
-                let kind = if line.get("thought").and_then(Value::as_bool) == Some(true) {
-                    DeltaKind::Thinking
-                } else {
-                    DeltaKind::Text
-                };
-                str_of(line, "content")
-                    .map(|t| vec![AdapterEvent::Delta(kind, t.to_string())])
-                    .unwrap_or_default()
-            }
+            // Its reasoning is not printed at all.
+            "message" if str_of(line, "role") == Some("assistant") => str_of(line, "content")
+                .map(|t| vec![AdapterEvent::Delta(DeltaKind::Text, t.to_string())])
+                .unwrap_or_default(),
             "message" if str_of(line, "role") == Some("user") => {
                 self.turns += 1;
                 vec![AdapterEvent::Turns(self.turns)]
