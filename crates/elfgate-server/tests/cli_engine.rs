@@ -36,6 +36,7 @@ fn fake_of(backend: &str) -> &'static str {
 /// providers the CLIs get have keys in the daemon's environment, as has a provider no CLI uses.
 struct CliDaemon {
     d: Daemon,
+    opts: Opts,
     records: PathBuf,
     project: PathBuf,
 }
@@ -94,23 +95,21 @@ env = {{ FAKE_CLI_RECORD = "{rec}" }}
             rec = records.join(b).display(),
         ));
     }
-    let d = Daemon::start(
-        mock,
-        Opts {
-            extra_toml: toml,
-            env: [
-                ("FAKE_RESPONSES_KEY", "sk-responses"),
-                ("FAKE_ANTHROPIC_KEY", "sk-anthropic"),
-                ("FAKE_GEMINI_KEY", "sk-gemini"),
-                ("FAKE_UNUSED_KEY", "sk-unused"),
-            ]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .to_vec(),
-            ..Opts::default()
-        },
-    );
+    let opts = Opts {
+        extra_toml: toml,
+        env: [
+            ("FAKE_RESPONSES_KEY", "sk-responses"),
+            ("FAKE_ANTHROPIC_KEY", "sk-anthropic"),
+            ("FAKE_GEMINI_KEY", "sk-gemini"),
+            ("FAKE_UNUSED_KEY", "sk-unused"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec(),
+        ..Opts::default()
+    };
     CliDaemon {
-        d,
+        d: Daemon::start(mock, opts.clone()),
+        opts,
         records,
         project,
     }
@@ -692,4 +691,37 @@ async fn shutdown_leaves_no_cli_process_behind() {
             "group {g}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
+    let mock = MockServer::start().await.unwrap();
+    let mut c = start(&mock, "", "");
+    let (sid, run) = c.d.create(c.session("codex", "deaf")).await;
+    c.d.events(&sid, None)
+        .await
+        .until_text("Partial answer")
+        .await;
+    let pgid = c.until_runs("codex", 1, false).await[0].pgid;
+    c.d.kill();
+    // Nobody is left to stop it: it runs on, orphaned.
+    assert!(!live_in_group(pgid).is_empty());
+    c.d = Daemon::start_in(c.d.dir.clone(), &mock, c.opts.clone());
+    let left = until_dead(|| live_in_group(pgid)).await;
+    assert!(
+        left.is_empty(),
+        "{left:?} of group {pgid} alive after the restart"
+    );
+    let (_, r) = c.d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["finishReason"], "daemon_restart", "{r}");
+    // The prompt is kept (and the partial answer, if its deltas reached the log before the kill).
+    let msgs = c.messages(&sid).await;
+    assert_eq!(roles(&msgs)[0], "user");
+    // A new run of the session works.
+    let mut sse = c.d.events(&sid, None).await;
+    let next = c.d.send(&sid, json!({"prompt": "text"})).await;
+    assert_eq!(
+        complete(&sse.until_complete(&next).await).last(),
+        Some(&"stop")
+    );
 }

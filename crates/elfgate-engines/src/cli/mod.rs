@@ -26,7 +26,7 @@ use elfgate_core::{
     PermissionMode, RunOutcome, StartRequest, ToolCallStatus,
 };
 use elfgate_store::Store;
-use elfgate_tools::process::{ChildEnv, ProcessSpec};
+use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
 use limits::{Limits, Slot};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -34,6 +34,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use supervisor::{Ended, Launch, Supervised};
 use transcript::Transcript;
+
+/// The directory under the state directory where running CLI groups are noted.
+const RUNNING: &str = "running";
 
 /// The cli engine.
 pub struct CliEngine {
@@ -48,6 +51,13 @@ pub struct CliEngine {
 impl CliEngine {
     /// Builds the engine: finds each backend's program and asks it for its version (once).
     pub async fn new(store: Arc<dyn Store>, config: CliConfig) -> CliEngine {
+        // Runs a crashed daemon left behind would go on working (and spending) unseen.
+        for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
+            tracing::warn!(
+                pgid,
+                "killed a CLI process group left running by an earlier daemon"
+            );
+        }
         let base_env = ChildEnv::from_daemon(&BTreeMap::new(), &[], &config.secret_env);
         let limits = Limits::new(|b| config.backend(b).max_concurrent.unwrap_or(4));
         let mut engine = CliEngine {
@@ -242,6 +252,8 @@ impl CliEngine {
             Err(e) => return fail(&ctx, "cli_spawn", e.to_string()).await,
         };
         tracing::debug!(backend = b.as_str(), pgid = sup.pgid(), "cli run started");
+        // Removed once the group has ended (below); left behind only by a daemon that died.
+        let _note = GroupNote::new(&self.config.state_dir.join(RUNNING), sup.pgid());
         let mut run = Relay {
             ctx: &ctx,
             transcript: Transcript::new(user.id, model.clone()),
