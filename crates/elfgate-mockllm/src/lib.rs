@@ -1,8 +1,10 @@
 //! `elfgate-mockllm`: a scriptable mock LLM provider server.
 //!
-//! It speaks the real OpenAI Chat Completions (`POST /v1/chat/completions`) and
-//! Anthropic Messages (`POST /v1/messages`) wire formats over real HTTP/SSE, so
-//! integration tests and benchmarks can exercise real clients against it.
+//! It speaks the real OpenAI Chat Completions (`POST /v1/chat/completions`),
+//! Anthropic Messages (`POST /v1/messages`), OpenAI Responses (`POST /v1/responses`)
+//! and Gemini (`POST /v1beta/models/{model}:streamGenerateContent`) wire formats over
+//! real HTTP/SSE, so integration tests, benchmarks and the coding CLIs can run real
+//! clients against it.
 //!
 //! Behaviour is selected through the request's model name, e.g.
 //! `mock:tokens=50,delay_ms=10` or `mock:fail=500x2,id=abc`; see the crate
@@ -298,8 +300,8 @@ impl MockServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT` (no trailing slash). OpenAI clients use
-    /// `base_url() + "/v1"`, Anthropic clients use `base_url()`.
+    /// `http://127.0.0.1:PORT` (no trailing slash). OpenAI clients (and codex) use
+    /// `base_url() + "/v1"`, Anthropic and Gemini clients use `base_url()`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -356,6 +358,9 @@ pub fn router(state: MockState) -> Router {
         .route("/responses", provider_route(Format::OpenAiResponses))
         .route("/v1/models", get(list_models))
         .route("/models", get(list_models))
+        // A Gemini method is a `:` suffix of the model's path segment, which axum cannot route
+        // on: the handler splits it off.
+        .route("/v1beta/models/{*rest}", post(gemini_handler))
         .route("/_mock/requests", get(list_requests).delete(clear_requests))
         .route("/_mock/scripts/{name}", put(put_script))
         .route("/healthz", get(|| async { "ok" }))
@@ -446,6 +451,50 @@ fn provider_route(format: Format) -> MethodRouter<MockState> {
             handle(state, Incoming::new(format, &uri, &headers), body).await
         },
     )
+}
+
+async fn gemini_handler(
+    State(state): State<MockState>,
+    Path(rest): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let not_found = |what: &str| {
+        error_response(
+            Format::Gemini,
+            404,
+            &format!("mock: unknown Gemini method '{what}'"),
+            None,
+        )
+    };
+    let Some((model, method)) = rest.rsplit_once(':') else {
+        return not_found(&rest);
+    };
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        "countTokens" => return gemini_count_tokens(&body),
+        other => return not_found(other),
+    };
+    let mut incoming = Incoming::new(Format::Gemini, &uri, &headers);
+    incoming.model = Some(model.to_string());
+    incoming.stream = Some(stream);
+    handle(state, incoming, body).await
+}
+
+/// `:countTokens` is not a model call: it is answered from the body, not recorded, and no model
+/// behaviour applies to it.
+fn gemini_count_tokens(raw: &Bytes) -> Response {
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(body @ Value::Object(_)) => {
+            // The request holds either `contents` or a whole `generateContentRequest`.
+            let req = body.get("generateContentRequest").unwrap_or(&body);
+            let n = wire::prompt_tokens(Format::Gemini, req);
+            Json(serde_json::json!({"totalTokens": n})).into_response()
+        }
+        _ => error_response(Format::Gemini, 400, "countTokens: invalid JSON body", None),
+    }
 }
 
 // ---------------------------------------------------------------- request handling

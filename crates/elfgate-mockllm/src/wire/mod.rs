@@ -2,6 +2,7 @@
 //! to say ([`Content`]) and differ only in how they frame it.
 
 mod anthropic;
+mod gemini;
 mod openai_chat;
 mod responses;
 
@@ -23,6 +24,9 @@ pub enum Format {
     /// OpenAI Responses (`POST /v1/responses`).
     #[serde(rename = "openai-responses")]
     OpenAiResponses,
+    /// Gemini API (`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent`).
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 /// A tool call to emit.
@@ -210,6 +214,7 @@ pub fn stream(format: Format, c: &Content, r: &Reply<'_>) -> Plan {
         Format::OpenAiChat => openai_chat::stream(c, r),
         Format::Anthropic => anthropic::stream(c, r),
         Format::OpenAiResponses => responses::stream(c, r),
+        Format::Gemini => gemini::stream(c, r),
     }
 }
 
@@ -219,6 +224,7 @@ pub fn message(format: Format, c: &Content, r: &Reply<'_>) -> Value {
         Format::OpenAiChat => openai_chat::message(c, r),
         Format::Anthropic => anthropic::message(c, r),
         Format::OpenAiResponses => responses::message(c, r),
+        Format::Gemini => gemini::message(c, r),
     }
 }
 
@@ -227,6 +233,7 @@ pub fn error_body(format: Format, status: u16, message: &str) -> Value {
     match format {
         Format::OpenAiChat | Format::OpenAiResponses => openai_chat::error(status, message),
         Format::Anthropic => anthropic::error(status, message),
+        Format::Gemini => gemini::error(status, message),
     }
 }
 
@@ -235,6 +242,7 @@ pub fn error_body(format: Format, status: u16, message: &str) -> Value {
 pub fn error_after_status(format: Format) -> u16 {
     match format {
         Format::Anthropic => 529,
+        Format::Gemini => 503,
         Format::OpenAiChat | Format::OpenAiResponses => 500,
     }
 }
@@ -245,6 +253,7 @@ pub fn prompt_tokens(format: Format, body: &Value) -> u64 {
     let n = match format {
         Format::OpenAiChat | Format::Anthropic => messages_prompt_words(body),
         Format::OpenAiResponses => responses::prompt_words(body),
+        Format::Gemini => gemini::prompt_words(body),
     };
     n.max(1)
 }
@@ -254,6 +263,7 @@ pub fn last_user_text(format: Format, body: &Value) -> String {
     match format {
         Format::OpenAiChat | Format::Anthropic => messages_last_user_text(body),
         Format::OpenAiResponses => responses::last_user_text(body),
+        Format::Gemini => gemini::last_user_text(body),
     }
 }
 
