@@ -245,7 +245,7 @@ async fn echo_uses_last_user_text_and_log_names_the_format() {
         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a b"}}}]},
         {"role": "model", "parts": [{"text": "ok"}]},
-        {"role": "user", "parts": [{"text": "second"}, {"text": "question"}]},
+        {"role": "user", "parts": [{"text": "<session_context/>"}, {"text": "second question"}]},
         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": "c"}}}]},
     ]});
