@@ -245,7 +245,7 @@ async fn echo_uses_last_user_text_and_log_names_the_format() {
         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a b"}}}]},
         {"role": "model", "parts": [{"text": "ok"}]},
-        {"role": "user", "parts": [{"text": "second"}, {"text": "question"}]},
+        {"role": "user", "parts": [{"text": "<session_context/>"}, {"text": "second question"}]},
         {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {}}}]},
         {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"output": "c"}}}]},
     ]});
@@ -281,4 +281,44 @@ async fn count_tokens_and_unknown_methods() {
     assert_eq!(body["error"]["status"], "NOT_FOUND");
     // Neither is a model call.
     assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn scripted_finish_reason_ids_and_malformed_arguments() {
+    let server = MockServer::start().await.unwrap();
+    server.set_script(
+        "g",
+        serde_json::from_value(json!({"responses": [
+            {"text": "cut", "finishReason": "length"},
+            {"toolCalls": [
+                {"id": "call_7", "name": "run_shell_command", "arguments": "{\"command\":\"ls\"}"},
+                {"name": "broken", "arguments": "{not json"},
+            ]},
+        ]}))
+        .unwrap(),
+    );
+    let ch = chunks(&stream(&server, "m:script=g").await.text().await.unwrap());
+    assert_eq!(finish_reasons(&ch), vec![Some("MAX_TOKENS")]);
+
+    let ch = chunks(&stream(&server, "m:script=g").await.text().await.unwrap());
+    assert_eq!(
+        parts(&ch[0])[0],
+        json!({"functionCall": {"id": "call_7", "name": "run_shell_command", "args": {"command": "ls"}}})
+    );
+    assert_eq!(
+        parts(&ch[1])[0],
+        json!({"functionCall": {"name": "broken", "args": "{not json"}})
+    );
+    assert_eq!(finish_reasons(&ch), vec![None, Some("STOP")]);
+}
+
+#[tokio::test]
+async fn stall_after_holds_the_stream_until_the_client_leaves() {
+    let server = MockServer::start().await.unwrap();
+    let resp = stream(&server, "mock:tokens=5,stall_after=1").await;
+    let mut body = resp.bytes_stream();
+    common::read_until(&mut body, "tok0").await;
+    assert_eq!(server.requests()[0].outcome, Outcome::InProgress);
+    drop(body);
+    wait_for_outcome(&server, 0, Outcome::ClientDisconnected).await;
 }

@@ -383,3 +383,24 @@ async fn scripted_tool_call_keeps_its_id() {
         "{\"command\":[\"ls\"]}"
     );
 }
+
+#[tokio::test]
+async fn length_finish_makes_the_response_incomplete() {
+    let server = MockServer::start().await.unwrap();
+    server.set_script(
+        "cut",
+        serde_json::from_value(
+            json!({"responses": [{"text": "cut short", "finishReason": "length"}]}),
+        )
+        .unwrap(),
+    );
+    let ev = events(&stream_text(&server, "m:script=cut").await);
+    let (kind, last) = ev.last().unwrap();
+    assert_eq!(kind, "response.incomplete");
+    assert_eq!(last["response"]["status"], "incomplete");
+    assert_eq!(
+        last["response"]["incomplete_details"],
+        json!({"reason": "max_output_tokens"})
+    );
+    assert_eq!(deltas(&ev, "response.output_text.delta"), "cut short");
+}

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 mod common;
 
-use common::{GUARD, assert_dropped_after_two, parse_sse, request_log, wait_for_outcome};
+use common::{
+    GUARD, assert_dropped_after_two, parse_sse, read_until, request_log, wait_for_outcome,
+};
 use elfgate_mockllm::{
     Format, MockServer, Outcome, RecordedRequest, Script, ScriptedResponse, ScriptedToolCall,
 };
@@ -451,15 +453,7 @@ async fn client_disconnect_on_stall_is_recorded() {
     .await;
     assert_eq!(resp.status(), 200);
     let mut stream = resp.bytes_stream();
-    let mut buf = Vec::new();
-    while !String::from_utf8_lossy(&buf).contains("tok0") {
-        let chunk = tokio::time::timeout(GUARD, stream.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        buf.extend_from_slice(&chunk);
-    }
+    read_until(&mut stream, "tok0").await;
     // Nothing more arrives while stalled.
     assert!(
         tokio::time::timeout(Duration::from_millis(100), stream.next())

@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Builder, Content, Cut, End, Plan, Reply, data_frame};
+use super::{Builder, Content, Cut, End, Plan, Reply, data_frame, last_text_part};
 
 /// Response id.
 const RESPONSE_ID: &str = "mock-response";
@@ -232,19 +232,19 @@ pub(super) fn prompt_words(body: &Value) -> u64 {
     n
 }
 
-/// Text of the last `role: "user"` content that has text (function responses have none).
+/// The user's text of `contents` (function responses have none).
 pub(super) fn last_user_text(body: &Value) -> String {
-    body.get("contents")
+    let contents = body
+        .get("contents")
         .and_then(Value::as_array)
-        .and_then(|cs| {
-            cs.iter()
-                .rev()
-                .filter(|c| c.get("role").and_then(Value::as_str) == Some("user"))
-                .map(texts)
-                .find(|t| !t.is_empty())
-        })
-        .map(|t| t.join(" "))
-        .unwrap_or_default()
+        .map_or(&[][..], Vec::as_slice);
+    last_text_part(
+        contents
+            .iter()
+            .rev()
+            .filter(|c| c.get("role").and_then(Value::as_str) == Some("user"))
+            .map(texts),
+    )
 }
 
 #[cfg(test)]

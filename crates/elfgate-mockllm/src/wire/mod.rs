@@ -307,33 +307,44 @@ fn messages_prompt_words(body: &Value) -> u64 {
     n
 }
 
-fn content_text(v: &Value) -> String {
+/// The text parts of a message's `content` (a string is one part).
+fn content_texts(v: &Value) -> Vec<&str> {
     match v {
-        Value::String(s) => s.clone(),
-        Value::Array(items) => {
-            let parts: Vec<&str> = items
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str).unwrap_or("text") == "text")
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect();
-            parts.join(" ")
-        }
-        _ => String::new(),
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(items) => items
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str).unwrap_or("text") == "text")
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
-/// Text of the last `role: "user"` message of a Chat Completions or Anthropic body.
-fn messages_last_user_text(body: &Value) -> String {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .and_then(|ms| {
-            ms.iter()
-                .rev()
-                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        })
-        .and_then(|m| m.get("content"))
-        .map(content_text)
+/// The last text part of the first user message (walking from the last one) that has text.
+/// The coding CLIs put their own context (environment, reminders) in earlier parts or
+/// messages and the user's prompt last; tool results carry no text.
+fn last_text_part<'a>(
+    mut user_messages_newest_first: impl Iterator<Item = Vec<&'a str>>,
+) -> String {
+    user_messages_newest_first
+        .find_map(|texts| texts.last().copied())
         .unwrap_or_default()
+        .to_string()
+}
+
+/// The user's text of a Chat Completions or Anthropic body.
+fn messages_last_user_text(body: &Value) -> String {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    last_text_part(
+        messages
+            .iter()
+            .rev()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+            .map(|m| m.get("content").map(content_texts).unwrap_or_default()),
+    )
 }
 
 #[cfg(test)]
@@ -357,6 +368,13 @@ mod tests {
         let oa = json!({"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": [{"type": "text", "text": "hi you"}]}]});
         assert_eq!(prompt_tokens(Format::OpenAiChat, &oa), 3);
         assert_eq!(last_user_text(Format::OpenAiChat, &oa), "hi you");
+        // The prompt is the last text block; a later tool result has none.
+        let claude = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "<system-reminder/>"}, {"type": "text", "text": "Say hello"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]},
+        ]});
+        assert_eq!(last_user_text(Format::Anthropic, &claude), "Say hello");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 
 use super::openai_chat::CALL_ID_PREFIX;
-use super::{Builder, Content, Cut, End, Plan, Reply, event_frame};
+use super::{Builder, Content, Cut, End, Plan, Reply, event_frame, last_text_part};
 use crate::behavior::fragments;
 
 /// Response id.
@@ -370,18 +370,17 @@ pub(super) fn prompt_words(body: &Value) -> u64 {
     n
 }
 
-/// The input itself when it is a string, else the last user message that has text.
+/// The input itself when it is a string, else the user's text of the input messages.
 pub(super) fn last_user_text(body: &Value) -> String {
     match body.get("input") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .rev()
-            .filter(|i| is_message(i) && i.get("role").and_then(Value::as_str) == Some("user"))
-            .map(|i| i.get("content").map(texts).unwrap_or_default())
-            .find(|t| !t.is_empty())
-            .map(|t| t.join(" "))
-            .unwrap_or_default(),
+        Some(Value::Array(items)) => last_text_part(
+            items
+                .iter()
+                .rev()
+                .filter(|i| is_message(i) && i.get("role").and_then(Value::as_str) == Some("user"))
+                .map(|i| i.get("content").map(texts).unwrap_or_default()),
+        ),
         _ => String::new(),
     }
 }

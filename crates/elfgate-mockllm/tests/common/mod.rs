@@ -96,3 +96,19 @@ pub async fn request_log(server: &MockServer) -> serde_json::Value {
         .await
         .unwrap()
 }
+
+/// Reads a streamed body until `marker` has arrived (within the guard time).
+pub async fn read_until(
+    body: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    marker: &str,
+) {
+    let mut buf = Vec::new();
+    while !String::from_utf8_lossy(&buf).contains(marker) {
+        let chunk = tokio::time::timeout(GUARD, body.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        buf.extend_from_slice(&chunk);
+    }
+}
