@@ -46,8 +46,9 @@ pub struct TurnOutput {
     /// Set when it failed (reported as an `error` event unless the options said not to).
     pub error: Option<ErrorInfo>,
     /// Set when the failure must not be retried by a caller either: the call's first-token
-    /// deadline, which bounds the call with all its retries, has passed, or the server asked for a
-    /// longer wait than the retry policy's longest delay.
+    /// deadline, which bounds the call with all its retries, has passed, the server refused the
+    /// request for a reason a retry cannot change (a bad key, a missing model, a body too large),
+    /// or the server asked for a longer wait than the retry policy's longest delay.
     pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
@@ -256,6 +257,7 @@ async fn relay_turn(
             }
             out.error = Some(info);
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
+                || e.is_permanent()
                 || !policy.accepts_retry_after(e.retry_after());
             return out;
         }

@@ -50,6 +50,13 @@ impl LlmError {
         }
     }
 
+    /// Whether the provider refused the request for a reason that no retry can change: the key
+    /// (401, 403), the model or route (404), the size (413) or the content (422). A plain 400 is
+    /// not counted: some OpenAI-compatible servers answer 400 to transient conditions.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, LlmError::Status { status, .. } if matches!(*status, 401 | 403 | 404 | 413 | 422))
+    }
+
     /// A short machine-readable code for this error.
     pub fn code(&self) -> &'static str {
         match self {

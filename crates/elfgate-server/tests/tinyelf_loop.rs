@@ -241,6 +241,33 @@ async fn llm_retries_then_error_after_the_last() {
     assert_eq!(of(&evs, "error").len(), 1);
 }
 
+/// A refusal no retry can change (a bad key, an unknown model) fails at once: no `retry` event, one
+/// `error` naming the status, one upstream request.
+#[tokio::test]
+async fn permanent_refusals_are_not_retried() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    let cfg = json!({"engineConfig": {"llmRetryDelayMs": 5}});
+    for status in [401, 404] {
+        mock.clear_requests();
+        let model = format!("mock:fail={status}");
+        let (_, _, evs) = run(&d, session("r", &model, &dir, cfg.clone())).await;
+        assert_eq!(finish_of(&evs), "error", "status {status}");
+        assert!(of(&evs, "retry").is_empty(), "status {status} was retried");
+        let errors = of(&evs, "error");
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].data["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&status.to_string())),
+            "{:?}",
+            errors[0].data
+        );
+        assert_eq!(mock.requests().len(), 1, "status {status}");
+    }
+}
+
 /// The retry schedule is configurable: exponential doubles the delay where linear adds to it, and
 /// Retry-After-free failures get exactly the schedule when jitter is off.
 #[tokio::test]
