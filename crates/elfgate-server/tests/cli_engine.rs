@@ -720,3 +720,51 @@ async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
         Some(&"stop")
     );
 }
+
+#[tokio::test]
+async fn claudes_permission_questions_are_the_clients_permission_requests() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    for (prompt, answer, status, output) in [
+        (
+            "permission allowed",
+            json!({"decision": "allow"}),
+            "success",
+            "done",
+        ),
+        (
+            "permission denied",
+            json!({"decision": "deny", "message": "not in this repository"}),
+            "error",
+            "the user denied permission: not in this repository",
+        ),
+    ] {
+        let (sid, run) = c.d.create(c.session("claude-code", prompt)).await;
+        let mut sse = c.d.events(&sid, None).await;
+        let mut evs = sse.until_n("permissionRequest", 1).await;
+        let ask = evs.last().unwrap().data.clone();
+        assert_eq!(ask["toolName"], "Bash", "{ask}");
+        let command = ask["input"]["command"].as_str().unwrap();
+        assert!(command.contains("touch made-by-tool"), "{ask}");
+        let id = ask["requestId"].as_str().unwrap();
+        let (code, r) =
+            c.d.post(&format!("/v1/sessions/{sid}/permissions/{id}"), answer)
+                .await;
+        assert_eq!(code, 200, "{r}");
+        evs.extend(sse.until_complete(&run).await);
+        assert_eq!(complete(&evs), ["stop"], "{prompt}: {:?}", errors(&evs));
+        let t = types(&evs);
+        let pos = |kind: &str| t.iter().position(|x| *x == kind).unwrap();
+        assert!(pos("toolCallStart") < pos("permissionRequest"), "{t:?}");
+        assert!(pos("permissionResolved") < pos("toolCallEnd"), "{t:?}");
+        let end = &evs[pos("toolCallEnd")].data;
+        assert_eq!(end["status"], status, "{prompt}: {end}");
+        assert_eq!(end["block"]["content"], output, "{prompt}: {end}");
+        let args = c.until_record("claude-code", prompt, false).await.args();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--permission-prompt-tool", "stdio"]),
+            "{args:?}"
+        );
+    }
+}
