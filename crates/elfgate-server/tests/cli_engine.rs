@@ -768,3 +768,42 @@ async fn claudes_permission_questions_are_the_clients_permission_requests() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_tool_command_in_a_session_of_its_own_does_not_outlive_an_interrupt() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    for b in BACKENDS {
+        // The CLIs run tool commands with setsid; gemini-cli leaves its command behind when it is
+        // interrupted, and the daemon, their subreaper, ends it.
+        let mut body = c.session(b, "tool_running");
+        body["permissionMode"] = json!("bypassPermissions");
+        let (sid, run) = c.d.create(body).await;
+        let mut sse = c.d.events(&sid, None).await;
+        let mut evs = sse.until_n("toolCallStart", 1).await;
+        let tool_pid = poll_until(&format!("{b}: the tool command's pid"), || {
+            let r = c.record(b)?;
+            (r.0["prompt"] == "tool_running").then_some(())?;
+            r.0["tool_pid"].as_i64().map(|p| p as i32)
+        })
+        .await;
+        let (status, r) =
+            c.d.post(
+                &format!("/v1/sessions/{sid}/interrupt"),
+                json!({"wait": true}),
+            )
+            .await;
+        assert_eq!(status, 200, "{r}");
+        evs.extend(sse.until_complete(&run).await);
+        assert_eq!(complete(&evs), ["interrupted"], "{b}: {:?}", types(&evs));
+        let left = until_dead(|| alive(&[tool_pid])).await;
+        assert!(
+            left.is_empty(),
+            "{b}: the tool command {tool_pid} outlived the run"
+        );
+        // Every tool call has its result: the CLI's own, or one saying it was interrupted.
+        let msgs = c.messages(&sid).await;
+        assert_eq!(roles(&msgs), ["user", "assistant", "tool"], "{b}");
+        assert_eq!(msgs[2]["blocks"][0]["is_error"], true, "{b}");
+    }
+}
