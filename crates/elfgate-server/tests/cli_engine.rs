@@ -175,6 +175,14 @@ impl CliDaemon {
                "projectPath": self.project.display().to_string()})
     }
 
+    /// A session whose CLI may run its tools without asking (gemini-cli declares its shell tool
+    /// only then).
+    fn session_with_tools(&self, backend: &str, prompt: &str) -> Value {
+        let mut body = self.session(backend, prompt);
+        body["permissionMode"] = json!("bypassPermissions");
+        body
+    }
+
     /// Starts a session and reads its first run to its end.
     async fn run(&self, backend: &str, prompt: &str) -> (String, Vec<Ev>) {
         let (sid, run) = self.d.create(self.session(backend, prompt)).await;
@@ -241,10 +249,7 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
     let mock = MockServer::start().await.unwrap();
     let c = start(&mock, "", "");
     for b in BACKENDS {
-        // gemini-cli declares its shell tool only in yolo mode.
-        let mut body = c.session(b, "tool");
-        body["permissionMode"] = json!("bypassPermissions");
-        let (sid, run) = c.d.create(body).await;
+        let (sid, run) = c.d.create(c.session_with_tools(b, "tool")).await;
         let evs = c.d.events(&sid, None).await.until_complete(&run).await;
         let t = types(&evs);
         assert_eq!(complete(&evs), ["stop"], "{b}: {t:?} {:?}", errors(&evs));
@@ -776,9 +781,7 @@ async fn a_tool_command_in_a_session_of_its_own_does_not_outlive_an_interrupt() 
     for b in BACKENDS {
         // The CLIs run tool commands with setsid; gemini-cli leaves its command behind when it is
         // interrupted, and the daemon, their subreaper, ends it.
-        let mut body = c.session(b, "tool_running");
-        body["permissionMode"] = json!("bypassPermissions");
-        let (sid, run) = c.d.create(body).await;
+        let (sid, run) = c.d.create(c.session_with_tools(b, "tool_running")).await;
         let mut sse = c.d.events(&sid, None).await;
         let mut evs = sse.until_n("toolCallStart", 1).await;
         let tool_pid = poll_until(&format!("{b}: the tool command's pid"), || {
