@@ -75,6 +75,12 @@ impl CliEngine {
             limits,
             base_env,
         };
+        // Each backend's home exists before it is asked for its version.
+        for b in Backend::ALL {
+            if let Err(e) = engine.write_files(b) {
+                tracing::warn!(backend = b.as_str(), error = %e, "cannot write the CLI's home");
+            }
+        }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
         let probes = Backend::ALL.map(|b| {
             let env = engine.child_env(b, None, PermissionMode::Default);
