@@ -371,9 +371,15 @@ async fn a_cli_gets_its_own_provider_and_home_and_nothing_of_the_daemons_secrets
             base.as_str(),
         ),
     ] {
-        let (_, evs) = c.run(b, "text").await;
+        // The session's own variables reach the CLI; a provider's key variable does not.
+        let mut body = c.session(b, "text");
+        body["engineConfig"] = json!({"shellEnv": {"FROM_SESSION": "yes",
+            "FAKE_UNUSED_KEY": "sk-unused", "ANTHROPIC_API_KEY": "sk-unused"}});
+        let (sid, run) = c.d.create(body).await;
+        let evs = c.d.events(&sid, None).await.until_complete(&run).await;
         assert_eq!(complete(&evs), ["stop"], "{b}");
         let r = c.until_record(b, "text", false).await;
+        assert_eq!(r.env("FROM_SESSION"), Some("yes"), "{b}");
         assert_eq!(Path::new(r.cwd()), c.project.as_path(), "{b}");
         assert_eq!(r.env(key_var), Some(key), "{b}");
         if !url_var.is_empty() {
