@@ -705,10 +705,17 @@ async fn shutdown_leaves_no_cli_process_behind() {
 #[tokio::test]
 async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
     let mock = MockServer::start().await.unwrap();
-    let mut c = start_deaf(&mock);
-    let (sid, run) = c.d.create(c.session("codex", "slow")).await;
-    c.d.events(&sid, None).await.until_n("streamDelta", 1).await;
-    let pgid = c.until_record("codex", "slow", false).await.pgid();
+    let mut c = start(&mock, "", "");
+    // A CLI that printed its first line and then waits: it writes nothing that would fail once
+    // the daemon is gone, so it would run on for ever.
+    let (sid, run) = c.d.create(c.session("codex", "hang")).await;
+    let pgid = c.until_record("codex", "hang", false).await.pgid();
+    // Its first line was read (its group is noted before the first line is read).
+    let deadline = tokio::time::Instant::now() + common::GUARD;
+    while !c.d.get(&format!("/v1/sessions/{sid}")).await.1["cliSessionId"].is_string() {
+        assert!(tokio::time::Instant::now() < deadline, "no cliSessionId");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     c.d.kill();
     // Nobody is left to stop it: it runs on, orphaned.
     assert!(!live_in_group(pgid).is_empty());
