@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs besides the Rust toolchain: the pinned MCP servers of the
-# MCP tests (scripts/install-mcp-servers.sh) and Chromium (Debian's package) for the browser
-# tests. Does nothing when they are already there.
+# MCP tests (scripts/install-mcp-servers.sh), Chromium (Debian's package) for the browser tests,
+# and Python 3 for the fake coding CLIs of the cli engine's tests
+# (crates/elfgate-server/tests/fixtures/cli). Does nothing for what is already there.
 set -euo pipefail
 
 "$(dirname "$0")/install-mcp-servers.sh"
 
-if command -v chromium >/dev/null 2>&1 || [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
+missing=()
+if ! command -v chromium >/dev/null 2>&1 && ! [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
+  missing+=(chromium)
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+  missing+=(python3)
+fi
+if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-test-deps: Chromium is needed for the browser tests; install it and set CHROMIUM_BIN=/path/to/chromium" >&2
+  echo "install-test-deps: missing ${missing[*]}: Chromium is needed for the browser tests (or set" \
+    "CHROMIUM_BIN=/path/to/chromium), Python 3 for the fake CLIs of the cli engine's tests" >&2
   exit 1
 fi
 SUDO=()
 if [[ "$(id -u)" != 0 ]]; then
   SUDO=(sudo -n)
 fi
-echo "install-test-deps: installing chromium (apt-get)"
+echo "install-test-deps: installing ${missing[*]} (apt-get)"
 export DEBIAN_FRONTEND=noninteractive
-if ! "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null; then
+if ! "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; then
   "${SUDO[@]}" apt-get update >/dev/null
-  "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null
+  "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -66,6 +66,10 @@ pub struct EngineConfig {
     /// (tinyelf). The start request's top-level `mcpConfig` is stored here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_config: Option<McpSessionConfig>,
+    /// Extra arguments of the CLI (cli), each in the backend's `allowed_args`. The request's
+    /// top-level `cliArgs` lands here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cli_args: Option<Vec<String>>,
 }
 
 /// Why an `engineConfig` object was refused: the key path and serde's reason.
@@ -133,6 +137,7 @@ impl EngineConfig {
             shell_network,
             shell_env,
             mcp_config,
+            cli_args,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -153,6 +158,7 @@ impl EngineConfig {
             shell_network: shell_network.or(base.shell_network),
             shell_env: shell_env.or_else(|| base.shell_env.clone()),
             mcp_config: mcp_config.or_else(|| base.mcp_config.clone()),
+            cli_args: cli_args.or_else(|| base.cli_args.clone()),
         }
     }
 }

@@ -1,7 +1,6 @@
 //! One connection to one server configuration: started on first use, restarted after a crash or a
 //! timed-out call (with backoff after failed starts), stopped when no session needs it.
 
-use crate::leftovers::Leftovers;
 use crate::notify::{Listening, Notifier};
 use crate::result::ServerTool;
 use crate::stdio::StdioProcess;
@@ -13,6 +12,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
@@ -81,7 +81,8 @@ pub(crate) struct Connection {
     http: reqwest::Client,
     notifier: Notifier,
     tasks: TaskTracker,
-    leftovers: Option<Arc<Leftovers>>,
+    /// Where running stdio servers are noted (see [`crate::McpManager::new`]).
+    notes: Option<Arc<Path>>,
     state: tokio::sync::Mutex<State>,
     shown: Mutex<Shown>,
 }
@@ -101,7 +102,7 @@ impl Connection {
         env: ChildEnv,
         http: reqwest::Client,
         tasks: TaskTracker,
-        leftovers: Option<Arc<Leftovers>>,
+        notes: Option<Arc<Path>>,
     ) -> Connection {
         Connection {
             name: name.to_string(),
@@ -110,7 +111,7 @@ impl Connection {
             env,
             http,
             tasks,
-            leftovers,
+            notes,
             state: tokio::sync::Mutex::new(State {
                 live: None,
                 generation: 0,
@@ -253,7 +254,7 @@ impl Connection {
             let service = match self.cfg.transport() {
                 Some(McpTransport::Stdio) => {
                     let (p, stdout, stdin) =
-                        StdioProcess::spawn(&self.cfg, &self.env, self.leftovers.clone())?;
+                        StdioProcess::spawn(&self.cfg, &self.env, self.notes.as_deref())?;
                     process = Some(p);
                     rmcp::serve_client(self.notifier.clone(), (stdout, stdin))
                         .await

@@ -5,7 +5,6 @@
 #![warn(missing_docs)]
 
 mod connection;
-pub mod leftovers;
 mod manager;
 mod notify;
 pub mod result;
@@ -13,6 +12,5 @@ mod stdio;
 pub mod tool;
 
 pub use connection::ServerState;
-pub use leftovers::Leftovers;
 pub use manager::{McpManager, ReloadReport, ServerStatus, SessionTools};
 pub use tool::{McpTool, tool_name};

@@ -2,15 +2,15 @@
 //! shared by the sessions whose configuration of a server is identical.
 
 use crate::connection::{Connection, ServerState};
-use crate::leftovers::Leftovers;
 use crate::tool::McpTool;
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
 };
 use elfgate_tools::Tool;
-use elfgate_tools::process::ChildEnv;
+use elfgate_tools::process::{ChildEnv, kill_noted_groups};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
@@ -76,7 +76,7 @@ struct Inner {
     env: ChildEnv,
     http: reqwest::Client,
     tasks: TaskTracker,
-    leftovers: Option<Arc<Leftovers>>,
+    notes: Option<Arc<Path>>,
 }
 
 /// The daemon's MCP connections. Cloning is cheap.
@@ -91,12 +91,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl McpManager {
     /// A manager for the `[mcp]` section; stdio servers start from `env` (the clean child
-    /// environment) plus their own `env`, and are recorded in `leftovers` while they run.
-    pub fn new(
-        section: McpSection,
-        env: ChildEnv,
-        leftovers: Option<Arc<Leftovers>>,
-    ) -> McpManager {
+    /// environment) plus their own `env`. Each running stdio server's process group is noted in
+    /// `notes` (a directory of the daemon's data directory) until it is stopped; the groups a
+    /// killed daemon left noted there are killed now.
+    pub fn new(section: McpSection, env: ChildEnv, notes: Option<PathBuf>) -> McpManager {
+        if let Some(dir) = &notes {
+            for pgid in kill_noted_groups(dir) {
+                tracing::info!(pgid, "stopped an MCP server a previous daemon left running");
+            }
+        }
         McpManager {
             inner: Arc::new(Inner {
                 section: RwLock::new(section),
@@ -105,7 +108,7 @@ impl McpManager {
                 env,
                 http: reqwest::Client::new(),
                 tasks: TaskTracker::new(),
-                leftovers,
+                notes: notes.map(Arc::from),
             }),
         }
     }
@@ -141,7 +144,7 @@ impl McpManager {
                         self.inner.env.clone(),
                         self.inner.http.clone(),
                         self.inner.tasks.clone(),
-                        self.inner.leftovers.clone(),
+                        self.inner.notes.clone(),
                     )),
                     users: BTreeSet::new(),
                 });

@@ -2,10 +2,9 @@
 //! clean child environment plus the server's `env`), stopped by closing its stdin, a grace, then
 //! SIGTERM and SIGKILL to the whole group.
 
-use crate::leftovers::Leftovers;
 use elfgate_core::McpServerConfig;
-use elfgate_tools::process::{ChildEnv, ProcessGroup, ProcessSpec};
-use std::path::PathBuf;
+use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -21,7 +20,9 @@ pub(crate) const GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct StdioProcess {
     group: ProcessGroup,
     stderr: Arc<Mutex<Vec<u8>>>,
-    leftovers: Option<Arc<Leftovers>>,
+    /// Removed once the group is stopped: a daemon killed before that leaves the note, and the
+    /// next one ends the group.
+    _note: Option<GroupNote>,
 }
 
 impl StdioProcess {
@@ -29,7 +30,7 @@ impl StdioProcess {
     pub(crate) fn spawn(
         cfg: &McpServerConfig,
         env: &ChildEnv,
-        leftovers: Option<Arc<Leftovers>>,
+        notes: Option<&Path>,
     ) -> Result<(StdioProcess, ChildStdout, ChildStdin), String> {
         let program = cfg.command.clone().unwrap_or_default();
         let cwd = match &cfg.cwd {
@@ -43,9 +44,7 @@ impl StdioProcess {
         spec.stdin = Some(Vec::new());
         spec.grace = GRACE;
         let mut group = ProcessGroup::spawn(&spec).map_err(|e| e.to_string())?;
-        if let Some(l) = &leftovers {
-            l.add(group.id());
-        }
+        let note = notes.and_then(|dir| GroupNote::new(dir, group.id()));
         let (Some(stdin), Some(stdout)) = (group.take_stdin(), group.take_stdout()) else {
             return Err("the server's pipes could not be opened".into());
         };
@@ -69,7 +68,7 @@ impl StdioProcess {
             StdioProcess {
                 group,
                 stderr,
-                leftovers,
+                _note: note,
             },
             stdout,
             stdin,
@@ -92,8 +91,5 @@ impl StdioProcess {
     pub(crate) async fn stop(mut self) {
         let _ = tokio::time::timeout(GRACE, self.group.wait()).await;
         self.group.stop(true).await;
-        if let Some(l) = &self.leftovers {
-            l.remove(self.group.id());
-        }
     }
 }

@@ -1,8 +1,10 @@
 //! `elfgate-mockllm`: a scriptable mock LLM provider server.
 //!
-//! It speaks the real OpenAI Chat Completions (`POST /v1/chat/completions`) and
-//! Anthropic Messages (`POST /v1/messages`) wire formats over real HTTP/SSE, so
-//! integration tests and benchmarks can exercise real clients against it.
+//! It speaks the real OpenAI Chat Completions (`POST /v1/chat/completions`),
+//! Anthropic Messages (`POST /v1/messages`), OpenAI Responses (`POST /v1/responses`)
+//! and Gemini (`POST /v1beta/models/{model}:streamGenerateContent`) wire formats over
+//! real HTTP/SSE, so integration tests, benchmarks and the coding CLIs can run real
+//! clients against it.
 //!
 //! Behaviour is selected through the request's model name, e.g.
 //! `mock:tokens=50,delay_ms=10` or `mock:fail=500x2,id=abc`; see the crate
@@ -30,9 +32,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use axum::serve::ListenerExt;
 use axum::{Json, serve};
 use bytes::Bytes;
@@ -43,7 +45,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::behavior::{Behavior, split_words};
-use crate::wire::{Content, Cut, Dialect, End, Frame, ToolCall};
+pub use crate::wire::Format;
+use crate::wire::{Content, Cut, End, Frame, Reply, ToolCall};
 
 /// Default address of the standalone binary.
 pub const DEFAULT_BIND: &str = "127.0.0.1:7421";
@@ -60,13 +63,18 @@ const COALESCE_MAX: usize = 64 * 1024;
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedRequest {
-    /// Request path, e.g. `/v1/chat/completions` or `/v1/messages`.
+    /// The wire format the request spoke.
+    pub format: Format,
+    /// Request path without the query, e.g. `/v1/chat/completions` or
+    /// `/v1beta/models/gemini-pro:streamGenerateContent`.
     pub path: String,
-    /// The `model` field of the request body (empty if absent).
+    /// The `model` field of the request body, or for Gemini the model named in the path
+    /// (empty if absent).
     pub model: String,
     /// The full JSON request body (a JSON string holding the raw text if it was not valid JSON).
     pub body: Value,
-    /// Value of the `Authorization` header, or else of the `x-api-key` header.
+    /// The credential the client sent: the `Authorization` header, or else `x-api-key`,
+    /// `x-goog-api-key` or the `key` query parameter.
     pub authorization: Option<String>,
     /// What has happened to this request so far (updated live).
     pub outcome: Outcome,
@@ -292,8 +300,8 @@ impl MockServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT` (no trailing slash). OpenAI clients use
-    /// `base_url() + "/v1"`, Anthropic clients use `base_url()`.
+    /// `http://127.0.0.1:PORT` (no trailing slash). OpenAI clients (and codex) use
+    /// `base_url() + "/v1"`, Anthropic and Gemini clients use `base_url()`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -343,11 +351,21 @@ pub async fn serve_forever(bind: &str) -> std::io::Result<()> {
 /// The axum router implementing all endpoints on top of `state`.
 pub fn router(state: MockState) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(openai_handler))
-        .route("/v1/messages", post(anthropic_handler))
+        .route("/v1/chat/completions", provider_route(Format::OpenAiChat))
+        .route("/v1/messages", provider_route(Format::Anthropic))
+        // codex appends `/responses` to whatever base URL it is given, with or without `/v1`.
+        .route("/v1/responses", provider_route(Format::OpenAiResponses))
+        .route("/responses", provider_route(Format::OpenAiResponses))
+        .route("/v1/models", get(list_models))
+        .route("/models", get(list_models))
+        // A Gemini method is a `:` suffix of the model's path segment, which axum cannot route
+        // on: the handler splits it off.
+        .route("/v1beta/models/{*rest}", post(gemini_handler))
         .route("/_mock/requests", get(list_requests).delete(clear_requests))
         .route("/_mock/scripts/{name}", put(put_script))
         .route("/healthz", get(|| async { "ok" }))
+        // claude-code probes this (with HEAD) before its first request unless told not to.
+        .route("/api/hello", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -379,39 +397,116 @@ async fn put_script(
     }
 }
 
-async fn openai_handler(
-    State(state): State<MockState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    handle(
-        state,
-        Dialect::OpenAi,
-        "/v1/chat/completions",
-        &headers,
-        body,
-    )
-    .await
+/// The model list: any model string works, so it names only `mock`. It carries both the
+/// OpenAI shape (`data`) and the shape codex reads (`models`, empty, so that codex keeps its
+/// built-in model presets).
+async fn list_models() -> Json<Value> {
+    Json(serde_json::json!({
+        "object": "list",
+        "data": [{"id": "mock", "object": "model", "created": 0, "owned_by": "elfgate-mockllm"}],
+        "models": [],
+    }))
 }
 
-async fn anthropic_handler(
+/// What routing tells about a provider request before its body is read.
+struct Incoming {
+    format: Format,
+    /// Path without the query.
+    path: String,
+    authorization: Option<String>,
+    /// The model, when the path names it (Gemini).
+    model: Option<String>,
+    /// Whether to stream, when the path says so (Gemini).
+    stream: Option<bool>,
+}
+
+impl Incoming {
+    fn new(format: Format, uri: &Uri, headers: &HeaderMap) -> Self {
+        let authorization = ["authorization", "x-api-key", "x-goog-api-key"]
+            .into_iter()
+            .find_map(|name| header_str(headers, name))
+            .or_else(|| query_param(uri, "key"));
+        Self {
+            format,
+            path: uri.path().to_string(),
+            authorization,
+            model: None,
+            stream: None,
+        }
+    }
+}
+
+fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The route of a provider endpoint whose path says nothing but the format.
+fn provider_route(format: Format) -> MethodRouter<MockState> {
+    post(
+        move |State(state): State<MockState>, uri: Uri, headers: HeaderMap, body: Bytes| async move {
+            handle(state, Incoming::new(format, &uri, &headers), body).await
+        },
+    )
+}
+
+async fn gemini_handler(
     State(state): State<MockState>,
+    Path(rest): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, Dialect::Anthropic, "/v1/messages", &headers, body).await
+    let not_found = |what: &str| {
+        error_response(
+            Format::Gemini,
+            404,
+            &format!("mock: unknown Gemini method '{what}'"),
+            None,
+        )
+    };
+    let Some((model, method)) = rest.rsplit_once(':') else {
+        return not_found(&rest);
+    };
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        "countTokens" => return gemini_count_tokens(&body),
+        other => return not_found(other),
+    };
+    let mut incoming = Incoming::new(Format::Gemini, &uri, &headers);
+    incoming.model = Some(model.to_string());
+    incoming.stream = Some(stream);
+    handle(state, incoming, body).await
+}
+
+/// `:countTokens` is not a model call: it is answered from the body, not recorded, and no model
+/// behaviour applies to it.
+fn gemini_count_tokens(raw: &Bytes) -> Response {
+    match serde_json::from_slice::<Value>(raw) {
+        Ok(body @ Value::Object(_)) => {
+            // The request holds either `contents` or a whole `generateContentRequest`.
+            let req = body.get("generateContentRequest").unwrap_or(&body);
+            let n = wire::prompt_tokens(Format::Gemini, req);
+            Json(serde_json::json!({"totalTokens": n})).into_response()
+        }
+        _ => error_response(Format::Gemini, 400, "countTokens: invalid JSON body", None),
+    }
 }
 
 // ---------------------------------------------------------------- request handling
 
 fn error_response(
-    dialect: Dialect,
+    format: Format,
     status: u16,
     message: &str,
     retry_after: Option<&str>,
 ) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = (code, Json(wire::error_body(dialect, status, message))).into_response();
+    let mut resp = (code, Json(wire::error_body(format, status, message))).into_response();
     if let Some(ra) = retry_after
         && let Ok(v) = HeaderValue::from_str(ra)
     {
@@ -452,10 +547,10 @@ fn min_cut(a: Option<(usize, Cut)>, b: Option<(usize, Cut)>) -> Option<(usize, C
     }
 }
 
-fn content_from_behavior(b: &Behavior, body: &Value) -> Content {
+fn content_from_behavior(b: &Behavior, format: Format, body: &Value) -> Content {
     let thinking = (0..b.think).map(|i| format!("think{i} ")).collect();
     let text = if b.echo {
-        split_words(&format!("You said: {}", wire::last_user_text(body)))
+        split_words(&format!("You said: {}", wire::last_user_text(format, body)))
     } else {
         (0..b.tokens).map(|i| format!("tok{i} ")).collect()
     };
@@ -497,15 +592,14 @@ fn content_from_script(r: ScriptedResponse, b: &Behavior) -> Content {
     }
 }
 
-async fn handle(
-    state: MockState,
-    dialect: Dialect,
-    path: &str,
-    headers: &HeaderMap,
-    raw: Bytes,
-) -> Response {
-    let authorization =
-        header_str(headers, "authorization").or_else(|| header_str(headers, "x-api-key"));
+async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
+    let Incoming {
+        format,
+        path,
+        authorization,
+        model: path_model,
+        stream: path_stream,
+    } = incoming;
 
     let body = match serde_json::from_slice::<Value>(&raw) {
         Ok(v @ Value::Object(_)) => v,
@@ -515,37 +609,41 @@ async fn handle(
                 Ok(_) => "request body must be a JSON object".to_string(),
             };
             let mut guard = state.record(RecordedRequest {
-                path: path.to_string(),
-                model: String::new(),
+                format,
+                path,
+                model: path_model.unwrap_or_default(),
                 body: Value::String(String::from_utf8_lossy(&raw).into_owned()),
                 authorization,
                 outcome: Outcome::InProgress,
             });
             guard.finish(Outcome::Failed);
-            return error_response(dialect, 400, &message, None);
+            return error_response(format, 400, &message, None);
         }
     };
 
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let model = path_model.unwrap_or_else(|| {
+        body.get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    });
+    let stream =
+        path_stream.unwrap_or_else(|| body.get("stream").and_then(Value::as_bool).unwrap_or(false));
     let include_usage = body
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let prompt_tokens = wire::prompt_tokens(&body);
+    let prompt_tokens = wire::prompt_tokens(format, &body);
     let behavior = Behavior::parse(&model);
 
     let content = match &behavior.script {
         Some(_) => None,
-        None => Some(content_from_behavior(&behavior, &body)),
+        None => Some(content_from_behavior(&behavior, format, &body)),
     };
 
     let mut guard = state.record(RecordedRequest {
-        path: path.to_string(),
+        format,
+        path,
         model: model.clone(),
         body,
         authorization,
@@ -557,7 +655,7 @@ async fn handle(
     {
         guard.finish(Outcome::Failed);
         return error_response(
-            dialect,
+            format,
             code,
             &format!("mock failure (HTTP {code}) for model '{model}'"),
             behavior.retry_after.as_deref(),
@@ -570,7 +668,7 @@ async fn handle(
             None => {
                 guard.finish(Outcome::Failed);
                 return error_response(
-                    dialect,
+                    format,
                     400,
                     &format!("mock: unknown script '{name}'"),
                     None,
@@ -582,7 +680,7 @@ async fn handle(
                 {
                     guard.finish(Outcome::Failed);
                     return error_response(
-                        dialect,
+                        format,
                         status,
                         &format!("mock scripted failure (HTTP {status})"),
                         behavior.retry_after.as_deref(),
@@ -595,15 +693,15 @@ async fn handle(
     };
 
     let delay = (behavior.delay_ms > 0).then(|| Duration::from_millis(behavior.delay_ms));
+    let reply = Reply {
+        model: &model,
+        created: unix_now(),
+        prompt_tokens,
+        include_usage,
+    };
 
     if stream {
-        let created = unix_now();
-        let plan = match dialect {
-            Dialect::OpenAi => {
-                wire::openai_stream(&content, &model, created, include_usage, prompt_tokens)
-            }
-            Dialect::Anthropic => wire::anthropic_stream(&content, &model, prompt_tokens),
-        };
+        let plan = wire::stream(format, &content, &reply);
         let plan = if delay.is_none() {
             plan.coalesce(COALESCE_MAX)
         } else {
@@ -632,11 +730,8 @@ async fn handle(
     match content.cut {
         Some((_, Cut::Error)) => {
             guard.finish(Outcome::Failed);
-            let status = match dialect {
-                Dialect::OpenAi => 500,
-                Dialect::Anthropic => 529,
-            };
-            error_response(dialect, status, "mock error (error_after)", None)
+            let status = wire::error_after_status(format);
+            error_response(format, status, "mock error (error_after)", None)
         }
         Some((_, cut @ (Cut::Drop | Cut::Stall))) => {
             let end = if cut == Cut::Drop {
@@ -658,13 +753,8 @@ async fn handle(
             resp
         }
         None => {
-            let created = unix_now();
-            let json = match dialect {
-                Dialect::OpenAi => wire::openai_message(&content, &model, created, prompt_tokens),
-                Dialect::Anthropic => wire::anthropic_message(&content, &model, prompt_tokens),
-            };
             guard.finish(Outcome::Completed);
-            Json(json).into_response()
+            Json(wire::message(format, &content, &reply)).into_response()
         }
     }
 }

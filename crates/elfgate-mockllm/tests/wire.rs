@@ -5,32 +5,16 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::{
+    GUARD, assert_dropped_after_two, parse_sse, read_until, request_log, wait_for_outcome,
+};
 use elfgate_mockllm::{
-    MockServer, Outcome, RecordedRequest, Script, ScriptedResponse, ScriptedToolCall,
+    Format, MockServer, Outcome, RecordedRequest, Script, ScriptedResponse, ScriptedToolCall,
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-
-/// One SSE frame: (event name, data).
-type SseFrame = (Option<String>, String);
-
-fn parse_sse(text: &str) -> Vec<SseFrame> {
-    text.split("\n\n")
-        .filter(|f| !f.trim().is_empty())
-        .map(|f| {
-            let mut event = None;
-            let mut data = String::new();
-            for line in f.lines() {
-                if let Some(e) = line.strip_prefix("event: ") {
-                    event = Some(e.to_string());
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data.push_str(d);
-                }
-            }
-            (event, data)
-        })
-        .collect()
-}
 
 fn client() -> reqwest::Client {
     reqwest::Client::new()
@@ -66,28 +50,6 @@ fn anthropic_req(model: &str, stream: bool) -> Value {
         "system": "You are terse.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello mock world"}]}],
     })
-}
-
-/// A safety net so that a broken mock fails a test instead of hanging it; never used to wait for
-/// something to happen.
-const GUARD: Duration = Duration::from_secs(30);
-
-/// Polls (for at most the guard time) until request `index` has the outcome `want`: the mock
-/// records an outcome when the response body ends or is dropped, a moment after the client saw it.
-async fn wait_for_outcome(server: &MockServer, index: usize, want: Outcome) -> RecordedRequest {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    let mut last = None;
-    while tokio::time::Instant::now() < deadline {
-        let reqs = server.requests();
-        if let Some(r) = reqs.get(index) {
-            if r.outcome == want {
-                return r.clone();
-            }
-            last = Some(r.outcome);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("request {index} never reached {want:?}; last outcome {last:?}");
 }
 
 #[tokio::test]
@@ -341,29 +303,9 @@ async fn drop_after_truncates_stream() {
         openai_req("mock:tokens=5,drop_after=2", true),
     )
     .await;
-    assert_eq!(resp.status(), 200);
-    let mut stream = resp.bytes_stream();
-    let mut buf = Vec::new();
-    let mut errored = false;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(b) => buf.extend_from_slice(&b),
-            Err(_) => {
-                errored = true;
-                break;
-            }
-        }
-    }
-    assert!(errored, "body should end with a transport error");
-    let text = String::from_utf8(buf).unwrap();
-    assert!(
-        text.contains("\"tok0 \"") && text.contains("\"tok1 \""),
-        "{text}"
-    );
-    assert!(!text.contains("tok2"));
+    let text = assert_dropped_after_two(&server, 0, resp).await;
     assert!(!text.contains("[DONE]"));
     assert!(!text.contains("finish_reason\":\"stop"));
-    wait_for_outcome(&server, 0, Outcome::Dropped).await;
 }
 
 #[tokio::test]
@@ -511,15 +453,7 @@ async fn client_disconnect_on_stall_is_recorded() {
     .await;
     assert_eq!(resp.status(), 200);
     let mut stream = resp.bytes_stream();
-    let mut buf = Vec::new();
-    while !String::from_utf8_lossy(&buf).contains("tok0") {
-        let chunk = tokio::time::timeout(GUARD, stream.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        buf.extend_from_slice(&chunk);
-    }
+    read_until(&mut stream, "tok0").await;
     // Nothing more arrives while stalled.
     assert!(
         tokio::time::timeout(Duration::from_millis(100), stream.next())
@@ -655,4 +589,49 @@ async fn dropping_server_ends_stalled_streams() {
         ended.is_ok(),
         "stalled stream must end when the server is dropped"
     );
+}
+
+#[tokio::test]
+async fn request_log_names_the_format_and_client_probes_answer() {
+    let server = MockServer::start().await.unwrap();
+    let c = client();
+    let base = server.base_url();
+    post(
+        &server,
+        "/v1/chat/completions",
+        openai_req("mock:tokens=1", false),
+    )
+    .await;
+    // claude-code adds `?beta=true` to the Messages path.
+    let resp = post(
+        &server,
+        "/v1/messages?beta=true",
+        anthropic_req("mock:tokens=1", false),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let reqs = server.requests();
+    assert_eq!(reqs[0].format, Format::OpenAiChat);
+    assert_eq!(reqs[1].format, Format::Anthropic);
+    assert_eq!(reqs[1].path, "/v1/messages");
+    let raw = request_log(&server).await;
+    assert_eq!(raw[0]["format"], "openai-chat");
+    assert_eq!(raw[1]["format"], "anthropic");
+
+    let hello = c.head(format!("{base}/api/hello")).send().await.unwrap();
+    assert_eq!(hello.status(), 200);
+    for path in ["/v1/models", "/models"] {
+        let models: Value = c
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(models["data"][0]["id"], "mock");
+        assert_eq!(models["models"], json!([]));
+    }
+    // Probes are not model calls: the log still holds the two requests.
+    assert_eq!(server.requests().len(), 2);
 }

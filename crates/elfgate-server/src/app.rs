@@ -15,10 +15,10 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{
-    ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
+    ChatEngine, ChatMode, ChatSettings, CliEngine, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
-use elfgate_mcp::{Leftovers, McpManager};
+use elfgate_mcp::McpManager;
 use elfgate_store::{SqliteStore, Store, StoreOptions};
 use elfgate_tools::process::{ChildEnv, Isolation, Network};
 use std::future::Future;
@@ -78,6 +78,9 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
         let kind = match p.kind {
             crate::config::ProviderKindConfig::Openai => ProviderKind::Openai,
             crate::config::ProviderKindConfig::Anthropic => ProviderKind::Anthropic,
+            // Only handed to a CLI (cli engine): the daemon has no client for them.
+            crate::config::ProviderKindConfig::OpenaiResponses
+            | crate::config::ProviderKindConfig::Gemini => continue,
         };
         registry.insert(
             name.clone(),
@@ -201,16 +204,13 @@ impl Daemon {
             config.engines.tinyelf.max_remembered_decisions,
         ));
         let tinyelf_config = tinyelf_config(&config).await;
-        // The database lock is held: stdio servers recorded in the data directory are a killed
+        // The database lock is held: stdio servers noted in the data directory are a killed
         // daemon's, never a running one's.
-        let leftovers = dir.as_deref().map(|d| {
-            let (record, killed) = Leftovers::reap(d);
-            if killed > 0 {
-                tracing::info!(killed, "stopped MCP servers a previous daemon left running");
-            }
-            Arc::new(record)
-        });
-        let mcp = McpManager::new(config.mcp.clone(), mcp_env(&tinyelf_config), leftovers);
+        let mcp = McpManager::new(
+            config.mcp.clone(),
+            mcp_env(&tinyelf_config),
+            dir.as_ref().map(|d| d.join("mcp").join("running")),
+        );
         let tinyelf = TinyElfEngine::new(
             shared.clone(),
             registry.clone(),
@@ -233,6 +233,10 @@ impl Daemon {
             dispatcher.register_engine(Arc::new(engine));
         }
         dispatcher.register_engine(Arc::new(tinyelf));
+        let mut cli = config.engines.cli_config(&config);
+        cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
+        let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
+        dispatcher.register_engine(Arc::new(cli));
         let state = AppState::new(
             config,
             shared,

@@ -15,11 +15,10 @@ pub use settings::{GuardianConfig, TinyElfConfig};
 
 use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
+use crate::streaming::fail;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
-use elfgate_core::{
-    Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
-};
+use elfgate_core::{Engine, EngineSessionContext, EngineType, EventPayload, Role, RunOutcome};
 use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
@@ -155,29 +154,19 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
-        let error = ErrorInfo::new(code, message);
-        ctx.events
-            .emit(EventPayload::Error {
-                error: error.clone(),
-            })
-            .await;
-        RunOutcome::failed(error)
-    }
-
     async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
         let inner = &self.inner;
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()).await,
+            Err(e) => return fail(&ctx, "unknown_provider", e.to_string()).await,
         };
         let Some(model) = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
         else {
-            return Self::fail(
+            return fail(
                 &ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
@@ -191,7 +180,7 @@ impl TinyElfEngine {
             (Flavor::Chat, None) => match std::env::current_dir() {
                 Ok(d) => d.display().to_string(),
                 Err(e) => {
-                    return Self::fail(
+                    return fail(
                         &ctx,
                         "bad_project_path",
                         format!("no working directory: {e}"),
@@ -200,7 +189,7 @@ impl TinyElfEngine {
                 }
             },
             (Flavor::Agent, None) => {
-                return Self::fail(
+                return fail(
                     &ctx,
                     "no_project_path",
                     "the tinyelf engine needs a projectPath for its tools".to_string(),
@@ -211,7 +200,7 @@ impl TinyElfEngine {
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
             Ok(p) => {
-                return Self::fail(
+                return fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
@@ -219,7 +208,7 @@ impl TinyElfEngine {
                 .await;
             }
             Err(e) => {
-                return Self::fail(
+                return fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
@@ -280,12 +269,12 @@ impl TinyElfEngine {
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return Self::fail(&ctx, "storage", e).await,
+                Err(e) => return fail(&ctx, "storage", e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.report()).await,
+                Err(e) => return fail(&ctx, "storage", e.report()).await,
             },
             None => Vec::new(),
         };

@@ -1,0 +1,233 @@
+//! Anthropic Messages (`POST /v1/messages`).
+
+use serde_json::{Value, json};
+
+use super::{Builder, Content, Cut, End, Plan, Reply, SIGNATURE, event_frame};
+use crate::behavior::fragments;
+
+/// Message id.
+const ANTHROPIC_ID: &str = "msg_mock";
+/// Prefix of generated tool call ids.
+const TOOL_ID_PREFIX: &str = "toolu_mock_";
+
+fn an_cut(b: &mut Builder, cut: Cut) -> End {
+    match cut {
+        Cut::Drop => End::Drop,
+        Cut::Stall => End::Stall,
+        Cut::Error => {
+            b.push(
+                event_frame(
+                    "error",
+                    &json!({"type": "error", "error": {
+                        "type": "overloaded_error",
+                        "message": "Overloaded (mock mid-stream error, error_after)",
+                    }}),
+                ),
+                false,
+            );
+            End::Complete
+        }
+    }
+}
+
+fn an_block_stop(b: &mut Builder, index: usize) {
+    b.push(
+        event_frame(
+            "content_block_stop",
+            &json!({"type": "content_block_stop", "index": index}),
+        ),
+        false,
+    );
+}
+
+/// Build the Anthropic streaming body.
+pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
+    let (model, input_tokens) = (r.model, r.prompt_tokens);
+    let mut b = Builder {
+        frames: Vec::with_capacity(c.thinking.len() + c.text.len() + 12),
+    };
+    b.push(
+        event_frame(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": ANTHROPIC_ID,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": null,
+                "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            }}),
+        ),
+        false,
+    );
+    b.push(event_frame("ping", &json!({"type": "ping"})), false);
+    let mut index = 0usize;
+    if !c.thinking.is_empty() {
+        b.push(
+            event_frame(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            ),
+            false,
+        );
+        for t in &c.thinking {
+            b.push(
+                event_frame(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": t}}),
+                ),
+                true,
+            );
+        }
+        b.push(
+            event_frame(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "signature_delta", "signature": SIGNATURE}}),
+            ),
+            false,
+        );
+        an_block_stop(&mut b, index);
+        index += 1;
+    }
+    if !c.text.is_empty() {
+        for (i, t) in c.text.iter().enumerate() {
+            if let Some((k, cut)) = c.cut
+                && k == i
+            {
+                let end = an_cut(&mut b, cut);
+                return Plan {
+                    frames: b.frames,
+                    end,
+                };
+            }
+            if i == 0 {
+                b.push(
+                    event_frame(
+                        "content_block_start",
+                        &json!({"type": "content_block_start", "index": index,
+                                "content_block": {"type": "text", "text": ""}}),
+                    ),
+                    false,
+                );
+            }
+            b.push(
+                event_frame(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "text_delta", "text": t}}),
+                ),
+                true,
+            );
+        }
+        if let Some((k, cut)) = c.cut
+            && k >= c.text.len()
+        {
+            let end = an_cut(&mut b, cut);
+            return Plan {
+                frames: b.frames,
+                end,
+            };
+        }
+        an_block_stop(&mut b, index);
+        index += 1;
+    } else if let Some((_, cut)) = c.cut {
+        let end = an_cut(&mut b, cut);
+        return Plan {
+            frames: b.frames,
+            end,
+        };
+    }
+    for (i, tc) in c.tools.iter().enumerate() {
+        b.push(
+            event_frame(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index,
+                        "content_block": {"type": "tool_use", "id": c.tool_id(TOOL_ID_PREFIX, i),
+                                          "name": tc.name, "input": {}}}),
+            ),
+            false,
+        );
+        for frag in fragments(&tc.arguments) {
+            b.push(
+                event_frame(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": frag}}),
+                ),
+                false,
+            );
+        }
+        an_block_stop(&mut b, index);
+        index += 1;
+    }
+    b.push(
+        event_frame(
+            "message_delta",
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": c.anthropic_stop(), "stop_sequence": null},
+                    "usage": {"output_tokens": c.completion_tokens()}}),
+        ),
+        false,
+    );
+    b.push(
+        event_frame("message_stop", &json!({"type": "message_stop"})),
+        false,
+    );
+    Plan {
+        frames: b.frames,
+        end: End::Complete,
+    }
+}
+
+/// Build the Anthropic non-streaming message object.
+pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
+    let (model, input_tokens) = (r.model, r.prompt_tokens);
+    let mut content = Vec::new();
+    if !c.thinking.is_empty() {
+        content.push(
+            json!({"type": "thinking", "thinking": c.thinking.concat(), "signature": SIGNATURE}),
+        );
+    }
+    if !c.text.is_empty() {
+        content.push(json!({"type": "text", "text": c.text.concat()}));
+    }
+    for (i, tc) in c.tools.iter().enumerate() {
+        // Malformed arguments are passed through as a raw string so clients notice.
+        let input = serde_json::from_str::<Value>(&tc.arguments)
+            .unwrap_or_else(|_| Value::String(tc.arguments.clone()));
+        content.push(
+            json!({"type": "tool_use", "id": c.tool_id(TOOL_ID_PREFIX, i),
+                            "name": tc.name, "input": input}),
+        );
+    }
+    json!({
+        "id": ANTHROPIC_ID,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": c.anthropic_stop(),
+        "stop_sequence": null,
+        "usage": {"input_tokens": input_tokens, "output_tokens": c.completion_tokens()},
+    })
+}
+
+/// Anthropic-shaped error body.
+pub(super) fn error(status: u16, message: &str) -> Value {
+    let kind = match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    };
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
