@@ -13,11 +13,10 @@ mod subagents;
 pub use settings::{GuardianConfig, TinyElfConfig};
 
 use crate::providers::ProviderRegistry;
+use crate::streaming::fail;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
-use elfgate_core::{
-    Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
-};
+use elfgate_core::{Engine, EngineSessionContext, EngineType, EventPayload, Role, RunOutcome};
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
@@ -118,29 +117,19 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
-        let error = ErrorInfo::new(code, message);
-        ctx.events
-            .emit(EventPayload::Error {
-                error: error.clone(),
-            })
-            .await;
-        RunOutcome::failed(error)
-    }
-
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         let inner = &self.inner;
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()).await,
+            Err(e) => return fail(&ctx, "unknown_provider", e.to_string()).await,
         };
         let Some(model) = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
         else {
-            return Self::fail(
+            return fail(
                 &ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
@@ -148,7 +137,7 @@ impl TinyElfEngine {
             .await;
         };
         let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
-            return Self::fail(
+            return fail(
                 &ctx,
                 "no_project_path",
                 "the tinyelf engine needs a projectPath for its tools".to_string(),
@@ -158,7 +147,7 @@ impl TinyElfEngine {
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
             Ok(p) => {
-                return Self::fail(
+                return fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
@@ -166,7 +155,7 @@ impl TinyElfEngine {
                 .await;
             }
             Err(e) => {
-                return Self::fail(
+                return fail(
                     &ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
@@ -212,12 +201,12 @@ impl TinyElfEngine {
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return Self::fail(&ctx, "storage", e).await,
+                Err(e) => return fail(&ctx, "storage", e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.report()).await,
+                Err(e) => return fail(&ctx, "storage", e.report()).await,
             },
             None => Vec::new(),
         };

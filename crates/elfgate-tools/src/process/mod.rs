@@ -9,12 +9,14 @@
 mod env;
 mod group;
 mod network;
+mod notes;
 mod orphans;
 mod run;
 
 pub use env::ChildEnv;
 pub use group::ProcessGroup;
 pub use network::{Isolation, Network};
+pub use notes::{GroupNote, kill_noted_groups};
 pub use orphans::become_subreaper;
 pub use run::run;
 
