@@ -15,12 +15,13 @@ const CODEX_HOME: &str = ".codex";
 
 /// `codex exec` with the engine's flags, the extra ones, then `resume <id>` and the prompt.
 pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
-    let mut a: Vec<String> = Vec::new();
+    let mut a: Vec<String> = ["exec", "--json", "--skip-git-repo-check"]
+        .map(String::from)
+        .to_vec();
     if let Some(p) = inv.provider_name {
         // The providers are all in config.toml; a run picks its own.
         a.extend(["-c".to_string(), format!("model_provider={}", toml_str(p))]);
     }
-    a.extend(["exec", "--json", "--skip-git-repo-check"].map(String::from));
     match inv.permission_mode {
         PermissionMode::Plan => a.extend(["--sandbox", "read-only"].map(String::from)),
         PermissionMode::Default | PermissionMode::AcceptEdits => {
@@ -341,7 +342,7 @@ mod tests {
         };
         assert_eq!(
             args(&inv, &["--ephemeral".to_string()]).join(" "),
-            "-c model_provider=\"mock\" exec --json --skip-git-repo-check --sandbox read-only \
+            "exec --json --skip-git-repo-check -c model_provider=\"mock\" --sandbox read-only \
              -m gpt-5.5 --ephemeral resume t1 -- -x"
         );
     }
