@@ -28,6 +28,8 @@ struct Cli {
     format: Format,
     /// The provider table the daemon hands it (written by `start`).
     provider: &'static str,
+    /// That provider's key, which the daemon has in its environment.
+    key: &'static str,
 }
 
 const CODEX: Cli = Cli {
@@ -35,18 +37,21 @@ const CODEX: Cli = Cli {
     program: "codex",
     format: Format::OpenAiResponses,
     provider: "real-responses",
+    key: "sk-responses",
 };
 const CLAUDE: Cli = Cli {
     backend: "claude-code",
     program: "claude",
     format: Format::Anthropic,
     provider: "real-anthropic",
+    key: "sk-anthropic",
 };
 const GEMINI: Cli = Cli {
     backend: "gemini-cli",
     program: "gemini",
     format: Format::Gemini,
     provider: "real-gemini",
+    key: "sk-gemini",
 };
 
 /// The variable whose value marks every process of one test's CLI runs (they inherit it).
@@ -240,6 +245,11 @@ async fn runs_to_completion(cli: Cli) {
     let calls = r.calls();
     assert_eq!(calls.len(), 1, "{b}: one model call");
     assert_eq!(calls[0].model, "mock:tokens=5", "{b}");
+    let auth = calls[0].authorization.as_deref().unwrap_or_default();
+    assert!(
+        auth.ends_with(cli.key),
+        "{b}: the provider's key, not {auth:?}"
+    );
     assert!(
         calls[0].body.to_string().contains("Say five tokens."),
         "{b}: the prompt reached the provider"
