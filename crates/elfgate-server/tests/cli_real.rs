@@ -63,7 +63,7 @@ fn installed(cli: Cli) -> Option<PathBuf> {
         .join("../../tools/cli/node_modules/.bin")
         .join(cli.program);
     if bin.is_file() {
-        return Some(bin);
+        return Some(bin.canonicalize().unwrap());
     }
     assert_ne!(
         std::env::var("REQUIRE_CLI_TESTS").as_deref(),
