@@ -217,7 +217,8 @@ impl Daemon {
         dispatcher.register_engine(Arc::new(tinyelf));
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
-        dispatcher.register_engine(Arc::new(CliEngine::new(shared.clone(), cli).await));
+        let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
+        dispatcher.register_engine(Arc::new(cli));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
         Ok(Daemon {
             state,

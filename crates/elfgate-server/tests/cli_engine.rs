@@ -175,6 +175,14 @@ impl CliDaemon {
                "projectPath": self.project.display().to_string()})
     }
 
+    /// A session whose CLI may run its tools without asking (gemini-cli declares its shell tool
+    /// only then).
+    fn session_with_tools(&self, backend: &str, prompt: &str) -> Value {
+        let mut body = self.session(backend, prompt);
+        body["permissionMode"] = json!("bypassPermissions");
+        body
+    }
+
     /// Starts a session and reads its first run to its end.
     async fn run(&self, backend: &str, prompt: &str) -> (String, Vec<Ev>) {
         let (sid, run) = self.d.create(self.session(backend, prompt)).await;
@@ -241,10 +249,7 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
     let mock = MockServer::start().await.unwrap();
     let c = start(&mock, "", "");
     for b in BACKENDS {
-        // gemini-cli declares its shell tool only in yolo mode.
-        let mut body = c.session(b, "tool");
-        body["permissionMode"] = json!("bypassPermissions");
-        let (sid, run) = c.d.create(body).await;
+        let (sid, run) = c.d.create(c.session_with_tools(b, "tool")).await;
         let evs = c.d.events(&sid, None).await.until_complete(&run).await;
         let t = types(&evs);
         assert_eq!(complete(&evs), ["stop"], "{b}: {t:?} {:?}", errors(&evs));
@@ -719,4 +724,89 @@ async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
         complete(&sse.until_complete(&next).await).last(),
         Some(&"stop")
     );
+}
+
+#[tokio::test]
+async fn claudes_permission_questions_are_the_clients_permission_requests() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    for (prompt, answer, status, output) in [
+        (
+            "permission allowed",
+            json!({"decision": "allow"}),
+            "success",
+            "done",
+        ),
+        (
+            "permission denied",
+            json!({"decision": "deny", "message": "not in this repository"}),
+            "error",
+            "the user denied permission: not in this repository",
+        ),
+    ] {
+        let (sid, run) = c.d.create(c.session("claude-code", prompt)).await;
+        let mut sse = c.d.events(&sid, None).await;
+        let mut evs = sse.until_n("permissionRequest", 1).await;
+        let ask = evs.last().unwrap().data.clone();
+        assert_eq!(ask["toolName"], "Bash", "{ask}");
+        let command = ask["input"]["command"].as_str().unwrap();
+        assert!(command.contains("touch made-by-tool"), "{ask}");
+        let id = ask["requestId"].as_str().unwrap();
+        let (code, r) =
+            c.d.post(&format!("/v1/sessions/{sid}/permissions/{id}"), answer)
+                .await;
+        assert_eq!(code, 200, "{r}");
+        evs.extend(sse.until_complete(&run).await);
+        assert_eq!(complete(&evs), ["stop"], "{prompt}: {:?}", errors(&evs));
+        let t = types(&evs);
+        let pos = |kind: &str| t.iter().position(|x| *x == kind).unwrap();
+        assert!(pos("toolCallStart") < pos("permissionRequest"), "{t:?}");
+        assert!(pos("permissionResolved") < pos("toolCallEnd"), "{t:?}");
+        let end = &evs[pos("toolCallEnd")].data;
+        assert_eq!(end["status"], status, "{prompt}: {end}");
+        assert_eq!(end["block"]["content"], output, "{prompt}: {end}");
+        let args = c.until_record("claude-code", prompt, false).await.args();
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--permission-prompt-tool", "stdio"]),
+            "{args:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tool_command_in_a_session_of_its_own_does_not_outlive_an_interrupt() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    for b in BACKENDS {
+        // The CLIs run tool commands with setsid; gemini-cli leaves its command behind when it is
+        // interrupted, and the daemon, their subreaper, ends it.
+        let (sid, run) = c.d.create(c.session_with_tools(b, "tool_running")).await;
+        let mut sse = c.d.events(&sid, None).await;
+        let mut evs = sse.until_n("toolCallStart", 1).await;
+        let tool_pid = poll_until(&format!("{b}: the tool command's pid"), || {
+            let r = c.record(b)?;
+            (r.0["prompt"] == "tool_running").then_some(())?;
+            r.0["tool_pid"].as_i64().map(|p| p as i32)
+        })
+        .await;
+        let (status, r) =
+            c.d.post(
+                &format!("/v1/sessions/{sid}/interrupt"),
+                json!({"wait": true}),
+            )
+            .await;
+        assert_eq!(status, 200, "{r}");
+        evs.extend(sse.until_complete(&run).await);
+        assert_eq!(complete(&evs), ["interrupted"], "{b}: {:?}", types(&evs));
+        let left = until_dead(|| alive(&[tool_pid])).await;
+        assert!(
+            left.is_empty(),
+            "{b}: the tool command {tool_pid} outlived the run"
+        );
+        // Every tool call has its result: the CLI's own, or one saying it was interrupted.
+        let msgs = c.messages(&sid).await;
+        assert_eq!(roles(&msgs), ["user", "assistant", "tool"], "{b}");
+        assert_eq!(msgs[2]["blocks"][0]["is_error"], true, "{b}");
+    }
 }

@@ -76,6 +76,19 @@ impl Backend {
         }
     }
 
+    /// The answer to a `PermissionAsk`, for its stdin (None: it cannot ask).
+    pub(crate) fn permission_answer(
+        self,
+        request_id: &str,
+        input: &Value,
+        denied: Option<&str>,
+    ) -> Option<Vec<u8>> {
+        match self {
+            Backend::ClaudeCode => Some(claude_code::permission_answer(request_id, input, denied)),
+            Backend::Codex | Backend::GeminiCli => None,
+        }
+    }
+
     /// Bytes written to its stdin at start; None: stdin is /dev/null.
     pub(crate) fn stdin(self, inv: &Invocation<'_>) -> Option<Vec<u8>> {
         match self {
@@ -190,6 +203,12 @@ pub(crate) enum AdapterEvent {
     Failed(String),
     /// The CLI reports the run's end (successful unless `Failed` came).
     Finished,
+    /// The CLI asks whether it may run a tool, and waits for the answer on its stdin.
+    PermissionAsk {
+        request_id: String,
+        tool_name: String,
+        input: Value,
+    },
 }
 
 /// Reads one run's stdout, line by line. A line it does not know gives no event.

@@ -28,6 +28,11 @@ pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
     if let Some(mode) = permission_mode(inv.permission_mode) {
         a.extend(["--permission-mode".to_string(), mode.to_string()]);
     }
+    if inv.permission_mode != PermissionMode::BypassPermissions {
+        // What claude would refuse in -p mode it asks about on stdout (can_use_tool): the
+        // engine relays the question to the client as a permissionRequest.
+        a.extend(["--permission-prompt-tool".to_string(), "stdio".to_string()]);
+    }
     if let Some(m) = inv.model {
         a.extend(["--model".to_string(), m.to_string()]);
     }
@@ -62,6 +67,19 @@ pub(crate) fn user_message(prompt: &str) -> Vec<u8> {
         "session_id": "",
         "message": {"role": "user", "content": prompt},
         "parent_tool_use_id": null,
+    }))
+}
+
+/// The answer to a `can_use_tool` control request: allow with the input unchanged, or deny with
+/// a message the model sees.
+pub(crate) fn permission_answer(request_id: &str, input: &Value, denied: Option<&str>) -> Vec<u8> {
+    let response = match denied {
+        None => json!({"behavior": "allow", "updatedInput": input}),
+        Some(why) => json!({"behavior": "deny", "message": why}),
+    };
+    line(json!({
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": response},
     }))
 }
 
@@ -270,6 +288,19 @@ impl Adapter for ClaudeAdapter {
                     .collect()
             }
             "result" => self.result(line),
+            "control_request" => {
+                let request = line.get("request").cloned().unwrap_or(Value::Null);
+                match (str_of(line, "request_id"), str_of(&request, "subtype")) {
+                    (Some(id), Some("can_use_tool")) => vec![AdapterEvent::PermissionAsk {
+                        request_id: id.to_string(),
+                        tool_name: str_of(&request, "tool_name")
+                            .unwrap_or_default()
+                            .to_string(),
+                        input: request.get("input").cloned().unwrap_or(json!({})),
+                    }],
+                    _ => Vec::new(),
+                }
+            }
             _ => Vec::new(),
         }
     }
@@ -381,5 +412,37 @@ mod tests {
 {"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]},"session_id":"f3ea"}"#,
         );
         assert_eq!(out, vec![Delta(DeltaKind::Text, "tok0 tok1 ".into())]);
+    }
+
+    #[test]
+    fn a_permission_question_is_asked_and_answered_in_the_control_protocol() {
+        let mut a = ClaudeAdapter::default();
+        let out = feed(
+            &mut a,
+            r#"{"type":"control_request","request_id":"e59a0c1f-bbab-49b0-8447-5cb215287dc0","request":{"subtype":"can_use_tool","tool_name":"Bash","display_name":"Bash","input":{"command":"touch made-by-tool && echo done","description":"Print hi"},"description":"Print hi","permission_suggestions":[],"blocked_path":"/tmp/cl/work/made-by-tool","tool_use_id":"toolu_000005"}}"#,
+        );
+        let input =
+            json!({"command": "touch made-by-tool && echo done", "description": "Print hi"});
+        assert_eq!(
+            out,
+            vec![PermissionAsk {
+                request_id: "e59a0c1f-bbab-49b0-8447-5cb215287dc0".into(),
+                tool_name: "Bash".into(),
+                input: input.clone(),
+            }]
+        );
+        let allow: Value =
+            serde_json::from_slice(&permission_answer("e59a", &input, None)).unwrap();
+        assert_eq!(
+            allow,
+            json!({"type":"control_response","response":{"subtype":"success","request_id":"e59a",
+                "response":{"behavior":"allow","updatedInput":input}}})
+        );
+        let deny: Value =
+            serde_json::from_slice(&permission_answer("e59a", &input, Some("no"))).unwrap();
+        assert_eq!(
+            deny["response"]["response"],
+            json!({"behavior":"deny","message":"no"})
+        );
     }
 }

@@ -27,6 +27,7 @@ use elfgate_core::{
 };
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
+use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
 use limits::{Limits, Slot};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -41,6 +42,8 @@ const RUNNING: &str = "running";
 /// The cli engine.
 pub struct CliEngine {
     store: Arc<dyn Store>,
+    /// Relays the CLIs' permission questions to the client.
+    broker: Arc<PermissionBroker>,
     config: CliConfig,
     found: BTreeMap<Backend, Found>,
     limits: Limits,
@@ -50,7 +53,11 @@ pub struct CliEngine {
 
 impl CliEngine {
     /// Builds the engine: finds each backend's program and asks it for its version (once).
-    pub async fn new(store: Arc<dyn Store>, config: CliConfig) -> CliEngine {
+    pub async fn new(
+        store: Arc<dyn Store>,
+        config: CliConfig,
+        broker: Arc<PermissionBroker>,
+    ) -> CliEngine {
         // Runs a crashed daemon left behind would go on working (and spending) unseen.
         for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
             tracing::warn!(
@@ -62,6 +69,7 @@ impl CliEngine {
         let limits = Limits::new(|b| config.backend(b).max_concurrent.unwrap_or(4));
         let mut engine = CliEngine {
             store,
+            broker,
             config,
             found: BTreeMap::new(),
             limits,
@@ -267,11 +275,27 @@ impl CliEngine {
         let mut adapter = b.adapter();
         while let Some(line) = sup.next(&ctx.cancel).await {
             for ev in adapter.on_line(&line) {
-                if matches!(ev, AdapterEvent::Finished) {
-                    // claude-code waits for more input until its stdin closes.
-                    sup.close_stdin();
+                match ev {
+                    AdapterEvent::PermissionAsk {
+                        request_id,
+                        tool_name,
+                        input,
+                    } => {
+                        let denied = self.ask(&ctx, &tool_name, &input).await;
+                        if let Some(answer) =
+                            b.permission_answer(&request_id, &input, denied.as_deref())
+                        {
+                            sup.send(&answer).await;
+                        }
+                        sup.touch();
+                    }
+                    AdapterEvent::Finished => {
+                        // claude-code waits for more input until its stdin closes.
+                        sup.close_stdin();
+                        run.apply(AdapterEvent::Finished).await;
+                    }
+                    ev => run.apply(ev).await,
                 }
-                run.apply(ev).await;
             }
             if run.storage.is_some() {
                 break;
@@ -279,6 +303,45 @@ impl CliEngine {
         }
         let ended = sup.finish().await;
         run.end(b, ended, &self.config).await
+    }
+
+    /// Asks the client whether the CLI may run a tool (a session-wide answer given earlier
+    /// stands); returns why it may not, or None when it may.
+    async fn ask(
+        &self,
+        ctx: &EngineSessionContext,
+        tool_name: &str,
+        input: &serde_json::Value,
+    ) -> Option<String> {
+        let session_id = ctx.session_id();
+        match self.broker.remembered(session_id, tool_name) {
+            Some(Decision::Allow) => return None,
+            Some(Decision::Deny) => return Some("the user denied permission".to_string()),
+            None => {}
+        }
+        let timeout = std::time::Duration::from_secs(self.config.permission_timeout_secs.max(1));
+        let ask = Ask {
+            tool_name,
+            input,
+            tier: PermissionTier::AlwaysConfirm,
+            timeout,
+        };
+        match self
+            .broker
+            .request(&ctx.events, session_id, ask, &ctx.cancel)
+            .await
+        {
+            PermissionOutcome::Allowed => None,
+            PermissionOutcome::Denied(msg) => Some(match msg.filter(|m| !m.is_empty()) {
+                Some(m) => format!("the user denied permission: {m}"),
+                None => "the user denied permission".to_string(),
+            }),
+            PermissionOutcome::TimedOut => Some(format!(
+                "nobody answered the permission request within {} s",
+                timeout.as_secs()
+            )),
+            PermissionOutcome::Interrupted => Some("the run was interrupted".to_string()),
+        }
     }
 
     /// The CLI session the run resumes: the session's, as stored now.
@@ -371,6 +434,8 @@ impl Relay<'_> {
             }
             AdapterEvent::Failed(why) => self.failure = Some(why),
             AdapterEvent::Finished => self.finished = true,
+            // Answered by the engine, which holds the CLI's stdin.
+            AdapterEvent::PermissionAsk { .. } => {}
         }
     }
 

@@ -41,6 +41,8 @@ pub struct CliConfig {
     pub max_line_bytes: usize,
     /// Seconds `<binary> --version` may take at start.
     pub version_timeout_secs: u64,
+    /// Seconds a CLI's permission question waits for the client; no answer denies it.
+    pub permission_timeout_secs: u64,
     /// `[engines.cli.codex]`.
     pub codex: BackendConfig,
     /// `[engines.cli.claude-code]`.
@@ -69,6 +71,7 @@ impl Default for CliConfig {
             kill_grace_ms: 1000,
             max_line_bytes: 4 * 1024 * 1024,
             version_timeout_secs: 10,
+            permission_timeout_secs: 300,
             codex: BackendConfig::default(),
             claude_code: BackendConfig::default(),
             gemini_cli: BackendConfig::default(),

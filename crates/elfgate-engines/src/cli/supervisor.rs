@@ -215,6 +215,18 @@ impl Supervised {
         }
     }
 
+    /// Writes to the CLI's stdin, if it is still open.
+    pub(crate) async fn send(&mut self, bytes: &[u8]) {
+        if let Some(w) = self.stdin.as_mut() {
+            write_to(w, bytes, self.label).await;
+        }
+    }
+
+    /// Restarts the idle timeout: the CLI was waiting for the engine, not silent on its own.
+    pub(crate) fn touch(&mut self) {
+        self.last_output = Instant::now();
+    }
+
     /// Closes the CLI's stdin (it then ends once its work is done).
     pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
