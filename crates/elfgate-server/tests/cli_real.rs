@@ -422,3 +422,62 @@ async fn claude_code_interrupt_ends_the_run_and_its_processes() {
 async fn gemini_cli_interrupt_ends_the_run_and_its_processes() {
     interrupt_ends_the_run_and_its_processes(GEMINI).await;
 }
+
+/// claude-code asks before a command that writes; the client's answer goes back to it: allowed,
+/// the command runs in the project; denied, it does not, and the model is told why.
+#[tokio::test]
+async fn claude_code_asks_the_client_before_a_command_that_writes() {
+    let Some(r) = start(CLAUDE).await else { return };
+    for (answer, status, made) in [
+        (json!({"decision": "allow"}), "success", true),
+        (
+            json!({"decision": "deny", "message": "not in this repository"}),
+            "error",
+            false,
+        ),
+    ] {
+        let decision = answer["decision"].as_str().unwrap();
+        let script = format!("write-{decision}");
+        let file = format!("made-{decision}");
+        scripted::script(
+            &r.mock,
+            &script,
+            json!([
+                {"text": "Creating it.", "toolCalls": [scripted::call("toolu_w1", "Bash",
+                    json!({"command": format!("touch {file}"), "description": "create a file"}))]},
+                {"text": "Finished."}
+            ]),
+        );
+        r.mock.clear_requests();
+        let (sid, run) =
+            r.d.create(r.session("Create the file.", &format!("mock:script={script}")))
+                .await;
+        let mut sse = r.d.events(&sid, None).await;
+        let mut evs = sse.until_n("permissionRequest", 1).await;
+        let ask = evs.last().unwrap().data.clone();
+        assert_eq!(ask["toolName"], "Bash", "{ask}");
+        assert_eq!(ask["input"]["command"], format!("touch {file}"), "{ask}");
+        let id = ask["requestId"].as_str().unwrap();
+        let (code, body) =
+            r.d.post(
+                &format!("/v1/sessions/{sid}/permissions/{id}"),
+                answer.clone(),
+            )
+            .await;
+        assert_eq!(code, 200, "{body}");
+        evs.extend(sse.until_complete(&run).await);
+        assert_eq!(complete(&evs), ["stop"], "{decision}: {:?}", errors(&evs));
+        let end = evs.iter().find(|e| e.event == "toolCallEnd").unwrap();
+        assert_eq!(end.data["status"], status, "{decision}: {}", end.data);
+        assert_eq!(r.project.path().join(&file).exists(), made, "{decision}");
+        assert!(text_of(&evs).ends_with("Finished."), "{decision}");
+        // The model got the tool's result (or the refusal) in the next request.
+        let calls = r.calls();
+        assert_eq!(calls.len(), 2, "{decision}");
+        let next = calls[1].body.to_string();
+        assert!(next.contains("tool_result"), "{decision}");
+        if !made {
+            assert!(next.contains("not in this repository"), "{decision}");
+        }
+    }
+}
