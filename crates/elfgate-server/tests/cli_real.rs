@@ -12,7 +12,7 @@ mod scripted;
 
 use common::{Daemon, Ev, Opts, poll_until, text_of, types};
 use elfgate_mockllm::{Format, MockServer, Outcome, RecordedRequest};
-use scripted::procs::{live_with_env, until_dead};
+use scripted::procs::{live_in, live_with_env, until_dead};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -26,6 +26,8 @@ struct Cli {
     program: &'static str,
     /// The wire format it speaks to its provider.
     format: Format,
+    /// Its shell tool and the arguments that run `command` with it.
+    shell: fn(&str) -> (&'static str, Value),
     /// The provider table the daemon hands it (written by `start`).
     provider: &'static str,
     /// That provider's key, which the daemon has in its environment.
@@ -36,6 +38,7 @@ const CODEX: Cli = Cli {
     backend: "codex",
     program: "codex",
     format: Format::OpenAiResponses,
+    shell: |c| ("exec_command", json!({"cmd": c})),
     provider: "real-responses",
     key: "sk-responses",
 };
@@ -43,6 +46,7 @@ const CLAUDE: Cli = Cli {
     backend: "claude-code",
     program: "claude",
     format: Format::Anthropic,
+    shell: |c| ("Bash", json!({"command": c, "description": "run it"})),
     provider: "real-anthropic",
     key: "sk-anthropic",
 };
@@ -50,6 +54,7 @@ const GEMINI: Cli = Cli {
     backend: "gemini-cli",
     program: "gemini",
     format: Format::Gemini,
+    shell: |c| ("run_shell_command", json!({"command": c})),
     provider: "real-gemini",
     key: "sk-gemini",
 };
@@ -193,10 +198,15 @@ impl Real {
             .collect()
     }
 
-    /// Live processes started for this daemon's CLI runs (the CLI and everything it started
-    /// that kept its environment).
+    /// Live processes started for this daemon's CLI runs: the CLI and everything it started
+    /// that kept its environment or works in the project.
     fn processes(&self) -> Vec<i32> {
-        live_with_env(MARKER, &self.marker)
+        let project = self.project.path().canonicalize().unwrap();
+        let mut pids = live_with_env(MARKER, &self.marker);
+        pids.extend(live_in(&project));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 }
 
@@ -480,4 +490,73 @@ async fn claude_code_asks_the_client_before_a_command_that_writes() {
             assert!(next.contains("not in this repository"), "{decision}");
         }
     }
+}
+
+/// An interrupt while the CLI's shell tool runs a command that would never end: the run ends
+/// interrupted, the tool call with it, and neither the CLI nor the command is left.
+async fn interrupt_during_a_shell_command(cli: Cli) {
+    let Some(r) = start(cli).await else { return };
+    let b = cli.backend;
+    let script = format!("shell-{}", cli.program);
+    let (tool, args) = (cli.shell)("tail -f /dev/null");
+    scripted::script(
+        &r.mock,
+        &script,
+        json!([
+            {"text": "Waiting.", "toolCalls": [scripted::call("call_t1", tool, args)]},
+            {"text": "Done."}
+        ]),
+    );
+    let mut body = r.session("Wait forever.", &format!("mock:script={script}"));
+    // Every CLI runs its shell tool without asking (gemini-cli declares it only then).
+    body["permissionMode"] = json!("bypassPermissions");
+    let (sid, run) = r.d.create(body).await;
+    let mut sse = r.d.events(&sid, None).await;
+    let mut evs = sse.until_n("toolCallStart", 1).await;
+    let command = poll_until(&format!("{b}: the command running"), || {
+        r.processes().into_iter().find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"/dev/null"))
+        })
+    })
+    .await;
+    let running = r.processes();
+
+    let (status, body) =
+        r.d.post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+            .await;
+    assert_eq!(status, 200, "{b}: {body}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["interrupted"], "{b}: {:?}", types(&evs));
+    assert!(errors(&evs).is_empty(), "{b}: {:?}", errors(&evs));
+    let ends: Vec<&Ev> = evs.iter().filter(|e| e.event == "toolCallEnd").collect();
+    assert_eq!(ends.len(), 1, "{b}: {:?}", types(&evs));
+    // codex and gemini-cli print nothing more and the engine closes the call; claude-code
+    // closes it itself with an error result saying the call was stopped while running.
+    let want = if cli.backend == "claude-code" {
+        "error"
+    } else {
+        "interrupted"
+    };
+    assert_eq!(ends[0].data["status"], want, "{b}: {}", ends[0].data);
+    let left = until_dead(|| r.processes()).await;
+    assert!(
+        left.is_empty(),
+        "{b}: {left:?} still alive (of {running:?}, the command {command})"
+    );
+}
+
+#[tokio::test]
+async fn codex_interrupt_during_a_shell_command_leaves_nothing_behind() {
+    interrupt_during_a_shell_command(CODEX).await;
+}
+
+#[tokio::test]
+async fn claude_code_interrupt_during_a_shell_command_leaves_nothing_behind() {
+    interrupt_during_a_shell_command(CLAUDE).await;
+}
+
+#[tokio::test]
+async fn gemini_cli_interrupt_during_a_shell_command_leaves_nothing_behind() {
+    interrupt_during_a_shell_command(GEMINI).await;
 }

@@ -61,6 +61,16 @@ pub fn live_with_env(name: &str, value: &str) -> Vec<i32> {
     out
 }
 
+/// Live processes (not zombies) whose working directory is `dir`.
+pub fn live_in(dir: &Path) -> Vec<i32> {
+    pids()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir)
+                && !alive(&[*pid]).is_empty()
+        })
+        .collect()
+}
+
 /// Waits (bounded by the guard time) until `check` finds no live process; returns what is left.
 /// SIGKILL is delivered asynchronously, so a process killed a moment ago may still show as
 /// running on a loaded machine.
