@@ -158,6 +158,24 @@ impl Real {
                "model": model, "projectPath": self.project.path().display().to_string()})
     }
 
+    /// A session whose model asks the CLI's shell tool to run `command`, then answers "Done.".
+    fn shell_session(&self, prompt: &str, command: &str) -> Value {
+        let script = format!("shell-{}", self.cli.program);
+        let (tool, args) = (self.cli.shell)(command);
+        scripted::script(
+            &self.mock,
+            &script,
+            json!([
+                {"text": "Running it.", "toolCalls": [scripted::call("call_s1", tool, args)]},
+                {"text": "Done."}
+            ]),
+        );
+        let mut body = self.session(prompt, &format!("mock:script={script}"));
+        // Every CLI runs its shell tool without asking (gemini-cli declares it only then).
+        body["permissionMode"] = json!("bypassPermissions");
+        body
+    }
+
     /// Sends the first message of a session and reads its run to the end.
     async fn run(&self, prompt: &str, model: &str) -> (String, Vec<Ev>) {
         let (sid, run) = self.d.create(self.session(prompt, model)).await;
@@ -492,24 +510,57 @@ async fn claude_code_asks_the_client_before_a_command_that_writes() {
     }
 }
 
+/// The CLI's shell tool runs a command the model asks for: the call and its output arrive as
+/// toolCallStart/toolCallEnd, and the history stores the call, its result and the answer.
+async fn runs_a_shell_command(cli: Cli) {
+    let Some(r) = start(cli).await else { return };
+    let b = cli.backend;
+    let body = r.shell_session("Say hello with a command.", "echo tool-said | tr a-z A-Z");
+    let (sid, run) = r.d.create(body).await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{b}: {:?}", errors(&evs));
+    let t = types(&evs);
+    let starts: Vec<&Ev> = evs.iter().filter(|e| e.event == "toolCallStart").collect();
+    let ends: Vec<&Ev> = evs.iter().filter(|e| e.event == "toolCallEnd").collect();
+    assert_eq!((starts.len(), ends.len()), (1, 1), "{b}: {t:?}");
+    assert_eq!(ends[0].data["status"], "success", "{b}: {}", ends[0].data);
+    let output = ends[0].data["block"]["content"].to_string();
+    assert!(output.contains("TOOL-SAID"), "{b}: {output}");
+    assert!(text_of(&evs).ends_with("Done."), "{b}: {:?}", text_of(&evs));
+    let msgs = r.messages(&sid).await;
+    assert_eq!(
+        roles(&msgs),
+        ["user", "assistant", "tool", "assistant"],
+        "{b}"
+    );
+    assert_eq!(stored_text(&msgs[3]), "Done.", "{b}");
+    // The command's output (not its text) went back to the model.
+    let calls = r.calls();
+    assert_eq!(calls.len(), 2, "{b}");
+    assert!(calls[1].body.to_string().contains("TOOL-SAID"), "{b}");
+}
+
+#[tokio::test]
+async fn codex_runs_a_shell_command() {
+    runs_a_shell_command(CODEX).await;
+}
+
+#[tokio::test]
+async fn claude_code_runs_a_shell_command() {
+    runs_a_shell_command(CLAUDE).await;
+}
+
+#[tokio::test]
+async fn gemini_cli_runs_a_shell_command() {
+    runs_a_shell_command(GEMINI).await;
+}
+
 /// An interrupt while the CLI's shell tool runs a command that would never end: the run ends
 /// interrupted, the tool call with it, and neither the CLI nor the command is left.
 async fn interrupt_during_a_shell_command(cli: Cli) {
     let Some(r) = start(cli).await else { return };
     let b = cli.backend;
-    let script = format!("shell-{}", cli.program);
-    let (tool, args) = (cli.shell)("tail -f /dev/null");
-    scripted::script(
-        &r.mock,
-        &script,
-        json!([
-            {"text": "Waiting.", "toolCalls": [scripted::call("call_t1", tool, args)]},
-            {"text": "Done."}
-        ]),
-    );
-    let mut body = r.session("Wait forever.", &format!("mock:script={script}"));
-    // Every CLI runs its shell tool without asking (gemini-cli declares it only then).
-    body["permissionMode"] = json!("bypassPermissions");
+    let body = r.shell_session("Wait forever.", "tail -f /dev/null");
     let (sid, run) = r.d.create(body).await;
     let mut sse = r.d.events(&sid, None).await;
     let mut evs = sse.until_n("toolCallStart", 1).await;
