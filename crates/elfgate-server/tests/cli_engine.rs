@@ -371,9 +371,15 @@ async fn a_cli_gets_its_own_provider_and_home_and_nothing_of_the_daemons_secrets
             base.as_str(),
         ),
     ] {
-        let (_, evs) = c.run(b, "text").await;
+        // The session's own variables reach the CLI; a provider's key variable does not.
+        let mut body = c.session(b, "text");
+        body["engineConfig"] = json!({"shellEnv": {"FROM_SESSION": "yes",
+            "FAKE_UNUSED_KEY": "sk-unused", "ANTHROPIC_API_KEY": "sk-unused"}});
+        let (sid, run) = c.d.create(body).await;
+        let evs = c.d.events(&sid, None).await.until_complete(&run).await;
         assert_eq!(complete(&evs), ["stop"], "{b}");
         let r = c.until_record(b, "text", false).await;
+        assert_eq!(r.env("FROM_SESSION"), Some("yes"), "{b}");
         assert_eq!(Path::new(r.cwd()), c.project.as_path(), "{b}");
         assert_eq!(r.env(key_var), Some(key), "{b}");
         if !url_var.is_empty() {
@@ -699,10 +705,17 @@ async fn shutdown_leaves_no_cli_process_behind() {
 #[tokio::test]
 async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
     let mock = MockServer::start().await.unwrap();
-    let mut c = start_deaf(&mock);
-    let (sid, run) = c.d.create(c.session("codex", "slow")).await;
-    c.d.events(&sid, None).await.until_n("streamDelta", 1).await;
-    let pgid = c.until_record("codex", "slow", false).await.pgid();
+    let mut c = start(&mock, "", "");
+    // A CLI that printed its first line and then waits: it writes nothing that would fail once
+    // the daemon is gone, so it would run on for ever.
+    let (sid, run) = c.d.create(c.session("codex", "hang")).await;
+    let pgid = c.until_record("codex", "hang", false).await.pgid();
+    // Its first line was read (its group is noted before the first line is read).
+    let deadline = tokio::time::Instant::now() + common::GUARD;
+    while !c.d.get(&format!("/v1/sessions/{sid}")).await.1["cliSessionId"].is_string() {
+        assert!(tokio::time::Instant::now() < deadline, "no cliSessionId");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     c.d.kill();
     // Nobody is left to stop it: it runs on, orphaned.
     assert!(!live_in_group(pgid).is_empty());

@@ -96,21 +96,28 @@ pub(crate) struct CodexAdapter {
     /// Items whose start was reported.
     started: HashSet<String>,
     turns: u32,
+    /// The kind of the last whole text item, if nothing came after it: a second message of the
+    /// same kind is a new paragraph of the same block, not the same sentence.
+    last_text: Option<DeltaKind>,
 }
 
 impl CodexAdapter {
+    fn text(&mut self, kind: DeltaKind, text: &str) -> Vec<AdapterEvent> {
+        let text = match self.last_text.replace(kind) {
+            Some(k) if k == kind => format!("\n\n{text}"),
+            _ => text.to_string(),
+        };
+        vec![AdapterEvent::Delta(kind, text)]
+    }
+
     fn item(&mut self, item: &Value, completed: bool) -> Vec<AdapterEvent> {
         let id = str_of(item, "id").unwrap_or_default().to_string();
         let kind = str_of(item, "type").unwrap_or_default();
-        let text = || str_of(item, "text").unwrap_or_default().to_string();
+        let text = str_of(item, "text").unwrap_or_default();
         let mut out = Vec::new();
         let (name, input) = match kind {
-            "agent_message" if completed => {
-                return vec![AdapterEvent::Delta(DeltaKind::Text, text())];
-            }
-            "reasoning" if completed => {
-                return vec![AdapterEvent::Delta(DeltaKind::Thinking, text())];
-            }
+            "agent_message" if completed => return self.text(DeltaKind::Text, text),
+            "reasoning" if completed => return self.text(DeltaKind::Thinking, text),
             "error" if completed => return vec![AdapterEvent::Notice(text_or_message(item))],
             "command_execution" => (
                 "command_execution",
@@ -138,6 +145,7 @@ impl CodexAdapter {
             ),
             _ => return out,
         };
+        self.last_text = None;
         if self.started.insert(id.clone()) {
             out.push(AdapterEvent::ToolStart {
                 id: id.clone(),
@@ -312,6 +320,19 @@ mod tests {
                 Failed("exceeded retry limit, last status: 429 Too Many Requests".into()),
             ]
         );
+    }
+
+    #[test]
+    fn two_messages_in_a_row_are_two_paragraphs() {
+        let out = feed(
+            r#"{"type":"item.completed","item":{"id":"a","type":"agent_message","text":"Looking."}}
+{"type":"item.completed","item":{"id":"b","type":"agent_message","text":"Found it."}}
+{"type":"item.completed","item":{"id":"c","type":"web_search","query":"x"}}
+{"type":"item.completed","item":{"id":"d","type":"agent_message","text":"Done."}}"#,
+        );
+        assert_eq!(out[0], Delta(DeltaKind::Text, "Looking.".into()));
+        assert_eq!(out[1], Delta(DeltaKind::Text, "\n\nFound it.".into()));
+        assert_eq!(out[4], Delta(DeltaKind::Text, "Done.".into()));
     }
 
     #[test]

@@ -193,6 +193,19 @@ mod tests {
     }
 
     #[test]
+    fn documented_exit_codes_are_named() {
+        assert_eq!(
+            exit_meaning(42),
+            Some("invalid input (prompt or arguments)")
+        );
+        assert_eq!(
+            exit_meaning(53),
+            Some("the session's turn limit was reached")
+        );
+        assert_eq!(exit_meaning(1), None);
+    }
+
+    #[test]
     fn an_error_result_fails_the_run() {
         let mut a = GeminiAdapter::default();
         let out = a.on_line(&json!({"type":"result","status":"error",

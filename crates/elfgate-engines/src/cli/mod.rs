@@ -75,9 +75,15 @@ impl CliEngine {
             limits,
             base_env,
         };
+        // Each backend's home exists before it is asked for its version.
+        for b in Backend::ALL {
+            if let Err(e) = engine.write_files(b) {
+                tracing::warn!(backend = b.as_str(), error = %e, "cannot write the CLI's home");
+            }
+        }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
         let probes = Backend::ALL.map(|b| {
-            let env = engine.child_env(b, None, PermissionMode::Default);
+            let env = engine.child_env(b, None, PermissionMode::Default, None);
             let cfg = engine.config.backend(b).clone();
             async move { (b, availability::probe(b, &cfg, env, timeout).await) }
         });
@@ -98,17 +104,22 @@ impl CliEngine {
         self.config.state_dir.join(b.as_str())
     }
 
-    /// A run's environment: the allow-listed variables, the backend's configured ones, then the
-    /// engine's own (home, provider URL and key), which no configuration overrides.
+    /// A run's environment: the allow-listed variables, the backend's configured ones, the
+    /// session's (`engineConfig.shellEnv`), then the engine's own (home, provider URL and key),
+    /// which neither overrides.
     fn child_env(
         &self,
         b: Backend,
         provider: Option<&CliProvider>,
         mode: PermissionMode,
+        session: Option<&BTreeMap<String, String>>,
     ) -> ChildEnv {
         let home = self.home(b);
         let mut env = self.base_env.clone();
         env.extend(&self.config.backend(b).env);
+        if let Some(vars) = session {
+            env.extend(vars);
+        }
         env.set("HOME", &home.display().to_string());
         let key = provider
             .and_then(|p| p.api_key_env.as_deref())
@@ -247,7 +258,12 @@ impl CliEngine {
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
         let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
         spec.args = b.args(&inv, &extra);
-        spec.env = self.child_env(b, provider.as_ref().map(|(_, p)| p), inv.permission_mode);
+        spec.env = self.child_env(
+            b,
+            provider.as_ref().map(|(_, p)| p),
+            inv.permission_mode,
+            ctx.engine_config.shell_env.as_ref(),
+        );
         let launch = Launch {
             spec,
             stdin: b.stdin(&inv),
