@@ -24,6 +24,8 @@ struct Cli {
     backend: &'static str,
     /// The program in tools/cli/node_modules/.bin/.
     program: &'static str,
+    /// Its version as scripts/install-cli-tools.sh pins it.
+    version: &'static str,
     /// The wire format it speaks to its provider.
     format: Format,
     /// Its shell tool and the arguments that run `command` with it.
@@ -37,6 +39,7 @@ struct Cli {
 const CODEX: Cli = Cli {
     backend: "codex",
     program: "codex",
+    version: "0.169.0",
     format: Format::OpenAiResponses,
     shell: |c| ("exec_command", json!({"cmd": c})),
     provider: "real-responses",
@@ -45,6 +48,7 @@ const CODEX: Cli = Cli {
 const CLAUDE: Cli = Cli {
     backend: "claude-code",
     program: "claude",
+    version: "2.1.328",
     format: Format::Anthropic,
     shell: |c| ("Bash", json!({"command": c, "description": "run it"})),
     provider: "real-anthropic",
@@ -53,6 +57,7 @@ const CLAUDE: Cli = Cli {
 const GEMINI: Cli = Cli {
     backend: "gemini-cli",
     program: "gemini",
+    version: "0.61.0",
     format: Format::Gemini,
     shell: |c| ("run_shell_command", json!({"command": c})),
     provider: "real-gemini",
@@ -262,6 +267,21 @@ fn stored_text(m: &Value) -> String {
 async fn runs_to_completion(cli: Cli) {
     let Some(r) = start(cli).await else { return };
     let b = cli.backend;
+    // GET /v1/engines shows the installed CLI at the pinned version.
+    let (status, engines) = r.d.get("/v1/engines").await;
+    assert_eq!(status, 200, "{engines}");
+    let backend = engines["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "cli")
+        .flat_map(|e| e["backends"].as_array().unwrap())
+        .find(|x| x["name"] == b)
+        .unwrap();
+    assert_eq!(backend["available"], true, "{backend}");
+    let version = backend["version"].as_str().unwrap();
+    assert!(version.contains(cli.version), "{b}: {version}");
+
     let (sid, evs) = r.run("Say five tokens.", "mock:tokens=5").await;
     assert_eq!(complete(&evs), ["stop"], "{b}: {:?}", errors(&evs));
     assert!(errors(&evs).is_empty(), "{b}: {:?}", errors(&evs));
