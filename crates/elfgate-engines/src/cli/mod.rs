@@ -9,6 +9,7 @@ mod codex;
 mod gemini_cli;
 mod limits;
 mod lines;
+mod relay;
 pub mod settings;
 mod supervisor;
 mod transcript;
@@ -22,18 +23,19 @@ use async_trait::async_trait;
 use availability::Found;
 use backend::{AdapterEvent, Invocation};
 use elfgate_core::{
-    BackendInfo, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, FinishReason,
-    PermissionMode, RunOutcome, StartRequest, ToolCallStatus,
+    BackendInfo, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason,
+    PermissionMode, RunOutcome, StartRequest,
 };
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
 use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
 use limits::{Limits, Slot};
+use relay::Relay;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use supervisor::{Ended, Launch, Supervised};
+use supervisor::{Launch, Supervised};
 use transcript::Transcript;
 
 /// The directory under the state directory where running CLI groups are noted.
@@ -278,16 +280,11 @@ impl CliEngine {
         tracing::debug!(backend = b.as_str(), pgid = sup.pgid(), "cli run started");
         // Removed once the group has ended (below); left behind only by a daemon that died.
         let _note = GroupNote::new(&self.config.state_dir.join(RUNNING), sup.pgid());
-        let mut run = Relay {
-            ctx: &ctx,
-            transcript: Transcript::new(user.id, model.clone()),
-            cli_session: resume.clone(),
-            tokens: (0, 0),
-            turns: 0,
-            failure: None,
-            finished: false,
-            storage: None,
-        };
+        let mut run = Relay::new(
+            &ctx,
+            Transcript::new(user.id, model.clone()),
+            resume.clone(),
+        );
         let mut adapter = b.adapter();
         while let Some(line) = sup.next(&ctx.cancel).await {
             for ev in adapter.on_line(&line) {
@@ -313,7 +310,7 @@ impl CliEngine {
                     ev => run.apply(ev).await,
                 }
             }
-            if run.storage.is_some() {
+            if run.storage_failed() {
                 break;
             }
         }
@@ -394,170 +391,6 @@ fn project_dir(ctx: &EngineSessionContext) -> Result<PathBuf, String> {
         Ok(path)
     } else {
         Err(format!("projectPath '{p}' is not a directory"))
-    }
-}
-
-/// One run's relay from adapter events to Elfgate's events, messages and outcome.
-struct Relay<'a> {
-    ctx: &'a EngineSessionContext,
-    transcript: Transcript,
-    /// The CLI session id stored on the session.
-    cli_session: Option<String>,
-    tokens: (u64, u64),
-    turns: u32,
-    /// What the CLI said went wrong.
-    failure: Option<String>,
-    /// The CLI reported the run's end.
-    finished: bool,
-    /// A store failure, which ends the run.
-    storage: Option<ErrorInfo>,
-}
-
-impl Relay<'_> {
-    async fn apply(&mut self, ev: AdapterEvent) {
-        let ctx = self.ctx;
-        match ev {
-            AdapterEvent::Delta(kind, text) => self.transcript.delta(ctx, kind, text).await,
-            AdapterEvent::ToolStart { id, name, input } => {
-                self.transcript.tool_start(ctx, id, name, input).await
-            }
-            AdapterEvent::ToolEnd {
-                id,
-                content,
-                is_error,
-            } => {
-                let status = if is_error {
-                    ToolCallStatus::Error
-                } else {
-                    ToolCallStatus::Success
-                };
-                if let Err(e) = self.transcript.tool_end(ctx, id, content, status).await {
-                    self.storage = Some(e);
-                }
-            }
-            AdapterEvent::SessionId(id) => {
-                if self.cli_session.as_deref() != Some(id.as_str()) {
-                    match ctx.recorder.set_cli_session_id(&id).await {
-                        Ok(()) => self.cli_session = Some(id),
-                        Err(e) => self.storage = Some(ErrorInfo::new("storage", e.0)),
-                    }
-                }
-            }
-            AdapterEvent::Usage { input, output } => self.tokens = (input, output),
-            AdapterEvent::Turns(n) => self.turns = n,
-            AdapterEvent::Notice(message) => {
-                ctx.events.emit(EventPayload::Processing { message }).await;
-            }
-            AdapterEvent::Failed(why) => self.failure = Some(why),
-            AdapterEvent::Finished => self.finished = true,
-            // Answered by the engine, which holds the CLI's stdin.
-            AdapterEvent::PermissionAsk { .. } => {}
-        }
-    }
-
-    /// The run's outcome from how the CLI ended.
-    async fn end(self, b: Backend, ended: Ended, config: &CliConfig) -> RunOutcome {
-        let ctx = self.ctx;
-        let name = b.as_str();
-        let tail = || {
-            if ended.stderr_tail.is_empty() {
-                String::new()
-            } else {
-                format!("; stderr:\n{}", ended.stderr_tail.join("\n"))
-            }
-        };
-        let error = if ended.interrupted {
-            None
-        } else if let Some(e) = self.storage.clone() {
-            Some(e)
-        } else if ended.idle_timed_out {
-            Some(ErrorInfo::new(
-                "cli_idle_timeout",
-                format!(
-                    "{name} printed nothing for {} s and was stopped (engines.cli.idle_timeout_secs){}",
-                    config.idle_timeout_secs,
-                    tail()
-                ),
-            ))
-        } else if let Some(why) = self.failure.clone() {
-            Some(ErrorInfo::new("cli_failed", format!("{name}: {why}")))
-        } else {
-            match ended.exit {
-                Some(s) if s.success() && self.finished => None,
-                Some(s) if s.success() => Some(ErrorInfo::new(
-                    "cli_no_result",
-                    format!(
-                        "{name} exited without reporting the end of its run{}",
-                        tail()
-                    ),
-                )),
-                Some(s) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    match (s.code(), s.signal()) {
-                        (Some(code), _) => {
-                            let meaning = b
-                                .exit_meaning(code)
-                                .map(|m| format!(": {m}"))
-                                .unwrap_or_default();
-                            Some(ErrorInfo::new(
-                                "cli_exit",
-                                format!("{name} exited with status {code}{meaning}{}", tail()),
-                            ))
-                        }
-                        (None, sig) => Some(ErrorInfo::new(
-                            "cli_crashed",
-                            format!(
-                                "{name} was killed by signal {}{}",
-                                sig.unwrap_or_default(),
-                                tail()
-                            ),
-                        )),
-                    }
-                }
-                None => Some(ErrorInfo::new(
-                    "cli_crashed",
-                    format!("{name} stopped answering before it exited{}", tail()),
-                )),
-            }
-        };
-        if ended.garbage > 0 {
-            tracing::info!(
-                backend = name,
-                lines = ended.garbage,
-                "skipped lines of CLI output"
-            );
-        }
-        if let Some(e) = &error {
-            ctx.events
-                .emit(EventPayload::Error { error: e.clone() })
-                .await;
-        }
-        let finish_reason = match (&error, ended.interrupted) {
-            (_, true) => FinishReason::Interrupted,
-            (Some(_), false) => FinishReason::Error,
-            (None, false) => FinishReason::Stop,
-        };
-        let tool_status = if ended.interrupted {
-            ToolCallStatus::Interrupted
-        } else {
-            ToolCallStatus::Error
-        };
-        let (answer, error) = match self.transcript.finish(ctx, tool_status, self.tokens).await {
-            Ok(a) => (a, error),
-            Err(e) => (None, error.or(Some(e))),
-        };
-        RunOutcome {
-            finish_reason: if error.is_some() && finish_reason == FinishReason::Stop {
-                FinishReason::Error
-            } else {
-                finish_reason
-            },
-            input_tokens: self.tokens.0,
-            output_tokens: self.tokens.1,
-            iterations: self.turns.max(1),
-            error,
-            answer,
-        }
     }
 }
 
