@@ -99,10 +99,6 @@ impl Supervised {
         // An empty input still gives a pipe, which stays open until closed.
         spec.stdin = stdin.as_ref().map(|_| Vec::new());
         let mut group = ProcessGroup::spawn(&spec)?;
-        let mut pipe = group.take_stdin();
-        if let (Some(w), Some(bytes)) = (pipe.as_mut(), stdin) {
-            write_to(w, &bytes, label).await;
-        }
         let (tx, lines) = mpsc::channel(64);
         let reader = match group.take_stdout() {
             Some(out) => tokio::spawn(read_lines(out, timeouts.max_line_bytes, tx)),
@@ -113,6 +109,12 @@ impl Supervised {
             Some(err) => tokio::spawn(read_stderr(err, stderr.clone(), label)),
             None => tokio::spawn(async {}),
         };
+        // Written once its output is being read: a CLI that prints before it reads its input
+        // cannot block on a full pipe while the engine blocks on its stdin.
+        let mut pipe = group.take_stdin();
+        if let (Some(w), Some(bytes)) = (pipe.as_mut(), stdin) {
+            write_to(w, &bytes, label).await;
+        }
         Ok(Supervised {
             group,
             lines,
