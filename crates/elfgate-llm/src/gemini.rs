@@ -405,3 +405,138 @@ impl Decoder for GeminiDecoder {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{conversation, decode, fixture_json};
+
+    fn events(body: &str) -> Vec<Result<LlmEvent, LlmError>> {
+        decode(GeminiDecoder::default(), body.as_bytes())
+    }
+
+    #[test]
+    fn golden_request() {
+        let body = build_body(&conversation());
+        let expected = fixture_json(include_str!("../tests/fixtures/gemini_request.json"));
+        assert_eq!(body, expected, "{body:#}");
+    }
+
+    #[test]
+    fn url_takes_the_model_as_one_path_segment() {
+        let cfg = |base: &str| ProviderConfig {
+            kind: ProviderKind::Gemini,
+            base_url: base.into(),
+            api_key: None,
+            default_model: None,
+            idle_timeout: std::time::Duration::ZERO,
+            request_timeout: std::time::Duration::ZERO,
+            first_token_timeout: std::time::Duration::ZERO,
+        };
+        let p = GeminiProvider::new(cfg("http://h:1/"), reqwest::Client::new());
+        assert_eq!(
+            p.url("mock:tokens=3").unwrap().as_str(),
+            "http://h:1/v1beta/models/mock:tokens=3:streamGenerateContent?alt=sse"
+        );
+        let p = GeminiProvider::new(cfg("http://h:1/v1beta"), reqwest::Client::new());
+        assert_eq!(
+            p.url("models/a b/c").unwrap().as_str(),
+            "http://h:1/v1beta/models/a%20b%2Fc:streamGenerateContent?alt=sse"
+        );
+    }
+
+    #[test]
+    fn golden_stream() {
+        let got: Vec<LlmEvent> = events(include_str!("../tests/fixtures/gemini_stream.sse"))
+            .into_iter()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                LlmEvent::ThinkingDelta("Look ".into()),
+                LlmEvent::ThinkingDelta("first.".into()),
+                LlmEvent::TextDelta("Reading ".into()),
+                LlmEvent::TextDelta("it.".into()),
+                LlmEvent::ThinkingSignature("c2lnLTE=".into()),
+                LlmEvent::ToolCall {
+                    id: "call_1".into(),
+                    name: "read_file".into(),
+                    arguments: "{\"path\":\"a.txt\"}".into(),
+                },
+                LlmEvent::Finish(LlmFinishReason::ToolCalls),
+                // Thoughts count as output.
+                LlmEvent::Usage {
+                    input_tokens: 1,
+                    output_tokens: 5
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_reasons_and_generated_call_ids() {
+        let chunk = |part: &str, reason: &str| {
+            format!(
+                "data: {{\"candidates\":[{{\"content\":{{\"role\":\"model\",\"parts\":[{part}]}},\"finishReason\":\"{reason}\"}}]}}\n\n"
+            )
+        };
+        let got = events(&chunk(r#"{"text":"a"}"#, "MAX_TOKENS"));
+        assert_eq!(
+            got,
+            [
+                Ok(LlmEvent::TextDelta("a".into())),
+                Ok(LlmEvent::Finish(LlmFinishReason::Length))
+            ]
+        );
+        let got = events(&chunk(r#"{"text":"a"}"#, "SAFETY"));
+        assert_eq!(got[1], Ok(LlmEvent::Finish(LlmFinishReason::ContentFilter)));
+        let got = events(&chunk(r#"{"text":"a"}"#, "MALFORMED_FUNCTION_CALL"));
+        assert_eq!(
+            got[1],
+            Ok(LlmEvent::Finish(LlmFinishReason::Other(
+                "MALFORMED_FUNCTION_CALL".into()
+            )))
+        );
+        let got = events(&chunk(
+            r#"{"functionCall":{"name":"ls","args":"{bad"}},{"functionCall":{"name":"ls"}}"#,
+            "STOP",
+        ));
+        assert_eq!(
+            got,
+            [
+                Ok(LlmEvent::ToolCall {
+                    id: "call_1".into(),
+                    name: "ls".into(),
+                    arguments: "{bad".into()
+                }),
+                Ok(LlmEvent::ToolCall {
+                    id: "call_2".into(),
+                    name: "ls".into(),
+                    arguments: "{}".into()
+                }),
+                Ok(LlmEvent::Finish(LlmFinishReason::ToolCalls)),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_and_cut_streams() {
+        let got = events(concat!(
+            "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]}\n\n",
+            "data: {\"error\":{\"code\":503,\"message\":\"The model is overloaded.\",\"status\":\"UNAVAILABLE\"}}\n\n",
+        ));
+        assert_eq!(
+            got[1],
+            Err(LlmError::Upstream(
+                "The model is overloaded. (UNAVAILABLE)".into()
+            ))
+        );
+        // Without a finish reason, the end of the body is a dropped stream.
+        let got =
+            events("data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]}\n\n");
+        assert!(matches!(got[1], Err(LlmError::Transport(_))), "{got:?}");
+        let got = events("data: {\"promptFeedback\":{\"blockReason\":\"SAFETY\"}}\n\n");
+        assert_eq!(got, [Ok(LlmEvent::Finish(LlmFinishReason::ContentFilter))]);
+    }
+}

@@ -302,6 +302,32 @@ pub(crate) fn event_stream<D: Decoder>(
     ))
 }
 
+/// Decodes a body given as reads, draining the queue between reads as a live stream does.
+#[cfg(test)]
+pub(crate) fn decode_body<'a, D: Decoder>(
+    decoder: D,
+    reads: impl Iterator<Item = &'a [u8]>,
+) -> Vec<Result<LlmEvent, LlmError>> {
+    let mut st = BodyState {
+        body: None,
+        parser: SseParser::new(),
+        decoder,
+        queue: VecDeque::new(),
+        idle_timeout: Duration::ZERO,
+    };
+    let mut out = Vec::new();
+    for read in reads {
+        let finished = st.feed(Some(read));
+        out.extend(st.queue.drain(..));
+        if finished {
+            return out;
+        }
+    }
+    st.feed(None);
+    out.extend(st.queue.drain(..));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,8 @@ mod policy;
 mod responses;
 mod retry;
 mod sse;
+#[cfg(test)]
+mod testkit;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -394,3 +394,112 @@ impl Decoder for ResponsesDecoder {
         Ok(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{conversation, decode, fixture_json};
+
+    fn events(body: &str) -> Vec<Result<LlmEvent, LlmError>> {
+        decode(ResponsesDecoder::default(), body.as_bytes())
+    }
+
+    #[test]
+    fn golden_request() {
+        let body = build_body(&conversation(), "gpt-test");
+        let expected = fixture_json(include_str!("../tests/fixtures/responses_request.json"));
+        assert_eq!(body, expected, "{body:#}");
+    }
+
+    #[test]
+    fn minimal_request_omits_optionals() {
+        let req = LlmRequest {
+            messages: vec![crate::LlmMessage {
+                role: Role::User,
+                blocks: vec![ContentBlock::text("hi")],
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            build_body(&req, "m"),
+            json!({
+                "model": "m", "stream": true, "store": false,
+                "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+            })
+        );
+    }
+
+    #[test]
+    fn golden_stream() {
+        let got: Vec<LlmEvent> = events(include_str!("../tests/fixtures/responses_stream.sse"))
+            .into_iter()
+            .map(|e| e.unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                LlmEvent::ThinkingDelta("Look ".into()),
+                LlmEvent::ThinkingDelta("first.".into()),
+                LlmEvent::TextDelta("Reading ".into()),
+                LlmEvent::TextDelta("it.".into()),
+                LlmEvent::ToolCall {
+                    id: "call_1".into(),
+                    name: "read_file".into(),
+                    arguments: "{\"path\":\"a.txt\"}".into(),
+                },
+                LlmEvent::Finish(LlmFinishReason::ToolCalls),
+                LlmEvent::Usage {
+                    input_tokens: 1,
+                    output_tokens: 5
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn incomplete_response_is_a_length_finish() {
+        let got = events(concat!(
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n",
+            "event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\",",
+            "\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+        ));
+        assert_eq!(
+            got,
+            [
+                Ok(LlmEvent::TextDelta("a".into())),
+                Ok(LlmEvent::Finish(LlmFinishReason::Length)),
+                Ok(LlmEvent::Usage {
+                    input_tokens: 3,
+                    output_tokens: 1
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn failures_are_upstream_errors() {
+        let got = events(concat!(
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n",
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",",
+            "\"error\":{\"code\":\"server_error\",\"message\":\"The model failed.\"}}}\n\n",
+        ));
+        assert_eq!(
+            got[1],
+            Err(LlmError::Upstream(
+                "The model failed. (server_error)".into()
+            ))
+        );
+        let got = events(
+            "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"Slow down\",\"param\":null}\n\n",
+        );
+        assert_eq!(
+            got,
+            [Err(LlmError::Upstream(
+                "Slow down (rate_limit_exceeded)".into()
+            ))]
+        );
+        // A body cut before response.completed is a dropped stream.
+        let got = events("data: {\"type\":\"response.output_text.delta\",\"delta\":\"a\"}\n\n");
+        assert!(matches!(got[1], Err(LlmError::Transport(_))), "{got:?}");
+    }
+}
