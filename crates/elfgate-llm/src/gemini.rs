@@ -74,7 +74,7 @@ impl LlmProvider for GeminiProvider {
         Ok(http::event_stream(
             resp,
             self.cfg.idle_timeout,
-            GeminiDecoder::default(),
+            GeminiDecoder::new(),
         ))
     }
 }
@@ -304,12 +304,25 @@ struct PromptFeedback {
 
 /// Decodes `streamGenerateContent` chunks. Gemini has no end marker: the stream is complete
 /// when the body ends after a chunk with a finish reason.
-#[derive(Default)]
 pub(crate) struct GeminiDecoder {
     finished: bool,
     calls: usize,
+    /// Starts the ids made up for calls that come without one: random, so that ids stay unique
+    /// over a session's turns (the engines pair results with calls by id).
+    id_prefix: String,
     /// The latest usage (each chunk carries the running totals).
     usage: Option<UsageMetadata>,
+}
+
+impl GeminiDecoder {
+    pub(crate) fn new() -> Self {
+        GeminiDecoder {
+            finished: false,
+            calls: 0,
+            id_prefix: format!("call_{:012x}", fastrand::u64(..) >> 16),
+            usage: None,
+        }
+    }
 }
 
 fn finish_reason(s: &str, saw_tool_call: bool) -> LlmFinishReason {
@@ -363,11 +376,11 @@ impl Decoder for GeminiDecoder {
                         _ => "{}".to_string(),
                     };
                     out.push_back(Ok(LlmEvent::ToolCall {
-                        // Gemini names no id unless asked to; the engines need one per call.
+                        // The Gemini API names no id; the engines need one per call.
                         id: call
                             .id
                             .filter(|s| !s.is_empty())
-                            .unwrap_or_else(|| format!("call_{}", self.calls)),
+                            .unwrap_or_else(|| format!("{}_{}", self.id_prefix, self.calls)),
                         name: call.name,
                         arguments,
                     }));
@@ -412,7 +425,17 @@ mod tests {
     use crate::testkit::{conversation, decode, fixture_json};
 
     fn events(body: &str) -> Vec<Result<LlmEvent, LlmError>> {
-        decode(GeminiDecoder::default(), body.as_bytes())
+        let mut d = GeminiDecoder::new();
+        d.id_prefix = "call".into();
+        decode(d, body.as_bytes())
+    }
+
+    #[test]
+    fn made_up_call_ids_differ_between_responses() {
+        assert_ne!(
+            GeminiDecoder::new().id_prefix,
+            GeminiDecoder::new().id_prefix
+        );
     }
 
     #[test]

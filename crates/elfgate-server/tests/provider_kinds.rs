@@ -268,6 +268,47 @@ async fn tinyelf_runs_a_tool_loop_on_each_kind() {
 }
 
 #[tokio::test]
+async fn gemini_calls_without_ids_get_ids_unique_over_the_turns() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    let dir = project();
+    let read = json!({"name": "read_file", "arguments": json!({"path": "a.txt"}).to_string()});
+    script(
+        &mock,
+        "no-ids",
+        json!([{"toolCalls": [read]}, {"toolCalls": [read]}, {"text": "Read twice."}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "read a.txt twice",
+            "mock:script=no-ids",
+            &dir,
+            json!({"providerId": "mock-gemini"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let ends = ends_by_id(&evs);
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(
+        ends.values().all(|(status, _)| status == "success"),
+        "{ends:?}"
+    );
+    // The last request answers each call under its own id.
+    let b = bodies(&mock, "mock:script=no-ids", Format::Gemini, "key-gemini");
+    let ids: Vec<&Value> = b[2]["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .filter_map(|p| p.get("functionResponse").map(|r| &r["id"]))
+        .collect();
+    assert_eq!(ids.len(), 2, "{}", b[2]);
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[tokio::test]
 async fn a_500_is_retried_and_a_mid_stream_error_ends_the_run() {
     let mock = MockServer::start().await.unwrap();
     let d = daemon(&mock);
