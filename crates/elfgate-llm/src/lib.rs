@@ -11,6 +11,7 @@ mod anthropic;
 mod error;
 mod http;
 mod openai;
+mod openai_fast;
 mod policy;
 mod retry;
 mod sse;
