@@ -479,6 +479,8 @@ mod tests {
             r#"{"choices":null}"#,
             r#"{"choices":[]}"#,
             "{}",
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt","system_fingerprint":"fp","service_tier":"default","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"x"}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","extra":true,"n":1.5},"other":false}]}"#,
             " { \"choices\" : [ { \"delta\" : { \"content\" : \"a b\" } } ] , \"n\" : -0.5E-3 } ",
         ];
         for data in chunks {

@@ -3,9 +3,9 @@
 //! more on it than the rest of relaying the token; this one reads that shape in one pass over the
 //! bytes, borrowing the text.
 //!
-//! It gives up (None) on anything else: escapes in a string it keeps, tool calls, usage, errors,
-//! several choices, duplicate fields, nested values it would skip, and anything that is not
-//! well-formed JSON. The caller then parses the chunk with serde as before, so that what is
+//! It gives up (None) on anything else: escapes in any string, tool calls, usage, errors, several
+//! choices, duplicate fields, nested values it would skip, and anything that is not well-formed
+//! JSON. The caller then parses the chunk with serde as before, so that what is
 //! accepted, rejected and reported stays exactly serde's.
 
 /// A chunk's only choice, as far as the stream needs it.
@@ -233,9 +233,8 @@ impl<'a> Reader<'a> {
                 c.finish_reason = r.string_or_null()?;
                 Some(())
             }
-            "index" => r.number(),
-            "logprobs" => r.null(),
-            _ => None,
+            // Fields serde's Choice does not have (index, logprobs, ...) are ignored there too.
+            _ => r.skip_scalar(),
         })?;
         Some(c)
     }
@@ -247,8 +246,9 @@ impl<'a> Reader<'a> {
                 "content" => (&mut c.content, 0),
                 "reasoning_content" => (&mut c.reasoning_content, 1),
                 "reasoning" => (&mut c.reasoning, 2),
-                "role" => return r.string_or_null().map(drop),
-                _ => return None,
+                "tool_calls" => return None,
+                // Fields serde's Delta does not have (role, refusal, ...) are ignored there too.
+                _ => return r.skip_scalar(),
             };
             if std::mem::replace(&mut seen[n], true) {
                 return None;
