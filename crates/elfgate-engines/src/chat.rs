@@ -54,6 +54,19 @@ impl Default for ChatSettings {
     }
 }
 
+/// A whole upstream request a front door of the gateway built from its caller's request (its
+/// history, tools, stop sequences...), handed to the run through its head start. The run sends it
+/// as given (with the route's model) instead of building one from the stored history, and keeps
+/// the tool calls the model asks for in its answer, for the caller to run.
+#[derive(Debug, Clone)]
+pub struct GatewayTurn {
+    /// The request; its model is replaced by the route's.
+    pub request: LlmRequest,
+}
+
+/// The note a run emits (a `processing` event) when the answer was cut at the output token limit.
+pub const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
+
 /// Where a run's request goes.
 #[derive(Clone)]
 struct Target {
@@ -119,6 +132,7 @@ impl ChatEngine {
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         let session_id = ctx.session_id();
+        let gateway = ctx.head_start.take::<GatewayTurn>();
         let head = ctx.head_start.take::<ChatHeadStart>();
         // Time to first token counts from the upstream call's start, which a head start moved
         // before the run's.
@@ -150,10 +164,16 @@ impl ChatEngine {
             Err(e) => return fail(&ctx, "storage", e).await,
         };
 
-        let (req, first) = match head {
+        let keep_tool_calls = gateway.is_some();
+        let (req, first) = match (gateway, head) {
+            (Some(g), _) => {
+                let mut req = g.request;
+                req.model = model.clone();
+                (Arc::new(req), None)
+            }
             // Built from the same stored prompt, with no history: a first run follows nothing.
-            Some(h) => (h.req, Some(h.first)),
-            None => {
+            (None, Some(h)) => (h.req, Some(h.first)),
+            (None, None) => {
                 let history = match self.mode {
                     ChatMode::MultiTurn => match parent {
                         Some(leaf) => match self
@@ -187,7 +207,7 @@ impl ChatEngine {
             first,
         )
         .await;
-        if !turn.tool_calls.is_empty() {
+        if !turn.tool_calls.is_empty() && !keep_tool_calls {
             tracing::debug!(
                 calls = turn.tool_calls.len(),
                 "chat engine ignores tool calls"
@@ -212,6 +232,18 @@ impl ChatEngine {
         if !turn.text.is_empty() {
             blocks.push(ContentBlock::text(turn.text));
         }
+        if keep_tool_calls {
+            for call in turn.tool_calls {
+                // Malformed arguments are kept as the text the model wrote.
+                let input = serde_json::from_str(&call.arguments)
+                    .unwrap_or(serde_json::Value::String(call.arguments));
+                blocks.push(ContentBlock::ToolUse {
+                    id: call.id,
+                    name: call.name,
+                    input,
+                });
+            }
+        }
         // Stored with the run's end (one commit) and announced after it by the dispatcher.
         let answer = (!blocks.is_empty()).then(|| {
             let mut answer = Message::new(
@@ -229,7 +261,7 @@ impl ChatEngine {
         if matches!(turn.finish, Some(LlmFinishReason::Length)) {
             ctx.events
                 .emit(EventPayload::Processing {
-                    message: "the answer was cut at the output token limit".to_string(),
+                    message: LENGTH_NOTE.to_string(),
                 })
                 .await;
         }
@@ -273,7 +305,7 @@ impl ChatEngine {
                 .thinking_level
                 .or(cfg.thinking_level)
                 .unwrap_or_default(),
-            tools: Vec::new(),
+            ..Default::default()
         }
     }
 }

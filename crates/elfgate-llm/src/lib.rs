@@ -73,6 +73,26 @@ pub struct LlmRequest {
     pub thinking: ThinkingLevel,
     /// Tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// Which tool the model must (or must not) call; the provider decides when None.
+    pub tool_choice: Option<ToolChoice>,
+    /// Sequences that end the answer.
+    pub stop: Vec<String>,
+    /// OpenAI's `response_format`, passed through as given to OpenAI-kind providers (the
+    /// Anthropic Messages API has no counterpart: it is dropped there).
+    pub response_format: Option<serde_json::Value>,
+}
+
+/// Which tool the model must call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tool call.
+    None,
+    /// At least one tool call, any tool.
+    Required,
+    /// A call to this tool.
+    Tool(String),
 }
 
 /// One normalized streaming event.
