@@ -234,6 +234,7 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.

@@ -1,5 +1,6 @@
 //! Route modules; each exposes `fn routes() -> Router<AppState>`.
 
 pub mod engines;
+pub mod gateway;
 pub mod health;
 pub mod sessions;
