@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs besides the Rust toolchain: Chromium (Debian's package) for
 # the browser tests, and Python 3 for the fake coding CLIs of the cli engine's tests
-# (crates/elfgate-server/tests/fixtures/cli). Does nothing for what is already there.
+# (crates/elfgate-server/tests/fixtures/cli) and the gateway's SDK tests, whose official openai
+# and anthropic SDKs go into tools/venv (scripts/install-sdk-venv.sh). Does nothing for what is
+# already there.
 set -euo pipefail
 
 missing=()
@@ -12,7 +14,7 @@ if ! command -v python3 >/dev/null 2>&1; then
   missing+=(python3)
 fi
 if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
+  exec "$(dirname "$0")/install-sdk-venv.sh"
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "install-test-deps: missing ${missing[*]}: Chromium is needed for the browser tests (or set" \
@@ -29,3 +31,4 @@ if ! "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/d
   "${SUDO[@]}" apt-get update >/dev/null
   "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
+exec "$(dirname "$0")/install-sdk-venv.sh"

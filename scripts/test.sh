@@ -8,4 +8,6 @@ scripts/install-test-deps.sh
 # The browser tests fail instead of skipping when Chromium is missing. (Not an ELFGATE_ name:
 # the daemon reads every ELFGATE_* variable as configuration.)
 export REQUIRE_BROWSER_TESTS=require
+# Likewise the gateway's SDK tests when the venv of the official SDKs is missing.
+export REQUIRE_SDK_TESTS=require
 cargo test --workspace --locked "$@"
