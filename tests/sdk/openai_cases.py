@@ -59,6 +59,16 @@ elif case == "stream":
             finish = choice.finish_reason or finish
     out = {"session": raw.headers.get("x-elfgate-session-id"), "text": text, "usage": usage,
            "finish": finish}
+elif case == "stream_error":
+    text, error = "", None
+    try:
+        for chunk in client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hello"}], stream=True):
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+    except openai.APIError as e:
+        error = {"class": type(e).__name__, "message": e.message}
+    out = {"text": text, "error": error}
 elif case == "tools":
     tools = [{"type": "function", "function": {
         "name": "lookup", "description": "looks things up",

@@ -4,11 +4,11 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{fail, stream_turn_from};
+use crate::streaming::{TurnOptions, TurnOutput, fail, stream_turn_from, stream_turn_with};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
-    Message, Role, RunOutcome,
+    Message, RetryInfo, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
@@ -62,6 +62,10 @@ impl Default for ChatSettings {
 pub struct GatewayTurn {
     /// The request; its model is replaced by the route's.
     pub request: LlmRequest,
+    /// Routes (provider, model) tried in order when the call fails before its first token with
+    /// an error another provider may not have (a connection error, 429 or 5xx after the
+    /// retries); each switch is announced by a `retry` event naming the next route.
+    pub fallbacks: Vec<(String, String)>,
 }
 
 /// The note a run emits (a `processing` event) when the answer was cut at the output token limit.
@@ -165,8 +169,10 @@ impl ChatEngine {
         };
 
         let keep_tool_calls = gateway.is_some();
+        let mut fallbacks = Vec::new();
         let (req, first) = match (gateway, head) {
             (Some(g), _) => {
+                fallbacks = g.fallbacks;
                 let mut req = g.request;
                 req.model = model.clone();
                 (Arc::new(req), None)
@@ -198,15 +204,21 @@ impl ChatEngine {
                 )
             }
         };
-        let turn = stream_turn_from(
-            provider.as_ref(),
-            &req,
-            &self.settings.retry,
-            &ctx,
-            started,
-            first,
-        )
-        .await;
+        let (turn, model) = if fallbacks.is_empty() {
+            let turn = stream_turn_from(
+                provider.as_ref(),
+                &req,
+                &self.settings.retry,
+                &ctx,
+                started,
+                first,
+            )
+            .await;
+            (turn, model)
+        } else {
+            self.turn_with_fallbacks(&ctx, provider, req, fallbacks, started)
+                .await
+        };
         if !turn.tool_calls.is_empty() && !keep_tool_calls {
             tracing::debug!(
                 calls = turn.tool_calls.len(),
@@ -272,6 +284,77 @@ impl ChatEngine {
             iterations: 1,
             error: turn.error,
             answer,
+        }
+    }
+
+    /// One call on the first route, then on each fallback route while the previous one failed
+    /// before its first token; the output of the last call made, and its model.
+    async fn turn_with_fallbacks(
+        &self,
+        ctx: &EngineSessionContext,
+        mut provider: Arc<dyn LlmProvider>,
+        mut req: Arc<LlmRequest>,
+        fallbacks: Vec<(String, String)>,
+        started: Instant,
+    ) -> (TurnOutput, String) {
+        let max_attempts = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
+        let mut rest = fallbacks.into_iter();
+        let mut attempt = 0;
+        loop {
+            let opts = TurnOptions {
+                report_errors: false,
+                ..Default::default()
+            };
+            let turn = stream_turn_with(
+                provider.as_ref(),
+                &req,
+                &self.settings.retry,
+                ctx,
+                started,
+                opts,
+            )
+            .await;
+            let streamed =
+                !turn.text.is_empty() || !turn.thinking.is_empty() || !turn.tool_calls.is_empty();
+            if let Some(error) = &turn.error
+                && !streamed
+                && !turn.interrupted
+                && !turn.permanent
+                && let Some((name, model)) = rest.next()
+            {
+                match self.providers.resolve(Some(&name)) {
+                    Ok((_, next)) => {
+                        attempt += 1;
+                        ctx.events
+                            .emit(EventPayload::Retry {
+                                retry: RetryInfo {
+                                    attempt,
+                                    max_attempts,
+                                    delay_ms: 0,
+                                    reason: format!(
+                                        "falling back to route {name}/{model}: {}",
+                                        error.message
+                                    ),
+                                },
+                            })
+                            .await;
+                        provider = next;
+                        let mut r = (*req).clone();
+                        r.model = model;
+                        req = Arc::new(r);
+                        continue;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "fallback route skipped"),
+                }
+            }
+            if let Some(error) = &turn.error {
+                ctx.events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
+            }
+            return (turn, req.model.clone());
         }
     }
 

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{Daemon, Opts};
-use elfgate_mockllm::MockServer;
+use common::{Daemon, Opts, poll_until};
+use elfgate_mockllm::{MockServer, Outcome};
 use serde_json::{Value, json};
 
 async fn post_raw(d: &Daemon, path: &str, body: Value) -> reqwest::Response {
@@ -217,4 +217,32 @@ async fn messages_stream_anthropic_events_from_either_kind_of_provider() {
             && paths.iter().any(|p| p == "/v1/chat/completions"),
         "{paths:?}"
     );
+}
+
+#[tokio::test]
+async fn a_closed_connection_interrupts_the_run_and_the_upstream_stream() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let mut resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=5,stall_after=1", "stream": true,
+               "messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let first = resp.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+    drop(resp);
+    poll_until("upstream closed", || {
+        (mock.requests()[0].outcome == Outcome::ClientDisconnected).then_some(())
+    })
+    .await;
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_n("complete", 1).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "interrupted");
 }

@@ -306,3 +306,51 @@ async fn anthropic_sdk_against_either_kind_of_provider() {
         "{paths:?}"
     );
 }
+
+#[tokio::test]
+async fn an_alias_falls_back_before_the_first_token_and_never_after() {
+    let Some(py) = python() else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: r#"
+[aliases]
+chain = ["mock/mock:fail=503", "mock-anthropic/mock:tokens=2"]
+late = ["mock/mock:error_after=1,tokens=3", "mock-anthropic/mock:tokens=2,id=late"]
+"#
+            .into(),
+            ..Default::default()
+        },
+    );
+    let c = sdk(&d, &py, "openai_cases.py", &["complete", "chain"], &[]).await;
+    assert_eq!(c["text"], "tok0 tok1 ", "{c}");
+    let sid = c["session"].as_str().unwrap();
+    let mut sse = d.events(sid, None).await;
+    let evs = sse.until_n("complete", 1).await;
+    let retries: Vec<&common::Ev> = evs.iter().filter(|e| e.event == "retry").collect();
+    let last = retries.last().unwrap();
+    assert!(
+        last.data["retry"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("falling back to route mock-anthropic/mock:tokens=2"),
+        "{retries:?}"
+    );
+    assert!(!evs.iter().any(|e| e.event == "error"), "{evs:?}");
+    assert!(mock.requests().iter().any(|r| r.path == "/v1/messages"));
+
+    let before = mock.requests().len();
+    let e = sdk(&d, &py, "openai_cases.py", &["stream_error", "late"], &[]).await;
+    assert_eq!(e["text"], "tok0 ", "{e}");
+    assert_eq!(e["error"]["class"], "APIError", "{e}");
+    let after: Vec<String> = mock.requests()[before..]
+        .iter()
+        .map(|r| r.model.clone())
+        .collect();
+    assert_eq!(
+        after,
+        ["mock:error_after=1,tokens=3"],
+        "no fallback after the first token"
+    );
+}

@@ -14,6 +14,9 @@ pub enum Route {
         provider: String,
         /// The model, as the provider names it.
         model: String,
+        /// The rest of an alias's chain: (provider, model) tried in order when the routes
+        /// before failed before their first token.
+        fallbacks: Vec<(String, String)>,
     },
     /// An engine runs the last user message as its prompt; only its text comes back.
     Engine {
@@ -41,12 +44,39 @@ pub const ENGINE_PREFIX: &str = "elfgate:";
 
 /// Resolves `model` to a route.
 pub fn resolve(state: &AppState, model: &str) -> Result<Route, GatewayError> {
-    if let Some(target) = state.config.aliases.get(model) {
-        // A chain's first route; the following ones are tried only when it fails.
-        let first = target.routes().first().cloned().unwrap_or_default();
-        return resolve_plain(state, &first);
+    let Some(target) = state.config.aliases.get(model) else {
+        return resolve_plain(state, model);
+    };
+    let routes = target.routes();
+    let mut chain = routes.iter();
+    let first = resolve_plain(state, chain.next().map_or("", String::as_str))?;
+    match first {
+        Route::Provider {
+            provider, model, ..
+        } => {
+            // Only provider routes can follow: an engine's run is not one call to switch.
+            let mut fallbacks = Vec::new();
+            for r in chain {
+                match resolve_plain(state, r)? {
+                    Route::Provider {
+                        provider, model, ..
+                    } => fallbacks.push((provider, model)),
+                    Route::Engine { .. } => {
+                        return Err(GatewayError::unknown_model(
+                            r,
+                            "an alias's fallback routes must be PROVIDER/MODEL",
+                        ));
+                    }
+                }
+            }
+            Ok(Route::Provider {
+                provider,
+                model,
+                fallbacks,
+            })
+        }
+        engine => Ok(engine),
     }
-    resolve_plain(state, model)
 }
 
 fn resolve_plain(state: &AppState, model: &str) -> Result<Route, GatewayError> {
@@ -84,6 +114,7 @@ fn resolve_plain(state: &AppState, model: &str) -> Result<Route, GatewayError> {
     Ok(Route::Provider {
         provider,
         model: model_name,
+        fallbacks: Vec::new(),
     })
 }
 

@@ -121,9 +121,14 @@ pub async fn start(
     // it with the whole request.
     let engine_system = inbound.request.system.clone();
     let (engine, provider, model, prepared, relay_tools) = match route {
-        Route::Provider { provider, model } => {
+        Route::Provider {
+            provider,
+            model,
+            fallbacks,
+        } => {
             let turn = GatewayTurn {
                 request: inbound.request,
+                fallbacks,
             };
             (
                 EngineType::Chat,
