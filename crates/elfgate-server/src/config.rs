@@ -137,6 +137,19 @@ pub struct ProviderConfigSection {
     /// attempt's wait, not one per attempt.
     #[serde(default)]
     pub first_token_timeout_secs: Option<u64>,
+    /// Gateway requests running at once on this provider (absent: no limit).
+    #[serde(default)]
+    pub max_concurrent: Option<usize>,
+    /// Gateway requests started per minute on this provider (absent: no limit).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Gateway requests that may wait for either limit; past it, 429.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+}
+
+fn default_max_queued() -> usize {
+    64
 }
 
 fn default_idle() -> u64 {

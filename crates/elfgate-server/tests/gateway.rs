@@ -246,3 +246,82 @@ async fn a_closed_connection_interrupts_the_run_and_the_upstream_stream() {
     let evs = sse.until_n("complete", 1).await;
     assert_eq!(evs.last().unwrap().data["finishReason"], "interrupted");
 }
+
+#[tokio::test]
+async fn past_a_providers_limit_and_queue_requests_get_429_in_their_callers_format() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                r#"
+[providers.limited]
+kind = "openai"
+base_url = "{}/v1"
+max_concurrent = 1
+requests_per_minute = 600
+max_queued = 0
+"#,
+                mock.base_url()
+            ),
+            ..Default::default()
+        },
+    );
+    let mut held = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "limited/mock:tokens=5,stall_after=1", "stream": true,
+               "messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(held.status(), 200);
+    held.chunk().await.unwrap().unwrap();
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "limited/mock:tokens=1", "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "limited/mock:tokens=1", "max_tokens": 10, "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    // Another provider is not held back.
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=1", "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    // The place comes back when the holder leaves.
+    drop(held);
+    poll_until("upstream closed", || {
+        (mock.requests()[0].outcome == Outcome::ClientDisconnected).then_some(())
+    })
+    .await;
+    let mut status = 0;
+    for _ in 0..300 {
+        let resp = post_raw(
+            &d,
+            "/v1/chat/completions",
+            json!({"model": "limited/mock:tokens=1", "messages": hi}),
+        )
+        .await;
+        status = resp.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, 200);
+}

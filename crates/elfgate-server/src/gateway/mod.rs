@@ -6,6 +6,7 @@
 pub mod anthropic_in;
 pub mod body;
 pub mod error;
+pub mod limits;
 pub mod openai_in;
 pub mod route;
 pub mod run;

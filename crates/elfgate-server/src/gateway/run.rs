@@ -73,6 +73,8 @@ pub struct RunHandle {
     pub model: String,
     items: mpsc::Receiver<Out>,
     guard: InterruptOnDrop,
+    // The place taken on the provider's limits, freed with the handle.
+    _permit: Option<super::limits::Permit>,
 }
 
 impl RunHandle {
@@ -117,6 +119,11 @@ pub async fn start(
     inbound: Inbound,
     cont: Continuation,
 ) -> Result<RunHandle, GatewayError> {
+    // Waits (in order) for a place on the route's provider, before anything is stored.
+    let permit = match route.provider() {
+        Some(p) => state.gateway_limits.acquire(p).await?,
+        None => None,
+    };
     // An engine route keeps the caller's system prompt as the session's; a provider route sends
     // it with the whole request.
     let engine_system = inbound.request.system.clone();
@@ -227,6 +234,7 @@ pub async fn start(
             session_id,
             armed: true,
         },
+        _permit: permit,
     })
 }
 
