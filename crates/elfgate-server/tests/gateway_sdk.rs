@@ -354,3 +354,57 @@ late = ["mock/mock:error_after=1,tokens=3", "mock-anthropic/mock:tokens=2,id=lat
         "no fallback after the first token"
     );
 }
+
+/// The real claude-code CLI (scripts/install-cli-tools.sh puts it in tools/cli/), pointed at the
+/// daemon's /v1/messages, answered by an OpenAI-kind provider. Skipped when it is not installed.
+#[tokio::test]
+async fn claude_code_answers_through_the_gateway_from_an_openai_kind_provider() {
+    let claude = root().join("tools/cli/node_modules/.bin/claude");
+    if !claude.exists() {
+        eprintln!("claude-code test skipped: not installed (scripts/install-cli-tools.sh)");
+        return;
+    }
+    let mock = MockServer::start().await.unwrap();
+    // claude-code's requests (its system prompt and tool schemas) are far over the tests' limit.
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            env: vec![("ELFGATE_SERVER__BODY_LIMIT_BYTES".into(), "8000000".into())],
+            ..Default::default()
+        },
+    );
+    let home = tempfile::tempdir().unwrap();
+    let model = "mock/mock:echo=1";
+    let out = tokio::process::Command::new(&claude)
+        .args(["-p", "what is the answer", "--model", model])
+        .current_dir(home.path())
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", &d.base)
+        .env("ANTHROPIC_API_KEY", d.token.clone().unwrap_or_default())
+        .env("ANTHROPIC_SMALL_FAST_MODEL", model)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "claude failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The mock echoes the user's text, which claude-code prefixes with reminders of its own.
+    assert!(stdout.contains("You said: "), "{stdout}");
+    assert!(stdout.contains("what is the answer"), "{stdout}");
+    let reqs = mock.requests();
+    assert!(
+        reqs.iter().all(|r| r.path == "/v1/chat/completions"),
+        "every call went to the OpenAI-kind provider"
+    );
+    let (_, sessions) = d.get("/v1/sessions").await;
+    let sid = sessions["sessions"][0]["id"].as_str().unwrap();
+    let msgs = stored(&d, sid).await;
+    assert!(msgs[0].contains("what is the answer"), "{msgs:?}");
+}

@@ -39,9 +39,15 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
         }
     };
     let mut messages = Vec::new();
+    let mut more_system = Vec::new();
     for (i, m) in raw.iter().enumerate() {
-        message(i, m, &mut messages)?;
+        message(i, m, &mut messages, &mut more_system)?;
     }
+    let system = match (system, more_system.is_empty()) {
+        (s, true) => s,
+        (None, false) => Some(more_system.join("\n\n")),
+        (Some(s), false) => Some(format!("{s}\n\n{}", more_system.join("\n\n"))),
+    };
     let tools = f
         .array("tools")?
         .map(|ts| {
@@ -114,14 +120,21 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
     })
 }
 
-fn message(i: usize, m: &Value, out: &mut Vec<LlmMessage>) -> Result<(), GatewayError> {
+fn message(
+    i: usize,
+    m: &Value,
+    out: &mut Vec<LlmMessage>,
+    system: &mut Vec<String>,
+) -> Result<(), GatewayError> {
     let role = match m["role"].as_str() {
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
+        // Some clients (claude-code among them) put system text among the messages.
+        Some("system") => Role::System,
         _ => {
             return Err(bad(
                 format!("messages.{i}.role"),
-                format!("messages[{i}]: 'role' must be \"user\" or \"assistant\""),
+                format!("messages[{i}]: 'role' must be \"user\", \"assistant\" or \"system\""),
             ));
         }
     };
@@ -176,6 +189,14 @@ fn message(i: usize, m: &Value, out: &mut Vec<LlmMessage>) -> Result<(), Gateway
             // redacted_thinking, documents and the like have no counterpart.
             _ => {}
         }
+    }
+    if role == Role::System {
+        for b in own {
+            if let ContentBlock::Text { text } = b {
+                system.push(text);
+            }
+        }
+        return Ok(());
     }
     if !results.is_empty() {
         out.push(LlmMessage {
