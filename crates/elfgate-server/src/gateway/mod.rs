@@ -4,12 +4,17 @@
 //! writes the run's events back in its own format.
 
 pub mod anthropic_in;
+pub mod anthropic_out;
 pub mod body;
 pub mod error;
 pub mod limits;
 pub mod openai_in;
+pub mod openai_out;
 pub mod route;
 pub mod run;
+
+#[cfg(test)]
+mod golden;
 
 use elfgate_llm::LlmRequest;
 

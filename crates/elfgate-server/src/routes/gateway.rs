@@ -3,7 +3,7 @@
 
 use crate::gateway::error::GatewayError;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
-use crate::gateway::{Inbound, anthropic_in, body, openai_in, route};
+use crate::gateway::{Inbound, anthropic_in, anthropic_out, body, openai_in, openai_out, route};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -158,7 +158,7 @@ async fn chat_completions(
         let model = handle.model.clone();
         if stream {
             let first = first_item(&mut handle).await?;
-            let mut w = openai_in::ChunkWriter {
+            let mut w = openai_out::ChunkWriter {
                 id,
                 model,
                 created,
@@ -169,7 +169,7 @@ async fn chat_completions(
             return Ok(sse(handle, first, move |item| w.frames(item)));
         }
         let (items, end) = run::collect(&mut handle).await?;
-        let body = openai_in::completion(&id, &model, created, &items, &end);
+        let body = openai_out::completion(&id, &model, created, &items, &end);
         Ok(with_session(axum::Json(body).into_response(), &handle))
     };
     answer.await.unwrap_or_else(|e| door.error(e))
@@ -191,11 +191,11 @@ async fn messages(
         let model = handle.model.clone();
         if stream {
             let first = first_item(&mut handle).await?;
-            let mut w = anthropic_in::EventWriter::new(id, model);
+            let mut w = anthropic_out::EventWriter::new(id, model);
             return Ok(sse(handle, first, move |item| w.frames(item)));
         }
         let (items, end) = run::collect(&mut handle).await?;
-        let body = anthropic_in::message_json(&id, &model, &items, &end);
+        let body = anthropic_out::message_json(&id, &model, &items, &end);
         Ok(with_session(axum::Json(body).into_response(), &handle))
     };
     answer.await.unwrap_or_else(|e| door.error(e))
