@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, sessions};
+use crate::routes::{engines, gateway, health, sessions};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -55,6 +55,9 @@ impl Modify for BearerScheme {
         sessions::permission,
         engines::list,
         engines::reload_mcp,
+        gateway::chat_completions,
+        gateway::messages,
+        gateway::models,
         health::healthz,
         health::readyz,
         health::metrics,

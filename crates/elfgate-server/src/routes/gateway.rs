@@ -1,6 +1,7 @@
 //! The gateway's front doors: POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic),
 //! GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
 
+use crate::error::ErrorBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
 use crate::gateway::{Inbound, anthropic_in, anthropic_out, body, openai_in, openai_out, route};
@@ -141,8 +142,30 @@ async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
     }
 }
 
-/// POST /v1/chat/completions.
-async fn chat_completions(
+/// OpenAI-compatible chat completions (stream or not), run as a session.
+///
+/// The body is OpenAI's; `model` is `PROVIDER/MODEL`, an alias or `elfgate:ENGINE[:PROVIDER/MODEL]`
+/// (see docs/gateway.md). Errors use OpenAI's shape `{"error":{"message","type","param","code"}}`.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    operation_id = "chatCompletions",
+    tag = "gateway",
+    request_body(content = serde_json::Value, description = "An OpenAI chat completions request"),
+    params(
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+    ),
+    responses(
+        (status = 200, description = "A chat.completion object, or chat.completion.chunk SSE frames ending with [DONE]; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (model_not_found)", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
@@ -175,8 +198,30 @@ async fn chat_completions(
     answer.await.unwrap_or_else(|e| door.error(e))
 }
 
-/// POST /v1/messages.
-async fn messages(
+/// Anthropic-compatible Messages (stream or not), run as a session.
+///
+/// The body is Anthropic's; `model` routes as for chat completions. Errors use Anthropic's shape
+/// `{"type":"error","error":{"type","message"}}`. The token may come as `x-api-key`.
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    operation_id = "messages",
+    tag = "gateway",
+    request_body(content = serde_json::Value, description = "An Anthropic Messages request"),
+    params(
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+    ),
+    responses(
+        (status = 200, description = "A message object, or message_start … message_stop SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (Anthropic's error shape)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (not_found_error)", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn messages(
     State(state): State<AppState>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
@@ -201,8 +246,20 @@ async fn messages(
     answer.await.unwrap_or_else(|e| door.error(e))
 }
 
-/// GET /v1/models: providers' default models, aliases and engines, in OpenAI's list shape.
-async fn models(State(state): State<AppState>) -> Response {
+/// The gateway's model names: providers' default models, aliases and engines, in OpenAI's list
+/// shape.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    operation_id = "listModels",
+    tag = "gateway",
+    responses(
+        (status = 200, description = "{\"object\":\"list\",\"data\":[{\"id\",\"object\":\"model\",\"created\",\"owned_by\"}]}", body = serde_json::Value),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn models(State(state): State<AppState>) -> Response {
     let mut data = Vec::new();
     let model = |id: String, owner: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": owner});
     for (name, p) in &state.config.providers {
