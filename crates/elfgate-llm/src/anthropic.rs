@@ -150,6 +150,11 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             json!({ "type": "enabled", "budget_tokens": b }),
         );
     }
+    if let Some((ProviderKind::Anthropic, fields)) = &req.passthrough {
+        for (k, v) in fields {
+            body.insert(k.clone(), v.clone());
+        }
+    }
     Value::Object(body)
 }
 

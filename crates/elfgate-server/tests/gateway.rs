@@ -325,3 +325,36 @@ max_queued = 0
     }
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn cache_control_reaches_an_anthropic_provider_and_not_an_openai_one() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for model in ["mock-anthropic/mock:tokens=1", "mock/mock:tokens=1"] {
+        let resp = post_raw(
+            &d,
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 50,
+                   "system": [{"type": "text", "text": "be brief",
+                               "cache_control": {"type": "ephemeral"}}],
+                   "messages": [{"role": "user", "content": [
+                       {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]}),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+    }
+    let reqs = mock.requests();
+    let anthropic = &reqs[0].body;
+    assert_eq!(
+        anthropic["system"][0]["cache_control"]["type"], "ephemeral",
+        "{anthropic}"
+    );
+    assert_eq!(
+        anthropic["messages"][0]["content"][0]["cache_control"]["type"],
+        "ephemeral"
+    );
+    assert_eq!(anthropic["model"], "mock:tokens=1");
+    let openai = reqs[1].body.to_string();
+    assert!(!openai.contains("cache_control"), "{openai}");
+    assert_eq!(reqs[1].body["messages"][0]["content"], "be brief");
+}

@@ -6,7 +6,7 @@ use super::body::Fields;
 use super::error::GatewayError;
 use super::openai_in::last_user_text;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
-use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
+use elfgate_llm::{LlmMessage, LlmRequest, ProviderKind, ToolChoice, ToolSpec};
 use serde_json::{Value, json};
 
 fn bad(param: String, what: String) -> GatewayError {
@@ -100,6 +100,15 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
         _ => ThinkingLevel::default(),
     };
     let prompt = last_user_text(&messages);
+    // Sent as given to an Anthropic provider: cache_control marks, redacted thinking and the
+    // like survive. Not when system text sits among the messages, which the API would refuse.
+    let passthrough = (!raw.iter().any(|m| m["role"] == "system")).then(|| {
+        let fields = ["system", "messages", "tools"]
+            .iter()
+            .filter_map(|k| f.get(k).map(|v| (k.to_string(), v.clone())))
+            .collect();
+        (ProviderKind::Anthropic, fields)
+    });
     Ok(Inbound {
         model,
         request: LlmRequest {
@@ -113,6 +122,7 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
             tool_choice,
             stop: f.strings("stop_sequences")?,
             response_format: None,
+            passthrough,
         },
         prompt,
         stream,

@@ -46,6 +46,8 @@ fn internal(i: &Inbound) -> String {
         "toolChoice": r.tool_choice.as_ref().map(|c| format!("{c:?}")),
         "stop": r.stop,
         "responseFormat": r.response_format,
+        "passthrough": r.passthrough.as_ref()
+            .map(|(kind, f)| json!({"kind": kind, "keys": f.keys().collect::<Vec<_>>()})),
     });
     serde_json::to_string_pretty(&v).unwrap() + "\n"
 }

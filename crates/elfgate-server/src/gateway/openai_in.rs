@@ -70,6 +70,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), GatewayError> {
         tool_choice,
         stop: f.strings("stop")?,
         response_format,
+        passthrough: None,
     };
     Ok((
         Inbound {
