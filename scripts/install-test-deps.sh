@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs besides the Rust toolchain: Chromium (Debian's package) for
-# the browser tests, Python 3 for the fake coding CLIs of the cli engine's tests
-# (crates/elfgate-server/tests/fixtures/cli), and Node.js with the real coding CLIs (codex,
-# claude-code, gemini-cli, which scripts/install-cli-tools.sh puts into tools/cli/) for its tests
-# with the real CLIs and the pinned MCP server of the MCP tests (scripts/install-mcp-servers.sh
-# puts it into tools/mcp/). Does nothing for what is already there.
+# the browser tests; Python 3 (with its venv module) for the fake coding CLIs of the cli engine's
+# tests (crates/elfgate-server/tests/fixtures/cli) and the gateway's SDK tests, whose official
+# openai and anthropic SDKs go into tools/venv (scripts/install-sdk-venv.sh); Node.js with the
+# real coding CLIs (codex, claude-code, gemini-cli, which scripts/install-cli-tools.sh puts into
+# tools/cli/) for the tests with the real CLIs, and the pinned MCP server of the MCP tests
+# (scripts/install-mcp-servers.sh puts it into tools/mcp/). Does nothing for what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +14,10 @@ if ! command -v chromium >/dev/null 2>&1 && ! [[ -n "${CHROMIUM_BIN:-}" && -x "$
   missing+=(chromium)
 fi
 if ! command -v python3 >/dev/null 2>&1; then
-  missing+=(python3)
+  missing+=(python3 python3-venv)
+elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  # Debian splits the venv module (and the pip it bootstraps) out of python3.
+  missing+=(python3-venv)
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
@@ -21,8 +25,8 @@ fi
 if [[ ${#missing[@]} -gt 0 ]]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-test-deps: missing ${missing[*]}: Chromium is needed for the browser tests (or set" \
-      "CHROMIUM_BIN=/path/to/chromium), Python 3 for the fake CLIs of the cli engine's tests," \
-      "Node.js 20 or newer with npm for the real CLIs" >&2
+      "CHROMIUM_BIN=/path/to/chromium), Python 3 with venv for the fake CLIs of the cli engine's" \
+      "tests and the SDK tests, Node.js 20 or newer with npm for the real CLIs and the MCP server" >&2
     exit 1
   fi
   SUDO=()
@@ -44,3 +48,4 @@ if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0
 fi
 scripts/install-cli-tools.sh
 scripts/install-mcp-servers.sh
+scripts/install-sdk-venv.sh

@@ -10,4 +10,6 @@ scripts/install-test-deps.sh
 # missing. (Not ELFGATE_ names: the daemon reads every ELFGATE_* variable as configuration.)
 export REQUIRE_BROWSER_TESTS=require
 export REQUIRE_CLI_TESTS=require
+# Likewise the gateway's SDK tests when the venv of the official SDKs is missing.
+export REQUIRE_SDK_TESTS=require
 cargo test --workspace --locked "$@"

@@ -4,11 +4,11 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{fail, stream_turn_from};
+use crate::streaming::{TurnOptions, TurnOutput, fail, stream_turn_from, stream_turn_with};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
-    Message, Role, RunOutcome,
+    Message, RetryInfo, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
@@ -53,6 +53,23 @@ impl Default for ChatSettings {
         }
     }
 }
+
+/// A whole upstream request a front door of the gateway built from its caller's request (its
+/// history, tools, stop sequences...), handed to the run through its head start. The run sends it
+/// as given (with the route's model) instead of building one from the stored history, and keeps
+/// the tool calls the model asks for in its answer, for the caller to run.
+#[derive(Debug, Clone)]
+pub struct GatewayTurn {
+    /// The request; its model is replaced by the route's.
+    pub request: LlmRequest,
+    /// Routes (provider, model) tried in order when the call fails before its first token with
+    /// an error another provider may not have (a connection error, 429 or 5xx after the
+    /// retries); each switch is announced by a `retry` event naming the next route.
+    pub fallbacks: Vec<(String, String)>,
+}
+
+/// The note a run emits (a `processing` event) when the answer was cut at the output token limit.
+pub const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
 
 /// Where a run's request goes.
 #[derive(Clone)]
@@ -145,6 +162,7 @@ impl ChatEngine {
             return tool_loop.run(ctx).await;
         }
         let session_id = ctx.session_id();
+        let gateway = ctx.head_start.take::<GatewayTurn>();
         let head = ctx.head_start.take::<ChatHeadStart>();
         // Time to first token counts from the upstream call's start, which a head start moved
         // before the run's.
@@ -176,10 +194,18 @@ impl ChatEngine {
             Err(e) => return fail(&ctx, "storage", e).await,
         };
 
-        let (req, first) = match head {
+        let keep_tool_calls = gateway.is_some();
+        let mut fallbacks = Vec::new();
+        let (req, first) = match (gateway, head) {
+            (Some(g), _) => {
+                fallbacks = g.fallbacks;
+                let mut req = g.request;
+                req.model = model.clone();
+                (Arc::new(req), None)
+            }
             // Built from the same stored prompt, with no history: a first run follows nothing.
-            Some(h) => (h.req, Some(h.first)),
-            None => {
+            (None, Some(h)) => (h.req, Some(h.first)),
+            (None, None) => {
                 let history = match self.mode {
                     ChatMode::MultiTurn => match parent {
                         Some(leaf) => match self
@@ -204,16 +230,22 @@ impl ChatEngine {
                 )
             }
         };
-        let turn = stream_turn_from(
-            provider.as_ref(),
-            &req,
-            &self.settings.retry,
-            &ctx,
-            started,
-            first,
-        )
-        .await;
-        if !turn.tool_calls.is_empty() {
+        let (turn, model) = if fallbacks.is_empty() {
+            let turn = stream_turn_from(
+                provider.as_ref(),
+                &req,
+                &self.settings.retry,
+                &ctx,
+                started,
+                first,
+            )
+            .await;
+            (turn, model)
+        } else {
+            self.turn_with_fallbacks(&ctx, provider, req, fallbacks, started)
+                .await
+        };
+        if !turn.tool_calls.is_empty() && !keep_tool_calls {
             tracing::debug!(
                 calls = turn.tool_calls.len(),
                 "chat engine ignores tool calls"
@@ -238,6 +270,18 @@ impl ChatEngine {
         if !turn.text.is_empty() {
             blocks.push(ContentBlock::text(turn.text));
         }
+        if keep_tool_calls {
+            for call in turn.tool_calls {
+                // Malformed arguments are kept as the text the model wrote.
+                let input = serde_json::from_str(&call.arguments)
+                    .unwrap_or(serde_json::Value::String(call.arguments));
+                blocks.push(ContentBlock::ToolUse {
+                    id: call.id,
+                    name: call.name,
+                    input,
+                });
+            }
+        }
         // Stored with the run's end (one commit) and announced after it by the dispatcher.
         let answer = (!blocks.is_empty()).then(|| {
             let mut answer = Message::new(
@@ -255,7 +299,7 @@ impl ChatEngine {
         if matches!(turn.finish, Some(LlmFinishReason::Length)) {
             ctx.events
                 .emit(EventPayload::Processing {
-                    message: "the answer was cut at the output token limit".to_string(),
+                    message: LENGTH_NOTE.to_string(),
                 })
                 .await;
         }
@@ -266,6 +310,77 @@ impl ChatEngine {
             iterations: 1,
             error: turn.error,
             answer,
+        }
+    }
+
+    /// One call on the first route, then on each fallback route while the previous one failed
+    /// before its first token; the output of the last call made, and its model.
+    async fn turn_with_fallbacks(
+        &self,
+        ctx: &EngineSessionContext,
+        mut provider: Arc<dyn LlmProvider>,
+        mut req: Arc<LlmRequest>,
+        fallbacks: Vec<(String, String)>,
+        started: Instant,
+    ) -> (TurnOutput, String) {
+        let max_attempts = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
+        let mut rest = fallbacks.into_iter();
+        let mut attempt = 0;
+        loop {
+            let opts = TurnOptions {
+                report_errors: false,
+                ..Default::default()
+            };
+            let turn = stream_turn_with(
+                provider.as_ref(),
+                &req,
+                &self.settings.retry,
+                ctx,
+                started,
+                opts,
+            )
+            .await;
+            let streamed =
+                !turn.text.is_empty() || !turn.thinking.is_empty() || !turn.tool_calls.is_empty();
+            if let Some(error) = &turn.error
+                && !streamed
+                && !turn.interrupted
+                && !turn.permanent
+                && let Some((name, model)) = rest.next()
+            {
+                match self.providers.resolve(Some(&name)) {
+                    Ok((_, next)) => {
+                        attempt += 1;
+                        ctx.events
+                            .emit(EventPayload::Retry {
+                                retry: RetryInfo {
+                                    attempt,
+                                    max_attempts,
+                                    delay_ms: 0,
+                                    reason: format!(
+                                        "falling back to route {name}/{model}: {}",
+                                        error.message
+                                    ),
+                                },
+                            })
+                            .await;
+                        provider = next;
+                        let mut r = (*req).clone();
+                        r.model = model;
+                        req = Arc::new(r);
+                        continue;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "fallback route skipped"),
+                }
+            }
+            if let Some(error) = &turn.error {
+                ctx.events
+                    .emit(EventPayload::Error {
+                        error: error.clone(),
+                    })
+                    .await;
+            }
+            return (turn, req.model.clone());
         }
     }
 
@@ -299,7 +414,7 @@ impl ChatEngine {
                 .thinking_level
                 .or(cfg.thinking_level)
                 .unwrap_or_default(),
-            tools: Vec::new(),
+            ..Default::default()
         }
     }
 }

@@ -52,6 +52,9 @@ pub struct TurnOutput {
     pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
+    /// Set when the provider refused the request for a reason no retry can change (see
+    /// `LlmError::is_permanent`).
+    pub permanent: bool,
 }
 
 /// How [`stream_turn_with`] relays a call.
@@ -256,6 +259,7 @@ async fn relay_turn(
                     .await;
             }
             out.error = Some(info);
+            out.permanent = e.is_permanent();
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
                 || e.is_permanent()
                 || !policy.accepts_retry_after(e.retry_after());

@@ -3,7 +3,7 @@
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
+    ProviderConfig, ProviderKind, Role, ThinkingLevel, ToolChoice, resolve_model,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -132,11 +132,28 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if let Some(choice) = &req.tool_choice {
+        let choice = match choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop));
+    }
     if let Some(b) = budget {
         body.insert(
             "thinking".into(),
             json!({ "type": "enabled", "budget_tokens": b }),
         );
+    }
+    if let Some((ProviderKind::Anthropic, fields)) = &req.passthrough {
+        for (k, v) in fields {
+            body.insert(k.clone(), v.clone());
+        }
     }
     Value::Object(body)
 }
@@ -543,6 +560,7 @@ mod tests {
                 description: "reads".into(),
                 input_schema: json!({"type": "object"}),
             }],
+            ..Default::default()
         };
         let body = build_body(&req, "claude-x");
         let expected = json!({

@@ -86,6 +86,32 @@ pub struct LlmRequest {
     pub thinking: ThinkingLevel,
     /// Tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// Which tool the model must (or must not) call; the provider decides when None.
+    pub tool_choice: Option<ToolChoice>,
+    /// Sequences that end the answer.
+    pub stop: Vec<String>,
+    /// OpenAI's `response_format`, passed through as given to OpenAI-kind providers (the
+    /// Anthropic Messages API has no counterpart: it is dropped there).
+    pub response_format: Option<serde_json::Value>,
+    /// Fields of a caller's request already in a provider kind's wire format, sent as given over
+    /// the ones built from this request when the provider is of that kind (the gateway relays
+    /// an Anthropic caller's `system`, `messages` and `tools` this way to an Anthropic provider,
+    /// keeping what the internal form has no room for, such as `cache_control` marks). Other
+    /// kinds ignore it. (Only the Anthropic client applies it so far.)
+    pub passthrough: Option<(ProviderKind, serde_json::Map<String, serde_json::Value>)>,
+}
+
+/// Which tool the model must call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tool call.
+    None,
+    /// At least one tool call, any tool.
+    Required,
+    /// A call to this tool.
+    Tool(String),
 }
 
 /// One normalized streaming event.

@@ -4,7 +4,7 @@ use crate::http::{self, Decoder, EventQueue, Text};
 use crate::openai_fast;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
+    ProviderConfig, ProviderKind, Role, ThinkingLevel, ToolChoice, resolve_model,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -89,6 +89,21 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = &req.tool_choice {
+        let choice = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if !req.stop.is_empty() {
+        body.insert("stop".into(), json!(req.stop));
+    }
+    if let Some(format) = &req.response_format {
+        body.insert("response_format".into(), format.clone());
     }
     let effort = match req.thinking {
         ThinkingLevel::None => None,
@@ -569,6 +584,7 @@ mod tests {
                 description: "reads".into(),
                 input_schema: json!({"type": "object"}),
             }],
+            ..Default::default()
         };
         let body = build_body(&req, "gpt-x");
         let expected = json!({

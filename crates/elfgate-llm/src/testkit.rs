@@ -82,6 +82,7 @@ pub(crate) fn conversation() -> LlmRequest {
                 "required": ["path"],
             }),
         }],
+        ..Default::default()
     }
 }
 

@@ -260,6 +260,7 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::mcp::routes())
+            .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.

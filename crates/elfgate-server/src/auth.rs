@@ -33,6 +33,17 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
             // The scheme name is case-insensitive (RFC 7235).
             let (scheme, token) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        })
+        // Anthropic's clients (claude-code with ANTHROPIC_API_KEY, the SDK's api_key) send their
+        // key as x-api-key; the Anthropic front door takes the token there too. Like
+        // Authorization, it is a header no web page can send without a CORS preflight.
+        .or_else(|| {
+            req.uri()
+                .path()
+                .starts_with("/v1/messages")
+                .then(|| req.headers().get("x-api-key"))
+                .flatten()
+                .and_then(|v| v.to_str().ok())
         });
     match given {
         None => ApiError::Unauthorized.into_response(),

@@ -128,6 +128,19 @@ pub struct ProviderConfigSection {
     /// attempt's wait, not one per attempt.
     #[serde(default)]
     pub first_token_timeout_secs: Option<u64>,
+    /// Gateway requests running at once on this provider (absent: no limit).
+    #[serde(default)]
+    pub max_concurrent: Option<usize>,
+    /// Gateway requests started per minute on this provider (absent: no limit).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Gateway requests that may wait for either limit; past it, 429.
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+}
+
+fn default_max_queued() -> usize {
+    64
 }
 
 fn default_idle() -> u64 {
@@ -135,6 +148,26 @@ fn default_idle() -> u64 {
 }
 fn default_request_timeout() -> u64 {
     60
+}
+
+/// One alias: a route, or a chain of routes tried in order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum AliasTarget {
+    /// `NAME = "PROVIDER/MODEL"`.
+    One(String),
+    /// `NAME = ["PROVIDER/MODEL", ...]`: a fallback chain.
+    Chain(Vec<String>),
+}
+
+impl AliasTarget {
+    /// The routes, in order.
+    pub fn routes(&self) -> Vec<String> {
+        match self {
+            AliasTarget::One(r) => vec![r.clone()],
+            AliasTarget::Chain(rs) => rs.clone(),
+        }
+    }
 }
 
 /// `[defaults]`.
@@ -225,6 +258,9 @@ pub struct Config {
     /// `[mcp]`: MCP servers of tinyelf sessions.
     #[serde(default)]
     pub mcp: elfgate_core::McpSection,
+    /// `[aliases]`: model names of the gateway's front doors.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, AliasTarget>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -321,6 +357,26 @@ impl Config {
                     "providers.{name}.base_url '{}' must start with http:// or https://",
                     p.base_url
                 )));
+            }
+        }
+        for (name, target) in &self.aliases {
+            let routes = target.routes();
+            if routes.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "aliases.{name} names no route"
+                )));
+            }
+            for r in routes {
+                let provider = r.strip_prefix("elfgate:").map_or(Some(r.as_str()), |rest| {
+                    rest.split_once(':').map(|(_, t)| t)
+                });
+                if let Some(p) = provider.and_then(|t| t.split_once('/')).map(|(p, _)| p)
+                    && !self.providers.contains_key(p)
+                {
+                    return Err(ConfigError::Invalid(format!(
+                        "aliases.{name}: '{r}' names provider '{p}', which is not configured"
+                    )));
+                }
             }
         }
         if self.server.body_limit_bytes == 0 {

@@ -86,7 +86,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -132,7 +132,7 @@ impl ApiError {
 
     /// The message a client sees. A storage failure is logged here with a fresh reference, which
     /// the message carries instead of the driver's text ([`StoreError::report`]).
-    fn client_message(&self) -> String {
+    pub(crate) fn client_message(&self) -> String {
         match self {
             ApiError::Internal(msg) => {
                 tracing::error!(error = %msg, "internal error");

@@ -106,14 +106,14 @@ where
     }
 }
 
-fn unsupported_media_type() -> ApiError {
+pub(crate) fn unsupported_media_type() -> ApiError {
     ApiError::UnsupportedMediaType(
         "the body must be JSON sent with Content-Type: application/json".into(),
     )
 }
 
 /// `application/json` or `application/*+json`, any parameters (charset) allowed.
-fn is_json_media_type(value: &[u8]) -> bool {
+pub(crate) fn is_json_media_type(value: &[u8]) -> bool {
     let Ok(value) = std::str::from_utf8(value) else {
         return false;
     };

@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, mcp, sessions};
+use crate::routes::{engines, gateway, health, mcp, sessions};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -56,6 +56,9 @@ impl Modify for BearerScheme {
         engines::list,
         mcp::servers,
         mcp::reload,
+        gateway::chat_completions,
+        gateway::messages,
+        gateway::models,
         health::healthz,
         health::readyz,
         health::metrics,

@@ -5,8 +5,8 @@ use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
     Attachment, ChannelPermissions, DispatchError, EngineConfig, EngineSessionContext, EngineType,
-    EventEmitter, EventPayload, MessageId, OnBusy, PermissionMode, Run, RunId, RunStatus, Session,
-    SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
+    EventEmitter, EventPayload, HeadStart, MessageId, OnBusy, PermissionMode, Run, RunId,
+    RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -350,6 +350,16 @@ pub async fn create_session(
     state: &AppState,
     req: CreateSessionRequest,
 ) -> Result<CreateSessionResponse, ApiError> {
+    create_session_with(state, req, None).await
+}
+
+/// [`create_session`] with work handed to the run in place of its engine's own head start (the
+/// gateway's whole upstream request).
+pub async fn create_session_with(
+    state: &AppState,
+    req: CreateSessionRequest,
+    prepared: Option<HeadStart>,
+) -> Result<CreateSessionResponse, ApiError> {
     check_serving(state)?;
     let engine: EngineType =
         req.engine
@@ -434,7 +444,9 @@ pub async fn create_session(
         .first_run_recorder(session.id, run.id, user.clone());
     // The engine may begin the upstream call now, so that it overlaps the commit; it publishes
     // and stores nothing before it is dispatched below, and the call is dropped if the commit fails.
-    if let Some(e) = state.dispatcher.get_engine(engine) {
+    if let Some(work) = prepared {
+        ctx.head_start = work;
+    } else if let Some(e) = state.dispatcher.get_engine(engine) {
         ctx.head_start = e.head_start(&ctx);
     }
     if let Err(e) = state
@@ -470,6 +482,16 @@ pub async fn send_message(
     state: &AppState,
     session_id: SessionId,
     req: SendMessageRequest,
+) -> Result<SendMessageResponse, ApiError> {
+    send_message_with(state, session_id, req, None).await
+}
+
+/// [`send_message`] with work handed to the run (see [`create_session_with`]).
+pub async fn send_message_with(
+    state: &AppState,
+    session_id: SessionId,
+    req: SendMessageRequest,
+    prepared: Option<HeadStart>,
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
     // Held until the run is admitted or withdrawn, so that a DELETE either stops this run or is
@@ -548,7 +570,10 @@ pub async fn send_message(
         is_resume: true,
         parent_id: req.parent_id,
     };
-    let ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus);
+    let mut ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus);
+    if let Some(work) = prepared {
+        ctx.head_start = work;
+    }
     match state.dispatcher.dispatch(ctx, req.on_busy) {
         Ok(status) => Ok(SendMessageResponse {
             session_id,

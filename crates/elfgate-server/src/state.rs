@@ -42,6 +42,8 @@ pub struct AppInner {
     pub client_keys: crate::idempotency::KeyLocks,
     /// Host and Origin checks, CORS.
     pub request_guard: crate::request_guard::RequestGuard,
+    /// The gateway's per-provider limits.
+    pub gateway_limits: crate::gateway::limits::ProviderLimits,
 }
 
 impl AppState {
@@ -63,6 +65,17 @@ impl AppState {
             &config.server.allowed_hosts,
             &config.server.allowed_origins,
         );
+        let gateway_limits =
+            crate::gateway::limits::ProviderLimits::new(config.providers.iter().map(|(n, p)| {
+                (
+                    n.clone(),
+                    crate::gateway::limits::LimitConfig {
+                        max_concurrent: p.max_concurrent,
+                        requests_per_minute: p.requests_per_minute,
+                        max_queued: p.max_queued,
+                    },
+                )
+            }));
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -77,6 +90,7 @@ impl AppState {
                 sessions: Default::default(),
                 client_keys: Default::default(),
                 request_guard,
+                gateway_limits,
             }),
         }
     }

@@ -393,6 +393,7 @@ pub(crate) async fn run_loop(
             max_tokens: Some(runner.rs.max_tokens),
             thinking: runner.rs.thinking,
             tools: agent.tools.specs(),
+            ..Default::default()
         };
         let turn = runner.call_llm(&agent, &req).await;
         iterations += 1;

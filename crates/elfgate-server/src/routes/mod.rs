@@ -1,6 +1,7 @@
 //! Route modules; each exposes `fn routes() -> Router<AppState>`.
 
 pub mod engines;
+pub mod gateway;
 pub mod health;
 pub mod mcp;
 pub mod sessions;

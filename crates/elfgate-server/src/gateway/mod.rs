@@ -1,0 +1,43 @@
+//! The gateway: OpenAI- and Anthropic-compatible front doors onto the daemon's sessions. Each
+//! front door parses its wire format into the internal form ([`Inbound`]: elfgate-llm's request
+//! and the prompt stored with the session), runs it as a session like any other ([`run`]), and
+//! writes the run's events back in its own format.
+
+pub mod anthropic_in;
+pub mod anthropic_out;
+pub mod body;
+pub mod error;
+pub mod limits;
+pub mod openai_in;
+pub mod openai_out;
+pub mod route;
+pub mod run;
+
+#[cfg(test)]
+mod golden;
+
+use elfgate_llm::LlmRequest;
+
+/// A front door's request in the internal form.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    /// The `model` field: the route.
+    pub model: String,
+    /// The whole upstream request (its model is set by the route).
+    pub request: LlmRequest,
+    /// The text of the last user message: the prompt stored with the session.
+    pub prompt: String,
+    /// Whether the caller asked for a stream.
+    pub stream: bool,
+}
+
+/// Why a finished run stopped, in the terms both front doors map to their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// A natural end.
+    End,
+    /// The output token limit.
+    Length,
+    /// The model asks for tool calls.
+    ToolCalls,
+}

@@ -1,0 +1,138 @@
+//! The run's items → OpenAI chat completion answers: one `chat.completion` object, or
+//! `chat.completion.chunk` SSE frames ending with `[DONE]`.
+
+use super::Stop;
+use super::error::GatewayError;
+use super::run::Out;
+use serde_json::{Value, json};
+
+/// OpenAI's finish reason.
+pub fn finish_reason(stop: Stop) -> &'static str {
+    match stop {
+        Stop::End => "stop",
+        Stop::Length => "length",
+        Stop::ToolCalls => "tool_calls",
+    }
+}
+
+fn usage(input: u64, output: u64) -> Value {
+    json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output})
+}
+
+fn tool_call_json(index: usize, id: &str, name: &str, input: &Value) -> Value {
+    let arguments = match input {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    json!({"index": index, "id": id, "type": "function",
+           "function": {"name": name, "arguments": arguments}})
+}
+
+/// The non-streaming answer.
+pub fn completion(id: &str, model: &str, created: i64, items: &[Out], end: &Out) -> Value {
+    let mut text = String::new();
+    let mut thinking = String::new();
+    let mut calls = Vec::new();
+    for item in items {
+        match item {
+            Out::Text(t) => text.push_str(t),
+            Out::Thinking(t) => thinking.push_str(t),
+            Out::ToolCall { id, name, input } => {
+                let mut c = tool_call_json(calls.len(), id, name, input);
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("index");
+                }
+                calls.push(c);
+            }
+            _ => {}
+        }
+    }
+    let (stop, input, output) = end.end_parts();
+    let mut message = json!({
+        "role": "assistant",
+        "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) },
+        "refusal": null,
+    });
+    if !calls.is_empty() {
+        message["tool_calls"] = json!(calls);
+    }
+    if !thinking.is_empty() {
+        message["reasoning_content"] = json!(thinking);
+    }
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(stop),
+                     "logprobs": null}],
+        "usage": usage(input, output),
+    })
+}
+
+/// Writes the run's items as `chat.completion.chunk` frames.
+pub struct ChunkWriter {
+    /// The completion id.
+    pub id: String,
+    /// The model echoed.
+    pub model: String,
+    /// Unix seconds.
+    pub created: i64,
+    /// Whether a last chunk carries the usage.
+    pub include_usage: bool,
+    /// Tool calls sent so far.
+    pub calls: usize,
+    /// Whether the first chunk (with the role) went out.
+    pub started: bool,
+}
+
+impl ChunkWriter {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        let c = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
+        });
+        format!("data: {c}\n\n")
+    }
+
+    /// The frames of one item.
+    pub fn frames(&mut self, item: &Out) -> String {
+        let mut s = String::new();
+        if !self.started {
+            self.started = true;
+            s.push_str(&self.chunk(json!({"role": "assistant", "content": ""}), None));
+        }
+        match item {
+            Out::Text(t) => s.push_str(&self.chunk(json!({"content": t}), None)),
+            Out::Thinking(t) => s.push_str(&self.chunk(json!({"reasoning_content": t}), None)),
+            Out::Signature(_) => {}
+            Out::ToolCall { id, name, input } => {
+                let call = tool_call_json(self.calls, id, name, input);
+                self.calls += 1;
+                s.push_str(&self.chunk(json!({"tool_calls": [call]}), None));
+            }
+            Out::Error { code, message } => {
+                let e = GatewayError::upstream(code, message.clone()).openai_body();
+                s.push_str(&format!("data: {e}\n\n"));
+            }
+            Out::End {
+                stop,
+                input_tokens,
+                output_tokens,
+            } => {
+                s.push_str(&self.chunk(json!({}), Some(finish_reason(*stop))));
+                if self.include_usage {
+                    let c = json!({
+                        "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                        "model": self.model, "choices": [],
+                        "usage": usage(*input_tokens, *output_tokens),
+                    });
+                    s.push_str(&format!("data: {c}\n\n"));
+                }
+                s.push_str("data: [DONE]\n\n");
+            }
+        }
+        s
+    }
+}

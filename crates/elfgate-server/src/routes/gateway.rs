@@ -1,0 +1,282 @@
+//! The gateway's front doors: POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic),
+//! GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
+
+use crate::error::ErrorBody;
+use crate::gateway::error::GatewayError;
+use crate::gateway::run::{self, Continuation, Out, RunHandle};
+use crate::gateway::{Inbound, anthropic_in, anthropic_out, body, openai_in, openai_out, route};
+use crate::state::AppState;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use elfgate_core::EngineType;
+use futures_util::StreamExt;
+use serde_json::json;
+
+/// Header naming the session a request continues; answers carry it too.
+pub const SESSION_HEADER: &str = "x-elfgate-session-id";
+/// Header setting a new session's project directory.
+pub const PROJECT_HEADER: &str = "x-elfgate-project-path";
+
+/// The gateway routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
+        .route("/v1/models", get(models))
+}
+
+/// Which wire format a front door writes.
+#[derive(Clone, Copy)]
+enum Door {
+    OpenAi,
+    Anthropic,
+}
+
+impl Door {
+    fn error(self, e: GatewayError) -> Response {
+        match self {
+            Door::OpenAi => e.openai(),
+            Door::Anthropic => e.anthropic(),
+        }
+    }
+}
+
+fn read_body(
+    headers: &HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<serde_json::Value, GatewayError> {
+    let bytes = bytes.map_err(|r| GatewayError::from_status(r.status(), r.body_text()))?;
+    body::json_object(headers, &bytes)
+}
+
+fn continuation(headers: &HeaderMap) -> Result<Continuation, GatewayError> {
+    let text = |name: &str| -> Result<Option<String>, GatewayError> {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str().map(str::to_string).map_err(|_| {
+                    GatewayError::invalid(None, format!("header {name} is not valid text"))
+                })
+            })
+            .transpose()
+    };
+    let session_id = text(SESSION_HEADER)?
+        .map(|s| {
+            crate::service::parse_session_id(&s).map_err(|_| {
+                GatewayError::invalid(None, format!("{SESSION_HEADER}: unknown session '{s}'"))
+            })
+        })
+        .transpose()?;
+    Ok(Continuation {
+        session_id,
+        project_path: text(PROJECT_HEADER)?,
+    })
+}
+
+async fn begin(
+    state: &AppState,
+    headers: &HeaderMap,
+    inbound: Inbound,
+) -> Result<RunHandle, GatewayError> {
+    let route = route::resolve(state, &inbound.model)?;
+    run::start(state, route, inbound, continuation(headers)?).await
+}
+
+fn with_session(mut resp: Response, handle: &RunHandle) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&handle.session_id.to_string()) {
+        resp.headers_mut().insert(SESSION_HEADER, v);
+    }
+    resp
+}
+
+/// An SSE answer: `first` (already read) then the rest of the run, each item through `write`.
+fn sse(
+    handle: RunHandle,
+    first: Out,
+    mut write: impl FnMut(&Out) -> String + Send + 'static,
+) -> Response {
+    let session = handle.session_id;
+    let stream = futures_util::stream::unfold(
+        (handle, Some(first), false),
+        move |(mut handle, pending, ended)| async move {
+            if ended {
+                return None;
+            }
+            let item = match pending {
+                Some(i) => i,
+                None => handle.next().await?,
+            };
+            let ended = matches!(item, Out::End { .. });
+            Some((item, (handle, None, ended)))
+        },
+    );
+    let body =
+        stream.map(move |item| Ok::<Bytes, std::convert::Infallible>(Bytes::from(write(&item))));
+    let mut resp = Response::new(Body::from_stream(body));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(v) = HeaderValue::from_str(&session.to_string()) {
+        h.insert(SESSION_HEADER, v);
+    }
+    resp
+}
+
+/// The first item, or the error that fails the request before anything was sent.
+async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
+    match handle.next().await {
+        Some(Out::Error { code, message }) => Err(GatewayError::upstream(&code, message)),
+        Some(item) => Ok(item),
+        None => Err(GatewayError::from_status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the run ended without an answer".into(),
+        )),
+    }
+}
+
+/// OpenAI-compatible chat completions (stream or not), run as a session.
+///
+/// The body is OpenAI's; `model` is `PROVIDER/MODEL`, an alias or `elfgate:ENGINE[:PROVIDER/MODEL]`
+/// (see docs/gateway.md). Errors use OpenAI's shape `{"error":{"message","type","param","code"}}`.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    operation_id = "chatCompletions",
+    tag = "gateway",
+    request_body(content = serde_json::Value, description = "An OpenAI chat completions request"),
+    params(
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+    ),
+    responses(
+        (status = 200, description = "A chat.completion object, or chat.completion.chunk SSE frames ending with [DONE]; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (model_not_found)", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let door = Door::OpenAi;
+    let answer = async {
+        let value = read_body(&headers, bytes)?;
+        let (inbound, include_usage) = openai_in::parse(&value)?;
+        let stream = inbound.stream;
+        let mut handle = begin(&state, &headers, inbound).await?;
+        let id = format!("chatcmpl-{}", handle.run_id);
+        let created = chrono::Utc::now().timestamp();
+        let model = handle.model.clone();
+        if stream {
+            let first = first_item(&mut handle).await?;
+            let mut w = openai_out::ChunkWriter {
+                id,
+                model,
+                created,
+                include_usage,
+                calls: 0,
+                started: false,
+            };
+            return Ok(sse(handle, first, move |item| w.frames(item)));
+        }
+        let (items, end) = run::collect(&mut handle).await?;
+        let body = openai_out::completion(&id, &model, created, &items, &end);
+        Ok(with_session(axum::Json(body).into_response(), &handle))
+    };
+    answer.await.unwrap_or_else(|e| door.error(e))
+}
+
+/// Anthropic-compatible Messages (stream or not), run as a session.
+///
+/// The body is Anthropic's; `model` routes as for chat completions. Errors use Anthropic's shape
+/// `{"type":"error","error":{"type","message"}}`. The token may come as `x-api-key`.
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    operation_id = "messages",
+    tag = "gateway",
+    request_body(content = serde_json::Value, description = "An Anthropic Messages request"),
+    params(
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+    ),
+    responses(
+        (status = 200, description = "A message object, or message_start … message_stop SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (Anthropic's error shape)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (not_found_error)", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let door = Door::Anthropic;
+    let answer = async {
+        let value = read_body(&headers, bytes)?;
+        let inbound = anthropic_in::parse(&value)?;
+        let stream = inbound.stream;
+        let mut handle = begin(&state, &headers, inbound).await?;
+        let id = format!("msg_{}", handle.run_id);
+        let model = handle.model.clone();
+        if stream {
+            let first = first_item(&mut handle).await?;
+            let mut w = anthropic_out::EventWriter::new(id, model);
+            return Ok(sse(handle, first, move |item| w.frames(item)));
+        }
+        let (items, end) = run::collect(&mut handle).await?;
+        let body = anthropic_out::message_json(&id, &model, &items, &end);
+        Ok(with_session(axum::Json(body).into_response(), &handle))
+    };
+    answer.await.unwrap_or_else(|e| door.error(e))
+}
+
+/// The gateway's model names: providers' default models, aliases and engines, in OpenAI's list
+/// shape.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    operation_id = "listModels",
+    tag = "gateway",
+    responses(
+        (status = 200, description = "{\"object\":\"list\",\"data\":[{\"id\",\"object\":\"model\",\"created\",\"owned_by\"}]}", body = serde_json::Value),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn models(State(state): State<AppState>) -> Response {
+    let mut data = Vec::new();
+    let model = |id: String, owner: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": owner});
+    for (name, p) in &state.config.providers {
+        if let Some(m) = &p.default_model {
+            data.push(model(format!("{name}/{m}"), name));
+        }
+    }
+    for name in state.config.aliases.keys() {
+        data.push(model(name.clone(), "elfgate"));
+    }
+    for e in EngineType::ALL {
+        if state.dispatcher.has_engine(e) {
+            data.push(model(
+                format!("{}{}", route::ENGINE_PREFIX, e.as_str()),
+                "elfgate",
+            ));
+        }
+    }
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}

@@ -1,0 +1,360 @@
+//! The gateway's front doors end to end: OpenAI chat completions and Anthropic Messages against
+//! the mock provider, each request a stored session.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Daemon, Opts, poll_until};
+use elfgate_mockllm::{MockServer, Outcome};
+use serde_json::{Value, json};
+
+async fn post_raw(d: &Daemon, path: &str, body: Value) -> reqwest::Response {
+    d.http.post(d.url(path)).json(&body).send().await.unwrap()
+}
+
+fn sse_data(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_completions_answer_stream_and_record_a_session() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=3", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["content"], "tok0 tok1 tok2 ");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(body["usage"]["completion_tokens"], 3);
+    let (status, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(status, 200, "{msgs}");
+    let text = msgs.to_string();
+    assert!(
+        text.contains("hello") && text.contains("tok0 tok1 tok2 "),
+        "{text}"
+    );
+    assert_eq!(
+        mock.requests()[0].body["messages"][0]["content"],
+        "be brief"
+    );
+
+    // Streamed, with usage, continuing the same session.
+    let resp = d
+        .http
+        .post(d.url("/v1/chat/completions"))
+        .header("x-elfgate-session-id", &sid)
+        .json(&json!({"model": "mock/mock:tokens=2", "stream": true,
+                      "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "again"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-elfgate-session-id"], sid.as_str());
+    let frames = sse_data(&resp.text().await.unwrap());
+    assert_eq!(frames.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = frames[..frames.len() - 1]
+        .iter()
+        .map(|f| serde_json::from_str(f).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "tok0 tok1 ");
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 2);
+    let (_, runs) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(runs["id"], sid.as_str(), "{runs}");
+}
+
+#[tokio::test]
+async fn chat_completions_pass_tools_through_and_return_tool_calls() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=1,tool=lookup", "tool_choice": "auto", "stop": ["END"],
+               "tools": [{"type": "function", "function": {"name": "lookup",
+                          "parameters": {"type": "object"}}}],
+               "messages": [{"role": "user", "content": "find it"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    assert_eq!(
+        choice["message"]["tool_calls"][0]["function"]["name"],
+        "lookup"
+    );
+    let sent = &mock.requests()[0].body;
+    assert_eq!(sent["tools"][0]["function"]["name"], "lookup");
+    assert_eq!(sent["tool_choice"], "auto");
+    assert_eq!(sent["stop"], json!(["END"]));
+}
+
+#[tokio::test]
+async fn front_doors_answer_bad_input_in_their_callers_format() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let resp = d
+        .http
+        .post(d.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "nope/x", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 404);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_not_found");
+    let resp = post_raw(&d, "/v1/chat/completions", json!({"messages": []})).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "model");
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock", "n": 2, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let resp = post_raw(&d, "/v1/messages", json!({"model": 5, "messages": []})).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    // Still serving.
+    let (status, models) = d.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"mock/mock") && ids.contains(&"elfgate:tinyelf"),
+        "{ids:?}"
+    );
+}
+
+#[tokio::test]
+async fn messages_stream_anthropic_events_from_either_kind_of_provider() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for model in [
+        "mock-anthropic/mock:tokens=2,think=2",
+        "mock/mock:tokens=2,think=2",
+    ] {
+        let resp = post_raw(
+            &d,
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 100, "stream": true,
+                   "system": [{"type": "text", "text": "be brief"}],
+                   "messages": [{"role": "user", "content": "hello"}]}),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        let text = resp.text().await.unwrap();
+        let events: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(events.first(), Some(&"message_start"), "{text}");
+        assert_eq!(events.last(), Some(&"message_stop"), "{text}");
+        assert!(events.contains(&"content_block_delta"), "{text}");
+        assert!(
+            text.contains("thinking_delta") && text.contains("tok1 "),
+            "{text}"
+        );
+        let resp = post_raw(
+            &d,
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 100,
+                   "messages": [{"role": "user", "content": "hello"}]}),
+        )
+        .await;
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["type"], "message");
+        assert_eq!(body["stop_reason"], "end_turn");
+        let types: Vec<&str> = body["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["thinking", "text"], "{body}");
+    }
+    let paths: Vec<String> = mock.requests().iter().map(|r| r.path.clone()).collect();
+    assert!(
+        paths.iter().any(|p| p == "/v1/messages")
+            && paths.iter().any(|p| p == "/v1/chat/completions"),
+        "{paths:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_closed_connection_interrupts_the_run_and_the_upstream_stream() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let mut resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=5,stall_after=1", "stream": true,
+               "messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let first = resp.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+    drop(resp);
+    poll_until("upstream closed", || {
+        (mock.requests()[0].outcome == Outcome::ClientDisconnected).then_some(())
+    })
+    .await;
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_n("complete", 1).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "interrupted");
+}
+
+#[tokio::test]
+async fn past_a_providers_limit_and_queue_requests_get_429_in_their_callers_format() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                r#"
+[providers.limited]
+kind = "openai"
+base_url = "{}/v1"
+max_concurrent = 1
+requests_per_minute = 600
+max_queued = 0
+"#,
+                mock.base_url()
+            ),
+            ..Default::default()
+        },
+    );
+    let mut held = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "limited/mock:tokens=5,stall_after=1", "stream": true,
+               "messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(held.status(), 200);
+    held.chunk().await.unwrap().unwrap();
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "limited/mock:tokens=1", "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "limited/mock:tokens=1", "max_tokens": 10, "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    // Another provider is not held back.
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:tokens=1", "messages": hi}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    // The place comes back when the holder leaves.
+    drop(held);
+    poll_until("upstream closed", || {
+        (mock.requests()[0].outcome == Outcome::ClientDisconnected).then_some(())
+    })
+    .await;
+    let mut status = 0;
+    for _ in 0..300 {
+        let resp = post_raw(
+            &d,
+            "/v1/chat/completions",
+            json!({"model": "limited/mock:tokens=1", "messages": hi}),
+        )
+        .await;
+        status = resp.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn cache_control_reaches_an_anthropic_provider_and_not_an_openai_one() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for model in ["mock-anthropic/mock:tokens=1", "mock/mock:tokens=1"] {
+        let resp = post_raw(
+            &d,
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 50,
+                   "system": [{"type": "text", "text": "be brief",
+                               "cache_control": {"type": "ephemeral"}}],
+                   "messages": [{"role": "user", "content": [
+                       {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]}),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+    }
+    let reqs = mock.requests();
+    let anthropic = &reqs[0].body;
+    assert_eq!(
+        anthropic["system"][0]["cache_control"]["type"], "ephemeral",
+        "{anthropic}"
+    );
+    assert_eq!(
+        anthropic["messages"][0]["content"][0]["cache_control"]["type"],
+        "ephemeral"
+    );
+    assert_eq!(anthropic["model"], "mock:tokens=1");
+    let openai = reqs[1].body.to_string();
+    assert!(!openai.contains("cache_control"), "{openai}");
+    assert_eq!(reqs[1].body["messages"][0]["content"], "be brief");
+}
