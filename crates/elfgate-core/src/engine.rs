@@ -153,6 +153,10 @@ pub struct RunOutcome {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache, over all LLM calls.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache, over all LLM calls.
+    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// The error that ended it, if any (already reported as an `error` event by the engine).
@@ -170,6 +174,8 @@ impl RunOutcome {
             finish_reason,
             input_tokens: 0,
             output_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             iterations: 0,
             error: None,
             answer: None,

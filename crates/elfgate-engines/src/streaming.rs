@@ -37,6 +37,10 @@ pub struct TurnOutput {
     pub input_tokens: u64,
     /// Output tokens reported.
     pub output_tokens: u64,
+    /// Prompt tokens the provider read from its prompt cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens the provider wrote to its prompt cache.
+    pub cache_write_tokens: u64,
     /// The provider's finish reason.
     pub finish: Option<LlmFinishReason>,
     /// Set when an interrupt stopped it.
@@ -302,9 +306,13 @@ async fn relay_turn(
             Ok(LlmEvent::Usage {
                 input_tokens,
                 output_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
             }) => {
                 out.input_tokens = input_tokens;
                 out.output_tokens = output_tokens;
+                out.cache_read_tokens = cache_read_tokens;
+                out.cache_write_tokens = cache_write_tokens;
             }
             Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),
             Err(LlmError::Cancelled) => {

@@ -28,6 +28,10 @@ pub struct Behavior {
     pub echo: bool,
     /// Use the named script.
     pub script: Option<String>,
+    /// `cache_read=N`: report N prompt tokens read from the prompt cache.
+    pub cache_read: Option<u64>,
+    /// `cache_write=N`: report N prompt tokens written to the prompt cache.
+    pub cache_write: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -44,6 +48,8 @@ impl Default for Behavior {
             tool: None,
             echo: false,
             script: None,
+            cache_read: None,
+            cache_write: None,
         }
     }
 }
@@ -91,6 +97,8 @@ impl Behavior {
                 "tool" if !v.is_empty() => b.tool = Some(v.to_string()),
                 "echo" => b.echo = matches!(v, "1" | "true" | "yes" | "on"),
                 "script" if !v.is_empty() => b.script = Some(v.to_string()),
+                "cache_read" => b.cache_read = v.parse().ok().or(b.cache_read),
+                "cache_write" => b.cache_write = v.parse().ok().or(b.cache_write),
                 _ => {}
             }
         }
@@ -165,6 +173,8 @@ mod tests {
         assert_eq!(b.think, 2);
         assert_eq!(b.tool.as_deref(), Some("ls"));
         assert!(b.echo);
+        let c = Behavior::parse("m:cache_read=7,cache_write=x");
+        assert_eq!((c.cache_read, c.cache_write), (Some(7), None));
         assert_eq!(Behavior::parse("m:fail=429").fail, Some((429, None)));
         assert_eq!(Behavior::parse("m:fail=200").fail, None);
         assert_eq!(Behavior::parse("m:fail=abc").fail, None);

@@ -20,6 +20,7 @@
 //! ```
 
 mod behavior;
+mod cache;
 mod wire;
 
 use std::collections::HashMap;
@@ -151,6 +152,8 @@ struct Inner {
     next_id: AtomicU64,
     fail_counts: Mutex<HashMap<String, u64>>,
     scripts: Mutex<HashMap<String, (Script, usize)>>,
+    /// Prompt prefixes cached so far (see `cache`).
+    cached_prefixes: Mutex<std::collections::HashSet<String>>,
     shutdown: CancellationToken,
 }
 
@@ -641,6 +644,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         None => Some(content_from_behavior(&behavior, format, &body)),
     };
 
+    let cached_prefix = cache::marked_prefix(format, &body);
     let mut guard = state.record(RecordedRequest {
         format,
         path,
@@ -693,10 +697,17 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
     };
 
     let delay = (behavior.delay_ms > 0).then(|| Duration::from_millis(behavior.delay_ms));
+    // Only an answered request fills the cache.
+    let cache = cache::cache_use(
+        cached_prefix,
+        &behavior,
+        &mut lock(&state.inner.cached_prefixes),
+    );
     let reply = Reply {
         model: &model,
         created: unix_now(),
         prompt_tokens,
+        cache,
         include_usage,
     };
 

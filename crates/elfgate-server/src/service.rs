@@ -306,6 +306,8 @@ fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
         finish_reason: None,
         input_tokens: 0,
         output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
         iterations: 0,
         started_at: Utc::now(),
         ended_at: None,

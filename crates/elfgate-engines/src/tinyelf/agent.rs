@@ -1,6 +1,7 @@
 //! The loop itself, shared by the top-level agent and sub-agents, and the per-run state (`Runner`).
 
 use super::Inner;
+use super::context::blocks::SystemPrompt;
 use super::pipeline::{self, CallResult};
 use super::settings::RunSettings;
 use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, retry_event, stream_turn_with};
@@ -39,6 +40,8 @@ pub(crate) struct Runner {
     pub guardian: Option<Guardian>,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
+    cache_read_tokens: AtomicU64,
+    cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
     bg_rx: Mutex<mpsc::UnboundedReceiver<BackgroundResult>>,
     bg_running: AtomicUsize,
@@ -60,7 +63,7 @@ pub(crate) struct Agent {
     pub tools: ToolRegistry,
     pub cancel: CancellationToken,
     pub model: String,
-    pub system: String,
+    pub system: SystemPrompt,
     pub max_iterations: u32,
 }
 
@@ -101,6 +104,8 @@ impl Runner {
             guardian,
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            cache_read_tokens: AtomicU64::new(0),
+            cache_write_tokens: AtomicU64::new(0),
             bg_tx,
             bg_rx: Mutex::new(bg_rx),
             bg_running: AtomicUsize::new(0),
@@ -119,11 +124,23 @@ impl Runner {
         )
     }
 
+    /// The run's prompt-cache totals (read, written), sub-agents included.
+    pub(crate) fn cache_tokens(&self) -> (u64, u64) {
+        (
+            self.cache_read_tokens.load(Ordering::SeqCst),
+            self.cache_write_tokens.load(Ordering::SeqCst),
+        )
+    }
+
     fn add_tokens(&self, turn: &TurnOutput) {
         self.input_tokens
             .fetch_add(turn.input_tokens, Ordering::SeqCst);
         self.output_tokens
             .fetch_add(turn.output_tokens, Ordering::SeqCst);
+        self.cache_read_tokens
+            .fetch_add(turn.cache_read_tokens, Ordering::SeqCst);
+        self.cache_write_tokens
+            .fetch_add(turn.cache_write_tokens, Ordering::SeqCst);
     }
 
     /// Takes one of the run's `max_background_agents` slots; false when none is left. Concurrent
@@ -376,7 +393,8 @@ pub(crate) async fn run_loop(
         }
         let req = LlmRequest {
             model: agent.model.clone(),
-            system: Some(agent.system.clone()),
+            system: Some(agent.system.text.clone()),
+            cache_prefix_len: agent.system.prefix_len,
             messages: messages.clone(),
             temperature: Some(runner.rs.temperature),
             max_tokens: Some(runner.rs.max_tokens),

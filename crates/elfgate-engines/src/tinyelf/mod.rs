@@ -4,6 +4,7 @@
 //! See docs/tinyelf.md.
 
 mod agent;
+mod context;
 mod history;
 mod pipeline;
 pub mod settings;
@@ -60,11 +61,6 @@ pub(crate) struct Inner {
 pub struct TinyElfEngine {
     inner: Arc<Inner>,
 }
-
-/// The default system prompt; the session's replaces it.
-const DEFAULT_SYSTEM: &str = "You are TinyElf, a careful software agent. You work inside the project \
-directory with the tools you are given: read before you change, keep changes small, and answer with a \
-short summary when the task is done.";
 
 impl TinyElfEngine {
     /// Builds the engine. `data_dir` (the daemon's database directory) becomes a deny zone.
@@ -249,12 +245,7 @@ impl TinyElfEngine {
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
-        let system = ctx
-            .system_prompt
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
-        let system = format!("{system}\n\nProject directory: {}", project.display());
+        let system = self.system_prompt(&ctx, &project).await;
         let runner = Runner::new(
             inner.clone(),
             ctx.clone(),
@@ -285,15 +276,42 @@ impl TinyElfEngine {
                 .await;
         }
         let (input_tokens, output_tokens) = runner.tokens();
+        let (cache_read_tokens, cache_write_tokens) = runner.cache_tokens();
         RunOutcome {
             finish_reason: end.finish,
             input_tokens,
             output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
             iterations: end.iterations,
             error: end.error,
             // Each iteration's messages were stored as they came (tool results follow them).
             answer: None,
         }
+    }
+
+    /// The run's system prompt (docs/context.md); notes about project files that were cut or
+    /// refused become `processing` events.
+    async fn system_prompt(
+        &self,
+        ctx: &EngineSessionContext,
+        project: &std::path::Path,
+    ) -> context::blocks::SystemPrompt {
+        let (system, notes) = context::system_prompt(
+            &self.inner.firewall,
+            context::PromptParts {
+                identity: ctx.system_prompt.as_deref(),
+                skills: None,
+                project,
+                project_context_max_bytes: self.inner.config.project_context_max_bytes,
+                date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+            },
+        )
+        .await;
+        for message in notes {
+            ctx.events.emit(EventPayload::Processing { message }).await;
+        }
+        system
     }
 
     async fn guardian(

@@ -96,6 +96,8 @@ pub struct TinyElfConfig {
     pub tool_tiers: BTreeMap<String, String>,
     /// Tools offered to the model (all built-in tools when absent).
     pub enabled_tools: Option<Vec<String>>,
+    /// Most bytes of the project's AGENTS.md and ELFGATE.md put in the system prompt (together).
+    pub project_context_max_bytes: usize,
     /// Hook commands.
     pub hooks: Vec<HookConfig>,
     /// The guardian.
@@ -140,6 +142,7 @@ impl Default for TinyElfConfig {
             deny_commands: Vec::new(),
             tool_tiers: BTreeMap::new(),
             enabled_tools: None,
+            project_context_max_bytes: 32 * 1024,
             hooks: Vec::new(),
             guardian: GuardianConfig::default(),
             secret_env: BTreeSet::new(),

@@ -118,8 +118,10 @@ pub struct Reply<'a> {
     pub model: &'a str,
     /// Unix seconds.
     pub created: u64,
-    /// Prompt/input token estimate.
+    /// Prompt/input token estimate (cached tokens included).
     pub prompt_tokens: u64,
+    /// Prompt-cache counters.
+    pub cache: crate::cache::CacheUse,
     /// OpenAI Chat `stream_options.include_usage`.
     pub include_usage: bool,
 }
@@ -269,7 +271,7 @@ pub fn last_user_text(format: Format, body: &Value) -> String {
 
 // ---------------------------------------------------------------- request inspection
 
-fn count_words_in_content(v: &Value) -> u64 {
+pub(crate) fn count_words_in_content(v: &Value) -> u64 {
     match v {
         Value::String(s) => s.split_whitespace().count() as u64,
         Value::Array(items) => items.iter().map(count_words_in_content).sum(),
@@ -387,6 +389,7 @@ mod tests {
             model: "m",
             created: 1,
             prompt_tokens: 1,
+            cache: Default::default(),
             include_usage: true,
         };
         let p = stream(Format::OpenAiChat, &c, &r);
