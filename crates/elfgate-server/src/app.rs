@@ -211,8 +211,9 @@ impl Daemon {
             permissions.clone(),
             data_dir(&config.storage.url),
         )?;
-        dispatcher.register_engine(Arc::new(tinyelf));
-        let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
+        let tinyelf = Arc::new(tinyelf);
+        dispatcher.register_engine(tinyelf.clone());
+        let state = AppState::new(config, shared, dispatcher, registry, metrics, tinyelf);
         Ok(Daemon {
             state,
             token_source,
@@ -227,6 +228,7 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::skills::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.

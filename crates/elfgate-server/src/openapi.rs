@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, sessions};
+use crate::routes::{engines, health, sessions, skills};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -54,6 +54,7 @@ impl Modify for BearerScheme {
         sessions::run,
         sessions::permission,
         engines::list,
+        skills::list,
         engines::reload_mcp,
         health::healthz,
         health::readyz,
@@ -95,6 +96,10 @@ impl Modify for BearerScheme {
         SessionView,
         ErrorBody,
         ErrorDetail,
+        elfgate_engines::tinyelf::SkillSet,
+        elfgate_engines::tinyelf::Skill,
+        elfgate_engines::tinyelf::SkillProblem,
+        elfgate_engines::tinyelf::SkillSource,
     )),
     modifiers(&BearerScheme),
     tags(

@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use elfgate_core::{EngineDispatcher, Metrics};
-use elfgate_engines::ProviderRegistry;
+use elfgate_engines::{ProviderRegistry, TinyElfEngine};
 use elfgate_store::Store;
 use elfgate_tools::PermissionBroker;
 use std::sync::Arc;
@@ -39,6 +39,8 @@ pub struct AppInner {
     pub client_keys: crate::idempotency::KeyLocks,
     /// Host and Origin checks, CORS.
     pub request_guard: crate::request_guard::RequestGuard,
+    /// The agent engine, for what the API asks of it outside runs (skills, tool runs).
+    pub tinyelf: Arc<TinyElfEngine>,
 }
 
 impl AppState {
@@ -49,7 +51,7 @@ impl AppState {
         dispatcher: Arc<EngineDispatcher>,
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
-        permissions: Arc<PermissionBroker>,
+        tinyelf: Arc<TinyElfEngine>,
     ) -> Self {
         let bind = config
             .bind_addr()
@@ -66,7 +68,8 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
-                permissions,
+                permissions: tinyelf.broker(),
+                tinyelf,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
                 sessions: Default::default(),

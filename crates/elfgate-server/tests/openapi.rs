@@ -150,6 +150,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("get", "/v1/engines"),
+        ("get", "/v1/skills"),
         ("post", "/v1/mcp/reload"),
         ("get", "/healthz"),
         ("get", "/readyz"),
@@ -296,6 +297,8 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let (_, engines) = d.get("/v1/engines").await;
     fits(&doc, "EngineList", &engines);
     fits(&doc, "EngineInfo", &engines["engines"][0]);
+    let (_, skills) = d.get("/v1/skills").await;
+    fits(&doc, "SkillSet", &skills);
     let (_, health) = d.get("/healthz").await;
     fits(&doc, "HealthStatus", &health);
     let (status, interrupted) = d

@@ -4,13 +4,14 @@
 //! See docs/tinyelf.md.
 
 mod agent;
-mod context;
+pub mod context;
 mod history;
 mod pipeline;
 pub mod settings;
 mod spawn;
 mod subagents;
 
+pub use context::skills::{self, Skill, SkillProblem, SkillSet, SkillSource};
 pub use settings::{GuardianConfig, TinyElfConfig};
 
 use crate::providers::ProviderRegistry;
@@ -114,6 +115,13 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
+    /// The skills a session in `project` would see (configured folders only without one), with
+    /// the folders left out and why.
+    pub async fn skills(&self, project: Option<&std::path::Path>) -> SkillSet {
+        let inner = &self.inner;
+        context::skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await
+    }
+
     async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
         let error = ErrorInfo::new(code, message);
         ctx.events
@@ -180,6 +188,15 @@ impl TinyElfEngine {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),
         };
+        let skills = Arc::new(
+            context::skills::discover(&inner.firewall, &inner.config.skills_dirs, Some(&project))
+                .await,
+        );
+        let tools = context::skill_tools::with_skill_tools(tools, &skills, |name| {
+            rs.enabled_tools
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == name))
+        });
         // spawn is bound to the run (below), once there is one; the client sees it listed now.
         let spawn_on = rs
             .enabled_tools
@@ -245,7 +262,7 @@ impl TinyElfEngine {
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
-        let system = self.system_prompt(&ctx, &project).await;
+        let system = self.system_prompt(&ctx, &project, &skills).await;
         let runner = Runner::new(
             inner.clone(),
             ctx.clone(),
@@ -290,18 +307,26 @@ impl TinyElfEngine {
         }
     }
 
-    /// The run's system prompt (docs/context.md); notes about project files that were cut or
-    /// refused become `processing` events.
+    /// The run's system prompt (docs/context.md); skill folders left out and project files that
+    /// were cut or refused become `processing` events.
     async fn system_prompt(
         &self,
         ctx: &EngineSessionContext,
         project: &std::path::Path,
+        skills: &context::skills::SkillSet,
     ) -> context::blocks::SystemPrompt {
+        for p in &skills.problems {
+            ctx.events
+                .emit(EventPayload::Processing {
+                    message: format!("skill folder {} left out: {}", p.path.display(), p.reason),
+                })
+                .await;
+        }
         let (system, notes) = context::system_prompt(
             &self.inner.firewall,
             context::PromptParts {
                 identity: ctx.system_prompt.as_deref(),
-                skills: None,
+                skills: skills.catalogue(),
                 project,
                 project_context_max_bytes: self.inner.config.project_context_max_bytes,
                 date: chrono::Utc::now().format("%Y-%m-%d").to_string(),

@@ -96,6 +96,9 @@ pub struct TinyElfConfig {
     pub tool_tiers: BTreeMap<String, String>,
     /// Tools offered to the model (all built-in tools when absent).
     pub enabled_tools: Option<Vec<String>>,
+    /// Folders whose subfolders are skills (each with a SKILL.md), on top of the project's
+    /// `.elfgate/skills`.
+    pub skills_dirs: Vec<String>,
     /// Most bytes of the project's AGENTS.md and ELFGATE.md put in the system prompt (together).
     pub project_context_max_bytes: usize,
     /// Hook commands.
@@ -142,6 +145,7 @@ impl Default for TinyElfConfig {
             deny_commands: Vec::new(),
             tool_tiers: BTreeMap::new(),
             enabled_tools: None,
+            skills_dirs: Vec::new(),
             project_context_max_bytes: 32 * 1024,
             hooks: Vec::new(),
             guardian: GuardianConfig::default(),

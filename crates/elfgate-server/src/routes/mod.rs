@@ -3,3 +3,4 @@
 pub mod engines;
 pub mod health;
 pub mod sessions;
+pub mod skills;

@@ -3,6 +3,8 @@
 
 pub(crate) mod blocks;
 mod project;
+pub(crate) mod skill_tools;
+pub mod skills;
 
 use blocks::{Block, BlockKind, SystemPrompt, assemble};
 use elfgate_tools::ExecutionFirewall;
