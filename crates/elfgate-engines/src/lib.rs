@@ -11,5 +11,5 @@ mod think;
 pub mod tinyelf;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings};
-pub use providers::{ProviderRegistry, ResolveError};
+pub use providers::{ContextLimits, ModelLimits, ProviderRegistry, ResolveError};
 pub use tinyelf::{TinyElfConfig, TinyElfEngine, TinyElfError};

@@ -54,6 +54,9 @@ pub struct TurnOutput {
     pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
+    /// Set when the provider refused the request as too long for the model's context window
+    /// (never retried as it is: only a shorter request can succeed).
+    pub context_overflow: bool,
 }
 
 /// How [`stream_turn_with`] relays a call.
@@ -247,8 +250,10 @@ async fn relay_turn(
                     .await;
             }
             out.error = Some(info);
+            out.context_overflow = e.is_context_overflow();
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
                 || e.is_permanent()
+                || out.context_overflow
                 || !policy.accepts_retry_after(e.retry_after());
             return out;
         }

@@ -32,6 +32,8 @@ pub struct Behavior {
     pub cache_read: Option<u64>,
     /// `cache_write=N`: report N prompt tokens written to the prompt cache.
     pub cache_write: Option<u64>,
+    /// `context_limit=N`: refuse a prompt over N tokens as the provider does.
+    pub context_limit: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -50,6 +52,7 @@ impl Default for Behavior {
             script: None,
             cache_read: None,
             cache_write: None,
+            context_limit: None,
         }
     }
 }
@@ -99,6 +102,7 @@ impl Behavior {
                 "script" if !v.is_empty() => b.script = Some(v.to_string()),
                 "cache_read" => b.cache_read = v.parse().ok().or(b.cache_read),
                 "cache_write" => b.cache_write = v.parse().ok().or(b.cache_write),
+                "context_limit" => b.context_limit = v.parse().ok().or(b.context_limit),
                 _ => {}
             }
         }
@@ -175,6 +179,10 @@ mod tests {
         assert!(b.echo);
         let c = Behavior::parse("m:cache_read=7,cache_write=x");
         assert_eq!((c.cache_read, c.cache_write), (Some(7), None));
+        assert_eq!(
+            Behavior::parse("m:context_limit=50").context_limit,
+            Some(50)
+        );
         assert_eq!(Behavior::parse("m:fail=429").fail, Some((429, None)));
         assert_eq!(Behavior::parse("m:fail=200").fail, None);
         assert_eq!(Behavior::parse("m:fail=abc").fail, None);

@@ -666,6 +666,15 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         );
     }
 
+    if let Some(limit) = behavior.context_limit
+        && prompt_tokens > limit
+    {
+        // Before the script: a refused prompt does not use up a scripted response.
+        guard.finish(Outcome::Failed);
+        let body = wire::context_error(format, limit, prompt_tokens);
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    }
+
     let content = match (content, &behavior.script) {
         (Some(c), _) => c,
         (None, Some(name)) => match state.next_scripted(name) {

@@ -97,6 +97,18 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
             ),
         );
     }
+    for (name, p) in &config.providers {
+        registry.set_limits(
+            name.clone(),
+            elfgate_engines::ContextLimits {
+                provider: elfgate_engines::ModelLimits {
+                    context_window_tokens: p.context_window_tokens,
+                    reserve_output_tokens: p.reserve_output_tokens,
+                },
+                models: p.models.clone(),
+            },
+        );
+    }
     registry.set_default(config.defaults.provider.clone());
     Ok(registry)
 }

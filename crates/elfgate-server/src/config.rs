@@ -109,6 +109,15 @@ pub struct ProviderConfigSection {
     /// attempt's wait, not one per attempt.
     #[serde(default)]
     pub first_token_timeout_secs: Option<u64>,
+    /// The models' context window in tokens (tinyelf compacts a request that would not fit).
+    #[serde(default)]
+    pub context_window_tokens: Option<u64>,
+    /// Tokens of the window kept for the answer (default: the request's max_tokens).
+    #[serde(default)]
+    pub reserve_output_tokens: Option<u64>,
+    /// Per model name: the same two keys, over the provider's.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
 }
 
 fn default_idle() -> u64 {

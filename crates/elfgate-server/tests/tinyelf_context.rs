@@ -10,7 +10,8 @@ mod scripted;
 use common::types;
 use elfgate_mockllm::MockServer;
 use scripted::{
-    bodies_for, call, daemon_with, finish_of, of, project, resume, run, script, session,
+    bodies_for, call, daemon_with, finish_of, processing_notes, project, resume, run, script,
+    session,
 };
 use serde_json::{Value, json};
 
@@ -119,10 +120,7 @@ async fn openai_cache_counters_and_capped_project_context() {
     assert!(system.contains(&"0123456789".repeat(3)), "{system}");
     assert!(system.contains("abcdefghij\n[... ELFGATE.md cut at 10 of 30 bytes"));
     assert!(!system.contains("abcdefghijabcdefghij"));
-    let notes: Vec<String> = of(&evs, "processing")
-        .iter()
-        .map(|e| e.data["message"].as_str().unwrap().to_string())
-        .collect();
+    let notes = processing_notes(&evs);
     assert!(
         notes
             .iter()
@@ -145,10 +143,7 @@ async fn project_context_goes_through_the_firewall() {
     let bodies = bodies_for(&mock, model);
     let system = bodies[0]["messages"][0]["content"].as_str().unwrap();
     assert!(!system.contains("TOP SECRET"), "{system}");
-    let notes: Vec<&str> = of(&evs, "processing")
-        .iter()
-        .map(|e| e.data["message"].as_str().unwrap())
-        .collect();
+    let notes = processing_notes(&evs);
     assert!(
         notes
             .iter()

@@ -9,7 +9,8 @@ mod scripted;
 use common::types;
 use elfgate_mockllm::MockServer;
 use scripted::{
-    bodies_for, call, daemon_with, ends_by_id, finish_of, of, project, run, script, session,
+    bodies_for, call, daemon_with, ends_by_id, finish_of, of, processing_notes, project, run,
+    script, session,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -127,10 +128,7 @@ async fn skills_are_listed_loaded_and_read() {
         "{:?}",
         ends["r3"]
     );
-    let notes: Vec<&str> = of(&evs, "processing")
-        .iter()
-        .map(|e| e.data["message"].as_str().unwrap())
-        .collect();
+    let notes = processing_notes(&evs);
     assert!(
         notes
             .iter()

@@ -38,6 +38,8 @@ pub(crate) struct Runner {
     pub rs: RunSettings,
     pub project: PathBuf,
     pub guardian: Option<Guardian>,
+    /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
+    pub(crate) token_ratio: std::sync::Mutex<f64>,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
     cache_read_tokens: AtomicU64,
@@ -102,6 +104,7 @@ impl Runner {
             rs,
             project,
             guardian,
+            token_ratio: std::sync::Mutex::new(1.0),
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             cache_read_tokens: AtomicU64::new(0),
@@ -132,7 +135,7 @@ impl Runner {
         )
     }
 
-    fn add_tokens(&self, turn: &TurnOutput) {
+    pub(crate) fn add_tokens(&self, turn: &TurnOutput) {
         self.input_tokens
             .fetch_add(turn.input_tokens, Ordering::SeqCst);
         self.output_tokens
@@ -233,7 +236,7 @@ impl Runner {
     /// the delays, a `retry` event each; an `error` event after the last. A call whose first-token
     /// deadline passed (it bounds the call, retries included), or whose server asked for a longer
     /// wait than the policy's longest delay, is not retried.
-    async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
+    pub(crate) async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
         let policy = &self.rs.llm_retry;
         let max = policy.max_retries;
         let mut used = 0u32;
@@ -300,7 +303,8 @@ impl Runner {
                     }
                     continue;
                 }
-                if agent.is_top() {
+                // An overflow is the caller's to recover from (Runner::call_fitted).
+                if agent.is_top() && !turn.context_overflow {
                     self.ctx
                         .events
                         .emit(EventPayload::Error { error: err.clone() })
@@ -401,7 +405,7 @@ pub(crate) async fn run_loop(
             thinking: runner.rs.thinking,
             tools: agent.tools.specs(),
         };
-        let turn = runner.call_llm(&agent, &req).await;
+        let turn = runner.call_fitted(&agent, &req).await;
         iterations += 1;
         let calls: Vec<(RequestedToolCall, Value, Option<String>)> = turn
             .tool_calls

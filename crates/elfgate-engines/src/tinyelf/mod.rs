@@ -47,6 +47,8 @@ pub enum TinyElfError {
 
 /// What the engine shares between runs.
 pub(crate) struct Inner {
+    /// The latest compaction summary of each session (docs/context.md, "auto-compact").
+    pub(crate) summaries: context::fit::Summaries,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) providers: ProviderRegistry,
     pub(crate) config: TinyElfConfig,
@@ -98,6 +100,7 @@ impl TinyElfEngine {
         }
         Ok(TinyElfEngine {
             inner: Arc::new(Inner {
+                summaries: Default::default(),
                 store,
                 providers,
                 config,
@@ -183,7 +186,8 @@ impl TinyElfEngine {
             &inner.child_env,
             &ctx.engine_config,
             ctx.thinking_level,
-        );
+        )
+        .with_limits(&inner.providers.limits(&provider_name, &model));
         let tools = match &rs.enabled_tools {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),

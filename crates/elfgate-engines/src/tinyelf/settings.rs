@@ -207,6 +207,23 @@ pub(crate) struct RunSettings {
     pub sub_agent_max_iterations: u32,
     /// Environment and network of the run's shell commands.
     pub child: ChildSetup,
+    /// Tokens a request may take (the model's context window less the answer's reserve); None
+    /// when the provider configures no window, and requests are sent as they are.
+    pub context_limit: Option<u64>,
+}
+
+impl RunSettings {
+    /// These settings with the context limit of the run's model: its window less the reserve for
+    /// the answer (`reserve_output_tokens`, default the run's `max_tokens`).
+    pub(crate) fn with_limits(mut self, limits: &crate::providers::ModelLimits) -> Self {
+        self.context_limit = limits.context_window_tokens.map(|window| {
+            let reserve = limits
+                .reserve_output_tokens
+                .unwrap_or(u64::from(self.max_tokens));
+            window.saturating_sub(reserve).max(1)
+        });
+        self
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -268,6 +285,8 @@ impl RunSettings {
                 env.with(&shell_env),
                 cfg.shell_network.unwrap_or(base.shell_network),
             ),
+            // Known once the provider and model are (RunSettings::with_limits).
+            context_limit: None,
         }
     }
 }

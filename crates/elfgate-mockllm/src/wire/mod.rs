@@ -239,6 +239,30 @@ pub fn error_body(format: Format, status: u16, message: &str) -> Value {
     }
 }
 
+/// The error body a provider answers (with status 400) when the prompt, `tokens` long, is over
+/// the model's context window of `limit` tokens, in each provider's real wording.
+pub fn context_error(format: Format, limit: u64, tokens: u64) -> Value {
+    match format {
+        Format::OpenAiChat | Format::OpenAiResponses => serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, \
+        your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }}),
+        Format::Anthropic => serde_json::json!({"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": format!("prompt is too long: {tokens} tokens > {limit} maximum"),
+        }}),
+        Format::Gemini => serde_json::json!({"error": {
+            "code": 400,
+            "message": format!("The input token count ({tokens}) exceeds the maximum number of \
+        tokens allowed ({limit})."),
+            "status": "INVALID_ARGUMENT",
+        }}),
+    }
+}
+
 /// HTTP status of a non-streamed `error_after` reply: what each provider answers when it is
 /// overloaded.
 pub fn error_after_status(format: Format) -> u16 {

@@ -2,6 +2,8 @@
 //! blocks (see [`blocks`]). See docs/context.md.
 
 pub(crate) mod blocks;
+pub(crate) mod compaction;
+pub(crate) mod fit;
 mod project;
 pub(crate) mod skill_tools;
 pub mod skills;
