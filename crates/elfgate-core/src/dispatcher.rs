@@ -510,6 +510,7 @@ mod tests {
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),
             metrics: Arc::new(Metrics::default()),
+            tool_run: None,
         }
     }
 

@@ -135,6 +135,18 @@ pub struct EngineSessionContext {
     pub cancel: CancellationToken,
     /// Daemon metrics.
     pub metrics: Arc<Metrics>,
+    /// Set when the run is one tool call without a model call (`POST
+    /// /v1/sessions/{id}/tools/{name}`); the prompt is empty then.
+    pub tool_run: Option<ToolRun>,
+}
+
+/// One tool to run in a session outside a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRun {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments (a JSON object).
+    pub arguments: serde_json::Value,
 }
 
 impl EngineSessionContext {

@@ -23,7 +23,8 @@ pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };
 pub use engine::{
-    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, HeadStart, RunOutcome,
+    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, HeadStart,
+    RunOutcome, ToolRun,
 };
 pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;

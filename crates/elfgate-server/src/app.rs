@@ -241,6 +241,7 @@ impl Daemon {
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::skills::routes())
+            .merge(routes::tool_runs::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.

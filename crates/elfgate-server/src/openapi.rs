@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, sessions, skills};
+use crate::routes::{engines, health, sessions, skills, tool_runs};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -55,6 +55,7 @@ impl Modify for BearerScheme {
         sessions::permission,
         engines::list,
         skills::list,
+        tool_runs::run_tool,
         engines::reload_mcp,
         health::healthz,
         health::readyz,
@@ -97,6 +98,8 @@ impl Modify for BearerScheme {
         ErrorBody,
         ErrorDetail,
         elfgate_engines::tinyelf::SkillSet,
+        tool_runs::ToolRunRequest,
+        tool_runs::ToolRunResponse,
         elfgate_engines::tinyelf::Skill,
         elfgate_engines::tinyelf::SkillProblem,
         elfgate_engines::tinyelf::SkillSource,

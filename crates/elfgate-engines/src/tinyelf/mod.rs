@@ -10,9 +10,11 @@ mod pipeline;
 pub mod settings;
 mod spawn;
 mod subagents;
+mod tool_run;
 
 pub use context::skills::{self, Skill, SkillProblem, SkillSet, SkillSource};
 pub use settings::{GuardianConfig, TinyElfConfig};
+pub use tool_run::{ToolRunAnswer, ToolRunError};
 
 use crate::providers::ProviderRegistry;
 use agent::{Agent, Runner};
@@ -45,10 +47,21 @@ pub enum TinyElfError {
     Tier(String),
 }
 
+/// What a run resolves before anything else (see `TinyElfEngine::prepare`).
+pub(crate) struct Prepared {
+    pub(crate) provider_name: String,
+    pub(crate) provider: Arc<dyn elfgate_llm::LlmProvider>,
+    pub(crate) model: String,
+    pub(crate) project: PathBuf,
+    pub(crate) rs: RunSettings,
+}
+
 /// What the engine shares between runs.
 pub(crate) struct Inner {
     /// The latest compaction summary of each session (docs/context.md, "auto-compact").
     pub(crate) summaries: context::fit::Summaries,
+    /// Tool runs waiting for their answer (tool_run.rs).
+    pub(crate) tool_waiters: tool_run::Waiters,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) providers: ProviderRegistry,
     pub(crate) config: TinyElfConfig,
@@ -101,6 +114,7 @@ impl TinyElfEngine {
         Ok(TinyElfEngine {
             inner: Arc::new(Inner {
                 summaries: Default::default(),
+                tool_waiters: Default::default(),
                 store,
                 providers,
                 config,
@@ -135,50 +149,51 @@ impl TinyElfEngine {
         RunOutcome::failed(error)
     }
 
-    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+    /// What every run resolves first: the provider, the model, the project directory and the
+    /// run's settings; a run that cannot have them ends with the error (already reported).
+    async fn prepare(&self, ctx: &EngineSessionContext) -> Result<Prepared, RunOutcome> {
         let inner = &self.inner;
-        let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Self::fail(&ctx, "unknown_provider", e.to_string()).await,
+            Err(e) => return Err(Self::fail(ctx, "unknown_provider", e.to_string()).await),
         };
         let Some(model) = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
         else {
-            return Self::fail(
-                &ctx,
+            return Err(Self::fail(
+                ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
             )
-            .await;
+            .await);
         };
         let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
-            return Self::fail(
-                &ctx,
+            return Err(Self::fail(
+                ctx,
                 "no_project_path",
                 "the tinyelf engine needs a projectPath for its tools".to_string(),
             )
-            .await;
+            .await);
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
             Ok(p) => {
-                return Self::fail(
-                    &ctx,
+                return Err(Self::fail(
+                    ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
                 )
-                .await;
+                .await);
             }
             Err(e) => {
-                return Self::fail(
-                    &ctx,
+                return Err(Self::fail(
+                    ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
                 )
-                .await;
+                .await);
             }
         };
         let rs = RunSettings::resolve(
@@ -188,6 +203,31 @@ impl TinyElfEngine {
             ctx.thinking_level,
         )
         .with_limits(&inner.providers.limits(&provider_name, &model));
+        Ok(Prepared {
+            provider_name,
+            provider,
+            model,
+            project,
+            rs,
+        })
+    }
+
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        if let Some(call) = ctx.tool_run.clone() {
+            return self.run_tool(ctx, call).await;
+        }
+        let inner = &self.inner;
+        let session_id = ctx.session_id();
+        let Prepared {
+            provider_name,
+            provider,
+            model,
+            project,
+            rs,
+        } = match self.prepare(&ctx).await {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
         let tools = match &rs.enabled_tools {
             Some(names) => inner.tools.only(names),
             None => inner.tools.clone(),

@@ -4,3 +4,4 @@ pub mod engines;
 pub mod health;
 pub mod sessions;
 pub mod skills;
+pub mod tool_runs;
