@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs besides the Rust toolchain: Chromium (Debian's package) for
-# the browser tests. Does nothing when it is already there.
+# the browser tests, Python 3 for the fake coding CLIs of the cli engine's tests
+# (crates/elfgate-server/tests/fixtures/cli), and Node.js with the real coding CLIs (codex,
+# claude-code, gemini-cli, which scripts/install-cli-tools.sh puts into tools/cli/) for its tests
+# with the real CLIs. Does nothing for what is already there.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-if command -v chromium >/dev/null 2>&1 || [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
-  exit 0
+missing=()
+if ! command -v chromium >/dev/null 2>&1 && ! [[ -n "${CHROMIUM_BIN:-}" && -x "${CHROMIUM_BIN}" ]]; then
+  missing+=(chromium)
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install-test-deps: Chromium is needed for the browser tests; install it and set CHROMIUM_BIN=/path/to/chromium" >&2
+if ! command -v python3 >/dev/null 2>&1; then
+  missing+=(python3)
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "install-test-deps: missing ${missing[*]}: Chromium is needed for the browser tests (or set" \
+      "CHROMIUM_BIN=/path/to/chromium), Python 3 for the fake CLIs of the cli engine's tests," \
+      "Node.js 20 or newer with npm for the real CLIs" >&2
+    exit 1
+  fi
+  SUDO=()
+  if [[ "$(id -u)" != 0 ]]; then
+    SUDO=(sudo -n)
+  fi
+  echo "install-test-deps: installing ${missing[*]} (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; then
+    "${SUDO[@]}" apt-get update >/dev/null
+    "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+# gemini-cli needs Node.js 20 or newer (older Debian releases package an older one).
+if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then
+  echo "install-test-deps: Node.js $(node --version) is too old for the coding CLIs; 20 or newer is needed" >&2
   exit 1
 fi
-SUDO=()
-if [[ "$(id -u)" != 0 ]]; then
-  SUDO=(sudo -n)
-fi
-echo "install-test-deps: installing chromium (apt-get)"
-export DEBIAN_FRONTEND=noninteractive
-if ! "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null; then
-  "${SUDO[@]}" apt-get update >/dev/null
-  "${SUDO[@]}" apt-get install -y --no-install-recommends chromium >/dev/null
-fi
+scripts/install-cli-tools.sh

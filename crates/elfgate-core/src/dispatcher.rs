@@ -246,6 +246,7 @@ impl EngineDispatcher {
                 description: e.description().to_string(),
                 capabilities: e.capabilities().iter().map(|c| c.to_string()).collect(),
                 active_sessions: self.active.count_engine(e.engine_type()),
+                backends: e.backends(),
             })
             .collect();
         infos.sort_by_key(|i| i.engine_type.as_str());
@@ -435,6 +436,9 @@ mod tests {
             Ok(())
         }
         async fn message_added(&self, _: &Message) -> Result<(), LedgerError> {
+            Ok(())
+        }
+        async fn cli_session_id_set(&self, _: SessionId, _: &str) -> Result<(), LedgerError> {
             Ok(())
         }
     }

@@ -216,6 +216,43 @@ pub struct EngineInfo {
     pub capabilities: Vec<String>,
     /// Sessions running on it now.
     pub active_sessions: usize,
+    /// The backends it can run and whether each is usable here (cli engine only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backends: Option<Vec<BackendInfo>>,
+}
+
+/// One backend of an engine that runs external programs (the cli engine's codex, claude-code,
+/// gemini-cli), as GET /v1/engines shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendInfo {
+    /// Its name, as `cliBackend` takes it.
+    pub name: String,
+    /// Whether sessions can be started on it.
+    pub available: bool,
+    /// The program that runs, as found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    /// What the program says its version is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Why it is not available, and what to install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Runs it executes at once; more wait in line.
+    pub max_concurrent: usize,
+}
+
+/// What a request to start a session (or send a prompt) asks of an engine, checked before
+/// anything is stored.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartRequest<'a> {
+    /// `cliBackend`.
+    pub cli_backend: Option<&'a str>,
+    /// Extra CLI arguments (`cliArgs`), with the session's when it is a later prompt.
+    pub cli_args: Option<&'a [String]>,
+    /// `providerId`, the prompt's or the session's.
+    pub provider_id: Option<&'a str>,
 }
 
 /// An engine: turns one prompt into events and stored messages.
@@ -256,6 +293,17 @@ pub trait Engine: Send + Sync {
     /// Returns whether the engine had something of this session to stop.
     fn interrupt(&self, _session_id: SessionId) -> bool {
         false
+    }
+
+    /// The engine's backends and their availability, for GET /v1/engines (None: it has none).
+    fn backends(&self) -> Option<Vec<BackendInfo>> {
+        None
+    }
+
+    /// Refuses, with a message for the client, a request this engine cannot serve (an unknown
+    /// or unavailable backend, an argument not allowed). Default: everything is accepted.
+    fn check_start(&self, _req: &StartRequest<'_>) -> Result<(), String> {
+        Ok(())
     }
 
     /// Reloads MCP tools of every active session; returns how many were reloaded.

@@ -61,6 +61,10 @@ pub struct EngineConfig {
     /// Variables set for the session's shell commands (tinyelf).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell_env: Option<BTreeMap<String, String>>,
+    /// Extra arguments of the CLI (cli), each in the backend's `allowed_args`. The request's
+    /// top-level `cliArgs` lands here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cli_args: Option<Vec<String>>,
 }
 
 /// Why an `engineConfig` object was refused: the key path and serde's reason.
@@ -119,6 +123,7 @@ impl EngineConfig {
             sub_agent_max_iterations,
             shell_network,
             shell_env,
+            cli_args,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -138,6 +143,7 @@ impl EngineConfig {
             sub_agent_max_iterations: sub_agent_max_iterations.or(base.sub_agent_max_iterations),
             shell_network: shell_network.or(base.shell_network),
             shell_env: shell_env.or_else(|| base.shell_env.clone()),
+            cli_args: cli_args.or_else(|| base.cli_args.clone()),
         }
     }
 }

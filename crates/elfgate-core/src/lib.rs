@@ -23,8 +23,8 @@ pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };
 pub use engine::{
-    Attachment, ChannelPermissions, Engine, EngineInfo, EngineSessionContext, HeadStart,
-    RunOutcome, ToolRun,
+    Attachment, BackendInfo, ChannelPermissions, Engine, EngineInfo, EngineSessionContext,
+    HeadStart, RunOutcome, StartRequest, ToolRun,
 };
 pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;

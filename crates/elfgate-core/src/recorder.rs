@@ -31,6 +31,13 @@ pub trait RunLedger: Send + Sync {
     ) -> Result<(), LedgerError>;
     /// A message of a run (the prompt, or an intermediate assistant or tool message).
     async fn message_added(&self, message: &Message) -> Result<(), LedgerError>;
+    /// The session's CLI backend reported its own session id (cli engine), which a later run
+    /// resumes.
+    async fn cli_session_id_set(
+        &self,
+        session_id: SessionId,
+        cli_session_id: &str,
+    ) -> Result<(), LedgerError>;
 }
 
 /// What the recorder has written of its run.
@@ -112,6 +119,13 @@ impl RunRecorder {
         self.ledger.message_added(message).await
     }
 
+    /// Stores the CLI backend's own session id on the run's session (cli engine).
+    pub async fn set_cli_session_id(&self, cli_session_id: &str) -> Result<(), LedgerError> {
+        self.ledger
+            .cli_session_id_set(self.session_id, cli_session_id)
+            .await
+    }
+
     /// Marks the run as running, unless it is stored that way already.
     pub(crate) async fn mark_running(&self) -> Result<(), LedgerError> {
         if self.written().running {
@@ -165,6 +179,9 @@ mod tests {
         }
         async fn message_added(&self, _: &Message) -> Result<(), LedgerError> {
             *self.messages.lock().unwrap() += 1;
+            Ok(())
+        }
+        async fn cli_session_id_set(&self, _: SessionId, _: &str) -> Result<(), LedgerError> {
             Ok(())
         }
     }

@@ -4,11 +4,11 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::stream_turn_from;
+use crate::streaming::{fail, stream_turn_from};
 use async_trait::async_trait;
 use elfgate_core::{
-    ContentBlock, Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, FinishReason,
-    HeadStart, Message, Role, RunOutcome,
+    ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
+    Message, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
@@ -94,16 +94,6 @@ impl ChatEngine {
         }
     }
 
-    async fn fail(&self, ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
-        let error = ErrorInfo::new(code, message);
-        ctx.events
-            .emit(EventPayload::Error {
-                error: error.clone(),
-            })
-            .await;
-        RunOutcome::failed(error)
-    }
-
     /// The provider and model a run uses, or the error that ends it.
     fn target(&self, ctx: &EngineSessionContext) -> Result<Target, (&'static str, String)> {
         let (provider_name, provider) = self
@@ -141,7 +131,7 @@ impl ChatEngine {
             Some(h) => h.target.clone(),
             None => match self.target(&ctx) {
                 Ok(t) => t,
-                Err((code, message)) => return self.fail(&ctx, code, message).await,
+                Err((code, message)) => return fail(&ctx, code, message).await,
             },
         };
         ctx.events
@@ -157,7 +147,7 @@ impl ChatEngine {
 
         let (user, parent) = match store_user_message(self.store.as_ref(), &ctx).await {
             Ok(u) => u,
-            Err(e) => return self.fail(&ctx, "storage", e).await,
+            Err(e) => return fail(&ctx, "storage", e).await,
         };
 
         let (req, first) = match head {
@@ -176,7 +166,7 @@ impl ChatEngine {
                             .await
                         {
                             Ok(h) => h,
-                            Err(e) => return self.fail(&ctx, "storage", e.report()).await,
+                            Err(e) => return fail(&ctx, "storage", e.report()).await,
                         },
                         None => Vec::new(),
                     },

@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod chat;
+pub mod cli;
 pub mod prompt;
 pub mod providers;
 mod streaming;
@@ -11,5 +12,6 @@ mod think;
 pub mod tinyelf;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings};
+pub use cli::{CliConfig, CliEngine};
 pub use providers::{ContextLimits, ModelLimits, ProviderRegistry, ResolveError};
 pub use tinyelf::{TinyElfConfig, TinyElfEngine, TinyElfError};

@@ -3,7 +3,9 @@
 //! stream at once.
 
 use crate::think::ThinkSplitter;
-use elfgate_core::{Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo};
+use elfgate_core::{
+    Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo, RunOutcome,
+};
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     RetryNotice, RetryPolicy, stream_with_retry_from,
@@ -84,6 +86,17 @@ impl Default for TurnOptions<'_> {
             retries_done: 0,
         }
     }
+}
+
+/// Reports the error that ends a run before it produced anything, and the run's outcome.
+pub(crate) async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+    let error = ErrorInfo::new(code, message);
+    ctx.events
+        .emit(EventPayload::Error {
+            error: error.clone(),
+        })
+        .await;
+    RunOutcome::failed(error)
 }
 
 /// The `retry` event of a retry about to happen.

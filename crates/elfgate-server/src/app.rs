@@ -15,7 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{
-    ChatEngine, ChatMode, ChatSettings, ProviderRegistry, TinyElfConfig, TinyElfEngine,
+    ChatEngine, ChatMode, ChatSettings, CliEngine, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
 use elfgate_store::{SqliteStore, Store, StoreOptions};
@@ -77,6 +77,9 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
         let kind = match p.kind {
             crate::config::ProviderKindConfig::Openai => ProviderKind::Openai,
             crate::config::ProviderKindConfig::Anthropic => ProviderKind::Anthropic,
+            // Only handed to a CLI (cli engine): the daemon has no client for them.
+            crate::config::ProviderKindConfig::OpenaiResponses
+            | crate::config::ProviderKindConfig::Gemini => continue,
         };
         registry.insert(
             name.clone(),
@@ -225,6 +228,10 @@ impl Daemon {
         )?;
         let tinyelf = Arc::new(tinyelf);
         dispatcher.register_engine(tinyelf.clone());
+        let mut cli = config.engines.cli_config(&config);
+        cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
+        let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
+        dispatcher.register_engine(Arc::new(cli));
         let state = AppState::new(config, shared, dispatcher, registry, metrics, tinyelf);
         Ok(Daemon {
             state,

@@ -75,12 +75,40 @@ pub struct StorageConfig {
 
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum ProviderKindConfig {
     /// OpenAI-compatible chat completions.
+    #[serde(rename = "openai")]
     Openai,
     /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
     Anthropic,
+    /// The OpenAI Responses API (codex, cli engine only).
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
+    /// The Gemini API (gemini-cli, cli engine only).
+    #[serde(rename = "gemini")]
+    Gemini,
+}
+
+impl ProviderKindConfig {
+    /// The name used in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKindConfig::Openai => "openai",
+            ProviderKindConfig::Anthropic => "anthropic",
+            ProviderKindConfig::OpenaiResponses => "openai-responses",
+            ProviderKindConfig::Gemini => "gemini",
+        }
+    }
+
+    /// Whether the daemon has a client of its own for it (the chat engines and tinyelf use
+    /// it); the other kinds are only handed to a CLI.
+    pub fn has_client(self) -> bool {
+        matches!(
+            self,
+            ProviderKindConfig::Openai | ProviderKindConfig::Anthropic
+        )
+    }
 }
 
 /// `[providers.NAME]`.
@@ -164,6 +192,36 @@ pub struct EnginesConfig {
     /// TinyElf's defaults and security pipeline (`[engines.tinyelf]`).
     #[serde(default)]
     pub tinyelf: elfgate_engines::TinyElfConfig,
+    /// The cli engine's supervisor and backends (`[engines.cli]`).
+    #[serde(default)]
+    pub cli: elfgate_engines::CliConfig,
+}
+
+impl EnginesConfig {
+    /// `[engines.cli]` with the configured providers (the CLIs are pointed at them) and the
+    /// variables holding their keys (none reaches a CLI but its own provider's).
+    pub fn cli_config(&self, config: &Config) -> elfgate_engines::CliConfig {
+        let mut c = self.cli.clone();
+        c.providers = config
+            .providers
+            .iter()
+            .map(|(name, p)| {
+                let provider = elfgate_engines::cli::CliProvider {
+                    kind: p.kind.as_str().to_string(),
+                    base_url: p.base_url.clone(),
+                    api_key_env: p.api_key_env.clone(),
+                    default_model: p.default_model.clone(),
+                };
+                (name.clone(), provider)
+            })
+            .collect();
+        c.secret_env = config
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone())
+            .collect();
+        c
+    }
 }
 
 /// The whole configuration.
@@ -268,6 +326,15 @@ impl Config {
                     .join(", ")
             )));
         }
+        if let Some(p) = &self.defaults.provider
+            && let Some(kind) = self.providers.get(p).map(|s| s.kind)
+            && !kind.has_client()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "defaults.provider '{p}' is of kind '{}', which only the cli engine uses",
+                kind.as_str()
+            )));
+        }
         for (name, p) in &self.providers {
             if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
                 return Err(ConfigError::Invalid(format!(
@@ -283,6 +350,10 @@ impl Config {
         }
         self.engines
             .tinyelf
+            .validate()
+            .map_err(ConfigError::Invalid)?;
+        self.engines
+            .cli_config(self)
             .validate()
             .map_err(ConfigError::Invalid)?;
         if self.server.header_read_timeout_secs == 0 {

@@ -6,7 +6,7 @@ use chrono::Utc;
 use elfgate_core::{
     Attachment, ChannelPermissions, DispatchError, EngineConfig, EngineSessionContext, EngineType,
     EventEmitter, EventPayload, MessageId, OnBusy, PermissionMode, Run, RunId, RunStatus, Session,
-    SessionBus, SessionId, ThinkingLevel, UnknownName,
+    SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,13 +42,16 @@ pub struct RunOverrides {
     pub channel_permissions: Option<ChannelPermissions>,
     /// Client idempotency key.
     pub client_msg_id: Option<String>,
+    /// Extra arguments of the CLI (cli engine), each in the backend's allow list; stored with
+    /// the session as engineConfig.cliArgs (over an engineConfig.cliArgs of the same request).
+    pub cli_args: Option<Vec<String>>,
 }
 
 /// Body of POST /v1/sessions.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
-    /// Engine wire name. An engine not built in (`cli` for now) or unknown is 422.
+    /// Engine wire name. An unknown one is 422.
     #[schema(value_type = EngineType)]
     pub engine: String,
     /// First prompt.
@@ -200,7 +203,12 @@ fn check_overrides(
             EngineConfig::from_json(cfg).map_err(|e| ApiError::Unprocessable(e.to_string()))?
         }
     };
+    let mut engine_config = engine_config;
+    if let Some(args) = &o.cli_args {
+        engine_config.cli_args = Some(args.clone());
+    }
     if engine != EngineType::Cli {
+        check_provider_kind(state, engine, o.provider_id.as_deref())?;
         state
             .providers
             .resolve(o.provider_id.as_deref())
@@ -211,6 +219,42 @@ fn check_overrides(
         permission_mode,
         engine_config,
     })
+}
+
+/// Refuses a provider whose wire format only a CLI speaks, for the engines that call providers
+/// themselves.
+fn check_provider_kind(
+    state: &AppState,
+    engine: EngineType,
+    provider_id: Option<&str>,
+) -> Result<(), ApiError> {
+    let name = provider_id.or(state.config.defaults.provider.as_deref());
+    match name.and_then(|n| state.config.providers.get(n)) {
+        Some(p) if !p.kind.has_client() => Err(ApiError::Unprocessable(format!(
+            "provider kind '{}' is not supported by engine '{engine}'",
+            p.kind.as_str()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The engine's own checks of a request (the cli engine's backend, arguments and provider).
+fn check_engine(
+    state: &AppState,
+    engine: EngineType,
+    cli_backend: Option<&str>,
+    checked: &Checked,
+    provider_id: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(e) = state.dispatcher.get_engine(engine) else {
+        return Ok(());
+    };
+    e.check_start(&StartRequest {
+        cli_backend,
+        cli_args: checked.engine_config.cli_args.as_deref(),
+        provider_id,
+    })
+    .map_err(ApiError::Unprocessable)
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -336,6 +380,13 @@ pub async fn create_session(
     }
     check_prompt(&req.prompt)?;
     let checked = check_overrides(state, engine, &req.overrides)?;
+    check_engine(
+        state,
+        engine,
+        req.cli_backend.as_deref(),
+        &checked,
+        req.overrides.provider_id.as_deref(),
+    )?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match req.overrides.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),
@@ -453,6 +504,16 @@ pub async fn send_message(
     let (_pass, session) = enter_session(state, session_id).await?;
     check_prompt(&req.prompt)?;
     let checked = check_overrides(state, session.engine, &req.overrides)?.over_session(&session)?;
+    check_engine(
+        state,
+        session.engine,
+        session.cli_backend.as_deref(),
+        &checked,
+        req.overrides
+            .provider_id
+            .as_deref()
+            .or(session.provider_id.as_deref()),
+    )?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
     // waits, then finds the run, instead of being refused as busy because of it.
     let _key = match req.overrides.client_msg_id.as_deref() {

@@ -146,6 +146,22 @@ pub(crate) fn push_run_started(
         .push_bind(session_id.to_string());
 }
 
+/// Appends the statement storing a session's CLI session id.
+pub(crate) fn push_cli_session_id(
+    script: &mut Script,
+    session_id: SessionId,
+    cli_session_id: &str,
+    at: &str,
+) {
+    script
+        .statement("UPDATE sessions SET cli_session_id = ")
+        .push_bind(cli_session_id.to_string())
+        .push(", updated_at = ")
+        .push_bind(at.to_string())
+        .push(" WHERE id = ")
+        .push_bind(session_id.to_string());
+}
+
 /// Appends the statements recording a run's end.
 pub(crate) fn push_run_finished(
     script: &mut Script,

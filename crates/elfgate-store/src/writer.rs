@@ -11,8 +11,8 @@ use crate::StoreError;
 use crate::codec::ts;
 use crate::script::Script;
 use crate::statements::{
-    push_insert_messages, push_insert_runs, push_insert_sessions, push_run_finished,
-    push_run_started,
+    push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
+    push_run_finished, push_run_started,
 };
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
@@ -56,6 +56,12 @@ pub(crate) enum StoreOp {
         outcome: Box<RunOutcome>,
         /// The run's closing message, inserted in the same commit.
         answer: Option<Box<Message>>,
+        at: String,
+    },
+    /// The CLI backend's own session id, for a later run to resume.
+    CliSessionId {
+        session_id: SessionId,
+        cli_session_id: String,
         at: String,
     },
 }
@@ -520,6 +526,11 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
                 at,
                 ..
             } => push_run_finished(script, *session_id, *run_id, outcome, at),
+            StoreOp::CliSessionId {
+                session_id,
+                cli_session_id,
+                at,
+            } => push_cli_session_id(script, *session_id, cli_session_id, at),
         }
     }
     Ok(())

@@ -17,11 +17,10 @@ pub use settings::{GuardianConfig, TinyElfConfig};
 pub use tool_run::{ToolRunAnswer, ToolRunError};
 
 use crate::providers::ProviderRegistry;
+use crate::streaming::fail;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
-use elfgate_core::{
-    Engine, EngineSessionContext, EngineType, ErrorInfo, EventPayload, Role, RunOutcome,
-};
+use elfgate_core::{Engine, EngineSessionContext, EngineType, EventPayload, Role, RunOutcome};
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
@@ -139,30 +138,20 @@ impl TinyElfEngine {
         context::skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await
     }
 
-    async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
-        let error = ErrorInfo::new(code, message);
-        ctx.events
-            .emit(EventPayload::Error {
-                error: error.clone(),
-            })
-            .await;
-        RunOutcome::failed(error)
-    }
-
     /// What every run resolves first: the provider, the model, the project directory and the
     /// run's settings; a run that cannot have them ends with the error (already reported).
     async fn prepare(&self, ctx: &EngineSessionContext) -> Result<Prepared, RunOutcome> {
         let inner = &self.inner;
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Err(Self::fail(ctx, "unknown_provider", e.to_string()).await),
+            Err(e) => return Err(fail(ctx, "unknown_provider", e.to_string()).await),
         };
         let Some(model) = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
         else {
-            return Err(Self::fail(
+            return Err(fail(
                 ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
@@ -170,7 +159,7 @@ impl TinyElfEngine {
             .await);
         };
         let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
-            return Err(Self::fail(
+            return Err(fail(
                 ctx,
                 "no_project_path",
                 "the tinyelf engine needs a projectPath for its tools".to_string(),
@@ -180,7 +169,7 @@ impl TinyElfEngine {
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
             Ok(p) => {
-                return Err(Self::fail(
+                return Err(fail(
                     ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
@@ -188,7 +177,7 @@ impl TinyElfEngine {
                 .await);
             }
             Err(e) => {
-                return Err(Self::fail(
+                return Err(fail(
                     ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
@@ -269,12 +258,12 @@ impl TinyElfEngine {
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return Self::fail(&ctx, "storage", e).await,
+                Err(e) => return fail(&ctx, "storage", e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return Self::fail(&ctx, "storage", e.report()).await,
+                Err(e) => return fail(&ctx, "storage", e.report()).await,
             },
             None => Vec::new(),
         };

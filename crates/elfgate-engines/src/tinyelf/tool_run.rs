@@ -160,7 +160,7 @@ impl TinyElfEngine {
         let session_id = ctx.session_id();
         let parent = match inner.store.latest_message(session_id).await {
             Ok(m) => m.map(|m| m.id),
-            Err(e) => return Self::fail(&ctx, "storage", e.report()).await,
+            Err(e) => return crate::streaming::fail(&ctx, "storage", e.report()).await,
         };
         let use_msg = Message::new(
             session_id,
@@ -182,7 +182,7 @@ impl TinyElfEngine {
         );
         for m in [&use_msg, &tool_msg] {
             if let Err(e) = ctx.recorder.add_message(m).await {
-                return Self::fail(&ctx, "storage", e.0).await;
+                return crate::streaming::fail(&ctx, "storage", e.0).await;
             }
         }
         ctx.events

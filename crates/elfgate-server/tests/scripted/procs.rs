@@ -18,13 +18,18 @@ pub fn alive(pids: &[i32]) -> Vec<i32> {
         .collect()
 }
 
+/// Every process's pid.
+fn pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+}
+
 /// Processes of a process group that are still alive (not zombies).
 pub fn live_in_group(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
@@ -38,6 +43,32 @@ pub fn live_in_group(pgid: i32) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Live processes (not zombies) whose environment has the entry `name=value`: what a process
+/// and everything it started that kept its environment, whatever their groups.
+pub fn live_with_env(name: &str, value: &str) -> Vec<i32> {
+    let want = format!("{name}={value}");
+    let mut out = Vec::new();
+    for pid in pids() {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if environ.split(|b| *b == 0).any(|v| v == want.as_bytes()) && !alive(&[pid]).is_empty() {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Live processes (not zombies) whose working directory is `dir`.
+pub fn live_in(dir: &Path) -> Vec<i32> {
+    pids()
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir)
+                && !alive(&[*pid]).is_empty()
+        })
+        .collect()
 }
 
 /// Waits (bounded by the guard time) until `check` finds no live process; returns what is left.

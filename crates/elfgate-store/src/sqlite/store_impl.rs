@@ -51,6 +51,21 @@ impl RunLedger for SqliteStore {
             .await
             .map_err(|e| LedgerError(e.report()))
     }
+
+    async fn cli_session_id_set(
+        &self,
+        session_id: SessionId,
+        cli_session_id: &str,
+    ) -> Result<(), LedgerError> {
+        self.writer
+            .run(StoreOp::CliSessionId {
+                session_id,
+                cli_session_id: cli_session_id.to_string(),
+                at: ts(&Utc::now()),
+            })
+            .await
+            .map_err(|e| LedgerError(e.report()))
+    }
 }
 
 #[async_trait]

@@ -115,6 +115,23 @@ impl ChildEnv {
         true
     }
 
+    /// Sets a variable even when its name is one of the secrets: for the one credential a child
+    /// is meant to have (a command-line engine's own provider key). `ELFGATE_*` names and
+    /// malformed ones are still refused (false).
+    pub fn grant(&mut self, name: &str, value: &str) -> bool {
+        let upper = name.to_ascii_uppercase();
+        if upper.starts_with(DENIED_PREFIX)
+            || name.is_empty()
+            || name.contains(['=', '\0'])
+            || value.contains('\0')
+        {
+            self.warn_denied(name);
+            return false;
+        }
+        self.insert(name.to_string(), value.to_string());
+        true
+    }
+
     /// Sets every variable of `vars` (see [`ChildEnv::set`]).
     pub fn extend(&mut self, vars: &BTreeMap<String, String>) {
         for (k, v) in vars {
@@ -192,6 +209,8 @@ mod tests {
         );
         assert!(!more.set("Elfgate_Token", "x"));
         assert!(!more.set("OPENAI_API_KEY", "x"));
+        assert!(more.clone().grant("OPENAI_API_KEY", "x"));
+        assert!(!more.clone().grant("ELFGATE_TOKEN", "x"));
         assert!(!more.set("A=B", "x"));
         assert_eq!(more.get("FROM_SESSION"), Some("1"));
         assert_eq!(env.get("FROM_SESSION"), None);

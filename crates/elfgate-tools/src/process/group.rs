@@ -74,6 +74,12 @@ impl ProcessGroup {
         self.child.as_mut()?.stderr.take()
     }
 
+    /// Sends SIGINT to the whole group: how a command-line program is asked to stop what it is
+    /// doing, as Ctrl-C would. Returns false when nobody is left to get it.
+    pub fn interrupt(&self) -> bool {
+        self.child.is_some() && killpg(Pid::from_raw(self.pid), Signal::SIGINT).is_ok()
+    }
+
     /// Waits for the leader to exit (the rest of the group may live on until [`Self::stop`]).
     pub async fn wait(&mut self) -> Result<ExitStatus, ProcessError> {
         let wait = match self.child.as_mut() {

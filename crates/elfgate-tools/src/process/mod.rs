@@ -1,20 +1,24 @@
-//! Child processes: every command the daemon runs (shell calls, hooks, and later command-line
-//! engines and MCP servers) is started here, in a process group of its own, with a clean
-//! environment ([`ChildEnv`]) and, when asked, a private network ([`Isolation`]). Its output is
-//! captured up to a cap; on timeout, cancellation or drop the group gets SIGTERM, a short grace,
-//! then SIGKILL, and the leader is reaped. What the group leaves behind is swept (see
-//! [`orphans`](self::orphans) for the rule). The daemon must not start children any other way:
-//! the sweep takes an unregistered child of the daemon for an escaped process.
+//! Child processes: every command the daemon runs (shell calls, hooks, the cli engine's CLIs, and
+//! later MCP servers) is started here, in a process group of its own, with a clean environment
+//! ([`ChildEnv`]) and, when asked, a private network ([`Isolation`]). Its output is captured up to
+//! a cap ([`run`]) or read by the caller ([`ProcessGroup`]); on timeout, cancellation or drop the
+//! group gets SIGTERM, a short grace, then SIGKILL, and the leader is reaped. What the group
+//! leaves behind is swept (see [`orphans`](self::orphans) for the rule), and a long-running group
+//! can be noted so that a daemon killed meanwhile ends it at its next start ([`GroupNote`]). The
+//! daemon must not start children any other way: the sweep takes an unregistered child of the
+//! daemon for an escaped process.
 
 mod env;
 mod group;
 mod network;
+mod notes;
 mod orphans;
 mod run;
 
 pub use env::ChildEnv;
 pub use group::ProcessGroup;
 pub use network::{Isolation, Network};
+pub use notes::{GroupNote, kill_noted_groups};
 pub use orphans::become_subreaper;
 pub use run::run;
 

@@ -47,6 +47,19 @@ pub(crate) fn forget(pid: i32) {
     spawned().remove(&pid);
 }
 
+/// When process `pid` started (clock ticks after boot); None when it is gone (Linux only).
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::read(pid).map(|p| p.start)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 /// Makes the daemon adopt the orphans of its descendants (Linux only).
 pub fn become_subreaper() -> Result<(), String> {
     #[cfg(target_os = "linux")]

@@ -1,0 +1,159 @@
+//! Whether each backend's program is installed: found once at start (the configured path, else
+//! the project's `tools/cli/node_modules/.bin/`, else PATH) and asked for its `--version` with a
+//! timeout. GET /v1/engines shows the result; a session on a backend that is not available is
+//! refused with what to install.
+
+use super::backend::Backend;
+use super::settings::BackendConfig;
+use elfgate_tools::process::{self, ChildEnv, End, ProcessSpec};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Where the project's install script puts the pinned CLIs, relative to the daemon's working
+/// directory.
+pub(crate) const PROJECT_BIN: &str = "tools/cli/node_modules/.bin";
+
+/// What the probe found of one backend.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    /// The program, when found.
+    pub binary: Option<PathBuf>,
+    /// Its version, or why it cannot be used.
+    pub version: Result<String, String>,
+}
+
+impl Found {
+    /// The program when it can be used.
+    pub(crate) fn usable(&self) -> Option<&Path> {
+        self.version.as_ref().ok().and(self.binary.as_deref())
+    }
+}
+
+fn install_hint(b: Backend) -> String {
+    format!(
+        "install it with scripts/install-cli-tools.sh (into {PROJECT_BIN}) or `npm install -g {}`, \
+         or set engines.cli.{}.binary",
+        b.package(),
+        b.as_str()
+    )
+}
+
+/// The program of `b` as configured: a path, or a name looked up in `cwd`'s project folder,
+/// then in `path` (a PATH value).
+pub(crate) fn resolve(
+    b: Backend,
+    configured: Option<&str>,
+    cwd: &Path,
+    path: Option<&str>,
+) -> Result<PathBuf, String> {
+    let name = configured.unwrap_or(b.program());
+    if name.contains('/') {
+        let p = cwd.join(name);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "{} not found at {name}: {}",
+                b.program(),
+                install_hint(b)
+            ))
+        };
+    }
+    let dirs = std::iter::once(cwd.join(PROJECT_BIN))
+        .chain(std::env::split_paths(path.unwrap_or_default()).map(|d| cwd.join(d)));
+    for dir in dirs {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(format!(
+        "{name} not found in {PROJECT_BIN} or PATH: {}",
+        install_hint(b)
+    ))
+}
+
+/// Finds `b`'s program and asks it for its version, in `env` (its clean environment).
+pub(crate) async fn probe(
+    b: Backend,
+    cfg: &BackendConfig,
+    env: ChildEnv,
+    timeout: Duration,
+) -> Found {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let path = std::env::var("PATH").ok();
+    let binary = match resolve(b, cfg.binary.as_deref(), &cwd, path.as_deref()) {
+        Ok(p) => p,
+        Err(why) => {
+            return Found {
+                binary: None,
+                version: Err(why),
+            };
+        }
+    };
+    let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
+    spec.args = vec!["--version".to_string()];
+    spec.env = env;
+    spec.timeout = Some(timeout);
+    spec.grace = Duration::from_millis(500);
+    spec.stdout_cap = 4096;
+    spec.stderr_cap = 4096;
+    let version = match process::run(&spec, &CancellationToken::new()).await {
+        Err(e) => Err(format!("{} cannot be started: {e}", binary.display())),
+        Ok(out) => {
+            let first = |bytes: &[u8]| {
+                String::from_utf8_lossy(bytes)
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty())
+                    .map(str::to_string)
+            };
+            match out.end {
+                End::Exited(s) if s.success() => first(&out.stdout.bytes)
+                    .or_else(|| first(&out.stderr.bytes))
+                    .ok_or_else(|| format!("`{} --version` printed nothing", binary.display())),
+                End::Exited(s) => Err(format!(
+                    "`{} --version` failed ({s}): {}",
+                    binary.display(),
+                    first(&out.stderr.bytes).unwrap_or_default()
+                )),
+                _ => Err(format!(
+                    "`{} --version` did not answer within {timeout:?}",
+                    binary.display()
+                )),
+            }
+        }
+    };
+    Found {
+        binary: Some(binary),
+        version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_project_folder_comes_before_path_and_a_missing_program_says_what_to_install() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join(PROJECT_BIN);
+        std::fs::create_dir_all(&bin).unwrap();
+        let other = dir.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(bin.join("codex"), "").unwrap();
+        std::fs::write(other.join("codex"), "").unwrap();
+        std::fs::write(other.join("gemini"), "").unwrap();
+        let path = other.display().to_string();
+        let found = |b| resolve(b, None, dir.path(), Some(&path));
+        assert_eq!(found(Backend::Codex).unwrap(), bin.join("codex"));
+        assert_eq!(found(Backend::GeminiCli).unwrap(), other.join("gemini"));
+        let why = found(Backend::ClaudeCode).unwrap_err();
+        assert!(why.contains("@anthropic-ai/claude-code"), "{why}");
+        assert!(why.contains("scripts/install-cli-tools.sh"), "{why}");
+        let why = resolve(Backend::Codex, Some("./nope"), dir.path(), None).unwrap_err();
+        assert!(why.contains("not found at ./nope"), "{why}");
+    }
+}

@@ -1,0 +1,445 @@
+//! The `cli` engine: a coding CLI (codex, claude-code, gemini-cli) run in the session's project
+//! directory as a supervised subprocess, its own event stream mapped to Elfgate's events and
+//! stored messages. See docs/cli.md.
+
+mod availability;
+pub mod backend;
+mod claude_code;
+mod codex;
+mod gemini_cli;
+mod limits;
+mod lines;
+mod relay;
+pub mod settings;
+mod supervisor;
+mod transcript;
+
+pub use backend::Backend;
+pub use settings::{BackendConfig, CliConfig, CliProvider};
+
+use crate::prompt::store_user_message;
+use crate::streaming::fail;
+use async_trait::async_trait;
+use availability::Found;
+use backend::{AdapterEvent, Invocation};
+use elfgate_core::{
+    BackendInfo, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason,
+    PermissionMode, RunOutcome, StartRequest,
+};
+use elfgate_store::Store;
+use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
+use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
+use limits::{Limits, Slot};
+use relay::Relay;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use supervisor::{Launch, Supervised};
+use transcript::Transcript;
+
+/// The directory under the state directory where running CLI groups are noted.
+const RUNNING: &str = "running";
+
+/// The cli engine.
+pub struct CliEngine {
+    store: Arc<dyn Store>,
+    /// Relays the CLIs' permission questions to the client.
+    broker: Arc<PermissionBroker>,
+    config: CliConfig,
+    found: BTreeMap<Backend, Found>,
+    limits: Limits,
+    /// The daemon's allow-listed variables, without any provider's key.
+    base_env: ChildEnv,
+}
+
+impl CliEngine {
+    /// Builds the engine: finds each backend's program and asks it for its version (once).
+    pub async fn new(
+        store: Arc<dyn Store>,
+        config: CliConfig,
+        broker: Arc<PermissionBroker>,
+    ) -> CliEngine {
+        // Runs a crashed daemon left behind would go on working (and spending) unseen.
+        for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
+            tracing::warn!(
+                pgid,
+                "killed a CLI process group left running by an earlier daemon"
+            );
+        }
+        let base_env = ChildEnv::from_daemon(&BTreeMap::new(), &[], &config.secret_env);
+        let limits = Limits::new(|b| config.backend(b).max_concurrent.unwrap_or(4));
+        let mut engine = CliEngine {
+            store,
+            broker,
+            config,
+            found: BTreeMap::new(),
+            limits,
+            base_env,
+        };
+        // Each backend's home exists before it is asked for its version.
+        for b in Backend::ALL {
+            if let Err(e) = engine.write_files(b) {
+                tracing::warn!(backend = b.as_str(), error = %e, "cannot write the CLI's home");
+            }
+        }
+        let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
+        let probes = Backend::ALL.map(|b| {
+            let env = engine.child_env(b, None, PermissionMode::Default, None);
+            let cfg = engine.config.backend(b).clone();
+            async move { (b, availability::probe(b, &cfg, env, timeout).await) }
+        });
+        for (b, found) in futures_util::future::join_all(probes).await {
+            match &found.version {
+                Ok(v) => {
+                    tracing::info!(backend = b.as_str(), version = %v, "cli backend available")
+                }
+                Err(why) => tracing::info!(backend = b.as_str(), %why, "cli backend not available"),
+            }
+            engine.found.insert(b, found);
+        }
+        engine
+    }
+
+    /// The backend's own home directory (HOME of its runs).
+    fn home(&self, b: Backend) -> PathBuf {
+        self.config.state_dir.join(b.as_str())
+    }
+
+    /// A run's environment: the allow-listed variables, the backend's configured ones, the
+    /// session's (`engineConfig.shellEnv`), then the engine's own (home, provider URL and key),
+    /// which neither overrides.
+    fn child_env(
+        &self,
+        b: Backend,
+        provider: Option<&CliProvider>,
+        mode: PermissionMode,
+        session: Option<&BTreeMap<String, String>>,
+    ) -> ChildEnv {
+        let home = self.home(b);
+        let mut env = self.base_env.clone();
+        env.extend(&self.config.backend(b).env);
+        if let Some(vars) = session {
+            env.extend(vars);
+        }
+        env.set("HOME", &home.display().to_string());
+        let key = provider
+            .and_then(|p| p.api_key_env.as_deref())
+            .and_then(|var| std::env::var(var).ok())
+            .filter(|k| !k.is_empty());
+        for (k, v) in b.env(&home, provider, key.as_deref(), mode) {
+            env.grant(&k, &v);
+        }
+        env
+    }
+
+    /// Writes the backend's configuration files into its home.
+    fn write_files(&self, b: Backend) -> std::io::Result<()> {
+        let home = self.home(b);
+        std::fs::create_dir_all(&home)?;
+        for (rel, content) in b.files(&self.config.providers) {
+            let path = home.join(rel);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, content)?;
+        }
+        Ok(())
+    }
+
+    fn backend_of(name: Option<&str>) -> Result<Backend, String> {
+        let names = Backend::ALL.map(Backend::as_str).join(", ");
+        match name {
+            None => Err(format!("engine 'cli' needs cliBackend: one of {names}")),
+            Some(n) => {
+                Backend::parse(n).ok_or_else(|| format!("cliBackend '{n}' is not one of {names}"))
+            }
+        }
+    }
+
+    /// Refuses an argument that is not in the backend's allow list.
+    fn check_args(&self, b: Backend, args: &[String]) -> Result<(), String> {
+        let allowed = &self.config.backend(b).allowed_args;
+        for a in args {
+            let ok = allowed.iter().any(|x| {
+                x == a || (x.ends_with('=') && a.starts_with(x.as_str()) && a.len() > x.len())
+            });
+            if !ok {
+                let list = if allowed.is_empty() {
+                    "none are allowed".to_string()
+                } else {
+                    format!("allowed: {}", allowed.join(" "))
+                };
+                return Err(format!(
+                    "cliArgs: '{a}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
+                    b.as_str(),
+                    b.as_str()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        let b = match Self::backend_of(ctx.cli_backend.as_deref()) {
+            Ok(b) => b,
+            Err(why) => return fail(&ctx, "cli_backend", why).await,
+        };
+        let Some(binary) = self
+            .found
+            .get(&b)
+            .and_then(Found::usable)
+            .map(Path::to_path_buf)
+        else {
+            let why = self.unavailable(b);
+            return fail(&ctx, "cli_unavailable", why).await;
+        };
+        let provider = match self.config.provider_for(b, ctx.provider_id.as_deref()) {
+            Ok(p) => p,
+            Err(why) => return fail(&ctx, "unknown_provider", why).await,
+        };
+        let model = ctx
+            .model
+            .clone()
+            .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": "cli",
+                    "cliBackend": b.as_str(),
+                    "binary": binary.display().to_string(),
+                    "version": self.found.get(&b).and_then(|f| f.version.as_ref().ok()),
+                    "provider": provider.as_ref().map(|(n, _)| n),
+                    "model": model,
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
+        let (user, _) = match store_user_message(self.store.as_ref(), &ctx).await {
+            Ok(u) => u,
+            Err(e) => return fail(&ctx, "storage", e).await,
+        };
+        let _slot = match self
+            .limits
+            .acquire(b, &ctx.cancel, async |ahead| {
+                let message = format!(
+                    "queued behind {ahead} {} run{} (max_concurrent = {})",
+                    b.as_str(),
+                    if ahead == 1 { "" } else { "s" },
+                    self.limits.max(b)
+                );
+                ctx.events.emit(EventPayload::Processing { message }).await;
+            })
+            .await
+        {
+            Slot::Granted(p) => p,
+            Slot::Cancelled => return RunOutcome::new(FinishReason::Interrupted),
+        };
+        if let Err(e) = self.write_files(b) {
+            let why = format!("cannot write {}'s configuration: {e}", b.as_str());
+            return fail(&ctx, "cli_setup", why).await;
+        }
+        // A queued run's context was built before the run ahead of it stored its CLI session.
+        let resume = match self.resume_id(&ctx).await {
+            Ok(r) => r,
+            Err(e) => return fail(&ctx, "storage", e).await,
+        };
+        let cwd = match project_dir(&ctx) {
+            Ok(d) => d,
+            Err(why) => return fail(&ctx, "cli_project_path", why).await,
+        };
+        let inv = Invocation {
+            prompt: &ctx.prompt,
+            model: model.as_deref(),
+            resume: resume.as_deref(),
+            permission_mode: ctx.permission_mode.unwrap_or_default(),
+            provider_name: provider.as_ref().map(|(n, _)| n.as_str()),
+        };
+        let cfg = self.config.backend(b);
+        let mut extra = cfg.args.clone();
+        extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
+        let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
+        spec.args = b.args(&inv, &extra);
+        spec.env = self.child_env(
+            b,
+            provider.as_ref().map(|(_, p)| p),
+            inv.permission_mode,
+            ctx.engine_config.shell_env.as_ref(),
+        );
+        let launch = Launch {
+            spec,
+            stdin: b.stdin(&inv),
+            polite: b.polite_stop(),
+            timeouts: self.config.timeouts(),
+            label: b.as_str(),
+        };
+        let mut sup = match Supervised::start(launch).await {
+            Ok(s) => s,
+            Err(e) => return fail(&ctx, "cli_spawn", e.to_string()).await,
+        };
+        tracing::debug!(backend = b.as_str(), pgid = sup.pgid(), "cli run started");
+        // Removed once the group has ended (below); left behind only by a daemon that died.
+        let _note = GroupNote::new(&self.config.state_dir.join(RUNNING), sup.pgid());
+        let mut run = Relay::new(
+            &ctx,
+            Transcript::new(user.id, model.clone()),
+            resume.clone(),
+        );
+        let mut adapter = b.adapter();
+        while let Some(line) = sup.next(&ctx.cancel).await {
+            for ev in adapter.on_line(&line) {
+                match ev {
+                    AdapterEvent::PermissionAsk {
+                        request_id,
+                        tool_name,
+                        input,
+                    } => {
+                        let denied = self.ask(&ctx, &tool_name, &input).await;
+                        if let Some(answer) =
+                            b.permission_answer(&request_id, &input, denied.as_deref())
+                        {
+                            sup.send(&answer).await;
+                        }
+                        sup.touch();
+                    }
+                    AdapterEvent::Finished => {
+                        // claude-code waits for more input until its stdin closes.
+                        sup.close_stdin();
+                        run.apply(AdapterEvent::Finished).await;
+                    }
+                    ev => run.apply(ev).await,
+                }
+            }
+            if run.storage_failed() {
+                break;
+            }
+        }
+        let ended = sup.finish().await;
+        run.end(b, ended, &self.config).await
+    }
+
+    /// Asks the client whether the CLI may run a tool (a session-wide answer given earlier
+    /// stands); returns why it may not, or None when it may.
+    async fn ask(
+        &self,
+        ctx: &EngineSessionContext,
+        tool_name: &str,
+        input: &serde_json::Value,
+    ) -> Option<String> {
+        let session_id = ctx.session_id();
+        match self.broker.remembered(session_id, tool_name) {
+            Some(Decision::Allow) => return None,
+            Some(Decision::Deny) => return Some("the user denied permission".to_string()),
+            None => {}
+        }
+        let timeout = std::time::Duration::from_secs(self.config.permission_timeout_secs.max(1));
+        let ask = Ask {
+            tool_name,
+            input,
+            tier: PermissionTier::AlwaysConfirm,
+            timeout,
+        };
+        match self
+            .broker
+            .request(&ctx.events, session_id, ask, &ctx.cancel)
+            .await
+        {
+            PermissionOutcome::Allowed => None,
+            PermissionOutcome::Denied(msg) => Some(match msg.filter(|m| !m.is_empty()) {
+                Some(m) => format!("the user denied permission: {m}"),
+                None => "the user denied permission".to_string(),
+            }),
+            PermissionOutcome::TimedOut => Some(format!(
+                "nobody answered the permission request within {} s",
+                timeout.as_secs()
+            )),
+            PermissionOutcome::Interrupted => Some("the run was interrupted".to_string()),
+        }
+    }
+
+    /// The CLI session the run resumes: the session's, as stored now.
+    async fn resume_id(&self, ctx: &EngineSessionContext) -> Result<Option<String>, String> {
+        if !ctx.is_resume {
+            return Ok(None);
+        }
+        let stored = self
+            .store
+            .get_session(ctx.session_id())
+            .await
+            .map_err(|e| e.report())?;
+        Ok(stored
+            .and_then(|s| s.cli_session_id)
+            .or_else(|| ctx.session.cli_session_id.clone()))
+    }
+
+    fn unavailable(&self, b: Backend) -> String {
+        let why = match self.found.get(&b).map(|f| &f.version) {
+            Some(Err(why)) => why.clone(),
+            _ => "it was not probed".to_string(),
+        };
+        format!("cli backend '{}' is not available: {why}", b.as_str())
+    }
+}
+
+/// The directory the CLI runs in: the session's projectPath, which must exist.
+fn project_dir(ctx: &EngineSessionContext) -> Result<PathBuf, String> {
+    let Some(p) = ctx.project_path.as_deref() else {
+        return std::env::current_dir().map_err(|e| format!("no working directory: {e}"));
+    };
+    let path = PathBuf::from(p);
+    if path.is_dir() {
+        Ok(path)
+    } else {
+        Err(format!("projectPath '{p}' is not a directory"))
+    }
+}
+
+#[async_trait]
+impl Engine for CliEngine {
+    fn engine_type(&self) -> EngineType {
+        EngineType::Cli
+    }
+
+    fn description(&self) -> &'static str {
+        "A coding CLI (codex, claude-code, gemini-cli) run as a supervised subprocess"
+    }
+
+    fn capabilities(&self) -> Vec<&'static str> {
+        vec!["streaming", "interrupt", "tools", "resume", "thinking"]
+    }
+
+    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.run(ctx).await
+    }
+
+    fn backends(&self) -> Option<Vec<BackendInfo>> {
+        Some(
+            Backend::ALL
+                .into_iter()
+                .map(|b| {
+                    let found = self.found.get(&b);
+                    BackendInfo {
+                        name: b.as_str().to_string(),
+                        available: found.and_then(Found::usable).is_some(),
+                        binary: found
+                            .and_then(|f| f.binary.as_ref())
+                            .map(|p| p.display().to_string()),
+                        version: found.and_then(|f| f.version.clone().ok()),
+                        reason: found.and_then(|f| f.version.clone().err()),
+                        max_concurrent: self.limits.max(b),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn check_start(&self, req: &StartRequest<'_>) -> Result<(), String> {
+        let b = Self::backend_of(req.cli_backend)?;
+        if self.found.get(&b).and_then(Found::usable).is_none() {
+            return Err(self.unavailable(b));
+        }
+        self.check_args(b, req.cli_args.unwrap_or_default())?;
+        self.config.provider_for(b, req.provider_id)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,201 @@
+//! One run's relay: from a CLI's adapter events to Elfgate's events and stored messages, and from
+//! how the CLI ended to the run's outcome.
+
+use super::backend::{AdapterEvent, Backend};
+use super::settings::CliConfig;
+use super::supervisor::Ended;
+use super::transcript::Transcript;
+use elfgate_core::{
+    EngineSessionContext, ErrorInfo, EventPayload, FinishReason, RunOutcome, ToolCallStatus,
+};
+
+/// One run's relay from adapter events to Elfgate's events, messages and outcome.
+pub(crate) struct Relay<'a> {
+    ctx: &'a EngineSessionContext,
+    transcript: Transcript,
+    /// The CLI session id stored on the session.
+    cli_session: Option<String>,
+    tokens: (u64, u64),
+    turns: u32,
+    /// What the CLI said went wrong.
+    failure: Option<String>,
+    /// The CLI reported the run's end.
+    finished: bool,
+    /// A store failure, which ends the run.
+    storage: Option<ErrorInfo>,
+}
+
+impl<'a> Relay<'a> {
+    /// A relay for the run of `ctx`, whose CLI session so far is `cli_session`.
+    pub(crate) fn new(
+        ctx: &'a EngineSessionContext,
+        transcript: Transcript,
+        cli_session: Option<String>,
+    ) -> Self {
+        Relay {
+            ctx,
+            transcript,
+            cli_session,
+            tokens: (0, 0),
+            turns: 0,
+            failure: None,
+            finished: false,
+            storage: None,
+        }
+    }
+
+    /// Whether storing failed (the run then ends).
+    pub(crate) fn storage_failed(&self) -> bool {
+        self.storage.is_some()
+    }
+
+    /// Relays one adapter event.
+    pub(crate) async fn apply(&mut self, ev: AdapterEvent) {
+        let ctx = self.ctx;
+        match ev {
+            AdapterEvent::Delta(kind, text) => self.transcript.delta(ctx, kind, text).await,
+            AdapterEvent::ToolStart { id, name, input } => {
+                self.transcript.tool_start(ctx, id, name, input).await
+            }
+            AdapterEvent::ToolEnd {
+                id,
+                content,
+                is_error,
+            } => {
+                let status = if is_error {
+                    ToolCallStatus::Error
+                } else {
+                    ToolCallStatus::Success
+                };
+                if let Err(e) = self.transcript.tool_end(ctx, id, content, status).await {
+                    self.storage = Some(e);
+                }
+            }
+            AdapterEvent::SessionId(id) => {
+                if self.cli_session.as_deref() != Some(id.as_str()) {
+                    match ctx.recorder.set_cli_session_id(&id).await {
+                        Ok(()) => self.cli_session = Some(id),
+                        Err(e) => self.storage = Some(ErrorInfo::new("storage", e.0)),
+                    }
+                }
+            }
+            AdapterEvent::Usage { input, output } => self.tokens = (input, output),
+            AdapterEvent::Turns(n) => self.turns = n,
+            AdapterEvent::Notice(message) => {
+                ctx.events.emit(EventPayload::Processing { message }).await;
+            }
+            AdapterEvent::Failed(why) => self.failure = Some(why),
+            AdapterEvent::Finished => self.finished = true,
+            // Answered by the engine, which holds the CLI's stdin.
+            AdapterEvent::PermissionAsk { .. } => {}
+        }
+    }
+
+    /// The run's outcome from how the CLI ended.
+    pub(crate) async fn end(self, b: Backend, ended: Ended, config: &CliConfig) -> RunOutcome {
+        let ctx = self.ctx;
+        let name = b.as_str();
+        let tail = || {
+            if ended.stderr_tail.is_empty() {
+                String::new()
+            } else {
+                format!("; stderr:\n{}", ended.stderr_tail.join("\n"))
+            }
+        };
+        let error = if ended.interrupted {
+            None
+        } else if let Some(e) = self.storage.clone() {
+            Some(e)
+        } else if ended.idle_timed_out {
+            Some(ErrorInfo::new(
+                "cli_idle_timeout",
+                format!(
+                    "{name} printed nothing for {} s and was stopped (engines.cli.idle_timeout_secs){}",
+                    config.idle_timeout_secs,
+                    tail()
+                ),
+            ))
+        } else if let Some(why) = self.failure.clone() {
+            Some(ErrorInfo::new("cli_failed", format!("{name}: {why}")))
+        } else {
+            match ended.exit {
+                Some(s) if s.success() && self.finished => None,
+                Some(s) if s.success() => Some(ErrorInfo::new(
+                    "cli_no_result",
+                    format!(
+                        "{name} exited without reporting the end of its run{}",
+                        tail()
+                    ),
+                )),
+                Some(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    match (s.code(), s.signal()) {
+                        (Some(code), _) => {
+                            let meaning = b
+                                .exit_meaning(code)
+                                .map(|m| format!(": {m}"))
+                                .unwrap_or_default();
+                            Some(ErrorInfo::new(
+                                "cli_exit",
+                                format!("{name} exited with status {code}{meaning}{}", tail()),
+                            ))
+                        }
+                        (None, sig) => Some(ErrorInfo::new(
+                            "cli_crashed",
+                            format!(
+                                "{name} was killed by signal {}{}",
+                                sig.unwrap_or_default(),
+                                tail()
+                            ),
+                        )),
+                    }
+                }
+                None => Some(ErrorInfo::new(
+                    "cli_crashed",
+                    format!("{name} stopped answering before it exited{}", tail()),
+                )),
+            }
+        };
+        if ended.garbage > 0 {
+            tracing::info!(
+                backend = name,
+                lines = ended.garbage,
+                "skipped lines of CLI output"
+            );
+        }
+        if let Some(e) = &error {
+            ctx.events
+                .emit(EventPayload::Error { error: e.clone() })
+                .await;
+        }
+        let finish_reason = match (&error, ended.interrupted) {
+            (_, true) => FinishReason::Interrupted,
+            (Some(_), false) => FinishReason::Error,
+            (None, false) => FinishReason::Stop,
+        };
+        let tool_status = if ended.interrupted {
+            ToolCallStatus::Interrupted
+        } else {
+            ToolCallStatus::Error
+        };
+        let (answer, error) = match self.transcript.finish(ctx, tool_status, self.tokens).await {
+            Ok(a) => (a, error),
+            Err(e) => (None, error.or(Some(e))),
+        };
+        RunOutcome {
+            finish_reason: if error.is_some() && finish_reason == FinishReason::Stop {
+                FinishReason::Error
+            } else {
+                finish_reason
+            },
+            input_tokens: self.tokens.0,
+            output_tokens: self.tokens.1,
+            // The CLIs' adapters do not read their cache counters yet.
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            iterations: self.turns.max(1),
+            error,
+            answer,
+        }
+    }
+}

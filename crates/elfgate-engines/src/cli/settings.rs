@@ -1,0 +1,170 @@
+//! `[engines.cli]`: the supervisor's limits and one table per backend, plus what only the running
+//! daemon knows (the providers the CLIs may be pointed at, the data directory).
+
+use super::backend::Backend;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `[engines.cli.<backend>]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackendConfig {
+    /// The program: a path (with a slash), or a name looked up in the project's
+    /// `tools/cli/node_modules/.bin/` and then in PATH. Default: the CLI's own name.
+    pub binary: Option<String>,
+    /// Arguments added to every run, after the engine's own.
+    pub args: Vec<String>,
+    /// Variables set for the CLI (never a provider's key variable nor `ELFGATE_*`).
+    pub env: BTreeMap<String, String>,
+    /// Runs of this backend at once; more wait in line (0 is taken as 1).
+    pub max_concurrent: Option<usize>,
+    /// Arguments a request's `cliArgs` may contain, each matched exactly or, for an entry ending
+    /// in `=`, as a prefix (`--max-turns=` allows `--max-turns=5`).
+    pub allowed_args: Vec<String>,
+    /// The configured provider whose base URL and key the CLI gets when a session names none.
+    pub provider: Option<String>,
+}
+
+/// `[engines.cli]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CliConfig {
+    /// Seconds a CLI may print nothing on stdout before the run ends with an error.
+    pub idle_timeout_secs: u64,
+    /// Milliseconds after the polite interrupt before the group gets SIGTERM.
+    pub interrupt_grace_ms: u64,
+    /// Milliseconds after SIGTERM before the group gets SIGKILL.
+    pub kill_grace_ms: u64,
+    /// Longest stdout line read; a longer one is logged and skipped.
+    pub max_line_bytes: usize,
+    /// Seconds `<binary> --version` may take at start.
+    pub version_timeout_secs: u64,
+    /// Seconds a CLI's permission question waits for the client; no answer denies it.
+    pub permission_timeout_secs: u64,
+    /// `[engines.cli.codex]`.
+    pub codex: BackendConfig,
+    /// `[engines.cli.claude-code]`.
+    #[serde(rename = "claude-code")]
+    pub claude_code: BackendConfig,
+    /// `[engines.cli.gemini-cli]`.
+    #[serde(rename = "gemini-cli")]
+    pub gemini_cli: BackendConfig,
+    /// The configured providers, by name (set by the daemon, not read from the section).
+    #[serde(skip)]
+    pub providers: BTreeMap<String, CliProvider>,
+    /// Every provider's key variable: none reaches a CLI but its own provider's (set by the
+    /// daemon).
+    #[serde(skip)]
+    pub secret_env: BTreeSet<String>,
+    /// Where each backend's home directory is made: `<data dir>/cli` (set by the daemon).
+    #[serde(skip)]
+    pub state_dir: PathBuf,
+}
+
+impl Default for CliConfig {
+    fn default() -> Self {
+        CliConfig {
+            idle_timeout_secs: 600,
+            interrupt_grace_ms: 1000,
+            kill_grace_ms: 1000,
+            max_line_bytes: 4 * 1024 * 1024,
+            version_timeout_secs: 10,
+            permission_timeout_secs: 300,
+            codex: BackendConfig::default(),
+            claude_code: BackendConfig::default(),
+            gemini_cli: BackendConfig::default(),
+            providers: BTreeMap::new(),
+            secret_env: BTreeSet::new(),
+            state_dir: std::env::temp_dir().join("elfgate-cli"),
+        }
+    }
+}
+
+/// A provider as a CLI sees it: where to send requests and which variable holds the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliProvider {
+    /// Its wire format: `openai`, `openai-responses`, `anthropic` or `gemini`.
+    pub kind: String,
+    /// Its base URL as configured.
+    pub base_url: String,
+    /// The daemon's variable holding its key, if any.
+    pub api_key_env: Option<String>,
+    /// Its model when a session names none.
+    pub default_model: Option<String>,
+}
+
+/// The durations of the supervisor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub idle: Duration,
+    pub interrupt_grace: Duration,
+    pub kill_grace: Duration,
+    pub max_line_bytes: usize,
+}
+
+impl CliConfig {
+    /// The table of a backend.
+    pub fn backend(&self, b: Backend) -> &BackendConfig {
+        match b {
+            Backend::Codex => &self.codex,
+            Backend::ClaudeCode => &self.claude_code,
+            Backend::GeminiCli => &self.gemini_cli,
+        }
+    }
+
+    pub(crate) fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            idle: Duration::from_secs(self.idle_timeout_secs.max(1)),
+            interrupt_grace: Duration::from_millis(self.interrupt_grace_ms),
+            kill_grace: Duration::from_millis(self.kill_grace_ms),
+            max_line_bytes: self.max_line_bytes.max(1024),
+        }
+    }
+
+    /// Checks what parses but cannot work: a default provider that is not configured or of a
+    /// kind the backend does not speak.
+    pub fn validate(&self) -> Result<(), String> {
+        for b in Backend::ALL {
+            if let Some(name) = &self.backend(b).provider {
+                self.provider_for(b, Some(name))
+                    .map_err(|e| format!("engines.cli.{}.provider: {e}", b.as_str()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The provider a run of `backend` uses: `requested` (the session's providerId), else the
+    /// backend's configured one, else the first provider of a kind it speaks. Errors are for the
+    /// client.
+    pub(crate) fn provider_for(
+        &self,
+        backend: Backend,
+        requested: Option<&str>,
+    ) -> Result<Option<(String, CliProvider)>, String> {
+        let name = match requested.or(self.backend(backend).provider.as_deref()) {
+            Some(n) => n.to_string(),
+            None => {
+                return Ok(self
+                    .providers
+                    .iter()
+                    .find(|(_, p)| backend.speaks(&p.kind))
+                    .map(|(n, p)| (n.clone(), p.clone())));
+            }
+        };
+        let p = self
+            .providers
+            .get(&name)
+            .ok_or_else(|| format!("unknown provider '{name}'"))?;
+        if !backend.speaks(&p.kind) {
+            return Err(format!(
+                "provider '{name}' is of kind '{}', which {} does not speak (it needs {})",
+                p.kind,
+                backend.as_str(),
+                backend.provider_kinds().join(" or ")
+            ));
+        }
+        Ok(Some((name, p.clone())))
+    }
+}
