@@ -57,6 +57,12 @@ pub(crate) trait Decoder: Send + 'static {
     /// was seen; an `Err` ends the stream with that error.
     fn on_event(&mut self, event: &str, data: &str, out: &mut EventQueue)
     -> Result<bool, LlmError>;
+
+    /// Called when the body ends before the end marker; returns `true` when that end is the
+    /// provider's normal end of stream (a format without an end marker).
+    fn on_end(&mut self, _out: &mut EventQueue) -> bool {
+        false
+    }
 }
 
 /// Sends the request and waits (at most `request_timeout`, unless zero) for the
@@ -159,7 +165,9 @@ pub(crate) fn message_from_json(v: &serde_json::Value) -> Option<String> {
     let kind = err
         .get("type")
         .and_then(|t| t.as_str())
-        .or_else(|| err.get("code").and_then(|c| c.as_str()));
+        .or_else(|| err.get("code").and_then(|c| c.as_str()))
+        // Google: {"error":{"code":503,"message":..,"status":"UNAVAILABLE"}}
+        .or_else(|| err.get("status").and_then(|c| c.as_str()));
     match (message, kind) {
         (Some(m), Some(k)) if !m.contains(k) => Some(format!("{m} ({k})")),
         (Some(m), _) => Some(m.to_string()),
@@ -223,6 +231,9 @@ impl<D: Decoder> BodyState<D> {
             }
             None => {
                 parser.finish(&mut on_event);
+                if !finished && decoder.on_end(queue) {
+                    finished = true;
+                }
                 if !finished {
                     queue.push_back(Err(LlmError::Transport(
                         "stream ended before completion".to_string(),
@@ -289,6 +300,32 @@ pub(crate) fn event_stream<D: Decoder>(
             }
         },
     ))
+}
+
+/// Decodes a body given as reads, draining the queue between reads as a live stream does.
+#[cfg(test)]
+pub(crate) fn decode_body<'a, D: Decoder>(
+    decoder: D,
+    reads: impl Iterator<Item = &'a [u8]>,
+) -> Vec<Result<LlmEvent, LlmError>> {
+    let mut st = BodyState {
+        body: None,
+        parser: SseParser::new(),
+        decoder,
+        queue: VecDeque::new(),
+        idle_timeout: Duration::ZERO,
+    };
+    let mut out = Vec::new();
+    for read in reads {
+        let finished = st.feed(Some(read));
+        out.extend(st.queue.drain(..));
+        if finished {
+            return out;
+        }
+    }
+    st.feed(None);
+    out.extend(st.queue.drain(..));
+    out
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! elfgate-llm: streaming clients for LLM providers.
 //!
-//! Two wire protocols are supported — OpenAI-compatible Chat Completions and
-//! Anthropic Messages — both normalized into one stream of [`LlmEvent`]s.
+//! Four wire protocols are supported — OpenAI-compatible Chat Completions, Anthropic Messages,
+//! the OpenAI Responses API and the Gemini API — all normalized into one stream of
+//! [`LlmEvent`]s.
 //! [`stream_with_retry`] adds retries for failures that happen before the
 //! first event arrives.
 
@@ -9,11 +10,15 @@
 
 mod anthropic;
 mod error;
+mod gemini;
 mod http;
 mod openai;
 mod policy;
+mod responses;
 mod retry;
 mod sse;
+#[cfg(test)]
+mod testkit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,12 +33,19 @@ pub use retry::{
 
 /// Which wire protocol a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
     /// OpenAI-compatible Chat Completions (`/chat/completions`).
+    #[serde(rename = "openai")]
     Openai,
     /// Anthropic Messages (`/v1/messages`).
+    #[serde(rename = "anthropic")]
     Anthropic,
+    /// The OpenAI Responses API (`/responses`).
+    #[serde(rename = "openai-responses")]
+    OpenaiResponses,
+    /// The Gemini API (`/v1beta/models/{model}:streamGenerateContent`).
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 /// A tool the model may call.
@@ -86,7 +98,7 @@ pub enum LlmEvent {
     TextDelta(String),
     /// A piece of reasoning text.
     ThinkingDelta(String),
-    /// The signature of the current reasoning block (Anthropic).
+    /// The signature of the current reasoning block (Anthropic; Gemini's `thoughtSignature`).
     ThinkingSignature(String),
     /// A complete tool call. OpenAI: fragments merged by index, emitted when the
     /// finish reason arrives; Anthropic: emitted at `content_block_stop`.
@@ -154,8 +166,8 @@ pub trait LlmProvider: Send + Sync {
 pub struct ProviderConfig {
     /// The wire protocol.
     pub kind: ProviderKind,
-    /// Base URL: OpenAI-style ends before `/chat/completions` (e.g.
-    /// `https://api.openai.com/v1`); Anthropic before `/v1/messages`.
+    /// Base URL: OpenAI-style ends before `/chat/completions` or `/responses` (e.g.
+    /// `https://api.openai.com/v1`); Anthropic before `/v1/messages`; Gemini before `/v1beta`.
     pub base_url: String,
     /// The API key, if the provider needs one.
     pub api_key: Option<String>,
@@ -175,6 +187,8 @@ pub fn build_provider(cfg: ProviderConfig, http: reqwest::Client) -> Arc<dyn Llm
     match cfg.kind {
         ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(cfg, http)),
         ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(cfg, http)),
+        ProviderKind::OpenaiResponses => Arc::new(responses::ResponsesProvider::new(cfg, http)),
+        ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(cfg, http)),
     }
 }
 

@@ -77,9 +77,8 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
         let kind = match p.kind {
             crate::config::ProviderKindConfig::Openai => ProviderKind::Openai,
             crate::config::ProviderKindConfig::Anthropic => ProviderKind::Anthropic,
-            // Only handed to a CLI (cli engine): the daemon has no client for them.
-            crate::config::ProviderKindConfig::OpenaiResponses
-            | crate::config::ProviderKindConfig::Gemini => continue,
+            crate::config::ProviderKindConfig::OpenaiResponses => ProviderKind::OpenaiResponses,
+            crate::config::ProviderKindConfig::Gemini => ProviderKind::Gemini,
         };
         registry.insert(
             name.clone(),

@@ -82,10 +82,10 @@ pub enum ProviderKindConfig {
     /// Anthropic Messages.
     #[serde(rename = "anthropic")]
     Anthropic,
-    /// The OpenAI Responses API (codex, cli engine only).
+    /// The OpenAI Responses API (also what codex speaks).
     #[serde(rename = "openai-responses")]
     OpenaiResponses,
-    /// The Gemini API (gemini-cli, cli engine only).
+    /// The Gemini API (also what gemini-cli speaks).
     #[serde(rename = "gemini")]
     Gemini,
 }
@@ -99,15 +99,6 @@ impl ProviderKindConfig {
             ProviderKindConfig::OpenaiResponses => "openai-responses",
             ProviderKindConfig::Gemini => "gemini",
         }
-    }
-
-    /// Whether the daemon has a client of its own for it (the chat engines and tinyelf use
-    /// it); the other kinds are only handed to a CLI.
-    pub fn has_client(self) -> bool {
-        matches!(
-            self,
-            ProviderKindConfig::Openai | ProviderKindConfig::Anthropic
-        )
     }
 }
 
@@ -324,15 +315,6 @@ impl Config {
                     .cloned()
                     .collect::<Vec<_>>()
                     .join(", ")
-            )));
-        }
-        if let Some(p) = &self.defaults.provider
-            && let Some(kind) = self.providers.get(p).map(|s| s.kind)
-            && !kind.has_client()
-        {
-            return Err(ConfigError::Invalid(format!(
-                "defaults.provider '{p}' is of kind '{}', which only the cli engine uses",
-                kind.as_str()
             )));
         }
         for (name, p) in &self.providers {

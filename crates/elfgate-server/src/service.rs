@@ -208,7 +208,6 @@ fn check_overrides(
         engine_config.cli_args = Some(args.clone());
     }
     if engine != EngineType::Cli {
-        check_provider_kind(state, engine, o.provider_id.as_deref())?;
         state
             .providers
             .resolve(o.provider_id.as_deref())
@@ -219,23 +218,6 @@ fn check_overrides(
         permission_mode,
         engine_config,
     })
-}
-
-/// Refuses a provider whose wire format only a CLI speaks, for the engines that call providers
-/// themselves.
-fn check_provider_kind(
-    state: &AppState,
-    engine: EngineType,
-    provider_id: Option<&str>,
-) -> Result<(), ApiError> {
-    let name = provider_id.or(state.config.defaults.provider.as_deref());
-    match name.and_then(|n| state.config.providers.get(n)) {
-        Some(p) if !p.kind.has_client() => Err(ApiError::Unprocessable(format!(
-            "provider kind '{}' is not supported by engine '{engine}'",
-            p.kind.as_str()
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// The engine's own checks of a request (the cli engine's backend, arguments and provider).

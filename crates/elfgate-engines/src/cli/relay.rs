@@ -62,7 +62,11 @@ impl<'a> Relay<'a> {
                 content,
                 is_error,
             } => {
-                let status = if is_error {
+                // A CLI that closes a call cut by the interrupt itself (claude-code answers it with
+                // an error result) reports it like the calls the engine closes: interrupted.
+                let status = if is_error && ctx.cancel.is_cancelled() {
+                    ToolCallStatus::Interrupted
+                } else if is_error {
                     ToolCallStatus::Error
                 } else {
                     ToolCallStatus::Success
