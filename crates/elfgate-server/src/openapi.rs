@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, sessions, skills, tool_runs};
+use crate::routes::{engines, health, mcp, sessions, skills, tool_runs};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -56,7 +56,8 @@ impl Modify for BearerScheme {
         engines::list,
         skills::list,
         tool_runs::run_tool,
-        engines::reload_mcp,
+        mcp::servers,
+        mcp::reload,
         health::healthz,
         health::readyz,
         health::metrics,
@@ -103,11 +104,20 @@ impl Modify for BearerScheme {
         elfgate_engines::tinyelf::Skill,
         elfgate_engines::tinyelf::SkillProblem,
         elfgate_engines::tinyelf::SkillSource,
+        elfgate_core::McpServerConfig,
+        elfgate_core::McpSessionConfig,
+        elfgate_core::McpTransport,
+        elfgate_mcp::ServerState,
+        elfgate_mcp::ServerStatus,
+        elfgate_mcp::ReloadReport,
+        mcp::ServerList,
+        mcp::ReloadAnswer,
     )),
     modifiers(&BearerScheme),
     tags(
         (name = "sessions", description = "Sessions, runs, messages and the event stream"),
         (name = "engines", description = "Engines and tools"),
+        (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
 )]

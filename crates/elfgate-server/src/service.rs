@@ -64,6 +64,11 @@ pub struct CreateSessionRequest {
     pub cli_backend: Option<String>,
     /// Agent profile.
     pub agent_id: Option<String>,
+    /// MCP servers of this session over the daemon's, and daemon servers it does without
+    /// (tinyelf): `{"servers": {NAME: {...}}, "disable": [NAME]}`. Stored with the session's
+    /// engineConfig (as its mcpConfig key); a malformed one is a 422 naming the field.
+    #[schema(value_type = Option<elfgate_core::McpSessionConfig>)]
+    pub mcp_config: Option<Value>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
@@ -361,7 +366,13 @@ pub async fn create_session(
         )));
     }
     check_prompt(&req.prompt)?;
-    let checked = check_overrides(state, engine, &req.overrides)?;
+    let mut checked = check_overrides(state, engine, &req.overrides)?;
+    if let Some(mcp) = &req.mcp_config {
+        checked.engine_config.mcp_config = Some(
+            elfgate_core::McpSessionConfig::from_json(mcp)
+                .map_err(|e| ApiError::Unprocessable(e.to_string()))?,
+        );
+    }
     check_engine(
         state,
         engine,
@@ -717,9 +728,17 @@ pub async fn start_tool_run(
         .as_deref()
         .and_then(|p| std::fs::canonicalize(p).ok())
         .filter(|p| p.is_dir());
+    let checked =
+        check_overrides(state, session.engine, &RunOverrides::default())?.over_session(&session)?;
     state
         .tinyelf
-        .check_tool_run(project.as_deref(), &name, &arguments)
+        .check_tool_run(
+            project.as_deref(),
+            session_id,
+            checked.engine_config.mcp_config.as_ref(),
+            &name,
+            &arguments,
+        )
         .await
         .map_err(|e| match e {
             ToolRunError::UnknownTool(_) => ApiError::NotFound(e.to_string()),
@@ -730,8 +749,6 @@ pub async fn start_tool_run(
             active_run_id: active.run_id,
         });
     }
-    let checked =
-        check_overrides(state, session.engine, &RunOverrides::default())?.over_session(&session)?;
     let run = new_run(session_id, None);
     state.store.create_run(&run).await?;
     let bus = open_bus(state, session_id).await?;

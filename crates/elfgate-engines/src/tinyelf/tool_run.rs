@@ -1,4 +1,5 @@
-//! Tool runs outside turns: one registered tool run in a session's project without a model call,
+//! Tool runs outside turns: one registered tool (built-in, a skill tool, or an MCP tool of the
+//! session's servers) run in a session's project without a model call,
 //! through the same pipeline as the model's calls (hooks, firewall, guardian, permission tiers and
 //! prompts, timeout), recorded in the session's history as a tool_use and its tool_result. The run
 //! is an ordinary run of the session (admitted, interruptible, with its events); the HTTP layer
@@ -7,11 +8,11 @@
 use super::agent::{Agent, Runner};
 use super::context::blocks::SystemPrompt;
 use super::context::{skill_tools, skills};
-use super::{Prepared, TinyElfEngine, pipeline};
+use super::{Flavor, Prepared, TinyElfEngine, mcp, pipeline};
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{
-    ContentBlock, EngineSessionContext, EngineType, EventPayload, FinishReason, Message, Role,
-    RunId, RunOutcome, ToolCallStatus, ToolRun,
+    ContentBlock, EngineSessionContext, EngineType, EventPayload, FinishReason, McpSessionConfig,
+    Message, Role, RunId, RunOutcome, SessionId, ToolCallStatus, ToolRun,
 };
 use elfgate_tools::ToolRegistry;
 use serde_json::{Value, json};
@@ -62,14 +63,24 @@ impl TinyElfEngine {
         skill_tools::with_skill_tools(inner.tools.clone(), &skills, |_| true)
     }
 
-    /// Checks that `name` is a registered tool and `arguments` fit its schema.
+    /// Checks that `name` is a registered tool of the session (an MCP tool of the servers its
+    /// `mcp_config` gives it, starting them if need be) and that `arguments` fit its schema.
     pub async fn check_tool_run(
         &self,
         project: Option<&Path>,
+        session: SessionId,
+        mcp_config: Option<&McpSessionConfig>,
         name: &str,
         arguments: &Value,
     ) -> Result<(), ToolRunError> {
-        let tools = self.tool_run_registry(project).await;
+        let mut tools = self.tool_run_registry(project).await;
+        if name.starts_with("mcp__")
+            && let Some(m) = &self.inner.mcp
+        {
+            for t in m.session_tools(session, mcp_config, None).await.tools {
+                tools.register(t);
+            }
+        }
         let tool = tools
             .get(name)
             .ok_or_else(|| ToolRunError::UnknownTool(name.to_string()))?;
@@ -112,7 +123,7 @@ impl TinyElfEngine {
             model,
             project,
             rs,
-        } = match self.prepare(&ctx).await {
+        } = match self.prepare(&ctx, Flavor::Agent).await {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
@@ -129,7 +140,19 @@ impl TinyElfEngine {
                 }),
             })
             .await;
-        let tools = self.tool_run_registry(Some(&project)).await;
+        let base = self.tool_run_registry(Some(&project)).await;
+        // The session's MCP servers, as a model's run of it would have them.
+        let mcp = inner
+            .mcp
+            .as_ref()
+            .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+        let tools = match &mcp {
+            Some(m) => match m.tools(&base, &ctx.cancel).await {
+                Some(t) => t,
+                None => return RunOutcome::new(FinishReason::Interrupted),
+            },
+            None => base,
+        };
         let guardian = self.guardian(&ctx, &provider, &model).await;
         let runner = Runner::new(
             inner.clone(),
@@ -148,6 +171,7 @@ impl TinyElfEngine {
             model,
             system: SystemPrompt::default(),
             max_iterations: 1,
+            mcp,
         };
         let id = format!("toolu_api_{}", uuid::Uuid::now_v7().simple());
         let requested = RequestedToolCall {

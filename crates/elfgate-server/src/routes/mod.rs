@@ -2,6 +2,7 @@
 
 pub mod engines;
 pub mod health;
+pub mod mcp;
 pub mod sessions;
 pub mod skills;
 pub mod tool_runs;
