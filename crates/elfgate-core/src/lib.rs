@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod modes;
 pub mod recorder;
+pub mod timefmt;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
