@@ -388,6 +388,8 @@ impl EngineDispatcher {
                 stats: RunStats {
                     input_tokens: outcome.input_tokens,
                     output_tokens: outcome.output_tokens,
+                    cache_read_tokens: outcome.cache_read_tokens,
+                    cache_write_tokens: outcome.cache_write_tokens,
                     iterations: outcome.iterations,
                     duration_ms: started.elapsed().as_millis() as u64,
                     finish_reason: outcome.finish_reason,
@@ -512,6 +514,7 @@ mod tests {
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),
             metrics: Arc::new(Metrics::default()),
+            tool_run: None,
         }
     }
 

@@ -135,6 +135,18 @@ pub struct EngineSessionContext {
     pub cancel: CancellationToken,
     /// Daemon metrics.
     pub metrics: Arc<Metrics>,
+    /// Set when the run is one tool call without a model call (`POST
+    /// /v1/sessions/{id}/tools/{name}`); the prompt is empty then.
+    pub tool_run: Option<ToolRun>,
+}
+
+/// One tool to run in a session outside a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRun {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments (a JSON object).
+    pub arguments: serde_json::Value,
 }
 
 impl EngineSessionContext {
@@ -153,6 +165,10 @@ pub struct RunOutcome {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache, over all LLM calls.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache, over all LLM calls.
+    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// The error that ended it, if any (already reported as an `error` event by the engine).
@@ -170,6 +186,8 @@ impl RunOutcome {
             finish_reason,
             input_tokens: 0,
             output_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             iterations: 0,
             error: None,
             answer: None,

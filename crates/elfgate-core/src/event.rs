@@ -52,6 +52,14 @@ pub struct RunStats {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Input tokens the provider read from its prompt cache, over all LLM calls (counted in
+    /// `inputTokens` too).
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Input tokens the provider wrote to its prompt cache, over all LLM calls (counted in
+    /// `inputTokens` too).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// Wall time of the run.

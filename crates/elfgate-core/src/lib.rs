@@ -26,7 +26,7 @@ pub use dispatcher::{
 };
 pub use engine::{
     Attachment, BackendInfo, ChannelPermissions, Engine, EngineInfo, EngineSessionContext,
-    HeadStart, RunOutcome, StartRequest,
+    HeadStart, RunOutcome, StartRequest, ToolRun,
 };
 pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;

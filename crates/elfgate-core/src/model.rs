@@ -316,6 +316,12 @@ pub struct Run {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache, over all LLM calls.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache, over all LLM calls.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// When it started (or was queued).

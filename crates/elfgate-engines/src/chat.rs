@@ -307,6 +307,8 @@ impl ChatEngine {
             finish_reason,
             input_tokens: turn.input_tokens,
             output_tokens: turn.output_tokens,
+            cache_read_tokens: turn.cache_read_tokens,
+            cache_write_tokens: turn.cache_write_tokens,
             iterations: 1,
             error: turn.error,
             answer,
@@ -407,6 +409,7 @@ impl ChatEngine {
         LlmRequest {
             model,
             system: ctx.system_prompt.clone().filter(|s| !s.is_empty()),
+            cache_prefix_len: 0,
             messages,
             temperature: cfg.temperature.or(self.settings.temperature),
             max_tokens: cfg.max_tokens.or(self.settings.max_tokens),

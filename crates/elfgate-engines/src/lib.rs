@@ -13,5 +13,5 @@ pub mod tinyelf;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings, GatewayTurn, LENGTH_NOTE};
 pub use cli::{CliConfig, CliEngine};
-pub use providers::{ProviderRegistry, ResolveError};
+pub use providers::{ContextLimits, ModelLimits, ProviderRegistry, ResolveError};
 pub use tinyelf::{TinyElfConfig, TinyElfEngine, TinyElfError};

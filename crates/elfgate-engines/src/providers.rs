@@ -15,10 +15,40 @@ pub enum ResolveError {
     NoDefault,
 }
 
+/// A model's context window, as configured (`[providers.NAME]` and its `models."MODEL"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelLimits {
+    /// Tokens the model reads at most (prompt and answer together).
+    pub context_window_tokens: Option<u64>,
+    /// Tokens of the window kept free for the answer.
+    pub reserve_output_tokens: Option<u64>,
+}
+
+impl ModelLimits {
+    /// These limits, with `over`'s keys replacing them where `over` sets them.
+    fn overridden_by(&self, over: &ModelLimits) -> ModelLimits {
+        ModelLimits {
+            context_window_tokens: over.context_window_tokens.or(self.context_window_tokens),
+            reserve_output_tokens: over.reserve_output_tokens.or(self.reserve_output_tokens),
+        }
+    }
+}
+
+/// A provider's limits: its own, and per model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContextLimits {
+    /// For every model of the provider.
+    pub provider: ModelLimits,
+    /// Per model name, over the provider's.
+    pub models: BTreeMap<String, ModelLimits>,
+}
+
 /// Providers by name, with the default used when a session names none.
 #[derive(Clone, Default)]
 pub struct ProviderRegistry {
     providers: BTreeMap<String, Arc<dyn LlmProvider>>,
+    limits: BTreeMap<String, ContextLimits>,
     default: Option<String>,
 }
 
@@ -40,6 +70,22 @@ impl ProviderRegistry {
     /// Adds a provider under a name.
     pub fn insert(&mut self, name: impl Into<String>, provider: Arc<dyn LlmProvider>) {
         self.providers.insert(name.into(), provider);
+    }
+
+    /// Sets a provider's context limits.
+    pub fn set_limits(&mut self, name: impl Into<String>, limits: ContextLimits) {
+        self.limits.insert(name.into(), limits);
+    }
+
+    /// The limits that apply to `model` of provider `name` (empty when none are configured).
+    pub fn limits(&self, name: &str, model: &str) -> ModelLimits {
+        let Some(l) = self.limits.get(name) else {
+            return ModelLimits::default();
+        };
+        match l.models.get(model) {
+            Some(m) => l.provider.overridden_by(m),
+            None => l.provider.clone(),
+        }
     }
 
     /// Sets the default provider's name.

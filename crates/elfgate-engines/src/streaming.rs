@@ -39,6 +39,10 @@ pub struct TurnOutput {
     pub input_tokens: u64,
     /// Output tokens reported.
     pub output_tokens: u64,
+    /// Prompt tokens the provider read from its prompt cache.
+    pub cache_read_tokens: u64,
+    /// Prompt tokens the provider wrote to its prompt cache.
+    pub cache_write_tokens: u64,
     /// The provider's finish reason.
     pub finish: Option<LlmFinishReason>,
     /// Set when an interrupt stopped it.
@@ -55,6 +59,9 @@ pub struct TurnOutput {
     /// Set when the provider refused the request for a reason no retry can change (see
     /// `LlmError::is_permanent`).
     pub permanent: bool,
+    /// Set when the provider refused the request as too long for the model's context window
+    /// (never retried as it is: only a shorter request can succeed).
+    pub context_overflow: bool,
 }
 
 /// How [`stream_turn_with`] relays a call.
@@ -260,8 +267,10 @@ async fn relay_turn(
             }
             out.error = Some(info);
             out.permanent = e.is_permanent();
+            out.context_overflow = e.is_context_overflow();
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
                 || e.is_permanent()
+                || out.context_overflow
                 || !policy.accepts_retry_after(e.retry_after());
             return out;
         }
@@ -319,9 +328,13 @@ async fn relay_turn(
             Ok(LlmEvent::Usage {
                 input_tokens,
                 output_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
             }) => {
                 out.input_tokens = input_tokens;
                 out.output_tokens = output_tokens;
+                out.cache_read_tokens = cache_read_tokens;
+                out.cache_write_tokens = cache_write_tokens;
             }
             Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),
             Err(LlmError::Cancelled) => {

@@ -96,6 +96,10 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     body.insert("max_tokens".into(), json!(max_tokens));
 
     let mut system = req.system.clone().unwrap_or_default();
+    // The stable prefix must be cut before anything is appended to the system text.
+    let prefix_len = Some(req.cache_prefix_len)
+        .filter(|n| *n > 0 && *n <= system.len() && system.is_char_boundary(*n))
+        .unwrap_or(0);
     for m in req.messages.iter().filter(|m| m.role == Role::System) {
         for b in &m.blocks {
             if let ContentBlock::Text { text } = b
@@ -108,7 +112,9 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             }
         }
     }
-    if !system.is_empty() {
+    if prefix_len > 0 {
+        body.insert("system".into(), system_blocks(&system, prefix_len));
+    } else if !system.is_empty() {
         body.insert("system".into(), Value::String(system));
     }
     body.insert("messages".into(), Value::Array(map_messages(req)));
@@ -156,6 +162,22 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
         }
     }
     Value::Object(body)
+}
+
+/// The system prompt as text blocks: the stable prefix first, marked with `cache_control` so that
+/// the provider caches everything up to it (tools and prefix), then the rest, which may change
+/// from call to call.
+fn system_blocks(system: &str, prefix_len: usize) -> Value {
+    let (prefix, rest) = system.split_at(prefix_len);
+    let mut blocks = vec![json!({
+        "type": "text",
+        "text": prefix,
+        "cache_control": {"type": "ephemeral"},
+    })];
+    if !rest.is_empty() {
+        blocks.push(json!({ "type": "text", "text": rest }));
+    }
+    Value::Array(blocks)
 }
 
 /// A tool_use input as the object the API requires. Raw (string) input that
@@ -348,6 +370,8 @@ struct PendingToolUse {
 #[derive(Default)]
 pub(crate) struct AnthropicDecoder {
     input_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     tools: HashMap<usize, PendingToolUse>,
 }
 
@@ -358,6 +382,22 @@ fn stop_reason(s: &str) -> LlmFinishReason {
         "tool_use" => LlmFinishReason::ToolCalls,
         "refusal" => LlmFinishReason::ContentFilter,
         other => LlmFinishReason::Other(other.to_string()),
+    }
+}
+
+impl AnthropicDecoder {
+    /// Keeps the prompt figures of `message_start`, or of a `message_delta` that repeats them
+    /// (zeros there do not erase what `message_start` said).
+    fn note_usage(&mut self, u: &UsageBody) {
+        if let Some(n) = u.total_input().filter(|n| *n > 0) {
+            self.input_tokens = n;
+        }
+        if let Some(n) = u.cache_read_input_tokens.filter(|n| *n > 0) {
+            self.cache_read_tokens = n;
+        }
+        if let Some(n) = u.cache_creation_input_tokens.filter(|n| *n > 0) {
+            self.cache_write_tokens = n;
+        }
     }
 }
 
@@ -372,12 +412,8 @@ impl Decoder for AnthropicDecoder {
             .map_err(|e| LlmError::Protocol(format!("invalid event JSON: {e}")))?;
         match ev.kind.as_ref() {
             "message_start" => {
-                if let Some(n) = ev
-                    .message
-                    .and_then(|m| m.usage)
-                    .and_then(|u| u.total_input())
-                {
-                    self.input_tokens = n;
+                if let Some(u) = ev.message.and_then(|m| m.usage) {
+                    self.note_usage(&u);
                 }
             }
             "content_block_start" => {
@@ -463,13 +499,13 @@ impl Decoder for AnthropicDecoder {
                     out.push_back(Ok(LlmEvent::Finish(stop_reason(&reason))));
                 }
                 if let Some(u) = ev.usage {
-                    if let Some(n) = u.total_input().filter(|n| *n > 0) {
-                        self.input_tokens = n;
-                    }
+                    self.note_usage(&u);
                     if let Some(output) = u.output_tokens {
                         out.push_back(Ok(LlmEvent::Usage {
                             input_tokens: self.input_tokens,
                             output_tokens: output,
+                            cache_read_tokens: self.cache_read_tokens,
+                            cache_write_tokens: self.cache_write_tokens,
                         }));
                     }
                 }
@@ -500,6 +536,7 @@ mod tests {
         let req = LlmRequest {
             model: "claude-x".into(),
             system: Some("sys".into()),
+            cache_prefix_len: 0,
             messages: vec![
                 LlmMessage {
                     role: Role::User,
@@ -655,9 +692,68 @@ mod tests {
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
                 LlmEvent::Usage {
                     input_tokens: 12,
-                    output_tokens: 7
+                    output_tokens: 7,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn stable_prefix_is_a_cached_block() {
+        let req = LlmRequest {
+            system: Some("stable part\n\ndate: today".into()),
+            cache_prefix_len: "stable part".len(),
+            messages: vec![
+                LlmMessage {
+                    role: Role::System,
+                    blocks: vec![ContentBlock::text("extra")],
+                },
+                LlmMessage {
+                    role: Role::User,
+                    blocks: vec![ContentBlock::text("x")],
+                },
+            ],
+            ..Default::default()
+        };
+        let body = build_body(&req, "m");
+        assert_eq!(
+            body["system"],
+            json!([
+                {"type": "text", "text": "stable part", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "\n\ndate: today\n\nextra"},
+            ])
+        );
+        // A length past the text (or inside a character) marks nothing.
+        let req = LlmRequest {
+            system: Some("é".into()),
+            cache_prefix_len: 1,
+            ..Default::default()
+        };
+        assert_eq!(build_body(&req, "m")["system"], json!("é"));
+    }
+
+    #[test]
+    fn cache_counters() {
+        let frames = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":5,"cache_creation_input_tokens":100,"cache_read_input_tokens":900,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+        ];
+        let mut d = AnthropicDecoder::default();
+        let mut q = VecDeque::new();
+        for f in frames {
+            d.on_event("", f, &mut q).unwrap();
+        }
+        let usage = q.pop_back().unwrap().unwrap();
+        assert_eq!(
+            usage,
+            LlmEvent::Usage {
+                input_tokens: 1005,
+                output_tokens: 3,
+                cache_read_tokens: 900,
+                cache_write_tokens: 100,
+            }
         );
     }
 

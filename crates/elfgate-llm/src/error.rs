@@ -57,6 +57,32 @@ impl LlmError {
         matches!(self, LlmError::Status { status, .. } if matches!(*status, 401 | 403 | 404 | 413 | 422))
     }
 
+    /// Whether the provider refused the request because the prompt does not fit the model's
+    /// context window: a 400 or 413 whose message says so in one of the providers' wordings
+    /// (OpenAI's `context_length_exceeded` / "maximum context length", Anthropic's "prompt is
+    /// too long", and the like). A retry of the same request cannot succeed; a shorter one can.
+    pub fn is_context_overflow(&self) -> bool {
+        let LlmError::Status {
+            status: 400 | 413,
+            message,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let m = message.to_ascii_lowercase();
+        [
+            "context_length_exceeded",
+            "maximum context length",
+            "context length",
+            "context window",
+            "prompt is too long",
+            "too many tokens",
+        ]
+        .iter()
+        .any(|w| m.contains(w))
+    }
+
     /// A short machine-readable code for this error.
     pub fn code(&self) -> &'static str {
         match self {
@@ -93,6 +119,26 @@ pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+
+    #[test]
+    fn context_overflow_wordings() {
+        let status = |status, m: &str| LlmError::Status {
+            status,
+            message: m.into(),
+            retry_after: None,
+        };
+        assert!(status(400, "prompt is too long: 300 tokens > 200 maximum").is_context_overflow());
+        assert!(
+            status(400, "This model's maximum context length is 8 tokens").is_context_overflow()
+        );
+        assert!(!status(400, "bad request").is_context_overflow());
+        assert!(!status(500, "prompt is too long").is_context_overflow());
+    }
 }
 
 #[cfg(test)]

@@ -293,6 +293,9 @@ struct UsageMetadata {
     candidates_token_count: Option<u64>,
     #[serde(default)]
     thoughts_token_count: Option<u64>,
+    /// Prompt tokens served from a cached content (counted in `prompt_token_count` too).
+    #[serde(default)]
+    cached_content_token_count: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -413,6 +416,8 @@ impl Decoder for GeminiDecoder {
                 // Thoughts are generated tokens too, counted apart from the candidates'.
                 output_tokens: u.candidates_token_count.unwrap_or(0)
                     + u.thoughts_token_count.unwrap_or(0),
+                cache_read_tokens: u.cached_content_token_count.unwrap_or(0),
+                cache_write_tokens: 0,
             }));
         }
         true
@@ -491,7 +496,9 @@ mod tests {
                 // Thoughts count as output.
                 LlmEvent::Usage {
                     input_tokens: 1,
-                    output_tokens: 5
+                    output_tokens: 5,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
                 },
             ]
         );

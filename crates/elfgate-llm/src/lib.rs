@@ -76,6 +76,10 @@ pub struct LlmRequest {
     pub model: String,
     /// The system prompt.
     pub system: Option<String>,
+    /// How many bytes at the start of `system` stay the same from call to call (the stable prefix
+    /// of the prompt). Anthropic sends them as a block of their own marked with `cache_control`,
+    /// so the provider caches them; OpenAI caches prompt prefixes by itself. 0: nothing marked.
+    pub cache_prefix_len: usize,
     /// The conversation.
     pub messages: Vec<LlmMessage>,
     /// Sampling temperature.
@@ -135,10 +139,14 @@ pub enum LlmEvent {
     },
     /// Token usage of the call.
     Usage {
-        /// Prompt tokens.
+        /// Prompt tokens (cached ones included).
         input_tokens: u64,
         /// Generated tokens.
         output_tokens: u64,
+        /// Prompt tokens read from the provider's prompt cache.
+        cache_read_tokens: u64,
+        /// Prompt tokens written to the provider's prompt cache.
+        cache_write_tokens: u64,
     },
     /// Why the model stopped.
     Finish(LlmFinishReason),

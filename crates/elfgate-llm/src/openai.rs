@@ -310,6 +310,15 @@ struct Usage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    /// Prompt tokens served from the provider's cache (counted in `prompt_tokens` too).
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Default)]
@@ -447,6 +456,12 @@ impl OpenAiDecoder {
             out.push_back(Ok(LlmEvent::Usage {
                 input_tokens: u.prompt_tokens.unwrap_or(0),
                 output_tokens: u.completion_tokens.unwrap_or(0),
+                cache_read_tokens: u
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+                // OpenAI caches prefixes by itself and reports no writes.
+                cache_write_tokens: 0,
             }));
         }
         Ok(false)
@@ -519,6 +534,7 @@ mod tests {
         let req = LlmRequest {
             model: "gpt-x".into(),
             system: Some("be brief".into()),
+            cache_prefix_len: 0,
             messages: vec![
                 LlmMessage {
                     role: Role::User,
@@ -660,7 +676,7 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read","arguments":"{\"pa"}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"th\":1}"}}]}}]}"#,
             r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}"#,
             "[DONE]",
             r#"{"choices":[{"delta":{"content":"ignored"}}]}"#,
         ]);
@@ -685,7 +701,9 @@ mod tests {
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
                 LlmEvent::Usage {
                     input_tokens: 10,
-                    output_tokens: 5
+                    output_tokens: 5,
+                    cache_read_tokens: 4,
+                    cache_write_tokens: 0,
                 },
             ]
         );

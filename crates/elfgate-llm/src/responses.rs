@@ -236,6 +236,15 @@ struct Usage {
     input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    /// Input tokens served from the provider's cache (counted in `input_tokens` too).
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Default)]
@@ -282,6 +291,12 @@ impl ResponsesDecoder {
             out.push_back(Ok(LlmEvent::Usage {
                 input_tokens: u.input_tokens.unwrap_or(0),
                 output_tokens: u.output_tokens.unwrap_or(0),
+                cache_read_tokens: u
+                    .input_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .unwrap_or(0),
+                // The Responses API caches prefixes by itself and reports no writes.
+                cache_write_tokens: 0,
             }));
         }
     }
@@ -450,7 +465,9 @@ mod tests {
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
                 LlmEvent::Usage {
                     input_tokens: 1,
-                    output_tokens: 5
+                    output_tokens: 5,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
                 },
             ]
         );
@@ -470,7 +487,9 @@ mod tests {
                 Ok(LlmEvent::Finish(LlmFinishReason::Length)),
                 Ok(LlmEvent::Usage {
                     input_tokens: 3,
-                    output_tokens: 1
+                    output_tokens: 1,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
                 }),
             ]
         );

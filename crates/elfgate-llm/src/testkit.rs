@@ -13,6 +13,7 @@ pub(crate) fn conversation() -> LlmRequest {
     LlmRequest {
         model: "gpt-test".into(),
         system: Some("You are terse.".into()),
+        cache_prefix_len: 0,
         messages: vec![
             LlmMessage {
                 role: Role::User,

@@ -197,7 +197,9 @@ async fn openai_text_tool_calls_and_usage() {
             LlmEvent::Finish(LlmFinishReason::ToolCalls),
             LlmEvent::Usage {
                 input_tokens: 42,
-                output_tokens: 17
+                output_tokens: 17,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
             },
         ]
     );
@@ -251,7 +253,9 @@ async fn anthropic_thinking_text_tool_use_and_usage() {
             LlmEvent::Finish(LlmFinishReason::ToolCalls),
             LlmEvent::Usage {
                 input_tokens: 25,
-                output_tokens: 33
+                output_tokens: 33,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
             },
         ]
     );

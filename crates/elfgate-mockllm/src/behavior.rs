@@ -28,6 +28,12 @@ pub struct Behavior {
     pub echo: bool,
     /// Use the named script.
     pub script: Option<String>,
+    /// `cache_read=N`: report N prompt tokens read from the prompt cache.
+    pub cache_read: Option<u64>,
+    /// `cache_write=N`: report N prompt tokens written to the prompt cache.
+    pub cache_write: Option<u64>,
+    /// `context_limit=N`: refuse a prompt over N tokens as the provider does.
+    pub context_limit: Option<u64>,
 }
 
 impl Default for Behavior {
@@ -44,6 +50,9 @@ impl Default for Behavior {
             tool: None,
             echo: false,
             script: None,
+            cache_read: None,
+            cache_write: None,
+            context_limit: None,
         }
     }
 }
@@ -91,6 +100,9 @@ impl Behavior {
                 "tool" if !v.is_empty() => b.tool = Some(v.to_string()),
                 "echo" => b.echo = matches!(v, "1" | "true" | "yes" | "on"),
                 "script" if !v.is_empty() => b.script = Some(v.to_string()),
+                "cache_read" => b.cache_read = v.parse().ok().or(b.cache_read),
+                "cache_write" => b.cache_write = v.parse().ok().or(b.cache_write),
+                "context_limit" => b.context_limit = v.parse().ok().or(b.context_limit),
                 _ => {}
             }
         }
@@ -165,6 +177,12 @@ mod tests {
         assert_eq!(b.think, 2);
         assert_eq!(b.tool.as_deref(), Some("ls"));
         assert!(b.echo);
+        let c = Behavior::parse("m:cache_read=7,cache_write=x");
+        assert_eq!((c.cache_read, c.cache_write), (Some(7), None));
+        assert_eq!(
+            Behavior::parse("m:context_limit=50").context_limit,
+            Some(50)
+        );
         assert_eq!(Behavior::parse("m:fail=429").fail, Some((429, None)));
         assert_eq!(Behavior::parse("m:fail=200").fail, None);
         assert_eq!(Behavior::parse("m:fail=abc").fail, None);

@@ -20,6 +20,7 @@
 //! ```
 
 mod behavior;
+mod cache;
 mod wire;
 
 use std::collections::HashMap;
@@ -151,6 +152,8 @@ struct Inner {
     next_id: AtomicU64,
     fail_counts: Mutex<HashMap<String, u64>>,
     scripts: Mutex<HashMap<String, (Script, usize)>>,
+    /// Prompt prefixes cached so far (see `cache`).
+    cached_prefixes: Mutex<std::collections::HashSet<String>>,
     shutdown: CancellationToken,
 }
 
@@ -641,6 +644,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         None => Some(content_from_behavior(&behavior, format, &body)),
     };
 
+    let cached_prefix = cache::marked_prefix(format, &body);
     let mut guard = state.record(RecordedRequest {
         format,
         path,
@@ -660,6 +664,15 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
             &format!("mock failure (HTTP {code}) for model '{model}'"),
             behavior.retry_after.as_deref(),
         );
+    }
+
+    if let Some(limit) = behavior.context_limit
+        && prompt_tokens > limit
+    {
+        // Before the script: a refused prompt does not use up a scripted response.
+        guard.finish(Outcome::Failed);
+        let body = wire::context_error(format, limit, prompt_tokens);
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
     }
 
     let content = match (content, &behavior.script) {
@@ -693,10 +706,17 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
     };
 
     let delay = (behavior.delay_ms > 0).then(|| Duration::from_millis(behavior.delay_ms));
+    // Only an answered request fills the cache.
+    let cache = cache::cache_use(
+        cached_prefix,
+        &behavior,
+        &mut lock(&state.inner.cached_prefixes),
+    );
     let reply = Reply {
         model: &model,
         created: unix_now(),
         prompt_tokens,
+        cache,
         include_usage,
     };
 

@@ -89,7 +89,8 @@ async fn openai_stream_tokens_done_and_usage() {
     // "You are terse." + "hello mock world" = 6 words.
     assert_eq!(
         usage["usage"],
-        json!({"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9})
+        json!({"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
 
     let rec = wait_for_outcome(&server, 0, Outcome::Completed).await;
@@ -247,7 +248,11 @@ async fn non_streaming_both_dialects() {
         json!([{"type": "text", "text": "tok0 tok1 tok2 "}])
     );
     assert_eq!(an["stop_reason"], "end_turn");
-    assert_eq!(an["usage"], json!({"input_tokens": 6, "output_tokens": 3}));
+    assert_eq!(
+        an["usage"],
+        json!({"input_tokens": 6, "output_tokens": 3,
+               "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+    );
 
     let reqs = server.requests();
     assert_eq!(reqs.len(), 2);

@@ -100,6 +100,18 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
             ),
         );
     }
+    for (name, p) in &config.providers {
+        registry.set_limits(
+            name.clone(),
+            elfgate_engines::ContextLimits {
+                provider: elfgate_engines::ModelLimits {
+                    context_window_tokens: p.context_window_tokens,
+                    reserve_output_tokens: p.reserve_output_tokens,
+                },
+                models: p.models.clone(),
+            },
+        );
+    }
     registry.set_default(config.defaults.provider.clone());
     Ok(registry)
 }
@@ -231,20 +243,13 @@ impl Daemon {
             };
             dispatcher.register_engine(Arc::new(engine));
         }
-        dispatcher.register_engine(Arc::new(tinyelf));
+        let tinyelf = Arc::new(tinyelf);
+        dispatcher.register_engine(tinyelf.clone());
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
         let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
         dispatcher.register_engine(Arc::new(cli));
-        let state = AppState::new(
-            config,
-            shared,
-            dispatcher,
-            registry,
-            metrics,
-            permissions,
-            mcp,
-        );
+        let state = AppState::new(config, shared, dispatcher, registry, metrics, tinyelf, mcp);
         Ok(Daemon {
             state,
             token_source,
@@ -259,6 +264,8 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::skills::routes())
+            .merge(routes::tool_runs::routes())
             .merge(routes::mcp::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())

@@ -137,6 +137,15 @@ pub struct ProviderConfigSection {
     /// Gateway requests that may wait for either limit; past it, 429.
     #[serde(default = "default_max_queued")]
     pub max_queued: usize,
+    /// The models' context window in tokens (tinyelf compacts a request that would not fit).
+    #[serde(default)]
+    pub context_window_tokens: Option<u64>,
+    /// Tokens of the window kept for the answer (default: the request's max_tokens).
+    #[serde(default)]
+    pub reserve_output_tokens: Option<u64>,
+    /// Per model name: the same two keys, over the provider's.
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
 }
 
 fn default_max_queued() -> usize {

@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, gateway, health, mcp, sessions};
+use crate::routes::{engines, gateway, health, mcp, sessions, skills, tool_runs};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -54,6 +54,8 @@ impl Modify for BearerScheme {
         sessions::run,
         sessions::permission,
         engines::list,
+        skills::list,
+        tool_runs::run_tool,
         mcp::servers,
         mcp::reload,
         gateway::chat_completions,
@@ -99,6 +101,12 @@ impl Modify for BearerScheme {
         SessionView,
         ErrorBody,
         ErrorDetail,
+        elfgate_engines::tinyelf::SkillSet,
+        tool_runs::ToolRunRequest,
+        tool_runs::ToolRunResponse,
+        elfgate_engines::tinyelf::Skill,
+        elfgate_engines::tinyelf::SkillProblem,
+        elfgate_engines::tinyelf::SkillSource,
         elfgate_core::McpServerConfig,
         elfgate_core::McpSessionConfig,
         elfgate_core::McpTransport,

@@ -326,6 +326,7 @@ fn build_ctx(
         events: EventEmitter::new(bus, run_id),
         cancel: CancellationToken::new(),
         metrics: state.metrics.clone(),
+        tool_run: None,
     }
 }
 
@@ -337,6 +338,8 @@ fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
         finish_reason: None,
         input_tokens: 0,
         output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
         iterations: 0,
         started_at: Utc::now(),
         ended_at: None,
@@ -477,6 +480,25 @@ pub async fn create_session_with(
     }
 }
 
+/// The session a later run is for, with the pass that a prompt holds until its run is admitted
+/// or withdrawn, so that a DELETE either stops the run or is seen by the checks that follow (see
+/// session_gate.rs).
+async fn enter_session(
+    state: &AppState,
+    session_id: SessionId,
+) -> Result<(crate::session_gate::PromptPass<'_>, Session), ApiError> {
+    let pass =
+        state.sessions.enter(session_id).await.ok_or_else(|| {
+            ApiError::NotFound(format!("session '{session_id}' is being deleted"))
+        })?;
+    let session = state
+        .store
+        .get_session(session_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    Ok((pass, session))
+}
+
 /// Starts (or queues) a later run of a session.
 pub async fn send_message(
     state: &AppState,
@@ -494,17 +516,7 @@ pub async fn send_message_with(
     prepared: Option<HeadStart>,
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
-    // Held until the run is admitted or withdrawn, so that a DELETE either stops this run or is
-    // seen by the checks below (see session_gate.rs).
-    let _pass =
-        state.sessions.enter(session_id).await.ok_or_else(|| {
-            ApiError::NotFound(format!("session '{session_id}' is being deleted"))
-        })?;
-    let session = state
-        .store
-        .get_session(session_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    let (_pass, session) = enter_session(state, session_id).await?;
     check_prompt(&req.prompt)?;
     let checked = check_overrides(state, session.engine, &req.overrides)?.over_session(&session)?;
     check_engine(
@@ -709,4 +721,89 @@ async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Resu
     state.dispatcher.hub().remove(session_id);
     state.permissions.forget_session(session_id);
     Ok(())
+}
+
+/// Starts a tool run outside a turn (`POST /v1/sessions/{id}/tools/{name}`): checks the session
+/// (404, 422 when it is not a tinyelf session), the tool (404) and its arguments (422), refuses a
+/// busy session (409), then stores and dispatches the run. Returns its id and where its answer
+/// will come.
+pub async fn start_tool_run(
+    state: &AppState,
+    session_id: SessionId,
+    name: String,
+    arguments: serde_json::Value,
+) -> Result<
+    (
+        RunId,
+        tokio::sync::oneshot::Receiver<elfgate_engines::tinyelf::ToolRunAnswer>,
+    ),
+    ApiError,
+> {
+    use elfgate_engines::tinyelf::ToolRunError;
+    check_serving(state)?;
+    let (_pass, session) = enter_session(state, session_id).await?;
+    if session.engine != EngineType::TinyElf {
+        return Err(ApiError::Unprocessable(format!(
+            "tool runs need a tinyelf session; this one is {}",
+            session.engine.as_str()
+        )));
+    }
+    let project = session
+        .project_path
+        .as_deref()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.is_dir());
+    let checked =
+        check_overrides(state, session.engine, &RunOverrides::default())?.over_session(&session)?;
+    state
+        .tinyelf
+        .check_tool_run(
+            project.as_deref(),
+            session_id,
+            checked.engine_config.mcp_config.as_ref(),
+            &name,
+            &arguments,
+        )
+        .await
+        .map_err(|e| match e {
+            ToolRunError::UnknownTool(_) => ApiError::NotFound(e.to_string()),
+            ToolRunError::BadArguments { .. } => ApiError::Unprocessable(e.to_string()),
+        })?;
+    if let Some(active) = state.dispatcher.active().get(session_id) {
+        return Err(ApiError::Busy {
+            active_run_id: active.run_id,
+        });
+    }
+    let run = new_run(session_id, None);
+    state.store.create_run(&run).await?;
+    let bus = open_bus(state, session_id).await?;
+    let answer = state.tinyelf.await_tool_run(run.id);
+    let prompt = Prompt {
+        run_id: run.id,
+        text: String::new(),
+        is_resume: true,
+        parent_id: None,
+    };
+    let mut ctx = build_ctx(
+        state,
+        &session,
+        prompt,
+        RunOverrides::default(),
+        checked,
+        bus,
+    );
+    ctx.tool_run = Some(elfgate_core::ToolRun { name, arguments });
+    let refused = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
+        Ok(_) => return Ok((run.id, answer)),
+        Err(DispatchError::Busy { active_run_id }) => ApiError::Busy { active_run_id },
+        Err(DispatchError::QueueFull { max_queued }) => ApiError::TooManyQueued(max_queued),
+        Err(e @ DispatchError::UnknownEngine(_)) => ApiError::Unprocessable(e.to_string()),
+        Err(DispatchError::ShuttingDown) => {
+            ApiError::Unavailable("the daemon is shutting down".into())
+        }
+    };
+    // Not admitted: the run never started.
+    state.tinyelf.forget_tool_run(run.id);
+    state.store.delete_run(run.id).await?;
+    Err(refused)
 }

@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use elfgate_core::{EngineDispatcher, Metrics};
-use elfgate_engines::ProviderRegistry;
+use elfgate_engines::{ProviderRegistry, TinyElfEngine};
 use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::PermissionBroker;
@@ -44,6 +44,8 @@ pub struct AppInner {
     pub request_guard: crate::request_guard::RequestGuard,
     /// The gateway's per-provider limits.
     pub gateway_limits: crate::gateway::limits::ProviderLimits,
+    /// The agent engine, for what the API asks of it outside runs (skills, tool runs).
+    pub tinyelf: Arc<TinyElfEngine>,
 }
 
 impl AppState {
@@ -54,7 +56,7 @@ impl AppState {
         dispatcher: Arc<EngineDispatcher>,
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
-        permissions: Arc<PermissionBroker>,
+        tinyelf: Arc<TinyElfEngine>,
         mcp: McpManager,
     ) -> Self {
         let bind = config
@@ -83,7 +85,8 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
-                permissions,
+                permissions: tinyelf.broker(),
+                tinyelf,
                 mcp,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),

@@ -844,3 +844,45 @@ command = '''cat > /dev/null; echo '{"decision":"deny","reason":"not this one"}'
     // Neither call reached the server.
     assert_eq!(logged(&log, "\"method\":\"tools/call\""), 0);
 }
+
+/// A tool run outside a turn reaches the session's MCP tools too: checked against the server's
+/// schema before it runs, answered by the server, recorded in the history.
+#[tokio::test]
+async fn an_mcp_tool_runs_outside_a_turn() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock, &stdio_server("ev", ""));
+    let dir = project();
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "hi",
+            "mock:tokens=2",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let path = format!("/v1/sessions/{sid}/tools/mcp__ev__echo");
+    let (st, r) = d
+        .post(&path, json!({"arguments": {"message": "hello mcp"}}))
+        .await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["status"], "success", "{r}");
+    assert!(r["content"].as_str().unwrap().contains("hello mcp"), "{r}");
+    let (st, e) = d.post(&path, json!({"arguments": {}})).await;
+    assert_eq!(st, 422, "{e}");
+    let (st, e) = d
+        .post(
+            &format!("/v1/sessions/{sid}/tools/mcp__ev__nope"),
+            json!({"arguments": {}}),
+        )
+        .await;
+    assert_eq!(st, 404, "{e}");
+    let msgs = stored(&d, &sid).await;
+    assert!(
+        msgs.iter()
+            .flat_map(|m| m["blocks"].as_array().unwrap())
+            .any(|b| b["type"] == "tool_use" && b["name"] == "mcp__ev__echo")
+    );
+}

@@ -156,7 +156,9 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("post", "/v1/sessions/{id}/interrupt"),
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
         ("get", "/v1/sessions/{id}/runs/{runId}"),
+        ("post", "/v1/sessions/{id}/tools/{name}"),
         ("get", "/v1/engines"),
+        ("get", "/v1/skills"),
         ("post", "/v1/mcp/reload"),
         ("get", "/v1/mcp/servers"),
         ("post", "/v1/chat/completions"),
@@ -308,6 +310,17 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let (_, engines) = d.get("/v1/engines").await;
     fits(&doc, "EngineList", &engines);
     fits(&doc, "EngineInfo", &engines["engines"][0]);
+    let (_, skills) = d.get("/v1/skills").await;
+    fits(&doc, "SkillSet", &skills);
+    // A tool run in a chat session is refused with a body of the documented shape.
+    let (status, err) = d
+        .post(
+            &format!("/v1/sessions/{sid}/tools/read_file"),
+            json!({"arguments": {"path": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    fits(&doc, "ErrorBody", &err);
     let (_, health) = d.get("/healthz").await;
     fits(&doc, "HealthStatus", &health);
     let (_, servers) = d.get("/v1/mcp/servers").await;

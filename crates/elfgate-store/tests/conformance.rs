@@ -36,6 +36,8 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         finish_reason: None,
         input_tokens: 0,
         output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
         iterations: 0,
         started_at: Utc::now(),
         ended_at: None,
@@ -128,6 +130,8 @@ async fn sessions_runs_and_messages_round_trip() {
     let outcome = RunOutcome {
         input_tokens: 3,
         output_tokens: 7,
+        cache_read_tokens: 2,
+        cache_write_tokens: 1,
         iterations: 1,
         ..RunOutcome::new(FinishReason::Stop)
     };
@@ -138,6 +142,7 @@ async fn sessions_runs_and_messages_round_trip() {
     let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.output_tokens, 7);
+    assert_eq!((done.cache_read_tokens, done.cache_write_tokens), (2, 1));
     assert!(done.ended_at.is_some());
 
     assert!(store.delete_session(s.id).await.unwrap());
@@ -306,6 +311,8 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
             stats: elfgate_core::RunStats {
                 input_tokens: 0,
                 output_tokens: 7,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
                 iterations: 1,
                 duration_ms: 1,
                 finish_reason: FinishReason::Stop,

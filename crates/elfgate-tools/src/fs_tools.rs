@@ -54,6 +54,12 @@ pub(crate) struct ReadArgs {
     end_line: Option<usize>,
 }
 
+/// read_file's schema, for other modules' tests.
+#[cfg(test)]
+pub(crate) fn read_schema_for_tests() -> Value {
+    schema_of::<ReadArgs>()
+}
+
 #[async_trait]
 impl Tool for ReadFile {
     fn name(&self) -> &str {

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod ask;
+pub mod confined;
 mod file_access;
 pub mod firewall;
 pub mod fs_tools;

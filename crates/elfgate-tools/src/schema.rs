@@ -108,6 +108,68 @@ fn sample(p: &Value) -> Option<Value> {
     })
 }
 
+/// Checks `input` against a tool's object schema before anything runs (a tool run outside a turn
+/// answers 422 instead of a tool error): an object, every required property, no unknown property
+/// when `additionalProperties` is false, and the JSON type (and `minimum`) of each known property.
+/// Deeper constraints are left to the tool's own parsing.
+pub fn check_input(schema: &Value, input: &Value) -> Result<(), String> {
+    let Some(obj) = input.as_object() else {
+        return Err("the arguments must be a JSON object".into());
+    };
+    let props = schema.get("properties").and_then(Value::as_object);
+    for name in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !obj.contains_key(name) {
+            return Err(format!("missing required argument '{name}'"));
+        }
+    }
+    for (name, value) in obj {
+        let Some(prop) = props.and_then(|p| p.get(name)) else {
+            if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+                return Err(format!("unknown argument '{name}'"));
+            }
+            continue;
+        };
+        let types: Vec<&str> = match prop.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => continue,
+        };
+        if !types.iter().any(|t| type_matches(t, value)) {
+            return Err(format!(
+                "argument '{name}' must be of type {}, got {value}",
+                types.join(" or ")
+            ));
+        }
+        if let (Some(min), Some(v)) = (prop.get("minimum").and_then(Value::as_f64), value.as_f64())
+            && v < min
+        {
+            return Err(format!(
+                "argument '{name}' must be at least {min}, got {value}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        "null" => v.is_null(),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -151,5 +213,18 @@ mod tests {
         s["required"] = json!([]);
         let e = check_args_schema::<Args>(&s).unwrap_err();
         assert!(e.contains("'path' is optional"), "{e}");
+    }
+
+    #[test]
+    fn inputs_are_checked_against_the_schema() {
+        let schema = crate::fs_tools::read_schema_for_tests();
+        assert!(check_input(&schema, &json!({"path": "a"})).is_ok());
+        assert!(check_input(&schema, &json!({"path": "a", "start_line": 2})).is_ok());
+        let e = |v: Value| check_input(&schema, &v).unwrap_err();
+        assert!(e(json!([1])).contains("JSON object"));
+        assert!(e(json!({})).contains("missing required argument 'path'"));
+        assert!(e(json!({"path": 1})).contains("type string"));
+        assert!(e(json!({"path": "a", "start_line": 0})).contains("at least 1"));
+        assert!(e(json!({"path": "a", "x": 0})).contains("unknown argument 'x'"));
     }
 }

@@ -194,6 +194,9 @@ impl<'a> Relay<'a> {
             },
             input_tokens: self.tokens.0,
             output_tokens: self.tokens.1,
+            // The CLIs' adapters do not read their cache counters yet.
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             iterations: self.turns.max(1),
             error,
             answer,

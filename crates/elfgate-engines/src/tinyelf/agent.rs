@@ -1,6 +1,7 @@
 //! The loop itself, shared by the top-level agent and sub-agents, and the per-run state (`Runner`).
 
 use super::Inner;
+use super::context::blocks::SystemPrompt;
 use super::pipeline::{self, CallResult};
 use super::settings::RunSettings;
 use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, retry_event, stream_turn_with};
@@ -37,8 +38,12 @@ pub(crate) struct Runner {
     pub rs: RunSettings,
     pub project: PathBuf,
     pub guardian: Option<Guardian>,
+    /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
+    pub(crate) token_ratio: std::sync::Mutex<f64>,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
+    cache_read_tokens: AtomicU64,
+    cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
     bg_rx: Mutex<mpsc::UnboundedReceiver<BackgroundResult>>,
     bg_running: AtomicUsize,
@@ -60,7 +65,7 @@ pub(crate) struct Agent {
     pub tools: ToolRegistry,
     pub cancel: CancellationToken,
     pub model: String,
-    pub system: String,
+    pub system: SystemPrompt,
     pub max_iterations: u32,
     /// The run's MCP servers (the top-level agent only): their tools join `tools` before each
     /// iteration.
@@ -102,8 +107,11 @@ impl Runner {
             rs,
             project,
             guardian,
+            token_ratio: std::sync::Mutex::new(1.0),
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            cache_read_tokens: AtomicU64::new(0),
+            cache_write_tokens: AtomicU64::new(0),
             bg_tx,
             bg_rx: Mutex::new(bg_rx),
             bg_running: AtomicUsize::new(0),
@@ -122,11 +130,23 @@ impl Runner {
         )
     }
 
-    fn add_tokens(&self, turn: &TurnOutput) {
+    /// The run's prompt-cache totals (read, written), sub-agents included.
+    pub(crate) fn cache_tokens(&self) -> (u64, u64) {
+        (
+            self.cache_read_tokens.load(Ordering::SeqCst),
+            self.cache_write_tokens.load(Ordering::SeqCst),
+        )
+    }
+
+    pub(crate) fn add_tokens(&self, turn: &TurnOutput) {
         self.input_tokens
             .fetch_add(turn.input_tokens, Ordering::SeqCst);
         self.output_tokens
             .fetch_add(turn.output_tokens, Ordering::SeqCst);
+        self.cache_read_tokens
+            .fetch_add(turn.cache_read_tokens, Ordering::SeqCst);
+        self.cache_write_tokens
+            .fetch_add(turn.cache_write_tokens, Ordering::SeqCst);
     }
 
     /// Takes one of the run's `max_background_agents` slots; false when none is left. Concurrent
@@ -219,7 +239,7 @@ impl Runner {
     /// the delays, a `retry` event each; an `error` event after the last. A call whose first-token
     /// deadline passed (it bounds the call, retries included), or whose server asked for a longer
     /// wait than the policy's longest delay, is not retried.
-    async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
+    pub(crate) async fn call_llm(&self, agent: &Agent, req: &LlmRequest) -> TurnOutput {
         let policy = &self.rs.llm_retry;
         let max = policy.max_retries;
         let mut used = 0u32;
@@ -286,7 +306,8 @@ impl Runner {
                     }
                     continue;
                 }
-                if agent.is_top() {
+                // An overflow is the caller's to recover from (Runner::call_fitted).
+                if agent.is_top() && !turn.context_overflow {
                     self.ctx
                         .events
                         .emit(EventPayload::Error { error: err.clone() })
@@ -387,7 +408,8 @@ pub(crate) async fn run_loop(
         }
         let req = LlmRequest {
             model: agent.model.clone(),
-            system: Some(agent.system.clone()).filter(|s| !s.is_empty()),
+            system: Some(agent.system.text.clone()).filter(|s| !s.is_empty()),
+            cache_prefix_len: agent.system.prefix_len,
             messages: messages.clone(),
             temperature: Some(runner.rs.temperature),
             max_tokens: Some(runner.rs.max_tokens),
@@ -395,7 +417,7 @@ pub(crate) async fn run_loop(
             tools: agent.tools.specs(),
             ..Default::default()
         };
-        let turn = runner.call_llm(&agent, &req).await;
+        let turn = runner.call_fitted(&agent, &req).await;
         iterations += 1;
         let calls: Vec<(RequestedToolCall, Value, Option<String>)> = turn
             .tool_calls

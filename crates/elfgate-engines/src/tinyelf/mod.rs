@@ -4,14 +4,18 @@
 //! See docs/tinyelf.md.
 
 mod agent;
+pub mod context;
 mod history;
 mod mcp;
 mod pipeline;
 pub mod settings;
 mod spawn;
 mod subagents;
+mod tool_run;
 
+pub use context::skills::{self, Skill, SkillProblem, SkillSet, SkillSource};
 pub use settings::{GuardianConfig, TinyElfConfig};
+pub use tool_run::{ToolRunAnswer, ToolRunError};
 
 use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
@@ -45,8 +49,21 @@ pub enum TinyElfError {
     Tier(String),
 }
 
+/// What a run resolves before anything else (see `TinyElfEngine::prepare`).
+pub(crate) struct Prepared {
+    pub(crate) provider_name: String,
+    pub(crate) provider: Arc<dyn elfgate_llm::LlmProvider>,
+    pub(crate) model: String,
+    pub(crate) project: PathBuf,
+    pub(crate) rs: RunSettings,
+}
+
 /// What the engine shares between runs.
 pub(crate) struct Inner {
+    /// The latest compaction summary of each session (docs/context.md, "auto-compact").
+    pub(crate) summaries: context::fit::Summaries,
+    /// Tool runs waiting for their answer (tool_run.rs).
+    pub(crate) tool_waiters: tool_run::Waiters,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) providers: ProviderRegistry,
     pub(crate) config: TinyElfConfig,
@@ -87,11 +104,6 @@ impl ToolLoop for ChatLoop {
     }
 }
 
-/// The default system prompt; the session's replaces it.
-const DEFAULT_SYSTEM: &str = "You are TinyElf, a careful software agent. You work inside the project \
-directory with the tools you are given: read before you change, keep changes small, and answer with a \
-short summary when the task is done.";
-
 impl TinyElfEngine {
     /// Builds the engine. `data_dir` (the daemon's database directory) becomes a deny zone.
     pub fn new(
@@ -128,6 +140,8 @@ impl TinyElfEngine {
         }
         Ok(TinyElfEngine {
             inner: Arc::new(Inner {
+                summaries: Default::default(),
+                tool_waiters: Default::default(),
                 store,
                 providers,
                 config,
@@ -154,24 +168,36 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
+    /// The skills a session in `project` would see (configured folders only without one), with
+    /// the folders left out and why.
+    pub async fn skills(&self, project: Option<&std::path::Path>) -> SkillSet {
         let inner = &self.inner;
-        let session_id = ctx.session_id();
+        context::skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await
+    }
+
+    /// What every run resolves first: the provider, the model, the project directory and the
+    /// run's settings; a run that cannot have them ends with the error (already reported).
+    async fn prepare(
+        &self,
+        ctx: &EngineSessionContext,
+        flavor: Flavor,
+    ) -> Result<Prepared, RunOutcome> {
+        let inner = &self.inner;
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return fail(&ctx, "unknown_provider", e.to_string()).await,
+            Err(e) => return Err(fail(ctx, "unknown_provider", e.to_string()).await),
         };
         let Some(model) = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
         else {
-            return fail(
-                &ctx,
+            return Err(fail(
+                ctx,
                 "no_model",
                 format!("no model given and provider '{provider_name}' has no default model"),
             )
-            .await;
+            .await);
         };
         let project = match (flavor, ctx.project_path.clone().filter(|p| !p.is_empty())) {
             (_, Some(p)) => p,
@@ -180,40 +206,40 @@ impl TinyElfEngine {
             (Flavor::Chat, None) => match std::env::current_dir() {
                 Ok(d) => d.display().to_string(),
                 Err(e) => {
-                    return fail(
-                        &ctx,
+                    return Err(fail(
+                        ctx,
                         "bad_project_path",
                         format!("no working directory: {e}"),
                     )
-                    .await;
+                    .await);
                 }
             },
             (Flavor::Agent, None) => {
-                return fail(
-                    &ctx,
+                return Err(fail(
+                    ctx,
                     "no_project_path",
                     "the tinyelf engine needs a projectPath for its tools".to_string(),
                 )
-                .await;
+                .await);
             }
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
             Ok(p) => {
-                return fail(
-                    &ctx,
+                return Err(fail(
+                    ctx,
                     "bad_project_path",
                     format!("projectPath {} is not a directory", p.display()),
                 )
-                .await;
+                .await);
             }
             Err(e) => {
-                return fail(
-                    &ctx,
+                return Err(fail(
+                    ctx,
                     "bad_project_path",
                     format!("projectPath {project}: {e}"),
                 )
-                .await;
+                .await);
             }
         };
         let rs = RunSettings::resolve(
@@ -221,12 +247,55 @@ impl TinyElfEngine {
             &inner.child_env,
             &ctx.engine_config,
             ctx.thinking_level,
-        );
+        )
+        .with_limits(&inner.providers.limits(&provider_name, &model));
+        Ok(Prepared {
+            provider_name,
+            provider,
+            model,
+            project,
+            rs,
+        })
+    }
+
+    async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
+        if let Some(call) = ctx.tool_run.clone().filter(|_| flavor == Flavor::Agent) {
+            return self.run_tool(ctx, call).await;
+        }
+        let inner = &self.inner;
+        let session_id = ctx.session_id();
+        let Prepared {
+            provider_name,
+            provider,
+            model,
+            project,
+            rs,
+        } = match self.prepare(&ctx, flavor).await {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
         let tools = match (&rs.enabled_tools, flavor) {
             (_, Flavor::Chat) => ToolRegistry::new(),
             (Some(names), Flavor::Agent) => inner.tools.only(names),
             (None, Flavor::Agent) => inner.tools.clone(),
         };
+        // A chat session's tool loop gets its MCP tools only.
+        let skills = Arc::new(match flavor {
+            Flavor::Agent => {
+                context::skills::discover(
+                    &inner.firewall,
+                    &inner.config.skills_dirs,
+                    Some(&project),
+                )
+                .await
+            }
+            Flavor::Chat => SkillSet::default(),
+        });
+        let tools = context::skill_tools::with_skill_tools(tools, &skills, |name| {
+            rs.enabled_tools
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == name))
+        });
         // spawn is bound to the run (below), once there is one; the client sees it listed now.
         let spawn_on = flavor == Flavor::Agent
             && rs
@@ -306,15 +375,12 @@ impl TinyElfEngine {
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
-        let own = ctx.system_prompt.clone().filter(|s| !s.is_empty());
         let system = match flavor {
             // A chat session's prompt is its own, as without tools (none: no system prompt).
-            Flavor::Chat => own.unwrap_or_default(),
-            Flavor::Agent => format!(
-                "{}\n\nProject directory: {}",
-                own.unwrap_or_else(|| DEFAULT_SYSTEM.to_string()),
-                project.display()
-            ),
+            Flavor::Chat => {
+                context::blocks::SystemPrompt::whole(ctx.system_prompt.clone().unwrap_or_default())
+            }
+            Flavor::Agent => self.system_prompt(&ctx, &project, &skills).await,
         };
         let runner = Runner::new(
             inner.clone(),
@@ -350,15 +416,50 @@ impl TinyElfEngine {
                 .await;
         }
         let (input_tokens, output_tokens) = runner.tokens();
+        let (cache_read_tokens, cache_write_tokens) = runner.cache_tokens();
         RunOutcome {
             finish_reason: end.finish,
             input_tokens,
             output_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
             iterations: end.iterations,
             error: end.error,
             // Each iteration's messages were stored as they came (tool results follow them).
             answer: None,
         }
+    }
+
+    /// The run's system prompt (docs/context.md); skill folders left out and project files that
+    /// were cut or refused become `processing` events.
+    async fn system_prompt(
+        &self,
+        ctx: &EngineSessionContext,
+        project: &std::path::Path,
+        skills: &context::skills::SkillSet,
+    ) -> context::blocks::SystemPrompt {
+        for p in &skills.problems {
+            ctx.events
+                .emit(EventPayload::Processing {
+                    message: format!("skill folder {} left out: {}", p.path.display(), p.reason),
+                })
+                .await;
+        }
+        let (system, notes) = context::system_prompt(
+            &self.inner.firewall,
+            context::PromptParts {
+                identity: ctx.system_prompt.as_deref(),
+                skills: skills.catalogue(),
+                project,
+                project_context_max_bytes: self.inner.config.project_context_max_bytes,
+                date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+            },
+        )
+        .await;
+        for message in notes {
+            ctx.events.emit(EventPayload::Processing { message }).await;
+        }
+        system
     }
 
     async fn guardian(

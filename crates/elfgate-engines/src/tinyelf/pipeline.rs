@@ -31,6 +31,8 @@ pub(crate) struct CallResult {
     pub block: ContentBlock,
     /// The tool asked the loop to stop.
     pub yield_run: bool,
+    /// How the call ended.
+    pub status: ToolCallStatus,
 }
 
 async fn finish(
@@ -57,7 +59,11 @@ async fn finish(
             })
             .await;
     }
-    CallResult { block, yield_run }
+    CallResult {
+        block,
+        yield_run,
+        status,
+    }
 }
 
 async fn denied(

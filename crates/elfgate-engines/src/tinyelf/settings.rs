@@ -96,6 +96,11 @@ pub struct TinyElfConfig {
     pub tool_tiers: BTreeMap<String, String>,
     /// Tools offered to the model (all built-in tools when absent).
     pub enabled_tools: Option<Vec<String>>,
+    /// Folders whose subfolders are skills (each with a SKILL.md), on top of the project's
+    /// `.elfgate/skills`.
+    pub skills_dirs: Vec<String>,
+    /// Most bytes of the project's AGENTS.md and ELFGATE.md put in the system prompt (together).
+    pub project_context_max_bytes: usize,
     /// Hook commands.
     pub hooks: Vec<HookConfig>,
     /// The guardian.
@@ -140,6 +145,8 @@ impl Default for TinyElfConfig {
             deny_commands: Vec::new(),
             tool_tiers: BTreeMap::new(),
             enabled_tools: None,
+            skills_dirs: Vec::new(),
+            project_context_max_bytes: 32 * 1024,
             hooks: Vec::new(),
             guardian: GuardianConfig::default(),
             secret_env: BTreeSet::new(),
@@ -200,6 +207,23 @@ pub(crate) struct RunSettings {
     pub sub_agent_max_iterations: u32,
     /// Environment and network of the run's shell commands.
     pub child: ChildSetup,
+    /// Tokens a request may take (the model's context window less the answer's reserve); None
+    /// when the provider configures no window, and requests are sent as they are.
+    pub context_limit: Option<u64>,
+}
+
+impl RunSettings {
+    /// These settings with the context limit of the run's model: its window less the reserve for
+    /// the answer (`reserve_output_tokens`, default the run's `max_tokens`).
+    pub(crate) fn with_limits(mut self, limits: &crate::providers::ModelLimits) -> Self {
+        self.context_limit = limits.context_window_tokens.map(|window| {
+            let reserve = limits
+                .reserve_output_tokens
+                .unwrap_or(u64::from(self.max_tokens));
+            window.saturating_sub(reserve).max(1)
+        });
+        self
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -261,6 +285,8 @@ impl RunSettings {
                 env.with(&shell_env),
                 cfg.shell_network.unwrap_or(base.shell_network),
             ),
+            // Known once the provider and model are (RunSettings::with_limits).
+            context_limit: None,
         }
     }
 }

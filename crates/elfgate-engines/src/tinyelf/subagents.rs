@@ -1,6 +1,7 @@
 //! The run's side of spawn: sub-agents built from the run's settings and run with the loop.
 
 use super::agent::{Agent, Runner, run_loop};
+use super::context::blocks::SystemPrompt;
 use super::spawn::{SPAWN, SpawnTool, SubAgentEnd, SubAgentSpec, SubAgents};
 use async_trait::async_trait;
 use elfgate_core::{ContentBlock, EventPayload, Role};
@@ -46,11 +47,11 @@ impl RunSubAgents {
                 .sub_agent_model
                 .clone()
                 .unwrap_or_else(|| self.runner.model.clone()),
-            system: format!(
+            system: SystemPrompt::whole(format!(
                 "You are a sub-agent named \"{label}\" working for another agent in the project \
 directory {}. Do the task with your tools and answer with the result only.",
                 self.runner.project.display()
-            ),
+            )),
             max_iterations: rs.sub_agent_max_iterations,
             // Sub-agents work with the built-in tools.
             mcp: None,

@@ -40,9 +40,20 @@ fn an_block_stop(b: &mut Builder, index: usize) {
     );
 }
 
+/// The usage object: Anthropic counts cached prompt tokens apart from `input_tokens`.
+fn usage(r: &Reply<'_>, output_tokens: u64) -> Value {
+    let cached = r.cache.read + r.cache.write;
+    json!({
+        "input_tokens": r.prompt_tokens.saturating_sub(cached).max(1),
+        "cache_creation_input_tokens": r.cache.write,
+        "cache_read_input_tokens": r.cache.read,
+        "output_tokens": output_tokens,
+    })
+}
+
 /// Build the Anthropic streaming body.
 pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
-    let (model, input_tokens) = (r.model, r.prompt_tokens);
+    let model = r.model;
     let mut b = Builder {
         frames: Vec::with_capacity(c.thinking.len() + c.text.len() + 12),
     };
@@ -57,7 +68,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
                 "content": [],
                 "stop_reason": null,
                 "stop_sequence": null,
-                "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+                "usage": usage(r, 1),
             }}),
         ),
         false,
@@ -186,7 +197,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
 
 /// Build the Anthropic non-streaming message object.
 pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
-    let (model, input_tokens) = (r.model, r.prompt_tokens);
+    let model = r.model;
     let mut content = Vec::new();
     if !c.thinking.is_empty() {
         content.push(
@@ -213,7 +224,7 @@ pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
         "content": content,
         "stop_reason": c.anthropic_stop(),
         "stop_sequence": null,
-        "usage": {"input_tokens": input_tokens, "output_tokens": c.completion_tokens()},
+        "usage": usage(r, c.completion_tokens()),
     })
 }
 

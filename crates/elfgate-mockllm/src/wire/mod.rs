@@ -118,8 +118,10 @@ pub struct Reply<'a> {
     pub model: &'a str,
     /// Unix seconds.
     pub created: u64,
-    /// Prompt/input token estimate.
+    /// Prompt/input token estimate (cached tokens included).
     pub prompt_tokens: u64,
+    /// Prompt-cache counters.
+    pub cache: crate::cache::CacheUse,
     /// OpenAI Chat `stream_options.include_usage`.
     pub include_usage: bool,
 }
@@ -237,6 +239,30 @@ pub fn error_body(format: Format, status: u16, message: &str) -> Value {
     }
 }
 
+/// The error body a provider answers (with status 400) when the prompt, `tokens` long, is over
+/// the model's context window of `limit` tokens, in each provider's real wording.
+pub fn context_error(format: Format, limit: u64, tokens: u64) -> Value {
+    match format {
+        Format::OpenAiChat | Format::OpenAiResponses => serde_json::json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, \
+        your messages resulted in {tokens} tokens. Please reduce the length of the messages."),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }}),
+        Format::Anthropic => serde_json::json!({"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": format!("prompt is too long: {tokens} tokens > {limit} maximum"),
+        }}),
+        Format::Gemini => serde_json::json!({"error": {
+            "code": 400,
+            "message": format!("The input token count ({tokens}) exceeds the maximum number of \
+        tokens allowed ({limit})."),
+            "status": "INVALID_ARGUMENT",
+        }}),
+    }
+}
+
 /// HTTP status of a non-streamed `error_after` reply: what each provider answers when it is
 /// overloaded.
 pub fn error_after_status(format: Format) -> u16 {
@@ -269,7 +295,7 @@ pub fn last_user_text(format: Format, body: &Value) -> String {
 
 // ---------------------------------------------------------------- request inspection
 
-fn count_words_in_content(v: &Value) -> u64 {
+pub(crate) fn count_words_in_content(v: &Value) -> u64 {
     match v {
         Value::String(s) => s.split_whitespace().count() as u64,
         Value::Array(items) => items.iter().map(count_words_in_content).sum(),
@@ -387,6 +413,7 @@ mod tests {
             model: "m",
             created: 1,
             prompt_tokens: 1,
+            cache: Default::default(),
             include_usage: true,
         };
         let p = stream(Format::OpenAiChat, &c, &r);

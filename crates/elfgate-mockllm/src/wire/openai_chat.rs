@@ -128,6 +128,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": ct,
                     "total_tokens": prompt_tokens + ct,
+                    "prompt_tokens_details": {"cached_tokens": r.cache.read},
                 },
             })),
             false,
@@ -181,6 +182,7 @@ pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": ct,
             "total_tokens": prompt_tokens + ct,
+            "prompt_tokens_details": {"cached_tokens": r.cache.read},
         },
     })
 }

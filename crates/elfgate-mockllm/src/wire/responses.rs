@@ -47,7 +47,7 @@ fn usage(c: &Content, r: &Reply<'_>) -> Value {
     let output = c.completion_tokens();
     json!({
         "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": r.cache.read},
         "output_tokens": output,
         "output_tokens_details": {"reasoning_tokens": c.thinking.len()},
         "total_tokens": r.prompt_tokens + output,

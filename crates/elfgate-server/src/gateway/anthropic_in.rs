@@ -122,6 +122,8 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
             tool_choice,
             stop: f.strings("stop_sequences")?,
             response_format: None,
+            // The caller's own cache marks travel in the passthrough (Anthropic callers).
+            cache_prefix_len: 0,
             passthrough,
         },
         prompt,

@@ -70,6 +70,8 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), GatewayError> {
         tool_choice,
         stop: f.strings("stop")?,
         response_format,
+        // The caller's own cache marks travel in the passthrough (Anthropic callers).
+        cache_prefix_len: 0,
         passthrough: None,
     };
     Ok((

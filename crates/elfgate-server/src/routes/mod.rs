@@ -5,3 +5,5 @@ pub mod gateway;
 pub mod health;
 pub mod mcp;
 pub mod sessions;
+pub mod skills;
+pub mod tool_runs;

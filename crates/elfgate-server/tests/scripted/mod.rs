@@ -52,6 +52,14 @@ pub fn of<'a>(evs: &'a [Ev], kind: &str) -> Vec<&'a Ev> {
     evs.iter().filter(|e| e.event == kind).collect()
 }
 
+/// The messages of the `processing` events.
+pub fn processing_notes(evs: &[Ev]) -> Vec<String> {
+    of(evs, "processing")
+        .iter()
+        .map(|e| e.data["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The finish reason of the `complete` event that ends `evs`.
 pub fn finish_of(evs: &[Ev]) -> String {
     let c = evs.last().unwrap();

@@ -35,6 +35,8 @@ pub(super) fn run_from_row(r: &SqliteRow) -> StoreResult<Run> {
         finish_reason: parse_opt("finish reason", r.try_get("finish_reason")?)?,
         input_tokens: r.try_get::<i64, _>("input_tokens")?.max(0) as u64,
         output_tokens: r.try_get::<i64, _>("output_tokens")?.max(0) as u64,
+        cache_read_tokens: r.try_get::<i64, _>("cache_read_tokens")?.max(0) as u64,
+        cache_write_tokens: r.try_get::<i64, _>("cache_write_tokens")?.max(0) as u64,
         iterations: r.try_get::<i64, _>("iterations")?.max(0) as u32,
         started_at: parse_ts(&r.try_get::<String, _>("started_at")?)?,
         ended_at: r

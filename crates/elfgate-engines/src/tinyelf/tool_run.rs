@@ -1,0 +1,235 @@
+//! Tool runs outside turns: one registered tool (built-in, a skill tool, or an MCP tool of the
+//! session's servers) run in a session's project without a model call,
+//! through the same pipeline as the model's calls (hooks, firewall, guardian, permission tiers and
+//! prompts, timeout), recorded in the session's history as a tool_use and its tool_result. The run
+//! is an ordinary run of the session (admitted, interruptible, with its events); the HTTP layer
+//! waits for its answer.
+
+use super::agent::{Agent, Runner};
+use super::context::blocks::SystemPrompt;
+use super::context::{skill_tools, skills};
+use super::{Flavor, Prepared, TinyElfEngine, mcp, pipeline};
+use crate::streaming::RequestedToolCall;
+use elfgate_core::{
+    ContentBlock, EngineSessionContext, EngineType, EventPayload, FinishReason, McpSessionConfig,
+    Message, Role, RunId, RunOutcome, SessionId, ToolCallStatus, ToolRun,
+};
+use elfgate_tools::ToolRegistry;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Why a tool run cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolRunError {
+    /// No tool of that name is registered.
+    #[error("unknown tool '{0}'")]
+    UnknownTool(String),
+    /// The arguments do not match the tool's schema.
+    #[error("bad arguments for {tool}: {why}")]
+    BadArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// What a tool run answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRunAnswer {
+    /// The id of the recorded tool_use.
+    pub tool_use_id: String,
+    /// How the call ended.
+    pub status: ToolCallStatus,
+    /// The result as the model would have seen it.
+    pub content: String,
+    /// Whether the result is an error.
+    pub is_error: bool,
+}
+
+/// Runs waiting for their answer, by run id.
+pub(crate) type Waiters = std::sync::Mutex<HashMap<RunId, oneshot::Sender<ToolRunAnswer>>>;
+
+impl TinyElfEngine {
+    /// The tools a tool run may name in `project`: the built-in ones and the skill tools (spawn
+    /// needs a model's run and is not one of them).
+    async fn tool_run_registry(&self, project: Option<&Path>) -> ToolRegistry {
+        let inner = &self.inner;
+        let skills =
+            Arc::new(skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await);
+        skill_tools::with_skill_tools(inner.tools.clone(), &skills, |_| true)
+    }
+
+    /// Checks that `name` is a registered tool of the session (an MCP tool of the servers its
+    /// `mcp_config` gives it, starting them if need be) and that `arguments` fit its schema.
+    pub async fn check_tool_run(
+        &self,
+        project: Option<&Path>,
+        session: SessionId,
+        mcp_config: Option<&McpSessionConfig>,
+        name: &str,
+        arguments: &Value,
+    ) -> Result<(), ToolRunError> {
+        let mut tools = self.tool_run_registry(project).await;
+        if name.starts_with("mcp__")
+            && let Some(m) = &self.inner.mcp
+        {
+            for t in m.session_tools(session, mcp_config, None).await.tools {
+                tools.register(t);
+            }
+        }
+        let tool = tools
+            .get(name)
+            .ok_or_else(|| ToolRunError::UnknownTool(name.to_string()))?;
+        elfgate_tools::schema::check_input(&tool.schema(), arguments).map_err(|why| {
+            ToolRunError::BadArguments {
+                tool: name.to_string(),
+                why,
+            }
+        })
+    }
+
+    /// The answer of tool run `run_id`, once it has run; the sender is dropped when the run ends
+    /// without one (it could not start, or its result could not be stored).
+    pub fn await_tool_run(&self, run_id: RunId) -> oneshot::Receiver<ToolRunAnswer> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut w) = self.inner.tool_waiters.lock() {
+            w.insert(run_id, tx);
+        }
+        rx
+    }
+
+    /// Forgets a tool run that was never admitted.
+    pub fn forget_tool_run(&self, run_id: RunId) {
+        if let Ok(mut w) = self.inner.tool_waiters.lock() {
+            w.remove(&run_id);
+        }
+    }
+
+    /// The run of one tool.
+    pub(super) async fn run_tool(&self, ctx: EngineSessionContext, call: ToolRun) -> RunOutcome {
+        let inner = &self.inner;
+        let waiter = inner
+            .tool_waiters
+            .lock()
+            .ok()
+            .and_then(|mut w| w.remove(&ctx.run_id));
+        let Prepared {
+            provider_name,
+            provider,
+            model,
+            project,
+            rs,
+        } = match self.prepare(&ctx, Flavor::Agent).await {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: json!({
+                    "engine": EngineType::TinyElf.as_str(),
+                    "provider": provider_name,
+                    "model": model,
+                    "projectPath": project.display().to_string(),
+                    "toolRun": call.name,
+                    "permissionMode": ctx.permission_mode.unwrap_or_default(),
+                    "daemonVersion": env!("CARGO_PKG_VERSION"),
+                }),
+            })
+            .await;
+        let base = self.tool_run_registry(Some(&project)).await;
+        // The session's MCP servers, as a model's run of it would have them.
+        let mcp = inner
+            .mcp
+            .as_ref()
+            .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+        let tools = match &mcp {
+            Some(m) => match m.tools(&base, &ctx.cancel).await {
+                Some(t) => t,
+                None => return RunOutcome::new(FinishReason::Interrupted),
+            },
+            None => base,
+        };
+        let guardian = self.guardian(&ctx, &provider, &model).await;
+        let runner = Runner::new(
+            inner.clone(),
+            ctx.clone(),
+            provider,
+            model.clone(),
+            rs,
+            project,
+            guardian,
+        );
+        let agent = Agent {
+            label: None,
+            depth: 0,
+            tools,
+            cancel: ctx.cancel.clone(),
+            model,
+            system: SystemPrompt::default(),
+            max_iterations: 1,
+            mcp,
+        };
+        let id = format!("toolu_api_{}", uuid::Uuid::now_v7().simple());
+        let requested = RequestedToolCall {
+            id: id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.to_string(),
+        };
+        let result = pipeline::run_call(&runner, &agent, &requested, &call.arguments, None).await;
+
+        let session_id = ctx.session_id();
+        let parent = match inner.store.latest_message(session_id).await {
+            Ok(m) => m.map(|m| m.id),
+            Err(e) => return crate::streaming::fail(&ctx, "storage", e.report()).await,
+        };
+        let use_msg = Message::new(
+            session_id,
+            Some(ctx.run_id),
+            parent,
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: id.clone(),
+                name: call.name,
+                input: call.arguments,
+            }],
+        );
+        let tool_msg = Message::new(
+            session_id,
+            Some(ctx.run_id),
+            Some(use_msg.id),
+            Role::Tool,
+            vec![result.block.clone()],
+        );
+        for m in [&use_msg, &tool_msg] {
+            if let Err(e) = ctx.recorder.add_message(m).await {
+                return crate::streaming::fail(&ctx, "storage", e.0).await;
+            }
+        }
+        ctx.events
+            .emit(EventPayload::AssistantMessage { message: use_msg })
+            .await;
+        if let (
+            Some(tx),
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            },
+        ) = (waiter, &result.block)
+        {
+            let _ = tx.send(ToolRunAnswer {
+                tool_use_id: id,
+                status: result.status,
+                content: content.clone(),
+                is_error: *is_error,
+            });
+        }
+        RunOutcome::new(if result.status == ToolCallStatus::Interrupted {
+            FinishReason::Interrupted
+        } else {
+            FinishReason::Stop
+        })
+    }
+}

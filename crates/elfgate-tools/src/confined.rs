@@ -1,0 +1,75 @@
+//! Reading a file for the engine itself (not for a tool call) under the same rules as the file
+//! tools: the path is resolved by the firewall inside a root directory and outside the deny zones,
+//! and the file is opened without following a last-component symlink and refused when it has
+//! several hard links. The agent's prompt is built from such files (a project's AGENTS.md, a
+//! skill's SKILL.md), so they must not become a way around the firewall.
+
+use crate::file_access::{self, Access};
+use crate::firewall::ExecutionFirewall;
+use crate::tool::ToolError;
+use std::path::Path;
+use tokio::io::AsyncReadExt;
+
+/// A text file read up to a byte cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CappedText {
+    /// The text (invalid UTF-8 replaced), at most the cap's bytes of the file.
+    pub text: String,
+    /// The file's whole size in bytes.
+    pub total_bytes: u64,
+}
+
+impl CappedText {
+    /// Whether the file was longer than what was read.
+    pub fn truncated(&self) -> bool {
+        (self.text.len() as u64) < self.total_bytes
+    }
+}
+
+/// Reads `path` (relative to `root`, or absolute) through the firewall, at most `max_bytes` of it.
+pub async fn read_capped(
+    firewall: &ExecutionFirewall,
+    root: &Path,
+    path: &str,
+    max_bytes: usize,
+) -> Result<CappedText, ToolError> {
+    let resolved = firewall.resolve_path(root, path)?;
+    let (file, meta) = file_access::open(&resolved, path, Access::Read).await?;
+    if meta.is_dir() {
+        return Err(ToolError::Failed(format!("{path} is a directory")));
+    }
+    let mut bytes = Vec::with_capacity(max_bytes.min(meta.len() as usize));
+    file.take(max_bytes as u64).read_to_end(&mut bytes).await?;
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    // A cut inside a character leaves a replacement character at the end: drop it.
+    if (bytes.len() as u64) < meta.len() && text.ends_with('\u{FFFD}') {
+        text.pop();
+    }
+    Ok(CappedText {
+        text,
+        total_bytes: meta.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_inside_the_root_only_and_caps() {
+        let root = tempfile::tempdir().unwrap();
+        let fw = ExecutionFirewall::new(Vec::new(), &[]).unwrap();
+        std::fs::write(root.path().join("a.md"), "héllo world").unwrap();
+        let t = read_capped(&fw, root.path(), "a.md", 100).await.unwrap();
+        assert_eq!(t.text, "héllo world");
+        assert!(!t.truncated());
+        // Cut inside the two-byte é: the half character is dropped.
+        let t = read_capped(&fw, root.path(), "a.md", 2).await.unwrap();
+        assert_eq!(t.text, "h");
+        assert!(t.truncated());
+        let e = read_capped(&fw, root.path(), "../x", 10).await.unwrap_err();
+        assert!(e.to_string().contains("outside"), "{e}");
+        let e = read_capped(&fw, root.path(), ".", 10).await.unwrap_err();
+        assert!(e.to_string().contains("directory"), "{e}");
+    }
+}
