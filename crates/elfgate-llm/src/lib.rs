@@ -16,7 +16,7 @@ mod openai;
 mod policy;
 mod responses;
 mod retry;
-mod sse;
+pub mod sse;
 #[cfg(test)]
 mod testkit;
 
