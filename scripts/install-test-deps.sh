@@ -14,6 +14,10 @@ fi
 if ! command -v python3 >/dev/null 2>&1; then
   missing+=(python3)
 fi
+# The terminal client's tests drive `elfgate chat` in tmux.
+if ! command -v tmux >/dev/null 2>&1; then
+  missing+=(tmux)
+fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi

@@ -391,3 +391,90 @@ async fn in_tmux_ctrl_c_interrupts_the_run() {
     })
     .await;
 }
+
+/// A TCP relay to the daemon whose connections the test can cut, as a flaky network would.
+struct Relay {
+    url: String,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Relay {
+        let target = target.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let list = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                list.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Relay { url, conns }
+    }
+
+    /// Drops every connection open now; returns how many were accepted so far.
+    fn cut(&self) -> usize {
+        let list = self.conns.lock().unwrap();
+        for c in list.iter() {
+            c.abort();
+        }
+        list.len()
+    }
+
+    fn accepted(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_without_losing_or_repeating_events() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let relay = Relay::start(&d.base).await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(["chat", "--json", "--model", "mock:tokens=60,delay_ms=50"])
+        .args(["--url", &relay.url, "--token", d.token.as_deref().unwrap()]);
+    let client = tokio::spawn(run_with_stdin(cmd, "go\n"));
+    // Cut the client's connections once the answer is streaming.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let sid = loop {
+        let (_, v) = d.get("/v1/sessions").await;
+        if let Some(id) = v["sessions"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut sse = d.events(&sid, None).await;
+    sse.until_n("streamDelta", 1).await;
+    let before = relay.cut();
+    let out = client.await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(relay.accepted() > before, "the client did not reconnect");
+    let events: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "streamDelta")
+        .map(|e| e["delta"]["text"].as_str().unwrap())
+        .collect();
+    let want: String = (0..60).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, want);
+    assert_eq!(events.last().unwrap()["type"], "complete");
+}
