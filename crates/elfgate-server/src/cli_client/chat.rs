@@ -172,6 +172,7 @@ async fn follow(
     let mut asked: HashSet<String> = HashSet::new();
     let mut pending: Vec<String> = Vec::new();
     let mut interrupts = 0;
+    let mut first_seq: Option<u64> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     if !raw {
         view.start_spinner();
@@ -181,7 +182,11 @@ async fn follow(
         tokio::select! {
             ev = events.next() => {
                 let ev = ev.map_err(Stop::Failed)?;
-                if ev["runId"] != run_id {
+                let seq = ev["seq"].as_u64().unwrap_or_default();
+                if ev["runId"] == run_id {
+                    first_seq.get_or_insert(seq);
+                } else if !(is_permission(&ev) && first_seq.is_some_and(|f| seq > f)) {
+                    // Another run's event; but a sub-agent asks under its own run id, during ours.
                     continue;
                 }
                 if raw {
@@ -258,6 +263,13 @@ async fn follow(
             _ = tick.tick(), if view.spinning() => view.spin(),
         }
     }
+}
+
+fn is_permission(ev: &Value) -> bool {
+    matches!(
+        ev["type"].as_str(),
+        Some("permissionRequest" | "permissionResolved")
+    )
 }
 
 async fn answer(
