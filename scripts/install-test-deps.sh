@@ -19,6 +19,10 @@ elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   # Debian splits the venv module (and the pip it bootstraps) out of python3.
   missing+=(python3-venv)
 fi
+# The terminal client's tests drive `elfgate chat` in tmux.
+if ! command -v tmux >/dev/null 2>&1; then
+  missing+=(tmux)
+fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi

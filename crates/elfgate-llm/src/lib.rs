@@ -17,7 +17,7 @@ mod openai_fast;
 mod policy;
 mod responses;
 mod retry;
-mod sse;
+pub mod sse;
 #[cfg(test)]
 mod testkit;
 

@@ -6,7 +6,7 @@
 
 /// Incremental SSE parser state.
 #[derive(Debug, Default)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     /// An incomplete line carried over from the previous chunk.
     line: Vec<u8>,
     /// The `event:` field of the event being built.
@@ -21,7 +21,7 @@ pub(crate) struct SseParser {
 
 impl SseParser {
     /// A fresh parser.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         SseParser {
             bom_pending: true,
             ..Default::default()
@@ -31,7 +31,7 @@ impl SseParser {
     /// Feeds one chunk. `on_event(event, data)` is called for each complete
     /// event; returning `false` stops parsing (the rest of the chunk is
     /// discarded) and makes `feed` return `false`.
-    pub(crate) fn feed<F>(&mut self, chunk: &[u8], on_event: &mut F) -> bool
+    pub fn feed<F>(&mut self, chunk: &[u8], on_event: &mut F) -> bool
     where
         F: FnMut(&str, &str) -> bool,
     {
@@ -68,7 +68,7 @@ impl SseParser {
     /// Flushes at end of input: a trailing line without a newline is processed
     /// and a pending event is dispatched. Returns `false` if the callback asked
     /// to stop.
-    pub(crate) fn finish<F>(&mut self, on_event: &mut F) -> bool
+    pub fn finish<F>(&mut self, on_event: &mut F) -> bool
     where
         F: FnMut(&str, &str) -> bool,
     {

@@ -116,8 +116,8 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
     Ok(registry)
 }
 
-/// The directory of the SQLite database (a deny zone for tools).
-fn data_dir(url: &str) -> Option<std::path::PathBuf> {
+/// The directory of the SQLite database (a deny zone for tools, and where the token file is).
+pub fn data_dir(url: &str) -> Option<std::path::PathBuf> {
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;

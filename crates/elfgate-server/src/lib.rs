@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cli_client;
 pub mod config;
 pub mod error;
 pub mod event_schema;

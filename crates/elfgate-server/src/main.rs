@@ -11,7 +11,9 @@ const USAGE: &str = "usage:
   elfgate config check [--config FILE] load and check the configuration, print it, and exit
 
 Environment: ELFGATE_BIND, ELFGATE_DATABASE_URL, ELFGATE_TOKEN, ELFGATE_<SECTION>__<KEY>,
-ELFGATE_LOG (log filter, default info).";
+ELFGATE_LOG (log filter, default info).
+
+Clients (see docs/terminal.md; exit 0 ok, 1 run error, 2 usage, 3 daemon unreachable or token refused):";
 
 fn parse_config_flag(args: &[String]) -> anyhow::Result<Option<PathBuf>> {
     let mut config = None;
@@ -105,6 +107,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(cmd) = args
+        .first()
+        .filter(|c| elfgate_server::cli_client::is_client_command(c))
+    {
+        return std::process::ExitCode::from(
+            runtime.block_on(elfgate_server::cli_client::run(cmd, &args[1..])),
+        );
+    }
     match runtime.block_on(run()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -194,7 +205,7 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Some("-h") | Some("--help") | Some("help") => {
-            println!("{USAGE}");
+            println!("{USAGE}\n{}", elfgate_server::cli_client::USAGE);
             Ok(())
         }
         Some(other) => bail!("unknown command '{other}'\n{USAGE}"),

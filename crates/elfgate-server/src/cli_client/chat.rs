@@ -1,0 +1,322 @@
+//! `elfgate chat`: reads prompts (from the terminal, or one per line from a pipe), sends each
+//! after the previous run's `complete`, and shows each run as it happens.
+
+use super::args::ClientArgs;
+use super::conn::{ClientError, Conn};
+use super::exit;
+use super::render::Renderer;
+use super::stream::EventStream;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::io::{BufRead, IsTerminal};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The engine of a new session when `--engine` is not given: plain chat.
+const DEFAULT_ENGINE: &str = "chat";
+
+/// What the user does while a run goes on.
+struct Inputs {
+    /// Lines from stdin; `None` at its end.
+    lines: mpsc::UnboundedReceiver<Option<String>>,
+    /// Ctrl-C presses.
+    interrupts: mpsc::UnboundedReceiver<()>,
+    /// Whether stdin is a terminal (a person to ask).
+    interactive: bool,
+}
+
+/// How following a run ended, when not with its `complete`.
+enum Stop {
+    /// The user wants out (second Ctrl-C).
+    Quit,
+    /// The daemon failed us.
+    Failed(ClientError),
+}
+
+/// Runs `elfgate chat`; returns the exit status.
+pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
+    let mut inputs = Inputs {
+        lines: read_stdin(),
+        interrupts: watch_ctrl_c(),
+        interactive: std::io::stdin().is_terminal(),
+    };
+    let mut view = Renderer::new(std::io::stdout().is_terminal() && !args.json);
+    let mut session = args.session.clone();
+    let mut stream = match &session {
+        Some(sid) => {
+            let s = conn.get(&format!("/v1/sessions/{sid}")).await?;
+            if inputs.interactive && !args.json {
+                view.note(&format!(
+                    "session {sid} ({}, {})",
+                    s["engine"].as_str().unwrap_or("?"),
+                    s["model"].as_str().unwrap_or("default model")
+                ));
+            }
+            Some(EventStream::new(conn, sid, None))
+        }
+        None => None,
+    };
+    let mut code = exit::OK;
+    loop {
+        if inputs.interactive && !args.json {
+            view.prompt();
+        }
+        let line = tokio::select! {
+            l = inputs.lines.recv() => l.flatten(),
+            _ = inputs.interrupts.recv() => return Ok(exit::INTERRUPTED),
+        };
+        let Some(prompt) = line else { break };
+        if prompt.trim().is_empty() {
+            continue;
+        }
+        let (sid, run_id) = match &session {
+            Some(sid) => {
+                let body = json!({"prompt": prompt});
+                match conn
+                    .post(&format!("/v1/sessions/{sid}/messages"), &body)
+                    .await
+                {
+                    Ok(v) => (sid.clone(), str_of(&v["runId"])),
+                    Err(e @ ClientError::Refused { .. }) => {
+                        view.error(&e.to_string());
+                        code = exit::RUN_ERROR;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => {
+                let v = match conn.post("/v1/sessions", &create_body(args, &prompt)).await {
+                    Ok(v) => v,
+                    Err(e @ ClientError::Refused { .. }) => {
+                        view.error(&e.to_string());
+                        code = exit::RUN_ERROR;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let sid = str_of(&v["sessionId"]);
+                if inputs.interactive && !args.json {
+                    view.note(&format!("session {sid}"));
+                }
+                stream = Some(EventStream::new(conn, &sid, None));
+                session = Some(sid.clone());
+                (sid, str_of(&v["runId"]))
+            }
+        };
+        let Some(events) = stream.as_mut() else {
+            break;
+        };
+        match follow(
+            conn,
+            &sid,
+            &run_id,
+            events,
+            &mut inputs,
+            &mut view,
+            args.json,
+        )
+        .await
+        {
+            Ok(finish) => {
+                if finish == "error" {
+                    code = exit::RUN_ERROR;
+                }
+            }
+            Err(Stop::Quit) => return Ok(exit::INTERRUPTED),
+            Err(Stop::Failed(e)) => return Err(e),
+        }
+    }
+    Ok(code)
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+/// The `POST /v1/sessions` body for the first prompt.
+fn create_body(args: &ClientArgs, prompt: &str) -> Value {
+    let engine = args.engine.as_deref().unwrap_or(DEFAULT_ENGINE);
+    let mut body = json!({"prompt": prompt, "engine": engine});
+    let fields = [
+        ("providerId", &args.provider),
+        ("model", &args.model),
+        ("projectPath", &args.project),
+        ("permissionMode", &args.permission_mode),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            body[key] = json!(v);
+        }
+    }
+    if let Some(p) = &args.project {
+        // The daemon resolves paths itself: a relative one would be relative to its directory.
+        if let Ok(abs) = std::path::absolute(p) {
+            body["projectPath"] = json!(abs.display().to_string());
+        }
+    }
+    body
+}
+
+/// Shows run `run_id` until its `complete`, answering permission requests and turning Ctrl-C
+/// into an interrupt. Returns the run's finish reason.
+async fn follow(
+    conn: &Conn,
+    sid: &str,
+    run_id: &str,
+    events: &mut EventStream,
+    inputs: &mut Inputs,
+    view: &mut Renderer,
+    raw: bool,
+) -> Result<String, Stop> {
+    let mut asked: HashSet<String> = HashSet::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut interrupts = 0;
+    let mut first_seq: Option<u64> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    if !raw {
+        view.start_spinner();
+    }
+    loop {
+        let ask = inputs.interactive && !pending.is_empty();
+        tokio::select! {
+            ev = events.next() => {
+                let ev = ev.map_err(Stop::Failed)?;
+                let seq = ev["seq"].as_u64().unwrap_or_default();
+                if ev["runId"] == run_id {
+                    first_seq.get_or_insert(seq);
+                } else if !(is_permission(&ev) && first_seq.is_some_and(|f| seq > f)) {
+                    // Another run's event; but a sub-agent asks under its own run id, during ours.
+                    continue;
+                }
+                if raw {
+                    println!("{ev}");
+                }
+                match ev["type"].as_str().unwrap_or_default() {
+                    "permissionRequest" => {
+                        let rid = str_of(&ev["requestId"]);
+                        if !asked.insert(rid.clone()) {
+                            continue;
+                        }
+                        if inputs.interactive {
+                            view.permission(&ev);
+                            pending.push(rid);
+                        } else {
+                            view.note("permission request denied: stdin is not a terminal to ask");
+                            answer(conn, sid, &rid, "deny", "once", view).await;
+                        }
+                    }
+                    "permissionResolved" => {
+                        let rid = str_of(&ev["requestId"]);
+                        pending.retain(|p| *p != rid);
+                        if !raw {
+                            view.event(&ev);
+                        }
+                    }
+                    "complete" => {
+                        if !raw {
+                            view.event(&ev);
+                        }
+                        return Ok(str_of(&ev["finishReason"]));
+                    }
+                    _ => {
+                        if !raw {
+                            view.event(&ev);
+                        }
+                    }
+                }
+            }
+            line = inputs.lines.recv(), if ask => {
+                let Some(reply) = line.flatten() else {
+                    // End of input: nobody is left to ask.
+                    inputs.interactive = false;
+                    for rid in std::mem::take(&mut pending) {
+                        answer(conn, sid, &rid, "deny", "once", view).await;
+                    }
+                    continue;
+                };
+                let (decision, scope) = match reply.trim().to_ascii_lowercase().as_str() {
+                    "y" | "yes" => ("allow", "once"),
+                    "a" | "always" => ("allow", "session"),
+                    "n" | "no" => ("deny", "once"),
+                    _ => {
+                        view.note("answer y (allow once), n (deny) or a (allow for this session)");
+                        continue;
+                    }
+                };
+                if !pending.is_empty() {
+                    let rid = pending.remove(0);
+                    answer(conn, sid, &rid, decision, scope, view).await;
+                }
+            }
+            _ = inputs.interrupts.recv() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    view.note("quitting");
+                    return Err(Stop::Quit);
+                }
+                view.note("interrupting… (Ctrl-C again to quit)");
+                if let Err(e) = conn.post(&format!("/v1/sessions/{sid}/interrupt"), &json!({})).await {
+                    view.error(&format!("cannot interrupt: {e}"));
+                }
+            }
+            _ = tick.tick(), if view.spinning() => view.spin(),
+        }
+    }
+}
+
+fn is_permission(ev: &Value) -> bool {
+    matches!(
+        ev["type"].as_str(),
+        Some("permissionRequest" | "permissionResolved")
+    )
+}
+
+async fn answer(
+    conn: &Conn,
+    sid: &str,
+    rid: &str,
+    decision: &str,
+    scope: &str,
+    view: &mut Renderer,
+) {
+    let body = json!({"decision": decision, "scope": scope});
+    if let Err(e) = conn
+        .post(&format!("/v1/sessions/{sid}/permissions/{rid}"), &body)
+        .await
+    {
+        view.error(&format!("cannot answer the permission request: {e}"));
+    }
+}
+
+/// Stdin's lines, read on a thread of their own (a blocking read cannot be cancelled).
+fn read_stdin() -> mpsc::UnboundedReceiver<Option<String>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) => {
+                    if tx.send(Some(l)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = tx.send(None);
+    });
+    rx
+}
+
+/// Ctrl-C presses. Once this listens, Ctrl-C no longer kills the process.
+fn watch_ctrl_c() -> mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}

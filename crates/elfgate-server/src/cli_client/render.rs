@@ -1,0 +1,237 @@
+//! How a run's events look in the terminal: text as it streams, thinking dimmed, one line per
+//! tool call, errors in red. Colours and the spinner only when stdout is a terminal.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::Write;
+
+const DIM: &str = "\x1b[2m";
+const RED: &str = "\x1b[31m";
+const BOLD: &str = "\x1b[1m";
+const RESET: &str = "\x1b[0m";
+const SPINNER: [char; 4] = ['|', '/', '-', '\\'];
+
+/// Prints events for a person.
+pub struct Renderer {
+    color: bool,
+    at_line_start: bool,
+    thinking: bool,
+    spinner: Option<usize>,
+    tools: HashMap<String, String>,
+}
+
+impl Renderer {
+    /// A renderer; `color` turns on colours and the spinner.
+    pub fn new(color: bool) -> Renderer {
+        Renderer {
+            color,
+            at_line_start: true,
+            thinking: false,
+            spinner: None,
+            tools: HashMap::new(),
+        }
+    }
+
+    fn paint(&self, style: &str, text: &str) -> String {
+        if self.color {
+            format!("{style}{text}{RESET}")
+        } else {
+            text.to_string()
+        }
+    }
+
+    fn write(&mut self, text: &str) {
+        self.clear_spinner();
+        if text.is_empty() {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+        self.at_line_start = text.ends_with('\n');
+    }
+
+    /// Writes `text` as a line of its own.
+    pub fn line(&mut self, style: &str, text: &str) {
+        self.end_thinking();
+        let mut s = String::new();
+        if !self.at_line_start {
+            s.push('\n');
+        }
+        s.push_str(&self.paint(style, text));
+        s.push('\n');
+        self.write(&s);
+    }
+
+    /// A note from the client itself.
+    pub fn note(&mut self, text: &str) {
+        self.line(DIM, text);
+    }
+
+    /// An error.
+    pub fn error(&mut self, text: &str) {
+        self.line(RED, text);
+    }
+
+    /// The input prompt.
+    pub fn prompt(&mut self) {
+        let p = self.paint(BOLD, "> ");
+        self.write(&p);
+    }
+
+    /// Whether the spinner is turning (waiting for the run's first output).
+    pub fn spinning(&self) -> bool {
+        self.spinner.is_some()
+    }
+
+    /// Starts the spinner (terminals only).
+    pub fn start_spinner(&mut self) {
+        if self.color {
+            self.spinner = Some(0);
+            self.spin();
+        }
+    }
+
+    /// The spinner's next frame.
+    pub fn spin(&mut self) {
+        if let Some(i) = self.spinner {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\r{DIM}{} waiting{RESET}", SPINNER[i % SPINNER.len()]);
+            let _ = out.flush();
+            self.spinner = Some(i + 1);
+        }
+    }
+
+    fn clear_spinner(&mut self) {
+        if self.spinner.take().is_some() {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\r\x1b[K");
+            let _ = out.flush();
+        }
+    }
+
+    fn end_thinking(&mut self) {
+        if self.thinking {
+            self.thinking = false;
+            if !self.at_line_start {
+                self.write("\n");
+            }
+        }
+    }
+
+    /// Shows one event of the run being followed.
+    pub fn event(&mut self, ev: &Value) {
+        match ev["type"].as_str().unwrap_or_default() {
+            "streamDelta" => {
+                let text = ev["delta"]["text"].as_str().unwrap_or_default();
+                if ev["delta"]["kind"] == "thinking" {
+                    if !self.thinking && !self.at_line_start {
+                        self.write("\n");
+                    }
+                    self.thinking = true;
+                    let t = self.paint(DIM, text);
+                    self.write(&t);
+                } else {
+                    self.end_thinking();
+                    self.write(text);
+                }
+            }
+            "toolCallStart" => {
+                let b = &ev["block"];
+                let name = b["name"].as_str().unwrap_or("tool").to_string();
+                if let Some(id) = b["id"].as_str() {
+                    self.tools.insert(id.to_string(), name.clone());
+                }
+                self.line(DIM, &format!("⚙ {name} {}", short(&b["input"].to_string())));
+            }
+            "toolCallEnd" => {
+                let b = &ev["block"];
+                let id = b["tool_use_id"].as_str().unwrap_or_default();
+                let name = self.tools.get(id).cloned().unwrap_or_else(|| "tool".into());
+                let status = ev["status"].as_str().unwrap_or("done");
+                let text = format!("⚙ {name}: {status}");
+                if status == "success" {
+                    self.line(DIM, &text);
+                } else {
+                    self.line(RED, &text);
+                }
+            }
+            "permissionResolved" => {
+                let d = ev["decision"].as_str().unwrap_or("?");
+                self.note(&format!("permission {d}"));
+            }
+            "retry" => {
+                let r = &ev["retry"];
+                self.note(&format!(
+                    "retrying ({}/{}) in {} ms: {}",
+                    r["attempt"],
+                    r["maxAttempts"],
+                    r["delayMs"],
+                    r["reason"].as_str().unwrap_or("")
+                ));
+            }
+            "processing" => {
+                let m = ev["message"].as_str().unwrap_or_default().to_string();
+                self.note(&m);
+            }
+            "error" => {
+                let e = &ev["error"];
+                self.error(&format!(
+                    "error ({}): {}",
+                    e["code"].as_str().unwrap_or("?"),
+                    e["message"].as_str().unwrap_or("")
+                ));
+            }
+            "result" => {
+                let s = &ev["stats"];
+                self.note(&format!(
+                    "[{} in, {} out tokens, {} ms]",
+                    s["inputTokens"], s["outputTokens"], s["durationMs"]
+                ));
+            }
+            "complete" => {
+                let f = ev["finishReason"].as_str().unwrap_or("?");
+                match f {
+                    "stop" => self.end_thinking(),
+                    "error" => self.error("[run failed]"),
+                    other => self.note(&format!("[{other}]")),
+                }
+                if !self.at_line_start {
+                    self.write("\n");
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Asks about a permission request; the answer is read from stdin by the caller.
+    pub fn permission(&mut self, ev: &Value) {
+        let tool = ev["toolName"].as_str().unwrap_or("?");
+        let input = short(&ev["input"].to_string());
+        let q = self.paint(
+            BOLD,
+            &format!("allow {tool} {input}? [y]es once / [n]o / [a]lways this session: "),
+        );
+        self.end_thinking();
+        let s = if self.at_line_start {
+            q
+        } else {
+            format!("\n{q}")
+        };
+        self.write(&s);
+    }
+}
+
+/// `text` cut to one short line.
+fn short(text: &str) -> String {
+    const MAX: usize = 120;
+    let one: String = text
+        .chars()
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect();
+    if one.chars().count() > MAX {
+        format!("{}…", one.chars().take(MAX).collect::<String>())
+    } else {
+        one
+    }
+}

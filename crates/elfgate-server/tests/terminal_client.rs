@@ -1,0 +1,480 @@
+//! The terminal client (`elfgate chat`, `sessions`, `show`, `interrupt`) against a real daemon:
+//! piped prompts, `--json`, the session commands, and a person at a terminal, driven in tmux.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Daemon, GUARD, Opts};
+use elfgate_mockllm::MockServer;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// `elfgate ARGS` pointed at `d` explicitly, with none of the test environment's ELFGATE_*
+/// variables.
+fn client(d: &Daemon, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(args).arg("--url").arg(&d.base);
+    if let Some(t) = &d.token {
+        cmd.arg("--token").arg(t);
+    }
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("ELFGATE_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// Runs `cmd` with `stdin` piped in; fails the test if it does not end within the guard time.
+async fn run_with_stdin(mut cmd: Command, stdin: &str) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let waiter = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    tokio::time::timeout(GUARD, waiter)
+        .await
+        .expect("the client did not exit")
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn script(mock: &MockServer, name: &str, responses: Value) {
+    mock.set_script(
+        name,
+        serde_json::from_value(json!({ "responses": responses })).unwrap(),
+    );
+}
+
+async fn only_session(d: &Daemon) -> String {
+    let (s, v) = d.get("/v1/sessions").await;
+    assert_eq!(s, 200);
+    let list = v["sessions"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    list[0]["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn piped_prompts_run_in_turn_and_exit_0() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let out = run_with_stdin(
+        client(&d, &["chat", "--model", "mock/mock:echo=1"]),
+        "first question\n\nsecond question\n",
+    )
+    .await;
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = text.find("You said: first question").expect(&text);
+    let second = text.find("You said: second question").expect(&text);
+    assert!(first < second, "{text}");
+    // Not a terminal: no colours, no spinner.
+    assert!(!text.contains('\x1b'), "{text:?}");
+    // One session, two runs, both complete.
+    let sid = only_session(&d).await;
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(msgs["messages"].as_array().unwrap().len(), 4, "{msgs}");
+}
+
+#[tokio::test]
+async fn json_prints_one_event_per_line_ending_with_complete() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let out = run_with_stdin(
+        client(&d, &["chat", "--json", "--model", "mock:tokens=5"]),
+        "hello\n",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0));
+    let events: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.last(), Some(&"complete"), "{types:?}");
+    assert_eq!(events.last().unwrap()["finishReason"], "stop");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "streamDelta")
+        .map(|e| e["delta"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "tok0 tok1 tok2 tok3 tok4 ");
+    assert!(types.contains(&"result"), "{types:?}");
+}
+
+#[tokio::test]
+async fn a_failed_run_exits_1_and_usage_and_reach_errors_have_their_codes() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let out = run_with_stdin(client(&d, &["chat", "--model", "mock:fail=400"]), "hi\n").await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+
+    let out = run_with_stdin(client(&d, &["show"]), "").await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = run_with_stdin(client(&d, &["chat", "--bogus"]), "").await;
+    assert_eq!(out.status.code(), Some(2));
+
+    let mut wrong = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    wrong.args(["sessions", "--url", &d.base, "--token", "not-the-token"]);
+    let out = run_with_stdin(wrong, "").await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused the token"));
+
+    // A port nothing listens on.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let mut gone = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    gone.args(["sessions", "--url", &url, "--token", "x"]);
+    let out = run_with_stdin(gone, "").await;
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[tokio::test]
+async fn sessions_show_and_interrupt() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d
+        .create(json!({"engine": "chat", "prompt": "count slowly", "model": "mock:tokens=500,delay_ms=50"}))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_n("streamDelta", 1).await;
+
+    let out = run_with_stdin(client(&d, &["sessions"]), "").await;
+    assert_eq!(out.status.code(), Some(0));
+    let line = stdout(&out);
+    assert!(line.contains(&sid) && line.contains("running"), "{line}");
+
+    let out = run_with_stdin(client(&d, &["interrupt", &sid]), "").await;
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains(&format!("run {run} interrupted")),
+        "{}",
+        stdout(&out)
+    );
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+
+    let out = run_with_stdin(client(&d, &["show", &sid]), "").await;
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.contains("[user]\ncount slowly"), "{text}");
+    assert!(text.contains("[assistant]\ntok0 "), "{text}");
+
+    let out = run_with_stdin(client(&d, &["show", &sid, "--json"]), "").await;
+    let v: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(v["session"]["id"], sid.as_str());
+    assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+
+    let out = run_with_stdin(client(&d, &["interrupt", &sid]), "").await;
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("nothing was running"));
+    let out = run_with_stdin(
+        client(&d, &["show", "0190a0a0-0000-7000-8000-000000000000"]),
+        "",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// A tmux server of the test's own (its own socket), with `elfgate chat` in one pane.
+struct Tmux {
+    socket: String,
+    _conf: tempfile::TempDir,
+}
+
+impl Tmux {
+    /// Starts `elfgate ARGS` in a 200x50 pane. The pane stays after the client exits, so that
+    /// its last output can still be read.
+    fn start(d: &Daemon, args: &[&str], name: &str) -> Tmux {
+        let conf = tempfile::tempdir().unwrap();
+        let conf_file = conf.path().join("tmux.conf");
+        std::fs::write(&conf_file, "set -g remain-on-exit on\n").unwrap();
+        let socket = format!("elfgate-test-{}-{name}", std::process::id());
+        let mut line = format!(
+            "exec env -u ELFGATE_TOKEN -u ELFGATE_URL '{}'",
+            env!("CARGO_BIN_EXE_elfgate")
+        );
+        for a in
+            args.iter()
+                .copied()
+                .chain(["--url", &d.base, "--token", d.token.as_deref().unwrap()])
+        {
+            line.push_str(&format!(" '{a}'"));
+        }
+        let status = Command::new("tmux")
+            .args(["-L", &socket, "-f"])
+            .arg(&conf_file)
+            .args(["new-session", "-d", "-x", "200", "-y", "50", "-s", "t"])
+            .arg(line)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        Tmux {
+            socket,
+            _conf: conf,
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", "t"])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Types `text` and Enter.
+    fn type_line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn capture(&self) -> String {
+        let out = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "capture-pane",
+                "-p",
+                "-J",
+                "-t",
+                "t",
+                "-S",
+                "-200",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the pane shows what `pred` looks for (the guard time at most).
+    async fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + GUARD;
+        loop {
+            let screen = self.capture();
+            if pred(&screen) {
+                return screen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {GUARD:?}; the pane shows:\n{screen}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn project() -> PathBuf {
+    tempfile::tempdir().unwrap().keep()
+}
+
+#[tokio::test]
+async fn in_tmux_a_streamed_answer_appears() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let t = Tmux::start(&d, &["chat", "--model", "mock:echo=1"], "answer");
+    t.wait_for("the prompt", |s| s.contains("> ")).await;
+    t.type_line("hello from tmux");
+    t.wait_for("the answer", |s| s.contains("You said: hello from tmux"))
+        .await;
+    t.wait_for("the next prompt", |s| s.trim_end().ends_with('>'))
+        .await;
+    // Ctrl-D (end of input) at the prompt ends the client with 0.
+    t.keys(&["C-d"]);
+    t.wait_for("the client's end", |s| s.contains("Pane is dead (status 0"))
+        .await;
+}
+
+#[tokio::test]
+async fn in_tmux_a_permission_prompt_answered_y_lets_the_tool_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "term-perm",
+        json!([
+            {"toolCalls": [{"id": "w1", "name": "write_file",
+                "arguments": json!({"path": "note.txt", "content": "hi"}).to_string()}]},
+            {"text": "the note is written"}
+        ]),
+    );
+    let project_arg = dir.display().to_string();
+    let t = Tmux::start(
+        &d,
+        &[
+            "chat",
+            "--engine",
+            "tinyelf",
+            "--model",
+            "mock:script=term-perm",
+            "--project",
+            &project_arg,
+        ],
+        "perm",
+    );
+    t.wait_for("the prompt", |s| s.contains("> ")).await;
+    t.type_line("write a note");
+    t.wait_for("the permission question", |s| {
+        s.contains("allow write_file") && s.contains("[y]es once")
+    })
+    .await;
+    assert!(!dir.join("note.txt").exists());
+    t.type_line("y");
+    let screen = t
+        .wait_for("the answer after the tool", |s| {
+            s.contains("the note is written")
+        })
+        .await;
+    assert!(screen.contains("write_file: success"), "{screen}");
+    assert_eq!(std::fs::read_to_string(dir.join("note.txt")).unwrap(), "hi");
+}
+
+#[tokio::test]
+async fn in_tmux_ctrl_c_interrupts_the_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let t = Tmux::start(
+        &d,
+        &["chat", "--model", "mock:tokens=500,delay_ms=50"],
+        "ctrlc",
+    );
+    t.wait_for("the prompt", |s| s.contains("> ")).await;
+    t.type_line("count slowly");
+    t.wait_for("the stream", |s| s.contains("tok3 ")).await;
+    let sid = only_session(&d).await;
+    t.keys(&["C-c"]);
+    let screen = t
+        .wait_for("the interrupted run", |s| s.contains("[interrupted]"))
+        .await;
+    assert!(!screen.contains("tok499"), "{screen}");
+    // The daemon agrees: the run ended interrupted.
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_n("complete", 1).await;
+    let complete = evs.last().unwrap();
+    assert_eq!(complete.data["finishReason"], "interrupted");
+    let (_, r) = d
+        .get(&format!("/v1/sessions/{sid}/runs/{}", complete.run()))
+        .await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+    // A second Ctrl-C at the prompt ends the client; the pane stays to show it.
+    t.keys(&["C-c"]);
+    t.wait_for("the client's end", |s| {
+        s.contains("Pane is dead (status 130")
+    })
+    .await;
+}
+
+/// A TCP relay to the daemon whose connections the test can cut, as a flaky network would.
+struct Relay {
+    url: String,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Relay {
+        let target = target.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let list = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                list.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Relay { url, conns }
+    }
+
+    /// Drops every connection open now; returns how many were accepted so far.
+    fn cut(&self) -> usize {
+        let list = self.conns.lock().unwrap();
+        for c in list.iter() {
+            c.abort();
+        }
+        list.len()
+    }
+
+    fn accepted(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_without_losing_or_repeating_events() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let relay = Relay::start(&d.base).await;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(["chat", "--json", "--model", "mock:tokens=60,delay_ms=50"])
+        .args(["--url", &relay.url, "--token", d.token.as_deref().unwrap()]);
+    let client = tokio::spawn(run_with_stdin(cmd, "go\n"));
+    // Cut the client's connections once the answer is streaming.
+    let deadline = tokio::time::Instant::now() + GUARD;
+    let sid = loop {
+        let (_, v) = d.get("/v1/sessions").await;
+        if let Some(id) = v["sessions"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut sse = d.events(&sid, None).await;
+    sse.until_n("streamDelta", 1).await;
+    let before = relay.cut();
+    let out = client.await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(relay.accepted() > before, "the client did not reconnect");
+    let events: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "streamDelta")
+        .map(|e| e["delta"]["text"].as_str().unwrap())
+        .collect();
+    let want: String = (0..60).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, want);
+    assert_eq!(events.last().unwrap()["type"], "complete");
+}
