@@ -10,4 +10,6 @@ scripts/install-test-deps.sh
 # missing. (Not ELFGATE_ names: the daemon reads every ELFGATE_* variable as configuration.)
 export REQUIRE_BROWSER_TESTS=require
 export REQUIRE_CLI_TESTS=require
+# Likewise the schema fuzz test when the fuzzer's venv is missing.
+export REQUIRE_FUZZ_TESTS=require
 cargo test --workspace --locked "$@"
