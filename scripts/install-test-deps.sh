@@ -3,8 +3,9 @@
 # the browser tests, Python 3 for the fake coding CLIs of the cli engine's tests
 # (crates/elfgate-server/tests/fixtures/cli), and Node.js with the real coding CLIs (codex,
 # claude-code, gemini-cli, which scripts/install-cli-tools.sh puts into tools/cli/) for its tests
-# with the real CLIs, and the schema fuzzer (schemathesis, which scripts/install-fuzz.sh puts into
-# tools/fuzz-venv/). Does nothing for what is already there.
+# with the real CLIs, the pinned MCP server of the MCP tests (scripts/install-mcp-servers.sh puts
+# it into tools/mcp/), and the schema fuzzer (schemathesis, which scripts/install-fuzz.sh puts
+# into tools/fuzz-venv/). Does nothing for what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,4 +44,5 @@ if ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0
   exit 1
 fi
 scripts/install-cli-tools.sh
+scripts/install-mcp-servers.sh
 scripts/install-fuzz.sh

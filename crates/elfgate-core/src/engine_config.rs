@@ -2,6 +2,7 @@
 //! prompt). Parsed once, at the request, so that a wrong type or an unknown key is refused there
 //! with the field named instead of being ignored by the engine later.
 
+use crate::mcp_config::McpSessionConfig;
 use crate::modes::{Network, ThinkingLevel};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -61,6 +62,10 @@ pub struct EngineConfig {
     /// Variables set for the session's shell commands (tinyelf).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell_env: Option<BTreeMap<String, String>>,
+    /// MCP servers of the session over the daemon's, and daemon servers it does without
+    /// (tinyelf). The start request's top-level `mcpConfig` is stored here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_config: Option<McpSessionConfig>,
     /// Extra arguments of the CLI (cli), each in the backend's `allowed_args`. The request's
     /// top-level `cliArgs` lands here.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,10 +94,18 @@ fn display_path(path: &str) -> String {
 impl EngineConfig {
     /// Parses an `engineConfig` object.
     pub fn from_json(value: &Value) -> Result<Self, EngineConfigError> {
-        serde_path_to_error::deserialize(value).map_err(|e| EngineConfigError {
-            path: e.path().to_string(),
-            message: e.inner().to_string(),
-        })
+        let cfg: EngineConfig =
+            serde_path_to_error::deserialize(value).map_err(|e| EngineConfigError {
+                path: e.path().to_string(),
+                message: e.inner().to_string(),
+            })?;
+        if let Some(problem) = cfg.mcp_config.as_ref().and_then(|m| m.problem("mcpConfig")) {
+            return Err(EngineConfigError {
+                path: String::new(),
+                message: problem,
+            });
+        }
+        Ok(cfg)
     }
 
     /// The object with canonical key names and only the keys that are set.
@@ -123,6 +136,7 @@ impl EngineConfig {
             sub_agent_max_iterations,
             shell_network,
             shell_env,
+            mcp_config,
             cli_args,
         } = self;
         EngineConfig {
@@ -143,6 +157,7 @@ impl EngineConfig {
             sub_agent_max_iterations: sub_agent_max_iterations.or(base.sub_agent_max_iterations),
             shell_network: shell_network.or(base.shell_network),
             shell_env: shell_env.or_else(|| base.shell_env.clone()),
+            mcp_config: mcp_config.or_else(|| base.mcp_config.clone()),
             cli_args: cli_args.or_else(|| base.cli_args.clone()),
         }
     }

@@ -4,7 +4,7 @@
 
 use crate::ids::{RunId, SessionId};
 use crate::model::{ContentBlock, FinishReason, Message};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -225,18 +225,6 @@ impl EventPayload {
     }
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
-    seq: u64,
-    session_id: SessionId,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_id: Option<RunId>,
-    ts: String,
-    #[serde(flatten)]
-    payload: &'a EventPayload,
-}
-
 /// A payload sent to a single subscriber outside the log (a `reset`): no seq, run or time, since
 /// it is not part of the session's stream. Its JSON is the type, the session, then the payload's
 /// own fields.
@@ -297,7 +285,8 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    /// Serializes an envelope around `payload`.
+    /// Serializes an envelope around `payload`: `seq`, `sessionId`, `runId` (when there is one),
+    /// `ts`, then the payload's own fields, `type` first.
     pub fn build(
         session_id: SessionId,
         seq: u64,
@@ -305,27 +294,141 @@ impl EventRecord {
         payload: &EventPayload,
     ) -> Self {
         let ts = Utc::now();
-        let envelope = Envelope {
-            seq,
-            session_id,
-            run_id,
-            ts: ts.to_rfc3339_opts(SecondsFormat::Millis, true),
-            payload,
-        };
-        // Serializing plain data to a String cannot fail; the fallback keeps the log valid anyway.
-        let json = serde_json::to_string(&envelope).unwrap_or_else(|e| {
-            format!(
-                "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"serialize\",\"message\":\"{}\"}}}}",
-                e.to_string().replace('"', "'")
-            )
-        });
         EventRecord {
             session_id,
             seq,
             run_id,
             event_type: Cow::Borrowed(payload.type_name()),
-            json,
+            json: envelope_json(session_id, seq, run_id, &ts, payload),
             ts,
+        }
+    }
+}
+
+/// Room for the envelope's own fields: the ids, seq and time.
+const ENVELOPE_BYTES: usize = 160;
+
+/// The envelope written directly, with the payload serialized once into the same buffer: every
+/// event is built this way, and serde's `flatten` (an envelope struct around the payload) went
+/// through a generic map serializer for each field. The text is the same, field for field.
+fn envelope_json(
+    session_id: SessionId,
+    seq: u64,
+    run_id: Option<RunId>,
+    ts: &DateTime<Utc>,
+    payload: &EventPayload,
+) -> String {
+    use std::io::Write;
+    let hint = match payload {
+        EventPayload::StreamDelta { delta } => delta.text.len() + 48,
+        _ => 256,
+    };
+    let mut buf = Vec::with_capacity(ENVELOPE_BYTES + hint);
+    // Writing into a Vec cannot fail.
+    let _ = write!(buf, "{{\"seq\":{seq},\"sessionId\":\"");
+    push_uuid(&mut buf, &session_id.0);
+    if let Some(run_id) = run_id {
+        buf.extend_from_slice(b"\",\"runId\":\"");
+        push_uuid(&mut buf, &run_id.0);
+    }
+    buf.extend_from_slice(b"\",\"ts\":\"");
+    crate::timefmt::push_rfc3339_millis(&mut buf, ts);
+    buf.push(b'"');
+    // The payload is an internally tagged object, `{"type":...}`: its opening brace becomes the
+    // comma that joins its fields to the envelope's.
+    let at = buf.len();
+    let joined = serde_json::to_writer(&mut buf, payload).is_ok() && buf[at..].starts_with(b"{\"");
+    if joined {
+        buf[at] = b',';
+        if let Ok(json) = String::from_utf8(buf) {
+            return json;
+        }
+    }
+    // Serializing plain data cannot fail; the fallback keeps the log valid anyway.
+    format!(
+        "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"serialize\",\"message\":\"event {} could not be serialized\"}}}}",
+        payload.type_name()
+    )
+}
+
+fn push_uuid(buf: &mut Vec<u8>, id: &uuid::Uuid) {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    buf.extend_from_slice(id.hyphenated().encode_lower(&mut text).as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ContentBlock, FinishReason, Message, Role};
+    use chrono::SecondsFormat;
+
+    /// The envelope as serde writes it, which [`envelope_json`] must match.
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Envelope<'a> {
+        seq: u64,
+        session_id: SessionId,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        ts: String,
+        #[serde(flatten)]
+        payload: &'a EventPayload,
+    }
+
+    fn payloads() -> Vec<EventPayload> {
+        vec![
+            EventPayload::StreamDelta {
+                delta: Delta {
+                    kind: DeltaKind::Text,
+                    text: "tok0 \"quoted\"\n\u{1}é😀".into(),
+                },
+            },
+            EventPayload::StreamDelta {
+                delta: Delta {
+                    kind: DeltaKind::Thinking,
+                    text: String::new(),
+                },
+            },
+            EventPayload::SessionCreated {},
+            EventPayload::Init {
+                system_info: serde_json::json!({"engine": "chat", "n": [1, 2.5, null]}),
+            },
+            EventPayload::UserMessage {
+                message: Message::new(
+                    SessionId::new(),
+                    Some(RunId::new()),
+                    None,
+                    Role::User,
+                    vec![ContentBlock::Text { text: "hi".into() }],
+                ),
+            },
+            EventPayload::Complete {
+                finish_reason: FinishReason::Stop,
+            },
+            EventPayload::Processing {
+                message: "working".into(),
+            },
+            EventPayload::Reset { from_seq: 7 },
+        ]
+    }
+
+    #[test]
+    fn the_envelope_is_written_as_serde_would_write_it() {
+        let session_id = SessionId::new();
+        for payload in payloads() {
+            for run_id in [None, Some(RunId::new())] {
+                let e = EventRecord::build(session_id, 42, run_id, &payload);
+                let expected = serde_json::to_string(&Envelope {
+                    seq: 42,
+                    session_id,
+                    run_id,
+                    ts: e.ts.to_rfc3339_opts(SecondsFormat::Millis, true),
+                    payload: &payload,
+                })
+                .unwrap();
+                assert_eq!(e.json, expected);
+                assert_eq!(e.event_type, payload.type_name());
+            }
         }
     }
 }

@@ -9,10 +9,12 @@ pub mod engine_config;
 pub mod engine_type;
 pub mod event;
 pub mod ids;
+pub mod mcp_config;
 pub mod metrics;
 pub mod model;
 pub mod modes;
 pub mod recorder;
+pub mod timefmt;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
@@ -32,6 +34,7 @@ pub use event::{
     Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RetryInfo, RunStats, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
+pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
 pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};

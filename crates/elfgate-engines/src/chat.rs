@@ -70,12 +70,21 @@ struct ChatHeadStart {
     first: FirstAttempt,
 }
 
+/// Runs a prompt of a chat session that set mcpConfig: model calls and MCP tool calls in a loop,
+/// through the tool pipeline, bounded by max_iterations. The tinyelf engine provides it.
+#[async_trait]
+pub trait ToolLoop: Send + Sync {
+    /// Runs the prompt.
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome;
+}
+
 /// A chat-style engine.
 pub struct ChatEngine {
     mode: ChatMode,
     store: Arc<dyn Store>,
     providers: ProviderRegistry,
     settings: ChatSettings,
+    tool_loop: Option<Arc<dyn ToolLoop>>,
 }
 
 impl ChatEngine {
@@ -91,7 +100,21 @@ impl ChatEngine {
             store,
             providers,
             settings,
+            tool_loop: None,
         }
+    }
+
+    /// Gives the sessions that set mcpConfig their MCP tools, through `tool_loop`.
+    pub fn with_tool_loop(mut self, tool_loop: Arc<dyn ToolLoop>) -> Self {
+        self.tool_loop = Some(tool_loop);
+        self
+    }
+
+    /// The tool loop, when this prompt's session set mcpConfig.
+    fn tool_loop_for(&self, ctx: &EngineSessionContext) -> Option<&Arc<dyn ToolLoop>> {
+        self.tool_loop
+            .as_ref()
+            .filter(|_| ctx.engine_config.mcp_config.is_some())
     }
 
     /// The provider and model a run uses, or the error that ends it.
@@ -118,6 +141,9 @@ impl ChatEngine {
     }
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        if let Some(tool_loop) = self.tool_loop_for(&ctx) {
+            return tool_loop.run(ctx).await;
+        }
         let session_id = ctx.session_id();
         let head = ctx.head_start.take::<ChatHeadStart>();
         // Time to first token counts from the upstream call's start, which a head start moved
@@ -302,6 +328,9 @@ impl Engine for ChatEngine {
             caps.push("history");
             caps.push("branching");
         }
+        if self.tool_loop.is_some() {
+            caps.push("mcp");
+        }
         caps
     }
 
@@ -313,6 +342,10 @@ impl Engine for ChatEngine {
     /// Only a first prompt stored with its session qualifies: it follows nothing, so the request
     /// does not depend on the store.
     fn head_start(&self, ctx: &EngineSessionContext) -> HeadStart {
+        // The tool loop makes its own calls, with the tools in them.
+        if self.tool_loop_for(ctx).is_some() {
+            return HeadStart::default();
+        }
         let Some(user) = ctx.recorder.user_message() else {
             return HeadStart::default();
         };

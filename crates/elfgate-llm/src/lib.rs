@@ -13,6 +13,7 @@ mod error;
 mod gemini;
 mod http;
 mod openai;
+mod openai_fast;
 mod policy;
 mod responses;
 mod retry;

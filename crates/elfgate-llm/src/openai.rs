@@ -1,6 +1,7 @@
 //! OpenAI-compatible Chat Completions client.
 
 use crate::http::{self, Decoder, EventQueue, Text};
+use crate::openai_fast;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
@@ -374,6 +375,35 @@ impl Decoder for OpenAiDecoder {
         if data.is_empty() {
             return Ok(false);
         }
+        match openai_fast::read(data) {
+            Some(chunk) => {
+                self.on_fast_chunk(chunk, out);
+                Ok(false)
+            }
+            None => self.on_chunk(data, out),
+        }
+    }
+}
+
+impl OpenAiDecoder {
+    /// A chunk of the common shape (see [`openai_fast`]): what [`OpenAiDecoder::on_chunk`] does with
+    /// the same chunk.
+    fn on_fast_chunk(&mut self, chunk: openai_fast::FastChunk<'_>, out: &mut EventQueue) {
+        let Some(choice) = chunk.choice else { return };
+        if let Some(r) = choice.reasoning_content.or(choice.reasoning) {
+            http::push_delta(out, true, Text(Cow::Borrowed(r)));
+        }
+        if let Some(c) = choice.content {
+            http::push_delta(out, false, Text(Cow::Borrowed(c)));
+        }
+        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+            self.flush_calls(out);
+            out.push_back(Ok(LlmEvent::Finish(finish_reason(reason))));
+        }
+    }
+
+    /// Any chunk, parsed with serde.
+    fn on_chunk(&mut self, data: &str, out: &mut EventQueue) -> Result<bool, LlmError> {
         let chunk: Chunk<'_> = serde_json::from_str(data)
             .map_err(|e| LlmError::Protocol(format!("invalid chunk JSON: {e}")))?;
         if let Some(err) = chunk.error.filter(|e| !e.is_null()) {
@@ -432,6 +462,41 @@ mod tests {
             }
         }
         (q.into_iter().collect(), done)
+    }
+
+    #[test]
+    fn the_fast_reader_decodes_what_serde_decodes() {
+        let chunks = [
+            r#"{"choices":[{"delta":{"content":"tok0 "},"finish_reason":null,"index":0}],"created":1,"id":"x","model":"m","object":"chat.completion.chunk"}"#,
+            r#"{"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"think","reasoning":"other","content":"é😀"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"","reasoning":"r"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":null,"reasoning":"r"}}]}"#,
+            r#"{"choices":[{"delta":null,"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}],"usage":null,"error":null}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":""}]}"#,
+            r#"{"choices":[{"finish_reason":"weird"}]}"#,
+            r#"{"choices":null}"#,
+            r#"{"choices":[]}"#,
+            "{}",
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt","system_fingerprint":"fp","service_tier":"default","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"x"}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","extra":true,"n":1.5},"other":false}]}"#,
+            " { \"choices\" : [ { \"delta\" : { \"content\" : \"a b\" } } ] , \"n\" : -0.5E-3 } ",
+        ];
+        for data in chunks {
+            assert!(
+                openai_fast::read(data.trim()).is_some(),
+                "not read fast: {data}"
+            );
+            let (mut fast, mut slow) = (OpenAiDecoder::default(), OpenAiDecoder::default());
+            let (mut qf, mut qs) = (VecDeque::new(), VecDeque::new());
+            let f = fast.on_event("", data, &mut qf).map_err(|e| e.to_string());
+            let s = slow
+                .on_chunk(data.trim(), &mut qs)
+                .map_err(|e| e.to_string());
+            assert_eq!(f, s, "{data}");
+            assert_eq!(format!("{qf:?}"), format!("{qs:?}"), "{data}");
+        }
     }
 
     #[test]

@@ -18,8 +18,9 @@ use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, CliEngine, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
 use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
+use elfgate_mcp::McpManager;
 use elfgate_store::{SqliteStore, Store, StoreOptions};
-use elfgate_tools::process::{Isolation, Network};
+use elfgate_tools::process::{ChildEnv, Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,6 +153,13 @@ async fn tinyelf_config(config: &Config) -> TinyElfConfig {
     c
 }
 
+/// The environment MCP stdio servers start from: the clean child environment (allow-listed
+/// variables only; never the daemon's ELFGATE_* variables nor the providers' key variables), to
+/// which each server's `env` is added.
+fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
+    ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env)
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
@@ -191,34 +199,52 @@ impl Daemon {
                 jitter: chat.retry_jitter,
             },
         };
+        let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
+            config.engines.tinyelf.max_remembered_decisions,
+        ));
+        let tinyelf_config = tinyelf_config(&config).await;
+        // The database lock is held: stdio servers noted in the data directory are a killed
+        // daemon's, never a running one's.
+        let mcp = McpManager::new(
+            config.mcp.clone(),
+            mcp_env(&tinyelf_config),
+            dir.as_ref().map(|d| d.join("mcp").join("running")),
+        );
+        let tinyelf = TinyElfEngine::new(
+            shared.clone(),
+            registry.clone(),
+            tinyelf_config,
+            permissions.clone(),
+            data_dir(&config.storage.url),
+            Some(mcp.clone()),
+        )?;
         for mode in [
             ChatMode::MultiTurn,
             ChatMode::SingleTurn,
             ChatMode::Stateless,
         ] {
-            dispatcher.register_engine(Arc::new(ChatEngine::new(
-                mode,
-                shared.clone(),
-                registry.clone(),
-                settings.clone(),
-            )));
+            let engine = ChatEngine::new(mode, shared.clone(), registry.clone(), settings.clone());
+            // Only the multi-turn chat keeps a conversation a tool loop can go on in.
+            let engine = match mode {
+                ChatMode::MultiTurn => engine.with_tool_loop(tinyelf.chat_tool_loop()),
+                ChatMode::SingleTurn | ChatMode::Stateless => engine,
+            };
+            dispatcher.register_engine(Arc::new(engine));
         }
-        let permissions = Arc::new(elfgate_tools::PermissionBroker::with_max_remembered(
-            config.engines.tinyelf.max_remembered_decisions,
-        ));
-        let tinyelf = TinyElfEngine::new(
-            shared.clone(),
-            registry.clone(),
-            tinyelf_config(&config).await,
-            permissions.clone(),
-            data_dir(&config.storage.url),
-        )?;
         dispatcher.register_engine(Arc::new(tinyelf));
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
         let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
         dispatcher.register_engine(Arc::new(cli));
-        let state = AppState::new(config, shared, dispatcher, registry, metrics, permissions);
+        let state = AppState::new(
+            config,
+            shared,
+            dispatcher,
+            registry,
+            metrics,
+            permissions,
+            mcp,
+        );
         Ok(Daemon {
             state,
             token_source,
@@ -233,6 +259,7 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::mcp::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.
@@ -296,6 +323,8 @@ impl Daemon {
             shutdown_state.shutdown.cancel();
         };
         crate::listener::serve(listener, app, settings, stop).await;
+        // Runs are over: no session needs a server any more.
+        state.mcp.shutdown(grace).await;
         let hub = state.dispatcher.hub().clone();
         hub.release_all();
         if tokio::time::timeout(grace, hub.flush()).await.is_err() {

@@ -222,9 +222,15 @@ pub struct Config {
     pub defaults: DefaultsConfig,
     /// `[engines.*]`.
     pub engines: EnginesConfig,
+    /// `[mcp]`: MCP servers of tinyelf sessions.
+    #[serde(default)]
+    pub mcp: elfgate_core::McpSection,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
+    /// The file the configuration was read from (POST /v1/mcp/reload reads it again).
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -272,6 +278,7 @@ impl Config {
             Ok(t) => Some(t.trim().to_string()),
             Err(_) => None,
         };
+        config.source = file.map(Path::to_path_buf);
         config.validate()?;
         Ok(config)
     }
@@ -329,6 +336,9 @@ impl Config {
             .cli_config(self)
             .validate()
             .map_err(ConfigError::Invalid)?;
+        if let Some(p) = self.mcp.problem() {
+            return Err(ConfigError::Invalid(p));
+        }
         if self.server.header_read_timeout_secs == 0 {
             return Err(ConfigError::Invalid(
                 "server.header_read_timeout_secs must be positive".into(),

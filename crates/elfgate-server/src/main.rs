@@ -187,6 +187,20 @@ async fn run() -> anyhow::Result<()> {
             );
             println!("  default provider: {:?}", config.defaults.provider);
             println!(
+                "  mcp servers: {}",
+                config
+                    .mcp
+                    .servers
+                    .iter()
+                    .map(|(n, s)| if s.enabled {
+                        n.clone()
+                    } else {
+                        format!("{n} (disabled)")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            println!(
                 "  auth: {}",
                 match (&config.token, config.server.auth) {
                     (Some(_), _) => "token from ELFGATE_TOKEN",

@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, health, sessions};
+use crate::routes::{engines, health, mcp, sessions};
 use crate::service::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
@@ -54,7 +54,8 @@ impl Modify for BearerScheme {
         sessions::run,
         sessions::permission,
         engines::list,
-        engines::reload_mcp,
+        mcp::servers,
+        mcp::reload,
         health::healthz,
         health::readyz,
         health::metrics,
@@ -95,11 +96,20 @@ impl Modify for BearerScheme {
         SessionView,
         ErrorBody,
         ErrorDetail,
+        elfgate_core::McpServerConfig,
+        elfgate_core::McpSessionConfig,
+        elfgate_core::McpTransport,
+        elfgate_mcp::ServerState,
+        elfgate_mcp::ServerStatus,
+        elfgate_mcp::ReloadReport,
+        mcp::ServerList,
+        mcp::ReloadAnswer,
     )),
     modifiers(&BearerScheme),
     tags(
         (name = "sessions", description = "Sessions, runs, messages and the event stream"),
         (name = "engines", description = "Engines and tools"),
+        (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
 )]

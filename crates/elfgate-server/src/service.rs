@@ -64,6 +64,11 @@ pub struct CreateSessionRequest {
     pub cli_backend: Option<String>,
     /// Agent profile.
     pub agent_id: Option<String>,
+    /// MCP servers of this session over the daemon's, and daemon servers it does without
+    /// (tinyelf): `{"servers": {NAME: {...}}, "disable": [NAME]}`. Stored with the session's
+    /// engineConfig (as its mcpConfig key); a malformed one is a 422 naming the field.
+    #[schema(value_type = Option<elfgate_core::McpSessionConfig>)]
+    pub mcp_config: Option<Value>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
@@ -358,7 +363,13 @@ pub async fn create_session(
         )));
     }
     check_prompt(&req.prompt)?;
-    let checked = check_overrides(state, engine, &req.overrides)?;
+    let mut checked = check_overrides(state, engine, &req.overrides)?;
+    if let Some(mcp) = &req.mcp_config {
+        checked.engine_config.mcp_config = Some(
+            elfgate_core::McpSessionConfig::from_json(mcp)
+                .map_err(|e| ApiError::Unprocessable(e.to_string()))?,
+        );
+    }
     check_engine(
         state,
         engine,

@@ -3,6 +3,7 @@
 use crate::config::Config;
 use elfgate_core::{EngineDispatcher, Metrics};
 use elfgate_engines::ProviderRegistry;
+use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::PermissionBroker;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct AppInner {
     pub metrics: Arc<Metrics>,
     /// Pending permission requests (tinyelf).
     pub permissions: Arc<PermissionBroker>,
+    /// MCP servers and their connections (tinyelf's MCP tools).
+    pub mcp: McpManager,
     /// Fired when the daemon shuts down: ends SSE streams.
     pub shutdown: CancellationToken,
     shutting_down: AtomicBool,
@@ -50,6 +53,7 @@ impl AppState {
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
         permissions: Arc<PermissionBroker>,
+        mcp: McpManager,
     ) -> Self {
         let bind = config
             .bind_addr()
@@ -67,6 +71,7 @@ impl AppState {
                 providers,
                 metrics,
                 permissions,
+                mcp,
                 shutdown: CancellationToken::new(),
                 shutting_down: AtomicBool::new(false),
                 sessions: Default::default(),

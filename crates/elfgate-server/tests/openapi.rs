@@ -125,7 +125,14 @@ fn event_fits(doc: &Value, envelope: &jsonschema::Validator, ev: &Value) {
 #[tokio::test]
 async fn openapi_document_lists_every_route_and_fits_real_responses() {
     let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
+    // A configured MCP server, switched off: listed, never started.
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[mcp.servers.off]\ncommand = \"true\"\nenabled = false\n".into(),
+            ..Opts::default()
+        },
+    );
 
     let (status, doc) = d.get("/openapi.json").await;
     assert_eq!(status, 200);
@@ -151,6 +158,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("get", "/v1/engines"),
         ("post", "/v1/mcp/reload"),
+        ("get", "/v1/mcp/servers"),
         ("get", "/healthz"),
         ("get", "/readyz"),
         ("get", "/metrics"),
@@ -215,7 +223,8 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
             .is_superset(&["202".into(), "409".into()].into())
     );
     assert!(codes("delete", "/v1/sessions/{id}").contains("204"));
-    assert!(codes("post", "/v1/mcp/reload").contains("501"));
+    assert!(codes("post", "/v1/mcp/reload").is_superset(&["200".into(), "422".into()].into()));
+    assert!(codes("get", "/v1/mcp/servers").contains("200"));
     assert!(codes("get", "/readyz").contains("503"));
     assert!(
         doc["paths"]["/v1/sessions/{id}/events"]["get"]["responses"]["200"]["content"]
@@ -298,6 +307,13 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     fits(&doc, "EngineInfo", &engines["engines"][0]);
     let (_, health) = d.get("/healthz").await;
     fits(&doc, "HealthStatus", &health);
+    let (_, servers) = d.get("/v1/mcp/servers").await;
+    assert_eq!(servers["servers"][0]["status"], "disabled", "{servers}");
+    fits(&doc, "ServerList", &servers);
+    let (status, reloaded) = d.post("/v1/mcp/reload", json!({})).await;
+    assert_eq!(status, 200, "{reloaded}");
+    assert_eq!(reloaded["unchanged"], json!(["off"]));
+    fits(&doc, "ReloadAnswer", &reloaded);
     let (status, interrupted) = d
         .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
         .await;

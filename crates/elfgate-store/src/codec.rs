@@ -1,12 +1,12 @@
 //! Conversions between rows and domain records.
 
 use crate::StoreError;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use std::str::FromStr;
 
 /// Timestamps are stored as fixed-width RFC 3339 UTC text, which sorts like time.
 pub fn ts(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+    elfgate_core::timefmt::rfc3339_millis(t)
 }
 
 pub fn parse_ts(s: &str) -> Result<DateTime<Utc>, StoreError> {

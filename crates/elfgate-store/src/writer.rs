@@ -14,11 +14,13 @@ use crate::statements::{
     push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
     push_run_finished, push_run_started,
 };
+use chrono::{DateTime, Utc};
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
     SessionId,
 };
 use sqlx::SqlitePool;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -543,6 +545,7 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
     let mut scripts = Vec::new();
     let mut current = Script::transaction();
     let mut rest: &[Arc<EventRecord>] = events;
+    let mut shared = SharedText::default();
     while !rest.is_empty() {
         let n = 1usize << rest.len().min(ROWS_PER_STATEMENT).ilog2();
         let (chunk, tail) = rest.split_at(n);
@@ -553,12 +556,12 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
                 "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
             )
             .push_values(chunk, |mut row, e| {
-                row.push_bind(e.session_id.to_string())
+                row.push_bind(shared.session(e.session_id))
                     .push_bind(e.seq as i64)
-                    .push_bind(e.run_id.map(|r| r.to_string()))
-                    .push_bind(e.event_type.to_string())
+                    .push_bind(e.run_id.map(|r| shared.run(r)))
+                    .push_bind(shared.event_type(&e.event_type))
                     .push_bind(e.json.clone())
-                    .push_bind(ts(&e.ts));
+                    .push_bind(shared.ts(&e.ts));
             });
         scripts.push(std::mem::replace(&mut current, Script::new()));
     }
@@ -584,6 +587,55 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
         scripts.push(current);
     }
     scripts
+}
+
+/// The text columns that repeat across the rows of one log transaction, each made once: a
+/// session's id, a run's id and an event type recur in every event of the batch, and most events
+/// share their millisecond with the one before. A shared string is bound without a copy of its
+/// own; formatting and copying them for each row cost more than the rest of the row's binds.
+#[derive(Default)]
+struct SharedText {
+    sessions: HashMap<SessionId, Arc<str>>,
+    runs: HashMap<RunId, Arc<str>>,
+    types: HashMap<String, Arc<str>>,
+    last_ts: Option<(DateTime<Utc>, Arc<str>)>,
+}
+
+impl SharedText {
+    fn session(&mut self, id: SessionId) -> Arc<str> {
+        self.sessions
+            .entry(id)
+            .or_insert_with(|| id.to_string().into())
+            .clone()
+    }
+
+    fn run(&mut self, id: RunId) -> Arc<str> {
+        self.runs
+            .entry(id)
+            .or_insert_with(|| id.to_string().into())
+            .clone()
+    }
+
+    fn event_type(&mut self, t: &str) -> Arc<str> {
+        if let Some(s) = self.types.get(t) {
+            return s.clone();
+        }
+        let s: Arc<str> = t.into();
+        self.types.insert(t.to_string(), s.clone());
+        s
+    }
+
+    fn ts(&mut self, t: &DateTime<Utc>) -> Arc<str> {
+        let millis = t.timestamp_millis();
+        match &self.last_ts {
+            Some((last, s)) if last.timestamp_millis() == millis => s.clone(),
+            _ => {
+                let s: Arc<str> = ts(t).into();
+                self.last_ts = Some((*t, s.clone()));
+                s
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,9 @@ pub(crate) struct Agent {
     pub model: String,
     pub system: String,
     pub max_iterations: u32,
+    /// The run's MCP servers (the top-level agent only): their tools join `tools` before each
+    /// iteration.
+    pub mcp: Option<Arc<super::mcp::McpRun>>,
 }
 
 impl Agent {
@@ -340,7 +343,7 @@ fn assistant_blocks(turn: &TurnOutput, calls: &[(RequestedToolCall, Value)]) -> 
 /// sub-agent keeps its conversation in memory and reports through `processing` events.
 pub(crate) async fn run_loop(
     runner: Arc<Runner>,
-    agent: Agent,
+    mut agent: Agent,
     mut messages: Vec<LlmMessage>,
     mut last_id: Option<MessageId>,
 ) -> LoopEnd {
@@ -351,6 +354,8 @@ pub(crate) async fn run_loop(
     let mut free_iterations = 0u32;
     let mut drains_in_row = 0u32;
     let mut last_text = String::new();
+    // The agent's own tools; MCP tools are added to them anew each iteration.
+    let base_tools = agent.tools.clone();
     let end = |finish, text: String, iterations, error| LoopEnd {
         finish,
         text,
@@ -374,9 +379,15 @@ pub(crate) async fn run_loop(
             }
             return end(FinishReason::MaxIterations, last_text, iterations, None);
         }
+        if let Some(mcp) = &agent.mcp {
+            match mcp.tools(&base_tools, &agent.cancel).await {
+                Some(tools) => agent.tools = tools,
+                None => return end(FinishReason::Interrupted, last_text, iterations, None),
+            }
+        }
         let req = LlmRequest {
             model: agent.model.clone(),
-            system: Some(agent.system.clone()),
+            system: Some(agent.system.clone()).filter(|s| !s.is_empty()),
             messages: messages.clone(),
             temperature: Some(runner.rs.temperature),
             max_tokens: Some(runner.rs.max_tokens),

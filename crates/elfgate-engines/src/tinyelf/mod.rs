@@ -5,6 +5,7 @@
 
 mod agent;
 mod history;
+mod mcp;
 mod pipeline;
 pub mod settings;
 mod spawn;
@@ -12,11 +13,13 @@ mod subagents;
 
 pub use settings::{GuardianConfig, TinyElfConfig};
 
+use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
 use crate::streaming::fail;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
 use elfgate_core::{Engine, EngineSessionContext, EngineType, EventPayload, Role, RunOutcome};
+use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
@@ -53,11 +56,35 @@ pub(crate) struct Inner {
     pub(crate) tools: ToolRegistry,
     /// Children's environment before a session's additions.
     child_env: ChildEnv,
+    /// MCP servers (none in a daemon built without them).
+    mcp: Option<McpManager>,
+    /// Sessions with a run going on, for the count a reload answers.
+    running: std::sync::Mutex<std::collections::HashSet<elfgate_core::SessionId>>,
 }
 
 /// The agent engine.
 pub struct TinyElfEngine {
     inner: Arc<Inner>,
+}
+
+/// Whose run the loop serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// A tinyelf session: built-in tools, a project, the agent's system prompt.
+    Agent,
+    /// A chat session that set mcpConfig: its MCP tools only, its own system prompt, no project
+    /// needed.
+    Chat,
+}
+
+/// The chat engine's tool loop: tinyelf's loop and pipeline with the session's MCP tools only.
+struct ChatLoop(TinyElfEngine);
+
+#[async_trait]
+impl ToolLoop for ChatLoop {
+    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.0.run(ctx, Flavor::Chat).await
+    }
 }
 
 /// The default system prompt; the session's replaces it.
@@ -73,6 +100,7 @@ impl TinyElfEngine {
         config: TinyElfConfig,
         broker: Arc<PermissionBroker>,
         data_dir: Option<PathBuf>,
+        mcp: Option<McpManager>,
     ) -> Result<Self, TinyElfError> {
         let mut zones = ExecutionFirewall::default_zones(data_dir);
         zones.extend(config.deny_paths.iter().map(PathBuf::from));
@@ -108,8 +136,17 @@ impl TinyElfEngine {
                 hooks,
                 tools,
                 child_env,
+                mcp,
+                running: Default::default(),
             }),
         })
+    }
+
+    /// The loop a chat session whose mcpConfig is set runs its prompts with (see docs/mcp.md).
+    pub fn chat_tool_loop(&self) -> Arc<dyn ToolLoop> {
+        Arc::new(ChatLoop(TinyElfEngine {
+            inner: self.inner.clone(),
+        }))
     }
 
     /// The permission broker (the HTTP layer answers requests through it).
@@ -117,7 +154,7 @@ impl TinyElfEngine {
         self.inner.broker.clone()
     }
 
-    async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+    async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
         let inner = &self.inner;
         let session_id = ctx.session_id();
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
@@ -136,13 +173,29 @@ impl TinyElfEngine {
             )
             .await;
         };
-        let Some(project) = ctx.project_path.clone().filter(|p| !p.is_empty()) else {
-            return fail(
-                &ctx,
-                "no_project_path",
-                "the tinyelf engine needs a projectPath for its tools".to_string(),
-            )
-            .await;
+        let project = match (flavor, ctx.project_path.clone().filter(|p| !p.is_empty())) {
+            (_, Some(p)) => p,
+            // A chat session needs no project: path arguments are confined to the daemon's
+            // working directory, where hooks run too.
+            (Flavor::Chat, None) => match std::env::current_dir() {
+                Ok(d) => d.display().to_string(),
+                Err(e) => {
+                    return fail(
+                        &ctx,
+                        "bad_project_path",
+                        format!("no working directory: {e}"),
+                    )
+                    .await;
+                }
+            },
+            (Flavor::Agent, None) => {
+                return fail(
+                    &ctx,
+                    "no_project_path",
+                    "the tinyelf engine needs a projectPath for its tools".to_string(),
+                )
+                .await;
+            }
         };
         let project = match std::fs::canonicalize(&project) {
             Ok(p) if p.is_dir() => p,
@@ -169,16 +222,31 @@ impl TinyElfEngine {
             &ctx.engine_config,
             ctx.thinking_level,
         );
-        let tools = match &rs.enabled_tools {
-            Some(names) => inner.tools.only(names),
-            None => inner.tools.clone(),
+        let tools = match (&rs.enabled_tools, flavor) {
+            (_, Flavor::Chat) => ToolRegistry::new(),
+            (Some(names), Flavor::Agent) => inner.tools.only(names),
+            (None, Flavor::Agent) => inner.tools.clone(),
         };
         // spawn is bound to the run (below), once there is one; the client sees it listed now.
-        let spawn_on = rs
-            .enabled_tools
+        let spawn_on = flavor == Flavor::Agent
+            && rs
+                .enabled_tools
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
+        // The servers start here, on first use; the loop asks again before each iteration.
+        let mcp = inner
+            .mcp
             .as_ref()
-            .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
-        let mut tool_names = tools.names();
+            .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+        // An interrupt meanwhile: the loop ends the run before its first call.
+        let first_tools = match &mcp {
+            Some(m) => m
+                .tools(&tools, &ctx.cancel)
+                .await
+                .unwrap_or_else(|| tools.clone()),
+            None => tools.clone(),
+        };
+        let mut tool_names = first_tools.names();
         if spawn_on {
             tool_names.push(spawn::SPAWN.to_string());
             tool_names.sort();
@@ -186,7 +254,7 @@ impl TinyElfEngine {
         ctx.events
             .emit(EventPayload::Init {
                 system_info: json!({
-                    "engine": EngineType::TinyElf.as_str(),
+                    "engine": ctx.session.engine.as_str(),
                     "provider": provider_name,
                     "model": model,
                     "projectPath": project.display().to_string(),
@@ -238,12 +306,16 @@ impl TinyElfEngine {
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
-        let system = ctx
-            .system_prompt
-            .clone()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
-        let system = format!("{system}\n\nProject directory: {}", project.display());
+        let own = ctx.system_prompt.clone().filter(|s| !s.is_empty());
+        let system = match flavor {
+            // A chat session's prompt is its own, as without tools (none: no system prompt).
+            Flavor::Chat => own.unwrap_or_default(),
+            Flavor::Agent => format!(
+                "{}\n\nProject directory: {}",
+                own.unwrap_or_else(|| DEFAULT_SYSTEM.to_string()),
+                project.display()
+            ),
+        };
         let runner = Runner::new(
             inner.clone(),
             ctx.clone(),
@@ -261,8 +333,12 @@ impl TinyElfEngine {
             model,
             system,
             max_iterations: rs.max_iterations,
+            mcp,
         };
-        let end = agent::run_loop(runner.clone(), agent, messages, Some(user.id)).await;
+        let end = {
+            let _running = Running::enter(inner, session_id);
+            agent::run_loop(runner.clone(), agent, messages, Some(user.id)).await
+        };
         runner.stop_background().await;
 
         if inner.hooks.has(HookEvent::SessionEnd) {
@@ -325,6 +401,33 @@ impl TinyElfEngine {
     }
 }
 
+/// Marks a session as running for as long as it lives.
+struct Running<'a> {
+    inner: &'a Inner,
+    session: elfgate_core::SessionId,
+}
+
+impl<'a> Running<'a> {
+    fn enter(inner: &'a Inner, session: elfgate_core::SessionId) -> Self {
+        inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session);
+        Running { inner, session }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.session);
+    }
+}
+
 #[async_trait]
 impl Engine for TinyElfEngine {
     fn engine_type(&self) -> EngineType {
@@ -338,7 +441,7 @@ impl Engine for TinyElfEngine {
     fn capabilities(&self) -> Vec<&'static str> {
         let config = &self.inner.config;
         let isolated = config.shell_network == Network::Isolated && config.isolation.is_some();
-        vec![
+        let mut caps = vec![
             "streaming",
             "interrupt",
             "thinking",
@@ -353,10 +456,27 @@ impl Engine for TinyElfEngine {
             } else {
                 "shell-network-host"
             },
-        ]
+        ];
+        if self.inner.mcp.is_some() {
+            caps.push("mcp");
+        }
+        caps
     }
 
     async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
-        self.run(ctx).await
+        self.run(ctx, Flavor::Agent).await
+    }
+
+    /// The MCP manager already holds the new server set (the daemon reloaded it); every running
+    /// session's loop asks for its tools before each iteration, so this only counts them.
+    async fn reload_mcp_for_all_active(&self) -> usize {
+        if self.inner.mcp.is_none() {
+            return 0;
+        }
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 }

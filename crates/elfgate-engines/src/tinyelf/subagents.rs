@@ -52,6 +52,8 @@ directory {}. Do the task with your tools and answer with the result only.",
                 self.runner.project.display()
             ),
             max_iterations: rs.sub_agent_max_iterations,
+            // Sub-agents work with the built-in tools.
+            mcp: None,
         }
     }
 }

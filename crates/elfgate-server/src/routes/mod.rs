@@ -2,4 +2,5 @@
 
 pub mod engines;
 pub mod health;
+pub mod mcp;
 pub mod sessions;

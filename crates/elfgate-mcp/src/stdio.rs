@@ -1,0 +1,95 @@
+//! A stdio server's process: started by the project's process helper (its own process group, the
+//! clean child environment plus the server's `env`), stopped by closing its stdin, a grace, then
+//! SIGTERM and SIGKILL to the whole group.
+
+use elfgate_core::McpServerConfig;
+use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::process::{ChildStdin, ChildStdout};
+
+/// How much of a server's stderr is kept to explain why it failed.
+const STDERR_TAIL: usize = 2048;
+
+/// How long a server gets to exit by itself once its stdin is closed, and again after SIGTERM.
+pub(crate) const GRACE: Duration = Duration::from_secs(2);
+
+/// A running stdio server.
+pub(crate) struct StdioProcess {
+    group: ProcessGroup,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    /// Removed once the group is stopped: a daemon killed before that leaves the note, and the
+    /// next one ends the group.
+    _note: Option<GroupNote>,
+}
+
+impl StdioProcess {
+    /// Starts `cfg.command`; returns it with the pipes the transport speaks through.
+    pub(crate) fn spawn(
+        cfg: &McpServerConfig,
+        env: &ChildEnv,
+        notes: Option<&Path>,
+    ) -> Result<(StdioProcess, ChildStdout, ChildStdin), String> {
+        let program = cfg.command.clone().unwrap_or_default();
+        let cwd = match &cfg.cwd {
+            Some(c) => PathBuf::from(c),
+            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+        };
+        let mut spec = ProcessSpec::new(program, &cwd);
+        spec.args = cfg.args.clone();
+        spec.env = env.with(&cfg.env);
+        // Piped stdin: the helper pipes it when there is input to give.
+        spec.stdin = Some(Vec::new());
+        spec.grace = GRACE;
+        let mut group = ProcessGroup::spawn(&spec).map_err(|e| e.to_string())?;
+        let note = notes.and_then(|dir| GroupNote::new(dir, group.id()));
+        let (Some(stdin), Some(stdout)) = (group.take_stdin(), group.take_stdout()) else {
+            return Err("the server's pipes could not be opened".into());
+        };
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(mut pipe) = group.take_stderr() {
+            let tail = stderr.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                    t.extend_from_slice(&buf[..n]);
+                    let extra = t.len().saturating_sub(STDERR_TAIL);
+                    t.drain(..extra);
+                }
+            });
+        }
+        Ok((
+            StdioProcess {
+                group,
+                stderr,
+                _note: note,
+            },
+            stdout,
+            stdin,
+        ))
+    }
+
+    /// The process (group) id.
+    pub(crate) fn pid(&self) -> i32 {
+        self.group.id()
+    }
+
+    /// The end of what it wrote on stderr, for error messages.
+    pub(crate) fn stderr_tail(&self) -> String {
+        let t = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&t).trim().to_string()
+    }
+
+    /// Stops it: its stdin is already closed (the transport is gone); a grace for it to exit,
+    /// then SIGTERM, a grace, SIGKILL to the group.
+    pub(crate) async fn stop(mut self) {
+        let _ = tokio::time::timeout(GRACE, self.group.wait()).await;
+        self.group.stop(true).await;
+    }
+}
