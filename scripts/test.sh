@@ -12,4 +12,6 @@ export REQUIRE_BROWSER_TESTS=require
 export REQUIRE_CLI_TESTS=require
 # Likewise the gateway's SDK tests when the venv of the official SDKs is missing.
 export REQUIRE_SDK_TESTS=require
+# Likewise the schema fuzz test when the fuzzer's venv is missing.
+export REQUIRE_FUZZ_TESTS=require
 cargo test --workspace --locked "$@"

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// How long a session's bus stays open after its last run when nobody follows it.
 pub const IDLE_BUS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -263,25 +264,32 @@ impl EngineDispatcher {
         loop {
             let session_id = ctx.session_id();
             let run_id = ctx.run_id;
-            let started = Instant::now();
-            // A queued run cancelled before its turn ends without running.
-            let outcome = if ctx.cancel.is_cancelled() {
-                RunOutcome::new(FinishReason::Interrupted)
-            } else {
-                self.run_one(engine.clone(), ctx.clone()).await
-            };
-            let outcome = self.record_end(&ctx, outcome, started).await;
-            let (_, next) = ctx
-                .events
-                .bus()
-                .publish_then(
-                    Some(run_id),
-                    &EventPayload::Complete {
-                        finish_reason: outcome.finish_reason,
-                    },
-                    || self.active.finish(session_id, run_id),
-                )
-                .await;
+            // Every log line about the run, the engine's included, carries its ids.
+            let span = tracing::info_span!("run", %session_id, %run_id);
+            let next = async {
+                let started = Instant::now();
+                // A queued run cancelled before its turn ends without running.
+                let outcome = if ctx.cancel.is_cancelled() {
+                    RunOutcome::new(FinishReason::Interrupted)
+                } else {
+                    self.run_one(engine.clone(), ctx.clone()).await
+                };
+                let outcome = self.record_end(&ctx, outcome, started).await;
+                let (_, next) = ctx
+                    .events
+                    .bus()
+                    .publish_then(
+                        Some(run_id),
+                        &EventPayload::Complete {
+                            finish_reason: outcome.finish_reason,
+                        },
+                        || self.active.finish(session_id, run_id),
+                    )
+                    .await;
+                next
+            }
+            .instrument(span)
+            .await;
             done.cancel();
             match next {
                 Some((next_ctx, next_done)) => {
@@ -312,13 +320,16 @@ impl EngineDispatcher {
         let events = ctx.events.clone();
         let is_resume = ctx.is_resume;
         let recorder = ctx.recorder.clone();
-        let task = tokio::spawn(async move {
-            if is_resume {
-                engine.resume_session(ctx).await
-            } else {
-                engine.start_session(ctx).await
+        let task = tokio::spawn(
+            async move {
+                if is_resume {
+                    engine.resume_session(ctx).await
+                } else {
+                    engine.start_session(ctx).await
+                }
             }
-        });
+            .in_current_span(),
+        );
         // Marking the run as running does not hold up the engine; it is done before the end is
         // recorded, so the two writes stay in order.
         let mark = async {

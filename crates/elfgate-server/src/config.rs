@@ -295,7 +295,7 @@ impl Config {
             .merge(
                 Env::prefixed("ELFGATE_")
                     .filter(|k| {
-                        !["bind", "database_url", "token", "log"]
+                        !["bind", "database_url", "token", "log", "log_format"]
                             .iter()
                             .any(|n| k.as_str().eq_ignore_ascii_case(n))
                     })

@@ -11,7 +11,8 @@ const USAGE: &str = "usage:
   elfgate config check [--config FILE] load and check the configuration, print it, and exit
 
 Environment: ELFGATE_BIND, ELFGATE_DATABASE_URL, ELFGATE_TOKEN, ELFGATE_<SECTION>__<KEY>,
-ELFGATE_LOG (log filter, default info).
+ELFGATE_LOG (log filter, default info), ELFGATE_LOG_FORMAT (text, the default, or json: one JSON
+object a line).
 
 Clients (see docs/terminal.md; exit 0 ok, 1 run error, 2 usage, 3 daemon unreachable or token refused):";
 
@@ -91,6 +92,28 @@ fn raise_file_limit() {
     }
 }
 
+/// Logs to stderr, filtered by ELFGATE_LOG: lines for people by default, or with
+/// ELFGATE_LOG_FORMAT=json one JSON object a line for log collectors. A JSON line carries the
+/// event's fields at the top level and the fields of the span it happened in (a run's
+/// `session_id` and `run_id`) under `span`.
+fn init_logging() -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_env("ELFGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("") | Ok("text") => builder.init(),
+        Ok("json") => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        Ok(other) => bail!("ELFGATE_LOG_FORMAT must be text or json, not '{other}'"),
+    }
+    Ok(())
+}
+
 /// See the dependency's comment in Cargo.toml: memory goes back to the system when load falls.
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]
@@ -126,12 +149,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("ELFGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") | None => {

@@ -162,6 +162,7 @@ pub fn document() -> Value {
         Ok(mut doc) => {
             event_schema::complete(&mut doc);
             optional_bodies(&mut doc);
+            sse_messages(&mut doc);
             doc
         }
         Err(e) => serde_json::json!({
@@ -183,6 +184,51 @@ fn optional_bodies(doc: &mut Value) {
     }
 }
 
+/// A `text/event-stream` response's schema describes each SSE message (OpenAPI 3.2's reading,
+/// which schema validators apply to 3.1 documents too): `id`, `event` and `data` are strings, and
+/// the envelope is the JSON inside `data`. utoipa can only name the envelope itself, which no
+/// message matches.
+fn sse_messages(doc: &mut Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    let responses = paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+        .flat_map(|responses| responses.values_mut());
+    for response in responses {
+        let Some(media) = response
+            .get_mut("content")
+            .and_then(|c| c.get_mut("text/event-stream"))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        let envelope = media.remove("schema").unwrap_or(Value::Bool(true));
+        media.insert(
+            "schema".into(),
+            serde_json::json!({
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "id": {
+                        "type": "string",
+                        "description": "The event's seq (absent on events that are not logged)"
+                    },
+                    "event": {"type": "string", "description": "The event's type"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": envelope
+                    }
+                }
+            }),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -196,6 +242,31 @@ mod tests {
         if std::env::var_os("ELFGATE_DUMP_OPENAPI").is_some() {
             println!("{doc:#}");
         }
+    }
+
+    // An SSE message is `id`, `event` and `data`; the envelope is the JSON inside `data`.
+    #[test]
+    fn an_event_stream_describes_its_messages_with_the_envelope_in_data() {
+        let doc = super::document();
+        let message = &doc["paths"]["/v1/sessions/{id}/events"]["get"]["responses"]["200"]["content"]
+            ["text/event-stream"]["schema"];
+        assert_eq!(message["required"], json!(["data"]));
+        let data = &message["properties"]["data"];
+        assert_eq!(data["type"], "string");
+        assert_eq!(data["contentMediaType"], "application/json");
+        assert_eq!(
+            data["contentSchema"]["$ref"],
+            "#/components/schemas/EventEnvelope"
+        );
+        let create = &doc["paths"]["/v1/sessions"]["post"]["responses"]["201"]["content"];
+        assert_eq!(
+            create["text/event-stream"]["schema"]["properties"]["data"]["contentSchema"]["$ref"],
+            "#/components/schemas/EventEnvelope"
+        );
+        assert_eq!(
+            create["application/json"]["schema"]["$ref"],
+            "#/components/schemas/CreateSessionResponse"
+        );
     }
 
     // The event schemas as the assembled document carries them, completed by `event_schema`.

@@ -159,9 +159,13 @@ async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
     responses(
         (status = 200, description = "A chat.completion object, or chat.completion.chunk SSE frames ending with [DONE]; the session id is in x-elfgate-session-id", body = serde_json::Value),
         (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong bearer token (x-api-key too on /v1/messages)", body = serde_json::Value),
         (status = 404, description = "Unknown model (model_not_found)", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
+        (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
         (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+        (status = 503, description = "The daemon is shutting down, or its store is busy", body = serde_json::Value),
     ),
     security(("bearer" = []))
 )]
@@ -215,9 +219,13 @@ pub(crate) async fn chat_completions(
     responses(
         (status = 200, description = "A message object, or message_start … message_stop SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
         (status = 400, description = "Bad request (Anthropic's error shape)", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong bearer token (x-api-key too on /v1/messages)", body = serde_json::Value),
         (status = 404, description = "Unknown model (not_found_error)", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
+        (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
         (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+        (status = 503, description = "The daemon is shutting down, or its store is busy", body = serde_json::Value),
     ),
     security(("bearer" = []))
 )]

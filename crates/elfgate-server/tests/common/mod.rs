@@ -56,6 +56,8 @@ pub struct Opts {
     pub env: Vec<(String, String)>,
     /// Starts the daemon with this soft limit on open files (its hard limit unchanged).
     pub nofile_soft: Option<u64>,
+    /// Writes the daemon's stderr (its log) into this file instead of the test's stderr.
+    pub log_file: Option<PathBuf>,
 }
 
 pub fn write_config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
@@ -173,7 +175,11 @@ impl Daemon {
     /// Starts a daemon on an existing data directory (a restart).
     pub fn start_in(dir: PathBuf, mock: &MockServer, opts: Opts) -> Daemon {
         let mut cmd = Self::serve_command(&dir, mock, &opts);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let stderr = match &opts.log_file {
+            Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+            None => Stdio::inherit(),
+        };
+        cmd.stdout(Stdio::piped()).stderr(stderr);
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
