@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
 
 /// A first attempt already under way in its own task (see [`spawn_first_attempt`]); dropping it
 /// aborts the task, which closes the upstream connection.
@@ -49,9 +50,9 @@ impl Future for FirstAttempt {
 pub fn spawn_first_attempt(provider: Arc<dyn LlmProvider>, req: Arc<LlmRequest>) -> FirstAttempt {
     FirstAttempt {
         started: Instant::now(),
-        task: AbortOnDropHandle::new(tokio::spawn(async move {
-            first_event(provider.as_ref(), &req).await
-        })),
+        task: AbortOnDropHandle::new(tokio::spawn(
+            async move { first_event(provider.as_ref(), &req).await }.in_current_span(),
+        )),
     }
 }
 

@@ -18,6 +18,7 @@ use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How long telling a server about a cancelled call may take.
 const CANCEL_WAIT: Duration = Duration::from_secs(2);
@@ -64,14 +65,17 @@ impl Drop for Abandon {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else { return };
         let peer = self.peer.clone();
-        tokio::spawn(async move {
-            let _ = peer
-                .notify_cancelled(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("the call was interrupted or timed out".into()),
-                ))
-                .await;
-        });
+        tokio::spawn(
+            async move {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the call was interrupted or timed out".into()),
+                    ))
+                    .await;
+            }
+            .in_current_span(),
+        );
     }
 }
 

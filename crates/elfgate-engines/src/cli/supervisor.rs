@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Lines of stderr kept for the error event.
 const STDERR_TAIL: usize = 20;
@@ -101,12 +102,14 @@ impl Supervised {
         let mut group = ProcessGroup::spawn(&spec)?;
         let (tx, lines) = mpsc::channel(64);
         let reader = match group.take_stdout() {
-            Some(out) => tokio::spawn(read_lines(out, timeouts.max_line_bytes, tx)),
+            Some(out) => {
+                tokio::spawn(read_lines(out, timeouts.max_line_bytes, tx).in_current_span())
+            }
             None => tokio::spawn(async {}),
         };
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_task = match group.take_stderr() {
-            Some(err) => tokio::spawn(read_stderr(err, stderr.clone(), label)),
+            Some(err) => tokio::spawn(read_stderr(err, stderr.clone(), label).in_current_span()),
             None => tokio::spawn(async {}),
         };
         // Written once its output is being read: a CLI that prints before it reads its input

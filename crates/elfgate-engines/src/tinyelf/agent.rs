@@ -19,6 +19,7 @@ use std::time::Instant;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// A finished background sub-agent.
 #[derive(Debug, Clone)]
@@ -169,17 +170,21 @@ impl Runner {
     ) {
         self.bg_running.fetch_add(1, Ordering::SeqCst);
         let this = self.clone();
-        let handle = tokio::spawn(async move {
-            let end = fut.await;
-            this.bg_ready.fetch_add(1, Ordering::SeqCst);
-            let _ = this.bg_tx.send(BackgroundResult {
-                label,
-                run_id,
-                finish: end.finish,
-                text: super::spawn::outcome_text(end.finish, &end.text),
-            });
-            this.bg_running.fetch_sub(1, Ordering::SeqCst);
-        });
+        let handle = tokio::spawn(
+            async move {
+                let end = fut.await;
+                this.bg_ready.fetch_add(1, Ordering::SeqCst);
+                let _ = this.bg_tx.send(BackgroundResult {
+                    label,
+                    run_id,
+                    finish: end.finish,
+                    text: super::spawn::outcome_text(end.finish, &end.text),
+                });
+                this.bg_running.fetch_sub(1, Ordering::SeqCst);
+            }
+            // The run's span (session_id, run_id) follows the sub-agent into its task.
+            .in_current_span(),
+        );
         if let Ok(mut h) = self.bg_handles.lock() {
             h.push(handle);
         }

@@ -13,6 +13,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Provider-native search tools: the provider runs them itself, so a call to one is not executed
 /// locally (unless a local tool of that name exists).
@@ -383,11 +384,14 @@ pub(crate) async fn run_call(
         });
         let name = call.name.clone();
         let cwd = runner.project.clone();
-        tokio::spawn(async move {
-            let _ = hooks
-                .run(HookEvent::PostToolUse, Some(&name), &payload, &cwd)
-                .await;
-        });
+        tokio::spawn(
+            async move {
+                let _ = hooks
+                    .run(HookEvent::PostToolUse, Some(&name), &payload, &cwd)
+                    .await;
+            }
+            .in_current_span(),
+        );
     }
     finish(runner, agent, call, content, status, yield_run).await
 }
