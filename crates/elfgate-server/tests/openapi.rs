@@ -461,6 +461,27 @@ async fn enums_and_the_optional_interrupt_body_are_declared_as_served() {
     ] {
         assert!(!create.is_valid(&bad), "{bad} validates");
     }
+    // A permission answer's decision and scope are enums too.
+    let answer = validator(&doc, "PermissionBody");
+    assert_valid(
+        &answer,
+        "answer",
+        &json!({"decision": "allow", "scope": "session"}),
+    );
+    assert_valid(&answer, "answer", &json!({"decision": "deny"}));
+    for bad in [
+        json!({"decision": "maybe"}),
+        json!({"decision": "allow", "scope": "forever"}),
+    ] {
+        assert!(!answer.is_valid(&bad), "{bad} validates");
+    }
+    let answered = validator(&doc, "PermissionAnswered");
+    assert_valid(
+        &answered,
+        "answered",
+        &json!({"requestId": "r", "decision": "deny", "scope": "once"}),
+    );
+    assert!(!answered.is_valid(&json!({"requestId": "r", "decision": "no", "scope": "once"})));
     let session = validator(&doc, "Session");
     let (sid, run) = d.create(ok).await;
     d.events(&sid, None).await.until_complete(&run).await;

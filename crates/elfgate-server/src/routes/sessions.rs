@@ -440,11 +440,11 @@ async fn run(
 #[serde(rename_all = "camelCase")]
 struct PermissionBody {
     /// allow or deny.
-    #[schema(example = "allow")]
+    #[schema(value_type = PermissionDecision, example = "allow")]
     decision: String,
     /// once (the default) or session.
     #[serde(default)]
-    #[schema(example = "once")]
+    #[schema(value_type = Option<PermissionScope>, example = "once")]
     scope: Option<String>,
     /// A note for the model, e.g. why it was denied.
     #[serde(default)]
@@ -458,9 +458,31 @@ struct PermissionAnswered {
     /// The request answered.
     request_id: String,
     /// allow or deny.
+    #[schema(value_type = PermissionDecision)]
     decision: &'static str,
     /// once or session.
+    #[schema(value_type = PermissionScope)]
     scope: &'static str,
+}
+
+/// The answer to a permission request: allow or deny. (Schema only: the handler reads the field
+/// as a string so that a wrong value gets its own message naming the accepted ones.)
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum PermissionDecision {
+    Allow,
+    Deny,
+}
+
+/// How long a permission answer holds: for this request only, or for the rest of the session.
+/// (Schema only, like [`PermissionDecision`].)
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum PermissionScope {
+    Once,
+    Session,
 }
 
 /// Answers a permission request sent on the event stream.
