@@ -290,6 +290,8 @@ impl Daemon {
                 Arc::new(state.request_guard.clone()),
                 guard_requests,
             ))
+            // Around everything: a panic anywhere in a request's handling still gets an answer.
+            .layer(middleware::from_fn(crate::panic_guard::answer_panics))
             .with_state(state)
     }
 

@@ -14,6 +14,7 @@ pub mod keyed_lock;
 pub mod listener;
 pub mod openapi;
 pub mod origin;
+pub mod panic_guard;
 pub mod request_guard;
 pub mod routes;
 pub mod service;
