@@ -272,6 +272,15 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
             result.data["stats"]["outputTokens"].as_u64().unwrap() > 0,
             "{b}"
         );
+        // Each CLI reports the prompt tokens its provider read from the cache (two calls of 20
+        // here) in its own way; the run reports them as cacheReadTokens, counted in inputTokens.
+        assert_eq!(result.data["stats"]["cacheReadTokens"], 40, "{b}: {result:?}");
+        assert!(
+            result.data["stats"]["inputTokens"].as_u64().unwrap() >= 40,
+            "{b}: {result:?}"
+        );
+        let (_, stored_run) = c.d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+        assert_eq!(stored_run["cacheReadTokens"], 40, "{b}: {stored_run}");
         let msgs = c.messages(&sid).await;
         assert_eq!(
             roles(&msgs),

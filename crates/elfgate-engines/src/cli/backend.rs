@@ -194,7 +194,7 @@ pub(crate) enum AdapterEvent {
     /// The CLI's own session (thread) id.
     SessionId(String),
     /// Token figures so far (replace the earlier ones).
-    Usage { input: u64, output: u64 },
+    Usage(TokenCounts),
     /// Model turns so far.
     Turns(u32),
     /// Something worth telling the client that does not end the run (a retry, a warning).
@@ -225,4 +225,18 @@ pub(crate) fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 /// A number field of a JSON object (0 when absent).
 pub(crate) fn u64_of(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// A CLI's token figures, in Elfgate's terms: `input` counts every prompt token, those read from
+/// or written to the provider's prompt cache included (each CLI reports them its own way).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    /// Prompt tokens, cached ones included.
+    pub input: u64,
+    /// Generated tokens.
+    pub output: u64,
+    /// Prompt tokens read from the provider's cache.
+    pub cache_read: u64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write: u64,
 }

@@ -6,7 +6,7 @@
 //! whole blocks (text already streamed is not repeated); `user` lines the tool results; `result`
 //! the usage, the number of turns and whether the run failed.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, str_of, u64_of};
+use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
 use super::settings::CliProvider;
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
@@ -205,12 +205,15 @@ impl ClaudeAdapter {
 
     fn result(&mut self, line: &Value) -> Vec<AdapterEvent> {
         let usage = line.get("usage").cloned().unwrap_or(Value::Null);
-        let mut out = vec![AdapterEvent::Usage {
-            input: u64_of(&usage, "input_tokens")
-                + u64_of(&usage, "cache_read_input_tokens")
-                + u64_of(&usage, "cache_creation_input_tokens"),
+        // Anthropic's input_tokens leaves out the cached parts.
+        let cache_read = u64_of(&usage, "cache_read_input_tokens");
+        let cache_write = u64_of(&usage, "cache_creation_input_tokens");
+        let mut out = vec![AdapterEvent::Usage(TokenCounts {
+            input: u64_of(&usage, "input_tokens") + cache_read + cache_write,
             output: u64_of(&usage, "output_tokens"),
-        }];
+            cache_read,
+            cache_write,
+        })];
         if let Some(n) = line.get("num_turns").and_then(Value::as_u64) {
             out.push(AdapterEvent::Turns(u32::try_from(n).unwrap_or(u32::MAX)));
         }
@@ -349,10 +352,12 @@ mod tests {
                     content: "a.txt".into(),
                     is_error: false
                 },
-                Usage {
+                Usage(TokenCounts {
                     input: 15,
-                    output: 7
-                },
+                    output: 7,
+                    cache_read: 5,
+                    cache_write: 0
+                }),
                 Turns(2),
                 Finished,
             ]
@@ -389,10 +394,7 @@ mod tests {
             out,
             vec![
                 Notice("claude retries its API call (1/1, status 429)".into()),
-                Usage {
-                    input: 0,
-                    output: 0
-                },
+                Usage(TokenCounts::default()),
                 Turns(1),
                 Failed("API Error: Request rejected (429) · scripted upstream failure 429".into()),
                 Finished,

@@ -3,7 +3,7 @@
 //! reasoning and tool work, `turn.completed` the usage (the thread's totals so far) and
 //! `turn.failed` a failed turn. Top-level `error` lines are retries and warnings, not failures.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, str_of, u64_of};
+use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
 use super::settings::CliProvider;
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
@@ -241,10 +241,13 @@ impl Adapter for CodexAdapter {
             "turn.completed" => {
                 let usage = line.get("usage").cloned().unwrap_or(Value::Null);
                 vec![
-                    AdapterEvent::Usage {
+                    // OpenAI's input_tokens already counts the cached ones.
+                    AdapterEvent::Usage(TokenCounts {
                         input: u64_of(&usage, "input_tokens"),
                         output: u64_of(&usage, "output_tokens"),
-                    },
+                        cache_read: u64_of(&usage, "cached_input_tokens"),
+                        cache_write: u64_of(&usage, "cache_write_input_tokens"),
+                    }),
                     AdapterEvent::Finished,
                 ]
             }
@@ -296,7 +299,12 @@ mod tests {
                 },
                 ToolEnd { id: "item_1".into(), content: "hi\n".into(), is_error: false },
                 Delta(DeltaKind::Text, "The command printed hi. Done.".into()),
-                Usage { input: 240, output: 60 },
+                Usage(TokenCounts {
+                    input: 240,
+                    output: 60,
+                    cache_read: 40,
+                    cache_write: 0
+                }),
                 Finished,
             ]
         );

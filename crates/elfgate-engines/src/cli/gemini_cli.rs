@@ -3,7 +3,7 @@
 //! printed); `tool_use` / `tool_result` the tool calls; `error` warnings and errors; `result` the
 //! stats and whether the run failed. An interrupted gemini prints nothing more and exits 0.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, str_of, u64_of};
+use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
 use super::settings::CliProvider;
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
@@ -130,10 +130,13 @@ impl Adapter for GeminiAdapter {
             )],
             "result" => {
                 let stats = line.get("stats").cloned().unwrap_or(Value::Null);
-                let mut out = vec![AdapterEvent::Usage {
+                // input_tokens counts the cached ones (`cached`); `input` is the rest.
+                let mut out = vec![AdapterEvent::Usage(TokenCounts {
                     input: u64_of(&stats, "input_tokens").max(u64_of(&stats, "input")),
                     output: u64_of(&stats, "output_tokens"),
-                }];
+                    cache_read: u64_of(&stats, "cached"),
+                    cache_write: 0,
+                })];
                 if str_of(line, "status") != Some("success") {
                     let why = line
                         .get("error")
@@ -163,7 +166,7 @@ mod tests {
 {"type":"message","timestamp":"2026-12-01T10:00:00.100Z","role":"assistant","content":"Let me look.","delta":true}
 {"type":"tool_use","timestamp":"2026-12-01T10:00:00.200Z","tool_name":"run_shell_command","tool_id":"run_shell_command-1","parameters":{"command":"ls"}}
 {"type":"tool_result","timestamp":"2026-12-01T10:00:00.300Z","tool_id":"run_shell_command-1","status":"success","output":"a.txt"}
-{"type":"result","timestamp":"2026-12-01T10:00:00.400Z","status":"success","stats":{"total_tokens":30,"input_tokens":20,"output_tokens":10,"duration_ms":400,"tool_calls":1}}"#
+{"type":"result","timestamp":"2026-12-01T10:00:00.400Z","status":"success","stats":{"total_tokens":30,"input_tokens":20,"output_tokens":10,"cached":4,"input":16,"duration_ms":400,"tool_calls":1}}"#
             .lines()
             .flat_map(|l| a.on_line(&serde_json::from_str(l).unwrap()))
             .collect();
@@ -183,10 +186,12 @@ mod tests {
                     content: "a.txt".into(),
                     is_error: false
                 },
-                Usage {
+                Usage(TokenCounts {
                     input: 20,
-                    output: 10
-                },
+                    output: 10,
+                    cache_read: 4,
+                    cache_write: 0
+                }),
                 Finished,
             ]
         );

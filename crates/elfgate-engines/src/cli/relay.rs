@@ -1,7 +1,7 @@
 //! One run's relay: from a CLI's adapter events to Elfgate's events and stored messages, and from
 //! how the CLI ended to the run's outcome.
 
-use super::backend::{AdapterEvent, Backend};
+use super::backend::{AdapterEvent, Backend, TokenCounts};
 use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;
@@ -15,7 +15,7 @@ pub(crate) struct Relay<'a> {
     transcript: Transcript,
     /// The CLI session id stored on the session.
     cli_session: Option<String>,
-    tokens: (u64, u64),
+    tokens: TokenCounts,
     turns: u32,
     /// What the CLI said went wrong.
     failure: Option<String>,
@@ -36,7 +36,7 @@ impl<'a> Relay<'a> {
             ctx,
             transcript,
             cli_session,
-            tokens: (0, 0),
+            tokens: TokenCounts::default(),
             turns: 0,
             failure: None,
             finished: false,
@@ -83,7 +83,7 @@ impl<'a> Relay<'a> {
                     }
                 }
             }
-            AdapterEvent::Usage { input, output } => self.tokens = (input, output),
+            AdapterEvent::Usage(counts) => self.tokens = counts,
             AdapterEvent::Turns(n) => self.turns = n,
             AdapterEvent::Notice(message) => {
                 ctx.events.emit(EventPayload::Processing { message }).await;
@@ -192,11 +192,10 @@ impl<'a> Relay<'a> {
             } else {
                 finish_reason
             },
-            input_tokens: self.tokens.0,
-            output_tokens: self.tokens.1,
-            // The CLIs' adapters do not read their cache counters yet.
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
+            input_tokens: self.tokens.input,
+            output_tokens: self.tokens.output,
+            cache_read_tokens: self.tokens.cache_read,
+            cache_write_tokens: self.tokens.cache_write,
             iterations: self.turns.max(1),
             error,
             answer,

@@ -3,6 +3,7 @@
 //! stored as soon as every call of the step has its result (a crash mid-run leaves valid history).
 //! What is left at the end is the run's closing message, which the dispatcher stores.
 
+use super::backend::TokenCounts;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, Message, MessageId,
     Role, ToolCallStatus,
@@ -159,7 +160,7 @@ impl Transcript {
         mut self,
         ctx: &EngineSessionContext,
         status: ToolCallStatus,
-        tokens: (u64, u64),
+        tokens: TokenCounts,
     ) -> Result<Option<Message>, ErrorInfo> {
         if !self.open.is_empty() {
             let why = match status {
@@ -176,8 +177,8 @@ impl Transcript {
         }
         let blocks = std::mem::take(&mut self.blocks);
         let mut answer = self.message(ctx, Role::Assistant, blocks);
-        answer.input_tokens = Some(tokens.0);
-        answer.output_tokens = Some(tokens.1);
+        answer.input_tokens = Some(tokens.input);
+        answer.output_tokens = Some(tokens.output);
         Ok(Some(answer))
     }
 }
