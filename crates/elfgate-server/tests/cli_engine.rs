@@ -274,7 +274,10 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
         );
         // Each CLI reports the prompt tokens its provider read from the cache (two calls of 20
         // here) in its own way; the run reports them as cacheReadTokens, counted in inputTokens.
-        assert_eq!(result.data["stats"]["cacheReadTokens"], 40, "{b}: {result:?}");
+        assert_eq!(
+            result.data["stats"]["cacheReadTokens"], 40,
+            "{b}: {result:?}"
+        );
         assert!(
             result.data["stats"]["inputTokens"].as_u64().unwrap() >= 40,
             "{b}: {result:?}"
