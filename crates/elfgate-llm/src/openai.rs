@@ -332,6 +332,8 @@ struct PendingCall {
 #[derive(Default)]
 pub(crate) struct OpenAiDecoder {
     calls: BTreeMap<usize, PendingCall>,
+    /// The stream's last plain text chunk, against which the next ones are read.
+    fast: openai_fast::Template,
 }
 
 impl OpenAiDecoder {
@@ -399,7 +401,7 @@ impl Decoder for OpenAiDecoder {
         if data.is_empty() {
             return Ok(false);
         }
-        match openai_fast::read(data) {
+        match self.fast.read(data) {
             Some(chunk) => {
                 self.on_fast_chunk(chunk, out);
                 Ok(false)
@@ -527,6 +529,68 @@ mod tests {
             assert_eq!(f, s, "{data}");
             assert_eq!(format!("{qf:?}"), format!("{qs:?}"), "{data}");
         }
+    }
+
+    /// One decoder over a whole stream (the fast reader's template in use, learned and
+    /// dropped along the way) decodes each chunk as serde does, errors included.
+    #[test]
+    fn a_stream_read_against_its_template_decodes_what_serde_decodes() {
+        let tok = |created: u32, field: &str, text: &str| {
+            format!(
+                r#"{{"choices":[{{"delta":{{"{field}":"{text}"}},"finish_reason":null,"index":0}}],"created":{created},"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}}"#
+            )
+        };
+        let mut stream = vec![
+            r#"{"choices":[{"delta":{"content":"","role":"assistant"},"finish_reason":null,"index":0}],"created":7,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#.to_string(),
+            tok(7, "reasoning_content", "let me"),
+            tok(7, "reasoning_content", " think"),
+            tok(7, "reasoning", "other kind"),
+            tok(7, "content", "tok0 "),
+            tok(7, "content", "tok1 "),
+            tok(7, "content", ""),
+            tok(7, "content", "é😀 naïve"),
+            tok(7, "content", "a long token that spans several words of eight bytes"),
+            // Escapes and control characters: serde's.
+            tok(7, "content", r"line
+break"),
+            tok(7, "content", r#"a "quote""#),
+            tok(7, "content", r"back\slash"),
+            tok(7, "content", "tab	here"),
+            // Not JSON once the text is put in: the error is serde's.
+            tok(7, "content", r#"x"}}],"#),
+            tok(7, "content", r#"x""#),
+            tok(7, "content", "tok2 "),
+            // The next second: a new template.
+            tok(8, "content", "tok3 "),
+            tok(8, "content", "tok4 "),
+            // The same bytes around a text but trailing garbage, or cut short.
+            format!("{} x", tok(8, "content", "tok5 ")),
+            tok(8, "content", "tok6 ")[..40].to_string(),
+            tok(8, "content", "tok7 "),
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null,"index":0}],"created":8,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#.to_string(),
+            tok(8, "content", "tok8 "),
+            r#"{"choices":[{"delta":{},"finish_reason":"stop","index":0}],"created":8,"id":"chatcmpl-1","model":"m","object":"chat.completion.chunk"}"#.to_string(),
+        ];
+        stream.push("[DONE]".into());
+        let mut fast = OpenAiDecoder::default();
+        let mut slow = OpenAiDecoder::default();
+        let mut templated = 0;
+        for data in &stream {
+            templated += usize::from(fast.fast.matching(data).is_some());
+            let (mut qf, mut qs) = (VecDeque::new(), VecDeque::new());
+            let f = fast.on_event("", data, &mut qf).map_err(|e| e.to_string());
+            let s = if data == "[DONE]" {
+                slow.on_event("", data, &mut qs)
+            } else {
+                slow.on_chunk(data, &mut qs)
+            }
+            .map_err(|e| e.to_string());
+            assert_eq!(f, s, "{data}");
+            assert_eq!(format!("{qf:?}"), format!("{qs:?}"), "{data}");
+        }
+        // The plain tokens that follow one of the same kind and second were read against the
+        // template: " think", tok1, "", é😀, the long one, tok2, tok4, tok7, tok8.
+        assert_eq!(templated, 9);
     }
 
     #[test]

@@ -60,6 +60,100 @@ pub(crate) fn read(data: &str) -> Option<FastChunk<'_>> {
     (r.i == r.s.len()).then_some(chunk)
 }
 
+/// Which text field of the delta a [`Template`] holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+enum Slot {
+    #[default]
+    Content,
+    ReasoningContent,
+    Reasoning,
+}
+
+/// The last chunk of a stream whose one choice carried one text field and nothing else that
+/// changes from token to token. A provider's chunks differ from one another in that text alone
+/// (same id, model, created second, index, null finish_reason), so the next chunk is read by
+/// comparing the bytes around the text with this one's and checking the text itself: a chunk that
+/// is this one with another string of the same kind (no quote, backslash or control character)
+/// in place of the text is valid JSON that serde reads the same way but for that text. Anything
+/// else goes to [`read`], which learns a new template from what it accepts.
+#[derive(Debug, Default)]
+pub(crate) struct Template {
+    /// The chunk learned from; empty when there is none.
+    data: String,
+    /// The text's byte range in `data`, inside its quotes.
+    start: usize,
+    end: usize,
+    slot: Slot,
+}
+
+impl Template {
+    /// Reads `data` against the template, else with [`read`].
+    pub(crate) fn read<'d>(&mut self, data: &'d str) -> Option<FastChunk<'d>> {
+        if let Some(chunk) = self.matching(data) {
+            return Some(chunk);
+        }
+        let chunk = read(data)?;
+        self.learn(data, &chunk);
+        Some(chunk)
+    }
+
+    pub(crate) fn matching<'d>(&self, data: &'d str) -> Option<FastChunk<'d>> {
+        if self.data.is_empty() {
+            return None;
+        }
+        let before = self.data.get(..self.start)?;
+        let after = self.data.get(self.end..)?;
+        let text_end = data.len().checked_sub(after.len())?;
+        if text_end < before.len() || !data.starts_with(before) || !data.ends_with(after) {
+            return None;
+        }
+        // Between an ASCII quote ending `before` and one starting `after`: char boundaries.
+        let text = data.get(before.len()..text_end)?;
+        if !plain(text.as_bytes()) {
+            return None;
+        }
+        let mut choice = FastChoice::default();
+        *match self.slot {
+            Slot::Content => &mut choice.content,
+            Slot::ReasoningContent => &mut choice.reasoning_content,
+            Slot::Reasoning => &mut choice.reasoning,
+        } = Some(text);
+        Some(FastChunk {
+            choice: Some(choice),
+        })
+    }
+
+    /// Keeps `data` as the template when its only choice carries exactly one text field and no
+    /// finish reason; forgets the old one otherwise, so that a stale template is not tried again.
+    fn learn(&mut self, data: &str, chunk: &FastChunk<'_>) {
+        self.data.clear();
+        let Some(c) = &chunk.choice else { return };
+        let (text, slot) = match (c.content, c.reasoning_content, c.reasoning, c.finish_reason) {
+            (Some(t), None, None, None) => (t, Slot::Content),
+            (None, Some(t), None, None) => (t, Slot::ReasoningContent),
+            (None, None, Some(t), None) => (t, Slot::Reasoning),
+            _ => return,
+        };
+        // The text is borrowed from `data`: its place is its address's offset.
+        let start = (text.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+        if data.get(start..start + text.len()) != Some(text) {
+            return;
+        }
+        self.data.push_str(data);
+        self.start = start;
+        self.end = start + text.len();
+        self.slot = slot;
+    }
+}
+
+/// Whether `b` holds no quote, backslash or control character: a JSON string's contents that
+/// need no unescaping.
+fn plain(b: &[u8]) -> bool {
+    let (words, rest) = b.as_chunks::<8>();
+    words.iter().all(|w| look_mask(u64::from_le_bytes(*w)) == 0)
+        && rest.iter().all(|&c| c != b'"' && c != b'\\' && c >= 0x20)
+}
+
 struct Reader<'a> {
     s: &'a [u8],
     src: &'a str,
@@ -96,26 +190,32 @@ impl<'a> Reader<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
-        // Eight bytes at a time while none of them ends the string or needs a look.
-        let mut end = start;
-        while let Some(word) = self.s.get(end..end + 8) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(word);
-            if needs_look(u64::from_le_bytes(w)) {
-                break;
+        let mut at = start;
+        // Eight bytes at a time, to the first byte that ends the string or needs a look. Past the
+        // input's end the word is padded with zeros, which count as control characters: a string
+        // the input does not close stops there and is refused below.
+        let stop = loop {
+            let rest = self.s.get(at..)?;
+            let word = match rest.first_chunk::<8>() {
+                Some(w) => u64::from_le_bytes(*w),
+                None => {
+                    let mut w = [0u8; 8];
+                    w[..rest.len()].copy_from_slice(rest);
+                    u64::from_le_bytes(w)
+                }
+            };
+            let look = look_mask(word);
+            if look != 0 {
+                // The lowest flagged byte is exact (the borrows of the word tests only run upward).
+                break at + (look.trailing_zeros() / 8) as usize;
             }
-            end += 8;
-        }
-        loop {
-            match *self.s.get(end)? {
-                b'"' => break,
-                b'\\' | 0..0x20 => return None,
-                _ => end += 1,
-            }
-        }
-        self.i = end + 1;
+            at += 8;
+        };
+        // A backslash, a control character, or the end of the input: not this reader's shape.
+        (*self.s.get(stop)? == b'"').then_some(())?;
+        self.i = stop + 1;
         // Both ends are ASCII quotes of a &str: char boundaries.
-        self.src.get(start..end)
+        self.src.get(start..stop)
     }
 
     /// `"..."` or `null`.
@@ -259,8 +359,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Whether any byte of `w` is a quote, a backslash or a control character (below 0x20).
-fn needs_look(w: u64) -> bool {
+/// The high bit of each byte of `w` that is a quote, a backslash or a control character (below
+/// 0x20). The lowest one set is exact; above it a borrow may set others.
+fn look_mask(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // A byte is zero in `x` exactly where this sets its high bit (the classic has-zero-byte test).
@@ -268,7 +369,6 @@ fn needs_look(w: u64) -> bool {
     // Bytes below 0x20: as has_zero with 0x20 in place of 1, for bytes without their high bit.
     let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
     has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\'))) | below_space
-        != 0
 }
 
 #[cfg(test)]
@@ -313,7 +413,26 @@ mod tests {
                 let mut w = *b"abcdefgh";
                 w[at] = b;
                 let expected = b == b'"' || b == b'\\' || b < 0x20;
-                assert_eq!(needs_look(u64::from_le_bytes(w)), expected, "{b} at {at}");
+                let look = look_mask(u64::from_le_bytes(w));
+                assert_eq!(look != 0, expected, "{b} at {at}");
+                if expected {
+                    assert_eq!(look.trailing_zeros() / 8, at as u32, "{b} at {at}");
+                }
+                // Whatever follows a stop, the first one is the one found.
+                for later in at + 1..8 {
+                    for c in [0u8, 0x1f, b'"', b'\\', 0x80, 0xff] {
+                        let mut w2 = w;
+                        w2[later] = c;
+                        let look = look_mask(u64::from_le_bytes(w2));
+                        if expected {
+                            assert_eq!(
+                                look.trailing_zeros() / 8,
+                                at as u32,
+                                "{b} at {at}, {c} at {later}"
+                            );
+                        }
+                    }
+                }
             }
         }
         // Long strings, with the stop anywhere.
@@ -325,6 +444,11 @@ mod tests {
             let text = "é".repeat(at);
             let data = format!(r#"{{"choices":[{{"delta":{{"content":"{text}"}}}}]}}"#);
             assert_eq!(read(&data).unwrap().choice.unwrap().content, Some(&*text));
+            // A string the input does not close, whatever its length.
+            let data = format!(r#"{{"choices":[{{"delta":{{"content":"{text}"#);
+            assert_eq!(read(&data), None, "{data}");
+            let data = format!(r#"{{"a":"{}"#, "x".repeat(at));
+            assert_eq!(read(&data), None, "{data}");
         }
     }
 
