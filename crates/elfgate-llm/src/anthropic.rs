@@ -1,6 +1,7 @@
 //! Anthropic Messages client.
 
 use crate::http::{self, Decoder, EventQueue, Text};
+use crate::text_template::TextTemplate;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     ProviderConfig, ProviderKind, Role, ThinkingLevel, ToolChoice, resolve_model,
@@ -373,6 +374,9 @@ pub(crate) struct AnthropicDecoder {
     cache_read_tokens: u64,
     cache_write_tokens: u64,
     tools: HashMap<usize, PendingToolUse>,
+    /// The last text or thinking delta written without escapes, against which the next ones are
+    /// read (`true`: thinking).
+    delta_template: TextTemplate<bool>,
 }
 
 fn stop_reason(s: &str) -> LlmFinishReason {
@@ -386,6 +390,15 @@ fn stop_reason(s: &str) -> LlmFinishReason {
 }
 
 impl AnthropicDecoder {
+    /// Keeps a delta event whose text serde borrowed (written without escapes) as the template
+    /// for the next ones; forgets the old template otherwise.
+    fn learn_delta(&mut self, data: &str, text: &Text<'_>, thinking: bool) {
+        match &text.0 {
+            Cow::Borrowed(t) => self.delta_template.learn(data, t, thinking),
+            Cow::Owned(_) => self.delta_template.forget(),
+        }
+    }
+
     /// Keeps the prompt figures of `message_start`, or of a `message_delta` that repeats them
     /// (zeros there do not erase what `message_start` said).
     fn note_usage(&mut self, u: &UsageBody) {
@@ -408,6 +421,10 @@ impl Decoder for AnthropicDecoder {
         data: &str,
         out: &mut EventQueue,
     ) -> Result<bool, LlmError> {
+        if let Some((thinking, text)) = self.delta_template.matching(data) {
+            http::push_delta(out, thinking, Text(Cow::Borrowed(text)));
+            return Ok(false);
+        }
         let ev: Event<'_> = serde_json::from_str(data)
             .map_err(|e| LlmError::Protocol(format!("invalid event JSON: {e}")))?;
         match ev.kind.as_ref() {
@@ -454,11 +471,13 @@ impl Decoder for AnthropicDecoder {
                 match delta.kind.as_ref().map(|k| k.0.as_ref()) {
                     Some("text_delta") => {
                         if let Some(t) = delta.text {
+                            self.learn_delta(data, &t, false);
                             http::push_delta(out, false, t);
                         }
                     }
                     Some("thinking_delta") => {
                         if let Some(t) = delta.thinking {
+                            self.learn_delta(data, &t, true);
                             http::push_delta(out, true, t);
                         }
                     }
@@ -642,6 +661,63 @@ mod tests {
         assert!(body.get("thinking").is_none());
         assert!(body.get("system").is_none());
         assert!(body.get("tools").is_none());
+    }
+
+    /// One decoder over a whole stream (its delta template learned, used and dropped) decodes
+    /// each event as serde does, errors included.
+    #[test]
+    fn a_stream_read_against_its_delta_template_decodes_what_serde_decodes() {
+        let delta = |index: u32, kind: &str, field: &str, text: &str| {
+            format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{kind}","{field}":"{text}"}}}}"#
+            )
+        };
+        let text = |t: &str| delta(1, "text_delta", "text", t);
+        let frames = vec![
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":12,"output_tokens":1}}}"#.to_string(),
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#.to_string(),
+            delta(0, "thinking_delta", "thinking", "let me"),
+            delta(0, "thinking_delta", "thinking", " think"),
+            delta(0, "signature_delta", "signature", "SIG"),
+            r#"{"type":"content_block_stop","index":0}"#.to_string(),
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#.to_string(),
+            text("Hi"),
+            text(" there"),
+            text(""),
+            text("é😀 naïve and a longer piece of text"),
+            text(r"line\nbreak"),
+            text(r#"a \"quote\""#),
+            text(r"\u00e9 and \/"),
+            text("tab	here"),
+            text(r#"x"}}"#),
+            text("again"),
+            format!("{} x", text("garbage after")),
+            text("again")[..30].to_string(),
+            // The same bytes around another kind of text: not a text delta.
+            delta(1, "text_delta", "partial_json", "p"),
+            text("last"),
+            r#"{"type":"content_block_stop","index":1}"#.to_string(),
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"tu","name":"read","input":{}}}"#.to_string(),
+            delta(2, "input_json_delta", "partial_json", "{}"),
+            r#"{"type":"content_block_stop","index":2}"#.to_string(),
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#.to_string(),
+            r#"{"type":"message_stop"}"#.to_string(),
+        ];
+        let (mut fast, mut slow) = (AnthropicDecoder::default(), AnthropicDecoder::default());
+        let mut templated = 0;
+        for f in &frames {
+            templated += usize::from(fast.delta_template.matching(f).is_some());
+            // The reference never reads against a template.
+            slow.delta_template.forget();
+            let (mut qf, mut qs) = (VecDeque::new(), VecDeque::new());
+            let a = fast.on_event("", f, &mut qf).map_err(|e| e.to_string());
+            let b = slow.on_event("", f, &mut qs).map_err(|e| e.to_string());
+            assert_eq!(a, b, "{f}");
+            assert_eq!(format!("{qf:?}"), format!("{qs:?}"), "{f}");
+        }
+        // " think", " there", "", the long one, "last" ("again" follows escapes and errors: it
+        // is parsed and makes the template again).
+        assert_eq!(templated, 5);
     }
 
     #[test]

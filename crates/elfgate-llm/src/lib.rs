@@ -20,6 +20,7 @@ mod retry;
 pub mod sse;
 #[cfg(test)]
 mod testkit;
+mod text_template;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -551,10 +551,10 @@ mod tests {
             tok(7, "content", "é😀 naïve"),
             tok(7, "content", "a long token that spans several words of eight bytes"),
             // Escapes and control characters: serde's.
-            tok(7, "content", r"line
-break"),
-            tok(7, "content", r#"a "quote""#),
-            tok(7, "content", r"back\slash"),
+            tok(7, "content", r"line\nbreak"),
+            tok(7, "content", r#"a \"quote\""#),
+            tok(7, "content", r"back\\slash"),
+            tok(7, "content", r"\u00e9 and \/"),
             tok(7, "content", "tab	here"),
             // Not JSON once the text is put in: the error is serde's.
             tok(7, "content", r#"x"}}],"#),

@@ -60,6 +60,8 @@ pub(crate) fn read(data: &str) -> Option<FastChunk<'_>> {
     (r.i == r.s.len()).then_some(chunk)
 }
 
+use crate::text_template::{TextTemplate, look_mask};
+
 /// Which text field of the delta a [`Template`] holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 enum Slot {
@@ -69,22 +71,11 @@ enum Slot {
     Reasoning,
 }
 
-/// The last chunk of a stream whose one choice carried one text field and nothing else that
-/// changes from token to token. A provider's chunks differ from one another in that text alone
-/// (same id, model, created second, index, null finish_reason), so the next chunk is read by
-/// comparing the bytes around the text with this one's and checking the text itself: a chunk that
-/// is this one with another string of the same kind (no quote, backslash or control character)
-/// in place of the text is valid JSON that serde reads the same way but for that text. Anything
-/// else goes to [`read`], which learns a new template from what it accepts.
+/// The stream's last chunk whose one choice carried one text field and nothing else that changes
+/// from token to token (no finish reason), as a [`TextTemplate`]: the next chunks of the stream
+/// are read against it, anything else with [`read`], which learns a new one from what it accepts.
 #[derive(Debug, Default)]
-pub(crate) struct Template {
-    /// The chunk learned from; empty when there is none.
-    data: String,
-    /// The text's byte range in `data`, inside its quotes.
-    start: usize,
-    end: usize,
-    slot: Slot,
-}
+pub(crate) struct Template(TextTemplate<Slot>);
 
 impl Template {
     /// Reads `data` against the template, else with [`read`].
@@ -98,22 +89,9 @@ impl Template {
     }
 
     pub(crate) fn matching<'d>(&self, data: &'d str) -> Option<FastChunk<'d>> {
-        if self.data.is_empty() {
-            return None;
-        }
-        let before = self.data.get(..self.start)?;
-        let after = self.data.get(self.end..)?;
-        let text_end = data.len().checked_sub(after.len())?;
-        if text_end < before.len() || !data.starts_with(before) || !data.ends_with(after) {
-            return None;
-        }
-        // Between an ASCII quote ending `before` and one starting `after`: char boundaries.
-        let text = data.get(before.len()..text_end)?;
-        if !plain(text.as_bytes()) {
-            return None;
-        }
+        let (slot, text) = self.0.matching(data)?;
         let mut choice = FastChoice::default();
-        *match self.slot {
+        *match slot {
             Slot::Content => &mut choice.content,
             Slot::ReasoningContent => &mut choice.reasoning_content,
             Slot::Reasoning => &mut choice.reasoning,
@@ -126,32 +104,19 @@ impl Template {
     /// Keeps `data` as the template when its only choice carries exactly one text field and no
     /// finish reason; forgets the old one otherwise, so that a stale template is not tried again.
     fn learn(&mut self, data: &str, chunk: &FastChunk<'_>) {
-        self.data.clear();
-        let Some(c) = &chunk.choice else { return };
-        let (text, slot) = match (c.content, c.reasoning_content, c.reasoning, c.finish_reason) {
-            (Some(t), None, None, None) => (t, Slot::Content),
-            (None, Some(t), None, None) => (t, Slot::ReasoningContent),
-            (None, None, Some(t), None) => (t, Slot::Reasoning),
-            _ => return,
-        };
-        // The text is borrowed from `data`: its place is its address's offset.
-        let start = (text.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
-        if data.get(start..start + text.len()) != Some(text) {
-            return;
+        let learned = chunk.choice.as_ref().and_then(|c| {
+            match (c.content, c.reasoning_content, c.reasoning, c.finish_reason) {
+                (Some(t), None, None, None) => Some((t, Slot::Content)),
+                (None, Some(t), None, None) => Some((t, Slot::ReasoningContent)),
+                (None, None, Some(t), None) => Some((t, Slot::Reasoning)),
+                _ => None,
+            }
+        });
+        match learned {
+            Some((text, slot)) => self.0.learn(data, text, slot),
+            None => self.0.forget(),
         }
-        self.data.push_str(data);
-        self.start = start;
-        self.end = start + text.len();
-        self.slot = slot;
     }
-}
-
-/// Whether `b` holds no quote, backslash or control character: a JSON string's contents that
-/// need no unescaping.
-fn plain(b: &[u8]) -> bool {
-    let (words, rest) = b.as_chunks::<8>();
-    words.iter().all(|w| look_mask(u64::from_le_bytes(*w)) == 0)
-        && rest.iter().all(|&c| c != b'"' && c != b'\\' && c >= 0x20)
 }
 
 struct Reader<'a> {
@@ -357,18 +322,6 @@ impl<'a> Reader<'a> {
             Some(())
         })
     }
-}
-
-/// The high bit of each byte of `w` that is a quote, a backslash or a control character (below
-/// 0x20). The lowest one set is exact; above it a borrow may set others.
-fn look_mask(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // A byte is zero in `x` exactly where this sets its high bit (the classic has-zero-byte test).
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    // Bytes below 0x20: as has_zero with 0x20 in place of 1, for bytes without their high bit.
-    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    has_zero(w ^ (ONES * u64::from(b'"'))) | has_zero(w ^ (ONES * u64::from(b'\\'))) | below_space
 }
 
 #[cfg(test)]
