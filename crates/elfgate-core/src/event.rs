@@ -326,14 +326,15 @@ fn envelope_json(
     ts: &DateTime<Utc>,
     payload: &EventPayload,
 ) -> String {
-    use std::io::Write;
     let hint = match payload {
         EventPayload::StreamDelta { delta } => delta.text.len() + 48,
         _ => 256,
     };
     let mut buf = Vec::with_capacity(ENVELOPE_BYTES + hint);
     // Writing into a Vec cannot fail.
-    let _ = write!(buf, "{{\"seq\":{seq},\"sessionId\":\"");
+    buf.extend_from_slice(b"{\"seq\":");
+    buf.extend_from_slice(crate::decimal::digits(seq, &mut [0; 20]));
+    buf.extend_from_slice(b",\"sessionId\":\"");
     push_uuid(&mut buf, &session_id.0);
     if let Some(run_id) = run_id {
         buf.extend_from_slice(b"\",\"runId\":\"");

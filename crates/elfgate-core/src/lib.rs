@@ -3,6 +3,7 @@
 
 pub mod active;
 pub mod bus;
+pub mod decimal;
 pub mod dispatcher;
 pub mod engine;
 pub mod engine_config;

@@ -27,11 +27,9 @@ const COALESCE_BYTES: usize = 32 * 1024;
 const REPLAY_PAGE: u32 = 1000;
 
 fn push_frame(out: &mut BytesMut, seq: u64, event_type: &str, json: &str) {
-    use std::fmt::Write;
     out.reserve(json.len() + event_type.len() + 40);
     out.extend_from_slice(b"id: ");
-    // Writing into BytesMut cannot fail.
-    let _ = write!(out, "{seq}");
+    out.extend_from_slice(elfgate_core::decimal::digits(seq, &mut [0; 20]));
     out.extend_from_slice(b"\nevent: ");
     out.extend_from_slice(event_type.as_bytes());
     out.extend_from_slice(b"\ndata: ");
