@@ -261,12 +261,7 @@ impl ChatEngine {
         };
         // Whatever was streamed is kept, also on interrupt or error.
         let mut blocks = Vec::new();
-        if !turn.thinking.is_empty() {
-            blocks.push(ContentBlock::Thinking {
-                thinking: turn.thinking,
-                signature: turn.signature,
-            });
-        }
+        blocks.extend(turn.thinking_block());
         if !turn.text.is_empty() {
             blocks.push(ContentBlock::text(turn.text));
         }

@@ -4,7 +4,8 @@
 
 use crate::think::ThinkSplitter;
 use elfgate_core::{
-    Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo, RunOutcome,
+    ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo,
+    RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
@@ -31,7 +32,8 @@ pub struct TurnOutput {
     pub text: String,
     /// Reasoning text.
     pub thinking: String,
-    /// Reasoning signature (Anthropic).
+    /// Reasoning signature (Anthropic's thinking block; Gemini's thought signature, which may
+    /// come without any reasoning text, e.g. on a function call).
     pub signature: Option<String>,
     /// Tool calls, in order.
     pub tool_calls: Vec<RequestedToolCall>,
@@ -62,6 +64,20 @@ pub struct TurnOutput {
     /// Set when the provider refused the request as too long for the model's context window
     /// (never retried as it is: only a shorter request can succeed).
     pub context_overflow: bool,
+}
+
+impl TurnOutput {
+    /// The reasoning as a block of the stored answer: its text, and its signature, which is kept
+    /// even without text (the provider needs it back to continue the turn).
+    pub fn thinking_block(&self) -> Option<ContentBlock> {
+        if self.thinking.is_empty() && self.signature.is_none() {
+            return None;
+        }
+        Some(ContentBlock::Thinking {
+            thinking: self.thinking.clone(),
+            signature: self.signature.clone(),
+        })
+    }
 }
 
 /// How [`stream_turn_with`] relays a call.

@@ -154,6 +154,38 @@ fn call_args(input: &Value) -> Value {
     }
 }
 
+/// Puts a model turn's thought signatures where Gemini put them: on its function calls, in
+/// order (the first call of a turn carries its signature; Gemini 3 refuses a turn whose call lost
+/// it), else on the turn's last part. The thought text itself is not sent back (Gemini does not
+/// need its summaries), except as the carrier of a signature the turn has no other part for.
+fn place_signatures(parts: &mut Vec<Value>, signed: Vec<(&str, &str)>) {
+    let mut calls = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.get("functionCall").is_some())
+        .map(|(i, _)| i)
+        .collect::<Vec<_>>()
+        .into_iter();
+    let mut last_free = parts.len().checked_sub(1);
+    for (thinking, sig) in signed {
+        let at = match calls.next() {
+            Some(i) => Some(i),
+            None => last_free.take(),
+        };
+        match at
+            .and_then(|i| parts.get_mut(i))
+            .and_then(Value::as_object_mut)
+        {
+            Some(part) => {
+                part.insert("thoughtSignature".into(), Value::String(sig.to_string()));
+            }
+            None => {
+                parts.push(json!({ "text": thinking, "thought": true, "thoughtSignature": sig }))
+            }
+        }
+    }
+}
+
 /// Maps the conversation to `contents`: roles `user` and `model`, tool results as
 /// `functionResponse` parts of a user turn (named after the call they answer), consecutive
 /// turns of the same role merged.
@@ -167,6 +199,8 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
             Role::Assistant => "model",
         };
         let mut parts = Vec::new();
+        // A model turn's thought signatures, placed once its other parts are known.
+        let mut signed: Vec<(&str, &str)> = Vec::new();
         for b in &msg.blocks {
             match b {
                 ContentBlock::Text { text } if !text.is_empty() => {
@@ -189,9 +223,7 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
                     thinking,
                     signature: Some(sig),
                 } if role == "model" && !sig.is_empty() => {
-                    parts.push(
-                        json!({ "text": thinking, "thought": true, "thoughtSignature": sig }),
-                    );
+                    signed.push((thinking, sig));
                 }
                 ContentBlock::ToolUse { id, name, input } if role == "model" => {
                     call_names.insert(id, name);
@@ -217,6 +249,7 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
                 _ => {}
             }
         }
+        place_signatures(&mut parts, signed);
         if parts.is_empty() {
             continue;
         }
@@ -427,6 +460,7 @@ impl Decoder for GeminiDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::LlmMessage;
     use crate::testkit::{conversation, decode, fixture_json};
 
     fn events(body: &str) -> Vec<Result<LlmEvent, LlmError>> {
@@ -440,6 +474,61 @@ mod tests {
         assert_ne!(
             GeminiDecoder::new().id_prefix,
             GeminiDecoder::new().id_prefix
+        );
+    }
+
+    #[test]
+    fn thought_signatures_go_back_where_gemini_put_them() {
+        let model_turn = |blocks: Vec<ContentBlock>| LlmRequest {
+            messages: vec![
+                LlmMessage {
+                    role: Role::User,
+                    blocks: vec![ContentBlock::text("hi")],
+                },
+                LlmMessage {
+                    role: Role::Assistant,
+                    blocks,
+                },
+            ],
+            ..conversation()
+        };
+        let signed = |sig: &str| ContentBlock::Thinking {
+            thinking: String::new(),
+            signature: Some(sig.into()),
+        };
+        let call = |id: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "read_file".into(),
+            input: json!({}),
+        };
+        let parts = |req: &LlmRequest| map_contents(req)[1]["parts"].clone();
+        // A signature without thought text (thoughts not asked for) goes on the turn's first call.
+        let req = model_turn(vec![signed("s1"), call("c1"), call("c2")]);
+        let p = parts(&req);
+        assert_eq!(p.as_array().unwrap().len(), 2, "{p}");
+        assert_eq!(p[0]["thoughtSignature"], "s1");
+        assert!(p[1].get("thoughtSignature").is_none(), "{p}");
+        // Without a call: on the last part; the thought text is not sent back.
+        let req = model_turn(vec![
+            ContentBlock::Thinking {
+                thinking: "hmm".into(),
+                signature: Some("s2".into()),
+            },
+            ContentBlock::text("a"),
+            ContentBlock::text("b"),
+        ]);
+        assert_eq!(
+            parts(&req),
+            json!([{"text": "a"}, {"text": "b", "thoughtSignature": "s2"}])
+        );
+        // Nothing else in the turn: the thought part carries it.
+        let req = model_turn(vec![ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: Some("s3".into()),
+        }]);
+        assert_eq!(
+            parts(&req),
+            json!([{"text": "hmm", "thought": true, "thoughtSignature": "s3"}])
         );
     }
 

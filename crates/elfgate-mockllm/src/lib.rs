@@ -23,6 +23,8 @@ mod behavior;
 mod cache;
 mod wire;
 
+pub use wire::gemini::THOUGHT_SIGNATURE as GEMINI_THOUGHT_SIGNATURE;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

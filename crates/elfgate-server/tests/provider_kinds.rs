@@ -306,6 +306,33 @@ async fn gemini_calls_without_ids_get_ids_unique_over_the_turns() {
         .collect();
     assert_eq!(ids.len(), 2, "{}", b[2]);
     assert_ne!(ids[0], ids[1]);
+    // Each call went back with the thought signature Gemini put on it (no thoughts were asked
+    // for, so the signature came without any thought text), and no thought part was made up.
+    let model_parts: Vec<&Value> = b[2]["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["role"] == "model")
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .collect();
+    let calls: Vec<&&Value> = model_parts
+        .iter()
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", b[2]);
+    for call in calls {
+        assert_eq!(
+            call["thoughtSignature"],
+            elfgate_mockllm::GEMINI_THOUGHT_SIGNATURE,
+            "{}",
+            b[2]
+        );
+    }
+    assert!(
+        model_parts.iter().all(|p| p.get("thought").is_none()),
+        "{}",
+        b[2]
+    );
 }
 
 #[tokio::test]

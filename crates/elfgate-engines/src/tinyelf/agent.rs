@@ -345,13 +345,7 @@ pub(crate) fn parse_arguments(raw: &str) -> Result<Value, (Value, String)> {
 }
 
 fn assistant_blocks(turn: &TurnOutput, calls: &[(RequestedToolCall, Value)]) -> Vec<ContentBlock> {
-    let mut blocks = Vec::new();
-    if !turn.thinking.is_empty() {
-        blocks.push(ContentBlock::Thinking {
-            thinking: turn.thinking.clone(),
-            signature: turn.signature.clone(),
-        });
-    }
+    let mut blocks: Vec<ContentBlock> = turn.thinking_block().into_iter().collect();
     if !turn.text.is_empty() {
         blocks.push(ContentBlock::text(turn.text.clone()));
     }

@@ -13,6 +13,10 @@ use super::{Builder, Content, Cut, End, Plan, Reply, data_frame, last_text_part}
 /// Response id.
 const RESPONSE_ID: &str = "mock-response";
 
+/// The thought signature on a reply's first function call: `sig-mock`, base64-encoded as
+/// Gemini's are.
+pub const THOUGHT_SIGNATURE: &str = "c2lnLW1vY2s=";
+
 /// Google's canonical status name for an HTTP status.
 fn status_name(status: u16) -> &'static str {
     match status {
@@ -83,7 +87,13 @@ fn function_call_part(c: &Content, i: usize) -> Value {
     if let Some(id) = &tc.id {
         call["id"] = Value::String(id.clone());
     }
-    json!({"functionCall": call})
+    let mut part = json!({"functionCall": call});
+    // Gemini 3 signs a turn's first function call, thoughts asked for or not, and wants the
+    // signature back on that call.
+    if i == 0 {
+        part["thoughtSignature"] = Value::String(THOUGHT_SIGNATURE.into());
+    }
+    part
 }
 
 /// Build the streamed (`alt=sse`) body.

@@ -2,7 +2,7 @@
 //! to say ([`Content`]) and differ only in how they frame it.
 
 mod anthropic;
-mod gemini;
+pub(crate) mod gemini;
 mod openai_chat;
 mod responses;
 
