@@ -1,6 +1,7 @@
 //! Anthropic Messages client.
 
 use crate::http::{self, Decoder, EventQueue, Text};
+use crate::signature;
 use crate::text_template::TextTemplate;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
@@ -216,12 +217,12 @@ fn map_block(block: &ContentBlock, role: Role) -> Option<Value> {
             (None, None) => None,
         },
         ContentBlock::Image { .. } => None,
+        // Only a signature Anthropic made: it verifies them.
         ContentBlock::Thinking {
             thinking,
             signature: Some(sig),
-        } if role == Role::Assistant && !sig.is_empty() => Some(json!({
-            "type": "thinking", "thinking": thinking, "signature": sig,
-        })),
+        } if role == Role::Assistant => signature::for_kind(ProviderKind::Anthropic, sig)
+            .map(|sig| json!({ "type": "thinking", "thinking": thinking, "signature": sig })),
         ContentBlock::Thinking { .. } => None,
         ContentBlock::ToolUse { id, name, input } if role == Role::Assistant => Some(json!({
             "type": "tool_use", "id": id, "name": name, "input": tool_input(input),
@@ -549,6 +550,22 @@ mod tests {
     use super::*;
     use crate::{LlmMessage, ToolSpec};
     use std::collections::VecDeque;
+
+    #[test]
+    fn only_anthropic_signatures_go_back_to_anthropic() {
+        let thinking = |sig: String| ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: Some(sig),
+        };
+        assert_eq!(
+            map_block(&thinking("EqQB".into()), Role::Assistant),
+            Some(json!({"type": "thinking", "thinking": "hmm", "signature": "EqQB"}))
+        );
+        for foreign in [ProviderKind::Gemini, ProviderKind::OpenaiResponses] {
+            let block = thinking(signature::tag(foreign, "EqQB"));
+            assert_eq!(map_block(&block, Role::Assistant), None, "{foreign:?}");
+        }
+    }
 
     #[test]
     fn body_mapping() {

@@ -1,6 +1,7 @@
 //! Gemini API (`streamGenerateContent`) client.
 
 use crate::http::{self, Decoder, EventQueue, Text};
+use crate::signature;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
@@ -222,8 +223,10 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
                 ContentBlock::Thinking {
                     thinking,
                     signature: Some(sig),
-                } if role == "model" && !sig.is_empty() => {
-                    signed.push((thinking, sig));
+                } if role == "model" => {
+                    if let Some(own) = signature::for_kind(ProviderKind::Gemini, sig) {
+                        signed.push((thinking, own));
+                    }
                 }
                 ContentBlock::ToolUse { id, name, input } if role == "model" => {
                     call_names.insert(id, name);
@@ -401,7 +404,10 @@ impl Decoder for GeminiDecoder {
                     http::push_delta(out, thought, t);
                 }
                 if let Some(sig) = part.thought_signature.filter(|s| !s.is_empty()) {
-                    out.push_back(Ok(LlmEvent::ThinkingSignature(sig)));
+                    out.push_back(Ok(LlmEvent::ThinkingSignature(signature::tag(
+                        ProviderKind::Gemini,
+                        &sig,
+                    ))));
                 }
                 if let Some(call) = part.function_call {
                     self.calls += 1;
@@ -490,11 +496,11 @@ mod tests {
                     blocks,
                 },
             ],
-            ..conversation()
+            ..conversation(ProviderKind::Gemini)
         };
         let signed = |sig: &str| ContentBlock::Thinking {
             thinking: String::new(),
-            signature: Some(sig.into()),
+            signature: Some(signature::tag(ProviderKind::Gemini, sig)),
         };
         let call = |id: &str| ContentBlock::ToolUse {
             id: id.into(),
@@ -512,7 +518,7 @@ mod tests {
         let req = model_turn(vec![
             ContentBlock::Thinking {
                 thinking: "hmm".into(),
-                signature: Some("s2".into()),
+                signature: Some(signature::tag(ProviderKind::Gemini, "s2")),
             },
             ContentBlock::text("a"),
             ContentBlock::text("b"),
@@ -524,17 +530,26 @@ mod tests {
         // Nothing else in the turn: the thought part carries it.
         let req = model_turn(vec![ContentBlock::Thinking {
             thinking: "hmm".into(),
-            signature: Some("s3".into()),
+            signature: Some(signature::tag(ProviderKind::Gemini, "s3")),
         }]);
         assert_eq!(
             parts(&req),
             json!([{"text": "hmm", "thought": true, "thoughtSignature": "s3"}])
         );
+        // Another kind's signature is not Gemini's to check: the turn goes without it.
+        let req = model_turn(vec![
+            ContentBlock::Thinking {
+                thinking: "hmm".into(),
+                signature: Some("anthropic-sig".into()),
+            },
+            call("c1"),
+        ]);
+        assert!(parts(&req)[0].get("thoughtSignature").is_none());
     }
 
     #[test]
     fn golden_request() {
-        let body = build_body(&conversation());
+        let body = build_body(&conversation(ProviderKind::Gemini));
         let expected = fixture_json(include_str!("../tests/fixtures/gemini_request.json"));
         assert_eq!(body, expected, "{body:#}");
     }
@@ -575,7 +590,7 @@ mod tests {
                 LlmEvent::ThinkingDelta("first.".into()),
                 LlmEvent::TextDelta("Reading ".into()),
                 LlmEvent::TextDelta("it.".into()),
-                LlmEvent::ThinkingSignature("c2lnLTE=".into()),
+                LlmEvent::ThinkingSignature("gemini:c2lnLTE=".into()),
                 LlmEvent::ToolCall {
                     id: "call_1".into(),
                     name: "read_file".into(),

@@ -17,6 +17,7 @@ mod openai_fast;
 mod policy;
 mod responses;
 mod retry;
+mod signature;
 pub mod sse;
 #[cfg(test)]
 mod testkit;

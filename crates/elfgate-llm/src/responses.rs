@@ -1,6 +1,7 @@
 //! OpenAI Responses API client.
 
 use crate::http::{self, Decoder, EventQueue, Text};
+use crate::signature;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
     ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
@@ -103,6 +104,9 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             "reasoning".into(),
             json!({ "effort": effort, "summary": "auto" }),
         );
+        // Nothing is stored upstream (`store: false`): the reasoning of earlier turns can only
+        // be replayed from its encrypted content, which the API returns only when asked.
+        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
     }
     Value::Object(body)
 }
@@ -119,9 +123,9 @@ fn message_item(role: &str, content: Vec<Value>) -> Value {
     json!({ "type": "message", "role": role, "content": content })
 }
 
-/// Maps the conversation to input items, in order: messages, `function_call` and
-/// `function_call_output` items. Thinking is dropped: a reasoning item can only be replayed
-/// with the provider's id or encrypted content, which the internal form does not keep.
+/// Maps the conversation to input items, in order: reasoning, messages, `function_call` and
+/// `function_call_output` items. Thinking goes back as a reasoning item when it carries the
+/// encrypted content this kind of provider made (its signature); other thinking is dropped.
 pub(crate) fn map_input(req: &LlmRequest) -> Vec<Value> {
     let mut out = Vec::with_capacity(req.messages.len());
     for msg in &req.messages {
@@ -148,6 +152,25 @@ pub(crate) fn map_input(req: &LlmRequest) -> Vec<Value> {
                         (None, None) => continue,
                     };
                     content.push(json!({ "type": "input_image", "image_url": url }));
+                }
+                ContentBlock::Thinking {
+                    thinking,
+                    signature: Some(sig),
+                } if msg.role == Role::Assistant => {
+                    if let Some(encrypted) = signature::for_kind(ProviderKind::OpenaiResponses, sig)
+                    {
+                        // The reasoning came before the turn's message and calls.
+                        let summary = if thinking.is_empty() {
+                            json!([])
+                        } else {
+                            json!([{ "type": "summary_text", "text": thinking }])
+                        };
+                        out.push(json!({
+                            "type": "reasoning",
+                            "summary": summary,
+                            "encrypted_content": encrypted,
+                        }));
+                    }
                 }
                 ContentBlock::ToolUse { id, name, input } if msg.role == Role::Assistant => {
                     after.push(json!({
@@ -212,6 +235,8 @@ struct Item {
     name: Option<String>,
     #[serde(default)]
     arguments: Option<String>,
+    #[serde(default)]
+    encrypted_content: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -362,9 +387,21 @@ impl Decoder for ResponsesDecoder {
                 }
             }
             "response.output_item.done" => {
-                let Some(item) = ev.item.filter(|i| i.kind == "function_call") else {
+                let Some(item) = ev.item else {
                     return Ok(false);
                 };
+                if item.kind == "reasoning" {
+                    if let Some(enc) = item.encrypted_content.filter(|s| !s.is_empty()) {
+                        out.push_back(Ok(LlmEvent::ThinkingSignature(signature::tag(
+                            ProviderKind::OpenaiResponses,
+                            &enc,
+                        ))));
+                    }
+                    return Ok(false);
+                }
+                if item.kind != "function_call" {
+                    return Ok(false);
+                }
                 let mut call = ev
                     .output_index
                     .and_then(|i| self.calls.remove(&i))
@@ -421,7 +458,7 @@ mod tests {
 
     #[test]
     fn golden_request() {
-        let body = build_body(&conversation(), "gpt-test");
+        let body = build_body(&conversation(ProviderKind::OpenaiResponses), "gpt-test");
         let expected = fixture_json(include_str!("../tests/fixtures/responses_request.json"));
         assert_eq!(body, expected, "{body:#}");
     }

@@ -3,13 +3,14 @@
 
 use crate::http::{Decoder, decode_body};
 use crate::{
-    ContentBlock, LlmError, LlmEvent, LlmMessage, LlmRequest, Role, ThinkingLevel, ToolSpec,
+    ContentBlock, LlmError, LlmEvent, LlmMessage, LlmRequest, ProviderKind, Role, ThinkingLevel,
+    ToolSpec,
 };
 use serde_json::json;
 
-/// System prompt, text, images, thinking, tool calls (one with malformed arguments), their
-/// results (one an error) and a last user turn.
-pub(crate) fn conversation() -> LlmRequest {
+/// System prompt, text, images, thinking (signed by a provider of `signed_by`), tool calls (one
+/// with malformed arguments), their results (one an error) and a last user turn.
+pub(crate) fn conversation(signed_by: ProviderKind) -> LlmRequest {
     LlmRequest {
         model: "gpt-test".into(),
         system: Some("You are terse.".into()),
@@ -36,7 +37,7 @@ pub(crate) fn conversation() -> LlmRequest {
                 blocks: vec![
                     ContentBlock::Thinking {
                         thinking: "Read it first.".into(),
-                        signature: Some("c2lnLTE=".into()),
+                        signature: Some(crate::signature::tag(signed_by, "c2lnLTE=")),
                     },
                     ContentBlock::text("Reading it."),
                     ContentBlock::ToolUse {

@@ -24,6 +24,7 @@ mod cache;
 mod wire;
 
 pub use wire::gemini::THOUGHT_SIGNATURE as GEMINI_THOUGHT_SIGNATURE;
+pub use wire::responses::ENCRYPTED_REASONING as RESPONSES_ENCRYPTED_REASONING;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -638,6 +639,10 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let include_encrypted_reasoning = body
+        .get("include")
+        .and_then(Value::as_array)
+        .is_some_and(|i| i.iter().any(|v| v == "reasoning.encrypted_content"));
     let prompt_tokens = wire::prompt_tokens(format, &body);
     let behavior = Behavior::parse(&model);
 
@@ -720,6 +725,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         prompt_tokens,
         cache,
         include_usage,
+        include_encrypted_reasoning,
     };
 
     if stream {

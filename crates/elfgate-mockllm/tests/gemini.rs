@@ -127,7 +127,7 @@ async fn thoughts_text_then_function_call() {
     assert_eq!(text(&ch, false), "tok0 tok1 ");
     assert_eq!(
         parts(&ch[4])[0],
-        json!({"functionCall": {"name": "read_file", "args": {}}})
+        json!({"functionCall": {"name": "read_file", "args": {}}, "thoughtSignature": "c2lnLW1vY2s="})
     );
     assert_eq!(
         finish_reasons(&ch),
@@ -223,7 +223,7 @@ async fn non_streamed_generate_content_with_key_in_query() {
         json!({"role": "model", "parts": [
             {"text": "think0 ", "thought": true},
             {"text": "tok0 tok1 "},
-            {"functionCall": {"name": "ls", "args": {}}},
+            {"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": "c2lnLW1vY2s="},
         ]})
     );
     assert_eq!(v["candidates"][0]["finishReason"], "STOP");
@@ -303,7 +303,7 @@ async fn scripted_finish_reason_ids_and_malformed_arguments() {
     let ch = chunks(&stream(&server, "m:script=g").await.text().await.unwrap());
     assert_eq!(
         parts(&ch[0])[0],
-        json!({"functionCall": {"id": "call_7", "name": "run_shell_command", "args": {"command": "ls"}}})
+        json!({"functionCall": {"id": "call_7", "name": "run_shell_command", "args": {"command": "ls"}}, "thoughtSignature": "c2lnLW1vY2s="})
     );
     assert_eq!(
         parts(&ch[1])[0],

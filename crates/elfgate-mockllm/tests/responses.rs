@@ -180,8 +180,10 @@ async fn reasoning_then_text_then_function_call() {
     );
     assert_eq!(
         ev[8].1["item"],
+        // The request asked for the encrypted reasoning (`include`).
         json!({"id": "rs_mock", "type": "reasoning",
-               "summary": [{"type": "summary_text", "text": "think0 think1 "}]})
+               "summary": [{"type": "summary_text", "text": "think0 think1 "}],
+               "encrypted_content": "enc-mock"})
     );
     assert_eq!(deltas(&ev, "response.output_text.delta"), "tok0 tok1 ");
     assert_eq!(
@@ -293,7 +295,8 @@ async fn non_streamed_response_object() {
     assert_eq!(
         v["output"],
         json!([
-            {"id": "rs_mock", "type": "reasoning", "summary": [{"type": "summary_text", "text": "think0 "}]},
+            {"id": "rs_mock", "type": "reasoning", "summary": [{"type": "summary_text", "text": "think0 "}],
+             "encrypted_content": "enc-mock"},
             {"id": "msg_mock", "type": "message", "status": "completed", "role": "assistant",
              "content": [{"type": "output_text", "text": "tok0 tok1 ", "annotations": []}]},
             {"id": "fc_mock_0", "type": "function_call", "status": "completed", "arguments": "{}",

@@ -119,7 +119,13 @@ async fn chat_sessions_stream_thinking_text_and_usage_and_send_history() {
                 assert_eq!(b[1]["instructions"], "be brief");
                 assert_eq!(b[0]["reasoning"]["effort"], "low");
                 assert_eq!(b[1]["stream"], true);
-                assert_eq!(b[1]["input"][1]["content"][0]["type"], "output_text");
+                // The first answer's reasoning goes back before it, from its encrypted content.
+                assert_eq!(b[1]["input"][1]["type"], "reasoning");
+                assert_eq!(
+                    b[1]["input"][1]["encrypted_content"],
+                    elfgate_mockllm::RESPONSES_ENCRYPTED_REASONING
+                );
+                assert_eq!(b[1]["input"][2]["content"][0]["type"], "output_text");
                 (&b[1]["input"], "content", "assistant")
             }
             _ => {
@@ -133,6 +139,7 @@ async fn chat_sessions_stream_thinking_text_and_usage_and_send_history() {
             .as_array()
             .unwrap()
             .iter()
+            .filter(|t| t["type"] != "reasoning")
             .map(|t| {
                 (
                     t["role"].as_str().unwrap(),
@@ -237,6 +244,27 @@ async fn tinyelf_runs_a_tool_loop_on_each_kind() {
                     .unwrap();
                 assert_eq!(out["call_id"], "c1");
                 assert!(out["output"].as_str().unwrap().contains("hello world"));
+                // The first turn's reasoning went back as a reasoning item, from the encrypted
+                // content the request asked for, before the turn's message and call.
+                assert_eq!(b[0]["include"], json!(["reasoning.encrypted_content"]));
+                let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
+                assert_eq!(
+                    kinds,
+                    [
+                        "message",
+                        "reasoning",
+                        "message",
+                        "function_call",
+                        "function_call_output"
+                    ],
+                    "{input:?}"
+                );
+                let reasoning = &input[1];
+                assert_eq!(
+                    reasoning["encrypted_content"],
+                    elfgate_mockllm::RESPONSES_ENCRYPTED_REASONING
+                );
+                assert_eq!(reasoning["summary"][0]["text"], "Read it first.");
             }
             _ => {
                 let decls = b[0]["tools"][0]["functionDeclarations"].as_array().unwrap();

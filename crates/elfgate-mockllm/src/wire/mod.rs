@@ -4,7 +4,7 @@
 mod anthropic;
 pub(crate) mod gemini;
 mod openai_chat;
-mod responses;
+pub(crate) mod responses;
 
 use bytes::{Bytes, BytesMut};
 use serde_json::Value;
@@ -124,6 +124,8 @@ pub struct Reply<'a> {
     pub cache: crate::cache::CacheUse,
     /// OpenAI Chat `stream_options.include_usage`.
     pub include_usage: bool,
+    /// Responses API `include: ["reasoning.encrypted_content"]`.
+    pub include_encrypted_reasoning: bool,
 }
 
 /// One piece of a streamed body.
@@ -415,6 +417,7 @@ mod tests {
             prompt_tokens: 1,
             cache: Default::default(),
             include_usage: true,
+            include_encrypted_reasoning: false,
         };
         let p = stream(Format::OpenAiChat, &c, &r);
         let all: Vec<u8> = p.frames.iter().flat_map(|f| f.bytes.to_vec()).collect();

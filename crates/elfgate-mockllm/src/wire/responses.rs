@@ -87,12 +87,20 @@ fn final_response(c: &Content, r: &Reply<'_>, output: Vec<Value>) -> Value {
     resp
 }
 
-fn reasoning_item(summary: Option<&str>) -> Value {
+/// The encrypted content of a finished reasoning item, when the request asked for it.
+pub const ENCRYPTED_REASONING: &str = "enc-mock";
+
+fn reasoning_item(summary: Option<&str>, r: &Reply<'_>) -> Value {
+    let done = summary.is_some();
     let summary = match summary {
         Some(text) => json!([{"type": "summary_text", "text": text}]),
         None => json!([]),
     };
-    json!({"id": REASONING_ID, "type": "reasoning", "summary": summary})
+    let mut item = json!({"id": REASONING_ID, "type": "reasoning", "summary": summary});
+    if done && r.include_encrypted_reasoning {
+        item["encrypted_content"] = Value::String(ENCRYPTED_REASONING.into());
+    }
+    item
 }
 
 fn output_text(text: &str) -> Value {
@@ -148,11 +156,11 @@ fn cut_stream(mut e: Events, cut: Cut, r: &Reply<'_>) -> Plan {
     }
 }
 
-fn stream_reasoning(e: &mut Events, c: &Content, output: &mut Vec<Value>) {
+fn stream_reasoning(e: &mut Events, c: &Content, r: &Reply<'_>, output: &mut Vec<Value>) {
     let index = output.len();
     e.push(
         "response.output_item.added",
-        json!({"output_index": index, "item": reasoning_item(None)}),
+        json!({"output_index": index, "item": reasoning_item(None, r)}),
         false,
     );
     let at = json!({"item_id": REASONING_ID, "output_index": index, "summary_index": 0});
@@ -180,7 +188,7 @@ fn stream_reasoning(e: &mut Events, c: &Content, output: &mut Vec<Value>) {
         with(json!({"part": {"type": "summary_text", "text": text}})),
         false,
     );
-    let item = reasoning_item(Some(&text));
+    let item = reasoning_item(Some(&text), r);
     e.push(
         "response.output_item.done",
         json!({"output_index": index, "item": item}),
@@ -238,7 +246,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
     e.push("response.in_progress", json!({"response": created}), false);
     let mut output = Vec::new();
     if !c.thinking.is_empty() {
-        stream_reasoning(&mut e, c, &mut output);
+        stream_reasoning(&mut e, c, r, &mut output);
     }
     let (text, cut) = c.text_before_cut();
     if !c.text.is_empty() {
@@ -309,7 +317,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
 pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
     let mut output = Vec::new();
     if !c.thinking.is_empty() {
-        output.push(reasoning_item(Some(&c.thinking.concat())));
+        output.push(reasoning_item(Some(&c.thinking.concat()), r));
     }
     if !c.text.is_empty() {
         output.push(message_item(Some(&c.text.concat())));
