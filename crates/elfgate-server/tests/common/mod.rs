@@ -30,6 +30,37 @@ pub async fn poll_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> 
     }
 }
 
+/// The Chromium of the browser tests: `CHROMIUM_BIN`, else the usual paths. None (the test then
+/// skips, saying so) when there is none, unless REQUIRE_BROWSER_TESTS=require (scripts/test.sh
+/// sets it), which makes a missing browser a failure.
+pub fn chromium() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var("CHROMIUM_BIN").unwrap_or_default(),
+        "/usr/bin/chromium".into(),
+        "/usr/bin/chromium-browser".into(),
+        "/usr/bin/google-chrome".into(),
+    ];
+    let found = candidates
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        require_browser("Chromium is required (scripts/test.sh installs it)");
+        eprintln!("browser test skipped: no Chromium found (set CHROMIUM_BIN)");
+    }
+    found
+}
+
+/// Fails with `why` when the browser tests are required, else returns (the caller skips).
+pub fn require_browser(why: &str) {
+    assert_ne!(
+        std::env::var("REQUIRE_BROWSER_TESTS").as_deref(),
+        Ok("require"),
+        "{why}"
+    );
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,
