@@ -231,6 +231,7 @@ export class Transcript {
     card.dataset.decision = decision;
     card.querySelector('.actions')?.remove();
     card.querySelector('.perm-status').textContent = decision === 'allow' ? 'Allowed' : 'Denied';
+    if (![...this.permissions.values()].some((c) => !c.dataset.decision)) this.onStatus('running');
   }
 
   complete(r, finishReason) {

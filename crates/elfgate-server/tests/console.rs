@@ -266,7 +266,9 @@ async fn static_files_are_public_and_locked_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_answer_streams_in_token_by_token() {
-    let Some((_mock, d, r)) = chat_scenario("stream", "mock:tokens=30,delay_ms=60").await else {
+    let Some((_mock, d, r)) =
+        chat_scenario("stream", "mock:tokens=30,think=3,delay_ms=60,fail=503x1").await
+    else {
         return;
     };
     let want = tokens(30);
@@ -281,7 +283,16 @@ async fn a_chat_answer_streams_in_token_by_token() {
     assert!(steps[0].len() < want.len());
     assert_eq!(r["final"], want.trim_end());
     assert_eq!(r["finish"], "stop");
-    assert!(r["stats"].as_str().unwrap().contains("30 out"), "{r}");
+    // The upstream's first refusal was retried, and the page said so.
+    let retries = texts(&r["retries"]);
+    assert_eq!(retries.len(), 1, "{r}");
+    assert!(retries[0].starts_with("Retrying (1/2)"), "{retries:?}");
+    assert!(r["stats"].as_str().unwrap().contains("33 out"), "{r}");
+    // The thinking is there, folded.
+    assert_eq!(
+        r["thinking"],
+        json!([{"open": false, "text": "think0 think1 think2 "}])
+    );
     let sid = r["sessionId"].as_str().unwrap();
     assert_eq!(assistant_text(&d, sid).await, want);
     let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
@@ -380,6 +391,10 @@ async fn stop_interrupts_a_slow_stream() {
     assert_eq!(r["status"], "interrupted");
     assert_eq!(r["badge"], "interrupted");
     assert_eq!(r["stopDisabled"], true);
+    assert_eq!(
+        r["narrowOverflow"], 0,
+        "the page is wider than a narrow window"
+    );
     let sid = r["sessionId"].as_str().unwrap();
     let runs = runs_of(&d, sid).await;
     assert_eq!(runs.len(), 1);

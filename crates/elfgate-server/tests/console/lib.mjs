@@ -81,9 +81,9 @@ export async function watchStream(page, until = () => false) {
   }
 }
 
-export async function shot(page, name) {
+export async function shot(page, name, { fullPage = false } = {}) {
   fs.mkdirSync(env.SCREENSHOT_DIR, { recursive: true });
-  await page.screenshot({ path: path.join(env.SCREENSHOT_DIR, `${name}.png`) });
+  await page.screenshot({ path: path.join(env.SCREENSHOT_DIR, `${name}.png`), fullPage });
 }
 
 export const text = (page, selector) => page.locator(selector).first().textContent();

@@ -36,7 +36,7 @@ await scenario(async (page, seen) => {
   await pending.getByRole('button', { name: 'Deny' }).click();
   await page.waitForSelector('.tool[data-status="denied"]');
   await page.waitForFunction(() => document.querySelectorAll('.run-footer [data-finish]').length >= 2);
-  await shot(page, 'tools');
+  await shot(page, 'tools', { fullPage: true });
   return {
     sessionId,
     asked,

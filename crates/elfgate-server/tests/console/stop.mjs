@@ -9,7 +9,13 @@ await scenario(async (page, seen) => {
   await page.waitForSelector('.run-footer [data-finish="interrupted"]');
   await page.waitForSelector('.session-view .status[data-status="interrupted"]');
   await shot(page, 'stopped');
+  // A phone-sized window: one column, nothing wider than the window.
+  await page.setViewportSize({ width: 390, height: 800 });
+  await page.waitForFunction(() => getComputedStyle(document.querySelector('.session-head')).flexDirection === 'column');
+  const narrowOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  await shot(page, 'narrow');
   return {
+    narrowOverflow,
     sessionId,
     before: steps[steps.length - 1],
     status: await text(page, '.session-view .status'),

@@ -16,9 +16,11 @@ await scenario(async (page, seen) => {
   await page.waitForSelector('.run-footer [data-finish]');
   await shot(page, 'stream-done');
   return {
+    retries: await page.locator('.note.retry').allTextContents(),
+    thinking: await page.$$eval('details.thinking', (ds) => ds.map((d) => ({ open: d.open, text: d.querySelector('.thinking-text').textContent }))),
     sessionId,
     steps,
-    final: (await text(page, '.msg.assistant:not(.draft) .content')).trim(),
+    final: (await text(page, '.msg.assistant:not(.draft) .content .md')).trim(),
     finish: await page.locator('.run-footer [data-finish]').getAttribute('data-finish'),
     stats: await text(page, '.run-footer .stats'),
     status: await text(page, '.session-view .status'),
