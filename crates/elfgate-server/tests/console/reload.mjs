@@ -10,7 +10,10 @@ await scenario(async (page, seen) => {
   await page.reload();
   await page.waitForSelector('.session-view');
   // The first text drawn after the reload, then every later one.
-  const after = await watchStream(page);
+  const after = await watchStream(page, (_, steps) => {
+    if (steps.length === 3) shot(page, 'reload-resumed').catch(() => {});
+    return false;
+  });
   await page.waitForSelector('.run-footer [data-finish]');
   await shot(page, 'reloaded');
   const events = seen.requests
