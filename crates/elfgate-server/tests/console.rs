@@ -467,12 +467,31 @@ async fn the_page_asks_for_the_token_only_when_the_daemon_wants_one() {
             ..Opts::default()
         },
     );
+    // A page and a bit of sessions; the newest has no title.
+    for i in 0..51 {
+        open.create(
+            json!({"engine": "chat", "prompt": "hi", "model": "mock:tokens=1",
+            "title": format!("session {i}")}),
+        )
+        .await;
+    }
     open.create(json!({"engine": "chat", "prompt": "no token here", "model": "mock:tokens=2"}))
         .await;
     let r = scenario(&driver, &open, "auth", &[("AUTH_OFF", "1".into())]).await;
     assert_eq!(r["asked"], false);
-    // An untitled session is listed by its first prompt.
-    assert_eq!(r["sessions"], json!(["no token here"]));
+    // Newest first, 50 a page; an untitled session is listed by its first prompt.
+    let first = texts(&r["firstPage"]);
+    assert_eq!(first.len(), 50);
+    assert_eq!(first[0], "no token here");
+    assert_eq!(first[1], "session 50");
+    let all = texts(&r["all"]);
+    assert_eq!(all.len(), 52);
+    assert_eq!(all[51], "session 0");
+    assert_eq!(r["moreShown"], false);
+    assert_eq!(r["found"], json!(["session 7"]));
+    assert_eq!(r["foundByPrompt"], json!(["no token here"]));
+    assert_eq!(r["backendForChat"], false);
+    assert_eq!(r["backendForCli"], true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

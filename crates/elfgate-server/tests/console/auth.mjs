@@ -11,11 +11,26 @@ await scenario(async (page, seen) => {
       const link = document.querySelector('.session-link');
       return link && link.textContent !== '(no title)';
     });
-    return {
-      asked: (await page.locator('#token').count()) > 0,
-      sessions: await page.locator('.session-link').allTextContents(),
-      pageErrors: seen.pageErrors,
-    };
+    const asked = (await page.locator('#token').count()) > 0;
+    const firstPage = await page.locator('.session-link').allTextContents();
+    // The next page, then the search box over both.
+    await page.getByRole('button', { name: 'Load more' }).click();
+    await page.waitForFunction((n) => document.querySelectorAll('.session-item').length > n, firstPage.length);
+    const all = await page.locator('.session-link').allTextContents();
+    const moreShown = await page.getByRole('button', { name: 'Load more' }).isVisible();
+    await page.getByLabel('Search').fill('session 7');
+    const found = await page.locator('.session-link').allTextContents();
+    await page.getByLabel('Search').fill('NO TOKEN');
+    const foundByPrompt = await page.locator('.session-link').allTextContents();
+    // The CLI backend is asked for only for the cli engine.
+    await page.getByRole('link', { name: 'New session' }).first().click();
+    const backend = page.getByLabel('CLI backend');
+    await page.getByLabel('Engine').waitFor();
+    const backendForChat = await backend.isVisible();
+    await page.getByLabel('Engine').selectOption('cli');
+    await backend.waitFor();
+    const backendForCli = await backend.isVisible();
+    return { asked, firstPage, all, moreShown, found, foundByPrompt, backendForChat, backendForCli, pageErrors: seen.pageErrors };
   }
   await page.goto(`${BASE}/`);
   const field = page.getByLabel('Bearer token');
