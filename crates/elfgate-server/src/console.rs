@@ -11,6 +11,7 @@ use crate::error::ApiError;
 use crate::extract::ApiPath;
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::sync::LazyLock;
@@ -91,16 +92,17 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(page))
         .route("/console/{version}/{file}", get(asset))
+        // On every answer of these routes, an extractor's refusal included.
+        .layer(middleware::map_response(secured))
 }
 
-/// Headers every console answer carries, errors included.
-fn secured(mut resp: Response, cache: &'static str) -> Response {
+/// Headers every console answer carries.
+async fn secured(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     for (name, value) in [
         (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::REFERRER_POLICY, "no-referrer"),
-        (header::CACHE_CONTROL, cache),
         (
             HeaderName::from_static("cross-origin-opener-policy"),
             "same-origin",
@@ -108,18 +110,19 @@ fn secured(mut resp: Response, cache: &'static str) -> Response {
     ] {
         h.insert(name, HeaderValue::from_static(value));
     }
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
     resp
 }
 
 async fn page() -> Response {
-    secured(
-        (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            PAGE.as_str(),
-        )
-            .into_response(),
-        "no-cache",
+    // no-cache: the page names the current build's assets, so it is revalidated on every load.
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        PAGE.as_str(),
     )
+        .into_response()
 }
 
 async fn asset(ApiPath((version, file)): ApiPath<(String, String)>) -> Response {
@@ -128,16 +131,19 @@ async fn asset(ApiPath((version, file)): ApiPath<(String, String)>) -> Response 
         .find(|a| a.name == file)
         .filter(|_| version == *VERSION);
     match found {
-        Some(a) => secured(
-            ([(header::CONTENT_TYPE, a.content_type)], a.body).into_response(),
-            // The URL changes whenever any file does.
-            "public, max-age=31536000, immutable",
-        ),
+        Some(a) => (
+            [
+                (header::CONTENT_TYPE, a.content_type),
+                // The URL changes whenever any file does.
+                (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
+            ],
+            a.body,
+        )
+            .into_response(),
         // Another build's version (a page loaded before an upgrade) or no such file.
-        None => secured(
-            ApiError::NotFound(format!("no console file '{file}' in this build")).into_response(),
-            "no-cache",
-        ),
+        None => {
+            ApiError::NotFound(format!("no console file '{file}' in this build")).into_response()
+        }
     }
 }
 

@@ -225,13 +225,12 @@ async fn static_files_are_public_and_locked_down() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert_eq!(r.headers()["content-security-policy"], CSP);
-    let r = d
-        .anon
-        .get(d.url(&format!("{base}/secrets.txt")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    for path in [format!("{base}/secrets.txt"), "/console/%FF/app.js".into()] {
+        let r = d.anon.get(d.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(r.headers()["content-security-policy"], CSP, "{path}");
+        assert_eq!(r.headers()["cache-control"], "no-cache", "{path}");
+    }
 
     // The API around it is as guarded as before.
     let r = d.anon.get(d.url("/v1/sessions")).send().await.unwrap();
