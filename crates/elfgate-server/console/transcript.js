@@ -3,7 +3,7 @@
 // permission request ids), so each is drawn once. Every text goes in through text nodes or the
 // Markdown renderer, which builds nodes.
 
-import { h, clear, pretty } from './dom.js';
+import { h, clear, pretty, when } from './dom.js';
 import { markdown } from './markdown.js';
 
 const FINISH = {
@@ -201,6 +201,7 @@ export class Transcript {
       { class: 'permission', role: 'group', 'aria-label': `Permission for ${ev.toolName}`, 'data-request': ev.requestId },
       h('p', {}, h('strong', {}, ev.toolName), ` asks to run (${ev.tier})`),
       h('pre', { class: 'tool-input' }, pretty(ev.input)),
+      ev.expiresAt ? h('p', { class: 'note expiry' }, `Denied if not answered by ${when(ev.expiresAt)}.`) : null,
       buttons,
       status,
     );
@@ -230,6 +231,7 @@ export class Transcript {
     if (!card) return;
     card.dataset.decision = decision;
     card.querySelector('.actions')?.remove();
+    card.querySelector('.expiry')?.remove();
     card.querySelector('.perm-status').textContent = decision === 'allow' ? 'Allowed' : 'Denied';
     if (![...this.permissions.values()].some((c) => !c.dataset.decision)) this.onStatus('running');
   }
