@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Daemon, GUARD, Opts, chromium, require_browser};
+use common::{Daemon, GUARD, Opts, Relay, chromium, require_browser};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -435,6 +435,44 @@ async fn a_reload_mid_stream_goes_on_without_loss_or_repeat() {
         .parse()
         .unwrap();
     assert!(seq >= 10, "{seq}");
+    let sid = r["sessionId"].as_str().unwrap();
+    assert_eq!(assistant_text(&d, sid).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_resumes_without_loss_or_repeat() {
+    let Some(driver) = driver() else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    // The page talks to the daemon through a relay whose connections are cut mid-stream.
+    let relay = Relay::start(&d.base).await;
+    let env = [
+        ("BASE", relay.url.clone()),
+        ("MODEL", "mock:tokens=60,delay_ms=100".into()),
+    ];
+    let page = scenario(&driver, &d, "drop", &env);
+    let cut = async {
+        let sid = d.first_session().await;
+        let mut sse = d.events(&sid, None).await;
+        sse.until_text(&tokens(6)).await;
+        relay.cut()
+    };
+    let (r, before) = tokio::join!(page, cut);
+    assert!(relay.accepted() > before, "the page did not reconnect");
+    let want = tokens(60);
+    for s in texts(&r["steps"]) {
+        assert!(
+            want.starts_with(s.as_str()),
+            "{s:?} is not a prefix of the answer"
+        );
+    }
+    assert_eq!(r["final"], want.trim_end());
+    // Opened from the start, then again from the last event the page had.
+    let events = r["events"].as_array().unwrap();
+    assert!(events.len() >= 2, "{r}");
+    assert_eq!(events[0]["lastEventId"], Value::Null);
+    let resumed: u64 = events[1]["lastEventId"].as_str().unwrap().parse().unwrap();
+    assert!(resumed >= 4, "{r}");
     let sid = r["sessionId"].as_str().unwrap();
     assert_eq!(assistant_text(&d, sid).await, want);
 }
