@@ -543,7 +543,7 @@ async fn markup_from_titles_prompts_and_answers_is_shown_as_text() {
         )
     };
     let answer = format!(
-        "{} [click me](javascript:window.xssRan='link') ![pic](https://example.com/xss-marker.png) **bold**",
+        "{} [click me](javascript:window.xssRan='link') ![pic](https://example.com/xss-marker.png) **bold** [docs](https://example.com/docs)",
         payload("answer")
     );
     mock.set_script(
@@ -578,6 +578,6 @@ async fn markup_from_titles_prompts_and_answers_is_shown_as_text() {
         shown.contains("bold") && !shown.contains("**bold**"),
         "{shown}"
     );
-    // No link but http(s) ones, and here none at all.
-    assert_eq!(r["links"], json!([]), "{r}");
+    // Links only to http(s) URLs.
+    assert_eq!(r["links"], json!(["https://example.com/docs"]), "{r}");
 }
