@@ -5,8 +5,10 @@
 # openai and anthropic SDKs go into tools/venv (scripts/install-sdk-venv.sh); Node.js with the
 # real coding CLIs (codex, claude-code, gemini-cli, which scripts/install-cli-tools.sh puts into
 # tools/cli/) for the tests with the real CLIs, and the pinned MCP server of the MCP tests
-# (scripts/install-mcp-servers.sh puts it into tools/mcp/), and the schema fuzzer (schemathesis,
-# which scripts/install-fuzz.sh puts into tools/fuzz-venv/). Does nothing for what is already there.
+# (scripts/install-mcp-servers.sh puts it into tools/mcp/), the schema fuzzer (schemathesis,
+# which scripts/install-fuzz.sh puts into tools/fuzz-venv/), and playwright-core, which drives
+# Chromium in the web console's tests (scripts/install-browser-driver.sh puts it into
+# tools/browser/). Does nothing for what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,3 +57,4 @@ scripts/install-cli-tools.sh
 scripts/install-mcp-servers.sh
 scripts/install-sdk-venv.sh
 scripts/install-fuzz.sh
+scripts/install-browser-driver.sh

@@ -275,6 +275,8 @@ impl Daemon {
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
+            // The web console's static files: no data in them, so no token (docs/console.md).
+            .merge(crate::console::routes())
             .merge(protected)
             // Reaches only the routes above without one: the protected ones have theirs.
             .method_not_allowed_fallback(method_not_allowed)

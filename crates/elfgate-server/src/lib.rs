@@ -4,6 +4,7 @@ pub mod app;
 pub mod auth;
 pub mod cli_client;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod event_schema;
 pub mod extract;

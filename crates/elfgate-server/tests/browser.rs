@@ -7,36 +7,13 @@
 
 mod common;
 
-use common::{Daemon, GUARD, Opts};
+use common::{Daemon, GUARD, Opts, chromium};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn chromium() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var("CHROMIUM_BIN").unwrap_or_default(),
-        "/usr/bin/chromium".into(),
-        "/usr/bin/chromium-browser".into(),
-        "/usr/bin/google-chrome".into(),
-    ];
-    let found = candidates
-        .iter()
-        .filter(|c| !c.is_empty())
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        assert_ne!(
-            std::env::var("REQUIRE_BROWSER_TESTS").as_deref(),
-            Ok("require"),
-            "Chromium is required (scripts/test.sh installs it)"
-        );
-        eprintln!("browser test skipped: no Chromium found (set CHROMIUM_BIN)");
-    }
-    found
-}
 
 /// A web server on its own port (its own origin) that answers every GET with `page`.
 async fn page_server(page: Arc<Mutex<String>>) -> SocketAddr {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Daemon, GUARD, Opts};
+use common::{Daemon, GUARD, Opts, Relay};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -392,47 +392,6 @@ async fn in_tmux_ctrl_c_interrupts_the_run() {
     .await;
 }
 
-/// A TCP relay to the daemon whose connections the test can cut, as a flaky network would.
-struct Relay {
-    url: String,
-    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
-}
-
-impl Relay {
-    async fn start(target: &str) -> Relay {
-        let target = target.trim_start_matches("http://").to_string();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let list = conns.clone();
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let target = target.clone();
-                let task = tokio::spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                list.lock().unwrap().push(task.abort_handle());
-            }
-        });
-        Relay { url, conns }
-    }
-
-    /// Drops every connection open now; returns how many were accepted so far.
-    fn cut(&self) -> usize {
-        let list = self.conns.lock().unwrap();
-        for c in list.iter() {
-            c.abort();
-        }
-        list.len()
-    }
-
-    fn accepted(&self) -> usize {
-        self.conns.lock().unwrap().len()
-    }
-}
-
 #[tokio::test]
 async fn a_dropped_stream_resumes_without_losing_or_repeating_events() {
     let mock = MockServer::start().await.unwrap();
@@ -443,15 +402,7 @@ async fn a_dropped_stream_resumes_without_losing_or_repeating_events() {
         .args(["--url", &relay.url, "--token", d.token.as_deref().unwrap()]);
     let client = tokio::spawn(run_with_stdin(cmd, "go\n"));
     // Cut the client's connections once the answer is streaming.
-    let deadline = tokio::time::Instant::now() + GUARD;
-    let sid = loop {
-        let (_, v) = d.get("/v1/sessions").await;
-        if let Some(id) = v["sessions"][0]["id"].as_str() {
-            break id.to_string();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no session");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let sid = d.first_session().await;
     let mut sse = d.events(&sid, None).await;
     sse.until_n("streamDelta", 1).await;
     let before = relay.cut();

@@ -30,6 +30,37 @@ pub async fn poll_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> 
     }
 }
 
+/// The Chromium of the browser tests: `CHROMIUM_BIN`, else the usual paths. None (the test then
+/// skips, saying so) when there is none, unless REQUIRE_BROWSER_TESTS=require (scripts/test.sh
+/// sets it), which makes a missing browser a failure.
+pub fn chromium() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var("CHROMIUM_BIN").unwrap_or_default(),
+        "/usr/bin/chromium".into(),
+        "/usr/bin/chromium-browser".into(),
+        "/usr/bin/google-chrome".into(),
+    ];
+    let found = candidates
+        .iter()
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        require_browser("Chromium is required (scripts/test.sh installs it)");
+        eprintln!("browser test skipped: no Chromium found (set CHROMIUM_BIN)");
+    }
+    found
+}
+
+/// Fails with `why` when the browser tests are required, else returns (the caller skips).
+pub fn require_browser(why: &str) {
+    assert_ne!(
+        std::env::var("REQUIRE_BROWSER_TESTS").as_deref(),
+        Ok("require"),
+        "{why}"
+    );
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,
@@ -296,6 +327,19 @@ impl Daemon {
         v["runId"].as_str().unwrap().to_string()
     }
 
+    /// The id of the daemon's first session, once a client has created it.
+    pub async fn first_session(&self) -> String {
+        let deadline = tokio::time::Instant::now() + GUARD;
+        loop {
+            let (_, v) = self.get("/v1/sessions").await;
+            if let Some(id) = v["sessions"][0]["id"].as_str() {
+                return id.to_string();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no session");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Opens the session's event stream after `after`.
     pub async fn events(&self, session: &str, last_event_id: Option<u64>) -> Sse {
         let mut rb = self
@@ -503,4 +547,45 @@ pub async fn allow(d: &Daemon, sid: &str, rid: &str) {
         )
         .await;
     assert_eq!(s, 200, "{v}");
+}
+
+/// A TCP relay to the daemon whose connections the test can cut, as a flaky network would.
+pub struct Relay {
+    pub url: String,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Relay {
+    pub async fn start(target: &str) -> Relay {
+        let target = target.trim_start_matches("http://").to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let list = conns.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                list.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Relay { url, conns }
+    }
+
+    /// Drops every connection open now; returns how many were accepted so far.
+    pub fn cut(&self) -> usize {
+        let list = self.conns.lock().unwrap();
+        for c in list.iter() {
+            c.abort();
+        }
+        list.len()
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.conns.lock().unwrap().len()
+    }
 }
