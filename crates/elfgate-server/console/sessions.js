@@ -1,12 +1,10 @@
 // The sessions list: newest first, a page at a time (GET /v1/sessions?limit=&cursor=), with a
 // search box over the sessions loaded so far (the API has no search).
 
-import { get, sessionPath } from './api.js';
+import { get } from './api.js';
 import { h, when } from './dom.js';
 
 const PAGE = 50;
-// First prompts of untitled sessions, fetched once per page load.
-const firstPrompts = new Map();
 
 export class SessionsView {
   constructor(main) {
@@ -54,30 +52,11 @@ export class SessionsView {
     this.more.hidden = !this.cursor;
     this.more.disabled = false;
     this.draw();
-    this.fetchFirstPrompts(page.sessions.filter((s) => !s.title && !firstPrompts.has(s.id)));
-  }
-
-  /** The first prompt of each untitled session, a few requests at a time. */
-  async fetchFirstPrompts(untitled) {
-    const queue = [...untitled];
-    const worker = async () => {
-      while (queue.length && !this.closed) {
-        const s = queue.shift();
-        try {
-          const { messages } = await get(sessionPath(s.id, '/messages'));
-          const m = messages.find((x) => x.role === 'user');
-          firstPrompts.set(s.id, m?.blocks?.find((b) => b.type === 'text')?.text || '');
-        } catch {
-          firstPrompts.set(s.id, '');
-        }
-        this.draw();
-      }
-    };
-    await Promise.all([worker(), worker(), worker()]);
   }
 
   label(s) {
-    return s.title || firstPrompts.get(s.id) || '(no title)';
+    // The list carries each session's first prompt: no request per untitled session.
+    return s.title || s.firstPrompt || '(no title)';
   }
 
   draw() {

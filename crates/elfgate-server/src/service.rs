@@ -147,6 +147,10 @@ pub struct SessionView {
     pub active_run_id: Option<RunId>,
     /// Runs waiting behind it.
     pub queued_runs: usize,
+    /// In the session list only: the text of the session's first prompt (its first text block,
+    /// at most 200 characters), for showing a session without a title. Absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_prompt: Option<String>,
 }
 
 /// Parses a session id from a path; a malformed id is an unknown session.
@@ -677,6 +681,7 @@ pub fn view(state: &AppState, session: Session) -> SessionView {
         status: if active.is_some() { "running" } else { "idle" },
         active_run_id: active.as_ref().map(|a| a.run_id),
         queued_runs: active.map(|a| a.queued).unwrap_or(0),
+        first_prompt: None,
         session,
     }
 }

@@ -252,6 +252,29 @@ async fn token_auth_guards_the_api() {
     assert_eq!((s, code(&v)), (405, "method_not_allowed"));
 }
 
+/// A session's first prompt in the list is its first one, cut to 200 characters, whatever came
+/// after it; a single session's view does not carry it.
+#[tokio::test]
+async fn the_list_shows_a_sessions_first_prompt() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let long = "é".repeat(300);
+    let (sid, run) = d
+        .create(json!({"engine": "api", "prompt": long, "model": "mock:tokens=1"}))
+        .await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    let run2 = d
+        .send(&sid, json!({"prompt": "later", "model": "mock:tokens=1"}))
+        .await;
+    d.events(&sid, None).await.until_complete(&run2).await;
+    let (_, top) = d.get("/v1/sessions?limit=1").await;
+    assert_eq!(top["sessions"][0]["id"], sid.as_str());
+    assert_eq!(top["sessions"][0]["firstPrompt"], "é".repeat(200));
+    let (_, one) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert!(one.get("firstPrompt").is_none(), "{one}");
+    assert_eq!(d.delete(&format!("/v1/sessions/{sid}")).await, 204);
+}
+
 #[tokio::test]
 async fn sessions_list_pages_and_delete() {
     let mock = MockServer::start().await.unwrap();
@@ -282,7 +305,10 @@ async fn sessions_list_pages_and_delete() {
     assert_eq!(page2["sessions"][0]["id"], ids[0].as_str());
     assert!(page2.get("nextCursor").is_none());
     assert_eq!(page2["sessions"][0]["title"], "t0");
-
+    // Each listed session carries its first prompt (for one without a title), on every page.
+    assert_eq!(page1["sessions"][0]["firstPrompt"], "p2");
+    assert_eq!(page1["sessions"][1]["firstPrompt"], "p1");
+    assert_eq!(page2["sessions"][0]["firstPrompt"], "p0");
     assert_eq!(d.delete(&format!("/v1/sessions/{}", ids[1])).await, 204);
     assert_eq!(d.delete(&format!("/v1/sessions/{}", ids[1])).await, 404);
     let (s, _) = d.get(&format!("/v1/sessions/{}/messages", ids[1])).await;

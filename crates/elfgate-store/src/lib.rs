@@ -50,9 +50,16 @@ pub struct RecoveredRun {
 pub struct SessionPage {
     /// The sessions.
     pub sessions: Vec<Session>,
+    /// The text of each session's first user message (its first text block, at most
+    /// [`FIRST_PROMPT_CHARS`] characters), for the sessions that have one: what a list shows
+    /// for a session without a title.
+    pub first_prompts: std::collections::HashMap<SessionId, String>,
     /// Pass as `cursor` to get the next page; None at the end.
     pub next_cursor: Option<SessionId>,
 }
+
+/// The most characters of a first prompt a [`SessionPage`] carries.
+pub const FIRST_PROMPT_CHARS: usize = 200;
 
 /// Everything the daemon stores. Implementations must be safe to share between tasks.
 #[async_trait]

@@ -287,7 +287,7 @@ async fn list(
                 .map_err(|_| ApiError::BadRequest(format!("invalid cursor '{c}'")))
         })
         .transpose()?;
-    let page = state
+    let mut page = state
         .store
         .list_sessions(q.limit.unwrap_or(50), cursor)
         .await?;
@@ -295,7 +295,13 @@ async fn list(
         sessions: page
             .sessions
             .into_iter()
-            .map(|s| service::view(&state, s))
+            .map(|s| {
+                let first_prompt = page.first_prompts.remove(&s.id);
+                service::SessionView {
+                    first_prompt,
+                    ..service::view(&state, s)
+                }
+            })
             .collect(),
         next_cursor: page.next_cursor,
     }))

@@ -106,16 +106,30 @@ impl Store for SqliteStore {
     ) -> StoreResult<SessionPage> {
         let limit = limit.clamp(1, 500);
         // Ids are UUIDv7: their text order is creation order.
+        // With each session the blocks of its first user message (through the messages'
+        // session index), for a list to show a session without a title.
+        macro_rules! with_first_user_blocks {
+            ($rest:literal) => {
+                concat!(
+                    "SELECT *, (SELECT m.blocks FROM messages m \
+                     WHERE m.session_id = sessions.id AND m.role = 'user' \
+                     ORDER BY m.created_at, m.id LIMIT 1) AS first_user_blocks FROM sessions ",
+                    $rest
+                )
+            };
+        }
         let rows = match cursor {
             Some(c) => {
-                sqlx::query("SELECT * FROM sessions WHERE id < ? ORDER BY id DESC LIMIT ?")
-                    .bind(c.to_string())
-                    .bind(limit as i64 + 1)
-                    .fetch_all(&self.read)
-                    .await?
+                sqlx::query(with_first_user_blocks!(
+                    "WHERE id < ? ORDER BY id DESC LIMIT ?"
+                ))
+                .bind(c.to_string())
+                .bind(limit as i64 + 1)
+                .fetch_all(&self.read)
+                .await?
             }
             None => {
-                sqlx::query("SELECT * FROM sessions ORDER BY id DESC LIMIT ?")
+                sqlx::query(with_first_user_blocks!("ORDER BY id DESC LIMIT ?"))
                     .bind(limit as i64 + 1)
                     .fetch_all(&self.read)
                     .await?
@@ -125,14 +139,23 @@ impl Store for SqliteStore {
             .iter()
             .map(session_from_row)
             .collect::<StoreResult<Vec<_>>>()?;
+        let mut first_prompts = std::collections::HashMap::new();
+        for (row, session) in rows.iter().zip(&sessions) {
+            let blocks: Option<String> = row.try_get("first_user_blocks")?;
+            if let Some(text) = blocks.as_deref().and_then(first_text) {
+                first_prompts.insert(session.id, text);
+            }
+        }
         let next_cursor = if sessions.len() > limit as usize {
             sessions.truncate(limit as usize);
             sessions.last().map(|s| s.id)
         } else {
             None
         };
+        first_prompts.retain(|id, _| sessions.iter().any(|s| s.id == *id));
         Ok(SessionPage {
             sessions,
+            first_prompts,
             next_cursor,
         })
     }
@@ -348,4 +371,15 @@ impl Store for SqliteStore {
         }
         Ok(recovered)
     }
+}
+
+/// The first text block of stored `blocks`, cut to [`crate::FIRST_PROMPT_CHARS`] characters.
+fn first_text(blocks: &str) -> Option<String> {
+    let blocks: Vec<elfgate_core::ContentBlock> = serde_json::from_str(blocks).ok()?;
+    blocks.into_iter().find_map(|b| match b {
+        elfgate_core::ContentBlock::Text { text } if !text.trim().is_empty() => {
+            Some(text.chars().take(crate::FIRST_PROMPT_CHARS).collect())
+        }
+        _ => None,
+    })
 }
