@@ -161,6 +161,8 @@ async fn sessions_show_and_interrupt() {
     assert_eq!(out.status.code(), Some(0));
     let line = stdout(&out);
     assert!(line.contains(&sid) && line.contains("running"), "{line}");
+    // An untitled session is named by its first prompt.
+    assert!(line.contains("count slowly"), "{line}");
 
     let out = run_with_stdin(client(&d, &["interrupt", &sid]), "").await;
     assert_eq!(out.status.code(), Some(0));

@@ -25,7 +25,7 @@ pub async fn sessions(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError>
                     text(&s["status"]),
                     text(&s["model"]),
                     text(&s["updatedAt"]),
-                    s["title"].as_str().unwrap_or("")
+                    label(s)
                 );
             }
         }
@@ -101,4 +101,17 @@ fn text(v: &Value) -> String {
             v.to_string()
         }
     })
+}
+
+/// What names a session in the list: its title, or else its first prompt on one line.
+fn label(s: &Value) -> String {
+    match s["title"].as_str().filter(|t| !t.is_empty()) {
+        Some(title) => title.to_string(),
+        None => s["firstPrompt"]
+            .as_str()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
