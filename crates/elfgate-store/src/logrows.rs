@@ -50,6 +50,11 @@ impl LogRow<'_> {
     }
 }
 
+const UUID_LEN: usize = uuid::fmt::Hyphenated::LENGTH;
+
+/// The initial size of a merged row's payload.
+const LINES_CAPACITY: usize = 512;
+
 /// A delta row still open for the next delta of its session.
 struct Open<'a> {
     row: usize,
@@ -60,22 +65,20 @@ struct Open<'a> {
 }
 
 /// The rows of `events` (in order; a merged row at the place of its first event).
-pub(crate) fn group<'a>(
-    events: &'a [Arc<EventRecord>],
-    shared: &mut SharedText,
-) -> Vec<LogRow<'a>> {
+pub(crate) fn group<'a>(events: &'a [Arc<EventRecord>]) -> Vec<LogRow<'a>> {
     let mut rows = Vec::with_capacity(events.len());
     let mut open: HashMap<SessionId, Open<'a>> = HashMap::new();
     for e in events {
         let e: &'a EventRecord = e;
         let parts = match e.run_id {
-            Some(run) if e.event_type == "streamDelta" => deltas::split(
-                &e.json,
-                e.seq,
-                &shared.session(e.session_id),
-                &shared.run(run),
-            )
-            .map(|p| (run, p)),
+            Some(run) if e.event_type == "streamDelta" => {
+                // The ids as the row's columns spell them (`Display` of a uuid is this form),
+                // written on the stack: a lookup in `shared` cost more than the split itself.
+                let (mut session, mut run_text) = ([0u8; UUID_LEN], [0u8; UUID_LEN]);
+                let session = e.session_id.0.hyphenated().encode_lower(&mut session);
+                let run_text = run.0.hyphenated().encode_lower(&mut run_text);
+                deltas::split(&e.json, e.seq, session, run_text).map(|p| (run, p))
+            }
             _ => None,
         };
         let Some((run, parts)) = parts else {
@@ -91,7 +94,9 @@ pub(crate) fn group<'a>(
                 if let Some(first_parts) = o.first.take()
                     && let LogRow::One(first) = rows[o.row]
                 {
-                    let mut lines = String::new();
+                    // Room for the usual run of a paced stream (about ten short deltas per
+                    // commit) without growing the string line by line.
+                    let mut lines = String::with_capacity(LINES_CAPACITY);
                     deltas::push_line(&mut lines, &first_parts);
                     rows[o.row] = LogRow::Deltas {
                         first,
@@ -227,8 +232,7 @@ mod tests {
             delta(a, 9, ra2),
             delta(b, 4, rb),
         ];
-        let mut shared = SharedText::default();
-        let rows = group(&events, &mut shared);
+        let rows = group(&events);
         assert_eq!(
             shape(&rows),
             [

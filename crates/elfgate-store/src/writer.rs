@@ -554,7 +554,7 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
     let mut scripts = Vec::new();
     let mut current = Script::transaction();
     let mut shared = SharedText::default();
-    let mut rows = logrows::group(events, &mut shared);
+    let mut rows = logrows::group(events);
     while !rows.is_empty() {
         let n = 1usize << rows.len().min(ROWS_PER_STATEMENT).ilog2();
         // OR IGNORE: a retried batch may have been half applied before a failed commit (a retry
