@@ -113,18 +113,22 @@ with ThreadPoolExecutor(conc) as ex:
 PY
 }
 
-# The streamDelta events in the log (the writer commits within 50 ms of an event).
+# The streamDelta events in the log and the rows holding them (a run's consecutive deltas committed
+# together share a row, `last_seq - seq + 1` events), as "events rows" (the writer commits within
+# 50 ms of an event).
 count_deltas() {
     python3 -c "
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
-print(c.execute(\"select count(*) from events where type='streamDelta'\").fetchone()[0])
+cols = [r[1] for r in c.execute('pragma table_info(events)')]
+n = 'coalesce(last_seq - seq, 0) + 1' if 'last_seq' in cols else '1'  # DAEMON=an older build
+print(*c.execute(f\"select coalesce(sum({n}), 0), count(*) from events where type='streamDelta'\").fetchone())
 " "$dir/bench.db"
 }
 
 drive "$concurrency" "$concurrency"
 sleep 0.5
-warmup_deltas=$(count_deltas)
+read -r warmup_deltas warmup_rows < <(count_deltas)
 if [[ $mode == strace ]]; then
     strace -c -f -p "$daemon_pid" -o "$dir/strace.out" &
     perf_pid=$!
@@ -149,10 +153,12 @@ else
     callgrind_control --dump=workload "$daemon_pid" >/dev/null 2>&1
 fi
 sleep 0.5
-deltas=$(( $(count_deltas) - warmup_deltas ))
+read -r deltas rows < <(count_deltas)
+deltas=$((deltas - warmup_deltas))
+rows=$((rows - warmup_rows))
 relayed=$((sessions * tokens))
 echo "workload: $sessions sessions x $tokens tokens, delay ${delay_ms} ms, $concurrency at a time"
-echo "streamDelta events: $deltas ($(awk -v r=$relayed -v d=$deltas "BEGIN { printf \"%.2f\", r / d }") tokens per event)"
+echo "streamDelta events: $deltas ($(awk -v r=$relayed -v d=$deltas "BEGIN { printf \"%.2f\", r / d }") tokens per event) in $rows log rows ($(awk -v d=$deltas -v n=$rows "BEGIN { printf \"%.2f\", d / n }") events per row)"
 if [[ $mode == perf ]]; then
     awk -F, -v t="$relayed" -v s="$sessions" '$3 ~ /sys_enter|context-switches/ {
         printf "%s: %d total, %.2f per token, %.0f per session\n", $3, $1, $1 / t, $1 / s }

@@ -1,6 +1,6 @@
 //! The event log's sustained write rate: many sessions streaming through the daemon at once, each
 //! started again as soon as it ends, while the bench counts the events the daemon published (its
-//! `/metrics` counter) and the rows committed to its SQLite database over a fixed window.
+//! `/metrics` counter) and the events committed to its SQLite database over a fixed window.
 
 use crate::client::{self, Target};
 use crate::daemon::{self, Daemon};
@@ -42,6 +42,7 @@ struct Snapshot {
     at: Instant,
     published: u64,
     written: u64,
+    rows: u64,
     daemon_cpu_ns: u64,
     sessions: u64,
 }
@@ -65,27 +66,51 @@ async fn events_published(t: &Target) -> anyhow::Result<u64> {
         .context("elfgate_events_published_total is not a number")
 }
 
-/// Rows in the event log. The database is fresh and the bench deletes nothing, so the highest
-/// rowid is the row count, and reading it touches only the table's last page, where `count(*)`
-/// would scan the whole log while the daemon writes it.
-async fn events_written(db: &mut sqlx::SqliteConnection) -> anyhow::Result<u64> {
-    let (n,): (i64,) = sqlx::query_as("SELECT coalesce(max(rowid), 0) FROM events")
+/// The events committed to the event log, counted as rows are added: a row holds one event, or
+/// (a run's consecutive deltas committed together) `last_seq - seq + 1`. The database is fresh and
+/// the bench deletes nothing, so rows come in rowid order, and each read sums only the rows after
+/// the last one it saw, touching the table's last pages, where a count over the whole log would
+/// scan it while the daemon writes it.
+#[derive(Default)]
+struct LogCount {
+    rows: i64,
+    events: u64,
+}
+
+impl LogCount {
+    /// (events, rows) committed so far.
+    async fn read(&mut self, db: &mut sqlx::SqliteConnection) -> anyhow::Result<(u64, u64)> {
+        let (rows, events): (Option<i64>, i64) = sqlx::query_as(
+            "SELECT max(rowid), coalesce(sum(coalesce(last_seq - seq, 0) + 1), 0) FROM events \
+             WHERE rowid > ?",
+        )
+        .bind(self.rows)
         .fetch_one(db)
         .await?;
-    Ok(u64::try_from(n)?)
+        if let Some(rows) = rows {
+            self.rows = rows;
+        }
+        self.events += u64::try_from(events)?;
+        Ok((self.events, u64::try_from(self.rows)?))
+    }
 }
 
 impl Snapshot {
     async fn take(
         t: &Target,
         db: &mut sqlx::SqliteConnection,
+        log: &mut LogCount,
         pid: u32,
         sessions: &AtomicU64,
     ) -> anyhow::Result<Snapshot> {
+        let at = Instant::now();
+        let published = events_published(t).await?;
+        let (written, rows) = log.read(db).await?;
         Ok(Snapshot {
-            at: Instant::now(),
-            published: events_published(t).await?,
-            written: events_written(db).await?,
+            at,
+            published,
+            written,
+            rows,
             daemon_cpu_ns: daemon::cpu_ns(pid)?,
             sessions: sessions.load(Ordering::Relaxed),
         })
@@ -120,9 +145,10 @@ pub async fn run(t: &Target, d: &Daemon, tokens: u32, s: &Settings) -> anyhow::R
         });
     }
     tokio::time::sleep(RAMP).await;
-    let a = Snapshot::take(t, &mut db, d.pid, &done).await?;
+    let mut log = LogCount::default();
+    let a = Snapshot::take(t, &mut db, &mut log, d.pid, &done).await?;
     tokio::time::sleep(Duration::from_secs(s.secs)).await;
-    let b = Snapshot::take(t, &mut db, d.pid, &done).await?;
+    let b = Snapshot::take(t, &mut db, &mut log, d.pid, &done).await?;
     stop.store(true, Ordering::Relaxed);
     let mut first_error = None;
     while let Some(r) = workers.join_next().await {
@@ -133,16 +159,17 @@ pub async fn run(t: &Target, d: &Daemon, tokens: u32, s: &Settings) -> anyhow::R
     // The log commits on its own schedule: wait until it has caught up with what was published.
     let stopped = Instant::now();
     let published = events_published(t).await?;
-    let mut written = events_written(&mut db).await?;
+    let mut written = log.read(&mut db).await?.0;
     while written < published && stopped.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        written = events_written(&mut db).await?;
+        written = log.read(&mut db).await?.0;
     }
     let caught_up = stopped.elapsed();
 
     let secs = b.at.duration_since(a.at).as_secs_f64();
     let published_rate = b.published.saturating_sub(a.published) as f64 / secs;
     let written_rate = b.written.saturating_sub(a.written) as f64 / secs;
+    let rows_rate = b.rows.saturating_sub(a.rows) as f64 / secs;
     let sessions = b.sessions.saturating_sub(a.sessions);
     let cpu_ns = b.daemon_cpu_ns.saturating_sub(a.daemon_cpu_ns);
     println!(
@@ -153,7 +180,8 @@ pub async fn run(t: &Target, d: &Daemon, tokens: u32, s: &Settings) -> anyhow::R
         RAMP.as_secs()
     );
     println!(
-        "  published {published_rate:.0} events/s, committed to SQLite {written_rate:.0} rows/s; \
+        "  published {published_rate:.0} events/s, committed to SQLite {written_rate:.0} events/s \
+         in {rows_rate:.0} rows/s; \
          {sessions} sessions ({:.0}/s, {:.1} events each); daemon CPU {:.0}% of a core, {:.1} µs \
          per event",
         sessions as f64 / secs,

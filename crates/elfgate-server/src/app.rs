@@ -181,6 +181,7 @@ impl Daemon {
             &config.storage.url,
             StoreOptions {
                 log_queue_events: config.storage.log_queue_events,
+                log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
             },
         )
         .await?;

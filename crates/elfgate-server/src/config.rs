@@ -63,6 +63,9 @@ pub enum AuthMode {
     None,
 }
 
+/// The longest `[storage] log_linger_ms`: events a crash can lose are those of the last linger.
+pub const MAX_LOG_LINGER_MS: u64 = 10_000;
+
 /// `[storage]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +74,8 @@ pub struct StorageConfig {
     pub url: String,
     /// Published events that may wait for the log writer before publishers wait for room.
     pub log_queue_events: usize,
+    /// How long a published event may wait for others before the log writer commits it.
+    pub log_linger_ms: u64,
 }
 
 /// The wire format a provider speaks.
@@ -418,6 +423,11 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "storage.log_queue_events must be positive".into(),
             ));
+        }
+        if self.storage.log_linger_ms > MAX_LOG_LINGER_MS {
+            return Err(ConfigError::Invalid(format!(
+                "storage.log_linger_ms must be at most {MAX_LOG_LINGER_MS}"
+            )));
         }
         if !self.storage.url.starts_with("sqlite:") {
             return Err(ConfigError::Invalid(format!(

@@ -4,8 +4,10 @@
 //! behind the same trait later.
 
 mod codec;
+mod deltas;
 mod error;
 mod lock;
+mod logrows;
 mod schema;
 mod script;
 mod sqlite;

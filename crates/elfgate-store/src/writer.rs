@@ -2,26 +2,25 @@
 //! drains two queues: the store operations on a run's path (session creation, user and assistant
 //! messages, run start and end), which callers wait for and which are committed at once, all that
 //! are waiting in one transaction; and the event log (published events, seq reservations), which
-//! nobody waits for (unless its bounded queue is full) and which is committed `LINGER` after its
+//! nobody waits for (unless its bounded queue is full) and which is committed `linger` after its
 //! first waiting event, later while a checkpoint pass runs, at once for a flush, a seq reservation
 //! or a full batch. Under load, the messages of many sessions share one commit, and a log commit
 //! carries many events of each session.
 
 use crate::StoreError;
-use crate::codec::ts;
+use crate::logrows::{self, SharedText};
 use crate::script::Script;
 use crate::statements::{
     push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
     push_run_finished, push_run_started,
 };
-use chrono::{DateTime, Utc};
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
     SessionId,
 };
 use sqlx::SqlitePool;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -31,11 +30,13 @@ const MAX_BATCH: usize = 4096;
 const LOG_SLICE: usize = 512;
 /// Most store operations written in one transaction.
 const MAX_OPS: usize = 256;
-/// How long events may wait for company before they are committed. Each commit rewrites every
-/// log page it touches; with many sessions streaming at once, a commit every few milliseconds
-/// carried about one event per session and rewrote a whole page for each.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
-/// Most rows per INSERT statement (6 parameters each, far under SQLite's limit).
+/// How long events may wait for company before they are committed, by default (`[storage]
+/// log_linger_ms`). Each commit rewrites every log page it touches, and each row costs an insert
+/// into the table and its index; with many sessions streaming at once, a commit every few
+/// milliseconds carried about one event per session and rewrote a whole page for each, and a
+/// paced stream's deltas merge into one row only when they share a commit.
+pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(50);
+/// Most rows per INSERT statement (7 parameters each, far under SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 128;
 
 /// A write on a run's path, answered once committed.
@@ -118,11 +119,17 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the writer on `pool` (the write connection); `read` serves its WAL checkpoints.
-    /// Publishers wait when `log_queue_events` events wait for it.
-    pub(crate) fn spawn(pool: SqlitePool, read: SqlitePool, log_queue_events: usize) -> Writer {
+    /// Publishers wait when `log_queue_events` events wait for it; events wait up to `linger`
+    /// for company before they are committed.
+    pub(crate) fn spawn(
+        pool: SqlitePool,
+        read: SqlitePool,
+        log_queue_events: usize,
+        linger: Duration,
+    ) -> Writer {
         let (log, log_rx) = elfgate_core::log_channel(log_queue_events);
         let (ops, ops_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(pool, read, log_rx, ops_rx));
+        let task = tokio::spawn(run(pool, read, log_rx, ops_rx, linger));
         Writer {
             log,
             ops,
@@ -159,6 +166,7 @@ async fn run(
     read: SqlitePool,
     mut log_rx: LogReceiver,
     mut ops_rx: mpsc::UnboundedReceiver<(StoreOp, Ack)>,
+    linger: Duration,
 ) {
     let mut batch = Batch::default();
     // When the events waiting in `batch` must be written at the latest.
@@ -232,7 +240,7 @@ async fn run(
         }
         let now = tokio::time::Instant::now();
         if due.is_none() && batch.has_log_writes() {
-            due = Some(now + LINGER);
+            due = Some(now + linger);
         }
         // While a checkpoint goes on, events wait (nobody waits for them) unless someone asks for
         // them or they pile up: the fewer frames are added meanwhile, the sooner it completes.
@@ -538,30 +546,33 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The batch's events and seq reservation changes as a transaction: one INSERT of up to
-/// `ROWS_PER_STATEMENT` events per round trip, each statement of a power-of-two size so that only a
-/// handful of them exist and all stay prepared (a log commit is rare: every `LINGER` at most).
+/// The batch's events and seq reservation changes as a transaction: the events as rows
+/// ([`logrows::group`]: a run's consecutive deltas share one), one INSERT of up to
+/// `ROWS_PER_STATEMENT` rows per round trip, each statement of a power-of-two size so that only a
+/// handful of them exist and all stay prepared (a log commit is rare: every `linger` at most).
 fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Script> {
     let mut scripts = Vec::new();
     let mut current = Script::transaction();
-    let mut rest: &[Arc<EventRecord>] = events;
     let mut shared = SharedText::default();
-    while !rest.is_empty() {
-        let n = 1usize << rest.len().min(ROWS_PER_STATEMENT).ilog2();
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        // OR IGNORE: a retried batch may have been half applied before a failed commit.
+    let mut rows = logrows::group(events);
+    while !rows.is_empty() {
+        let n = 1usize << rows.len().min(ROWS_PER_STATEMENT).ilog2();
+        // OR IGNORE: a retried batch may have been half applied before a failed commit (a retry
+        // groups the same events into the same rows).
         current
             .statement(
-                "INSERT OR IGNORE INTO events (session_id, seq, run_id, type, payload, created_at) ",
+                "INSERT OR IGNORE INTO events \
+                 (session_id, seq, run_id, type, created_at, last_seq, payload) ",
             )
-            .push_values(chunk, |mut row, e| {
+            .push_values(rows.drain(..n), |mut row, r| {
+                let e = r.first();
                 row.push_bind(shared.session(e.session_id))
                     .push_bind(e.seq as i64)
-                    .push_bind(e.run_id.map(|r| shared.run(r)))
+                    .push_bind(e.run_id.map(|id| shared.run(id)))
                     .push_bind(shared.event_type(&e.event_type))
-                    .push_bind(e.json.clone())
-                    .push_bind(shared.ts(&e.ts));
+                    .push_bind(shared.ts(&e.ts))
+                    .push_bind(r.last_seq().map(|s| s as i64))
+                    .push_bind(r.into_payload());
             });
         scripts.push(std::mem::replace(&mut current, Script::new()));
     }
@@ -589,61 +600,10 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
     scripts
 }
 
-/// The text columns that repeat across the rows of one log transaction, each made once: a
-/// session's id, a run's id and an event type recur in every event of the batch, and most events
-/// share their millisecond with the one before. A shared string is bound without a copy of its
-/// own; formatting and copying them for each row cost more than the rest of the row's binds.
-#[derive(Default)]
-struct SharedText {
-    sessions: HashMap<SessionId, Arc<str>>,
-    runs: HashMap<RunId, Arc<str>>,
-    types: HashMap<String, Arc<str>>,
-    last_ts: Option<(DateTime<Utc>, Arc<str>)>,
-}
-
-impl SharedText {
-    fn session(&mut self, id: SessionId) -> Arc<str> {
-        self.sessions
-            .entry(id)
-            .or_insert_with(|| id.to_string().into())
-            .clone()
-    }
-
-    fn run(&mut self, id: RunId) -> Arc<str> {
-        self.runs
-            .entry(id)
-            .or_insert_with(|| id.to_string().into())
-            .clone()
-    }
-
-    fn event_type(&mut self, t: &str) -> Arc<str> {
-        if let Some(s) = self.types.get(t) {
-            return s.clone();
-        }
-        let s: Arc<str> = t.into();
-        self.types.insert(t.to_string(), s.clone());
-        s
-    }
-
-    fn ts(&mut self, t: &DateTime<Utc>) -> Arc<str> {
-        let millis = t.timestamp_millis();
-        match &self.last_ts {
-            Some((last, s)) if last.timestamp_millis() == millis => s.clone(),
-            _ => {
-                let s: Arc<str> = ts(t).into();
-                self.last_ts = Some((*t, s.clone()));
-                s
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use elfgate_core::EventPayload;
-    use std::time::Duration;
-
     #[tokio::test]
     async fn writes_what_is_left_and_stops_when_both_queues_close() {
         let dir = tempfile::tempdir().unwrap();
@@ -652,7 +612,13 @@ mod tests {
         crate::schema::MIGRATOR.run(&pool).await.unwrap();
         let (log, log_rx) = elfgate_core::log_channel(2);
         let (ops, ops_rx) = mpsc::unbounded_channel::<(StoreOp, Ack)>();
-        let task = tokio::spawn(run(pool.clone(), pool.clone(), log_rx, ops_rx));
+        let task = tokio::spawn(run(
+            pool.clone(),
+            pool.clone(),
+            log_rx,
+            ops_rx,
+            DEFAULT_LINGER,
+        ));
         let session = SessionId::new();
         for seq in 1..=3 {
             let e = EventRecord::build(session, seq, None, &EventPayload::SessionCreated {});

@@ -409,3 +409,98 @@ async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
     assert!(still.ended_at.is_none());
     assert_eq!(store.list_messages(s.id, 100).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte() {
+    use elfgate_core::{Delta, DeltaKind, EventEmitter, EventRecord};
+    use elfgate_store::StoreOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/t.db", dir.path().display());
+    // Events wait for the flush below, whatever the machine's speed: one commit.
+    let opts = StoreOptions {
+        log_linger: std::time::Duration::from_secs(30),
+        ..StoreOptions::default()
+    };
+    let store = SqliteStore::open_with(&url, opts).await.unwrap();
+    let s = session();
+    let r = run(s.id, RunStatus::Running);
+    store.create_session(&s, &r, None).await.unwrap();
+    let hub = EventHub::new(store.log_sender(), Arc::new(Metrics::default()));
+    let bus = hub.open(s.id, 0, SEQ_RESERVE_BLOCK);
+    let emitter = EventEmitter::new(bus.clone(), r.id);
+    let note = |m: &str| EventPayload::Processing { message: m.into() };
+    let delta = |kind, text: String| EventPayload::StreamDelta {
+        delta: Delta { kind, text },
+    };
+    let texts = ["tok ", "", "a \"quoted\"\nline\t\u{1}é😀\\", "}}\"}}\n"];
+    let mut published: Vec<Arc<EventRecord>> = vec![emitter.emit(note("start")).await];
+    let (mut text, mut thinking) = (String::new(), String::new());
+    for i in 0..40 {
+        let t = format!("{}{i}", texts[i % texts.len()]);
+        let kind = if i % 7 == 3 {
+            thinking.push_str(&t);
+            DeltaKind::Thinking
+        } else {
+            text.push_str(&t);
+            DeltaKind::Text
+        };
+        published.push(emitter.emit(delta(kind, t)).await);
+    }
+    published.push(emitter.emit(note("middle")).await);
+    for i in 0..5 {
+        let t = format!("end{i}");
+        text.push_str(&t);
+        published.push(emitter.emit(delta(DeltaKind::Text, t)).await);
+    }
+    assert!(hub.flush().await);
+
+    // A note, 40 deltas, a note, 5 deltas.
+    assert_eq!(
+        store.event_log_rows(s.id).await.unwrap(),
+        (4, published.len() as u64)
+    );
+    let last = published.last().unwrap().seq;
+    assert_eq!(store.last_seq(s.id).await.unwrap(), last);
+    let sid = s.id;
+    let check = |store: SqliteStore, published: Vec<Arc<EventRecord>>| async move {
+        for after in 0..=last + 1 {
+            for limit in [1, 3, 1000] {
+                let got = store.events_after(sid, after, limit).await.unwrap();
+                let want: Vec<(u64, String, String)> = published
+                    .iter()
+                    .filter(|e| e.seq > after)
+                    .take(limit as usize)
+                    .map(|e| (e.seq, e.event_type.to_string(), e.json.clone()))
+                    .collect();
+                let got: Vec<(u64, String, String)> = got
+                    .into_iter()
+                    .map(|e| (e.seq, e.event_type, e.json))
+                    .collect();
+                assert_eq!(got, want, "after {after}, limit {limit}");
+            }
+        }
+    };
+    check(store.clone(), published.clone()).await;
+
+    // Reopened as after a crash: the rows read back the same, numbering resumes above the
+    // reservation, and the partial answer is rebuilt from the merged deltas.
+    drop(bus);
+    store.close().await;
+    drop(store);
+    let store = SqliteStore::open(&url).await.unwrap();
+    check(store.clone(), published.clone()).await;
+    let recovered = store.recover_unfinished_runs().await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].partial_text_chars, text.chars().count());
+    let answer = store.latest_message(s.id).await.unwrap().unwrap();
+    assert_eq!(answer.text(), text);
+    assert!(
+        matches!(&answer.blocks[0], ContentBlock::Thinking { thinking: t, .. } if *t == thinking),
+        "{:?}",
+        answer.blocks
+    );
+    let after = store.events_after(s.id, last, 10).await.unwrap();
+    let types: Vec<&str> = after.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["result", "complete"]);
+    assert!(after[0].seq > SEQ_RESERVE_BLOCK);
+}

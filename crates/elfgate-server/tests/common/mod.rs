@@ -385,6 +385,8 @@ pub struct Ev {
     pub id: Option<u64>,
     pub event: String,
     pub data: Value,
+    /// The frame as received, up to and including its blank line.
+    pub raw: String,
 }
 
 impl Ev {
@@ -408,6 +410,7 @@ pub fn parse_frame(frame: &str) -> Option<Ev> {
         id: None,
         event: String::new(),
         data: Value::Null,
+        raw: frame.to_string(),
     };
     let mut data = String::new();
     for line in frame.lines() {

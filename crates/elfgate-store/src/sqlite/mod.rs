@@ -30,3 +30,21 @@ pub struct SqliteStore {
     /// This process's claim on the database file (none in memory), released with the last clone.
     _lock: Option<Arc<DatabaseLock>>,
 }
+
+impl SqliteStore {
+    /// How a session's events are stored: `(rows, events)` of its event log. Consecutive deltas of
+    /// a run that were committed together share a row, so rows can be fewer than events.
+    pub async fn event_log_rows(
+        &self,
+        session_id: elfgate_core::SessionId,
+    ) -> crate::StoreResult<(u64, u64)> {
+        let (rows, events): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(COALESCE(last_seq - seq, 0) + 1), 0) FROM events \
+             WHERE session_id = ?",
+        )
+        .bind(session_id.to_string())
+        .fetch_one(&self.read)
+        .await?;
+        Ok((rows.max(0) as u64, events.max(0) as u64))
+    }
+}

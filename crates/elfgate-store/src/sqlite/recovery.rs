@@ -2,7 +2,7 @@
 //! the event log.
 
 use super::SqliteStore;
-use super::rows::{message_from_row, run_from_row};
+use super::rows::{LAST_LOGGED_SEQ, message_from_row, push_row_events, run_from_row};
 use crate::codec::ts;
 use crate::statements::insert_messages_tx;
 use crate::{RecoveredRun, StoreResult};
@@ -83,11 +83,10 @@ async fn append_run_end_tx(
 /// The seq a session's next logged event gets after a crash: seqs up to the reservation may have
 /// reached clients, so numbering continues above it.
 async fn next_seq_tx(tx: &mut Transaction<'_, Sqlite>, sid: &str) -> StoreResult<u64> {
-    let last_seq: Option<i64> =
-        sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
-            .bind(sid)
-            .fetch_one(&mut **tx)
-            .await?;
+    let last_seq: Option<i64> = sqlx::query_scalar(LAST_LOGGED_SEQ)
+        .bind(sid)
+        .fetch_optional(&mut **tx)
+        .await?;
     let reserved: Option<i64> =
         sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
             .bind(sid)
@@ -105,7 +104,8 @@ impl SqliteStore {
     pub(super) async fn log_missing_ends(&self) -> StoreResult<usize> {
         let sessions: Vec<String> = sqlx::query_scalar(
             "SELECT s.id FROM sessions s WHERE s.event_seq_reserved > \
-             COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session_id = s.id), 0)",
+             COALESCE((SELECT COALESCE(e.last_seq, e.seq) FROM events e \
+             WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), 0)",
         )
         .fetch_all(&self.write)
         .await?;
@@ -174,18 +174,23 @@ impl SqliteStore {
         .bind(&rid)
         .fetch_one(&mut *tx)
         .await?;
-        let deltas: Vec<String> = sqlx::query_scalar(
-            "SELECT payload FROM events WHERE session_id = ? AND run_id = ? AND type = 'streamDelta' \
-             AND seq > ? ORDER BY seq",
+        // No merged row straddles an assistantMessage: it holds consecutive deltas only.
+        let rows = sqlx::query(
+            "SELECT seq, last_seq, type, payload, run_id FROM events WHERE session_id = ? \
+             AND run_id = ? AND type = 'streamDelta' AND seq > ? ORDER BY seq",
         )
         .bind(&sid)
         .bind(&rid)
         .bind(after_seq.unwrap_or(0))
         .fetch_all(&mut *tx)
         .await?;
+        let mut deltas = Vec::new();
+        for r in &rows {
+            push_row_events(&mut deltas, &sid, r, 0)?;
+        }
         let (mut text, mut thinking) = (String::new(), String::new());
         for d in &deltas {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(d) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&d.json) {
                 let piece = v["delta"]["text"].as_str().unwrap_or_default();
                 match v["delta"]["kind"].as_str() {
                     Some("thinking") => thinking.push_str(piece),

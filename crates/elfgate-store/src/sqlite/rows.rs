@@ -1,7 +1,8 @@
 //! Decoding rows into domain records.
 
 use crate::codec::{parse, parse_opt, parse_ts};
-use crate::{StoreError, StoreResult};
+use crate::deltas;
+use crate::{StoreError, StoreResult, StoredEvent};
 use elfgate_core::{Message, Run, Session};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
@@ -67,4 +68,42 @@ pub(super) fn message_from_row(r: &SqliteRow) -> StoreResult<Message> {
             .map(|v| v.max(0) as u64),
         created_at: parse_ts(&r.try_get::<String, _>("created_at")?)?,
     })
+}
+
+/// The highest seq logged for a session (one `?`: the session). A merged row covers
+/// `seq..=last_seq` and rows never overlap, so the row with the highest first seq holds it.
+pub(super) const LAST_LOGGED_SEQ: &str =
+    "SELECT COALESCE(last_seq, seq) FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1";
+
+/// Appends the events of one log row (columns `seq, last_seq, type, payload, run_id`) with seq >
+/// `after`: the row's own event, or each delta of a
+/// merged row (see `deltas`), as it was published.
+pub(super) fn push_row_events(
+    out: &mut Vec<StoredEvent>,
+    session: &str,
+    r: &SqliteRow,
+    after: u64,
+) -> StoreResult<()> {
+    let seq = r.try_get::<i64, _>("seq")?.max(0) as u64;
+    let event_type: String = r.try_get("type")?;
+    let payload: String = r.try_get("payload")?;
+    let Some(last) = r.try_get::<Option<i64>, _>("last_seq")? else {
+        if seq > after {
+            out.push(StoredEvent {
+                seq,
+                event_type,
+                json: payload,
+            });
+        }
+        return Ok(());
+    };
+    let run: Option<String> = r.try_get("run_id")?;
+    let run = run.ok_or_else(|| StoreError::Corrupt(format!("merged row {seq} without a run")))?;
+    let events = deltas::expand(session, &run, seq, last.max(0) as u64, &payload, after)?;
+    out.extend(events.into_iter().map(|(seq, json)| StoredEvent {
+        seq,
+        event_type: event_type.clone(),
+        json,
+    }));
+    Ok(())
 }

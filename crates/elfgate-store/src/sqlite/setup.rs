@@ -16,12 +16,16 @@ use std::time::Duration;
 pub struct StoreOptions {
     /// How many published events may wait for the log writer before publishers wait.
     pub log_queue_events: usize,
+    /// How long a published event may wait for others before the writer commits it (see the
+    /// writer module): the most an event stays out of the log, the disk permitting.
+    pub log_linger: Duration,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
+            log_linger: crate::writer::DEFAULT_LINGER,
         }
     }
 }
@@ -88,7 +92,12 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let writer = Writer::spawn(write.clone(), read.clone(), opts.log_queue_events);
+        let writer = Writer::spawn(
+            write.clone(),
+            read.clone(),
+            opts.log_queue_events,
+            opts.log_linger,
+        );
         Ok(SqliteStore {
             write,
             read,

@@ -2,7 +2,9 @@
 //! group-commit writer, reads go to the reader pool.
 
 use super::SqliteStore;
-use super::rows::{message_from_row, run_from_row, session_from_row};
+use super::rows::{
+    LAST_LOGGED_SEQ, message_from_row, push_row_events, run_from_row, session_from_row,
+};
 use crate::codec::ts;
 use crate::writer::StoreOp;
 use crate::{RecoveredRun, SessionPage, Store, StoreResult, StoredEvent};
@@ -12,7 +14,6 @@ use elfgate_core::{
     LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
     SessionId,
 };
-use sqlx::Row;
 
 #[async_trait]
 impl RunLedger for SqliteStore {
@@ -297,22 +298,20 @@ impl Store for SqliteStore {
     }
 
     async fn last_seq(&self, session_id: SessionId) -> StoreResult<u64> {
-        let seq: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
-                .bind(session_id.to_string())
-                .fetch_one(&self.read)
-                .await?;
+        let seq: Option<i64> = sqlx::query_scalar(LAST_LOGGED_SEQ)
+            .bind(session_id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
         Ok(seq.unwrap_or(0).max(0) as u64)
     }
 
     async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)> {
         let sid = session_id.to_string();
         let mut tx = self.write.begin().await?;
-        let logged: Option<i64> =
-            sqlx::query_scalar("SELECT MAX(seq) FROM events WHERE session_id = ?")
-                .bind(&sid)
-                .fetch_one(&mut *tx)
-                .await?;
+        let logged: Option<i64> = sqlx::query_scalar(LAST_LOGGED_SEQ)
+            .bind(&sid)
+            .fetch_optional(&mut *tx)
+            .await?;
         let reserved: Option<i64> =
             sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = ?")
                 .bind(&sid)
@@ -335,23 +334,31 @@ impl Store for SqliteStore {
         after: u64,
         limit: u32,
     ) -> StoreResult<Vec<StoredEvent>> {
-        let rows = sqlx::query(
-            "SELECT seq, type, payload FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        use futures_util::TryStreamExt;
+        let sid = session_id.to_string();
+        let after_i = after.min(i64::MAX as u64) as i64;
+        // From the row holding seq `after` + 1: a merged row that starts at or before the cursor
+        // may go on past it. Rows hold one event or more, so `limit` + 1 rows are enough.
+        let mut rows = sqlx::query(
+            "SELECT seq, last_seq, type, payload, run_id FROM events WHERE session_id = ? \
+             AND seq >= COALESCE((SELECT seq FROM events WHERE session_id = ? AND seq <= ? \
+             ORDER BY seq DESC LIMIT 1), 0) ORDER BY seq LIMIT ?",
         )
-        .bind(session_id.to_string())
-        .bind(after.min(i64::MAX as u64) as i64)
-        .bind(limit as i64)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(StoredEvent {
-                    seq: r.try_get::<i64, _>("seq")?.max(0) as u64,
-                    event_type: r.try_get("type")?,
-                    json: r.try_get("payload")?,
-                })
-            })
-            .collect()
+        .bind(&sid)
+        .bind(&sid)
+        .bind(after_i)
+        .bind(limit as i64 + 1)
+        .fetch(&self.read);
+        let limit = limit as usize;
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(r) = rows.try_next().await? else {
+                break;
+            };
+            push_row_events(&mut out, &sid, &r, after)?;
+        }
+        out.truncate(limit);
+        Ok(out)
     }
 
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>> {
