@@ -358,3 +358,39 @@ async fn cache_control_reaches_an_anthropic_provider_and_not_an_openai_one() {
     assert!(!openai.contains("cache_control"), "{openai}");
     assert_eq!(reqs[1].body["messages"][0]["content"], "be brief");
 }
+
+#[tokio::test]
+async fn a_responses_provider_gets_no_temperature_with_a_reasoning_effort() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                "[providers.mock-responses]\nkind = \"openai-responses\"\n\
+                 base_url = \"{}/v1\"\ndefault_model = \"mock\"\n",
+                mock.base_url()
+            ),
+            ..Default::default()
+        },
+    );
+    for effort in [Some("high"), None] {
+        let mut body = json!({"model": "mock-responses/mock:tokens=2", "temperature": 0.5,
+                              "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(e) = effort {
+            body["reasoning_effort"] = json!(e);
+        }
+        let resp = post_raw(&d, "/v1/chat/completions", body).await;
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 ");
+    }
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(|r| r.path == "/v1/responses"));
+    let with_effort = &reqs[0].body;
+    assert_eq!(with_effort["reasoning"]["effort"], "high", "{with_effort}");
+    assert!(with_effort.get("temperature").is_none(), "{with_effort}");
+    let without = &reqs[1].body;
+    assert_eq!(without["temperature"], 0.5, "{without}");
+    assert!(without.get("reasoning").is_none(), "{without}");
+}
