@@ -14,7 +14,9 @@
 # Prints instructions in total, per session and per relayed token, and the number of
 # `streamDelta` events logged; the profile stays in the printed directory for
 # `callgrind_annotate`. KEEP=1 keeps the directory when done (it is removed otherwise, except the
-# profile, which is copied to ./callgrind.relay.out).
+# profile, which is copied to ./callgrind.relay.out). GATEWAY=1 sends each session through the
+# gateway's front door instead: `POST /v1/chat/completions` (streamed, model `mock/…`) read to
+# `data: [DONE]`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,11 +93,21 @@ daemon_base=$(wait_line "$dir/daemon.out" "elfgate listening on ")
 token=$(cat "$dir/token")
 
 drive() {
-    python3 - "$daemon_base" "$token" "$1" "$tokens" "$delay_ms" "$2" <<'PY'
-import json, sys, urllib.request
+    python3 - "$daemon_base" "$token" "$1" "$tokens" "$delay_ms" "$2" "${GATEWAY:-0}" <<'PY'
+import json, re, sys, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 base, token, n, tokens, delay, conc = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
+gateway = sys.argv[7] == "1"
 auth = {"Authorization": f"Bearer {token}"}
+def completion(_):
+    body = json.dumps({"model": f"mock/mock:tokens={tokens},delay_ms={delay}", "stream": True,
+                       "messages": [{"role": "user", "content": "bench"}]}).encode()
+    req = urllib.request.Request(f"{base}/v1/chat/completions", data=body, method="POST",
+                                 headers={**auth, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        data = r.read()
+    if not data.rstrip().endswith(b"data: [DONE]") or len(re.findall(rb"tok[0-9]+ ", data)) != int(tokens):
+        raise SystemExit("incomplete completion stream")
 def session(_):
     body = json.dumps({"engine": "api", "prompt": "bench",
                        "model": f"mock:tokens={tokens},delay_ms={delay}"}).encode()
@@ -109,7 +121,7 @@ def session(_):
     if b"event: complete" not in data or data.count(b"tok") < int(tokens):
         raise SystemExit(f"session {sid}: incomplete stream")
 with ThreadPoolExecutor(conc) as ex:
-    list(ex.map(session, range(n)))
+    list(ex.map(completion if gateway else session, range(n)))
 PY
 }
 

@@ -43,7 +43,19 @@ elif case == "stream":
         final = stream.get_final_message()
     out = {"text": text, "types": [b.type for b in final.content],
            "thinking": "".join(b.thinking for b in final.content if b.type == "thinking"),
+           "signatures": [b.signature for b in final.content if b.type == "thinking"],
            "stop": final.stop_reason, "usage": final.usage.model_dump()}
+elif case == "stop_sequence":
+    msgs = [{"role": "user", "content": "count"}]
+    m = client.messages.create(model=model, max_tokens=100, messages=msgs,
+                               stop_sequences=["tok2"])
+    with client.messages.stream(model=model, max_tokens=100, messages=msgs,
+                                stop_sequences=["tok2"]) as stream:
+        final = stream.get_final_message()
+    out = {"stop": m.stop_reason, "sequence": m.stop_sequence,
+           "text": "".join(b.text for b in m.content if b.type == "text"),
+           "stream_stop": final.stop_reason, "stream_sequence": final.stop_sequence,
+           "stream_text": "".join(b.text for b in final.content if b.type == "text")}
 elif case == "tools":
     tools = [{"name": "lookup", "description": "looks things up",
               "input_schema": {"type": "object", "properties": {}}}]

@@ -1,5 +1,6 @@
 //! The kinds of benchmark session: one streamed chat completion straight from the mock provider
-//! (or the same request through nginx), and one `api` session through the daemon's HTTP/SSE API.
+//! (or the same request through nginx, or through the daemon's OpenAI-compatible front door), and
+//! one `api` session through the daemon's HTTP/SSE API.
 //! All measure time to first token and total stream time, and check that exactly the expected
 //! number of tokens arrived.
 //!
@@ -33,6 +34,9 @@ pub enum Path {
     Daemon,
     /// The direct request, through nginx as a plain reverse proxy.
     Nginx,
+    /// The direct request, through the daemon's gateway: `POST /v1/chat/completions` with the
+    /// model routed to the provider `mock` (`mock/MODEL`).
+    Gateway,
 }
 
 impl Path {
@@ -42,6 +46,7 @@ impl Path {
             Path::Direct => "direct",
             Path::Daemon => "daemon",
             Path::Nginx => "nginx",
+            Path::Gateway => "gateway",
         }
     }
 }
@@ -179,17 +184,44 @@ async fn read_sse(
     bail!("stream ended before its last event")
 }
 
+/// The provider the bench's daemon configuration names the mock (`[providers.mock]`): the
+/// gateway routes `mock/MODEL` to it.
+const GATEWAY_PROVIDER: &str = "mock";
+
 /// One streamed chat completion from the mock behind `base` (the mock itself, or a proxy in
 /// front of it); ends at `data: [DONE]`.
 pub async fn direct(t: &Target, base: &str, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    chat_completion(t, base, None, model(tokens, delay_ms), tokens).await
+}
+
+/// The direct request through the daemon's OpenAI-compatible front door: the same body, with the
+/// model routed to the mock provider and the daemon's token.
+pub async fn gateway(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    let routed = format!("{GATEWAY_PROVIDER}/{}", model(tokens, delay_ms));
+    chat_completion(t, &t.daemon_base, Some(&t.daemon_token), routed, tokens).await
+}
+
+/// One streamed chat completion of `model` at `base`, checked to carry exactly `tokens` tokens
+/// before `data: [DONE]`.
+async fn chat_completion(
+    t: &Target,
+    base: &str,
+    token: Option<&str>,
+    model: String,
+    tokens: u32,
+) -> anyhow::Result<Sample> {
     let body = json!({
-        "model": model(tokens, delay_ms),
+        "model": model,
         "stream": true,
         "messages": [{"role": "user", "content": "bench"}],
     });
     let url = format!("{base}/v1/chat/completions");
     let started = Instant::now();
-    let resp = t.http.post(url).json(&body).send().await?;
+    let mut req = t.http.post(url).json(&body);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req.send().await?;
     if !resp.status().is_success() {
         bail!("{base} answered {}", resp.status());
     }
@@ -202,7 +234,7 @@ pub async fn direct(t: &Target, base: &str, tokens: u32, delay_ms: u64) -> anyho
             return Ok(true);
         }
         if memmem::find(data, b"\"error\"").is_some() {
-            bail!("mock stream error: {}", String::from_utf8_lossy(data));
+            bail!("stream error: {}", String::from_utf8_lossy(data));
         }
         p.add_tokens(count_tokens(data));
         Ok(false)
@@ -305,6 +337,7 @@ pub async fn run(t: &Target, path: Path, tokens: u32, delay_ms: u64) -> anyhow::
             let base = t.nginx_base.as_deref().context("nginx is not running")?;
             direct(t, base, tokens, delay_ms).await
         }
+        Path::Gateway => gateway(t, tokens, delay_ms).await,
     }
 }
 

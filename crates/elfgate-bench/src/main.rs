@@ -11,6 +11,7 @@
 
 mod client;
 mod daemon;
+mod gateway_report;
 mod memory;
 mod nginx;
 mod nginx_report;
@@ -47,6 +48,9 @@ OPTIONS:
   --no-throughput      skip the throughput pass (delay 0)
   --one-request        daemon sessions as one request: POST /v1/sessions with
                        Accept: text/event-stream (default: POST, then GET events)
+  --gateway            the daemon path is the gateway's front door instead: the direct
+                       request (POST /v1/chat/completions, stream) sent to the daemon
+                       with model mock/MODEL; judged on the gateway's targets
   --idle-subscribers N instead of the scenarios: N idle SSE subscribers over
                        --idle-sessions S sessions [100]; RSS before/with/after
                        and /healthz latency meanwhile (needs ulimit -n > N)
@@ -75,6 +79,8 @@ struct Opts {
     min_samples: usize,
     throughput: bool,
     one_request: bool,
+    /// The daemon path is the gateway's `POST /v1/chat/completions` (see `gateway_report`).
+    gateway: bool,
     verbose: bool,
     idle_subscribers: usize,
     idle_sessions: usize,
@@ -105,6 +111,7 @@ impl Opts {
             min_samples: 20,
             throughput: true,
             one_request: false,
+            gateway: false,
             verbose: false,
             idle_subscribers: 0,
             idle_sessions: 100,
@@ -137,6 +144,7 @@ impl Opts {
                 "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
                 "--no-throughput" => o.throughput = false,
                 "--one-request" => o.one_request = true,
+                "--gateway" => o.gateway = true,
                 "--idle-subscribers" => {
                     o.idle_subscribers = value()?.parse().context("--idle-subscribers")?;
                 }
@@ -177,6 +185,9 @@ impl Opts {
             .is_some_and(|w| w.sessions == 0 || w.secs == 0)
         {
             bail!("--write-rate-sessions and --write-rate-secs must be positive");
+        }
+        if o.gateway && o.one_request {
+            bail!("--gateway and --one-request choose different daemon paths: give one");
         }
         if o.tokens == 0 {
             bail!("--tokens must be positive");
@@ -384,7 +395,12 @@ async fn scenario(
     // Warm up with the full concurrency so that both connection pools (ours, and the daemon's to
     // the mock) already hold C connections: a burst of new loopback connections can stall on SYN
     // retransmits (~1 s) and would otherwise dominate the first pass's p99.
-    let mut paths = vec![Path::Direct, Path::Daemon];
+    let daemon_path = if opts.gateway {
+        Path::Gateway
+    } else {
+        Path::Daemon
+    };
+    let mut paths = vec![Path::Direct, daemon_path];
     if nginx.is_some() {
         paths.push(Path::Nginx);
     }
@@ -435,7 +451,7 @@ async fn scenario(
             }
             let st = match path {
                 Path::Direct => &mut direct,
-                Path::Daemon => &mut via,
+                Path::Daemon | Path::Gateway => &mut via,
                 Path::Nginx => &mut proxied,
             };
             st.tokens += samples.len() as u64 * u64::from(sc.tokens);
@@ -469,7 +485,7 @@ async fn scenario(
         out.daemon.tokens_per_sec(),
         out.errors()
     );
-    if opts.verbose {
+    if opts.verbose && !opts.gateway {
         let answered: Vec<Duration> = out
             .daemon
             .samples
@@ -589,7 +605,9 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         } else {
             ""
         },
-        if opts.one_request {
+        if opts.gateway {
+            "through the gateway (POST /v1/chat/completions, stream, model mock/MODEL)"
+        } else if opts.one_request {
             "as one request (POST with Accept: text/event-stream)"
         } else {
             "as POST then GET events"
@@ -608,6 +626,9 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
     println!();
     print!("{}", table(&header, &rows));
     println!();
+    if opts.gateway {
+        return gateway_report::print(outcomes);
+    }
 
     // Target checks.
     let mut all_pass = true;
@@ -781,7 +802,9 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_after = daemon::rss_bytes(daemon.pid)?;
     report(&outcomes, idle_rss, idle_after, &opts);
-    interrupt_report(&target).await?;
+    if !opts.gateway {
+        interrupt_report(&target).await?;
+    }
     if !opts.ratio_search.is_empty() {
         ratio_search::run(&target, &mock, &daemon, &opts, clk_tck).await?;
     }

@@ -26,6 +26,11 @@ pub struct Delta {
     pub kind: DeltaKind,
     /// The piece.
     pub text: String,
+    /// The reasoning's signature (Anthropic), on a thinking delta of its own with empty text, as
+    /// soon as the provider sends it: the gateway's Anthropic stream must put it on the thinking
+    /// block before the text that follows starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// How a tool call ended.
@@ -390,12 +395,14 @@ mod tests {
                 delta: Delta {
                     kind: DeltaKind::Text,
                     text: "tok0 \"quoted\"\n\u{1}é😀".into(),
+                    signature: None,
                 },
             },
             EventPayload::StreamDelta {
                 delta: Delta {
                     kind: DeltaKind::Thinking,
                     text: String::new(),
+                    signature: Some("sig".into()),
                 },
             },
             EventPayload::SessionCreated {},

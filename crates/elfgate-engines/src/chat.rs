@@ -71,6 +71,10 @@ pub struct GatewayTurn {
 /// The note a run emits (a `processing` event) when the answer was cut at the output token limit.
 pub const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
 
+/// The start of the note a run emits (a `processing` event) when the model wrote one of the
+/// request's stop sequences and the provider said which; the sequence follows, as it was given.
+pub const STOP_SEQUENCE_NOTE: &str = "the answer ended at the stop sequence ";
+
 /// Where a run's request goes.
 #[derive(Clone)]
 struct Target {
@@ -291,12 +295,13 @@ impl ChatEngine {
             answer.output_tokens = Some(turn.output_tokens);
             answer
         });
-        if matches!(turn.finish, Some(LlmFinishReason::Length)) {
-            ctx.events
-                .emit(EventPayload::Processing {
-                    message: LENGTH_NOTE.to_string(),
-                })
-                .await;
+        let note = match &turn.finish {
+            Some(LlmFinishReason::Length) => Some(LENGTH_NOTE.to_string()),
+            Some(LlmFinishReason::StopSequence(seq)) => Some(format!("{STOP_SEQUENCE_NOTE}{seq}")),
+            _ => None,
+        };
+        if let Some(message) = note {
+            ctx.events.emit(EventPayload::Processing { message }).await;
         }
         RunOutcome {
             finish_reason,

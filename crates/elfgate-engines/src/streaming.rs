@@ -190,7 +190,11 @@ async fn push_piece(
     if opts.relay_deltas {
         ctx.events
             .emit(EventPayload::StreamDelta {
-                delta: Delta { kind, text },
+                delta: Delta {
+                    kind,
+                    text,
+                    signature: None,
+                },
             })
             .await;
     }
@@ -331,7 +335,22 @@ async fn relay_turn(
                 read_ahead = merge_ready(&mut stream, &mut t, true);
                 push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t).await;
             }
-            Ok(LlmEvent::ThinkingSignature(s)) => out.signature = Some(s),
+            Ok(LlmEvent::ThinkingSignature(s)) => {
+                // Relayed when it arrives (before the answer's text, in Anthropic's streams), so
+                // that a relay of the stream can close the thinking block with it.
+                if opts.relay_deltas {
+                    ctx.events
+                        .emit(EventPayload::StreamDelta {
+                            delta: Delta {
+                                kind: DeltaKind::Thinking,
+                                text: String::new(),
+                                signature: Some(s.clone()),
+                            },
+                        })
+                        .await;
+                }
+                out.signature = Some(s);
+            }
             Ok(LlmEvent::ToolCall {
                 id,
                 name,

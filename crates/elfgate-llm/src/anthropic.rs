@@ -358,6 +358,8 @@ struct Delta<'a> {
     partial_json: Option<Text<'a>>,
     #[serde(default)]
     stop_reason: Option<String>,
+    #[serde(default)]
+    stop_sequence: Option<String>,
 }
 
 struct PendingToolUse {
@@ -515,8 +517,16 @@ impl Decoder for AnthropicDecoder {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = ev.delta.and_then(|d| d.stop_reason) {
-                    out.push_back(Ok(LlmEvent::Finish(stop_reason(&reason))));
+                if let Some(d) = ev.delta
+                    && let Some(reason) = d.stop_reason
+                {
+                    let finish = match d.stop_sequence {
+                        Some(seq) if reason == "stop_sequence" => {
+                            LlmFinishReason::StopSequence(seq)
+                        }
+                        _ => stop_reason(&reason),
+                    };
+                    out.push_back(Ok(LlmEvent::Finish(finish)));
                 }
                 if let Some(u) = ev.usage {
                     self.note_usage(&u);
@@ -825,6 +835,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(build_body(&req, "m")["system"], json!("é"));
+    }
+
+    #[test]
+    fn a_named_stop_sequence_is_kept() {
+        let mut d = AnthropicDecoder::default();
+        let mut q = VecDeque::new();
+        for f in [
+            r#"{"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{}}"#,
+        ] {
+            d.on_event("", f, &mut q).unwrap();
+        }
+        let got: Vec<LlmEvent> = q.into_iter().map(|e| e.unwrap()).collect();
+        assert_eq!(
+            got,
+            [
+                LlmEvent::Finish(LlmFinishReason::StopSequence("END".into())),
+                LlmEvent::Finish(LlmFinishReason::Stop),
+            ]
+        );
     }
 
     #[test]

@@ -157,8 +157,10 @@ pub enum LlmEvent {
 /// Why the model stopped generating.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LlmFinishReason {
-    /// A natural stop (or a stop sequence).
+    /// A natural stop (or a stop sequence the provider did not name).
     Stop,
+    /// The model wrote this stop sequence of the request (only Anthropic's API says which).
+    StopSequence(String),
     /// The output token limit was hit.
     Length,
     /// The model wants tool calls executed.

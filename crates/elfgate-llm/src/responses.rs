@@ -71,7 +71,11 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     body.insert("input".into(), Value::Array(map_input(req)));
     body.insert("stream".into(), Value::Bool(true));
     body.insert("store".into(), Value::Bool(false));
-    if let Some(t) = req.temperature {
+    // Reasoning models refuse `temperature` ("Unsupported parameter"), and a reasoning effort is
+    // only asked of them: with one set, the temperature is left out.
+    if let Some(t) = req.temperature
+        && req.thinking == ThinkingLevel::None
+    {
         body.insert("temperature".into(), json!(t));
     }
     if let Some(m) = req.max_tokens {
@@ -461,6 +465,20 @@ mod tests {
         let body = build_body(&conversation(ProviderKind::OpenaiResponses), "gpt-test");
         let expected = fixture_json(include_str!("../tests/fixtures/responses_request.json"));
         assert_eq!(body, expected, "{body:#}");
+    }
+
+    #[test]
+    fn temperature_is_sent_only_without_a_reasoning_effort() {
+        let mut req = conversation(ProviderKind::OpenaiResponses);
+        req.temperature = Some(0.5);
+        req.thinking = ThinkingLevel::High;
+        let body = build_body(&req, "m");
+        assert!(body.get("temperature").is_none(), "{body:#}");
+        assert_eq!(body["reasoning"]["effort"], "high");
+        req.thinking = ThinkingLevel::None;
+        let body = build_body(&req, "m");
+        assert_eq!(body["temperature"], 0.5);
+        assert!(body.get("reasoning").is_none(), "{body:#}");
     }
 
     #[test]

@@ -575,6 +575,7 @@ fn content_from_behavior(b: &Behavior, format: Format, body: &Value) -> Content 
         tools,
         finish: None,
         cut: behavior_cut(b),
+        stop_sequence: None,
     }
 }
 
@@ -594,6 +595,7 @@ fn content_from_script(r: ScriptedResponse, b: &Behavior) -> Content {
             .collect(),
         finish: r.finish_reason,
         cut: min_cut(stall, behavior_cut(b)),
+        stop_sequence: None,
         text,
     }
 }
@@ -652,6 +654,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
     };
 
     let cached_prefix = cache::marked_prefix(format, &body);
+    let stops = wire::stop_sequences(format, &body);
     let mut guard = state.record(RecordedRequest {
         format,
         path,
@@ -711,6 +714,8 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         },
         (None, None) => Content::default(),
     };
+    let mut content = content;
+    content.stop_at(&stops);
 
     let delay = (behavior.delay_ms > 0).then(|| Duration::from_millis(behavior.delay_ms));
     // Only an answered request fills the cache.

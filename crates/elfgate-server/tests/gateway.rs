@@ -358,3 +358,164 @@ async fn cache_control_reaches_an_anthropic_provider_and_not_an_openai_one() {
     assert!(!openai.contains("cache_control"), "{openai}");
     assert_eq!(reqs[1].body["messages"][0]["content"], "be brief");
 }
+
+/// The SSE frames of an Anthropic stream as (event, data) pairs.
+fn anthropic_events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter_map(|frame| {
+            let event = frame.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = frame.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((event.to_string(), serde_json::from_str(data).unwrap()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_signs_its_thinking_block_before_the_text_starts() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "mock-anthropic/mock:think=2,tokens=2", "max_tokens": 100,
+               "stream": true, "thinking": {"type": "enabled", "budget_tokens": 1024},
+               "messages": [{"role": "user", "content": "hello"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let text = resp.text().await.unwrap();
+    let events = anthropic_events(&text);
+    let signed = events
+        .iter()
+        .position(|(_, d)| d["delta"]["type"] == "signature_delta")
+        .unwrap_or_else(|| panic!("no signature_delta: {text}"));
+    assert_eq!(events[signed].1["delta"]["signature"], "sig-mock");
+    assert_eq!(events[signed].1["index"], 0, "{text}");
+    let thinking_stop = events
+        .iter()
+        .position(|(e, d)| e == "content_block_stop" && d["index"] == 0)
+        .unwrap();
+    let text_start = events
+        .iter()
+        .position(|(_, d)| d["content_block"]["type"] == "text")
+        .unwrap();
+    assert!(
+        signed < thinking_stop && thinking_stop < text_start,
+        "{text}"
+    );
+    let answer: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(answer, "tok0 tok1 ");
+
+    // The stored answer keeps it too, on its thinking block.
+    let (status, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(status, 200, "{msgs}");
+    let list = msgs.get("messages").unwrap_or(&msgs).as_array().unwrap();
+    let answer = list.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(answer["blocks"][0]["type"], "thinking", "{answer}");
+    assert_eq!(answer["blocks"][0]["signature"], "sig-mock", "{answer}");
+}
+
+#[tokio::test]
+async fn an_anthropic_providers_stop_sequence_reaches_the_anthropic_answers() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for stream in [false, true] {
+        let resp = post_raw(
+            &d,
+            "/v1/messages",
+            json!({"model": "mock-anthropic/mock:tokens=5", "max_tokens": 100,
+                   "stream": stream, "stop_sequences": ["STOP", "tok3"],
+                   "messages": [{"role": "user", "content": "count"}]}),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        let (stop, sequence, answer) = if stream {
+            let text = resp.text().await.unwrap();
+            let events = anthropic_events(&text);
+            let delta = &events
+                .iter()
+                .find(|(e, _)| e == "message_delta")
+                .unwrap_or_else(|| panic!("{text}"))
+                .1["delta"];
+            let answer: String = events
+                .iter()
+                .filter_map(|(_, d)| d["delta"]["text"].as_str())
+                .collect();
+            (
+                delta["stop_reason"].clone(),
+                delta["stop_sequence"].clone(),
+                answer,
+            )
+        } else {
+            let body: Value = resp.json().await.unwrap();
+            (
+                body["stop_reason"].clone(),
+                body["stop_sequence"].clone(),
+                body["content"][0]["text"].as_str().unwrap().to_string(),
+            )
+        };
+        assert_eq!(stop, "stop_sequence", "stream {stream}");
+        assert_eq!(sequence, "tok3", "stream {stream}");
+        assert_eq!(answer, "tok0 tok1 tok2 ", "stream {stream}");
+    }
+    assert_eq!(
+        mock.requests()[0].body["stop_sequences"],
+        json!(["STOP", "tok3"])
+    );
+
+    // An OpenAI-kind provider does not say which sequence stopped it: a natural end.
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "mock/mock:tokens=5", "max_tokens": 100, "stop_sequences": ["tok3"],
+               "messages": [{"role": "user", "content": "count"}]}),
+    )
+    .await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["stop_reason"], "end_turn", "{body}");
+    assert_eq!(body["stop_sequence"], Value::Null);
+    assert_eq!(body["content"][0]["text"], "tok0 tok1 tok2 ");
+}
+
+#[tokio::test]
+async fn a_responses_provider_gets_no_temperature_with_a_reasoning_effort() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                "[providers.mock-responses]\nkind = \"openai-responses\"\n\
+                 base_url = \"{}/v1\"\ndefault_model = \"mock\"\n",
+                mock.base_url()
+            ),
+            ..Default::default()
+        },
+    );
+    for effort in [Some("high"), None] {
+        let mut body = json!({"model": "mock-responses/mock:tokens=2", "temperature": 0.5,
+                              "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(e) = effort {
+            body["reasoning_effort"] = json!(e);
+        }
+        let resp = post_raw(&d, "/v1/chat/completions", body).await;
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "tok0 tok1 ");
+    }
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(|r| r.path == "/v1/responses"));
+    let with_effort = &reqs[0].body;
+    assert_eq!(with_effort["reasoning"]["effort"], "high", "{with_effort}");
+    assert!(with_effort.get("temperature").is_none(), "{with_effort}");
+    let without = &reqs[1].body;
+    assert_eq!(without["temperature"], 0.5, "{without}");
+    assert!(without.get("reasoning").is_none(), "{without}");
+}

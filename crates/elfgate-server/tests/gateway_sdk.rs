@@ -266,6 +266,34 @@ async fn anthropic_sdk_against_either_kind_of_provider() {
         assert_eq!(s["types"], json!(["thinking", "text"]), "{provider}: {s}");
         assert_eq!(s["thinking"], "think0 think1 ");
         assert_eq!(s["stop"], "end_turn");
+        // Only an Anthropic provider signs its reasoning; the signature must reach the SDK's
+        // message although text followed the reasoning.
+        let signature = if provider == "mock-anthropic" {
+            "sig-mock"
+        } else {
+            ""
+        };
+        assert_eq!(s["signatures"], json!([signature]), "{provider}: {s}");
+
+        let q = sdk(
+            &d,
+            &py,
+            "anthropic_cases.py",
+            &["stop_sequence", &m("tokens=4")],
+            &[],
+        )
+        .await;
+        // Only an Anthropic provider says which stop sequence ended the answer.
+        let (stop, sequence) = if provider == "mock-anthropic" {
+            ("stop_sequence", json!("tok2"))
+        } else {
+            ("end_turn", Value::Null)
+        };
+        for pre in ["", "stream_"] {
+            assert_eq!(q[format!("{pre}stop")], stop, "{provider}: {q}");
+            assert_eq!(q[format!("{pre}sequence")], sequence, "{provider}: {q}");
+            assert_eq!(q[format!("{pre}text")], "tok0 tok1 ", "{provider}: {q}");
+        }
 
         let r = sdk(
             &d,

@@ -231,6 +231,7 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
             delta: elfgate_core::Delta {
                 kind: elfgate_core::DeltaKind::Text,
                 text: "part".into(),
+                signature: None,
             },
         })
         .await;

@@ -50,6 +50,7 @@ impl Transcript {
                 delta: elfgate_core::Delta {
                     kind,
                     text: text.clone(),
+                    signature: None,
                 },
             })
             .await;

@@ -180,7 +180,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
         event_frame(
             "message_delta",
             &json!({"type": "message_delta",
-                    "delta": {"stop_reason": c.anthropic_stop(), "stop_sequence": null},
+                    "delta": {"stop_reason": c.anthropic_stop(), "stop_sequence": c.stop_sequence},
                     "usage": {"output_tokens": c.completion_tokens()}}),
         ),
         false,
@@ -223,7 +223,7 @@ pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
         "model": model,
         "content": content,
         "stop_reason": c.anthropic_stop(),
-        "stop_sequence": null,
+        "stop_sequence": c.stop_sequence,
         "usage": usage(r, c.completion_tokens()),
     })
 }

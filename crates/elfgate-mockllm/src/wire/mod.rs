@@ -64,6 +64,8 @@ pub struct Content {
     pub finish: Option<String>,
     /// Cut the stream after this many text chunks.
     pub cut: Option<(usize, Cut)>,
+    /// The request's stop sequence the text was cut at (see [`Content::stop_at`]).
+    pub stop_sequence: Option<String>,
 }
 
 impl Content {
@@ -80,6 +82,40 @@ impl Content {
         }
     }
 
+    /// Ends the text just before the first place where one of `stops` occurs, as a model does
+    /// when it writes a stop sequence (the sequence itself is not sent), and drops the tool calls
+    /// that would have followed. Only Anthropic's wire format reports which sequence it was; the
+    /// others report a natural stop.
+    pub fn stop_at(&mut self, stops: &[String]) {
+        let joined = self.text.concat();
+        let Some((at, seq)) = stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| joined.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at)
+        else {
+            return;
+        };
+        let mut kept = Vec::new();
+        let mut len = 0;
+        for chunk in &self.text {
+            if len + chunk.len() <= at {
+                kept.push(chunk.clone());
+                len += chunk.len();
+                continue;
+            }
+            let head = &chunk[..at - len];
+            if !head.is_empty() {
+                kept.push(head.to_string());
+            }
+            break;
+        }
+        self.text = kept;
+        self.tools.clear();
+        self.finish = None;
+        self.stop_sequence = Some(seq.clone());
+    }
+
     fn openai_finish(&self) -> String {
         match self.finish.as_deref() {
             Some("end_turn" | "STOP") => "stop".into(),
@@ -92,6 +128,9 @@ impl Content {
     }
 
     fn anthropic_stop(&self) -> String {
+        if self.stop_sequence.is_some() {
+            return "stop_sequence".into();
+        }
         match self.finish.as_deref() {
             Some("stop" | "STOP") => "end_turn".into(),
             Some("tool_calls") => "tool_use".into(),
@@ -286,6 +325,27 @@ pub fn prompt_tokens(format: Format, body: &Value) -> u64 {
     n.max(1)
 }
 
+/// The stop sequences a request names: Chat Completions' `stop` (a string or a list),
+/// Anthropic's `stop_sequences`, Gemini's `generationConfig.stopSequences`; the Responses API has
+/// none.
+pub fn stop_sequences(format: Format, body: &Value) -> Vec<String> {
+    let field = match format {
+        Format::OpenAiChat => body.get("stop"),
+        Format::Anthropic => body.get("stop_sequences"),
+        Format::Gemini => body.pointer("/generationConfig/stopSequences"),
+        Format::OpenAiResponses => None,
+    };
+    match field {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Text of the last user message (empty if none).
 pub fn last_user_text(format: Format, body: &Value) -> String {
     match format {
@@ -403,6 +463,39 @@ mod tests {
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "hi"}]},
         ]});
         assert_eq!(last_user_text(Format::Anthropic, &claude), "Say hello");
+    }
+
+    #[test]
+    fn stop_sequences_cut_the_text_before_the_first_match() {
+        let mut c = Content {
+            text: vec!["tok0 ".into(), "tok1 ".into(), "tok2 ".into()],
+            tools: vec![ToolCall {
+                id: None,
+                name: "t".into(),
+                arguments: "{}".into(),
+            }],
+            ..Default::default()
+        };
+        c.stop_at(&["tok2".into(), "1 t".into()]);
+        assert_eq!(c.text, ["tok0 ", "tok"]);
+        assert_eq!(c.stop_sequence.as_deref(), Some("1 t"));
+        assert!(c.tools.is_empty());
+        assert_eq!(c.anthropic_stop(), "stop_sequence");
+        let mut unmatched = Content {
+            text: vec!["a".into()],
+            ..Default::default()
+        };
+        unmatched.stop_at(&["zz".into(), String::new()]);
+        assert_eq!(unmatched.text, ["a"]);
+        assert_eq!(unmatched.stop_sequence, None);
+        assert_eq!(
+            stop_sequences(Format::OpenAiChat, &json!({"stop": "END"})),
+            ["END"]
+        );
+        assert_eq!(
+            stop_sequences(Format::Anthropic, &json!({"stop_sequences": ["a", "b"]})),
+            ["a", "b"]
+        );
     }
 
     #[test]

@@ -6,9 +6,10 @@ use super::error::GatewayError;
 use super::run::Out;
 use serde_json::{Value, json};
 
-/// Anthropic's stop reason.
-pub fn stop_reason(stop: Stop) -> &'static str {
+/// Anthropic's stop reason; `stop_sequence` when the provider named the sequence it stopped at.
+pub fn stop_reason(stop: Stop, sequence: Option<&str>) -> &'static str {
     match stop {
+        Stop::End if sequence.is_some() => "stop_sequence",
         Stop::End => "end_turn",
         Stop::Length => "max_tokens",
         Stop::ToolCalls => "tool_use",
@@ -48,7 +49,8 @@ pub fn message_json(id: &str, model: &str, items: &[Out], end: &Out) -> Value {
     let (stop, input, output) = end.end_parts();
     json!({
         "id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-        "stop_reason": stop_reason(stop), "stop_sequence": null,
+        "stop_reason": stop_reason(stop, end.stop_sequence()),
+        "stop_sequence": end.stop_sequence(),
         "usage": {"input_tokens": input, "output_tokens": output},
     })
 }
@@ -134,7 +136,8 @@ impl EventWriter {
                 Self::delta(&mut s, i, json!({"type": "thinking_delta", "thinking": t}));
             }
             Out::Signature(sig) => {
-                // Known only at the answer's end: sent if the reasoning block is still open.
+                // The provider sends it when its reasoning ends, before the text: the block it
+                // belongs to is still open then.
                 if let Some((i, "thinking")) = self.open {
                     Self::delta(
                         &mut s,
@@ -166,14 +169,17 @@ impl EventWriter {
             }
             Out::End {
                 stop,
+                stop_sequence,
                 input_tokens,
                 output_tokens,
             } => {
                 self.close(&mut s);
+                let sequence = stop_sequence.as_deref();
                 s.push_str(&frame(
                     "message_delta",
                     json!({"type": "message_delta",
-                           "delta": {"stop_reason": stop_reason(*stop), "stop_sequence": null},
+                           "delta": {"stop_reason": stop_reason(*stop, sequence),
+                                     "stop_sequence": sequence},
                            "usage": {"input_tokens": input_tokens,
                                      "output_tokens": output_tokens}}),
                 ));

@@ -78,6 +78,7 @@ fn items() -> Vec<Out> {
                         "length" => Stop::Length,
                         _ => Stop::End,
                     },
+                    stop_sequence: e["stopSequence"].as_str().map(str::to_string),
                     input_tokens: e["inputTokens"].as_u64().unwrap(),
                     output_tokens: e["outputTokens"].as_u64().unwrap(),
                 }
@@ -108,16 +109,34 @@ fn run_items_to_openai_answers() {
         "openai_completion.json",
         &(serde_json::to_string_pretty(&body).unwrap() + "\n"),
     );
-    let mut w = openai_out::ChunkWriter {
-        id: "chatcmpl-1".into(),
-        model: "mock/gpt-x".into(),
-        created: 1700000000,
-        include_usage: true,
-        calls: 0,
-        started: false,
-    };
+    let mut w =
+        openai_out::ChunkWriter::new("chatcmpl-1".into(), "mock/gpt-x".into(), 1700000000, true);
     let sse: String = items.iter().map(|i| w.frames(i)).collect();
     golden("openai_stream.sse", &sse);
+}
+
+#[test]
+fn a_named_stop_sequence_reaches_the_anthropic_answers_only() {
+    let items = [
+        Out::Text("It is".into()),
+        Out::End {
+            stop: Stop::End,
+            stop_sequence: Some("END".into()),
+            input_tokens: 1,
+            output_tokens: 2,
+        },
+    ];
+    let body = anthropic_out::message_json("msg_1", "m", &items[..1], &items[1]);
+    assert_eq!(body["stop_reason"], "stop_sequence");
+    assert_eq!(body["stop_sequence"], "END");
+    let mut w = anthropic_out::EventWriter::new("msg_1".into(), "m".into());
+    let sse: String = items.iter().map(|i| w.frames(i)).collect();
+    assert!(
+        sse.contains(r#""delta":{"stop_reason":"stop_sequence","stop_sequence":"END"}"#),
+        "{sse}"
+    );
+    let body = openai_out::completion("c", "m", 1, &items[..1], &items[1]);
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
 }
 
 #[test]

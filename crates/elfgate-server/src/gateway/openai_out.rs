@@ -72,21 +72,43 @@ pub fn completion(id: &str, model: &str, created: i64, items: &[Out], end: &Out)
 
 /// Writes the run's items as `chat.completion.chunk` frames.
 pub struct ChunkWriter {
-    /// The completion id.
-    pub id: String,
-    /// The model echoed.
-    pub model: String,
-    /// Unix seconds.
-    pub created: i64,
-    /// Whether a last chunk carries the usage.
-    pub include_usage: bool,
+    id: String,
+    model: String,
+    created: i64,
+    include_usage: bool,
     /// Tool calls sent so far.
-    pub calls: usize,
+    calls: usize,
     /// Whether the first chunk (with the role) went out.
-    pub started: bool,
+    started: bool,
+    /// What follows a chunk's delta: the rest of its choice and the fields every chunk repeats.
+    /// A text piece is one chunk, so its frame is this tail behind the piece's own JSON instead
+    /// of a `Value` built and serialized for each.
+    tail: String,
 }
 
 impl ChunkWriter {
+    /// A writer for completion `id` of `model`, created at `created` (Unix seconds).
+    pub fn new(id: String, model: String, created: i64, include_usage: bool) -> Self {
+        let rest = json!({"created": created, "id": id, "model": model,
+                          "object": "chat.completion.chunk"})
+        .to_string();
+        // The same text serde writes for the whole chunk (its keys sorted): the choice's other
+        // fields, then the chunk's own after `"choices":[...]`.
+        let tail = format!(
+            ",\"finish_reason\":null,\"index\":0,\"logprobs\":null}}],{}\n\n",
+            &rest[1..]
+        );
+        ChunkWriter {
+            id,
+            model,
+            created,
+            include_usage,
+            calls: 0,
+            started: false,
+            tail,
+        }
+    }
+
     fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
         let c = json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -94,6 +116,28 @@ impl ChunkWriter {
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
         });
         format!("data: {c}\n\n")
+    }
+
+    /// The frame of a delta with one string field, `{"KEY": text}`, written directly.
+    fn piece(&self, key: &str, text: &str) -> String {
+        let mut v = Vec::with_capacity(48 + key.len() + text.len() + self.tail.len());
+        v.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"");
+        v.extend_from_slice(key.as_bytes());
+        v.extend_from_slice(b"\":");
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut v, text);
+        v.push(b'}');
+        v.extend_from_slice(self.tail.as_bytes());
+        String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    fn push_piece(&self, s: &mut String, key: &str, text: &str) {
+        let p = self.piece(key, text);
+        if s.is_empty() {
+            *s = p;
+        } else {
+            s.push_str(&p);
+        }
     }
 
     /// The frames of one item.
@@ -104,8 +148,8 @@ impl ChunkWriter {
             s.push_str(&self.chunk(json!({"role": "assistant", "content": ""}), None));
         }
         match item {
-            Out::Text(t) => s.push_str(&self.chunk(json!({"content": t}), None)),
-            Out::Thinking(t) => s.push_str(&self.chunk(json!({"reasoning_content": t}), None)),
+            Out::Text(t) => self.push_piece(&mut s, "content", t),
+            Out::Thinking(t) => self.push_piece(&mut s, "reasoning_content", t),
             Out::Signature(_) => {}
             Out::ToolCall { id, name, input } => {
                 let call = tool_call_json(self.calls, id, name, input);
@@ -120,6 +164,7 @@ impl ChunkWriter {
                 stop,
                 input_tokens,
                 output_tokens,
+                ..
             } => {
                 s.push_str(&self.chunk(json!({}), Some(finish_reason(*stop))));
                 if self.include_usage {

@@ -7,11 +7,18 @@ use super::route::Route;
 use super::{Inbound, Stop};
 use crate::service::{self, CreateSessionRequest, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
-use elfgate_core::{EngineType, HeadStart, OnBusy, RunId, SessionId};
-use elfgate_engines::{GatewayTurn, LENGTH_NOTE};
+use elfgate_core::{
+    DeltaKind, EngineType, EventRecord, HeadStart, OnBusy, RunId, SessionBus, SessionId,
+};
+use elfgate_engines::{GatewayTurn, LENGTH_NOTE, STOP_SEQUENCE_NOTE};
+use elfgate_store::StoredEvent;
+use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
 
 /// One thing the run produced, in the order it came.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +27,7 @@ pub enum Out {
     Text(String),
     /// Reasoning text.
     Thinking(String),
-    /// The signature of the reasoning (Anthropic), known at the answer's end.
+    /// The signature of the reasoning (Anthropic), sent by the provider as its reasoning ends.
     Signature(String),
     /// A tool call for the caller to run (provider routes only: an engine runs its own).
     ToolCall {
@@ -42,6 +49,8 @@ pub enum Out {
     End {
         /// Why.
         stop: Stop,
+        /// The request's stop sequence the answer ended at, when the provider said which.
+        stop_sequence: Option<String>,
         /// Input tokens.
         input_tokens: u64,
         /// Output tokens.
@@ -57,8 +66,17 @@ impl Out {
                 stop,
                 input_tokens,
                 output_tokens,
+                ..
             } => (*stop, *input_tokens, *output_tokens),
             _ => (Stop::End, 0, 0),
+        }
+    }
+
+    /// The stop sequence the answer ended at, if this is the end and the provider said which.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        match self {
+            Out::End { stop_sequence, .. } => stop_sequence.as_deref(),
+            _ => None,
         }
     }
 }
@@ -71,7 +89,7 @@ pub struct RunHandle {
     pub run_id: RunId,
     /// The model the caller named, echoed in answers.
     pub model: String,
-    items: mpsc::Receiver<Out>,
+    items: Follower,
     guard: InterruptOnDrop,
     // The place taken on the provider's limits, freed with the handle.
     _permit: Option<super::limits::Permit>,
@@ -80,7 +98,7 @@ pub struct RunHandle {
 impl RunHandle {
     /// The next item; None after the end.
     pub async fn next(&mut self) -> Option<Out> {
-        let item = self.items.recv().await;
+        let item = self.items.next().await;
         if matches!(item, Some(Out::End { .. }) | None) {
             self.guard.armed = false;
         }
@@ -220,11 +238,16 @@ pub async fn start(
             (sid, sent.run_id, after)
         }
     };
-    let (tx, items) = mpsc::channel(64);
-    let follower_state = state.clone();
-    tokio::spawn(async move {
-        follow(&follower_state, session_id, run_id, after, relay_tools, tx).await;
-    });
+    let tr = Translate {
+        run: run_id,
+        relay_tools,
+        stop: Stop::End,
+        stop_sequence: None,
+        signed: false,
+        input_tokens: 0,
+        output_tokens: 0,
+    };
+    let items = Follower::new(state, session_id, tr, after);
     Ok(RunHandle {
         session_id,
         run_id,
@@ -241,41 +264,99 @@ pub async fn start(
 
 /// Turns the run's events into items.
 struct Translate {
-    run: String,
+    run: RunId,
     relay_tools: bool,
     stop: Stop,
+    stop_sequence: Option<String>,
+    /// Whether the reasoning's signature was already relayed (from its own delta).
+    signed: bool,
     input_tokens: u64,
     output_tokens: u64,
 }
 
+/// The fields of a `streamDelta` envelope the gateway reads: one is parsed per relayed piece, so
+/// it is read into this (the text borrowed when it has no escapes), not into a `Value`.
+#[derive(Deserialize)]
+struct DeltaEnvelope<'a> {
+    #[serde(borrow)]
+    delta: DeltaFields<'a>,
+}
+
+#[derive(Deserialize)]
+struct DeltaFields<'a> {
+    kind: DeltaKind,
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+    #[serde(default)]
+    signature: Option<String>,
+}
+
+/// The run an envelope read from the log belongs to.
+#[derive(Deserialize)]
+struct RunOf {
+    #[serde(rename = "runId", default)]
+    run_id: Option<RunId>,
+}
+
 impl Translate {
-    /// The items of one event envelope; `true` once the run's `complete` was seen.
-    fn event(&mut self, env: &Value, out: &mut Vec<Out>) -> bool {
-        if env["runId"].as_str() != Some(self.run.as_str()) {
-            return false;
-        }
-        match env["type"].as_str().unwrap_or_default() {
+    /// The items of one published event; `true` once the run's `complete` was seen.
+    fn record(&mut self, rec: &EventRecord, out: &mut VecDeque<Out>) -> bool {
+        // Other runs' events, and the session's own, are skipped without being parsed.
+        rec.run_id == Some(self.run) && self.event(&rec.event_type, &rec.json, out)
+    }
+
+    /// The same for an event read back from the log, which does not say its run apart.
+    fn logged(&mut self, ev: &StoredEvent, out: &mut VecDeque<Out>) -> bool {
+        let ours =
+            serde_json::from_str::<RunOf>(&ev.json).is_ok_and(|r| r.run_id == Some(self.run));
+        ours && self.event(&ev.event_type, &ev.json, out)
+    }
+
+    /// The items of one event of this run, given its type and envelope.
+    fn event(&mut self, event_type: &str, json: &str, out: &mut VecDeque<Out>) -> bool {
+        match event_type {
             "streamDelta" => {
-                let text = env["delta"]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                match env["delta"]["kind"].as_str() {
-                    Some("thinking") => out.push(Out::Thinking(text)),
-                    _ => out.push(Out::Text(text)),
+                let Ok(env) = serde_json::from_str::<DeltaEnvelope<'_>>(json) else {
+                    return false;
+                };
+                let d = env.delta;
+                if let Some(sig) = d.signature {
+                    self.signed = true;
+                    out.push_back(Out::Signature(sig));
+                }
+                if !d.text.is_empty() {
+                    let text = d.text.into_owned();
+                    out.push_back(match d.kind {
+                        DeltaKind::Thinking => Out::Thinking(text),
+                        DeltaKind::Text => Out::Text(text),
+                    });
+                }
+                false
+            }
+            "assistantMessage" | "processing" | "error" | "result" | "complete" => {
+                match serde_json::from_str::<Value>(json) {
+                    Ok(env) => self.envelope(&env, out),
+                    Err(_) => false,
                 }
             }
+            _ => false,
+        }
+    }
+
+    fn envelope(&mut self, env: &Value, out: &mut VecDeque<Out>) -> bool {
+        match env["type"].as_str().unwrap_or_default() {
             "assistantMessage" => {
                 for b in env["message"]["blocks"].as_array().into_iter().flatten() {
                     match b["type"].as_str() {
-                        Some("thinking") => {
+                        Some("thinking") if !self.signed => {
                             if let Some(sig) = b["signature"].as_str() {
-                                out.push(Out::Signature(sig.to_string()));
+                                self.signed = true;
+                                out.push_back(Out::Signature(sig.to_string()));
                             }
                         }
                         Some("tool_use") if self.relay_tools => {
                             self.stop = Stop::ToolCalls;
-                            out.push(Out::ToolCall {
+                            out.push_back(Out::ToolCall {
                                 id: b["id"].as_str().unwrap_or_default().to_string(),
                                 name: b["name"].as_str().unwrap_or_default().to_string(),
                                 input: b["input"].clone(),
@@ -285,12 +366,15 @@ impl Translate {
                     }
                 }
             }
-            "processing"
-                if env["message"].as_str() == Some(LENGTH_NOTE) && self.stop == Stop::End =>
-            {
-                self.stop = Stop::Length;
+            "processing" => {
+                let note = env["message"].as_str().unwrap_or_default();
+                if note == LENGTH_NOTE && self.stop == Stop::End {
+                    self.stop = Stop::Length;
+                } else if let Some(seq) = note.strip_prefix(STOP_SEQUENCE_NOTE) {
+                    self.stop_sequence = Some(seq.to_string());
+                }
             }
-            "error" => out.push(Out::Error {
+            "error" => out.push_back(Out::Error {
                 code: env["error"]["code"].as_str().unwrap_or("error").to_string(),
                 message: env["error"]["message"]
                     .as_str()
@@ -302,8 +386,9 @@ impl Translate {
                 self.output_tokens = env["stats"]["outputTokens"].as_u64().unwrap_or(0);
             }
             "complete" => {
-                out.push(Out::End {
+                out.push_back(Out::End {
                     stop: self.stop,
+                    stop_sequence: self.stop_sequence.take(),
                     input_tokens: self.input_tokens,
                     output_tokens: self.output_tokens,
                 });
@@ -315,104 +400,118 @@ impl Translate {
     }
 }
 
-/// Follows the session's events after `after` until the run's `complete`: live from the bus,
-/// from the log for what the bus no longer holds (a subscriber that fell behind).
-async fn follow(
-    state: &AppState,
+/// Follows the session's events after a seq until the run's `complete`: live from the bus, from
+/// the log for what the bus no longer holds (a subscriber that fell behind). It runs in the
+/// caller's own task (the answer's body), so that a relayed piece costs no hop between tasks.
+struct Follower {
+    state: AppState,
     session_id: SessionId,
-    run_id: RunId,
-    after: u64,
-    relay_tools: bool,
-    tx: mpsc::Sender<Out>,
-) {
-    let mut tr = Translate {
-        run: run_id.to_string(),
-        relay_tools,
-        stop: Stop::End,
-        input_tokens: 0,
-        output_tokens: 0,
-    };
-    let hub = state.dispatcher.hub().clone();
-    let Some(sub) = hub.subscribe_after(session_id, after) else {
-        let _ = tx
-            .send(Out::Error {
-                code: "internal".into(),
-                message: "the session's events are not available".into(),
-            })
-            .await;
-        return;
-    };
-    let mut live = sub.live;
-    let mut last = after;
-    let mut out = Vec::new();
-    let mut done = match sub.recent {
-        Some(recent) => {
-            let mut done = false;
-            for rec in recent {
-                last = rec.seq;
-                if let Ok(env) = serde_json::from_str::<Value>(&rec.json) {
-                    done |= tr.event(&env, &mut out);
+    tr: Translate,
+    /// Live events; None when the session's bus was not open.
+    live: Option<broadcast::Receiver<Arc<EventRecord>>>,
+    // Holds the session's bus open while the run is followed.
+    _bus: Option<Arc<SessionBus>>,
+    /// The last seq read.
+    last: u64,
+    /// Whether the log must be read before the live events (memory did not cover the cursor).
+    catch_up: bool,
+    pending: VecDeque<Out>,
+    done: bool,
+}
+
+impl Follower {
+    fn new(state: &AppState, session_id: SessionId, tr: Translate, after: u64) -> Self {
+        let mut f = Follower {
+            state: state.clone(),
+            session_id,
+            tr,
+            live: None,
+            _bus: None,
+            last: after,
+            catch_up: false,
+            pending: VecDeque::new(),
+            done: false,
+        };
+        match state.dispatcher.hub().subscribe_after(session_id, after) {
+            Some(sub) => {
+                f.live = Some(sub.live);
+                f._bus = Some(sub.bus);
+                match sub.recent {
+                    Some(recent) => {
+                        for rec in recent {
+                            f.last = rec.seq;
+                            if f.tr.record(&rec, &mut f.pending) {
+                                f.done = true;
+                                break;
+                            }
+                        }
+                    }
+                    None => f.catch_up = true,
                 }
             }
-            done
-        }
-        None => catch_up(state, session_id, &mut last, &mut tr, &mut out).await,
-    };
-    loop {
-        for item in out.drain(..) {
-            if tx.send(item).await.is_err() {
-                return;
+            None => {
+                f.pending.push_back(Out::Error {
+                    code: "internal".into(),
+                    message: "the session's events are not available".into(),
+                });
+                f.done = true;
             }
         }
-        if done {
-            return;
-        }
-        match live.recv().await {
-            Ok(rec) if rec.seq > last => {
-                last = rec.seq;
-                if let Ok(env) = serde_json::from_str::<Value>(&rec.json) {
-                    done = tr.event(&env, &mut out);
+        f
+    }
+
+    /// The next item; None after the end.
+    async fn next(&mut self) -> Option<Out> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            if self.done {
+                return None;
+            }
+            if std::mem::take(&mut self.catch_up) {
+                self.done = self.read_log().await;
+                continue;
+            }
+            let live = self.live.as_mut()?;
+            match live.recv().await {
+                Ok(rec) if rec.seq > self.last => {
+                    self.last = rec.seq;
+                    self.done = self.tr.record(&rec, &mut self.pending);
                 }
-            }
-            Ok(_) => {}
-            Err(RecvError::Lagged(_)) => {
-                done = catch_up(state, session_id, &mut last, &mut tr, &mut out).await;
-            }
-            Err(RecvError::Closed) => {
-                let _ = tx
-                    .send(Out::Error {
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => self.catch_up = true,
+                Err(RecvError::Closed) => {
+                    self.pending.push_back(Out::Error {
                         code: "internal".into(),
                         message: "the session's event stream closed before the run ended".into(),
-                    })
-                    .await;
-                return;
+                    });
+                    self.done = true;
+                }
             }
         }
     }
-}
 
-/// Reads the log after `last` (flushed first) into items.
-async fn catch_up(
-    state: &AppState,
-    session_id: SessionId,
-    last: &mut u64,
-    tr: &mut Translate,
-    out: &mut Vec<Out>,
-) -> bool {
-    state.dispatcher.hub().flush().await;
-    loop {
-        let Ok(page) = state.store.events_after(session_id, *last, 500).await else {
-            return false;
-        };
-        if page.is_empty() {
-            return false;
-        }
-        for ev in page {
-            *last = ev.seq;
-            if let Ok(env) = serde_json::from_str::<Value>(&ev.json)
-                && tr.event(&env, out)
-            {
-                return true;
+    /// Reads the log after the last seq (flushed first) into items; whether the run ended.
+    async fn read_log(&mut self) -> bool {
+        self.state.dispatcher.hub().flush().await;
+        loop {
+            let Ok(page) = self
+                .state
+                .store
+                .events_after(self.session_id, self.last, 500)
+                .await
+            else {
+                return false;
+            };
+            if page.is_empty() {
+                return false;
+            }
+            for ev in page {
+                self.last = ev.seq;
+                if self.tr.logged(&ev, &mut self.pending) {
+                    return true;
+                }
             }
         }
     }

@@ -185,14 +185,7 @@ pub(crate) async fn chat_completions(
         let model = handle.model.clone();
         if stream {
             let first = first_item(&mut handle).await?;
-            let mut w = openai_out::ChunkWriter {
-                id,
-                model,
-                created,
-                include_usage,
-                calls: 0,
-                started: false,
-            };
+            let mut w = openai_out::ChunkWriter::new(id, model, created, include_usage);
             return Ok(sse(handle, first, move |item| w.frames(item)));
         }
         let (items, end) = run::collect(&mut handle).await?;
