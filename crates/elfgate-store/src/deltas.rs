@@ -188,6 +188,7 @@ mod tests {
             delta: Delta {
                 kind,
                 text: text.into(),
+                signature: None,
             },
         }
     }
@@ -221,6 +222,19 @@ mod tests {
         assert!(split(&no_run.json, 7, &s, &r).is_none(), "no run");
         let raw_newline = e.json.replace("\"x\"", "\"a\nb\"");
         assert!(split(&raw_newline, 7, &s, &r).is_none(), "a raw newline");
+        // A thinking delta that carries the provider's signature: whatever the parts hold, they
+        // join back into the same bytes, so the signature is replayed as it was published.
+        let signed = EventPayload::StreamDelta {
+            delta: Delta {
+                kind: DeltaKind::Thinking,
+                text: String::new(),
+                signature: Some("sig".into()),
+            },
+        };
+        let signed = EventRecord::build(session, 7, Some(run), &signed);
+        if let Some(parts) = split(&signed.json, 7, &s, &r) {
+            assert_eq!(join(7, &s, &r, &parts), signed.json);
+        }
     }
 
     #[test]

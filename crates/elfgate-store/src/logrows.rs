@@ -194,6 +194,7 @@ mod tests {
             delta: Delta {
                 kind: DeltaKind::Text,
                 text: format!("tok{seq} "),
+                signature: None,
             },
         };
         Arc::new(EventRecord::build(session, seq, Some(run), &payload))

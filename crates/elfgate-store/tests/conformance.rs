@@ -431,7 +431,11 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte()
     let emitter = EventEmitter::new(bus.clone(), r.id);
     let note = |m: &str| EventPayload::Processing { message: m.into() };
     let delta = |kind, text: String| EventPayload::StreamDelta {
-        delta: Delta { kind, text },
+        delta: Delta {
+            kind,
+            text,
+            signature: None,
+        },
     };
     let texts = ["tok ", "", "a \"quoted\"\nline\t\u{1}é😀\\", "}}\"}}\n"];
     let mut published: Vec<Arc<EventRecord>> = vec![emitter.emit(note("start")).await];

@@ -14,6 +14,7 @@ use elfgate_core::{
     LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
     SessionId,
 };
+use sqlx::Row;
 
 #[async_trait]
 impl RunLedger for SqliteStore {
