@@ -61,7 +61,8 @@ export class Transcript {
         // What the user typed is shown as typed; answers as Markdown.
         content.append(role === 'user' ? h('p', { class: 'plain' }, b.text) : h('div', { class: 'md' }, markdown(b.text)));
       } else if (b.type === 'thinking') {
-        content.append(thinking(b.thinking, false));
+        // A block may hold only the provider's signature (Gemini's, on a function call).
+        if (b.thinking) content.append(thinking(b.thinking, false));
       } else if (b.type === 'tool_use') {
         cards.push(b);
       } else if (b.type === 'tool_result') {

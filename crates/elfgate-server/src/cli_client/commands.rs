@@ -59,6 +59,8 @@ pub async fn show(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
         for b in m["blocks"].as_array().into_iter().flatten() {
             match b["type"].as_str().unwrap_or_default() {
                 "text" => println!("{}", text(&b["text"])),
+                // A block may hold only the provider's signature (Gemini's, on a function call).
+                "thinking" if text(&b["thinking"]).is_empty() => {}
                 "thinking" => println!("(thinking) {}", text(&b["thinking"])),
                 "tool_use" => println!("⚙ {} {}", text(&b["name"]), b["input"]),
                 "tool_result" => {

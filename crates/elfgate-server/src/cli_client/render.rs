@@ -124,6 +124,10 @@ impl Renderer {
         match ev["type"].as_str().unwrap_or_default() {
             "streamDelta" => {
                 let text = ev["delta"]["text"].as_str().unwrap_or_default();
+                // A delta without text carries only the provider's signature.
+                if text.is_empty() {
+                    return;
+                }
                 if ev["delta"]["kind"] == "thinking" {
                     if !self.thinking && !self.at_line_start {
                         self.write("\n");
