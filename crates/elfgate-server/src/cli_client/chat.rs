@@ -308,11 +308,17 @@ fn read_stdin() -> mpsc::UnboundedReceiver<Option<String>> {
     rx
 }
 
-/// Ctrl-C presses. Once this listens, Ctrl-C no longer kills the process.
+/// Ctrl-C presses. Once this listens, Ctrl-C no longer kills the process. One listener for the
+/// process's life: a new one per press would leave a moment after each press in which the next
+/// press reaches no listener and is lost.
 fn watch_ctrl_c() -> mpsc::UnboundedReceiver<()> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
     tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
+        let Ok(mut interrupts) = interrupts else {
+            return;
+        };
+        while interrupts.recv().await.is_some() {
             if tx.send(()).is_err() {
                 return;
             }
