@@ -135,9 +135,11 @@ fn main() -> std::process::ExitCode {
         .first()
         .filter(|c| elfgate_server::cli_client::is_client_command(c))
     {
-        return std::process::ExitCode::from(
-            runtime.block_on(elfgate_server::cli_client::run(cmd, &args[1..])),
-        );
+        let code = runtime.block_on(elfgate_server::cli_client::run(cmd, &args[1..]));
+        // A client has nothing to finish once it has its answer: its runtime is not waited for
+        // (a thread blocked on the terminal, a connection being closed), so it exits at once.
+        runtime.shutdown_background();
+        return std::process::ExitCode::from(code);
     }
     match runtime.block_on(run()) {
         Ok(()) => std::process::ExitCode::SUCCESS,

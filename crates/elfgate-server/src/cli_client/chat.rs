@@ -63,7 +63,10 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
         }
         let line = tokio::select! {
             l = inputs.lines.recv() => l.flatten(),
-            _ = inputs.interrupts.recv() => return Ok(exit::INTERRUPTED),
+            _ = inputs.interrupts.recv() => {
+                view.note("quitting");
+                return Ok(exit::INTERRUPTED);
+            }
         };
         let Some(prompt) = line else { break };
         if prompt.trim().is_empty() {
