@@ -18,9 +18,15 @@ pub fn digits(n: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[at..]
 }
 
+/// [`digits`] as a `&str`.
+pub fn digits_str(n: u64, buf: &mut [u8; 20]) -> &str {
+    // Only ASCII digits are written, so this never falls back.
+    std::str::from_utf8(digits(n, buf)).unwrap_or("")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::digits;
+    use super::{digits, digits_str};
 
     #[test]
     fn writes_what_display_writes() {
@@ -38,6 +44,7 @@ mod tests {
             u64::MAX,
         ] {
             assert_eq!(digits(n, &mut buf), n.to_string().as_bytes(), "{n}");
+            assert_eq!(digits_str(n, &mut buf), n.to_string(), "{n}");
         }
     }
 }

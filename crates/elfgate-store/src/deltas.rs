@@ -11,6 +11,8 @@
 //! An event is merged only if its JSON is exactly that template ([`split`] checks every byte that
 //! [`join`] writes back), so reading a merged row gives each event's JSON byte for byte.
 
+use elfgate_core::decimal;
+
 use crate::StoreError;
 
 const SEQ: &str = "{\"seq\":";
@@ -32,33 +34,6 @@ pub(crate) struct DeltaParts<'a> {
     text: &'a str,
 }
 
-/// The decimal digits of `n`, without allocating.
-struct Digits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    fn new(mut n: u64) -> Digits {
-        let mut buf = [0u8; 20];
-        let mut start = buf.len();
-        loop {
-            start -= 1;
-            buf[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Digits { buf, start }
-    }
-
-    fn as_str(&self) -> &str {
-        // Only ASCII digits were written.
-        std::str::from_utf8(&self.buf[self.start..]).unwrap_or("")
-    }
-}
-
 /// The parts of a `streamDelta` event's JSON, if it is exactly the template for this seq,
 /// session and run (their text as stored in the row's columns); None otherwise (the event is then
 /// stored as a row of its own).
@@ -68,9 +43,10 @@ pub(crate) fn split<'a>(
     session: &str,
     run: &str,
 ) -> Option<DeltaParts<'a>> {
+    let mut digits = [0u8; 20];
     let rest = json
         .strip_prefix(SEQ)?
-        .strip_prefix(Digits::new(seq).as_str())?
+        .strip_prefix(decimal::digits_str(seq, &mut digits))?
         .strip_prefix(SESSION)?
         .strip_prefix(session)?
         .strip_prefix(RUN)?
@@ -103,7 +79,8 @@ pub(crate) fn push_line(out: &mut String, parts: &DeltaParts<'_>) {
 
 /// The event JSON of `parts` at `seq` (the inverse of [`split`]).
 pub(crate) fn join(seq: u64, session: &str, run: &str, parts: &DeltaParts<'_>) -> String {
-    let digits = Digits::new(seq);
+    let mut digits = [0u8; 20];
+    let digits = decimal::digits_str(seq, &mut digits);
     let mut out = String::with_capacity(
         SEQ.len()
             + 20
@@ -119,7 +96,7 @@ pub(crate) fn join(seq: u64, session: &str, run: &str, parts: &DeltaParts<'_>) -
             + END.len(),
     );
     out.push_str(SEQ);
-    out.push_str(digits.as_str());
+    out.push_str(digits);
     out.push_str(SESSION);
     out.push_str(session);
     out.push_str(RUN);
