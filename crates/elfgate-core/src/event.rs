@@ -348,6 +348,24 @@ fn envelope_json(
     buf.extend_from_slice(b"\",\"ts\":\"");
     crate::timefmt::push_rfc3339_millis(&mut buf, ts);
     buf.push(b'"');
+    // A delta, one per token, is written field by field: serde's map serializer costs a few
+    // thousand instructions per event for these four fields. The text is the same as serde's.
+    if let EventPayload::StreamDelta { delta } = payload
+        && delta.signature.is_none()
+    {
+        buf.extend_from_slice(match delta.kind {
+            DeltaKind::Text => b",\"type\":\"streamDelta\",\"delta\":{\"kind\":\"text\",\"text\":",
+            DeltaKind::Thinking => {
+                b",\"type\":\"streamDelta\",\"delta\":{\"kind\":\"thinking\",\"text\":"
+            }
+        });
+        let escaped = serde_json::to_writer(&mut buf, &delta.text).is_ok();
+        buf.extend_from_slice(b"}}");
+        if escaped && let Ok(json) = String::from_utf8(buf) {
+            return json;
+        }
+        return fallback_json(session_id, seq, payload);
+    }
     // The payload is an internally tagged object, `{"type":...}`: its opening brace becomes the
     // comma that joins its fields to the envelope's.
     let at = buf.len();
@@ -358,7 +376,12 @@ fn envelope_json(
             return json;
         }
     }
-    // Serializing plain data cannot fail; the fallback keeps the log valid anyway.
+    fallback_json(session_id, seq, payload)
+}
+
+/// An error event in place of one that could not be serialized: serializing plain data cannot
+/// fail, but the log stays valid anyway.
+fn fallback_json(session_id: SessionId, seq: u64, payload: &EventPayload) -> String {
     format!(
         "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"serialize\",\"message\":\"event {} could not be serialized\"}}}}",
         payload.type_name()
@@ -403,6 +426,13 @@ mod tests {
                     kind: DeltaKind::Thinking,
                     text: String::new(),
                     signature: Some("sig".into()),
+                },
+            },
+            EventPayload::StreamDelta {
+                delta: Delta {
+                    kind: DeltaKind::Thinking,
+                    text: "why\t\\ \u{7f}".into(),
+                    signature: None,
                 },
             },
             EventPayload::SessionCreated {},
