@@ -62,6 +62,22 @@ struct Open<'a> {
     last_seq: u64,
     /// The parts of the row's first event while it is still a single event.
     first: Option<DeltaParts<'a>>,
+    /// The session's and the run's ids as the row's columns spell them (`Display` of a uuid is
+    /// this form), written once per row rather than once per delta.
+    session_text: [u8; UUID_LEN],
+    run_text: [u8; UUID_LEN],
+}
+
+/// `id` as its column spells it, on the stack.
+fn uuid_text(id: &uuid::Uuid) -> [u8; UUID_LEN] {
+    let mut text = [0u8; UUID_LEN];
+    id.hyphenated().encode_lower(&mut text);
+    text
+}
+
+/// The text of an id written by [`uuid_text`] (ASCII).
+fn as_str(text: &[u8; UUID_LEN]) -> &str {
+    std::str::from_utf8(text).unwrap_or("")
 }
 
 /// The rows of `events` (in order; a merged row at the place of its first event).
@@ -70,18 +86,20 @@ pub(crate) fn group<'a>(events: &'a [Arc<EventRecord>]) -> Vec<LogRow<'a>> {
     let mut open: HashMap<SessionId, Open<'a>> = HashMap::new();
     for e in events {
         let e: &'a EventRecord = e;
-        let parts = match e.run_id {
-            Some(run) if e.event_type == "streamDelta" => {
-                // The ids as the row's columns spell them (`Display` of a uuid is this form),
-                // written on the stack: a lookup in `shared` cost more than the split itself.
-                let (mut session, mut run_text) = ([0u8; UUID_LEN], [0u8; UUID_LEN]);
-                let session = e.session_id.0.hyphenated().encode_lower(&mut session);
-                let run_text = run.0.hyphenated().encode_lower(&mut run_text);
-                deltas::split(&e.json, e.seq, session, run_text).map(|p| (run, p))
-            }
-            _ => None,
+        let delta_run = e.run_id.filter(|_| e.event_type == "streamDelta");
+        let Some(run) = delta_run else {
+            open.remove(&e.session_id);
+            rows.push(LogRow::One(e));
+            continue;
         };
-        let Some((run, parts)) = parts else {
+        // A lookup in `shared` cost more than writing the ids, and writing them more than
+        // the split itself: an open row of the same run already has them.
+        let (session_text, run_text) = match open.get(&e.session_id) {
+            Some(o) if o.run == run => (o.session_text, o.run_text),
+            _ => (uuid_text(&e.session_id.0), uuid_text(&run.0)),
+        };
+        let Some(parts) = deltas::split(&e.json, e.seq, as_str(&session_text), as_str(&run_text))
+        else {
             open.remove(&e.session_id);
             rows.push(LogRow::One(e));
             continue;
@@ -119,6 +137,8 @@ pub(crate) fn group<'a>(events: &'a [Arc<EventRecord>]) -> Vec<LogRow<'a>> {
                     run,
                     last_seq: e.seq,
                     first: Some(parts),
+                    session_text,
+                    run_text,
                 };
                 match entry {
                     Entry::Occupied(mut o) => {
