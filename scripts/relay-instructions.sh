@@ -25,7 +25,8 @@ tokens=${2:-200}
 delay_ms=${3:-0}
 concurrency=${4:-4}
 # MODE=perf: the daemon runs natively and `perf stat` counts its syscalls, context switches and
-# CPU time during the workload instead (MODE=strace: a count of each syscall) (syscalls are kernel work that callgrind does not see).
+# CPU time during the workload instead (MODE=strace: a count of each syscall; MODE=record: a
+# `perf record` CPU profile of the daemon, kernel included, into PERF_DATA) (syscalls are kernel work that callgrind does not see).
 mode=${MODE:-callgrind}
 bin=target/release
 daemon=${DAEMON:-$bin/elfgate}
@@ -35,6 +36,7 @@ for b in elfgate elfgate-mockllm; do
 done
 tool=valgrind
 [[ $mode == perf || $mode == strace ]] && tool=$mode
+[[ $mode == record ]] && tool=perf
 command -v $tool >/dev/null || { echo "relay-instructions: $tool is not installed" >&2; exit 1; }
 
 dir=$(mktemp -d -t elfgate-instr.XXXXXX)
@@ -149,8 +151,15 @@ if [[ $mode == strace ]]; then
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     cat "$dir/strace.out"
+elif [[ $mode == record ]]; then
+    perf record -e cpu-clock -g -p "$daemon_pid" -o "${PERF_DATA:-$PWD/perf.relay.data}" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+    drive "$sessions" "$concurrency"
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
 elif [[ $mode == perf ]]; then
-    perf stat -x, -e raw_syscalls:sys_enter,context-switches,task-clock -p "$daemon_pid" \
+    perf stat -x, -e ${PERF_EVENTS:-raw_syscalls:sys_enter,context-switches,task-clock} -p "$daemon_pid" \
         -o "$dir/perf.out" &
     perf_pid=$!
     sleep 0.5
@@ -171,7 +180,9 @@ rows=$((rows - warmup_rows))
 relayed=$((sessions * tokens))
 echo "workload: $sessions sessions x $tokens tokens, delay ${delay_ms} ms, $concurrency at a time"
 echo "streamDelta events: $deltas ($(awk -v r=$relayed -v d=$deltas "BEGIN { printf \"%.2f\", r / d }") tokens per event) in $rows log rows ($(awk -v d=$deltas -v n=$rows "BEGIN { printf \"%.2f\", d / n }") events per row)"
-if [[ $mode == perf ]]; then
+if [[ $mode == record ]]; then
+    echo "profile: ${PERF_DATA:-$PWD/perf.relay.data} (perf report -i FILE)"
+elif [[ $mode == perf ]]; then
     awk -F, -v t="$relayed" -v s="$sessions" '$3 ~ /sys_enter|context-switches/ {
         printf "%s: %d total, %.2f per token, %.0f per session\n", $3, $1, $1 / t, $1 / s }
         $3 ~ /task-clock/ { printf "CPU: %.0f ms, %.2f us per token, %.0f us per session\n",
