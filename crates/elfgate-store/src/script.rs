@@ -7,8 +7,13 @@
 
 use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
-/// Scripts of at most this many statements stay prepared.
-const MAX_CACHED_STATEMENTS: usize = 6;
+/// Scripts of at most this many statements stay prepared. A group commit of a few sessions'
+/// operations (a run's end is three statements, a session's creation three more, with BEGIN and
+/// COMMIT around them) often passes six; preparing such a script again cost 15% of the daemon's
+/// instructions for a short session (docs/benchmarks.md). The write connection keeps at most
+/// `WRITE_STATEMENT_CACHE` (sqlite/setup.rs) scripts, so at most that many times this many
+/// statements stay prepared.
+pub(crate) const MAX_CACHED_STATEMENTS: usize = 16;
 
 /// Statements gathered for one round trip.
 pub(crate) struct Script {

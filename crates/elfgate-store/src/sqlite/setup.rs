@@ -11,6 +11,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Scripts the write connection keeps prepared (least recently used dropped first).
+pub(crate) const WRITE_STATEMENT_CACHE: usize = 100;
+
 /// How a store is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -75,7 +78,10 @@ impl SqliteStore {
             // 16 MB of page cache (default 2 MB): with many sessions logging at once, a commit
             // touches one log page per session, and a small cache spilled dirty pages to the WAL
             // mid-transaction and read pages back (docs/benchmarks.md, item 11).
-            .pragma("cache_size", "-16384");
+            .pragma("cache_size", "-16384")
+            // Stated rather than left to the driver's default: it bounds the prepared scripts
+            // (see `script.rs`).
+            .statement_cache_capacity(WRITE_STATEMENT_CACHE);
         let write = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
