@@ -48,6 +48,10 @@ OPTIONS:
   --no-throughput      skip the throughput pass (delay 0)
   --one-request        daemon sessions as one request: POST /v1/sessions with
                        Accept: text/event-stream (default: POST, then GET events)
+  --stagger            paced scenarios start their C sessions spread over one
+                       session's length, and each of the C runs a second session
+                       right after its first: TTFT is taken from the second ones,
+                       which start while C sessions stream (default: all C at once)
   --gateway            the daemon path is the gateway's front door instead: the direct
                        request (POST /v1/chat/completions, stream) sent to the daemon
                        with model mock/MODEL; judged on the gateway's targets
@@ -79,6 +83,8 @@ struct Opts {
     min_samples: usize,
     throughput: bool,
     one_request: bool,
+    /// Paced passes start their sessions spread out (see `pass`).
+    stagger: bool,
     /// The daemon path is the gateway's `POST /v1/chat/completions` (see `gateway_report`).
     gateway: bool,
     verbose: bool,
@@ -111,6 +117,7 @@ impl Opts {
             min_samples: 20,
             throughput: true,
             one_request: false,
+            stagger: false,
             gateway: false,
             verbose: false,
             idle_subscribers: 0,
@@ -144,6 +151,7 @@ impl Opts {
                 "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
                 "--no-throughput" => o.throughput = false,
                 "--one-request" => o.one_request = true,
+                "--stagger" => o.stagger = true,
                 "--gateway" => o.gateway = true,
                 "--idle-subscribers" => {
                     o.idle_subscribers = value()?.parse().context("--idle-subscribers")?;
@@ -203,13 +211,16 @@ struct Scenario {
     concurrency: usize,
     tokens: u32,
     delay_ms: u64,
+    /// Sessions start spread over one session's length (`--stagger`; paced scenarios only).
+    stagger: bool,
 }
 
 impl Scenario {
     fn label(&self) -> String {
         let kind = if self.delay_ms == 0 { "thru" } else { "lat" };
+        let spread = if self.stagger { " spread" } else { "" };
         format!(
-            "{kind} C={} N={} D={}ms",
+            "{kind} C={} N={} D={}ms{spread}",
             self.concurrency, self.tokens, self.delay_ms
         )
     }
@@ -349,37 +360,65 @@ impl Outcome {
     }
 }
 
-/// Runs `c` sessions at once on `path`; returns the samples, the errors and the wall time.
+/// How a pass starts its sessions.
+#[derive(Debug, Clone, Copy)]
+enum Starts {
+    /// All `c` at once: a burst of session starts.
+    Burst,
+    /// Session `i` of the `c` starts `i * spread / c` in, and its task runs a second session
+    /// right after the first. With `spread` one session's length, every second session starts
+    /// while `c` sessions stream, at an even pace: a steady load of `c` streams rather than a
+    /// burst. Only the second sessions are sampled.
+    Spread(Duration),
+}
+
+/// Runs `c` sessions on `path`; returns the samples, the sessions run but not sampled (the first
+/// ones of a spread pass), the errors and the wall time.
 async fn pass(
     target: &Target,
     path: Path,
     c: usize,
     tokens: u32,
     delay_ms: u64,
-) -> (Vec<Sample>, Vec<String>, Duration) {
+    starts: Starts,
+) -> (Vec<Sample>, usize, Vec<String>, Duration) {
     let started = Instant::now();
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..c {
+    for i in 0..c {
         let t = target.clone();
         set.spawn(async move {
             // A safety net so that a wedged stream fails the pass instead of hanging it.
             let guard = Duration::from_secs(120);
-            match tokio::time::timeout(guard, client::run(&t, path, tokens, delay_ms)).await {
-                Ok(r) => r,
-                Err(_) => Err(anyhow::anyhow!("no end of stream within {guard:?}")),
+            let one = || async {
+                match tokio::time::timeout(guard, client::run(&t, path, tokens, delay_ms)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(anyhow::anyhow!("no end of stream within {guard:?}")),
+                }
+            };
+            match starts {
+                Starts::Burst => one().await.map(|s| (s, 0)),
+                Starts::Spread(spread) => {
+                    tokio::time::sleep(spread * i as u32 / c as u32).await;
+                    one().await?;
+                    one().await.map(|s| (s, 1))
+                }
             }
         });
     }
     let mut samples = Vec::with_capacity(c);
+    let mut unsampled = 0;
     let mut errors = Vec::new();
     while let Some(r) = set.join_next().await {
         match r {
-            Ok(Ok(s)) => samples.push(s),
+            Ok(Ok((s, n))) => {
+                samples.push(s);
+                unsampled += n;
+            }
             Ok(Err(e)) => errors.push(format!("{e:#}")),
             Err(e) => errors.push(format!("task failed: {e}")),
         }
     }
-    (samples, errors, started.elapsed())
+    (samples, unsampled, errors, started.elapsed())
 }
 
 /// Runs one scenario: a warmup, then direct and daemon passes alternately.
@@ -405,13 +444,26 @@ async fn scenario(
         paths.push(Path::Nginx);
     }
     for &path in &paths {
-        let (_, errors, _) = pass(target, path, sc.concurrency, sc.tokens.min(20), 0).await;
+        let (_, _, errors, _) = pass(
+            target,
+            path,
+            sc.concurrency,
+            sc.tokens.min(20),
+            0,
+            Starts::Burst,
+        )
+        .await;
         if let Some(e) = errors.first() {
             bail!("warmup on {} failed: {e}", path.label());
         }
     }
     mock.clear_requests();
     let rounds = opts.rounds.max(opts.min_samples.div_ceil(sc.concurrency));
+    let starts = if sc.stagger {
+        Starts::Spread(Duration::from_millis(sc.delay_ms * u64::from(sc.tokens)))
+    } else {
+        Starts::Burst
+    };
     let mut direct = PathStats::default();
     let mut via = PathStats::default();
     let mut proxied = PathStats::default();
@@ -428,8 +480,8 @@ async fn scenario(
                 daemon::cpu_ns(std::process::id())?,
             );
             let sampler = RssSampler::start(daemon.pid, Duration::from_millis(10));
-            let (samples, errors, wall) =
-                pass(target, path, sc.concurrency, sc.tokens, sc.delay_ms).await;
+            let (samples, unsampled, errors, wall) =
+                pass(target, path, sc.concurrency, sc.tokens, sc.delay_ms, starts).await;
             let peak = sampler.stop(daemon.pid);
             let cpu = daemon::cpu_ticks(daemon.pid)?.saturating_sub(cpu0);
             let dns = daemon::cpu_ns(daemon.pid)?.saturating_sub(dns0);
@@ -454,7 +506,7 @@ async fn scenario(
                 Path::Daemon | Path::Gateway => &mut via,
                 Path::Nginx => &mut proxied,
             };
-            st.tokens += samples.len() as u64 * u64::from(sc.tokens);
+            st.tokens += (samples.len() + unsampled) as u64 * u64::from(sc.tokens);
             st.samples.extend(samples);
             st.errors += errors.len();
             if st.first_error.is_none() {
@@ -785,6 +837,7 @@ async fn main() -> anyhow::Result<()> {
             concurrency: c,
             tokens: opts.tokens,
             delay_ms: opts.delay_ms,
+            stagger: opts.stagger && opts.delay_ms > 0,
         })
         .collect();
     if opts.throughput && opts.delay_ms > 0 {
@@ -792,6 +845,7 @@ async fn main() -> anyhow::Result<()> {
             concurrency: c,
             tokens: opts.tokens,
             delay_ms: 0,
+            stagger: false,
         }));
     }
     let mut outcomes = Vec::new();

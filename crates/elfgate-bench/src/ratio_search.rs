@@ -26,6 +26,7 @@ pub async fn run(
             concurrency: c,
             tokens: opts.tokens,
             delay_ms: opts.delay_ms,
+            stagger: false,
         };
         let o = scenario(target, mock, daemon, None, sc, opts, clk_tck).await?;
         let ratio = o.throughput_ratio();
