@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError, broadcast, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError, broadcast, mpsc, oneshot};
 
 /// Work for the event log writer, executed in order.
 #[derive(Debug)]
@@ -63,10 +63,21 @@ struct Queued {
 /// reservation per `SEQ_RESERVE_BLOCK / 2` events, one release per bus closed, one flush per
 /// waiting caller), and some are sent where nobody can wait (a bus closing inside a map lock).
 /// One queue for all keeps them in order with the events.
+///
+/// A writer that already holds events and waits for more company (its linger) does not need to
+/// be woken by each event that joins them: it waits on [`LogReceiver::nudged`] instead of
+/// [`LogReceiver::recv`], and only what cannot wait for its deadline nudges it: a flush, a seq
+/// reservation, or a queue filling up ([`NUDGE_EVENTS`] events, or half its room). Otherwise every
+/// event published woke the writer's task, which then went back to sleep: on two worker threads,
+/// a second task woken per token, and often a sleeping thread woken for it.
 #[derive(Debug, Clone)]
 pub struct LogSender {
     tx: mpsc::UnboundedSender<Queued>,
     room: Arc<Semaphore>,
+    nudge: Arc<Notify>,
+    /// Nudge the writer once the queue holds this many events.
+    nudge_at: usize,
+    capacity: usize,
 }
 
 /// The receiving side of the event log queue (the writer's).
@@ -74,7 +85,11 @@ pub struct LogSender {
 pub struct LogReceiver {
     rx: mpsc::UnboundedReceiver<Queued>,
     room: Arc<Semaphore>,
+    nudge: Arc<Notify>,
 }
+
+/// A queue holding this many events nudges a lingering writer (or half its room, if less).
+pub const NUDGE_EVENTS: usize = 4096;
 
 /// The queue had no room for an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,13 +107,18 @@ pub struct LogRoom<'a> {
 /// A log queue holding at most `events` events (at least one).
 pub fn log_channel(events: usize) -> (LogSender, LogReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let room = Arc::new(Semaphore::new(events.clamp(1, Semaphore::MAX_PERMITS)));
+    let capacity = events.clamp(1, Semaphore::MAX_PERMITS);
+    let room = Arc::new(Semaphore::new(capacity));
+    let nudge = Arc::new(Notify::new());
     (
         LogSender {
             tx,
             room: room.clone(),
+            nudge: nudge.clone(),
+            nudge_at: NUDGE_EVENTS.min(capacity.div_ceil(2)),
+            capacity,
         },
-        LogReceiver { rx, room },
+        LogReceiver { rx, room, nudge },
     )
 }
 
@@ -128,14 +148,22 @@ impl LogSender {
         LogRoom { log: self, permit }
     }
 
-    /// Sends a command that takes no room; false when the writer has stopped.
+    /// Sends a command that takes no room; false when the writer has stopped. Those that the
+    /// writer acts on at once (a flush, a seq reservation) nudge it.
     fn control(&self, cmd: LogCommand) -> bool {
-        self.tx
+        let urgent = matches!(cmd, LogCommand::Flush(_) | LogCommand::Reserve { .. });
+        let sent = self
+            .tx
             .send(Queued {
                 cmd,
                 holds_room: false,
             })
-            .is_ok()
+            .is_ok();
+        if urgent {
+            // Stored if the writer is not waiting yet: the nudge is never lost.
+            self.nudge.notify_one();
+        }
+        sent
     }
 
     /// Waits until every command sent before is durable; false if that cannot be known (the
@@ -159,6 +187,13 @@ impl LogRoom<'_> {
             && let Some(permit) = self.permit
         {
             permit.forget();
+            let queued = self
+                .log
+                .capacity
+                .saturating_sub(self.log.room.available_permits());
+            if queued >= self.log.nudge_at {
+                self.log.nudge.notify_one();
+            }
         }
     }
 }
@@ -168,6 +203,14 @@ impl LogReceiver {
     pub async fn recv(&mut self) -> Option<LogCommand> {
         let q = self.rx.recv().await?;
         Some(self.taken(q))
+    }
+
+    /// Returns once something that cannot wait for a lingering writer's deadline was sent (see
+    /// [`LogSender`]); the commands themselves are then taken with [`Self::try_recv`].
+    /// The future does not borrow the receiver, so that it can wait beside [`Self::recv`].
+    pub fn nudged(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let nudge = self.nudge.clone();
+        async move { nudge.notified().await }
     }
 
     /// The next command if one is waiting.

@@ -221,7 +221,10 @@ async fn run(
                 Some(op) => batch.ops.push(op),
                 None => ops_open = false,
             },
-            cmd = log_rx.recv(), if log_open => match cmd {
+            // Events already wait for their deadline: later ones join them without waking this
+            // task, unless they cannot wait (see `LogSender`). They are taken below.
+            () = log_rx.nudged(), if log_open && due.is_some() => {}
+            cmd = log_rx.recv(), if log_open && due.is_none() => match cmd {
                 Some(cmd) => batch.take_log(cmd),
                 // Closed: write what is left at once.
                 None => {
