@@ -152,7 +152,7 @@ if [[ $mode == strace ]]; then
     wait "$perf_pid" || true
     cat "$dir/strace.out"
 elif [[ $mode == record ]]; then
-    perf record -e cpu-clock -g -p "$daemon_pid" -o "${PERF_DATA:-$PWD/perf.relay.data}" 2>/dev/null &
+    perf record -e "${PERF_RECORD_EVENT:-cpu-clock}" -g -p "$daemon_pid" -o "${PERF_DATA:-$PWD/perf.relay.data}" 2>/dev/null &
     perf_pid=$!
     sleep 0.5
     drive "$sessions" "$concurrency"
