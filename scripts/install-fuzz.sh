@@ -4,17 +4,6 @@
 # nothing when the venv already holds exactly these requirements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=tools/fuzz-venv
-req=tests/fuzz/requirements.txt
-stamp="$venv/.requirements"
-if [[ -x "$venv/bin/schemathesis" && -f "$stamp" ]] && cmp -s "$req" "$stamp"; then
-  exit 0
-fi
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "install-fuzz: python3 is missing (scripts/install-test-deps.sh installs it)" >&2
-  exit 1
-fi
-echo "install-fuzz: installing $req into $venv"
-python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
-cp "$req" "$stamp"
+source scripts/lib/install.sh
+
+pinned_venv install-fuzz tools/fuzz-venv tests/fuzz/requirements.txt bin/schemathesis
