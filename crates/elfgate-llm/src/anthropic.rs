@@ -1,11 +1,12 @@
 //! Anthropic Messages client.
 
+use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
 use crate::text_template::TextTemplate;
 use crate::{
-    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, ToolChoice, resolve_model,
+    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
+    ThinkingLevel, ToolChoice,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -17,59 +18,46 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// `max_tokens` when the request sets none (the API requires it).
 const DEFAULT_MAX_TOKENS: u32 = 8192;
 
-/// A client for `{base_url}/v1/messages`.
-pub(crate) struct AnthropicProvider {
-    cfg: ProviderConfig,
-    http: reqwest::Client,
+/// `POST {base_url}/v1/messages`, key as `x-api-key`.
+pub(crate) struct AnthropicWire {
     url: String,
 }
 
-impl AnthropicProvider {
-    pub(crate) fn new(cfg: ProviderConfig, http: reqwest::Client) -> Self {
-        let base = cfg.base_url.trim_end_matches('/');
+impl AnthropicWire {
+    pub(crate) fn new(base_url: &str) -> Self {
+        let base = base_url.trim_end_matches('/');
         // Tolerate a base URL that already includes the version segment.
         let url = if base.ends_with("/v1") {
             format!("{base}/messages")
         } else {
             format!("{base}/v1/messages")
         };
-        AnthropicProvider { cfg, http, url }
+        AnthropicWire { url }
     }
 }
 
-#[async_trait::async_trait]
-impl LlmProvider for AnthropicProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Anthropic
+impl Wire for AnthropicWire {
+    const KIND: ProviderKind = ProviderKind::Anthropic;
+    type Decoder = AnthropicDecoder;
+
+    fn url(&self, _model: &str) -> Result<Cow<'_, str>, LlmError> {
+        Ok(Cow::Borrowed(&self.url))
     }
 
-    fn first_token_timeout(&self) -> std::time::Duration {
-        self.cfg.first_token_timeout
+    fn body(&self, req: &LlmRequest, model: &str) -> Value {
+        build_body(req, model)
     }
 
-    fn default_model(&self) -> Option<&str> {
-        self.cfg.default_model.as_deref()
-    }
-
-    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
-        let model = resolve_model(req, self.default_model())?;
-        let body = build_body(req, model);
-        let mut builder = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .json(&body);
-        if let Some(key) = self.cfg.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.header("x-api-key", key);
+    fn headers(&self, req: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+        let req = req.header("anthropic-version", ANTHROPIC_VERSION);
+        match key {
+            Some(key) => req.header("x-api-key", key),
+            None => req,
         }
-        tracing::debug!(url = %self.url, model, "anthropic request");
-        let resp = http::send(builder, self.cfg.request_timeout).await?;
-        Ok(http::event_stream(
-            resp,
-            self.cfg.idle_timeout,
-            AnthropicDecoder::default(),
-        ))
+    }
+
+    fn decoder(&self) -> AnthropicDecoder {
+        AnthropicDecoder::default()
     }
 }
 

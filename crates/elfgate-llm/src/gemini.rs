@@ -1,37 +1,42 @@
 //! Gemini API (`streamGenerateContent`) client.
 
+use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
 use crate::{
-    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
+    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
+    ThinkingLevel,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-/// A client for `{base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse`.
-pub(crate) struct GeminiProvider {
-    cfg: ProviderConfig,
-    http: reqwest::Client,
+/// `POST {base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse`, key as `x-goog-api-key`.
+pub(crate) struct GeminiWire {
     /// The base URL up to and including the API version segment.
     base: String,
 }
 
-impl GeminiProvider {
-    pub(crate) fn new(cfg: ProviderConfig, http: reqwest::Client) -> Self {
-        let base = cfg.base_url.trim_end_matches('/');
+impl GeminiWire {
+    pub(crate) fn new(base_url: &str) -> Self {
+        let base = base_url.trim_end_matches('/');
         // Tolerate a base URL that already includes the version segment.
         let base = if base.ends_with("/v1beta") || base.ends_with("/v1") {
             base.to_string()
         } else {
             format!("{base}/v1beta")
         };
-        GeminiProvider { cfg, http, base }
+        GeminiWire { base }
     }
+}
+
+impl Wire for GeminiWire {
+    const KIND: ProviderKind = ProviderKind::Gemini;
+    type Decoder = GeminiDecoder;
 
     /// The model goes into the path: one path segment, escaped as such.
-    fn url(&self, model: &str) -> Result<reqwest::Url, LlmError> {
+    fn url(&self, model: &str) -> Result<Cow<'_, str>, LlmError> {
         let model = model.strip_prefix("models/").unwrap_or(model);
         let mut url = reqwest::Url::parse(&self.base)
             .map_err(|e| LlmError::Protocol(format!("invalid base URL '{}': {e}", self.base)))?;
@@ -40,43 +45,22 @@ impl GeminiProvider {
             .push("models")
             .push(&format!("{model}:streamGenerateContent"));
         url.set_query(Some("alt=sse"));
-        Ok(url)
-    }
-}
-
-#[async_trait::async_trait]
-impl LlmProvider for GeminiProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Gemini
+        Ok(Cow::Owned(url.into()))
     }
 
-    fn first_token_timeout(&self) -> std::time::Duration {
-        self.cfg.first_token_timeout
+    fn body(&self, req: &LlmRequest, _model: &str) -> Value {
+        build_body(req)
     }
 
-    fn default_model(&self) -> Option<&str> {
-        self.cfg.default_model.as_deref()
-    }
-
-    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
-        let model = resolve_model(req, self.default_model())?;
-        let url = self.url(model)?;
-        let body = build_body(req);
-        tracing::debug!(url = %url, model, "gemini request");
-        let mut builder = self
-            .http
-            .post(url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
-        if let Some(key) = self.cfg.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.header("x-goog-api-key", key);
+    fn headers(&self, req: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+        match key {
+            Some(key) => req.header("x-goog-api-key", key),
+            None => req,
         }
-        let resp = http::send(builder, self.cfg.request_timeout).await?;
-        Ok(http::event_stream(
-            resp,
-            self.cfg.idle_timeout,
-            GeminiDecoder::new(),
-        ))
+    }
+
+    fn decoder(&self) -> GeminiDecoder {
+        GeminiDecoder::new()
     }
 }
 
@@ -556,23 +540,14 @@ mod tests {
 
     #[test]
     fn url_takes_the_model_as_one_path_segment() {
-        let cfg = |base: &str| ProviderConfig {
-            kind: ProviderKind::Gemini,
-            base_url: base.into(),
-            api_key: None,
-            default_model: None,
-            idle_timeout: std::time::Duration::ZERO,
-            request_timeout: std::time::Duration::ZERO,
-            first_token_timeout: std::time::Duration::ZERO,
-        };
-        let p = GeminiProvider::new(cfg("http://h:1/"), reqwest::Client::new());
+        let p = GeminiWire::new("http://h:1/");
         assert_eq!(
-            p.url("mock:tokens=3").unwrap().as_str(),
+            p.url("mock:tokens=3").unwrap(),
             "http://h:1/v1beta/models/mock:tokens=3:streamGenerateContent?alt=sse"
         );
-        let p = GeminiProvider::new(cfg("http://h:1/v1beta"), reqwest::Client::new());
+        let p = GeminiWire::new("http://h:1/v1beta");
         assert_eq!(
-            p.url("models/a b/c").unwrap().as_str(),
+            p.url("models/a b/c").unwrap(),
             "http://h:1/v1beta/models/a%20b%2Fc:streamGenerateContent?alt=sse"
         );
     }

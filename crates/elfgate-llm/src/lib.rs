@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod anthropic;
+mod client;
 mod error;
 mod gemini;
 mod http;
@@ -23,6 +24,7 @@ pub mod sse;
 mod testkit;
 mod text_template;
 
+use client::WireProvider;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -216,10 +218,26 @@ pub struct ProviderConfig {
 /// Builds the provider client for `cfg`, sharing the given HTTP client.
 pub fn build_provider(cfg: ProviderConfig, http: reqwest::Client) -> Arc<dyn LlmProvider> {
     match cfg.kind {
-        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(cfg, http)),
-        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(cfg, http)),
-        ProviderKind::OpenaiResponses => Arc::new(responses::ResponsesProvider::new(cfg, http)),
-        ProviderKind::Gemini => Arc::new(gemini::GeminiProvider::new(cfg, http)),
+        ProviderKind::Openai => Arc::new(WireProvider::new(
+            openai::OpenAiWire::new(&cfg.base_url),
+            cfg,
+            http,
+        )),
+        ProviderKind::Anthropic => Arc::new(WireProvider::new(
+            anthropic::AnthropicWire::new(&cfg.base_url),
+            cfg,
+            http,
+        )),
+        ProviderKind::OpenaiResponses => Arc::new(WireProvider::new(
+            responses::ResponsesWire::new(&cfg.base_url),
+            cfg,
+            http,
+        )),
+        ProviderKind::Gemini => Arc::new(WireProvider::new(
+            gemini::GeminiWire::new(&cfg.base_url),
+            cfg,
+            http,
+        )),
     }
 }
 

@@ -1,62 +1,43 @@
 //! OpenAI-compatible Chat Completions client.
 
+use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::openai_fast;
 use crate::{
-    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, ToolChoice, resolve_model,
+    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
+    ThinkingLevel, ToolChoice,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// A client for `{base_url}/chat/completions`.
-pub(crate) struct OpenAiProvider {
-    cfg: ProviderConfig,
-    http: reqwest::Client,
+/// `POST {base_url}/chat/completions`, key as `Authorization: Bearer`.
+pub(crate) struct OpenAiWire {
     url: String,
 }
 
-impl OpenAiProvider {
-    pub(crate) fn new(cfg: ProviderConfig, http: reqwest::Client) -> Self {
-        let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-        OpenAiProvider { cfg, http, url }
+impl OpenAiWire {
+    pub(crate) fn new(base_url: &str) -> Self {
+        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        OpenAiWire { url }
     }
 }
 
-#[async_trait::async_trait]
-impl LlmProvider for OpenAiProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::Openai
+impl Wire for OpenAiWire {
+    const KIND: ProviderKind = ProviderKind::Openai;
+    type Decoder = OpenAiDecoder;
+
+    fn url(&self, _model: &str) -> Result<Cow<'_, str>, LlmError> {
+        Ok(Cow::Borrowed(&self.url))
     }
 
-    fn first_token_timeout(&self) -> std::time::Duration {
-        self.cfg.first_token_timeout
+    fn body(&self, req: &LlmRequest, model: &str) -> Value {
+        build_body(req, model)
     }
 
-    fn default_model(&self) -> Option<&str> {
-        self.cfg.default_model.as_deref()
-    }
-
-    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
-        let model = resolve_model(req, self.default_model())?;
-        let body = build_body(req, model);
-        let mut builder = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
-        if let Some(key) = self.cfg.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.bearer_auth(key);
-        }
-        tracing::debug!(url = %self.url, model, "openai request");
-        let resp = http::send(builder, self.cfg.request_timeout).await?;
-        Ok(http::event_stream(
-            resp,
-            self.cfg.idle_timeout,
-            OpenAiDecoder::default(),
-        ))
+    fn decoder(&self) -> OpenAiDecoder {
+        OpenAiDecoder::default()
     }
 }
 

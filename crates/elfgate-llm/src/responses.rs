@@ -1,62 +1,43 @@
 //! OpenAI Responses API client.
 
+use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
 use crate::{
-    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    ProviderConfig, ProviderKind, Role, ThinkingLevel, resolve_model,
+    ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
+    ThinkingLevel,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-/// A client for `{base_url}/responses`.
-pub(crate) struct ResponsesProvider {
-    cfg: ProviderConfig,
-    http: reqwest::Client,
+/// `POST {base_url}/responses`, key as `Authorization: Bearer`.
+pub(crate) struct ResponsesWire {
     url: String,
 }
 
-impl ResponsesProvider {
-    pub(crate) fn new(cfg: ProviderConfig, http: reqwest::Client) -> Self {
-        let url = format!("{}/responses", cfg.base_url.trim_end_matches('/'));
-        ResponsesProvider { cfg, http, url }
+impl ResponsesWire {
+    pub(crate) fn new(base_url: &str) -> Self {
+        let url = format!("{}/responses", base_url.trim_end_matches('/'));
+        ResponsesWire { url }
     }
 }
 
-#[async_trait::async_trait]
-impl LlmProvider for ResponsesProvider {
-    fn kind(&self) -> ProviderKind {
-        ProviderKind::OpenaiResponses
+impl Wire for ResponsesWire {
+    const KIND: ProviderKind = ProviderKind::OpenaiResponses;
+    type Decoder = ResponsesDecoder;
+
+    fn url(&self, _model: &str) -> Result<Cow<'_, str>, LlmError> {
+        Ok(Cow::Borrowed(&self.url))
     }
 
-    fn first_token_timeout(&self) -> std::time::Duration {
-        self.cfg.first_token_timeout
+    fn body(&self, req: &LlmRequest, model: &str) -> Value {
+        build_body(req, model)
     }
 
-    fn default_model(&self) -> Option<&str> {
-        self.cfg.default_model.as_deref()
-    }
-
-    async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
-        let model = resolve_model(req, self.default_model())?;
-        let body = build_body(req, model);
-        let mut builder = self
-            .http
-            .post(&self.url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
-        if let Some(key) = self.cfg.api_key.as_deref().filter(|k| !k.is_empty()) {
-            builder = builder.bearer_auth(key);
-        }
-        tracing::debug!(url = %self.url, model, "responses request");
-        let resp = http::send(builder, self.cfg.request_timeout).await?;
-        Ok(http::event_stream(
-            resp,
-            self.cfg.idle_timeout,
-            ResponsesDecoder::default(),
-        ))
+    fn decoder(&self) -> ResponsesDecoder {
+        ResponsesDecoder::default()
     }
 }
 
