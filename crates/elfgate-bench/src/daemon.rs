@@ -40,10 +40,23 @@ fn daemon_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
+/// A command for `program`, started on the CPUs of `cpus` (a `taskset` list such as `1` or
+/// `1-3`) when given: `--relay-cpus`.
+pub fn pinned(program: &std::path::Path, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut cmd = Command::new("taskset");
+            cmd.arg("--cpu-list").arg(cpus).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
 impl Daemon {
     /// Starts the daemon on a free loopback port with a fresh database, relaying to the mock
     /// provider at `mock_base` (`http://ADDR`), and waits until it listens.
-    pub fn start(mock_base: &str) -> anyhow::Result<Daemon> {
+    pub fn start(mock_base: &str, cpus: Option<&str>) -> anyhow::Result<Daemon> {
         let bin = daemon_binary()?;
         let dir = tempfile::Builder::new().prefix("elfgate-bench").tempdir()?;
         let config = dir.path().join("bench.toml");
@@ -68,7 +81,7 @@ provider = "mock"
                 db = db.display(),
             ),
         )?;
-        let mut child = Command::new(&bin)
+        let mut child = pinned(&bin, cpus)
             .arg("serve")
             .arg("--config")
             .arg(&config)

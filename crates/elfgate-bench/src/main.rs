@@ -61,6 +61,10 @@ OPTIONS:
   --large-prompts N    instead of the scenarios: N prompts of 1 MB in one chat
                        session; RSS before, at the end, and once idle
   --no-nginx           skip the nginx path (run when /usr/sbin/nginx exists)
+  --relay-cpus LIST    start the daemon and nginx on these CPUs (a taskset list, e.g. 1);
+                       run the bench itself on the others (`taskset -c 0 elfgate-bench
+                       --relay-cpus 1 ...`) so that the relays do not share a CPU with
+                       the load generator and the mock (default: all share every CPU)
   --ratio-search LIST  after the scenarios, the largest C of LIST (e.g. 200,300,400,500)
                        whose paced relay ratio stays >= 0.95 (D = --delay-ms)
   --write-rate         after the scenarios, the event log's sustained write rate
@@ -97,6 +101,8 @@ struct Opts {
     ratio_search: Vec<usize>,
     /// The event log write-rate pass, when asked for.
     write_rate: Option<write_rate::Settings>,
+    /// The CPUs the relays under test (daemon, nginx) run on (`taskset` list).
+    relay_cpus: Option<String>,
 }
 
 /// "1,50,200" as numbers.
@@ -126,6 +132,7 @@ impl Opts {
             nginx: true,
             ratio_search: Vec::new(),
             write_rate: None,
+            relay_cpus: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -163,6 +170,7 @@ impl Opts {
                     o.large_prompts = value()?.parse().context("--large-prompts")?;
                 }
                 "--no-nginx" => o.nginx = false,
+                "--relay-cpus" => o.relay_cpus = Some(value()?),
                 "--ratio-search" => {
                     o.ratio_search = concurrency_list(&value()?, "--ratio-search")?;
                 }
@@ -648,8 +656,12 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
         .collect();
     println!();
     println!(
-        "elfgate-bench: {} cores, N={} tokens/session, latency pass D={} ms{}; daemon sessions {}",
+        "elfgate-bench: {} cores{}, N={} tokens/session, latency pass D={} ms{}; daemon sessions {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        match &opts.relay_cpus {
+            Some(cpus) => format!(" (relays on CPUs {cpus})"),
+            None => String::new(),
+        },
         opts.tokens,
         opts.delay_ms,
         if opts.throughput {
@@ -778,9 +790,9 @@ async fn main() -> anyhow::Result<()> {
     let mock = elfgate_mockllm::MockServer::start()
         .await
         .context("starting the mock provider")?;
-    let daemon = Daemon::start(&mock.base_url())?;
+    let daemon = Daemon::start(&mock.base_url(), opts.relay_cpus.as_deref())?;
     let nginx = if opts.nginx {
-        Nginx::start_if_installed(&mock.base_url())?
+        Nginx::start_if_installed(&mock.base_url(), opts.relay_cpus.as_deref())?
     } else {
         None
     };

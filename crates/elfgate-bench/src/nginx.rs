@@ -5,7 +5,7 @@
 use anyhow::{Context, bail};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where Debian's `nginx` package puts the binary.
@@ -70,14 +70,17 @@ http {{
 impl Nginx {
     /// Starts nginx in front of the mock at `mock_base` (`http://ADDR`) when it is installed;
     /// `Ok(None)` when it is not.
-    pub fn start_if_installed(mock_base: &str) -> anyhow::Result<Option<Nginx>> {
+    pub fn start_if_installed(
+        mock_base: &str,
+        cpus: Option<&str>,
+    ) -> anyhow::Result<Option<Nginx>> {
         if !Path::new(BINARY).is_file() {
             return Ok(None);
         }
-        Self::start(mock_base).map(Some)
+        Self::start(mock_base, cpus).map(Some)
     }
 
-    fn start(mock_base: &str) -> anyhow::Result<Nginx> {
+    fn start(mock_base: &str, cpus: Option<&str>) -> anyhow::Result<Nginx> {
         let upstream = mock_base
             .strip_prefix("http://")
             .context("the mock's address is not http://")?;
@@ -89,7 +92,7 @@ impl Nginx {
         let conf = dir.path().join("nginx.conf");
         std::fs::write(&conf, config(dir.path(), listen, upstream))?;
         let error_log = dir.path().join("error.log");
-        let mut child = Command::new(BINARY)
+        let mut child = crate::daemon::pinned(Path::new(BINARY), cpus)
             .arg("-p")
             .arg(dir.path())
             .arg("-c")
