@@ -134,6 +134,24 @@ fn error_info(e: &LlmError) -> ErrorInfo {
     ErrorInfo::new(e.code(), e.to_string())
 }
 
+/// A failed call's error, announced as an `error` event when `report` (see
+/// [`TurnOptions::report_errors`]).
+async fn report_error(
+    e: &LlmError,
+    events: &elfgate_core::EventEmitter,
+    report: bool,
+) -> ErrorInfo {
+    let info = error_info(e);
+    if report {
+        events
+            .emit(EventPayload::Error {
+                error: info.clone(),
+            })
+            .await;
+    }
+    info
+}
+
 /// Streams one call and relays it. `started` is the run's start, for time-to-first-token; `first`
 /// is the call's first attempt when it is already under way (the run's head start).
 pub async fn stream_turn_from(
@@ -277,15 +295,7 @@ async fn relay_turn(
             return out;
         }
         Err(e) => {
-            let info = error_info(&e);
-            if opts.report_errors {
-                events
-                    .emit(EventPayload::Error {
-                        error: info.clone(),
-                    })
-                    .await;
-            }
-            out.error = Some(info);
+            out.error = Some(report_error(&e, events, opts.report_errors).await);
             out.permanent = e.is_permanent();
             out.context_overflow = e.is_context_overflow();
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
@@ -377,15 +387,7 @@ async fn relay_turn(
                 return out;
             }
             Err(e) => {
-                let info = error_info(&e);
-                if opts.report_errors {
-                    events
-                        .emit(EventPayload::Error {
-                            error: info.clone(),
-                        })
-                        .await;
-                }
-                out.error = Some(info);
+                out.error = Some(report_error(&e, events, opts.report_errors).await);
                 return out;
             }
         }

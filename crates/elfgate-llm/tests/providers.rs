@@ -35,19 +35,21 @@ async fn spawn(router: Router) -> String {
     format!("http://{addr}")
 }
 
+/// The tests' provider settings: a key, a default model, 10 s timeouts, no first-token deadline.
+fn config(kind: ProviderKind, base_url: String) -> ProviderConfig {
+    ProviderConfig {
+        kind,
+        base_url,
+        api_key: Some("sk-test".into()),
+        default_model: Some("default-model".into()),
+        idle_timeout: Duration::from_secs(10),
+        request_timeout: Duration::from_secs(10),
+        first_token_timeout: Duration::ZERO,
+    }
+}
+
 fn provider(kind: ProviderKind, base_url: String) -> Arc<dyn LlmProvider> {
-    build_provider(
-        ProviderConfig {
-            kind,
-            base_url,
-            api_key: Some("sk-test".into()),
-            default_model: Some("default-model".into()),
-            idle_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(10),
-            first_token_timeout: Duration::ZERO,
-        },
-        reqwest::Client::new(),
-    )
+    build_provider(config(kind, base_url), reqwest::Client::new())
 }
 
 fn stream_body<S>(s: S) -> Response
@@ -638,13 +640,8 @@ async fn idle_timeout_on_stalled_body() {
     let base = spawn(router).await;
     let p = build_provider(
         ProviderConfig {
-            kind: ProviderKind::Openai,
-            base_url: base,
-            api_key: None,
-            default_model: Some("m".into()),
             idle_timeout: Duration::from_millis(200),
-            request_timeout: Duration::from_secs(10),
-            first_token_timeout: Duration::ZERO,
+            ..config(ProviderKind::Openai, base)
         },
         reqwest::Client::new(),
     );
@@ -694,13 +691,8 @@ async fn pings_alone_do_not_keep_a_stream_alive() {
     let base = spawn(router).await;
     let p = build_provider(
         ProviderConfig {
-            kind: ProviderKind::Anthropic,
-            base_url: base,
-            api_key: None,
-            default_model: Some("m".into()),
             idle_timeout: Duration::from_millis(300),
-            request_timeout: Duration::from_secs(10),
-            first_token_timeout: Duration::ZERO,
+            ..config(ProviderKind::Anthropic, base)
         },
         reqwest::Client::new(),
     );
@@ -762,13 +754,8 @@ async fn dropping_the_stream_closes_the_upstream() {
 async fn missing_model_is_an_error() {
     let p = build_provider(
         ProviderConfig {
-            kind: ProviderKind::Anthropic,
-            base_url: "http://127.0.0.1:9".into(),
-            api_key: None,
             default_model: None,
-            idle_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(1),
-            first_token_timeout: Duration::ZERO,
+            ..config(ProviderKind::Anthropic, "http://127.0.0.1:9".into())
         },
         reqwest::Client::new(),
     );
@@ -782,13 +769,9 @@ async fn missing_model_is_an_error() {
 fn with_deadline(base: String, idle: Duration, first_token: Duration) -> Arc<dyn LlmProvider> {
     build_provider(
         ProviderConfig {
-            kind: ProviderKind::Openai,
-            base_url: base,
-            api_key: None,
-            default_model: Some("m".into()),
             idle_timeout: idle,
-            request_timeout: Duration::from_secs(10),
             first_token_timeout: first_token,
+            ..config(ProviderKind::Openai, base)
         },
         reqwest::Client::new(),
     )

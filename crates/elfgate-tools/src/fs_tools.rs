@@ -336,6 +336,22 @@ fn read_for_grep(path: &std::path::Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
+/// A search's answer: its hits (run on a blocking thread), "no matches", or the run's interrupt.
+fn search_output(
+    hits: Result<String, tokio::task::JoinError>,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let hits = hits.map_err(|e| ToolError::Failed(e.to_string()))?;
+    if ctx.cancel.is_cancelled() {
+        return Err(ToolError::Interrupted);
+    }
+    Ok(ToolOutput::ok(if hits.is_empty() {
+        "no matches".to_string()
+    } else {
+        hits
+    }))
+}
+
 /// glob: project files matching a pattern.
 #[derive(Debug, Default)]
 pub struct Glob;
@@ -402,16 +418,8 @@ impl Tool for Glob {
             }
             hits.join("\n")
         })
-        .await
-        .map_err(|e| ToolError::Failed(e.to_string()))?;
-        if ctx.cancel.is_cancelled() {
-            return Err(ToolError::Interrupted);
-        }
-        Ok(ToolOutput::ok(if out.is_empty() {
-            "no matches".to_string()
-        } else {
-            out
-        }))
+        .await;
+        search_output(out, ctx)
     }
 }
 
@@ -522,16 +530,8 @@ impl Tool for Grep {
             }
             hits.join("\n")
         })
-        .await
-        .map_err(|e| ToolError::Failed(e.to_string()))?;
-        if ctx.cancel.is_cancelled() {
-            return Err(ToolError::Interrupted);
-        }
-        Ok(ToolOutput::ok(if out.is_empty() {
-            "no matches".to_string()
-        } else {
-            out
-        }))
+        .await;
+        search_output(out, ctx)
     }
 }
 
