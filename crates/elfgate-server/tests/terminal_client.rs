@@ -285,6 +285,79 @@ impl Tmux {
     }
 }
 
+impl Tmux {
+    /// One of the pane's `#{...}` values.
+    fn pane(&self, format: &str) -> String {
+        let out = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "display-message",
+                "-p",
+                "-t",
+                "t",
+                format,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Waits until the client has exited (the guard time at most) and returns its exit status.
+    ///
+    /// The status is read from the kernel (`/proc/PID/stat`) while the process is a zombie, and
+    /// from tmux once tmux has reaped it: under load, tmux was seen to leave its pane's exited
+    /// process unreaped for more than the guard time, the pane still showing the prompt, so that
+    /// tmux alone cannot tell whether the client has exited.
+    async fn wait_exit(&self) -> i32 {
+        let pid = self.pane("#{pane_pid}");
+        let deadline = tokio::time::Instant::now() + GUARD;
+        loop {
+            if let Some(status) = zombie_exit_status(&pid) {
+                return status;
+            }
+            if self.pane("#{pane_dead}") == "1"
+                && let Ok(status) = self.pane("#{pane_dead_status}").parse()
+            {
+                return status;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let threads: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .map(|dir| {
+                        dir.flatten()
+                            .map(|t| {
+                                let read = |f: &str| {
+                                    std::fs::read_to_string(t.path().join(f)).unwrap_or_default()
+                                };
+                                format!("{} waits in {}\n", read("comm").trim(), read("wchan"))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                panic!(
+                    "the client (pid {pid}) did not exit within {GUARD:?}; its threads:\n{threads}\
+                     the pane shows:\n{}",
+                    self.capture()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The exit status of process `pid` if it has exited and is not reaped yet: `/proc/PID/stat`
+/// shows state `Z` and, as its 52nd field, the status in waitpid's form.
+fn zombie_exit_status(pid: &str) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    if fields.first() != Some(&"Z") {
+        return None;
+    }
+    let wait_status: i32 = fields.get(49)?.trim().parse().ok()?;
+    Some((wait_status >> 8) & 0xff)
+}
+
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
@@ -308,9 +381,9 @@ async fn in_tmux_a_streamed_answer_appears() {
         .await;
     t.wait_for("the next prompt", |s| s.trim_end().ends_with('>'))
         .await;
-    // (Ending the client with Ctrl-D at its prompt is left out here: under parallel load that
-    // step hung in about one run of three, the client not exiting; docs/terminal.md, "Known
-    // problems". The piped-stdin tests check the exit at the end of input.)
+    // Ctrl-D at the prompt ends the client.
+    t.keys(&["C-d"]);
+    assert_eq!(t.wait_exit().await, 0, "{}", t.capture());
 }
 
 #[tokio::test]
@@ -356,6 +429,10 @@ async fn in_tmux_a_permission_prompt_answered_y_lets_the_tool_run() {
         .await;
     assert!(screen.contains("write_file: success"), "{screen}");
     assert_eq!(std::fs::read_to_string(dir.join("note.txt")).unwrap(), "hi");
+    t.wait_for("the next prompt", |s| s.trim_end().ends_with('>'))
+        .await;
+    t.keys(&["C-d"]);
+    assert_eq!(t.wait_exit().await, 0, "{}", t.capture());
 }
 
 #[tokio::test]
@@ -385,9 +462,11 @@ async fn in_tmux_ctrl_c_interrupts_the_run() {
         .get(&format!("/v1/sessions/{sid}/runs/{}", complete.run()))
         .await;
     assert_eq!(r["status"], "interrupted", "{r}");
-    // (A second Ctrl-C at the prompt, which ends the client with 130, is left out here: under
-    // parallel load that step hung in about one run of three; docs/terminal.md, "Known
-    // problems".)
+    // Ctrl-C at the prompt ends the client, with 130.
+    t.wait_for("the next prompt", |s| s.trim_end().ends_with('>'))
+        .await;
+    t.keys(&["C-c"]);
+    assert_eq!(t.wait_exit().await, 130, "{}", t.capture());
 }
 
 #[tokio::test]
