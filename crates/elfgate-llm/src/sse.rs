@@ -56,6 +56,15 @@ impl SseParser {
             }
         }
         while let Some(i) = find_newline(rest) {
+            // The common event, one `data:` line and the blank line ending it, both in this
+            // chunk, with nothing gathered before it: handed over from the chunk, not copied.
+            if let Some((data, len)) = self.lone_data_line(rest, i) {
+                if !on_event("", data) {
+                    return false;
+                }
+                rest = &rest[len..];
+                continue;
+            }
             if !self.process_line(&rest[..i], on_event) {
                 return false;
             }
@@ -79,6 +88,28 @@ impl SseParser {
             }
         }
         self.process_line(b"", on_event)
+    }
+
+    /// If `buf` starts with a whole event of one `data:` line (ending at `newline`) and nothing is
+    /// pending, its data and the length of the event with its blank line.
+    fn lone_data_line<'b>(&self, buf: &'b [u8], newline: usize) -> Option<(&'b str, usize)> {
+        if self.has_data || !self.event.is_empty() || self.bom_pending {
+            return None;
+        }
+        let line = &buf[..newline];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let value = line.strip_prefix(b"data:")?;
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        let after = &buf[newline + 1..];
+        let blank = if after.starts_with(b"\n") {
+            1
+        } else if after.starts_with(b"\r\n") {
+            2
+        } else {
+            return None;
+        };
+        let data = std::str::from_utf8(value).ok()?;
+        Some((data, newline + 1 + blank))
     }
 
     fn process_line<F>(&mut self, line: &[u8], on_event: &mut F) -> bool
@@ -194,6 +225,35 @@ mod tests {
             collect(&[b"data: [DONE]"]),
             vec![("".to_string(), "[DONE]".to_string())]
         );
+    }
+
+    #[test]
+    fn lone_data_lines_read_from_the_chunk_match_gathered_ones() {
+        // After the first line, each of these is one `data:` line and its blank line.
+        let body: &[u8] =
+            b": hi\n\ndata: a\n\ndata:b\r\n\r\ndata: \xC3\xA9\n\ndata: bad \xFF\n\ndata: c\n";
+        let want: Vec<(String, String)> = ["a", "b", "é", "bad \u{FFFD}", "c"]
+            .iter()
+            .map(|d| (String::new(), d.to_string()))
+            .collect();
+        assert_eq!(collect(&[body, b"\n"]), want);
+        for i in 0..body.len() {
+            let (a, b) = body.split_at(i);
+            assert_eq!(collect(&[a, b, b"\n"]), want, "split at {i}");
+        }
+    }
+
+    #[test]
+    fn stop_in_a_lone_data_line_discards_rest() {
+        let mut p = SseParser::new();
+        let mut seen = Vec::new();
+        assert!(p.feed(b": start\n\n", &mut |_: &str, _: &str| true));
+        let cont = p.feed(b"data: a\n\ndata: b\n\n", &mut |_: &str, d: &str| {
+            seen.push(d.to_string());
+            false
+        });
+        assert!(!cont);
+        assert_eq!(seen, ["a"]);
     }
 
     #[test]
