@@ -519,3 +519,56 @@ async fn a_responses_provider_gets_no_temperature_with_a_reasoning_effort() {
     assert_eq!(without["temperature"], 0.5, "{without}");
     assert!(without.get("reasoning").is_none(), "{without}");
 }
+
+#[tokio::test]
+async fn a_tinyelf_route_without_a_project_runs_and_its_file_and_shell_tools_refuse() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    mock.set_script(
+        "noproject",
+        serde_json::from_value(json!({"responses": [
+            {"toolCalls": [
+                {"id": "r1", "name": "read_file", "arguments": "{\"path\": \"Cargo.toml\"}"},
+                {"id": "s1", "name": "shell", "arguments": "{\"command\": \"echo ran > ran.txt\"}"}
+            ]},
+            {"text": "No project here."}
+        ]}))
+        .unwrap(),
+    );
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "elfgate:tinyelf:mock/mock:script=noproject",
+               "messages": [{"role": "user", "content": "read Cargo.toml and run a command"}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "No project here.",
+        "{body}"
+    );
+    // Both calls were refused before they ran, with the reason, and the model saw it.
+    let evs = d.events(&sid, Some(0)).await.until_n("complete", 1).await;
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert!(init.data["systemInfo"]["projectPath"].is_null(), "{init:?}");
+    let ends: Vec<&common::Ev> = evs.iter().filter(|e| e.event == "toolCallEnd").collect();
+    assert_eq!(ends.len(), 2, "{evs:?}");
+    for e in ends {
+        assert_eq!(e.data["status"], "denied", "{e:?}");
+        let content = e.data["block"]["content"].as_str().unwrap();
+        assert!(
+            content.contains("has no projectPath") && content.contains("x-elfgate-project-path"),
+            "{content}"
+        );
+    }
+    let second = &mock.requests()[1].body;
+    assert!(
+        second.to_string().contains("has no projectPath"),
+        "the model was not told: {second}"
+    );
+}

@@ -370,3 +370,40 @@ command = '''cat > /dev/null; echo '{"decision":"deny","reason":"hook says no"}'
     assert!(e["n4"].1.contains("unknown tool"));
     assert!(of(&evs, "permissionRequest").is_empty());
 }
+
+#[tokio::test]
+async fn a_session_without_a_project_runs_but_its_file_and_shell_tools_refuse() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    script(
+        &mock,
+        "noproj",
+        json!([
+            {"toolCalls": [call("g1", "glob", json!({"pattern": "**/*.toml"})),
+                           call("a1", "list_sessions", json!({}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, _, evs) = run(
+        &d,
+        json!({"engine": "tinyelf", "prompt": "look around", "model": "mock:script=noproj",
+               "permissionMode": "bypassPermissions"}),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{evs:?}");
+    let by_id = ends_by_id(&evs);
+    assert_eq!(by_id["g1"].0, "denied", "{by_id:?}");
+    assert!(by_id["g1"].1.contains("has no projectPath"), "{by_id:?}");
+    // A tool that needs no folder still runs.
+    assert_ne!(by_id["a1"].0, "denied", "{by_id:?}");
+    // The system prompt says there is no project instead of naming the daemon's directory.
+    let system = bodies_for(&mock, "mock:script=noproj")[0]["messages"][0]["content"].to_string();
+    assert!(system.contains("Project directory: none"), "{system}");
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(roles(&msgs).first(), Some(&"user"));
+    assert_eq!(
+        msgs.last().unwrap()["blocks"][0]["text"],
+        "done",
+        "{msgs:?}"
+    );
+}

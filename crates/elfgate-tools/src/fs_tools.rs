@@ -74,6 +74,9 @@ impl Tool for ReadFile {
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
     }
+    fn works_in_project(&self) -> bool {
+        true
+    }
     fn kind(&self) -> ToolKind {
         ToolKind::Read
     }
@@ -151,6 +154,9 @@ impl Tool for WriteFile {
     fn tier(&self) -> PermissionTier {
         PermissionTier::ConfirmOnce
     }
+    fn works_in_project(&self) -> bool {
+        true
+    }
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
     }
@@ -223,6 +229,9 @@ impl Tool for EditFile {
     fn tier(&self) -> PermissionTier {
         PermissionTier::ConfirmOnce
     }
+    fn works_in_project(&self) -> bool {
+        true
+    }
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
     }
@@ -269,6 +278,9 @@ impl Tool for ListDir {
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
+    }
+    fn works_in_project(&self) -> bool {
+        true
     }
     fn kind(&self) -> ToolKind {
         ToolKind::Read
@@ -378,6 +390,9 @@ impl Tool for Glob {
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
     }
+    fn works_in_project(&self) -> bool {
+        true
+    }
     fn kind(&self) -> ToolKind {
         ToolKind::Read
     }
@@ -455,6 +470,9 @@ impl Tool for Grep {
     }
     fn tier(&self) -> PermissionTier {
         PermissionTier::ReadOnly
+    }
+    fn works_in_project(&self) -> bool {
+        true
     }
     fn kind(&self) -> ToolKind {
         ToolKind::Read

@@ -60,6 +60,9 @@ impl Tool for Shell {
     fn tier(&self) -> PermissionTier {
         PermissionTier::AlwaysConfirm
     }
+    fn works_in_project(&self) -> bool {
+        true
+    }
     fn kind(&self) -> ToolKind {
         ToolKind::Execute
     }

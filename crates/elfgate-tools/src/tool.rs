@@ -193,6 +193,11 @@ pub trait Tool: Send + Sync {
     fn firewall_targets(&self, _input: &Value) -> FirewallTargets {
         FirewallTargets::default()
     }
+    /// Whether it works on the session's project directory (the file and shell tools): a session
+    /// without a projectPath refuses such calls instead of letting them reach some other folder.
+    fn works_in_project(&self) -> bool {
+        false
+    }
     /// Runs it. Must stop promptly when `ctx.cancel` fires.
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }

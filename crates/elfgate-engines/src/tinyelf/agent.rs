@@ -31,13 +31,25 @@ pub(crate) struct BackgroundResult {
 }
 
 /// State of one run, shared by its agent and sub-agents.
+/// The directory a run works in: its project, or the daemon's working directory without one.
+pub(crate) fn work_dir(project: Option<&std::path::Path>) -> PathBuf {
+    match project {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir()),
+    }
+}
+
 pub(crate) struct Runner {
     pub inner: Arc<Inner>,
     pub ctx: EngineSessionContext,
     pub provider: Arc<dyn LlmProvider>,
     pub model: String,
     pub rs: RunSettings,
+    /// The project directory, or the daemon's working directory when the session has none (see
+    /// `has_project`): where hooks run.
     pub project: PathBuf,
+    /// Whether the session has a projectPath; without one the file and shell tools refuse.
+    pub has_project: bool,
     pub guardian: Option<Guardian>,
     /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
     pub(crate) token_ratio: std::sync::Mutex<f64>,
@@ -95,7 +107,7 @@ impl Runner {
         provider: Arc<dyn LlmProvider>,
         model: String,
         rs: RunSettings,
-        project: PathBuf,
+        project: Option<PathBuf>,
         guardian: Option<Guardian>,
     ) -> Arc<Self> {
         let (bg_tx, bg_rx) = mpsc::unbounded_channel();
@@ -106,7 +118,8 @@ impl Runner {
             provider,
             model,
             rs,
-            project,
+            has_project: project.is_some(),
+            project: work_dir(project.as_deref()),
             guardian,
             token_ratio: std::sync::Mutex::new(1.0),
             input_tokens: AtomicU64::new(0),

@@ -54,7 +54,8 @@ pub(crate) struct Prepared {
     pub(crate) provider_name: String,
     pub(crate) provider: Arc<dyn elfgate_llm::LlmProvider>,
     pub(crate) model: String,
-    pub(crate) project: PathBuf,
+    /// None for an agent session without a projectPath.
+    pub(crate) project: Option<PathBuf>,
     pub(crate) rs: RunSettings,
 }
 
@@ -200,11 +201,11 @@ impl TinyElfEngine {
             .await);
         };
         let project = match (flavor, ctx.project_path.clone().filter(|p| !p.is_empty())) {
-            (_, Some(p)) => p,
+            (_, Some(p)) => Some(p),
             // A chat session needs no project: path arguments are confined to the daemon's
             // working directory, where hooks run too.
             (Flavor::Chat, None) => match std::env::current_dir() {
-                Ok(d) => d.display().to_string(),
+                Ok(d) => Some(d.display().to_string()),
                 Err(e) => {
                     return Err(fail(
                         ctx,
@@ -214,33 +215,31 @@ impl TinyElfEngine {
                     .await);
                 }
             },
-            (Flavor::Agent, None) => {
-                return Err(fail(
-                    ctx,
-                    "no_project_path",
-                    "the tinyelf engine needs a projectPath for its tools".to_string(),
-                )
-                .await);
-            }
+            // An agent without a project runs, but its file and shell tools refuse (the
+            // pipeline says why): a gateway caller may want only the web and MCP tools.
+            (Flavor::Agent, None) => None,
         };
-        let project = match std::fs::canonicalize(&project) {
-            Ok(p) if p.is_dir() => p,
-            Ok(p) => {
-                return Err(fail(
-                    ctx,
-                    "bad_project_path",
-                    format!("projectPath {} is not a directory", p.display()),
-                )
-                .await);
-            }
-            Err(e) => {
-                return Err(fail(
-                    ctx,
-                    "bad_project_path",
-                    format!("projectPath {project}: {e}"),
-                )
-                .await);
-            }
+        let project = match project {
+            None => None,
+            Some(project) => match std::fs::canonicalize(&project) {
+                Ok(p) if p.is_dir() => Some(p),
+                Ok(p) => {
+                    return Err(fail(
+                        ctx,
+                        "bad_project_path",
+                        format!("projectPath {} is not a directory", p.display()),
+                    )
+                    .await);
+                }
+                Err(e) => {
+                    return Err(fail(
+                        ctx,
+                        "bad_project_path",
+                        format!("projectPath {project}: {e}"),
+                    )
+                    .await);
+                }
+            },
         };
         let rs = RunSettings::resolve(
             &inner.config,
@@ -274,6 +273,8 @@ impl TinyElfEngine {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
+        // Where hooks run: the project, or the daemon's working directory without one.
+        let workdir = agent::work_dir(project.as_deref());
         let tools = match (&rs.enabled_tools, flavor) {
             (_, Flavor::Chat) => ToolRegistry::new(),
             (Some(names), Flavor::Agent) => inner.tools.only(names),
@@ -285,7 +286,7 @@ impl TinyElfEngine {
                 context::skills::discover(
                     &inner.firewall,
                     &inner.config.skills_dirs,
-                    Some(&project),
+                    project.as_deref(),
                 )
                 .await
             }
@@ -326,7 +327,7 @@ impl TinyElfEngine {
                     "engine": ctx.session.engine.as_str(),
                     "provider": provider_name,
                     "model": model,
-                    "projectPath": project.display().to_string(),
+                    "projectPath": project.as_ref().map(|p| p.display().to_string()),
                     "tools": tool_names,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "maxIterations": rs.max_iterations,
@@ -358,7 +359,7 @@ impl TinyElfEngine {
                 "event": event.as_str(),
                 "sessionId": session_id,
                 "runId": ctx.run_id,
-                "projectPath": project.display().to_string(),
+                "projectPath": project.as_ref().map(|p| p.display().to_string()),
                 "prompt": ctx.prompt,
             })
         };
@@ -369,7 +370,7 @@ impl TinyElfEngine {
                     HookEvent::SessionStart,
                     None,
                     &hook_payload(HookEvent::SessionStart),
-                    &project,
+                    &workdir,
                 )
                 .await;
         }
@@ -380,7 +381,7 @@ impl TinyElfEngine {
             Flavor::Chat => {
                 context::blocks::SystemPrompt::whole(ctx.system_prompt.clone().unwrap_or_default())
             }
-            Flavor::Agent => self.system_prompt(&ctx, &project, &skills).await,
+            Flavor::Agent => self.system_prompt(&ctx, project.as_deref(), &skills).await,
         };
         let runner = Runner::new(
             inner.clone(),
@@ -412,7 +413,7 @@ impl TinyElfEngine {
             p["finishReason"] = json!(end.finish.as_str());
             let _ = inner
                 .hooks
-                .run(HookEvent::SessionEnd, None, &p, &project)
+                .run(HookEvent::SessionEnd, None, &p, &workdir)
                 .await;
         }
         let (input_tokens, output_tokens) = runner.tokens();
@@ -435,7 +436,7 @@ impl TinyElfEngine {
     async fn system_prompt(
         &self,
         ctx: &EngineSessionContext,
-        project: &std::path::Path,
+        project: Option<&std::path::Path>,
         skills: &context::skills::SkillSet,
     ) -> context::blocks::SystemPrompt {
         for p in &skills.problems {

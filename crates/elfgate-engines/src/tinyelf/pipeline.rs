@@ -177,6 +177,22 @@ pub(crate) async fn run_call(
         )
         .await;
     }
+    // 3b. A session without a project runs no file or shell tool: there is no folder the
+    // firewall could confine it to.
+    if !runner.has_project && tool.works_in_project() {
+        return denied(
+            runner,
+            agent,
+            call,
+            format!(
+                "this session has no projectPath, so {} cannot run: the file and shell tools work \
+                 only in a project (set projectPath when starting the session, or the \
+                 x-elfgate-project-path header on the gateway)",
+                call.name
+            ),
+        )
+        .await;
+    }
     let session_id = runner.ctx.session_id();
     let project = runner.project.display().to_string();
     let hooks = runner.inner.hooks.clone();

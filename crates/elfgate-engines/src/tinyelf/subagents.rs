@@ -47,11 +47,19 @@ impl RunSubAgents {
                 .sub_agent_model
                 .clone()
                 .unwrap_or_else(|| self.runner.model.clone()),
-            system: SystemPrompt::whole(format!(
-                "You are a sub-agent named \"{label}\" working for another agent in the project \
-directory {}. Do the task with your tools and answer with the result only.",
-                self.runner.project.display()
-            )),
+            system: SystemPrompt::whole(if self.runner.has_project {
+                format!(
+                    "You are a sub-agent named \"{label}\" working for another agent in the \
+project directory {}. Do the task with your tools and answer with the result only.",
+                    self.runner.project.display()
+                )
+            } else {
+                format!(
+                    "You are a sub-agent named \"{label}\" working for another agent in a \
+session without a project (no file or shell tool runs). Do the task with your tools and answer \
+with the result only."
+                )
+            }),
             max_iterations: rs.sub_agent_max_iterations,
             // Sub-agents work with the built-in tools.
             mcp: None,

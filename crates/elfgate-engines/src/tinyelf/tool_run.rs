@@ -133,14 +133,14 @@ impl TinyElfEngine {
                     "engine": EngineType::TinyElf.as_str(),
                     "provider": provider_name,
                     "model": model,
-                    "projectPath": project.display().to_string(),
+                    "projectPath": project.as_ref().map(|p| p.display().to_string()),
                     "toolRun": call.name,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "daemonVersion": env!("CARGO_PKG_VERSION"),
                 }),
             })
             .await;
-        let base = self.tool_run_registry(Some(&project)).await;
+        let base = self.tool_run_registry(project.as_deref()).await;
         // The session's MCP servers, as a model's run of it would have them.
         let mcp = inner
             .mcp

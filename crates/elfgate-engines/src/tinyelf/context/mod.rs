@@ -24,14 +24,18 @@ are relative to the project directory. Calls in one answer run at the same time,
 that depend on each other in separate answers. A refused or failed call comes back as an error \
 result saying why; adjust and go on rather than repeating it unchanged.";
 
+/// The dynamic tail's line for a session without a project.
+const NO_PROJECT: &str = "Project directory: none. This session has no project, so the file and \
+shell tools refuse every call; answer with what the other tools and you know.";
+
 /// What a run's system prompt is built from.
 pub(crate) struct PromptParts<'a> {
     /// The session's system prompt (empty or None: the built-in identity).
     pub identity: Option<&'a str>,
     /// The skills catalogue block, if any skill is available.
     pub skills: Option<String>,
-    /// The project directory.
-    pub project: &'a Path,
+    /// The project directory (None: the session has none, and no file or shell tool runs).
+    pub project: Option<&'a Path>,
     /// Cap on the project context block.
     pub project_context_max_bytes: usize,
     /// Today's date (UTC), for the dynamic tail.
@@ -64,8 +68,10 @@ pub(crate) async fn system_prompt(
             text: skills,
         });
     }
-    let (context, notes) =
-        project::project_context(firewall, parts.project, parts.project_context_max_bytes).await;
+    let (context, notes) = match parts.project {
+        Some(dir) => project::project_context(firewall, dir, parts.project_context_max_bytes).await,
+        None => (None, Vec::new()),
+    };
     if let Some(text) = context {
         blocks.push(Block {
             kind: BlockKind::ProjectContext,
@@ -74,11 +80,10 @@ pub(crate) async fn system_prompt(
     }
     blocks.push(Block {
         kind: BlockKind::DynamicTail,
-        text: format!(
-            "Date: {}\nProject directory: {}",
-            parts.date,
-            parts.project.display()
-        ),
+        text: match parts.project {
+            Some(dir) => format!("Date: {}\nProject directory: {}", parts.date, dir.display()),
+            None => format!("Date: {}\n{NO_PROJECT}", parts.date),
+        },
     });
     (assemble(blocks), notes)
 }
