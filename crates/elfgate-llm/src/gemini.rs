@@ -5,7 +5,7 @@ use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
-    ThinkingLevel,
+    ThinkingLevel, ToolChoice,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -107,7 +107,44 @@ pub(crate) fn build_body(req: &LlmRequest) -> Value {
             .collect();
         body.insert("tools".into(), json!([{ "functionDeclarations": decls }]));
     }
+    if let Some(choice) = &req.tool_choice {
+        let config = match choice {
+            ToolChoice::Auto => json!({ "mode": "AUTO" }),
+            ToolChoice::None => json!({ "mode": "NONE" }),
+            ToolChoice::Required => json!({ "mode": "ANY" }),
+            ToolChoice::Tool(name) => json!({ "mode": "ANY", "allowedFunctionNames": [name] }),
+        };
+        body.insert(
+            "toolConfig".into(),
+            json!({ "functionCallingConfig": config }),
+        );
+    }
     let mut gen_config = Map::new();
+    if !req.stop.is_empty() {
+        gen_config.insert("stopSequences".into(), json!(req.stop));
+    }
+    // Chat completions' `response_format`: JSON output, with its schema when it has one.
+    match req
+        .response_format
+        .as_ref()
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+    {
+        Some("json_object") => {
+            gen_config.insert("responseMimeType".into(), json!("application/json"));
+        }
+        Some("json_schema") => {
+            gen_config.insert("responseMimeType".into(), json!("application/json"));
+            if let Some(schema) = req
+                .response_format
+                .as_ref()
+                .and_then(|f| f.pointer("/json_schema/schema"))
+            {
+                gen_config.insert("responseJsonSchema".into(), schema.clone());
+            }
+        }
+        _ => {}
+    }
     if let Some(t) = req.temperature {
         gen_config.insert("temperature".into(), json!(t));
     }
@@ -529,6 +566,37 @@ mod tests {
             call("c1"),
         ]);
         assert!(parts(&req)[0].get("thoughtSignature").is_none());
+    }
+
+    #[test]
+    fn tool_choice_stop_and_response_format_reach_their_gemini_fields() {
+        let mut req = conversation(ProviderKind::Gemini);
+        req.stop = vec!["END".into()];
+        for (choice, want) in [
+            (ToolChoice::Auto, json!({"mode": "AUTO"})),
+            (ToolChoice::None, json!({"mode": "NONE"})),
+            (ToolChoice::Required, json!({"mode": "ANY"})),
+            (
+                ToolChoice::Tool("read_file".into()),
+                json!({"mode": "ANY", "allowedFunctionNames": ["read_file"]}),
+            ),
+        ] {
+            req.tool_choice = Some(choice);
+            assert_eq!(
+                build_body(&req)["toolConfig"]["functionCallingConfig"],
+                want
+            );
+        }
+        req.response_format = Some(json!({"type": "json_schema", "json_schema":
+            {"name": "answer", "schema": {"type": "object"}}}));
+        let config = &build_body(&req)["generationConfig"];
+        assert_eq!(config["stopSequences"], json!(["END"]));
+        assert_eq!(config["responseMimeType"], "application/json");
+        assert_eq!(config["responseJsonSchema"], json!({"type": "object"}));
+        req.response_format = Some(json!({"type": "json_object"}));
+        let config = &build_body(&req)["generationConfig"];
+        assert_eq!(config["responseMimeType"], "application/json");
+        assert!(config.get("responseJsonSchema").is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
 use crate::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmRequest, ProviderKind, Role,
-    ThinkingLevel,
+    ThinkingLevel, ToolChoice,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -77,6 +77,19 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    if let Some(choice) = &req.tool_choice {
+        let choice = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Tool(name) => json!({"type": "function", "name": name}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    // The Responses API has no stop sequences: `req.stop` is dropped (docs/gateway.md).
+    if let Some(format) = req.response_format.as_ref().and_then(text_format) {
+        body.insert("text".into(), json!({ "format": format }));
+    }
     let effort = match req.thinking {
         ThinkingLevel::None => None,
         ThinkingLevel::Low => Some("low"),
@@ -94,6 +107,26 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
         body.insert("include".into(), json!(["reasoning.encrypted_content"]));
     }
     Value::Object(body)
+}
+
+/// Chat completions' `response_format` as the Responses API's `text.format`: the JSON schema's
+/// fields move up one level (`{type: json_schema, name, schema, strict}`); `json_object` and
+/// `text` are the same; anything else is not understood and dropped.
+fn text_format(format: &Value) -> Option<Value> {
+    match format.get("type")?.as_str()? {
+        "json_schema" => {
+            let mut out = Map::new();
+            out.insert("type".into(), json!("json_schema"));
+            if let Some(Value::Object(spec)) = format.get("json_schema") {
+                for (k, v) in spec {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+            Some(Value::Object(out))
+        }
+        t @ ("json_object" | "text") => Some(json!({ "type": t })),
+        _ => None,
+    }
 }
 
 /// Tool-call arguments as the JSON string the API expects; a string is raw argument text.
@@ -460,6 +493,40 @@ mod tests {
         let body = build_body(&req, "m");
         assert_eq!(body["temperature"], 0.5);
         assert!(body.get("reasoning").is_none(), "{body:#}");
+    }
+
+    #[test]
+    fn tool_choice_and_response_format_are_translated_and_stop_is_dropped() {
+        let mut req = conversation(ProviderKind::OpenaiResponses);
+        req.stop = vec!["END".into()];
+        for (choice, want) in [
+            (ToolChoice::Auto, json!("auto")),
+            (ToolChoice::None, json!("none")),
+            (ToolChoice::Required, json!("required")),
+            (
+                ToolChoice::Tool("read_file".into()),
+                json!({"type": "function", "name": "read_file"}),
+            ),
+        ] {
+            req.tool_choice = Some(choice);
+            assert_eq!(build_body(&req, "m")["tool_choice"], want);
+        }
+        req.response_format = Some(json!({"type": "json_schema", "json_schema":
+            {"name": "answer", "schema": {"type": "object"}, "strict": true}}));
+        let body = build_body(&req, "m");
+        assert_eq!(
+            body["text"],
+            json!({"format": {"type": "json_schema", "name": "answer",
+                              "schema": {"type": "object"}, "strict": true}})
+        );
+        assert!(body.get("stop").is_none());
+        req.response_format = Some(json!({"type": "json_object"}));
+        assert_eq!(
+            build_body(&req, "m")["text"],
+            json!({"format": {"type": "json_object"}})
+        );
+        req.response_format = Some(json!({"type": "something_new"}));
+        assert!(build_body(&req, "m").get("text").is_none());
     }
 
     #[test]
