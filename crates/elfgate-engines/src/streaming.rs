@@ -58,6 +58,8 @@ pub struct TurnOutput {
     pub no_retry: bool,
     /// Retries made before the first event.
     pub retries: u32,
+    /// How long the server asked to wait before a retry (`Retry-After` of the failure), if it did.
+    pub retry_after: Option<std::time::Duration>,
     /// Set when the provider refused the request for a reason no retry can change (see
     /// `LlmError::is_permanent`).
     pub permanent: bool,
@@ -298,6 +300,7 @@ async fn relay_turn(
             out.error = Some(report_error(&e, events, opts.report_errors).await);
             out.permanent = e.is_permanent();
             out.context_overflow = e.is_context_overflow();
+            out.retry_after = e.retry_after();
             out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
                 || e.is_permanent()
                 || out.context_overflow

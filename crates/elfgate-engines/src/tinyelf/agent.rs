@@ -300,9 +300,11 @@ impl Runner {
             let empty =
                 turn.text.is_empty() && turn.thinking.is_empty() && turn.tool_calls.is_empty();
             if let Some(err) = &turn.error {
-                if empty && used < max && !turn.no_retry {
+                // The same wait as the client's retries: the schedule, raised to Retry-After
+                // (a Retry-After past the policy's longest delay already set no_retry).
+                let delay = policy.delay(used + 1, turn.retry_after, &mut random_unit);
+                if let Some(delay) = delay.filter(|_| empty && used < max && !turn.no_retry) {
                     used += 1;
-                    let delay = policy.jittered(used, &mut random_unit);
                     if agent.is_top() {
                         self.ctx.metrics.retry();
                         self.ctx
