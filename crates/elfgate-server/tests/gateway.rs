@@ -60,7 +60,9 @@ async fn chat_completions_answer_stream_and_record_a_session() {
         .header("x-elfgate-session-id", &sid)
         .json(&json!({"model": "mock/mock:tokens=2", "stream": true,
                       "stream_options": {"include_usage": true},
-                      "messages": [{"role": "user", "content": "again"}]}))
+                      "messages": [{"role": "user", "content": "hello"},
+                                   {"role": "assistant", "content": "tok0 tok1 tok2 "},
+                                   {"role": "user", "content": "again"}]}))
         .send()
         .await
         .unwrap();
@@ -80,6 +82,16 @@ async fn chat_completions_answer_stream_and_record_a_session() {
     assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 2);
     let (_, runs) = d.get(&format!("/v1/sessions/{sid}")).await;
     assert_eq!(runs["id"], sid.as_str(), "{runs}");
+    // The continuation stored only its new last user message, not the history it carried.
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let users: Vec<&str> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["hello", "again"], "{msgs}");
 }
 
 #[tokio::test]
@@ -149,6 +161,38 @@ async fn front_doors_answer_bad_input_in_their_callers_format() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "invalid_request_error");
+    let resp = d
+        .http
+        .post(d.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .body("{\"model\": \"mock/mock\", \"messages\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    // Both doors need the daemon's token like every other route, and store nothing without it.
+    let anonymous = reqwest::Client::new();
+    for path in ["/v1/chat/completions", "/v1/messages"] {
+        let resp = anonymous
+            .post(d.url(path))
+            .json(&json!({"model": "mock/mock", "max_tokens": 5,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(body["error"]["message"].is_string(), "{path}: {body}");
+    }
+    let (_, sessions) = d.get("/v1/sessions").await;
+    assert_eq!(
+        sessions["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "{sessions}"
+    );
     // Still serving.
     let (status, models) = d.get("/v1/models").await;
     assert_eq!(status, 200);

@@ -389,6 +389,13 @@ late = ["mock/mock:error_after=1,tokens=3", "mock-anthropic/mock:tokens=2,id=lat
 async fn claude_code_answers_through_the_gateway_from_an_openai_kind_provider() {
     let claude = root().join("tools/cli/node_modules/.bin/claude");
     if !claude.exists() {
+        // The README's test command installs the CLIs and requires their tests.
+        assert_ne!(
+            std::env::var("REQUIRE_CLI_TESTS").as_deref(),
+            Ok("require"),
+            "claude-code is required at {} (scripts/install-cli-tools.sh installs it)",
+            claude.display()
+        );
         eprintln!("claude-code test skipped: not installed (scripts/install-cli-tools.sh)");
         return;
     }
