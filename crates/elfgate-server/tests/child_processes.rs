@@ -239,6 +239,43 @@ async fn shell_commands_cannot_reach_the_daemon_unless_on_the_host_network() {
     assert_eq!(status, 409);
 }
 
+#[tokio::test]
+async fn hooks_run_in_the_private_network_too() {
+    let mock = MockServer::start().await.unwrap();
+    // The hook reads the daemon's address from the project, where the test writes it once the
+    // daemon has one; /healthz needs no token, so only the network can keep the hook out.
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "list_dir"
+command = "code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 \"$(cat daemon.url)/healthz\"); echo \"curl exit $? http $code\" > hook.net"
+timeout_secs = 30
+"#
+            .into(),
+            ..Opts::default()
+        },
+    );
+    let dir = project();
+    std::fs::write(dir.join("daemon.url"), &d.base).unwrap();
+    script(
+        &mock,
+        "hook-net",
+        json!([{"toolCalls": [call("l1", "list_dir", json!({"path": "."}))]}, {"text": "done"}]),
+    );
+    let (sid, run) = d
+        .create(tinyelf("hook-net", &dir, "bypassPermissions", json!({})))
+        .await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let printed = std::fs::read_to_string(dir.join("hook.net")).unwrap();
+    assert!(printed.contains("curl exit"), "{printed}");
+    assert!(!printed.contains("curl exit 0"), "{printed}");
+    assert!(!printed.contains("http 200"), "{printed}");
+}
+
 /// Fields of /proc/PID/stat after the command name: state, ppid, ...
 fn stat_of(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -148,6 +148,41 @@ async fn a_failed_run_exits_1_and_usage_and_reach_errors_have_their_codes() {
 }
 
 #[tokio::test]
+async fn without_a_token_argument_the_client_reads_the_daemons_token_file() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    assert!(d.token.is_some(), "the daemon generated no token");
+    let (sid, run) = d
+        .create(
+            json!({"engine": "chat", "prompt": "find me by my token", "model": "mock:tokens=1"}),
+        )
+        .await;
+    d.events(&sid, None).await.until_complete(&run).await;
+    // What a user on this machine has: the daemon's configuration (here its database URL) and
+    // no token anywhere but the file the daemon wrote beside the database.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(["sessions", "--url", &d.base]);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("ELFGATE_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env(
+        "ELFGATE_DATABASE_URL",
+        format!("sqlite://{}", d.dir.join("elfgate.db").display()),
+    );
+    let out = run_with_stdin(cmd, "").await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains(&sid), "{}", stdout(&out));
+}
+
+#[tokio::test]
 async fn sessions_show_and_interrupt() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
