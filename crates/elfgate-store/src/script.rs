@@ -9,8 +9,9 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
 /// Scripts of at most this many statements stay prepared. A group commit of a few sessions'
 /// operations (a run's end is three statements, a session's creation three more, with BEGIN and
-/// COMMIT around them) often passes six; preparing such a script again cost 15% of the daemon's
-/// instructions for a short session (docs/benchmarks.md). The write connection keeps at most
+/// COMMIT around them) often passes six, and preparing such a script again for every commit is
+/// a large share of a short session's cost (measured in docs/benchmarks.md). The write
+/// connection keeps at most
 /// `WRITE_STATEMENT_CACHE` (sqlite/setup.rs) scripts, so at most that many times this many
 /// statements stay prepared.
 pub(crate) const MAX_CACHED_STATEMENTS: usize = 16;

@@ -1,4 +1,6 @@
-//! The writer: one task that owns SQLite's single write connection and commits in groups. It
+//! The writer: one task that commits in groups on SQLite's single write connection (a pool of
+//! one; three writes that must read inside their own transaction take it directly, see
+//! docs/architecture.md, "Writes outside the writer task"). It
 //! drains two queues: the store operations on a run's path (session creation, user and assistant
 //! messages, run start and end), which callers wait for and which are committed at once, all that
 //! are waiting in one transaction; and the event log (published events, seq reservations), which
@@ -32,9 +34,9 @@ const LOG_SLICE: usize = 512;
 const MAX_OPS: usize = 256;
 /// How long events may wait for company before they are committed, by default (`[storage]
 /// log_linger_ms`). Each commit rewrites every log page it touches, and each row costs an insert
-/// into the table and its index; with many sessions streaming at once, a commit every few
-/// milliseconds carried about one event per session and rewrote a whole page for each, and a
-/// paced stream's deltas merge into one row only when they share a commit.
+/// into the table and its index: with many sessions streaming at once, frequent commits carry
+/// about one event per session and rewrite a whole page for each, and a paced stream's deltas
+/// merge into one row only when they share a commit.
 pub(crate) const DEFAULT_LINGER: Duration = Duration::from_millis(50);
 /// Most rows per INSERT statement (7 parameters each, far under SQLite's limit).
 const ROWS_PER_STATEMENT: usize = 128;
@@ -315,8 +317,8 @@ fn checkpoint_pass(read: &SqlitePool) -> CheckpointPass {
 /// if anything was logged.
 ///
 /// Not automatically: an automatic checkpoint runs inside whichever commit crosses its threshold
-/// and holds up every commit queued behind it (5-15 ms under load, often a commit that a new
-/// session waits for). The writer starts a PASSIVE checkpoint on a reader connection instead and
+/// and holds up every commit queued behind it (for milliseconds under load, often a commit that
+/// a new session waits for). The writer starts a PASSIVE checkpoint on a reader connection instead and
 /// goes on committing operations; event log commits wait meanwhile (nobody waits for them), so
 /// that few frames are added during the pass, and a second short pass copies those. Once a pass
 /// has copied everything, the next commit reuses the WAL from its start; a checkpointer that raced

@@ -67,8 +67,8 @@ impl SqliteStore {
         } else {
             Some(Arc::new(DatabaseLock::acquire(file)?))
         };
-        // No automatic checkpoint: it runs inside whichever commit crosses the threshold (5-15 ms
-        // under load), often one that a new session waits for. The writer has checkpoints run
+        // No automatic checkpoint: it runs inside whichever commit crosses the threshold (and
+        // lengthens it by milliseconds under load), often one that a new session waits for. The writer has checkpoints run
         // on a reader connection instead (see `WalTracker` in the writer module).
         let write_options = options
             .clone()
