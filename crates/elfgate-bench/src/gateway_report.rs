@@ -33,6 +33,7 @@ pub fn print(outcomes: &[Outcome]) -> bool {
                  (paced): {added:+.2} ms -> {}",
                 verdict(added < ADDED_TTFT_P99_MS && o.errors() == 0)
             );
+            crate::ttft_control::print(o, ADDED_TTFT_P99_MS);
         }
         None => {
             measured_all = false;
