@@ -616,3 +616,63 @@ async fn a_tinyelf_route_without_a_project_runs_and_its_file_and_shell_tools_ref
         "the model was not told: {second}"
     );
 }
+
+#[tokio::test]
+async fn aliases_and_bare_engine_routes_resolve_and_are_listed() {
+    let mock = MockServer::start().await.unwrap();
+    mock.set_script(
+        "alias-agent",
+        serde_json::from_value(json!({"responses": [{"text": "agent here"}]})).unwrap(),
+    );
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: r#"
+[aliases]
+single = "mock/mock:tokens=2"
+agent = "elfgate:tinyelf:mock/mock:script=alias-agent"
+"#
+            .into(),
+            ..Default::default()
+        },
+    );
+    let (status, models) = d.get("/v1/models").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"single") && ids.contains(&"agent"), "{ids:?}");
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    // A single-string alias is a provider route.
+    let resp = post_raw(&d, "/v1/chat/completions", ask("single")).await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "tok0 tok1 ");
+    // An alias may name an engine route.
+    let resp = post_raw(&d, "/v1/chat/completions", ask("agent")).await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "agent here");
+    let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(session["engine"], "tinyelf", "{session}");
+    // A bare engine route runs on the default provider and its default model.
+    let before = mock.requests().len();
+    let resp = post_raw(&d, "/v1/chat/completions", ask("elfgate:st-chat")).await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(session["engine"], "st-chat", "{session}");
+    let sent = &mock.requests()[before];
+    assert_eq!(sent.model, "mock", "{:?}", sent.body);
+}
