@@ -186,13 +186,53 @@ mod tests {
         assert!(l.acquire("other").await.unwrap().is_none());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn the_bucket_holds_a_minutes_worth_and_then_makes_requests_wait() {
-        let mut b = Bucket::new(2);
-        b.take().await;
-        b.take().await;
-        // A third would wait for the refill (one token per 30 s).
-        assert!(b.tokens < 1.0);
-        assert!((b.per_sec - 2.0 / 60.0).abs() < 1e-9);
+        let l = limits(LimitConfig {
+            max_concurrent: None,
+            requests_per_minute: Some(2),
+            max_queued: 4,
+        });
+        let start = Instant::now();
+        l.acquire("p").await.unwrap();
+        l.acquire("p").await.unwrap();
+        assert!(start.elapsed() < Duration::from_secs(1));
+        // The third waits for the refill: one token per 30 s (time is paused, so this is exact
+        // up to the test's own steps, not a wall-clock wait).
+        l.acquire("p").await.unwrap();
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(30) && waited < Duration::from_secs(31),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn waiters_get_their_places_in_arrival_order() {
+        let l = limits(LimitConfig {
+            max_concurrent: Some(1),
+            requests_per_minute: None,
+            max_queued: 8,
+        });
+        let first = l.acquire("p").await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            let (l2, order2) = (l.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let permit = l2.acquire("p").await.unwrap();
+                order2.lock().unwrap().push(i);
+                drop(permit);
+            }));
+            // The next one arrives only once this one waits.
+            while l.limiters["p"].waiting.load(Ordering::SeqCst) < i + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
     }
 }
