@@ -295,6 +295,9 @@ impl Daemon {
             ))
             // Around everything: a panic anywhere in a request's handling still gets an answer.
             .layer(middleware::from_fn(crate::panic_guard::answer_panics))
+            // Outside the panic guard too, so that every answer, refusals and 500s included,
+            // carries the request's id.
+            .layer(middleware::from_fn(crate::request_id::assign))
             .with_state(state)
     }
 

@@ -130,18 +130,29 @@ impl ApiError {
         }
     }
 
-    /// The message a client sees. A storage failure is logged here with a fresh reference, which
-    /// the message carries instead of the driver's text ([`StoreError::report`]).
+    /// The message a client sees. A storage failure is logged here under the request's id (a
+    /// fresh reference outside a request), which the message carries instead of the driver's
+    /// text ([`StoreError::report_for_request`]).
     pub(crate) fn client_message(&self) -> String {
         match self {
             ApiError::Internal(msg) => {
                 tracing::error!(error = %msg, "internal error");
                 self.to_string()
             }
-            ApiError::Storage(e) if e.is_transient() => format!("{}; try again later", e.report()),
-            ApiError::Storage(e) => e.report(),
+            ApiError::Storage(e) if e.is_transient() => {
+                format!("{}; try again later", storage_report(e))
+            }
+            ApiError::Storage(e) => storage_report(e),
             _ => self.to_string(),
         }
+    }
+}
+
+/// A storage failure's client message, logged under the request's id when there is one.
+fn storage_report(e: &StoreError) -> String {
+    match crate::request_id::current() {
+        Some(id) => e.report_for_request(&id),
+        None => e.report(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod origin;
 pub mod panic_guard;
 pub mod request_guard;
+pub mod request_id;
 pub mod routes;
 pub mod service;
 pub mod session_gate;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Daemon, Opts, chat};
+use common::{Daemon, Opts, chat, poll_until};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 
@@ -550,7 +550,14 @@ async fn every_rejection_is_a_json_error() {
 async fn a_busy_database_is_503_with_retry_after() {
     use sqlx::Connection;
     let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            log_file: Some(log.path().to_path_buf()),
+            ..Opts::default()
+        },
+    );
     let (sid, run) = d.create(chat("hi", "mock:tokens=1")).await;
     // Followed all along, so that the session's bus stays open and writes nothing meanwhile.
     let mut sse = d.events(&sid, None).await;
@@ -567,9 +574,21 @@ async fn a_busy_database_is_503_with_retry_after() {
     assert_eq!((s, code(&v)), (503, "unavailable"), "{v}");
     assert_eq!(headers["retry-after"], "1");
     let message = v["error"]["message"].as_str().unwrap();
+    // The answer names its request id, and the daemon logged the driver's text under it.
+    let request_id = headers["x-request-id"].to_str().unwrap();
     assert!(
-        message.contains("busy") && message.contains("(ref "),
+        message.contains("busy") && message.contains(&format!("(request {request_id})")),
         "{message}"
+    );
+    let logged = poll_until("the failure's log line", || {
+        std::fs::read_to_string(log.path())
+            .ok()
+            .filter(|l| l.contains("storage failure") && l.contains(request_id))
+    })
+    .await;
+    assert!(
+        logged.contains("locked") || logged.contains("busy"),
+        "{logged}"
     );
     assert!(
         !message.contains("locked") && !message.contains("code"),
@@ -587,4 +606,47 @@ async fn a_busy_database_is_503_with_retry_after() {
     // The refused prompt left nothing behind.
     let (_, m) = d.get(&path).await;
     assert_eq!(m["messages"].as_array().unwrap().len(), 4, "{m}");
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_and_keeps_the_clients_own() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let mut seen = Vec::new();
+    // An answer, a refusal before auth, a 404 and a refused Host: all have one, each its own.
+    for resp in [
+        d.http.get(d.url("/v1/sessions")).send().await.unwrap(),
+        d.anon.get(d.url("/v1/sessions")).send().await.unwrap(),
+        d.http.get(d.url("/v1/no-such-route")).send().await.unwrap(),
+        d.http
+            .get(d.url("/healthz"))
+            .header("host", "evil.example")
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        let id = resp.headers()["x-request-id"].to_str().unwrap().to_string();
+        assert_eq!(id.len(), 36, "{id}");
+        seen.push(id);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    // A client's own id comes back; one that is not a short printable token is replaced.
+    let resp = d
+        .http
+        .get(d.url("/v1/sessions"))
+        .header("x-request-id", "trace-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-request-id"], "trace-42");
+    let resp = d
+        .http
+        .get(d.url("/v1/sessions"))
+        .header("x-request-id", "x".repeat(500))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-request-id"].len(), 36);
 }

@@ -130,6 +130,13 @@ impl StoreError {
         format!("{} (ref {reference})", self.summary())
     }
 
+    /// [`Self::report`] for a failure met while answering the HTTP request `request_id`: logged
+    /// with that id, which the client has in its answer's `x-request-id`.
+    pub fn report_for_request(&self, request_id: &str) -> String {
+        tracing::error!(request_id, error = %self, "storage failure");
+        format!("{} (request {request_id})", self.summary())
+    }
+
     /// Classifies a SQLite result code (extended or primary).
     fn from_sqlite_code(code: i64, detail: String) -> StoreError {
         match code & 0xff {
