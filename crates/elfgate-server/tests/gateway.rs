@@ -676,3 +676,65 @@ agent = "elfgate:tinyelf:mock/mock:script=alias-agent"
     let sent = &mock.requests()[before];
     assert_eq!(sent.model, "mock", "{:?}", sent.body);
 }
+
+#[tokio::test]
+async fn an_alias_falls_back_past_a_refused_connection_and_a_429_and_the_last_failure_is_the_callers_429()
+ {
+    let mock = MockServer::start().await.unwrap();
+    // Nothing listens on the "dead" provider's port: its connection is refused.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1", free.local_addr().unwrap());
+    drop(free);
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                r#"
+[providers.dead]
+kind = "openai"
+base_url = "{dead}"
+default_model = "m"
+request_timeout_secs = 5
+
+[aliases]
+chain = ["dead/m", "mock/mock:fail=429", "mock/mock:tokens=2"]
+limited = ["dead/m", "mock/mock:fail=429"]
+"#
+            ),
+            ..Default::default()
+        },
+    );
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let resp = post_raw(&d, "/v1/chat/completions", ask("chain")).await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "tok0 tok1 ",
+        "{body}"
+    );
+    // Each switch was announced with the route it went to.
+    let evs = d.events(&sid, Some(0)).await.until_n("complete", 1).await;
+    let reasons: Vec<String> = evs
+        .iter()
+        .filter(|e| e.event == "retry")
+        .map(|e| e.data["retry"]["reason"].as_str().unwrap().to_string())
+        .collect();
+    for next in ["mock/mock:fail=429", "mock/mock:tokens=2"] {
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains(&format!("falling back to route {next}"))),
+            "{reasons:?}"
+        );
+    }
+    // When every route failed, the caller gets the last one's refusal as its own 429.
+    let resp = post_raw(&d, "/v1/chat/completions", ask("limited")).await;
+    assert_eq!(resp.status(), 429);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+}

@@ -62,16 +62,20 @@ impl GatewayError {
         }
     }
 
-    /// An upstream failure the run reported (`error` event code and message).
+    /// An upstream failure the run reported (`error` event code and message). A provider's
+    /// refusal for load (429, 503, 529) is passed on as such, so that the caller's SDK backs off;
+    /// any other status of the provider's is the gateway's failure (502), not the caller's: a
+    /// 401 there means the daemon's key for the provider, not the caller's token.
     pub fn upstream(code: &str, message: String) -> Self {
-        let status = if code == "first_token_timeout" || code == "idle_timeout" {
-            StatusCode::GATEWAY_TIMEOUT
-        } else if message.contains("429") {
-            StatusCode::TOO_MANY_REQUESTS
-        } else if code == "unknown_provider" || code == "no_model" {
-            StatusCode::NOT_FOUND
-        } else {
-            StatusCode::BAD_GATEWAY
+        let status = match code {
+            "first_token_timeout" | "idle_timeout" => StatusCode::GATEWAY_TIMEOUT,
+            "unknown_provider" | "no_model" => StatusCode::NOT_FOUND,
+            "upstream_status" => match upstream_status(&message) {
+                Some(429) => StatusCode::TOO_MANY_REQUESTS,
+                Some(503 | 529) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            _ => StatusCode::BAD_GATEWAY,
         };
         GatewayError::from_status(status, message)
     }
@@ -149,5 +153,40 @@ impl GatewayError {
 impl From<ApiError> for GatewayError {
     fn from(e: ApiError) -> Self {
         GatewayError::from_status(e.status(), e.client_message())
+    }
+}
+
+/// The provider's status in an `upstream_status` error's message (`upstream returned HTTP 429:
+/// …`, elfgate-llm's `LlmError::Status`).
+fn upstream_status(message: &str) -> Option<u16> {
+    let rest = message.strip_prefix("upstream returned HTTP ")?;
+    rest.get(..3)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_providers_load_refusals_pass_on_and_its_other_statuses_are_502() {
+        let status =
+            |code: &str, message: &str| GatewayError::upstream(code, message.into()).status;
+        let http = |n: u16| format!("upstream returned HTTP {n}: no");
+        assert_eq!(status("upstream_status", &http(429)), 429);
+        assert_eq!(status("upstream_status", &http(503)), 503);
+        assert_eq!(status("upstream_status", &http(529)), 503);
+        assert_eq!(status("upstream_status", &http(401)), 502);
+        assert_eq!(status("upstream_status", &http(500)), 502);
+        // A 429 somewhere in another failure's text is not a rate limit.
+        assert_eq!(status("transport", "connect to 10.0.0.1:429 refused"), 502);
+        assert_eq!(
+            status(
+                "upstream_status",
+                "upstream returned HTTP 500: request 429 failed"
+            ),
+            502
+        );
+        assert_eq!(status("idle_timeout", "no data"), 504);
+        assert_eq!(status("unknown_provider", "no such provider"), 404);
     }
 }
