@@ -6,11 +6,15 @@ import sys
 
 import anthropic
 
+headers = {}
+if os.environ.get("GATEWAY_PROJECT"):
+    headers["x-elfgate-project-path"] = os.environ["GATEWAY_PROJECT"]
 client = anthropic.Anthropic(
     base_url=os.environ["GATEWAY_URL"],
     api_key=None,
     auth_token=os.environ["GATEWAY_TOKEN"],
     max_retries=0,
+    default_headers=headers,
 )
 case = sys.argv[1]
 model = sys.argv[2] if len(sys.argv) > 2 else "mock-anthropic/mock:tokens=3"

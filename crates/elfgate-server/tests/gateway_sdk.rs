@@ -231,6 +231,45 @@ async fn openai_sdk_runs_a_tinyelf_agent_turn() {
 }
 
 #[tokio::test]
+async fn anthropic_sdk_runs_a_tinyelf_agent_turn() {
+    let Some(py) = python() else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "hello world\n").unwrap();
+    mock.set_script(
+        "sdk-agent-a",
+        serde_json::from_value(json!({"responses": [
+            {"toolCalls": [
+                {"id": "c1", "name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}]},
+            {"text": "It says hello."}
+        ]}))
+        .unwrap(),
+    );
+    let c = sdk(
+        &d,
+        &py,
+        "anthropic_cases.py",
+        &["text", "elfgate:tinyelf:mock/mock:script=sdk-agent-a"],
+        &[("GATEWAY_PROJECT", project.path().to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(c["text"], "It says hello.", "{c}");
+    assert_eq!(c["stop"], "end_turn", "{c}");
+    let sid = c["session"].as_str().unwrap();
+    let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(session["engine"], "tinyelf", "{session}");
+    assert_eq!(
+        session["projectPath"],
+        project.path().to_str().unwrap(),
+        "{session}"
+    );
+    // The agent's tool ran in the project: its result went back upstream.
+    let second = mock.requests()[1].body.to_string();
+    assert!(second.contains("hello world"), "{second}");
+}
+
+#[tokio::test]
 async fn anthropic_sdk_against_either_kind_of_provider() {
     let Some(py) = python() else { return };
     let mock = MockServer::start().await.unwrap();
