@@ -4,7 +4,7 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{TurnOptions, TurnOutput, fail, stream_turn_from, stream_turn_with};
+use crate::streaming::{TurnOptions, TurnOutput, fail, stream_turn_from, stream_turn_with_from};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
@@ -89,6 +89,8 @@ struct ChatHeadStart {
     target: Target,
     req: Arc<LlmRequest>,
     first: FirstAttempt,
+    /// Set when the request is a gateway caller's ([`GatewayTurn`]): its fallback routes.
+    gateway_fallbacks: Option<Vec<(String, String)>>,
 }
 
 /// Runs a prompt of a chat session that set mcpConfig: model calls and MCP tool calls in a loop,
@@ -167,7 +169,8 @@ impl ChatEngine {
         }
         let session_id = ctx.session_id();
         let gateway = ctx.head_start.take::<GatewayTurn>();
-        let head = ctx.head_start.take::<ChatHeadStart>();
+        let mut head = ctx.head_start.take::<ChatHeadStart>();
+        let early_gateway = head.as_mut().and_then(|h| h.gateway_fallbacks.take());
         // Time to first token counts from the upstream call's start, which a head start moved
         // before the run's.
         let started = head.as_ref().map_or_else(Instant::now, |h| h.opened);
@@ -198,8 +201,8 @@ impl ChatEngine {
             Err(e) => return fail(&ctx, "storage", e).await,
         };
 
-        let keep_tool_calls = gateway.is_some();
-        let mut fallbacks = Vec::new();
+        let keep_tool_calls = gateway.is_some() || early_gateway.is_some();
+        let mut fallbacks = early_gateway.unwrap_or_default();
         let (req, first) = match (gateway, head) {
             (Some(g), _) => {
                 fallbacks = g.fallbacks;
@@ -246,7 +249,7 @@ impl ChatEngine {
             .await;
             (turn, model)
         } else {
-            self.turn_with_fallbacks(&ctx, provider, req, fallbacks, started)
+            self.turn_with_fallbacks(&ctx, provider, req, fallbacks, started, first)
                 .await
         };
         if !turn.tool_calls.is_empty() && !keep_tool_calls {
@@ -324,6 +327,7 @@ impl ChatEngine {
         mut req: Arc<LlmRequest>,
         fallbacks: Vec<(String, String)>,
         started: Instant,
+        mut first: Option<FirstAttempt>,
     ) -> (TurnOutput, String) {
         let max_attempts = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
         let mut rest = fallbacks.into_iter();
@@ -333,13 +337,15 @@ impl ChatEngine {
                 report_errors: false,
                 ..Default::default()
             };
-            let turn = stream_turn_with(
+            // The first route's first attempt may already be under way (the head start).
+            let turn = stream_turn_with_from(
                 provider.as_ref(),
                 &req,
                 &self.settings.retry,
                 ctx,
                 started,
                 opts,
+                first.take(),
             )
             .await;
             let streamed =
@@ -464,6 +470,25 @@ impl Engine for ChatEngine {
         if self.tool_loop_for(ctx).is_some() {
             return HeadStart::default();
         }
+        // A gateway caller's request is whole before anything is stored: its call opens now
+        // too, for a first prompt as for a later one (it does not depend on the store).
+        if let Some(turn) = ctx.head_start.take::<GatewayTurn>() {
+            let Ok(target) = self.target(ctx) else {
+                // The run reports the error itself, from the request as it came.
+                return HeadStart::new(turn);
+            };
+            let mut req = turn.request;
+            req.model = target.model.clone();
+            let req = Arc::new(req);
+            let first = spawn_first_attempt(target.provider.clone(), req.clone());
+            return HeadStart::new(ChatHeadStart {
+                opened: Instant::now(),
+                target,
+                req,
+                first,
+                gateway_fallbacks: Some(turn.fallbacks),
+            });
+        }
         let Some(user) = ctx.recorder.user_message() else {
             return HeadStart::default();
         };
@@ -478,6 +503,7 @@ impl Engine for ChatEngine {
             target,
             req,
             first,
+            gateway_fallbacks: None,
         })
     }
 }

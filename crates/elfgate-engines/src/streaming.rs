@@ -255,6 +255,19 @@ pub(crate) async fn stream_turn_with(
     relay_turn(provider, req, policy, ctx, started, opts, None).await
 }
 
+/// [`stream_turn_with`] for a call whose first attempt may already be under way.
+pub(crate) async fn stream_turn_with_from(
+    provider: &dyn LlmProvider,
+    req: &LlmRequest,
+    policy: &RetryPolicy,
+    ctx: &EngineSessionContext,
+    started: Instant,
+    opts: TurnOptions<'_>,
+    first: Option<FirstAttempt>,
+) -> TurnOutput {
+    relay_turn(provider, req, policy, ctx, started, opts, first).await
+}
+
 async fn relay_turn(
     provider: &dyn LlmProvider,
     req: &LlmRequest,

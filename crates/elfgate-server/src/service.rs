@@ -451,10 +451,15 @@ pub async fn create_session_with(
         .first_run_recorder(session.id, run.id, user.clone());
     // The engine may begin the upstream call now, so that it overlaps the commit; it publishes
     // and stores nothing before it is dispatched below, and the call is dropped if the commit fails.
+    // Work handed in (the gateway's whole upstream request) is the engine's to start early too.
     if let Some(work) = prepared {
         ctx.head_start = work;
-    } else if let Some(e) = state.dispatcher.get_engine(engine) {
-        ctx.head_start = e.head_start(&ctx);
+    }
+    if let Some(e) = state.dispatcher.get_engine(engine) {
+        let early = e.head_start(&ctx);
+        if early.is_set() {
+            ctx.head_start = early;
+        }
     }
     if let Err(e) = state
         .store

@@ -738,3 +738,65 @@ limited = ["dead/m", "mock/mock:fail=429"]
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
 }
+
+/// The upstream call of a new session opens while the session is being stored: with the
+/// database's write lock held by another connection, the provider already has the request while
+/// the answer still waits for the session's commit. (The lock is released well inside SQLite's
+/// busy timeout, so the commit then goes through.)
+#[tokio::test]
+async fn a_new_sessions_upstream_call_opens_while_the_session_is_being_stored() {
+    use sqlx::Connection;
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let url = format!("sqlite://{}", d.dir.join("elfgate.db").display());
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "mock/mock:tokens=2,id=gw-early",
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        (
+            "/v1/sessions",
+            json!({"engine": "chat", "model": "mock:tokens=2,id=api-early", "prompt": "hi"}),
+        ),
+    ] {
+        let before = mock.requests().len();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let request = d.http.post(d.url(path)).json(&body).send();
+        let answer = tokio::spawn(request);
+        poll_until(
+            &format!("{path}: the upstream request during the commit"),
+            || (mock.requests().len() > before).then_some(()),
+        )
+        .await;
+        assert!(
+            !answer.is_finished(),
+            "{path} was answered before its commit"
+        );
+        sqlx::raw_sql("ROLLBACK").execute(&mut other).await.unwrap();
+        let resp = answer.await.unwrap().unwrap();
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        let body: Value = resp.json().await.unwrap();
+        // The answer the early call brought is the run's, stored with it.
+        let sid = match body["sessionId"].as_str() {
+            Some(sid) => sid.to_string(),
+            None => {
+                assert_eq!(
+                    body["choices"][0]["message"]["content"], "tok0 tok1 ",
+                    "{body}"
+                );
+                let (_, list) = d.get("/v1/sessions?limit=1").await;
+                list["sessions"][0]["id"].as_str().unwrap().to_string()
+            }
+        };
+        d.events(&sid, Some(0)).await.until_n("complete", 1).await;
+        let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+        assert!(msgs.to_string().contains("tok0 tok1 "), "{path}: {msgs}");
+        // One upstream call: the early one was used, not repeated.
+        assert_eq!(mock.requests().len(), before + 1, "{path}");
+    }
+}
