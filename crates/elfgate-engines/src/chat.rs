@@ -4,7 +4,7 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{TurnOptions, TurnOutput, fail, stream_turn_from, stream_turn_with_from};
+use crate::streaming::{TurnOptions, TurnOutput, fail, relay_turn, stream_turn_from};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
@@ -338,7 +338,7 @@ impl ChatEngine {
                 ..Default::default()
             };
             // The first route's first attempt may already be under way (the head start).
-            let turn = stream_turn_with_from(
+            let turn = relay_turn(
                 provider.as_ref(),
                 &req,
                 &self.settings.retry,

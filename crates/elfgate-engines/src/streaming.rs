@@ -255,20 +255,9 @@ pub(crate) async fn stream_turn_with(
     relay_turn(provider, req, policy, ctx, started, opts, None).await
 }
 
-/// [`stream_turn_with`] for a call whose first attempt may already be under way.
-pub(crate) async fn stream_turn_with_from(
-    provider: &dyn LlmProvider,
-    req: &LlmRequest,
-    policy: &RetryPolicy,
-    ctx: &EngineSessionContext,
-    started: Instant,
-    opts: TurnOptions<'_>,
-    first: Option<FirstAttempt>,
-) -> TurnOutput {
-    relay_turn(provider, req, policy, ctx, started, opts, first).await
-}
-
-async fn relay_turn(
+/// One streamed call relayed as [`stream_turn_with`] does, taking over `first` when its first
+/// attempt is already under way (a head start).
+pub(crate) async fn relay_turn(
     provider: &dyn LlmProvider,
     req: &LlmRequest,
     policy: &RetryPolicy,

@@ -12,6 +12,14 @@ async fn post_raw(d: &Daemon, path: &str, body: Value) -> reqwest::Response {
     d.http.post(d.url(path)).json(&body).send().await.unwrap()
 }
 
+/// The session a front door's answer names (`x-elfgate-session-id`).
+fn session_id(resp: &reqwest::Response) -> String {
+    resp.headers()["x-elfgate-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 fn sse_data(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| l.strip_prefix("data: "))
@@ -32,10 +40,7 @@ async fn chat_completions_answer_stream_and_record_a_session() {
     )
     .await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["content"], "tok0 tok1 tok2 ");
@@ -275,10 +280,7 @@ async fn a_closed_connection_interrupts_the_run_and_the_upstream_stream() {
     )
     .await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let first = resp.chunk().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
     drop(resp);
@@ -427,10 +429,7 @@ async fn an_anthropic_stream_signs_its_thinking_block_before_the_text_starts() {
     )
     .await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let text = resp.text().await.unwrap();
     let events = anthropic_events(&text);
     let signed = events
@@ -587,10 +586,7 @@ async fn a_tinyelf_route_without_a_project_runs_and_its_file_and_shell_tools_ref
     )
     .await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
         body["choices"][0]["message"]["content"], "No project here.",
@@ -655,10 +651,7 @@ agent = "elfgate:tinyelf:mock/mock:script=alias-agent"
     // An alias may name an engine route.
     let resp = post_raw(&d, "/v1/chat/completions", ask("agent")).await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "agent here");
     let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
@@ -667,10 +660,7 @@ agent = "elfgate:tinyelf:mock/mock:script=alias-agent"
     let before = mock.requests().len();
     let resp = post_raw(&d, "/v1/chat/completions", ask("elfgate:st-chat")).await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
     assert_eq!(session["engine"], "st-chat", "{session}");
     let sent = &mock.requests()[before];
@@ -708,10 +698,7 @@ limited = ["dead/m", "mock/mock:fail=429"]
         |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     let resp = post_raw(&d, "/v1/chat/completions", ask("chain")).await;
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["x-elfgate-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = session_id(&resp);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
         body["choices"][0]["message"]["content"], "tok0 tok1 ",
