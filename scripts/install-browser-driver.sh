@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the browser driver of the web console's tests (crates/elfgate-server/tests/console.rs):
+# Installs the browser driver of the web console's tests (crates/elfgate-server/tests/suite/console.rs):
 # playwright-core, pinned, from the npm registry into tools/browser (git ignores it). It drives the
 # system's Chromium (Debian's package, which scripts/install-test-deps.sh installs): no browser is
 # downloaded. Does nothing when the pinned version is already there.

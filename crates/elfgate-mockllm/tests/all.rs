@@ -1,0 +1,6 @@
+//! The mock provider's tests, as one test binary: each module of `suite/` drives the mock over
+//! HTTP in one wire format.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod suite;

@@ -1,0 +1,5 @@
+//! One module per area of the suite.
+
+mod gemini;
+mod responses;
+mod wire;

@@ -1,0 +1,7 @@
+//! The daemon's end-to-end tests, as one test binary (one link, one binary in target/): each
+//! module of `suite/` starts the real daemon on loopback ports and talks HTTP/SSE to it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod scripted;
+mod suite;

@@ -1,0 +1,36 @@
+//! One module per area of the suite.
+
+mod browser;
+mod chat;
+mod child_processes;
+mod cli_engine;
+mod cli_real;
+mod connections;
+mod console;
+mod engine_config;
+mod errors;
+mod gateway;
+mod gateway_sdk;
+mod log_rows;
+mod logging;
+mod mcp;
+mod openapi;
+mod provider_kinds;
+mod restart;
+mod schema_fuzz;
+mod slow_subscriber;
+mod terminal_client;
+mod tinyelf_bounds;
+mod tinyelf_compaction;
+mod tinyelf_context;
+mod tinyelf_loop;
+mod tinyelf_permissions;
+mod tinyelf_resume;
+mod tinyelf_security;
+mod tinyelf_skills;
+mod tinyelf_subagents;
+mod tinyelf_tool_runs;
+mod tinyelf_tools;
+mod tool_firewall;
+mod tool_schemas;
+mod web_security;

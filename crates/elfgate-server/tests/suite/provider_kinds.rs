@@ -1,0 +1,430 @@
+//! The `openai-responses` and `gemini` provider kinds end to end: chat sessions with thinking and
+//! usage, st-chat and api sessions, a tinyelf tool loop, retries, mid-stream errors and interrupts, each on both kinds.
+
+use crate::common;
+use crate::scripted;
+
+use common::{Daemon, Ev, Opts, poll_until, text_of, types};
+use elfgate_mockllm::{Format, MockServer, Outcome};
+use scripted::{call, ends_by_id, finish_of, of, project, run, script, session, stored};
+use serde_json::{Value, json};
+
+/// The two kinds under test: (provider name, the mock's record of its format, the credential
+/// the mock saw).
+const KINDS: [(&str, Format, &str); 2] = [
+    (
+        "mock-responses",
+        Format::OpenAiResponses,
+        "Bearer key-responses",
+    ),
+    ("mock-gemini", Format::Gemini, "key-gemini"),
+];
+
+fn daemon(mock: &MockServer) -> Daemon {
+    let base = mock.base_url();
+    Daemon::start(
+        mock,
+        Opts {
+            extra_toml: format!(
+                r#"
+[providers.mock-responses]
+kind = "openai-responses"
+base_url = "{base}/v1"
+api_key_env = "MOCK_RESPONSES_KEY"
+default_model = "mock"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+
+[providers.mock-gemini]
+kind = "gemini"
+base_url = "{base}"
+api_key_env = "MOCK_GEMINI_KEY"
+default_model = "mock"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+"#
+            ),
+            env: vec![
+                ("MOCK_RESPONSES_KEY".into(), "key-responses".into()),
+                ("MOCK_GEMINI_KEY".into(), "key-gemini".into()),
+            ],
+            ..Default::default()
+        },
+    )
+}
+
+/// A chat session's body on `provider`.
+fn chat_on(provider: &str, model: &str, prompt: &str) -> Value {
+    json!({"engine": "chat", "providerId": provider, "model": model, "prompt": prompt})
+}
+
+fn thinking_of(evs: &[Ev]) -> String {
+    evs.iter()
+        .filter(|e| e.event == "streamDelta" && e.data["delta"]["kind"] == "thinking")
+        .map(|e| e.data["delta"]["text"].as_str().unwrap())
+        .collect()
+}
+
+/// The bodies the mock received for `model`, oldest first, checking their format and key.
+fn bodies(mock: &MockServer, model: &str, format: Format, key: &str) -> Vec<Value> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.model == model)
+        .map(|r| {
+            assert_eq!(r.format, format, "{}", r.path);
+            assert_eq!(r.authorization.as_deref(), Some(key));
+            r.body
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_sessions_stream_thinking_text_and_usage_and_send_history() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    for (provider, format, key) in KINDS {
+        let model = format!("mock:tokens=3,think=2,id={provider}");
+        let (sid, run1) = d
+            .create(
+                json!({"engine": "chat", "providerId": provider, "model": model,
+                           "prompt": "first question", "systemPrompt": "be brief",
+                           "thinkingLevel": "low"}),
+            )
+            .await;
+        let mut sse = d.events(&sid, None).await;
+        let evs = sse.until_complete(&run1).await;
+        assert_eq!(text_of(&evs), "tok0 tok1 tok2 ", "{provider}");
+        assert_eq!(thinking_of(&evs), "think0 think1 ", "{provider}");
+        assert_eq!(finish_of(&evs), "stop", "{provider}: {:?}", types(&evs));
+        // The mock counts the words of the system prompt and the user's text, and generates
+        // three text and two thinking tokens.
+        let stats = &of(&evs, "result")[0].data["stats"];
+        assert_eq!(stats["inputTokens"], 4, "{provider}: {stats}");
+        assert_eq!(stats["outputTokens"], 5, "{provider}: {stats}");
+        let msgs = stored(&d, &sid).await;
+        assert_eq!(msgs[1]["blocks"][0]["type"], "thinking", "{provider}");
+
+        // The second turn sends the first one back, in the provider's own shape.
+        let run2 = d
+            .send(&sid, json!({"prompt": "second question", "model": model}))
+            .await;
+        let evs = sse.until_complete(&run2).await;
+        assert_eq!(finish_of(&evs), "stop", "{provider}");
+        let b = bodies(&mock, &model, format, key);
+        assert_eq!(b.len(), 2, "{provider}");
+        // (list of turns, its parts' key, the assistant's role name)
+        let (turns, parts, assistant) = match format {
+            Format::OpenAiResponses => {
+                assert_eq!(b[1]["instructions"], "be brief");
+                assert_eq!(b[0]["reasoning"]["effort"], "low");
+                assert_eq!(b[1]["stream"], true);
+                // The first answer's reasoning goes back before it, from its encrypted content.
+                assert_eq!(b[1]["input"][1]["type"], "reasoning");
+                assert_eq!(
+                    b[1]["input"][1]["encrypted_content"],
+                    elfgate_mockllm::RESPONSES_ENCRYPTED_REASONING
+                );
+                assert_eq!(b[1]["input"][2]["content"][0]["type"], "output_text");
+                (&b[1]["input"], "content", "assistant")
+            }
+            _ => {
+                assert_eq!(b[1]["systemInstruction"]["parts"][0]["text"], "be brief");
+                let budget = &b[0]["generationConfig"]["thinkingConfig"]["thinkingBudget"];
+                assert!(budget.is_number(), "{}", b[0]);
+                (&b[1]["contents"], "parts", "model")
+            }
+        };
+        let shape: Vec<(&str, &str)> = turns
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["type"] != "reasoning")
+            .map(|t| {
+                (
+                    t["role"].as_str().unwrap(),
+                    t[parts][0]["text"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("user", "first question"),
+                (assistant, "tok0 tok1 tok2 "),
+                ("user", "second question")
+            ],
+            "{provider}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn st_chat_and_api_sessions_run_on_each_kind() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    for (provider, format, key) in KINDS {
+        for engine in ["st-chat", "api"] {
+            let model = format!("mock:tokens=2,id={engine}-{provider}");
+            let (sid, run) = d
+                .create(
+                    json!({"engine": engine, "providerId": provider, "model": model,
+                               "prompt": "alpha"}),
+                )
+                .await;
+            let evs = d.events(&sid, None).await.until_complete(&run).await;
+            assert_eq!(text_of(&evs), "tok0 tok1 ", "{engine} on {provider}");
+            assert_eq!(finish_of(&evs), "stop", "{engine} on {provider}");
+            assert_eq!(bodies(&mock, &model, format, key).len(), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn tinyelf_runs_a_tool_loop_on_each_kind() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    let dir = project();
+    for (provider, format, key) in KINDS {
+        let model = format!("mock:script={provider}");
+        script(
+            &mock,
+            provider,
+            json!([
+                {"thinking": "Read it first.", "text": "Let me look.",
+                 "toolCalls": [call("c1", "read_file", json!({"path": "a.txt"}))]},
+                {"text": "The file says hello."}
+            ]),
+        );
+        let (sid, _, evs) = run(
+            &d,
+            session(
+                "what is in a.txt?",
+                &model,
+                &dir,
+                json!({"providerId": provider, "thinkingLevel": "low"}),
+            ),
+        )
+        .await;
+        assert_eq!(finish_of(&evs), "stop", "{provider}: {:?}", types(&evs));
+        assert_eq!(thinking_of(&evs), "Read it first.", "{provider}");
+        let ends = ends_by_id(&evs);
+        assert_eq!(ends["c1"].0, "success", "{provider}: {ends:?}");
+        assert!(ends["c1"].1.contains("hello world"), "{provider}: {ends:?}");
+        assert_eq!(of(&evs, "result")[0].data["stats"]["iterations"], 2);
+        let msgs = stored(&d, &sid).await;
+        let last = msgs.last().unwrap();
+        assert_eq!(
+            last["blocks"][0]["text"], "The file says hello.",
+            "{provider}"
+        );
+
+        // The second call carried the tool call and its result in the provider's shape.
+        let b = bodies(&mock, &model, format, key);
+        assert_eq!(b.len(), 2, "{provider}");
+        match format {
+            Format::OpenAiResponses => {
+                let names: Vec<&str> = b[0]["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap())
+                    .collect();
+                assert!(names.contains(&"read_file"), "{names:?}");
+                let input = b[1]["input"].as_array().unwrap();
+                let call = input.iter().find(|i| i["type"] == "function_call").unwrap();
+                assert_eq!(call["call_id"], "c1");
+                assert_eq!(call["name"], "read_file");
+                let args: Value =
+                    serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+                assert_eq!(args, json!({"path": "a.txt"}));
+                let out = input
+                    .iter()
+                    .find(|i| i["type"] == "function_call_output")
+                    .unwrap();
+                assert_eq!(out["call_id"], "c1");
+                assert!(out["output"].as_str().unwrap().contains("hello world"));
+                // The first turn's reasoning went back as a reasoning item, from the encrypted
+                // content the request asked for, before the turn's message and call.
+                assert_eq!(b[0]["include"], json!(["reasoning.encrypted_content"]));
+                let kinds: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
+                assert_eq!(
+                    kinds,
+                    [
+                        "message",
+                        "reasoning",
+                        "message",
+                        "function_call",
+                        "function_call_output"
+                    ],
+                    "{input:?}"
+                );
+                let reasoning = &input[1];
+                assert_eq!(
+                    reasoning["encrypted_content"],
+                    elfgate_mockllm::RESPONSES_ENCRYPTED_REASONING
+                );
+                assert_eq!(reasoning["summary"][0]["text"], "Read it first.");
+            }
+            _ => {
+                let decls = b[0]["tools"][0]["functionDeclarations"].as_array().unwrap();
+                assert!(decls.iter().any(|t| t["name"] == "read_file"));
+                let parts: Vec<&Value> = b[1]["contents"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|c| c["parts"].as_array().unwrap())
+                    .collect();
+                let call = parts
+                    .iter()
+                    .find(|p| p.get("functionCall").is_some())
+                    .unwrap();
+                assert_eq!(call["functionCall"]["name"], "read_file");
+                assert_eq!(call["functionCall"]["args"], json!({"path": "a.txt"}));
+                let resp = parts
+                    .iter()
+                    .find(|p| p.get("functionResponse").is_some())
+                    .unwrap();
+                assert_eq!(resp["functionResponse"]["name"], "read_file");
+                let output = resp["functionResponse"]["response"]["output"]
+                    .as_str()
+                    .unwrap();
+                assert!(output.contains("hello world"), "{output}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn gemini_calls_without_ids_get_ids_unique_over_the_turns() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    let dir = project();
+    let read = json!({"name": "read_file", "arguments": json!({"path": "a.txt"}).to_string()});
+    script(
+        &mock,
+        "no-ids",
+        json!([{"toolCalls": [read]}, {"toolCalls": [read]}, {"text": "Read twice."}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "read a.txt twice",
+            "mock:script=no-ids",
+            &dir,
+            json!({"providerId": "mock-gemini"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let ends = ends_by_id(&evs);
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(
+        ends.values().all(|(status, _)| status == "success"),
+        "{ends:?}"
+    );
+    // The last request answers each call under its own id.
+    let b = bodies(&mock, "mock:script=no-ids", Format::Gemini, "key-gemini");
+    let ids: Vec<&Value> = b[2]["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .filter_map(|p| p.get("functionResponse").map(|r| &r["id"]))
+        .collect();
+    assert_eq!(ids.len(), 2, "{}", b[2]);
+    assert_ne!(ids[0], ids[1]);
+    // Each call went back with the thought signature Gemini put on it (no thoughts were asked
+    // for, so the signature came without any thought text), and no thought part was made up.
+    let model_parts: Vec<&Value> = b[2]["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["role"] == "model")
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .collect();
+    let calls: Vec<&&Value> = model_parts
+        .iter()
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    assert_eq!(calls.len(), 2, "{}", b[2]);
+    for call in calls {
+        assert_eq!(
+            call["thoughtSignature"],
+            elfgate_mockllm::GEMINI_THOUGHT_SIGNATURE,
+            "{}",
+            b[2]
+        );
+    }
+    assert!(
+        model_parts.iter().all(|p| p.get("thought").is_none()),
+        "{}",
+        b[2]
+    );
+}
+
+#[tokio::test]
+async fn a_500_is_retried_and_a_mid_stream_error_ends_the_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    for (provider, format, key) in KINDS {
+        let model = format!("mock:tokens=2,fail=500x1,id=retry-{provider}");
+        let (sid, run) = d.create(chat_on(provider, &model, "hi")).await;
+        let evs = d.events(&sid, None).await.until_complete(&run).await;
+        let t = types(&evs);
+        assert_eq!(
+            t.iter().filter(|x| **x == "retry").count(),
+            1,
+            "{provider}: {t:?}"
+        );
+        assert!(!t.contains(&"error"), "{provider}: {t:?}");
+        assert_eq!(text_of(&evs), "tok0 tok1 ", "{provider}");
+        assert_eq!(finish_of(&evs), "stop", "{provider}");
+        assert_eq!(bodies(&mock, &model, format, key).len(), 2, "{provider}");
+
+        let model = format!("mock:tokens=5,error_after=2,id={provider}");
+        let (sid, run) = d.create(chat_on(provider, &model, "hi")).await;
+        let evs = d.events(&sid, None).await.until_complete(&run).await;
+        let t = types(&evs);
+        let error = t
+            .iter()
+            .position(|x| *x == "error")
+            .expect("an error event");
+        assert!(t[..error].contains(&"streamDelta"), "{provider}: {t:?}");
+        assert_eq!(t.iter().filter(|x| **x == "complete").count(), 1);
+        assert_eq!(finish_of(&evs), "error", "{provider}");
+        let err = &of(&evs, "error")[0].data["error"];
+        assert_eq!(err["code"], "upstream_error", "{provider}: {err}");
+        assert_eq!(text_of(&evs), "tok0 tok1 ", "{provider}");
+        let msgs = stored(&d, &sid).await;
+        assert_eq!(msgs[1]["blocks"][0]["text"], "tok0 tok1 ", "{provider}");
+    }
+}
+
+#[tokio::test]
+async fn an_interrupt_closes_the_upstream_stream() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    for (provider, _, _) in KINDS {
+        let model = format!("mock:tokens=100,stall_after=3,id={provider}");
+        let (sid, run) = d.create(chat_on(provider, &model, "go")).await;
+        let mut sse = d.events(&sid, None).await;
+        sse.until_text("tok0 tok1 tok2 ").await;
+        let (status, v) = d
+            .post(
+                &format!("/v1/sessions/{sid}/interrupt"),
+                json!({"wait": true}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(v["interrupted"], true, "{provider}");
+        let rest = sse.until_complete(&run).await;
+        assert_eq!(finish_of(&rest), "interrupted", "{provider}");
+        poll_until("the mock's record of the disconnect", || {
+            mock.requests()
+                .into_iter()
+                .find(|r| r.model == model)
+                .filter(|r| r.outcome == Outcome::ClientDisconnected)
+        })
+        .await;
+    }
+}

@@ -1,0 +1,259 @@
+//! Daemon lifecycle: SIGKILL mid-run and restart, graceful SIGTERM, startup refusals.
+
+use crate::common;
+
+use common::{Daemon, Opts, chat, text_of, types};
+use elfgate_mockllm::MockServer;
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+#[tokio::test]
+async fn sigkill_mid_run_then_restart_ends_the_run_with_daemon_restart() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    // A finished first turn, then a second turn that stalls mid-stream.
+    let (sid, run1) = d.create(chat("first", "mock:tokens=3")).await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_complete(&run1).await;
+    let run2 = d
+        .send(
+            &sid,
+            json!({"prompt": "second", "model": "mock:tokens=50,stall_after=4"}),
+        )
+        .await;
+    let seen = sse.until_text("tok0 tok1 tok2 tok3 ").await;
+    let last_seen = seen.last().unwrap().seq();
+    d.kill();
+    drop(sse);
+
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let (status, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run2}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(r["status"], "interrupted");
+    assert_eq!(r["finishReason"], "daemon_restart");
+
+    // The log ends the run with result + complete{daemon_restart}; seq keeps growing without reuse.
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_complete(&run2).await;
+    let n = evs.len();
+    assert_eq!(evs[n - 1].data["finishReason"], "daemon_restart");
+    assert_eq!(evs[n - 2].event, "result");
+    assert_eq!(evs[n - 2].data["stats"]["finishReason"], "daemon_restart");
+    for w in evs.windows(2) {
+        assert!(
+            w[1].seq() > w[0].seq(),
+            "seq not increasing: {:?}",
+            types(&evs)
+        );
+    }
+    assert!(evs[n - 1].seq() > last_seen);
+    assert_eq!(
+        evs.iter().filter(|e| e.event == "complete").count(),
+        2,
+        "one complete per run"
+    );
+
+    // Stored messages are intact: the first turn, the second prompt, and the partial answer
+    // rebuilt from the deltas that reached the log.
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let msgs = m["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["blocks"][0]["text"], "first");
+    assert_eq!(msgs[1]["blocks"][0]["text"], "tok0 tok1 tok2 ");
+    assert_eq!(msgs[2]["blocks"][0]["text"], "second");
+    if let Some(partial) = msgs.get(3) {
+        assert_eq!(partial["role"], "assistant");
+        assert!("tok0 tok1 tok2 tok3 ".starts_with(partial["blocks"][0]["text"].as_str().unwrap()));
+    }
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["status"], "idle");
+
+    // The session goes on; its seq continues after the recovered events.
+    let run3 = d
+        .send(&sid, json!({"prompt": "third", "model": "mock:tokens=2"}))
+        .await;
+    let more = sse.until_complete(&run3).await;
+    assert_eq!(more[0].seq(), evs[n - 1].seq() + 1);
+    assert_eq!(text_of(&more), "tok0 tok1 ");
+}
+
+#[tokio::test]
+async fn sigkill_right_after_a_run_ends_still_logs_its_end_once() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("q", "mock:tokens=3")).await;
+    let mut sse = d.events(&sid, None).await;
+    let seen = sse.until_complete(&run).await;
+    // Killed at once: the run's end is stored, its last events may not have reached the log.
+    d.kill();
+    drop(sse);
+
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    let mut sse = d.events(&sid, None).await;
+    let evs = sse.until_complete(&run).await;
+    let last = evs.last().unwrap();
+    assert_eq!(last.data["finishReason"], "stop");
+    assert_eq!(evs[evs.len() - 2].event, "result");
+    assert_eq!(types(&evs).iter().filter(|t| **t == "complete").count(), 1);
+    // Whatever was logged before the kill keeps its seq; anything logged again sits above what
+    // the client saw.
+    for e in &evs {
+        if let Some(same) = seen.iter().find(|s| s.seq() == e.seq()) {
+            assert_eq!(same.event, e.event);
+        }
+    }
+    assert!(last.seq() >= seen.last().unwrap().seq());
+    // The session goes on.
+    let run2 = d
+        .send(&sid, json!({"prompt": "again", "model": "mock:tokens=2"}))
+        .await;
+    let more = sse.until_complete(&run2).await;
+    assert_eq!(text_of(&more), "tok0 tok1 ");
+}
+
+#[tokio::test]
+async fn sigterm_interrupts_runs_and_flushes_the_log() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("go", "mock:tokens=50,stall_after=2")).await;
+    let mut sse = d.events(&sid, None).await;
+    sse.until_text("tok0 tok1 ").await;
+    let status = d.terminate();
+    assert!(status.success(), "daemon exited with {status}");
+    // The daemon ended the stream before exiting; it was not cut off by the exit.
+    sse.rest().await.unwrap();
+
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    // A graceful stop interrupts the run itself: finish reason interrupted, not daemon_restart.
+    assert_eq!(evs.last().unwrap().data["finishReason"], "interrupted");
+    assert_eq!(text_of(&evs), "tok0 tok1 ");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["finishReason"], "interrupted");
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(m["messages"][1]["blocks"][0]["text"], "tok0 tok1 ");
+}
+
+fn run_elfgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(args)
+        .env_remove("ELFGATE_TOKEN")
+        .env_remove("ELFGATE_BIND")
+        .env_remove("ELFGATE_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn refuses_public_bind_without_auth_and_bad_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/x.db", dir.path().display());
+    let (ok, out) = run_elfgate(
+        &["serve"],
+        &[
+            ("ELFGATE_BIND", "0.0.0.0:0"),
+            ("ELFGATE_DATABASE_URL", &db),
+            ("ELFGATE_SERVER__AUTH", "none"),
+        ],
+    );
+    assert!(!ok);
+    assert!(out.contains("only allowed on a loopback address"), "{out}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[providers.x]\nkind = \"nonsense\"\nbase_url = \"http://x\"\n",
+    )
+    .unwrap();
+    let (ok, out) = run_elfgate(&["config", "check", "--config", bad.to_str().unwrap()], &[]);
+    assert!(!ok);
+    assert!(out.contains("invalid configuration"), "{out}");
+    assert!(out.contains("nonsense"), "{out}");
+
+    let (ok, out) = run_elfgate(
+        &["config", "check"],
+        &[("ELFGATE_DEFAULTS__PROVIDER", "nowhere")],
+    );
+    assert!(!ok);
+    assert!(out.contains("defaults.provider 'nowhere'"), "{out}");
+
+    let (ok, out) = run_elfgate(&["config", "check"], &[("ELFGATE_DATABASE_URL", &db)]);
+    assert!(ok, "{out}");
+    assert!(out.contains("configuration is valid"), "{out}");
+
+    let (ok, out) = run_elfgate(&["migrate"], &[("ELFGATE_DATABASE_URL", &db)]);
+    assert!(ok, "{out}");
+    assert!(dir.path().join("x.db").exists());
+}
+
+/// Runs `elfgate ARGS --config` with `d`'s configuration to its end.
+async fn elfgate_beside(d: &Daemon, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_elfgate"))
+        .args(args)
+        .arg("--config")
+        .arg(d.dir.join("elfgate.toml"))
+        .env_remove("ELFGATE_TOKEN")
+        .env_remove("ELFGATE_BIND")
+        .env_remove("ELFGATE_DATABASE_URL")
+        .env("ELFGATE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(common::GUARD, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("`elfgate {}` did not exit", args.join(" ")))
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+#[tokio::test]
+async fn a_second_daemon_on_the_same_database_refuses_to_start() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("long", "mock:tokens=400,delay_ms=25")).await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 tok1 ").await;
+
+    let db = d.dir.join("elfgate.db");
+    let lock = d.dir.join("elfgate.db.lock");
+    for args in [&["serve"][..], &["migrate"][..]] {
+        let (status, out) = elfgate_beside(&d, args).await;
+        assert!(
+            !status.success(),
+            "`elfgate {args:?}` started beside the daemon: {out}"
+        );
+        assert!(out.contains("in use by another elfgate process"), "{out}");
+        assert!(out.contains(&lock.display().to_string()), "{out}");
+        assert!(out.contains(&db.display().to_string()), "{out}");
+    }
+
+    // The first daemon's run was left alone: it streams to its normal end, ended once.
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    assert_eq!(types(&evs).iter().filter(|t| **t == "complete").count(), 1);
+    let want: String = (0..400).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text_of(&evs), want);
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "completed", "{r}");
+    assert_eq!(r["finishReason"], "stop", "{r}");
+}

@@ -1,0 +1,250 @@
+//! The slow-subscriber rule, through HTTP/SSE on loopback: a client that stops reading falls
+//! behind, is sent `reset` and disconnected, nobody else is held up, and reconnecting with its
+//! cursor it misses nothing. The daemon runs in this process so that the test can publish a burst
+//! on the session's bus much larger than the buffers between the daemon and that client.
+
+use crate::common;
+
+use common::{Ev, GUARD, Sse};
+use elfgate_core::{EventPayload, RunId, SessionId};
+use elfgate_mockllm::MockServer;
+use elfgate_server::app::Daemon;
+use elfgate_server::config::Config;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Size of each burst event's message (an event is ~1.1 KB on the wire).
+const MESSAGE_BYTES: usize = 1000;
+/// The burst is published in batches, each once the reading subscriber has the previous one, so
+/// that it is never more than a batch behind: the burst must not reset it too.
+const BATCH: usize = 500;
+/// The slow client's receive buffer (set before connecting, so the kernel does not grow it).
+const SLOW_RECV_BUFFER: u32 = 64 * 1024;
+
+/// How many burst events surely outrun every buffer between the daemon and a client that stopped
+/// reading: the daemon's socket send buffer (its ceiling, `net.ipv4.tcp_wmem`, 4 MB by default),
+/// the client's fixed receive buffer, the HTTP server's write buffer (under 1 MB), then the 1024
+/// events a subscriber may lag — all doubled for margin (one run here: ~3.6 MB held, ~10 MB sent).
+fn burst_events() -> usize {
+    // Capped: a host tuned for huge buffers would otherwise make the test slow, not stronger.
+    let send_max: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+        .unwrap_or(4 << 20)
+        .min(16 << 20);
+    let bytes = 2 * (send_max + 2 * SLOW_RECV_BUFFER as usize + (1 << 20));
+    bytes / MESSAGE_BYTES + 2 * elfgate_core::SUBSCRIBER_BUFFER
+}
+
+/// An SSE client on a raw socket with a small, fixed receive buffer: unlike an HTTP client
+/// library it reads nothing until asked.
+struct SlowClient {
+    stream: tokio::net::TcpStream,
+    raw: Vec<u8>,
+    body: Vec<u8>,
+    ended: bool,
+}
+
+impl SlowClient {
+    async fn connect(addr: std::net::SocketAddr, path: &str, token: &str) -> SlowClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut c = SlowClient {
+            stream,
+            raw: Vec::new(),
+            body: Vec::new(),
+            ended: false,
+        };
+        let head = loop {
+            if let Some(end) = c.raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break String::from_utf8(c.raw.drain(..end + 4).collect()).unwrap();
+            }
+            assert!(c.read_more().await, "no response head");
+        };
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{head}"
+        );
+        c
+    }
+
+    async fn read_more(&mut self) -> bool {
+        let mut buf = [0u8; 16 * 1024];
+        let n = tokio::time::timeout(GUARD, self.stream.read(&mut buf))
+            .await
+            .expect("nothing to read within the guard time")
+            .unwrap();
+        self.raw.extend_from_slice(&buf[..n]);
+        n > 0
+    }
+
+    /// Moves whole chunks of the chunked body from `raw` to `body`; marks the last one.
+    fn unchunk(&mut self) {
+        loop {
+            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                return;
+            };
+            let size_line = std::str::from_utf8(&self.raw[..eol]).unwrap();
+            // A chunk extension (";name=value") may follow the size.
+            let size_hex = size_line.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size_hex, 16).unwrap();
+            if self.raw.len() < eol + 2 + size + 2 {
+                return;
+            }
+            let data = &self.raw[eol + 2..eol + 2 + size];
+            // Bytes: a character may be split between two chunks.
+            self.body.extend_from_slice(data);
+            self.raw.drain(..eol + 2 + size + 2);
+            if size == 0 {
+                self.ended = true;
+                return;
+            }
+        }
+    }
+
+    /// The next event, or None at the end of the body.
+    async fn next(&mut self) -> Option<Ev> {
+        loop {
+            self.unchunk();
+            if let Some(pos) = self.body.windows(2).position(|w| w == b"\n\n") {
+                let frame = String::from_utf8(self.body.drain(..pos + 2).collect()).unwrap();
+                match common::parse_frame(&frame) {
+                    Some(ev) => return Some(ev),
+                    None => continue,
+                }
+            }
+            if self.ended || !self.read_more().await {
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads `sse` up to seq `upto`, asserting every event from `from` on arrives once, in order.
+async fn read_through(sse: &mut Sse, from: u64, upto: u64) -> Vec<Ev> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while next <= upto {
+        let ev = sse.next().await.expect("stream ended early");
+        assert_ne!(ev.event, "reset", "a reading subscriber was reset");
+        assert_eq!(ev.seq(), next, "gap or duplicate");
+        next += 1;
+        out.push(ev);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config_file = common::write_config(dir.path(), &mock, "");
+    let daemon = Daemon::build(Config::load(Some(&config_file)).unwrap())
+        .await
+        .unwrap();
+    let state = daemon.state.clone();
+    let token = daemon.state.config.token.clone().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(daemon.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+
+    let http = common::authenticated_client(Some(&token));
+    // A run that streams one token and then stalls keeps the session live.
+    let created: Value = http
+        .post(format!("{base}/v1/sessions"))
+        .json(&json!({"engine": "chat", "prompt": "hi", "model": "mock:stall_after=1"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sid: SessionId = created["sessionId"].as_str().unwrap().parse().unwrap();
+    let run: RunId = created["runId"].as_str().unwrap().parse().unwrap();
+    let events = format!("{base}/v1/sessions/{sid}/events");
+
+    // Two subscribers, both caught up with the run's first token.
+    let mut slow = SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events"), &token).await;
+    let mut held = Vec::new();
+    while held.last().is_none_or(|e: &Ev| e.event != "streamDelta") {
+        held.push(slow.next().await.expect("stream ended early"));
+    }
+    let mut reader = Sse::new(http.get(&events).send().await.unwrap());
+    let start = reader.until_n("streamDelta", 1).await.last().unwrap().seq();
+
+    // The burst: the reader reads along, the slow subscriber reads nothing.
+    let bus = state.dispatcher.hub().get(sid).expect("the session's bus");
+    let message = "x".repeat(MESSAGE_BYTES);
+    let (mut last, burst) = (start, burst_events() as u64);
+    while last < start + burst {
+        let from = last + 1;
+        for _ in 0..BATCH {
+            let payload = EventPayload::Processing {
+                message: message.clone(),
+            };
+            last = bus.publish(Some(run), &payload).await.seq;
+        }
+        read_through(&mut reader, from, last).await;
+    }
+
+    // Now the slow subscriber reads: what the buffers held, in order, then `reset` from the first
+    // seq it lacks (without an id, so its Last-Event-ID stays put), then the end of its stream.
+    let reset = loop {
+        let ev = slow.next().await.expect("stream ended without reset");
+        if ev.event == "reset" {
+            break ev;
+        }
+        held.push(ev);
+    };
+    assert!(
+        slow.next().await.is_none(),
+        "the stream went on after reset"
+    );
+    for (i, e) in held.iter().enumerate() {
+        assert_eq!(e.seq(), i as u64 + 1, "gap or duplicate before the reset");
+    }
+    let cursor = held.last().unwrap().seq();
+    assert!(cursor < last, "the slow subscriber was not behind");
+    assert_eq!(reset.data["fromSeq"], cursor + 1);
+    assert_eq!(reset.data["sessionId"], sid.to_string());
+    assert_eq!(reset.id, None);
+
+    // Reconnecting with its cursor, it gets every event it lacked, once, in order.
+    let mut again = Sse::new(
+        http.get(&events)
+            .header("Last-Event-ID", cursor.to_string())
+            .send()
+            .await
+            .unwrap(),
+    );
+    read_through(&mut again, cursor + 1, last).await;
+
+    // The run still ends normally; both live subscribers see its one `complete`.
+    let interrupted = http
+        .post(format!("{base}/v1/sessions/{sid}/interrupt"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(interrupted.status().as_u16(), 200);
+    for sse in [&mut reader, &mut again] {
+        let tail = sse.until_complete(&run.to_string()).await;
+        assert_eq!(tail.last().unwrap().data["finishReason"], "interrupted");
+        assert_eq!(tail.iter().filter(|e| e.event == "complete").count(), 1);
+    }
+
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}

@@ -1,0 +1,226 @@
+//! tinyelf's hooks and guardian end to end: PreToolUse denials, the guardian's verdicts and its
+//! fail-closed timeout, and PostToolUse hooks that run after the fact.
+
+use crate::common;
+use crate::scripted;
+
+use common::Daemon;
+use elfgate_mockllm::MockServer;
+use scripted::{
+    bodies_for, call, daemon_with, ends, ends_by_id, finish_of, project, run, script, session,
+    stored, wait_for_file,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+
+#[tokio::test]
+async fn hook_and_guardian_denials() {
+    let mock = MockServer::start().await.unwrap();
+    let extra = r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "write_file"
+command = '''cat > /dev/null; echo '{"decision":"deny","reason":"no writes on fridays"}' '''
+
+[engines.tinyelf.guardian]
+enabled = true
+provider = "mock"
+model = "mock:script=guardian"
+timeout_secs = 30
+"#;
+    let d = daemon_with(&mock, extra);
+    script(
+        &mock,
+        "guardian",
+        json!([{"text": "UNSAFE: it rewrites the whole file"}]),
+    );
+    let dir = project();
+    script(
+        &mock,
+        "hooked",
+        json!([{"toolCalls": [call("w1", "write_file", json!({"path": "b.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "w",
+            "mock:script=hooked",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends(&evs);
+    assert_eq!(e[0].0, "denied");
+    assert!(e[0].1.contains("no writes on fridays"), "{}", e[0].1);
+    assert!(!dir.join("b.txt").exists());
+    // The guardian was not asked: the hook came first.
+    assert!(bodies_for(&mock, "mock:script=guardian").is_empty());
+
+    script(
+        &mock,
+        "guarded",
+        json!([{"toolCalls": [
+            call("e1", "edit_file", json!({"path": "a.txt", "old_string": "hello", "new_string": "bye"})),
+            call("r1", "read_file", json!({"path": "a.txt"}))
+        ]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "e",
+            "mock:script=guarded",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["e1"].0, "denied");
+    assert!(
+        e["e1"]
+            .1
+            .contains("guardian judged the call unsafe: it rewrites the whole file"),
+        "{}",
+        e["e1"].1
+    );
+    // read_only tools are not reviewed.
+    assert_eq!(e["r1"].0, "success");
+    assert!(
+        std::fs::read_to_string(dir.join("a.txt"))
+            .unwrap()
+            .contains("hello")
+    );
+    let g = bodies_for(&mock, "mock:script=guardian");
+    assert_eq!(g.len(), 1);
+    assert!(g[0].to_string().contains("edit_file"));
+    // The model sees the denial and can act on it.
+    let next = bodies_for(&mock, "mock:script=guarded");
+    assert!(
+        next[1]
+            .to_string()
+            .contains("guardian judged the call unsafe")
+    );
+}
+
+/// A daemon whose guardian is the mock script `name`, given `timeout_secs` to answer.
+fn guardian_daemon(mock: &MockServer, name: &str, timeout_secs: &str) -> Daemon {
+    daemon_with(
+        mock,
+        &format!(
+            "[engines.tinyelf.guardian]\nenabled = true\nmodel = \"mock:script={name}\"\n\
+             timeout_secs = {timeout_secs}\n"
+        ),
+    )
+}
+
+/// One write_file call of a bypassPermissions session, which only the guardian reviews; returns
+/// its (status, content).
+async fn guarded_write(d: &Daemon, mock: &MockServer, dir: &Path) -> (String, String) {
+    script(
+        mock,
+        "gt",
+        json!([{"toolCalls": [call("w", "write_file", json!({"path": "g.txt", "content": "x"}))]}, {"text": "ok"}]),
+    );
+    let (_, _, evs) = run(
+        d,
+        session(
+            "g",
+            "mock:script=gt",
+            dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    ends_by_id(&evs).remove("w").unwrap()
+}
+
+#[tokio::test]
+async fn guardian_fails_closed_on_timeout_and_unclear_answers() {
+    let mock = MockServer::start().await.unwrap();
+    let dir = project();
+    // A guardian that never answers: the short timeout denies the call, on any machine.
+    script(&mock, "gstall", json!([{"text": "SA", "stall": true}]));
+    let stalled = guardian_daemon(&mock, "gstall", "0.3");
+    let (status, content) = guarded_write(&stalled, &mock, &dir).await;
+    assert_eq!(status, "denied");
+    assert!(content.contains("did not answer within"), "{content}");
+
+    // Guardians that answer, with all the time they need.
+    let judging = guardian_daemon(&mock, "gjudge", "30");
+    script(&mock, "gjudge", json!([{"text": "Hmm, it depends."}]));
+    let (status, content) = guarded_write(&judging, &mock, &dir).await;
+    assert_eq!(status, "denied");
+    assert!(content.contains("unclear"), "{content}");
+    assert!(!dir.join("g.txt").exists());
+
+    script(&mock, "gjudge", json!([{"text": "SAFE"}]));
+    let (status, _) = guarded_write(&judging, &mock, &dir).await;
+    assert_eq!(status, "success");
+    assert!(dir.join("g.txt").exists());
+}
+
+#[tokio::test]
+async fn post_tool_use_hooks_fire_after_execution_without_holding_up_the_run() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    // The hook waits (bounded) for a gate the test opens only after the run completed, then
+    // records its input. Its deny answer must be ignored.
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "PostToolUse"
+matcher = "read_file"
+timeout_secs = 60
+command = '''
+in=$(cat)
+for i in $(seq 1 1200); do [ -e "{m}/gate" ] && break; sleep 0.025; done
+printf '%s\n' "$in" >> "{m}/post.jsonl"
+echo '{{"decision":"deny","reason":"too late"}}'
+'''
+"#,
+        m = marks.path().display()
+    );
+    let d = daemon_with(&mock, &extra);
+    let dir = project();
+    script(
+        &mock,
+        "post",
+        json!([{"toolCalls": [
+            call("p1", "read_file", json!({"path": "a.txt"})),
+            call("p2", "read_file", json!({"path": "missing.txt"})),
+            call("p3", "list_dir", json!({}))
+        ]}, {"text": "ok"}]),
+    );
+    let (sid, run1, evs) = run(&d, session("post", "mock:script=post", &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let e = ends_by_id(&evs);
+    assert_eq!(e["p1"].0, "success");
+    assert_eq!(e["p2"].0, "error");
+    // The run completed while both hooks were still waiting for the gate: fire-and-forget.
+    assert!(!marks.path().join("post.jsonl").exists());
+    std::fs::write(marks.path().join("gate"), "").unwrap();
+    let out = wait_for_file(&marks.path().join("post.jsonl"), 2).await;
+    let got: std::collections::BTreeMap<String, Value> = out
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["toolUseId"].as_str().unwrap().to_string(), v))
+        .collect();
+    // The matcher kept list_dir out.
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["p1", "p2"]);
+    let p1 = &got["p1"];
+    assert_eq!(p1["event"], "PostToolUse");
+    assert_eq!(p1["toolName"], "read_file");
+    assert_eq!(p1["sessionId"], sid.as_str());
+    assert_eq!(p1["runId"], run1.as_str());
+    assert_eq!(p1["input"], json!({"path": "a.txt"}));
+    assert_eq!(p1["status"], "success");
+    assert_eq!(p1["result"].as_str().unwrap(), e["p1"].1);
+    assert!(p1["result"].as_str().unwrap().contains("hello world"));
+    assert_eq!(got["p2"]["status"], "error");
+    assert_eq!(got["p2"]["result"].as_str().unwrap(), e["p2"].1);
+    // The hook's deny changed nothing: the stored result is the tool's.
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(msgs[2]["blocks"][0]["content"].as_str().unwrap(), e["p1"].1);
+}

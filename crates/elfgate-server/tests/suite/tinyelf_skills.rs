@@ -1,0 +1,158 @@
+//! Skills: folders with a SKILL.md found in the configured skills_dirs and the project's
+//! .elfgate/skills, listed by GET /v1/skills (malformed ones with the reason), offered to the
+//! model as a catalogue in the stable prefix, loaded and read through the skill tools.
+
+use crate::common;
+use crate::scripted;
+
+use common::types;
+use elfgate_mockllm::MockServer;
+use scripted::{
+    bodies_for, call, daemon_with, ends_by_id, finish_of, of, processing_notes, project, run,
+    script, session,
+};
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn skill(root: &Path, dir: &str, skill_md: &str) {
+    std::fs::create_dir_all(root.join(dir)).unwrap();
+    std::fs::write(root.join(dir).join("SKILL.md"), skill_md).unwrap();
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn skills_are_listed_loaded_and_read() {
+    let mock = MockServer::start().await.unwrap();
+    let skills = tempfile::tempdir().unwrap();
+    skill(
+        skills.path(),
+        "pdf",
+        "---\nname: pdf-forms\ndescription: Fill PDF forms\n---\nUse the guide in forms/guide.txt.\n",
+    );
+    std::fs::create_dir_all(skills.path().join("pdf/forms")).unwrap();
+    std::fs::write(
+        skills.path().join("pdf/forms/guide.txt"),
+        "Field 1 is the name.",
+    )
+    .unwrap();
+    skill(
+        skills.path(),
+        "broken",
+        "---\nname: broken\n---\nno description\n",
+    );
+    let d = daemon_with(
+        &mock,
+        &format!(
+            "[engines.tinyelf]\nskills_dirs = [\"{}\"]\n",
+            skills.path().display()
+        ),
+    );
+    let dir = project();
+    skill(
+        &dir.join(".elfgate/skills"),
+        "deploy",
+        "---\nname: deploy\ndescription: 'Ship it'\n---\nRun make deploy.\n",
+    );
+
+    // The configured skills; the malformed one is reported with its reason.
+    let (st, list) = d.get("/v1/skills").await;
+    assert_eq!(st, 200, "{list}");
+    assert_eq!(names(&list), ["pdf-forms"]);
+    assert_eq!(list["skills"][0]["description"], "Fill PDF forms");
+    assert_eq!(list["skills"][0]["source"], "config");
+    let problems = list["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{list}");
+    assert!(problems[0]["path"].as_str().unwrap().ends_with("broken"));
+    assert!(
+        problems[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no description")
+    );
+    // With a project, its skills too.
+    let q = format!("/v1/skills?projectPath={}", dir.display());
+    let (st, list) = d.get(&q).await;
+    assert_eq!(st, 200);
+    assert_eq!(names(&list), ["deploy", "pdf-forms"]);
+    assert_eq!(list["skills"][0]["source"], "project");
+    let (st, e) = d.get("/v1/skills?projectPath=/no/such/dir").await;
+    assert_eq!(st, 422, "{e}");
+    assert!(e.to_string().contains("projectPath"), "{e}");
+
+    // The model loads a skill, reads its file, and cannot leave the skill's folder.
+    let model = "mock:script=skills";
+    script(
+        &mock,
+        "skills",
+        json!([
+            {"toolCalls": [call("l1", "load_skill", json!({"name": "pdf-forms"}))]},
+            {"toolCalls": [
+                call("r1", "read_skill_file", json!({"name": "pdf-forms", "path": "forms/guide.txt"})),
+                call("r2", "read_skill_file", json!({"name": "pdf-forms", "path": "../broken/SKILL.md"})),
+                call("r3", "load_skill", json!({"name": "nope"}))
+            ]},
+            {"text": "Done."}
+        ]),
+    );
+    let (_, _, evs) = run(&d, session("fill the form", model, &dir, json!({}))).await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let init = of(&evs, "init")[0];
+    let tools = init.data["systemInfo"]["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!("load_skill")) && tools.contains(&json!("read_skill_file")));
+    let ends = ends_by_id(&evs);
+    let (status, loaded) = &ends["l1"];
+    assert_eq!(status, "success");
+    assert!(
+        loaded.contains("Use the guide in forms/guide.txt."),
+        "{loaded}"
+    );
+    assert!(loaded.contains("forms/guide.txt]"), "{loaded}");
+    assert_eq!(
+        ends["r1"],
+        ("success".into(), "Field 1 is the name.".into())
+    );
+    assert_ne!(ends["r2"].0, "success");
+    assert!(ends["r2"].1.contains("outside"), "{:?}", ends["r2"]);
+    assert_eq!(ends["r3"].0, "error");
+    assert!(
+        ends["r3"].1.contains("deploy, pdf-forms"),
+        "{:?}",
+        ends["r3"]
+    );
+    let notes = processing_notes(&evs);
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.contains("broken left out") && m.contains("no description")),
+        "{notes:?}"
+    );
+
+    // The catalogue is in the system prompt, which loading a skill did not change.
+    let bodies = bodies_for(&mock, model);
+    assert_eq!(bodies.len(), 3);
+    let system = bodies[0]["messages"][0]["content"].as_str().unwrap();
+    let catalogue = system
+        .find("- deploy: Ship it\n- pdf-forms: Fill PDF forms")
+        .unwrap();
+    assert!(catalogue < system.find("Date: ").unwrap(), "{system}");
+    for b in &bodies[1..] {
+        assert_eq!(b["messages"][0], bodies[0]["messages"][0]);
+    }
+    // The instructions reached the model as the tool result.
+    let last = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool");
+    assert!(last["content"].as_str().unwrap().contains("Use the guide"));
+}
