@@ -29,8 +29,10 @@ impl DatabaseLock {
     /// Takes the lock of `database`, or fails with [`StoreError::Locked`] when another process
     /// (or another open store in this one) holds it.
     pub fn acquire(database: &Path) -> StoreResult<DatabaseLock> {
-        // Absolute, so that the message names the file whatever the reader's directory.
-        let database = std::path::absolute(database)?;
+        // The real file, not the name it was given: two daemons reaching one database through a
+        // symlink, `..` or another spelling of the path must meet at the same lock. Absolute, so
+        // that the message names the file whatever the reader's directory.
+        let database = real_file(database)?;
         let path = lock_path(&database);
         let mut file = OpenOptions::new()
             .create(true)
@@ -62,6 +64,29 @@ impl DatabaseLock {
             tracing::debug!(error = %e, lock = %path.display(), "cannot write the pid into the lock file");
         }
         Ok(DatabaseLock { _file: file })
+    }
+}
+
+/// The file `database` names, symlinks followed (also a dangling one: SQLite creates its
+/// target) and the directory canonical, so that every spelling of one file gives one path.
+fn real_file(database: &Path) -> std::io::Result<PathBuf> {
+    let mut path = std::path::absolute(database)?;
+    // A bound on the chain, as the kernel has (ELOOP past 40).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(&path)?;
+                path = match path.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            _ => break,
+        }
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => Ok(std::fs::canonicalize(dir)?.join(name)),
+        _ => Ok(path),
     }
 }
 
@@ -123,5 +148,27 @@ mod tests {
         );
         drop(first);
         DatabaseLock::acquire(&db).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_or_another_spelling_of_the_database_meets_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let db = data.join("e.db");
+        std::fs::write(&db, b"").unwrap();
+        let _first = DatabaseLock::acquire(&db).unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let dir_link = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&data, &dir_link).unwrap();
+        for other in [
+            link,
+            dir_link.join("e.db"),
+            data.join("..").join("data").join("e.db"),
+        ] {
+            let err = DatabaseLock::acquire(&other).unwrap_err();
+            assert!(matches!(err, StoreError::Locked { .. }), "{other:?}: {err}");
+        }
     }
 }
