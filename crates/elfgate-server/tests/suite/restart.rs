@@ -199,15 +199,24 @@ fn refuses_public_bind_without_auth_and_bad_config() {
     assert!(dir.path().join("x.db").exists());
 }
 
-/// Runs `elfgate ARGS --config` with `d`'s configuration to its end.
-async fn elfgate_beside(d: &Daemon, args: &[&str]) -> (std::process::ExitStatus, String) {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_elfgate"))
-        .args(args)
+/// Runs `elfgate ARGS --config` with `d`'s configuration (and `database`, a URL, over its
+/// database when given) to its end.
+async fn elfgate_beside(
+    d: &Daemon,
+    args: &[&str],
+    database: Option<&str>,
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(args)
         .arg("--config")
         .arg(d.dir.join("elfgate.toml"))
         .env_remove("ELFGATE_TOKEN")
         .env_remove("ELFGATE_BIND")
-        .env_remove("ELFGATE_DATABASE_URL")
+        .env_remove("ELFGATE_DATABASE_URL");
+    if let Some(url) = database {
+        cmd.env("ELFGATE_DATABASE_URL", url);
+    }
+    let child = cmd
         .env("ELFGATE_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -236,16 +245,33 @@ async fn a_second_daemon_on_the_same_database_refuses_to_start() {
 
     let db = d.dir.join("elfgate.db");
     let lock = d.dir.join("elfgate.db.lock");
-    for args in [&["serve"][..], &["migrate"][..]] {
-        let (status, out) = elfgate_beside(&d, args).await;
-        assert!(
-            !status.success(),
-            "`elfgate {args:?}` started beside the daemon: {out}"
-        );
-        assert!(out.contains("in use by another elfgate process"), "{out}");
-        assert!(out.contains(&lock.display().to_string()), "{out}");
-        assert!(out.contains(&db.display().to_string()), "{out}");
+    // Also when the second one names the file through a symlink, or through a symlink to its
+    // directory: the lock is the real file's.
+    let link = d.dir.join("alias.db");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let dir_link = d.dir.with_extension("elsewhere");
+    std::os::unix::fs::symlink(&d.dir, &dir_link).unwrap();
+    let spellings = [
+        None,
+        Some(format!("sqlite://{}", link.display())),
+        Some(format!(
+            "sqlite://{}",
+            dir_link.join("elfgate.db").display()
+        )),
+    ];
+    for database in &spellings {
+        for args in [&["serve"][..], &["migrate"][..]] {
+            let (status, out) = elfgate_beside(&d, args, database.as_deref()).await;
+            assert!(
+                !status.success(),
+                "`elfgate {args:?}` on {database:?} started beside the daemon: {out}"
+            );
+            assert!(out.contains("in use by another elfgate process"), "{out}");
+            assert!(out.contains(&lock.display().to_string()), "{out}");
+            assert!(out.contains(&db.display().to_string()), "{out}");
+        }
     }
+    std::fs::remove_file(&dir_link).unwrap();
 
     // The first daemon's run was left alone: it streams to its normal end, ended once.
     evs.extend(sse.until_complete(&run).await);
@@ -256,4 +282,62 @@ async fn a_second_daemon_on_the_same_database_refuses_to_start() {
     let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
     assert_eq!(r["status"], "completed", "{r}");
     assert_eq!(r["finishReason"], "stop", "{r}");
+}
+
+/// `config check` (and so `serve`) refuses an alias that could only fail at request time, or
+/// would drop its fallbacks unseen, naming the alias and why; a sound one passes.
+#[test]
+fn config_check_refuses_aliases_that_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("a = \"a\"", "aliases.a: 'a' names the alias itself"),
+        (
+            "a = \"b\"\nb = \"a\"",
+            "is another alias; aliases do not nest",
+        ),
+        (
+            "a = \"mock/m\"\nb = [\"a\", \"mock/n\"]",
+            "aliases.b: 'a' is another alias",
+        ),
+        (
+            "a = [\"elfgate:chat\", \"mock/m\"]",
+            "aliases.a: 'elfgate:chat' is an engine route; a chain may hold PROVIDER/MODEL routes only",
+        ),
+        (
+            "a = [\"mock/m\", \"elfgate:tinyelf\"]",
+            "aliases.a: 'elfgate:tinyelf' is an engine route",
+        ),
+        ("a = \"elfgate:nonsense\"", "aliases.a: 'elfgate:nonsense'"),
+        (
+            "a = \"gpt-4\"",
+            "aliases.a: 'gpt-4' is neither PROVIDER/MODEL nor elfgate:ENGINE",
+        ),
+        ("a = \"mock/\"", "aliases.a: 'mock/' names no model"),
+        ("a = []", "aliases.a: names no route"),
+        (
+            "a = \"nowhere/m\"",
+            "aliases.a: 'nowhere/m' names provider 'nowhere', which is not configured",
+        ),
+    ];
+    for (aliases, want) in cases {
+        let file = dir.path().join("aliases.toml");
+        std::fs::write(&file, format!("[aliases]\n{aliases}\n")).unwrap();
+        let (ok, out) = run_elfgate(
+            &["config", "check", "--config", file.to_str().unwrap()],
+            &[],
+        );
+        assert!(!ok, "{aliases}: accepted: {out}");
+        assert!(out.contains(want), "{aliases}: {out}");
+    }
+    let file = dir.path().join("good.toml");
+    std::fs::write(
+        &file,
+        "[aliases]\nfast = \"mock/m\"\nchain = [\"mock/m\", \"mock/n\"]\nagent = \"elfgate:tinyelf:mock/m\"\nbare = \"elfgate:chat\"\n",
+    )
+    .unwrap();
+    let (ok, out) = run_elfgate(
+        &["config", "check", "--config", file.to_str().unwrap()],
+        &[],
+    );
+    assert!(ok, "{out}");
 }
