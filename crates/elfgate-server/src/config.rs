@@ -374,24 +374,7 @@ impl Config {
             }
         }
         for (name, target) in &self.aliases {
-            let routes = target.routes();
-            if routes.is_empty() {
-                return Err(ConfigError::Invalid(format!(
-                    "aliases.{name} names no route"
-                )));
-            }
-            for r in routes {
-                let provider = r.strip_prefix("elfgate:").map_or(Some(r.as_str()), |rest| {
-                    rest.split_once(':').map(|(_, t)| t)
-                });
-                if let Some(p) = provider.and_then(|t| t.split_once('/')).map(|(p, _)| p)
-                    && !self.providers.contains_key(p)
-                {
-                    return Err(ConfigError::Invalid(format!(
-                        "aliases.{name}: '{r}' names provider '{p}', which is not configured"
-                    )));
-                }
-            }
+            self.check_alias(name, target)?;
         }
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
@@ -434,6 +417,65 @@ impl Config {
                 "storage.url '{}': only sqlite: URLs are supported in this build",
                 self.storage.url
             )));
+        }
+        Ok(())
+    }
+
+    /// An alias must be able to work as written: each route a `PROVIDER/MODEL` of a configured
+    /// provider or an `elfgate:ENGINE[:PROVIDER/MODEL]` of a known engine, never another alias
+    /// (routes do not nest, so a self-reference or a cycle could only fail at request time),
+    /// and a chain made of provider routes only (an engine's run is not one call to fall back
+    /// from, and its fallbacks would be dropped unseen).
+    fn check_alias(&self, name: &str, target: &AliasTarget) -> Result<(), ConfigError> {
+        let invalid = |why: String| Err(ConfigError::Invalid(format!("aliases.{name}: {why}")));
+        let routes = target.routes();
+        if routes.is_empty() {
+            return invalid("names no route".into());
+        }
+        let chained = routes.len() > 1;
+        for r in &routes {
+            if r == name {
+                return invalid(format!("'{r}' names the alias itself"));
+            }
+            if self.aliases.contains_key(r) {
+                return invalid(format!(
+                    "'{r}' is another alias; aliases do not nest, name its routes instead"
+                ));
+            }
+            let provider_model = match r.strip_prefix("elfgate:") {
+                Some(rest) => {
+                    if chained {
+                        return invalid(format!(
+                            "'{r}' is an engine route; a chain may hold PROVIDER/MODEL routes \
+                             only (an engine route stands alone)"
+                        ));
+                    }
+                    let (engine, target) = match rest.split_once(':') {
+                        Some((e, t)) => (e, Some(t)),
+                        None => (rest, None),
+                    };
+                    if let Err(e) = engine.parse::<elfgate_core::EngineType>() {
+                        return invalid(format!("'{r}': {e}"));
+                    }
+                    target.filter(|t| !t.is_empty())
+                }
+                None => Some(r.as_str()),
+            };
+            if let Some(pm) = provider_model {
+                let Some((p, m)) = pm.split_once('/') else {
+                    return invalid(format!(
+                        "'{r}' is neither PROVIDER/MODEL nor elfgate:ENGINE[:PROVIDER/MODEL]"
+                    ));
+                };
+                if !self.providers.contains_key(p) {
+                    return invalid(format!(
+                        "'{r}' names provider '{p}', which is not configured"
+                    ));
+                }
+                if m.is_empty() {
+                    return invalid(format!("'{r}' names no model"));
+                }
+            }
         }
         Ok(())
     }
