@@ -89,6 +89,9 @@ pub struct Opts {
     pub nofile_soft: Option<u64>,
     /// Writes the daemon's stderr (its log) into this file instead of the test's stderr.
     pub log_file: Option<PathBuf>,
+    /// Starts the daemon with this limit on its address space in bytes (RLIMIT_AS), so that a
+    /// read without bounds ends it (an allocation failure) instead of filling the machine.
+    pub address_space_bytes: Option<u64>,
 }
 
 pub fn write_config(dir: &Path, mock: &MockServer, extra: &str) -> PathBuf {
@@ -171,16 +174,23 @@ impl Daemon {
     /// would change it.
     fn serve_command(dir: &Path, mock: &MockServer, opts: &Opts) -> Command {
         let config = write_config_with_server(dir, mock, &opts.server_toml, &opts.extra_toml);
-        let mut cmd = match opts.nofile_soft {
+        let mut limits = Vec::new();
+        if let Some(n) = opts.nofile_soft {
+            limits.push(format!("ulimit -Sn {n}"));
+        }
+        if let Some(b) = opts.address_space_bytes {
+            // ulimit -v counts KiB.
+            limits.push(format!("ulimit -v {}", b / 1024));
+        }
+        let mut cmd = if limits.is_empty() {
+            Command::new(env!("CARGO_BIN_EXE_elfgate"))
+        } else {
             // `exec` keeps the pid, so `child` is the daemon itself.
-            Some(n) => {
-                let mut c = Command::new("sh");
-                c.arg("-c")
-                    .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
-                    .arg(env!("CARGO_BIN_EXE_elfgate"));
-                c
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_elfgate")),
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!("{} && exec \"$0\" \"$@\"", limits.join(" && ")))
+                .arg(env!("CARGO_BIN_EXE_elfgate"));
+            c
         };
         cmd.arg("serve")
             .arg("--config")
@@ -306,6 +316,15 @@ impl Daemon {
             .unwrap()
             .status()
             .as_u16()
+    }
+
+    /// POST /v1/sessions/{sid}/interrupt with `wait: true`: answers once the run has ended.
+    pub async fn interrupt_and_wait(&self, sid: &str) -> (u16, Value) {
+        self.post(
+            &format!("/v1/sessions/{sid}/interrupt"),
+            json!({"wait": true}),
+        )
+        .await
     }
 
     /// Creates a session; panics unless 201.
