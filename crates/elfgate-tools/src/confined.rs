@@ -8,7 +8,6 @@ use crate::file_access::{self, Access};
 use crate::firewall::ExecutionFirewall;
 use crate::tool::ToolError;
 use std::path::Path;
-use tokio::io::AsyncReadExt;
 
 /// A text file read up to a byte cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,17 +37,20 @@ pub async fn read_capped(
     if meta.is_dir() {
         return Err(ToolError::Failed(format!("{path} is a directory")));
     }
-    let mut bytes = Vec::with_capacity(max_bytes.min(meta.len() as usize));
-    file.take(max_bytes as u64).read_to_end(&mut bytes).await?;
+    let (bytes, more) = file_access::read_at_most(file, max_bytes as u64).await?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     // A cut inside a character leaves a replacement character at the end: drop it.
-    if (bytes.len() as u64) < meta.len() && text.ends_with('\u{FFFD}') {
+    if more && text.ends_with('\u{FFFD}') {
         text.pop();
     }
-    Ok(CappedText {
-        text,
-        total_bytes: meta.len(),
-    })
+    // The reported size can be wrong (0 for /proc files, stale for a growing file): a file read
+    // past the cap is at least one byte longer than what was kept.
+    let total_bytes = if more {
+        meta.len().max(bytes.len() as u64 + 1)
+    } else {
+        bytes.len() as u64
+    };
+    Ok(CappedText { text, total_bytes })
 }
 
 #[cfg(test)]

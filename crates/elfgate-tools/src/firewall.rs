@@ -20,6 +20,13 @@ pub const DEFAULT_DENIED_COMMANDS: &[&str] = &[
     r"\bsudo\b",
 ];
 
+/// The kernel's pseudo-file systems, deny zones by default: their files report sizes that are not
+/// theirs (0 for /proc files, however much they hold), some never end (/dev/zero, /proc/kcore),
+/// and /proc/self exposes the daemon itself (its environment, its memory). The file tools and
+/// walkers keep out of them; shell commands may still name them (`2>/dev/null`, `/proc/cpuinfo`
+/// are everyday shell), since deny zones are no sandbox for shell anyway.
+pub const PSEUDO_FS_ZONES: &[&str] = &["/proc", "/sys", "/dev"];
+
 /// A refused path or command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FirewallError {
@@ -165,9 +172,11 @@ impl ExecutionFirewall {
         })
     }
 
-    /// The default deny zones: ~/.ssh and /etc, plus `data_dir` when given.
+    /// The default deny zones: ~/.ssh, /etc and the kernel's pseudo-file systems
+    /// ([`PSEUDO_FS_ZONES`]), plus `data_dir` when given.
     pub fn default_zones(data_dir: Option<PathBuf>) -> Vec<PathBuf> {
         let mut zones = vec![PathBuf::from("/etc")];
+        zones.extend(PSEUDO_FS_ZONES.iter().map(PathBuf::from));
         if let Some(home) = std::env::var_os("HOME") {
             zones.push(PathBuf::from(home).join(".ssh"));
         }
@@ -230,6 +239,9 @@ impl ExecutionFirewall {
         }
         let home = std::env::var("HOME").ok();
         for zone in &self.deny_zones {
+            if PSEUDO_FS_ZONES.iter().any(|p| zone == Path::new(p)) {
+                continue;
+            }
             let z = zone.display().to_string();
             let mut spellings = vec![z.clone()];
             if let Some(h) = &home
@@ -388,6 +400,28 @@ mod tests {
     }
 
     #[test]
+    fn the_pseudo_file_systems_are_deny_zones_by_default() {
+        let fw = ExecutionFirewall::new(ExecutionFirewall::default_zones(None), &[]).unwrap();
+        for p in [
+            "/dev/zero",
+            "proc/self/environ",
+            "/proc/self/pagemap",
+            "sys/kernel",
+        ] {
+            assert!(
+                matches!(
+                    fw.resolve_path(Path::new("/"), p).unwrap_err(),
+                    FirewallError::DenyZone { .. }
+                ),
+                "{p}"
+            );
+        }
+        let c = fw.confinement(Path::new("/")).unwrap();
+        assert!(!c.admits(Path::new("/proc/self/environ"), false));
+        assert!(c.admits(Path::new("/tmp"), false));
+    }
+
+    #[test]
     fn hard_linked_files_are_refused() {
         let (_root, project, secret) = setup();
         std::fs::hard_link(secret.join("key"), project.join("key")).unwrap();
@@ -445,7 +479,8 @@ mod tests {
             assert!(fw.check_command(bad).is_err(), "{bad} passed");
         }
         for good in [
-            "ls -la",
+            "ls -la 2>/dev/null",
+            "cat /proc/cpuinfo",
             "rm -rf build/",
             "echo /etcetera",
             "grep -r foo src",

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 fn path_target(input: &Value, key: &str) -> FirewallTargets {
     FirewallTargets {
@@ -34,8 +34,22 @@ fn path_or_root_target(input: &Value) -> FirewallTargets {
     t
 }
 
-/// Most bytes read_file returns before cutting (the loop's truncation applies after).
-const READ_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Largest file read_file reads (the loop's truncation applies after).
+pub const READ_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Largest file edit_file loads: it holds the file and its edited copy in memory at once.
+pub const EDIT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The tool error for a file past a tool's size cap. `size` is the size the file system reports,
+/// when that is what showed it (a file can also be found larger while being read).
+fn too_large(tool: &str, shown: &str, size: Option<u64>, cap: u64) -> ToolOutput {
+    let size = match size {
+        Some(n) => format!("{n} bytes"),
+        None => "longer than it said".to_string(),
+    };
+    ToolOutput::error(format!(
+        "{shown} is {size}, more than {tool}'s limit of {cap} bytes; read a line range with grep first"
+    ))
+}
 
 /// read_file: a file's text, optionally a line range.
 #[derive(Debug, Default)]
@@ -86,7 +100,7 @@ impl Tool for ReadFile {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: ReadArgs = parse_args(input)?;
         let path = ctx.resolve(&a.path)?;
-        let (mut file, meta) = file_access::open(&path, &a.path, Access::Read).await?;
+        let (file, meta) = file_access::open(&path, &a.path, Access::Read).await?;
         if meta.is_dir() {
             return Ok(ToolOutput::error(format!(
                 "{} is a directory; use list_dir",
@@ -94,14 +108,17 @@ impl Tool for ReadFile {
             )));
         }
         if meta.len() > READ_MAX_BYTES {
-            return Ok(ToolOutput::error(format!(
-                "{} is {} bytes, more than read_file's limit of {READ_MAX_BYTES}; read a line range with grep first",
-                a.path,
-                meta.len()
-            )));
+            return Ok(too_large(
+                "read_file",
+                &a.path,
+                Some(meta.len()),
+                READ_MAX_BYTES,
+            ));
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).await?;
+        let (bytes, more) = file_access::read_at_most(file, READ_MAX_BYTES).await?;
+        if more {
+            return Ok(too_large("read_file", &a.path, None, READ_MAX_BYTES));
+        }
         let text = String::from_utf8_lossy(&bytes);
         if a.start_line.is_none() && a.end_line.is_none() {
             return Ok(ToolOutput::ok(text.into_owned()));
@@ -241,9 +258,23 @@ impl Tool for EditFile {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let a: EditArgs = parse_args(input)?;
         let path = ctx.resolve(&a.path)?;
-        let (mut file, _) = file_access::open(&path, &a.path, Access::Update).await?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).await?;
+        let (mut file, meta) = file_access::open(&path, &a.path, Access::Update).await?;
+        if meta.len() > EDIT_MAX_BYTES {
+            return Ok(too_large(
+                "edit_file",
+                &a.path,
+                Some(meta.len()),
+                EDIT_MAX_BYTES,
+            ));
+        }
+        // A clone of the handle reads, so that the same one can rewrite the file after.
+        let reader = file.try_clone().await?;
+        let (bytes, more) = file_access::read_at_most(reader, EDIT_MAX_BYTES).await?;
+        if more {
+            return Ok(too_large("edit_file", &a.path, None, EDIT_MAX_BYTES));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ToolError::Failed(format!("{} is not valid UTF-8 text", a.path)))?;
         match replace_exact(&text, &a.old_string, &a.new_string) {
             Ok(new_text) => {
                 replace_contents(&mut file, new_text.as_bytes()).await?;
@@ -338,14 +369,12 @@ const SEARCH_WALK: WalkOptions = WalkOptions {
 /// A file's bytes for grep; None (skipped without a word, like the entries the walker drops) when
 /// it is too large, unreadable, or refused by the firewall (several hard links).
 fn read_for_grep(path: &std::path::Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let (mut file, meta) = file_access::open_blocking(path, Access::Read).ok()?;
+    let (file, meta) = file_access::open_blocking(path, Access::Read).ok()?;
     if !meta.is_file() || meta.len() > GREP_MAX_FILE_BYTES {
         return None;
     }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    let (bytes, more) = file_access::read_at_most_blocking(file, GREP_MAX_FILE_BYTES).ok()?;
+    (!more).then_some(bytes)
 }
 
 /// A search's answer: its hits (run on a blocking thread), "no matches", or the run's interrupt.

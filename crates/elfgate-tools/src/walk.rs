@@ -2,8 +2,11 @@
 //! drops, without a word, every entry the firewall's [`Confinement`] refuses (deny zones, the
 //! daemon's data directory, symlinks that lead out of the project or into a deny zone), and does not
 //! descend into refused directories. Saying nothing keeps even the names in a deny zone hidden.
+//! Devices, FIFOs and sockets are dropped too: no file tool can read them, and grep opening one
+//! could block or never end.
 
 use crate::firewall::Confinement;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 /// Directories grep and glob skip: large, generated, rarely what the model looks for.
@@ -32,6 +35,10 @@ pub(crate) fn walk(
         .filter_entry(move |e| {
             if e.depth() == 0 {
                 return true;
+            }
+            let t = e.file_type();
+            if t.is_fifo() || t.is_char_device() || t.is_block_device() || t.is_socket() {
+                return false;
             }
             if opts.skip_bulky {
                 let n = e.file_name().to_string_lossy();

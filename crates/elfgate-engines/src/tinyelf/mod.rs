@@ -446,7 +446,7 @@ impl TinyElfEngine {
                 })
                 .await;
         }
-        let (system, notes) = context::system_prompt(
+        let build = context::system_prompt(
             &self.inner.firewall,
             context::PromptParts {
                 identity: ctx.system_prompt.as_deref(),
@@ -455,8 +455,15 @@ impl TinyElfEngine {
                 project_context_max_bytes: self.inner.config.project_context_max_bytes,
                 date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
             },
-        )
-        .await;
+        );
+        // The project's files are opened non-blocking and only when regular, but a file system
+        // can still stall (a hung network mount): an interrupt does not wait for it. The loop
+        // then ends the run before its first call, so the prompt's text no longer matters.
+        let (system, notes) = tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => (context::blocks::SystemPrompt::whole(String::new()), Vec::new()),
+            built = build => built,
+        };
         for message in notes {
             ctx.events.emit(EventPayload::Processing { message }).await;
         }
