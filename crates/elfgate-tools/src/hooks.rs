@@ -1,5 +1,6 @@
 //! Hooks: commands run at PreToolUse, PostToolUse, SessionStart and SessionEnd. Each gets a JSON
-//! description on stdin and may answer `{"decision": "allow"|"deny", "reason": "..."}` on stdout.
+//! description on stdin and answers with its exit status and stdout, read by [`read_answer`]:
+//! whatever cannot be read as allow is deny (fail closed), for every event.
 //! They run like shell calls (see [`crate::process`]): own process group, clean environment, and
 //! the daemon's default network (a session's settings do not change how the operator's hooks run).
 
@@ -94,14 +95,6 @@ pub struct Hooks {
     child: ChildSetup,
 }
 
-#[derive(Deserialize)]
-struct HookAnswer {
-    #[serde(default)]
-    decision: Option<String>,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 impl Hooks {
     /// Compiles the hooks' matchers; the hooks run with `child`'s environment and network.
     pub fn new(configs: Vec<HookConfig>, child: ChildSetup) -> Result<Self, HookConfigError> {
@@ -125,8 +118,8 @@ impl Hooks {
     }
 
     /// Runs every hook of `event` that matches `tool` in order; the first deny wins. A hook that
-    /// fails, times out or answers something unreadable denies (fail closed) for PreToolUse and is
-    /// only logged for the other events.
+    /// fails, times out or answers something unreadable denies (fail closed), whatever the event:
+    /// for the events that cannot stop anything the caller reports the deny.
     pub async fn run(
         &self,
         event: HookEvent,
@@ -143,15 +136,17 @@ impl Hooks {
             {
                 continue;
             }
-            let verdict = run_one(c, payload, cwd, &self.child).await;
+            let verdict = run_one(c, event, payload, cwd, &self.child).await;
             match verdict {
                 Ok(HookVerdict::Allow) => {}
                 Ok(HookVerdict::Deny(r)) => return HookVerdict::Deny(r),
                 Err(e) => {
-                    tracing::warn!(hook = %c.command, error = %e, "hook failed");
-                    if event == HookEvent::PreToolUse {
-                        return HookVerdict::Deny(format!("the PreToolUse hook failed: {e}"));
-                    }
+                    tracing::warn!(hook = %c.command, event = event.as_str(), error = %e, "hook failed");
+                    return HookVerdict::Deny(format!(
+                        "the {} hook '{}' failed: {e}",
+                        event.as_str(),
+                        c.command
+                    ));
                 }
             }
         }
@@ -161,14 +156,15 @@ impl Hooks {
 
 async fn run_one(
     c: &HookConfig,
+    event: HookEvent,
     payload: &Value,
     cwd: &Path,
     child: &ChildSetup,
 ) -> Result<HookVerdict, String> {
     let mut spec = child.spec("bash", &["-c", &c.command], cwd);
     spec.stdin = Some(payload.to_string().into_bytes());
-    spec.stdout_cap = 64 * 1024;
-    spec.stderr_cap = 0;
+    spec.stdout_cap = ANSWER_MAX_BYTES;
+    spec.stderr_cap = STDERR_MAX_BYTES;
     spec.timeout = Some(c.timeout());
     // Not cancellable by itself: a caller that gives up drops the future, which stops the group.
     let out = run(&spec, &CancellationToken::new())
@@ -180,27 +176,176 @@ async fn run_one(
             return Err(format!("timed out after {:.1}s", c.timeout().as_secs_f64()));
         }
     };
-    let out = String::from_utf8_lossy(&out.stdout.bytes);
-    let text = out.trim();
-    if text.is_empty() {
-        return if status.success() {
-            Ok(HookVerdict::Allow)
-        } else {
-            Err(format!("exited with {status} and no answer"))
-        };
+    if out.stdout.capped() {
+        return Err(format!(
+            "its answer is longer than {ANSWER_MAX_BYTES} bytes and was not read"
+        ));
     }
-    let answer: HookAnswer =
-        serde_json::from_str(text).map_err(|e| format!("unreadable answer '{text}': {e}"))?;
-    match answer.decision.as_deref() {
-        Some("allow") | Some("approve") | None if status.success() => Ok(HookVerdict::Allow),
-        Some("deny") | Some("block") => {
-            Ok(HookVerdict::Deny(answer.reason.unwrap_or_else(|| {
-                format!("denied by hook '{}'", c.command)
-            })))
+    let stdout = String::from_utf8_lossy(&out.stdout.bytes);
+    let stderr = String::from_utf8_lossy(&out.stderr.bytes);
+    read_answer(event, status.code(), stdout.trim(), stderr.trim())
+        .map(|v| match v {
+            HookVerdict::Deny(r) if r.is_empty() => {
+                HookVerdict::Deny(format!("denied by hook '{}'", c.command))
+            }
+            v => v,
+        })
+        .map_err(|e| match status.code() {
+            Some(_) => e,
+            // Killed by a signal: no code to show, the status says which signal.
+            None => format!("{e} ({status})"),
+        })
+}
+
+/// Most bytes of a hook's stdout read as its answer; a longer answer is unreadable (deny).
+const ANSWER_MAX_BYTES: usize = 64 * 1024;
+/// Most bytes of a hook's stderr kept, for the reason of an exit 2 or a failure.
+const STDERR_MAX_BYTES: usize = 4 * 1024;
+
+/// Reads a hook's answer: its exit code (None when a signal ended it), stdout and stderr, both
+/// trimmed. Ok(Deny("")) is a deny that gave no reason. Err is an answer that cannot be read,
+/// which the caller treats as deny. The rules (docs/security.md):
+/// - exit 2: deny, stderr the reason (Claude Code's convention);
+/// - any other non-zero exit or a signal: a failure (deny);
+/// - exit 0 and no output: no objection (allow);
+/// - exit 0 and a JSON object: its decision fields, any of `decision` (allow | approve | deny |
+///   block, with `reason`), `behavior` (allow | deny, with `message`) and
+///   `hookSpecificOutput.permissionDecision` (allow | deny | ask, with
+///   `permissionDecisionReason`), and `continue: false` (with `stopReason`). Every field given
+///   must be readable, and one deny among them wins. A PreToolUse answer must hold at least one
+///   decision; other fields (systemMessage, suppressOutput...) are ignored;
+/// - anything else (not JSON, not an object, an unknown value): unreadable.
+pub fn read_answer(
+    event: HookEvent,
+    code: Option<i32>,
+    stdout: &str,
+    stderr: &str,
+) -> Result<HookVerdict, String> {
+    match code {
+        Some(0) => {}
+        Some(2) => return Ok(HookVerdict::Deny(stderr.to_string())),
+        Some(n) => return Err(failure(&format!("exited with status {n}"), stderr)),
+        None => return Err(failure("was ended by a signal", stderr)),
+    }
+    if stdout.is_empty() {
+        return Ok(HookVerdict::Allow);
+    }
+    let answer: Value = serde_json::from_str(stdout)
+        .map_err(|_| format!("its answer is not JSON: '{}'", excerpt(stdout)))?;
+    let Value::Object(answer) = answer else {
+        return Err(format!(
+            "its answer is not a JSON object: '{}'",
+            excerpt(stdout)
+        ));
+    };
+    // Each decision field as (field, value, the answers that mean allow, that mean deny, reason).
+    let mut votes: Vec<HookVerdict> = Vec::new();
+    let text_of = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_string();
+    let mut vote = |field: &str,
+                    value: &Value,
+                    allow: &[&str],
+                    deny: &[&str],
+                    reason: String|
+     -> Result<(), String> {
+        match value.as_str() {
+            Some(v) if allow.contains(&v) => votes.push(HookVerdict::Allow),
+            Some(v) if deny.contains(&v) => votes.push(HookVerdict::Deny(reason)),
+            _ => {
+                let mut known: Vec<&str> = allow.to_vec();
+                known.extend_from_slice(deny);
+                return Err(format!(
+                    "its answer's {field} is {value}, not one of {}",
+                    known.join(", ")
+                ));
+            }
         }
-        Some(other) => Err(format!("unknown decision '{other}'")),
-        None => Err(format!("exited with {status}")),
+        Ok(())
+    };
+    if let Some(v) = answer.get("decision") {
+        let reason = text_of(answer.get("reason"));
+        vote(
+            "decision",
+            v,
+            &["allow", "approve"],
+            &["deny", "block"],
+            reason,
+        )?;
     }
+    if let Some(v) = answer.get("behavior") {
+        let reason = text_of(answer.get("message"));
+        vote("behavior", v, &["allow"], &["deny"], reason)?;
+    }
+    if let Some(specific) = answer.get("hookSpecificOutput") {
+        let Value::Object(specific) = specific else {
+            return Err(format!(
+                "its answer's hookSpecificOutput is {specific}, not an object"
+            ));
+        };
+        if let Some(name) = specific.get("hookEventName")
+            && name.as_str() != Some(event.as_str())
+        {
+            return Err(format!(
+                "its answer's hookSpecificOutput.hookEventName is {name}, not \"{}\"",
+                event.as_str()
+            ));
+        }
+        if let Some(v) = specific.get("permissionDecision") {
+            let mut reason = text_of(specific.get("permissionDecisionReason"));
+            // A hook cannot make the daemon ask the user: "ask" is no allow, so it denies.
+            if v.as_str() == Some("ask") {
+                reason = format!(
+                    "the hook asked for the user's confirmation (permissionDecision \"ask\"), which a hook cannot request here{}",
+                    if reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {reason}")
+                    }
+                );
+            }
+            vote(
+                "hookSpecificOutput.permissionDecision",
+                v,
+                &["allow"],
+                &["deny", "ask"],
+                reason,
+            )?;
+        }
+    }
+    if let Some(v) = answer.get("continue") {
+        match v.as_bool() {
+            Some(true) => {}
+            Some(false) => votes.push(HookVerdict::Deny(text_of(answer.get("stopReason")))),
+            None => return Err(format!("its answer's continue is {v}, not true or false")),
+        }
+    }
+    if let Some(deny) = votes.iter().find(|v| matches!(v, HookVerdict::Deny(_))) {
+        return Ok(deny.clone());
+    }
+    if votes.is_empty() && event == HookEvent::PreToolUse {
+        return Err(format!(
+            "its answer has no decision (decision, behavior or hookSpecificOutput.permissionDecision): '{}'",
+            excerpt(stdout)
+        ));
+    }
+    Ok(HookVerdict::Allow)
+}
+
+/// How a hook failed, with the end of what it said on stderr.
+fn failure(what: &str, stderr: &str) -> String {
+    if stderr.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what}: {}", excerpt(stderr))
+    }
+}
+
+/// At most 200 characters of `text`, for messages.
+fn excerpt(text: &str) -> String {
+    let mut out: String = text.chars().take(200).collect();
+    if out.len() < text.len() {
+        out.push_str("...");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -259,6 +404,95 @@ mod tests {
                 .run(HookEvent::PreToolUse, Some("shell"), &p, dir.path())
                 .await,
             HookVerdict::Deny(_)
+        ));
+    }
+
+    #[test]
+    fn answers_read_as_allow_only_when_they_say_so() {
+        use HookEvent::{PostToolUse, PreToolUse};
+        let pre = |code, out: &str| read_answer(PreToolUse, Some(code), out, "why");
+        let allow = Ok(HookVerdict::Allow);
+        assert_eq!(pre(0, ""), allow);
+        for yes in [
+            r#"{"decision":"allow"}"#,
+            r#"{"decision":"approve","reason":"fine"}"#,
+            r#"{"behavior":"allow"}"#,
+            r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}"#,
+            r#"{"behavior":"allow","systemMessage":"extra fields are ignored"}"#,
+        ] {
+            assert_eq!(pre(0, yes), allow, "{yes}");
+        }
+        let deny = |r: &str| Ok(HookVerdict::Deny(r.to_string()));
+        assert_eq!(pre(2, ""), deny("why"));
+        assert_eq!(pre(2, r#"{"decision":"allow"}"#), deny("why"));
+        assert_eq!(pre(0, r#"{"decision":"block","reason":"r"}"#), deny("r"));
+        assert_eq!(pre(0, r#"{"behavior":"deny","message":"m"}"#), deny("m"));
+        assert_eq!(pre(0, r#"{"behavior":"deny"}"#), deny(""));
+        assert_eq!(
+            pre(
+                0,
+                r#"{"hookSpecificOutput":{"permissionDecision":"deny","permissionDecisionReason":"p"}}"#
+            ),
+            deny("p")
+        );
+        // One deny among several fields wins.
+        assert_eq!(
+            pre(0, r#"{"decision":"allow","behavior":"deny"}"#),
+            deny("")
+        );
+        assert_eq!(
+            pre(
+                0,
+                r#"{"decision":"allow","continue":false,"stopReason":"s"}"#
+            ),
+            deny("s")
+        );
+        assert!(matches!(
+            pre(0, r#"{"hookSpecificOutput":{"permissionDecision":"ask"}}"#),
+            Ok(HookVerdict::Deny(r)) if r.contains("\"ask\"")
+        ));
+        for (bad, says) in [
+            ("yes", "not JSON"),
+            ("[1]", "not a JSON object"),
+            ("{}", "no decision"),
+            (r#"{"continue":true}"#, "no decision"),
+            (r#"{"decision":"maybe"}"#, "decision is \"maybe\""),
+            (r#"{"decision":true}"#, "decision is true"),
+            (r#"{"behavior":"ask"}"#, "behavior is \"ask\""),
+            (r#"{"hookSpecificOutput":"allow"}"#, "not an object"),
+            (
+                r#"{"hookSpecificOutput":{"hookEventName":"PostToolUse","permissionDecision":"allow"}}"#,
+                "hookEventName",
+            ),
+            (r#"{"decision":"allow","behavior":"maybe"}"#, "behavior is"),
+        ] {
+            let e = pre(0, bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = pre(1, r#"{"decision":"allow"}"#).unwrap_err();
+        assert!(e.contains("status 1") && e.contains("why"), "{e}");
+        assert!(read_answer(PreToolUse, None, "", "").is_err());
+        // An event that cannot stop anything need not decide, but a deny is still a deny.
+        assert_eq!(read_answer(PostToolUse, Some(0), "{}", ""), allow);
+        assert_eq!(
+            read_answer(
+                PostToolUse,
+                Some(0),
+                r#"{"decision":"block","reason":"r"}"#,
+                ""
+            ),
+            deny("r")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deny_without_a_reason_names_the_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = json!({"toolName": "shell"});
+        let h = hook(r#"cat >/dev/null; echo '{"behavior":"deny"}'"#, 5.0);
+        assert!(matches!(
+            h.run(HookEvent::PreToolUse, Some("shell"), &p, dir.path()).await,
+            HookVerdict::Deny(r) if r.starts_with("denied by hook")
         ));
     }
 

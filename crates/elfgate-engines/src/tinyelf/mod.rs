@@ -27,7 +27,7 @@ use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
-    BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, Hooks,
+    BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, HookVerdict, Hooks,
     PermissionBroker, PermissionTier, ToolRegistry,
 };
 use serde_json::json;
@@ -364,7 +364,7 @@ impl TinyElfEngine {
             })
         };
         if inner.hooks.has(HookEvent::SessionStart) {
-            let _ = inner
+            let verdict = inner
                 .hooks
                 .run(
                     HookEvent::SessionStart,
@@ -373,6 +373,7 @@ impl TinyElfEngine {
                     &workdir,
                 )
                 .await;
+            report_unblockable_hook(&ctx, HookEvent::SessionStart, verdict).await;
         }
 
         let guardian = self.guardian(&ctx, &provider, &model).await;
@@ -411,10 +412,11 @@ impl TinyElfEngine {
         if inner.hooks.has(HookEvent::SessionEnd) {
             let mut p = hook_payload(HookEvent::SessionEnd);
             p["finishReason"] = json!(end.finish.as_str());
-            let _ = inner
+            let verdict = inner
                 .hooks
                 .run(HookEvent::SessionEnd, None, &p, &workdir)
                 .await;
+            report_unblockable_hook(&ctx, HookEvent::SessionEnd, verdict).await;
         }
         let (input_tokens, output_tokens) = runner.tokens();
         let (cache_read_tokens, cache_write_tokens) = runner.cache_tokens();
@@ -587,5 +589,23 @@ impl Engine for TinyElfEngine {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len()
+    }
+}
+
+/// A SessionStart or SessionEnd hook cannot stop anything (the run is starting or over), so its
+/// deny, failure or unreadable answer becomes a `processing` event (and a warning in the log)
+/// instead of being dropped without a trace.
+async fn report_unblockable_hook(ctx: &EngineSessionContext, event: HookEvent, v: HookVerdict) {
+    if let HookVerdict::Deny(reason) = v {
+        tracing::warn!(event = event.as_str(), %reason, "hook objected; ignored");
+        ctx.events
+            .emit(EventPayload::Processing {
+                message: format!(
+                    "{} hook: {reason} (ignored: a {} hook cannot stop the run)",
+                    event.as_str(),
+                    event.as_str()
+                ),
+            })
+            .await;
     }
 }
