@@ -32,5 +32,6 @@ mod tinyelf_subagents;
 mod tinyelf_tool_runs;
 mod tinyelf_tools;
 mod tool_firewall;
+mod tool_hardening;
 mod tool_schemas;
 mod web_security;
