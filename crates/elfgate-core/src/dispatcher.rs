@@ -209,6 +209,21 @@ impl EngineDispatcher {
         }
     }
 
+    /// Interrupts one run of a session (running or queued) and leaves the others alone: the runs
+    /// queued behind it still run. Idempotent: a run that has ended gives None.
+    pub fn interrupt_run(&self, session_id: SessionId, run_id: RunId) -> InterruptResult {
+        match self.active.interrupt_run(session_id, run_id) {
+            Some(Interrupted { run_id, done }) => InterruptResult {
+                run_id: Some(run_id),
+                done: Some(done),
+            },
+            None => InterruptResult {
+                run_id: None,
+                done: None,
+            },
+        }
+    }
+
     /// Stops taking runs and interrupts every run (shutdown); returns the tokens that fire when
     /// each running run has ended. Queued runs end right after, without running.
     pub fn interrupt_all(self: &Arc<Self>) -> Vec<CancellationToken> {
