@@ -500,7 +500,17 @@ impl Follower {
 
     /// Reads the log after the last seq (flushed first) into items; whether the run ended.
     async fn read_log(&mut self) -> bool {
-        self.state.dispatcher.hub().flush().await;
+        // While the log cannot be written, what it holds stops short of what was published:
+        // waited for (the writer retries), so that the answer has no hole.
+        let mut pause = std::time::Duration::from_millis(50);
+        while !self.state.dispatcher.hub().flush().await {
+            if self.state.is_shutting_down() {
+                // The writer may have stopped: what the log holds is all there is.
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
         loop {
             let Ok(page) = self
                 .state
