@@ -234,6 +234,28 @@ impl ActiveSessions {
         })
     }
 
+    /// Fires the token of one run of the session, running or queued, and of no other: the end of
+    /// one caller's request (a gateway caller that left) must not take other callers' prompts
+    /// with it. None when that run is neither running nor waiting.
+    pub fn interrupt_run(&self, session_id: SessionId, run_id: RunId) -> Option<Interrupted> {
+        let run = self.map.get(&session_id)?;
+        if run.run_id == run_id {
+            run.cancel.cancel();
+            return Some(Interrupted {
+                run_id,
+                done: run.done.clone(),
+            });
+        }
+        let queued = run.queue.iter().find(|q| q.run_id == run_id)?;
+        queued.cancel.cancel();
+        // A queued run has no done token of its own yet; the running run's fires first, and the
+        // cancelled one ends, without running, right after it.
+        Some(Interrupted {
+            run_id,
+            done: run.done.clone(),
+        })
+    }
+
     /// Fires the token of every running run and drops every queue (shutdown).
     pub fn interrupt_all(&self) -> Vec<Interrupted> {
         let ids: Vec<SessionId> = self.map.iter().map(|e| *e.key()).collect();

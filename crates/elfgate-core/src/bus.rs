@@ -20,6 +20,7 @@ use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError, broadcast, mpsc, oneshot};
 
@@ -75,6 +76,7 @@ pub struct LogSender {
     tx: mpsc::UnboundedSender<Queued>,
     room: Arc<Semaphore>,
     nudge: Arc<Notify>,
+    failed_writes: Arc<AtomicU64>,
     /// Nudge the writer once the queue holds this many events.
     nudge_at: usize,
     capacity: usize,
@@ -86,6 +88,9 @@ pub struct LogReceiver {
     rx: mpsc::UnboundedReceiver<Queued>,
     room: Arc<Semaphore>,
     nudge: Arc<Notify>,
+    /// Log commits that failed (and are retried): the dispatcher ends a run that was going on
+    /// meanwhile with an error, since its events were not durable when it ended.
+    failed_writes: Arc<AtomicU64>,
 }
 
 /// A queue holding this many events nudges a lingering writer (or half its room, if less).
@@ -110,15 +115,22 @@ pub fn log_channel(events: usize) -> (LogSender, LogReceiver) {
     let capacity = events.clamp(1, Semaphore::MAX_PERMITS);
     let room = Arc::new(Semaphore::new(capacity));
     let nudge = Arc::new(Notify::new());
+    let failed_writes = Arc::new(AtomicU64::new(0));
     (
         LogSender {
             tx,
             room: room.clone(),
             nudge: nudge.clone(),
+            failed_writes: failed_writes.clone(),
             nudge_at: NUDGE_EVENTS.min(capacity.div_ceil(2)),
             capacity,
         },
-        LogReceiver { rx, room, nudge },
+        LogReceiver {
+            rx,
+            room,
+            nudge,
+            failed_writes,
+        },
     )
 }
 
@@ -164,6 +176,11 @@ impl LogSender {
             self.nudge.notify_one();
         }
         sent
+    }
+
+    /// How many log commits have failed so far (each is retried until it succeeds).
+    pub fn failed_writes(&self) -> u64 {
+        self.failed_writes.load(Ordering::SeqCst)
     }
 
     /// Waits until every command sent before is durable; false if that cannot be known (the
@@ -217,6 +234,11 @@ impl LogReceiver {
     pub fn try_recv(&mut self) -> Option<LogCommand> {
         let q = self.rx.try_recv().ok()?;
         Some(self.taken(q))
+    }
+
+    /// Counts a failed log commit (see [`LogSender::failed_writes`]).
+    pub fn write_failed(&self) {
+        self.failed_writes.fetch_add(1, Ordering::SeqCst);
     }
 
     fn taken(&self, q: Queued) -> LogCommand {
@@ -494,6 +516,11 @@ impl EventHub {
     /// Waits until every event published so far is durable in the log.
     pub async fn flush(&self) -> bool {
         self.log.flush().await
+    }
+
+    /// How many log commits have failed so far (see [`LogSender::failed_writes`]).
+    pub fn log_failed_writes(&self) -> u64 {
+        self.log.failed_writes()
     }
 
     /// How many buses are open.

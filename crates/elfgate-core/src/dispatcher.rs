@@ -209,6 +209,21 @@ impl EngineDispatcher {
         }
     }
 
+    /// Interrupts one run of a session (running or queued) and leaves the others alone: the runs
+    /// queued behind it still run. Idempotent: a run that has ended gives None.
+    pub fn interrupt_run(&self, session_id: SessionId, run_id: RunId) -> InterruptResult {
+        match self.active.interrupt_run(session_id, run_id) {
+            Some(Interrupted { run_id, done }) => InterruptResult {
+                run_id: Some(run_id),
+                done: Some(done),
+            },
+            None => InterruptResult {
+                run_id: None,
+                done: None,
+            },
+        }
+    }
+
     /// Stops taking runs and interrupts every run (shutdown); returns the tokens that fire when
     /// each running run has ended. Queued runs end right after, without running.
     pub fn interrupt_all(self: &Arc<Self>) -> Vec<CancellationToken> {
@@ -268,13 +283,14 @@ impl EngineDispatcher {
             let span = tracing::info_span!("run", %session_id, %run_id);
             let next = async {
                 let started = Instant::now();
+                let log_failures = self.hub.log_failed_writes();
                 // A queued run cancelled before its turn ends without running.
                 let outcome = if ctx.cancel.is_cancelled() {
                     RunOutcome::new(FinishReason::Interrupted)
                 } else {
                     self.run_one(engine.clone(), ctx.clone()).await
                 };
-                let outcome = self.record_end(&ctx, outcome, started).await;
+                let outcome = self.record_end(&ctx, outcome, started, log_failures).await;
                 let (_, next) = ctx
                     .events
                     .bus()
@@ -355,43 +371,66 @@ impl EngineDispatcher {
     /// Stores the outcome with the run's closing message, announces the message, publishes
     /// `result`, and returns the outcome as reported.
     ///
-    /// If that commit fails, the message is not announced (it was not stored): an `error
-    /// {code: storage}` says so, a run that would have stopped normally ends with `error`, and
-    /// the run's end is stored again without the message, so that the run is not left `running`
-    /// (a restart would otherwise end it a second time).
+    /// A run during which the event log could not be written (`log_failures`, the count when it
+    /// started, has grown) ends with an `error {code: storage}` and, if it would have stopped
+    /// normally, the finish reason `error`: its events were kept and are written once the store
+    /// can write again, but they were not durable when it ended.
+    ///
+    /// If the commit of the end fails, the message is not announced yet: an `error {code:
+    /// storage}` says so and a run that would have stopped normally ends with `error`. A failure
+    /// that may pass (a full disk, a busy database) is retried until the end, with the message,
+    /// is stored, so that the run is neither left `running` nor loses its answer; meanwhile the
+    /// session stays busy (its queued prompts wait) and `complete` waits with it. Only shutdown
+    /// stops the retries: the restart then ends the run. A refusal of the write itself stores the
+    /// end again without the message.
     async fn record_end(
         &self,
         ctx: &EngineSessionContext,
         mut outcome: RunOutcome,
         started: Instant,
+        log_failures: u64,
     ) -> RunOutcome {
+        if self.hub.log_failed_writes() != log_failures {
+            let error = ErrorInfo::new(
+                "storage",
+                "the event log could not be written during this run; its events are kept in order \
+                 and written once the store can write again",
+            );
+            self.fail_storage(ctx, &mut outcome, error).await;
+        }
         let answer = outcome.answer.take();
-        match ctx.recorder.finish(&outcome, answer.as_ref()).await {
-            Ok(()) => {
-                if let Some(message) = answer {
-                    ctx.events
-                        .emit(EventPayload::AssistantMessage { message })
-                        .await;
+        let stored = match ctx.recorder.finish(&outcome, answer.as_ref()).await {
+            Ok(()) => answer,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not store a run's end");
+                let what = if answer.is_some() {
+                    "the answer could not be stored"
+                } else {
+                    "the run's end could not be stored"
+                };
+                let transient = e.is_transient();
+                let error = ErrorInfo::new("storage", format!("{what}: {}", e.0));
+                self.fail_storage(ctx, &mut outcome, error).await;
+                if transient {
+                    self.retry_end(ctx, &outcome, answer).await
+                } else {
+                    // Refused for itself (not a full disk): the end alone, so that a message the
+                    // store will not take does not hold the run up.
+                    match ctx.recorder.finish(&outcome, None).await {
+                        Ok(()) => None,
+                        Err(e) if e.is_transient() => self.retry_end(ctx, &outcome, None).await,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not record the end of a run");
+                            None
+                        }
+                    }
                 }
             }
-            Err(e) if answer.is_some() => {
-                tracing::warn!(error = %e, "could not store a run's answer");
-                let error = ErrorInfo::new("storage", format!("the answer was not stored: {e}"));
-                ctx.events
-                    .emit(EventPayload::Error {
-                        error: error.clone(),
-                    })
-                    .await;
-                if outcome.finish_reason == FinishReason::Stop {
-                    outcome.finish_reason = FinishReason::Error;
-                }
-                // The engine's own error, if it reported one, stays the run's error.
-                outcome.error.get_or_insert(error);
-                if let Err(e) = ctx.recorder.finish(&outcome, None).await {
-                    tracing::warn!(error = %e, "could not record the end of a run");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not record the end of a run"),
+        };
+        if let Some(message) = stored {
+            ctx.events
+                .emit(EventPayload::AssistantMessage { message })
+                .await;
         }
         self.metrics.run_finished(outcome.finish_reason);
         ctx.events
@@ -409,7 +448,58 @@ impl EngineDispatcher {
             .await;
         outcome
     }
+
+    /// Reports a storage failure of the run (the first error reported stays the run's error)
+    /// and makes a run that would have stopped normally end with `error`.
+    async fn fail_storage(
+        &self,
+        ctx: &EngineSessionContext,
+        outcome: &mut RunOutcome,
+        error: ErrorInfo,
+    ) {
+        ctx.events
+            .emit(EventPayload::Error {
+                error: error.clone(),
+            })
+            .await;
+        if matches!(
+            outcome.finish_reason,
+            FinishReason::Stop | FinishReason::MaxIterations
+        ) {
+            outcome.finish_reason = FinishReason::Error;
+        }
+        // The engine's own error, if it reported one, stays the run's error.
+        outcome.error.get_or_insert(error);
+    }
+
+    /// Stores the run's end (with `answer`) until the store takes it; the answer if stored.
+    async fn retry_end(
+        &self,
+        ctx: &EngineSessionContext,
+        outcome: &RunOutcome,
+        answer: Option<Message>,
+    ) -> Option<Message> {
+        let mut delay = std::time::Duration::from_millis(50);
+        loop {
+            if !self.accepting.load(std::sync::atomic::Ordering::SeqCst) {
+                tracing::warn!("shutting down: the run's end is left to the restart");
+                return None;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(END_RETRY_MAX_DELAY);
+            match ctx.recorder.finish(outcome, answer.as_ref()).await {
+                Ok(()) => {
+                    tracing::info!("the run's end is stored after failed attempts");
+                    return answer;
+                }
+                Err(e) => tracing::debug!(error = %e, "the run's end is still not stored"),
+            }
+        }
+    }
 }
+
+/// The longest pause between two attempts to store a run's end while the store cannot write.
+const END_RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -424,6 +514,8 @@ mod tests {
     #[derive(Default)]
     struct Ledger {
         refuse_answers: bool,
+        /// Ends that fail as a full disk does before the store takes them.
+        full_disk_ends: Mutex<u32>,
         ends: Mutex<Vec<(FinishReason, bool)>>,
     }
 
@@ -440,7 +532,14 @@ mod tests {
             answer: Option<&Message>,
         ) -> Result<(), LedgerError> {
             if self.refuse_answers && answer.is_some() {
-                return Err(LedgerError("disk full".into()));
+                return Err(LedgerError::permanent("refused"));
+            }
+            {
+                let mut full = self.full_disk_ends.lock().unwrap();
+                if *full > 0 {
+                    *full -= 1;
+                    return Err(LedgerError("disk full".into(), true));
+                }
             }
             let mut ends = self.ends.lock().unwrap();
             ends.push((outcome.finish_reason, answer.is_some()));
@@ -579,6 +678,20 @@ mod tests {
         assert_eq!(result["finishReason"], "error");
         // The end is stored without the answer: the run is not left running.
         assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Error, false)]);
+    }
+
+    #[tokio::test]
+    async fn an_end_the_store_cannot_write_yet_is_retried_with_its_answer_until_it_is() {
+        let ledger = Arc::new(Ledger {
+            full_disk_ends: Mutex::new(3),
+            ..Ledger::default()
+        });
+        let (types, result) = run_once(ledger.clone()).await;
+        // Said once, announced once stored, ended once.
+        assert_eq!(types, ["error", "assistantMessage", "result", "complete"]);
+        assert_eq!(result["finishReason"], "error");
+        assert_eq!(*ledger.ends.lock().unwrap(), [(FinishReason::Error, true)]);
+        assert_eq!(*ledger.full_disk_ends.lock().unwrap(), 0);
     }
 
     /// Another run of `ctx`'s session.

@@ -11,10 +11,23 @@ use crate::model::Message;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 
-/// A failure to record a run's state; the text is the store's report of it.
+/// A failure to record a run's state: the store's report of it, and whether the same write may
+/// succeed if tried again (a full disk, a busy database) rather than being refused for itself.
 #[derive(Debug, thiserror::Error)]
 #[error("run ledger: {0}")]
-pub struct LedgerError(pub String);
+pub struct LedgerError(pub String, pub bool);
+
+impl LedgerError {
+    /// A failure that trying again would not undo.
+    pub fn permanent(report: impl Into<String>) -> Self {
+        LedgerError(report.into(), false)
+    }
+
+    /// Whether trying again may work.
+    pub fn is_transient(&self) -> bool {
+        self.1
+    }
+}
 
 /// Where runs' writes go (the store implements it).
 #[async_trait]

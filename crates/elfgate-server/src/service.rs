@@ -272,8 +272,13 @@ pub async fn open_bus(
         return Ok(bus);
     }
     // Flush first: a bus closed moments ago may still have events and its release on their way
-    // to the log.
-    hub.flush().await;
+    // to the log. While the log cannot be written, the seqs read back could be below events not
+    // yet written: refused, rather than numbered twice.
+    if !hub.flush().await {
+        return Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
+            "events wait to be written".into(),
+        )));
+    }
     let (last, reserved) = state.store.open_seq_range(session_id).await?;
     Ok(hub.open(session_id, last, reserved))
 }

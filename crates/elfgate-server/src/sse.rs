@@ -310,8 +310,14 @@ pub async fn session_events(
             true
         }
         None => {
-            // Everything published before the subscription is now in the log.
-            state.dispatcher.hub().flush().await;
+            // Everything published before the subscription is now in the log; unless it cannot
+            // be written now, when a replay would skip the events still waiting: refused
+            // (503, Retry-After) rather than served with a gap.
+            if !state.dispatcher.hub().flush().await {
+                return Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
+                    "events wait to be written".into(),
+                )));
+            }
             false
         }
     };

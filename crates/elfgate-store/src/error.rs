@@ -31,6 +31,10 @@ pub enum StoreError {
     /// A row the operation expected is not there.
     #[error("not found: {0}")]
     NotFound(String),
+    /// The event log has events that could not be written yet (its writer retries them): what
+    /// must read the log whole, or reserve seqs past it, cannot be served until they are.
+    #[error("the event log is behind: {0}")]
+    LogBehind(String),
     /// The store is closed or its writer has stopped (the daemon is shutting down).
     #[error("the store is closed: {0}")]
     Closed(String),
@@ -88,7 +92,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Busy(_) | StoreError::TableLocked(_) | StoreError::Full(_)
+            StoreError::Busy(_)
+                | StoreError::TableLocked(_)
+                | StoreError::Full(_)
+                | StoreError::LogBehind(_)
         )
     }
 
@@ -98,6 +105,8 @@ impl StoreError {
             StoreError::Busy(_) | StoreError::TableLocked(_) => Some(Duration::from_secs(1)),
             // Freeing space takes an operator, not a moment.
             StoreError::Full(_) => Some(Duration::from_secs(30)),
+            // The writer retries every second; the cause is usually a full disk.
+            StoreError::LogBehind(_) => Some(Duration::from_secs(5)),
             _ => None,
         }
     }
@@ -112,6 +121,7 @@ impl StoreError {
             StoreError::Constraint(_) => "a database constraint was violated",
             StoreError::Corrupt(_) => "corrupt data in the database",
             StoreError::NotFound(_) => "a stored record was not found",
+            StoreError::LogBehind(_) => "the event log cannot be written at the moment",
             StoreError::Closed(_) => "the store is closed",
             StoreError::Database(_) => "database error",
             StoreError::Migrate(_) => "database migration error",

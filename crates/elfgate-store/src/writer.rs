@@ -89,7 +89,25 @@ struct Batch {
     /// A seq reservation is waiting: written without lingering, since the seqs it covers are
     /// about to be handed out.
     urgent: bool,
+    /// A log commit failed: how many of the first events it held (its seq updates are back in
+    /// `seq_updates`), retried as exactly that slice, so that a commit reported failed that did
+    /// land groups its rows the same way again (see `log_scripts`); and when to retry.
+    retry: Option<Retry>,
 }
+
+/// A log slice whose commit failed, waiting to be written again.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    events: usize,
+    at: tokio::time::Instant,
+    /// The pause before this retry; each failure doubles it, up to `MAX_RETRY_DELAY`.
+    delay: Duration,
+}
+
+/// The first pause before a failed log commit is retried...
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// ...and the longest: a full disk may take minutes to be freed, and each attempt costs little.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 impl Batch {
     fn take_log(&mut self, cmd: LogCommand) {
@@ -183,8 +201,13 @@ async fn run(
             break;
         }
         // While a pass goes on the log waits for it, not for its deadline: no timer then, or the
-        // loop would wake at once, over and over, once the deadline has passed.
-        let wait_until = if pass.is_none() { due } else { None };
+        // loop would wake at once, over and over, once the deadline has passed. A failed commit
+        // waits for its retry instead.
+        let wait_until = match batch.retry {
+            Some(r) => Some(r.at),
+            None if pass.is_none() => due,
+            None => None,
+        };
         let sleep = async {
             match wait_until {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -249,20 +272,49 @@ async fn run(
         }
         // While a checkpoint goes on, events wait (nobody waits for them) unless someone asks for
         // them or they pile up: the fewer frames are added meanwhile, the sooner it completes.
-        let log_due = !batch.waiters.is_empty()
-            || batch.urgent
-            || batch.events.len() >= MAX_BATCH
-            || (pass.is_none() && due.is_some_and(|at| at <= now));
+        // A failed commit is retried at its time, and nothing is written before it: the log stays
+        // in seq order, without a gap.
+        let log_due = match batch.retry {
+            Some(r) => r.at <= now,
+            None => {
+                !batch.waiters.is_empty()
+                    || batch.urgent
+                    || batch.events.len() >= MAX_BATCH
+                    || (pass.is_none() && due.is_some_and(|at| at <= now))
+            }
+        };
         if log_due {
             // In slices, so that an operation arriving meanwhile (someone waits for it) does not
             // queue behind thousands of events: it is written between two slices.
             let mut start = 0;
-            let mut lost = false;
+            let mut failed = false;
+            let retry = batch.retry.take();
+            let mut first_len = retry.map(|r| r.events);
             let mut seq_updates = std::mem::take(&mut batch.seq_updates);
             while start < batch.events.len() || !seq_updates.is_empty() {
-                let end = batch.events.len().min(start + LOG_SLICE);
-                if !write_log_with_retries(&pool, &batch.events[start..end], &seq_updates).await {
-                    lost = true;
+                let retried = first_len.is_some();
+                let len = first_len.take().unwrap_or(LOG_SLICE);
+                let end = batch.events.len().min(start + len);
+                if let Err(e) = write_log(&pool, &batch.events[start..end], &seq_updates).await {
+                    // Kept, in order, with everything after it: nobody waits for the log, but
+                    // an accepted event is never dropped. Publishers wait once the queue is full.
+                    log_rx.write_failed();
+                    let delay =
+                        retry.map_or(FIRST_RETRY_DELAY, |r| (r.delay * 2).min(MAX_RETRY_DELAY));
+                    tracing::error!(error = %e, events = end - start, retry_in = ?delay,
+                        "event log write failed; it is retried until it succeeds");
+                    batch.events.drain(..start);
+                    batch.seq_updates = seq_updates;
+                    batch.retry = Some(Retry {
+                        events: end - start,
+                        at: tokio::time::Instant::now() + delay,
+                        delay,
+                    });
+                    failed = true;
+                    break;
+                }
+                if retried {
+                    tracing::warn!("event log written again after failed attempts");
                 }
                 wal.written += end - start + seq_updates.len();
                 seq_updates.clear();
@@ -277,13 +329,16 @@ async fn run(
                     write_ops_with_fallback(&pool, &mut batch.ops).await;
                 }
             }
-            batch.events.clear();
-            batch.urgent = false;
-            due = None;
+            if !failed {
+                batch.events.clear();
+                batch.urgent = false;
+                due = None;
+            }
             // A flush is answered only if everything before it is durable; otherwise its waiter is
-            // dropped, and the flush reports failure.
+            // dropped after the attempt, and the flush reports failure rather than wait for the
+            // disk.
             for w in batch.waiters.drain(..) {
-                if !lost {
+                if !failed {
                     let _ = w.send(());
                 }
             }
@@ -378,26 +433,13 @@ fn drain_ready(
     }
 }
 
-/// Writes events and seq reservation changes in one transaction, retrying a few times.
-async fn write_log_with_retries(
+/// Writes events and seq reservation changes in one transaction.
+async fn write_log(
     pool: &SqlitePool,
     events: &[Arc<EventRecord>],
     seq_updates: &[SeqUpdate],
-) -> bool {
-    for attempt in 0..3u64 {
-        match commit_scripts(pool, log_scripts(events, seq_updates)).await {
-            Ok(()) => return true,
-            Err(e) => {
-                tracing::error!(error = %e, events = events.len(), attempt, "event log write failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1))).await;
-            }
-        }
-    }
-    tracing::error!(
-        events = events.len(),
-        "event log batch dropped after retries"
-    );
-    false
+) -> Result<(), StoreError> {
+    commit_scripts(pool, log_scripts(events, seq_updates)).await
 }
 
 /// Writes a group of operations in one transaction; if that fails, each on its own, so that one

@@ -106,17 +106,22 @@ impl RunHandle {
     }
 }
 
+/// Interrupts the request's own run, and only it, when the request ends before the run: other
+/// clients' prompts queued on the session behind it were accepted and still run.
 struct InterruptOnDrop {
     state: AppState,
     session_id: SessionId,
+    run_id: RunId,
     armed: bool,
 }
 
 impl Drop for InterruptOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            tracing::debug!(session = %self.session_id, "gateway caller left: interrupting its run");
-            self.state.dispatcher.interrupt(self.session_id);
+            tracing::debug!(session = %self.session_id, run = %self.run_id, "gateway caller left: interrupting its run");
+            self.state
+                .dispatcher
+                .interrupt_run(self.session_id, self.run_id);
         }
     }
 }
@@ -256,6 +261,7 @@ pub async fn start(
         guard: InterruptOnDrop {
             state: state.clone(),
             session_id,
+            run_id,
             armed: true,
         },
         _permit: permit,
@@ -494,7 +500,17 @@ impl Follower {
 
     /// Reads the log after the last seq (flushed first) into items; whether the run ended.
     async fn read_log(&mut self) -> bool {
-        self.state.dispatcher.hub().flush().await;
+        // While the log cannot be written, what it holds stops short of what was published:
+        // waited for (the writer retries), so that the answer has no hole.
+        let mut pause = std::time::Duration::from_millis(50);
+        while !self.state.dispatcher.hub().flush().await {
+            if self.state.is_shutting_down() {
+                // The writer may have stopped: what the log holds is all there is.
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
         loop {
             let Ok(page) = self
                 .state

@@ -17,6 +17,7 @@ mod mcp;
 mod openapi;
 mod provider_kinds;
 mod restart;
+mod run_endings;
 mod schema_fuzz;
 mod slow_subscriber;
 mod terminal_client;

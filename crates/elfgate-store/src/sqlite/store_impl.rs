@@ -26,7 +26,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.report()))
+            .map_err(|e| LedgerError(e.report(), e.is_transient()))
     }
 
     async fn run_finished(
@@ -45,13 +45,13 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.report()))
+            .map_err(|e| LedgerError(e.report(), e.is_transient()))
     }
 
     async fn message_added(&self, message: &Message) -> Result<(), LedgerError> {
         self.insert_message(message)
             .await
-            .map_err(|e| LedgerError(e.report()))
+            .map_err(|e| LedgerError(e.report(), e.is_transient()))
     }
 
     async fn cli_session_id_set(
@@ -66,7 +66,7 @@ impl RunLedger for SqliteStore {
                 at: ts(&Utc::now()),
             })
             .await
-            .map_err(|e| LedgerError(e.report()))
+            .map_err(|e| LedgerError(e.report(), e.is_transient()))
     }
 }
 
