@@ -303,8 +303,10 @@ pub(crate) async fn relay_turn(
             out.permanent = e.is_permanent();
             out.context_overflow = e.is_context_overflow();
             out.retry_after = e.retry_after();
-            out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
-                || e.is_permanent()
+            out.no_retry = matches!(
+                e,
+                LlmError::FirstTokenTimeout(_) | LlmError::MissingApiKey(_)
+            ) || e.is_permanent()
                 || out.context_overflow
                 || !policy.accepts_retry_after(e.retry_after());
             return out;

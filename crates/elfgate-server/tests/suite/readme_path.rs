@@ -1,0 +1,161 @@
+//! What a new user meets on the README's path: a provider without its key, the terminal client's
+//! errors and listings, figures of an interrupted run, the start-up log, the files' modes.
+
+use crate::common;
+use crate::scripted;
+
+use common::{Daemon, Ev, Opts};
+use elfgate_mockllm::MockServer;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// A variable no test environment sets: the provider `keyless` reads its key from it.
+const UNSET_KEY_VAR: &str = "ELFGATE_TEST_NEVER_SET_API_KEY";
+
+/// A provider pointed at the mock whose key variable is unset, and an alias onto it.
+fn keyless_toml(mock: &MockServer) -> String {
+    format!(
+        r#"
+[providers.keyless]
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "{UNSET_KEY_VAR}"
+default_model = "mock:tokens=3"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+
+[providers.keyless-anthropic]
+kind = "anthropic"
+base_url = "{base}"
+api_key_env = "{UNSET_KEY_VAR}_TOO"
+default_model = "mock:tokens=3"
+idle_timeout_secs = 30
+request_timeout_secs = 10
+"#,
+        base = mock.base_url()
+    )
+}
+
+fn log_of(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The events of a run, once it is complete.
+async fn run_events(d: &Daemon, body: Value) -> Vec<Ev> {
+    let (sid, run) = d.create(body).await;
+    d.all_events_until_complete_of(&sid, &run).await
+}
+
+#[tokio::test]
+async fn a_provider_without_its_key_is_named_at_start_and_fails_every_engine_at_once() {
+    let mock = MockServer::start().await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("daemon.log");
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: keyless_toml(&mock),
+            log_file: Some(log.clone()),
+            ..Opts::default()
+        },
+    );
+    // One warning at start names every provider whose key variable is unset.
+    let text = log_of(&log);
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("API key variable is not set"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains(&format!("keyless ({UNSET_KEY_VAR})")),
+        "{text}"
+    );
+    assert!(
+        warnings[0].contains(&format!("keyless-anthropic ({UNSET_KEY_VAR}_TOO)")),
+        "{text}"
+    );
+    // The mock providers have no key variable: not named.
+    assert!(!warnings[0].contains("mock"), "{text}");
+
+    let project = scripted::project();
+    for body in [
+        json!({"engine": "chat", "providerId": "keyless", "model": "mock:tokens=3", "prompt": "hi"}),
+        json!({"engine": "st-chat", "providerId": "keyless", "model": "mock:tokens=3", "prompt": "hi"}),
+        json!({"engine": "api", "providerId": "keyless", "model": "mock:tokens=3", "prompt": "hi"}),
+        json!({"engine": "chat", "providerId": "keyless-anthropic", "prompt": "hi"}),
+        scripted::session(
+            "hi",
+            "mock:tokens=3",
+            &project,
+            json!({"providerId": "keyless"}),
+        ),
+    ] {
+        let evs = run_events(&d, body.clone()).await;
+        let errors: Vec<&Ev> = evs.iter().filter(|e| e.event == "error").collect();
+        assert_eq!(errors.len(), 1, "{body}: {evs:?}");
+        assert_eq!(errors[0].data["error"]["code"], "missing_api_key", "{body}");
+        let message = errors[0].data["error"]["message"].as_str().unwrap();
+        assert!(message.contains(UNSET_KEY_VAR), "{body}: {message}");
+        // At once: no retry.
+        assert!(!evs.iter().any(|e| e.event == "retry"), "{body}: {evs:?}");
+        assert_eq!(evs.last().unwrap().data["finishReason"], "error", "{body}");
+    }
+    // No request reached the provider.
+    assert!(mock.requests().is_empty(), "{:?}", mock.requests().len());
+}
+
+#[tokio::test]
+async fn the_gateway_doors_answer_503_missing_api_key_in_their_own_shapes() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: keyless_toml(&mock),
+            ..Opts::default()
+        },
+    );
+    for stream in [false, true] {
+        let resp = d
+            .http
+            .post(d.url("/v1/chat/completions"))
+            .json(&json!({"model": "keyless/mock:tokens=3", "stream": stream,
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 503, "stream {stream}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "missing_api_key", "{body}");
+        assert_eq!(body["error"]["type"], "server_error", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(UNSET_KEY_VAR),
+            "{body}"
+        );
+
+        let resp = d
+            .http
+            .post(d.url("/v1/messages"))
+            .json(
+                &json!({"model": "keyless-anthropic/mock:tokens=3", "max_tokens": 50,
+                "stream": stream, "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 503, "stream {stream}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["type"], "error", "{body}");
+        assert_eq!(body["error"]["type"], "api_error", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{UNSET_KEY_VAR}_TOO")),
+            "{body}"
+        );
+    }
+    assert!(mock.requests().is_empty(), "{}", mock.requests().len());
+}
