@@ -159,3 +159,66 @@ async fn the_gateway_doors_answer_503_missing_api_key_in_their_own_shapes() {
     }
     assert!(mock.requests().is_empty(), "{}", mock.requests().len());
 }
+
+#[tokio::test]
+async fn an_interrupted_run_counts_the_tokens_it_streamed_in_every_engine() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = scripted::project();
+    let model = "mock:tokens=400,delay_ms=20";
+    for body in [
+        json!({"engine": "chat", "model": model, "prompt": "a long story"}),
+        json!({"engine": "st-chat", "model": model, "prompt": "a long story"}),
+        json!({"engine": "api", "model": model, "prompt": "a long story"}),
+        scripted::session("a long story", model, &project, json!({})),
+    ] {
+        let (sid, run) = d.create(body.clone()).await;
+        let mut sse = d.events(&sid, None).await;
+        let shown = sse.until_n("streamDelta", 20).await;
+        let (status, v) = d
+            .post(
+                &format!("/v1/sessions/{sid}/interrupt"),
+                json!({"wait": true}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}: {v}");
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        assert_eq!(
+            evs.last().unwrap().data["finishReason"],
+            "interrupted",
+            "{body}"
+        );
+        let streamed: String = evs
+            .iter()
+            .filter(|e| e.event == "streamDelta")
+            .map(|e| e.data["delta"]["text"].as_str().unwrap_or_default())
+            .collect();
+        assert!(shown.len() >= 20 && !streamed.is_empty(), "{body}");
+        let result = evs.iter().find(|e| e.event == "result").expect("a result");
+        let stats = &result.data["stats"];
+        let out = stats["outputTokens"].as_u64().unwrap();
+        // The mock reports its usage last: what was streamed is counted, about four bytes a
+        // token, and marked as an estimate.
+        assert_eq!(
+            out,
+            (streamed.len() as u64).div_ceil(4),
+            "{body}: {stats} for {streamed:?}"
+        );
+        assert_eq!(stats["outputTokensEstimated"], true, "{body}: {stats}");
+        let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+        assert_eq!(r["outputTokens"].as_u64(), Some(out), "{body}: {r}");
+    }
+    // A run that ends normally has the provider's figures, not marked.
+    let evs = run_events(
+        &d,
+        json!({"engine": "chat", "model": "mock:tokens=4", "prompt": "short"}),
+    )
+    .await;
+    let result = evs.iter().find(|e| e.event == "result").unwrap();
+    assert_eq!(result.data["stats"]["outputTokens"], 4, "{}", result.data);
+    assert!(
+        result.data["stats"].get("outputTokensEstimated").is_none(),
+        "{}",
+        result.data
+    );
+}
