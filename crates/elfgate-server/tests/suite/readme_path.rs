@@ -222,3 +222,100 @@ async fn an_interrupted_run_counts_the_tokens_it_streamed_in_every_engine() {
         result.data
     );
 }
+
+/// `elfgate ARGS` with `stdin`, in directory `cwd`, with none of the test environment's
+/// ELFGATE_* variables; (status, stdout, stderr).
+async fn client(cwd: &Path, args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    cmd.args(args).current_dir(cwd);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("ELFGATE_") {
+            cmd.env_remove(key);
+        }
+    }
+    let out = super::terminal_client::run_with_stdin(cmd, stdin).await;
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_terminal_clients_errors_go_to_stderr_and_say_what_is_wrong() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let token = d.token.clone().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let cwd = elsewhere.path();
+    let (code, stdout, stderr) = client(
+        cwd,
+        &[
+            "chat",
+            "--json",
+            "--engine",
+            "no-such-engine",
+            "--url",
+            &d.base,
+            "--token",
+            &token,
+        ],
+        "hi\n",
+    )
+    .await;
+    // stdout holds events only (none here): `--json | jq` is not broken by the error.
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.trim().is_empty(), "{stdout:?}");
+    assert!(stderr.contains("422"), "{stderr}");
+
+    // Outside the daemon's directory, with no token given: it says it found no token file, and
+    // where it looked.
+    let (code, _, stderr) = client(cwd, &["sessions", "--url", &d.base], "").await;
+    assert_eq!(code, Some(3), "{stderr}");
+    let looked = cwd.join("data").join("token");
+    assert!(stderr.contains("no token file at"), "{stderr}");
+    assert!(stderr.contains(&looked.display().to_string()), "{stderr}");
+
+    // A port nothing listens on: the cause is named.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let (code, _, stderr) = client(cwd, &["sessions", "--url", &url, "--token", "x"], "").await;
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!("could not connect to {url}: connection refused")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn sessions_lists_the_provider_in_columns_that_stay_in_line() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for model in [
+        "mock:tokens=1",
+        "mock:tokens=1,delay_ms=1,id=a-much-longer-model-name",
+    ] {
+        run_events(
+            &d,
+            json!({"engine": "chat", "providerId": "mock", "model": model, "prompt": "hi"}),
+        )
+        .await;
+    }
+    let token = d.token.clone().unwrap();
+    let (code, stdout, stderr) = client(
+        &d.dir,
+        &["sessions", "--url", &d.base, "--token", &token],
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(lines[0].contains("PROVIDER"), "{stdout}");
+    // The updated-at column starts at the same place on every row.
+    let year = |l: &str| l.find(" 20").map(|i| i + 1);
+    assert_eq!(year(lines[1]), year(lines[2]), "{stdout}");
+    assert_eq!(lines[0].find("UPDATED"), year(lines[1]), "{stdout}");
+    assert!(lines[1].contains(" mock "), "{stdout}");
+}
