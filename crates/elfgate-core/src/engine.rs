@@ -165,6 +165,8 @@ pub struct RunOutcome {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Whether `output_tokens` includes an estimate (see `RunStats::output_tokens_estimated`).
+    pub output_tokens_estimated: bool,
     /// Input tokens read from the provider's prompt cache, over all LLM calls.
     pub cache_read_tokens: u64,
     /// Input tokens written to the provider's prompt cache, over all LLM calls.
@@ -186,6 +188,7 @@ impl RunOutcome {
             finish_reason,
             input_tokens: 0,
             output_tokens: 0,
+            output_tokens_estimated: false,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
             iterations: 0,

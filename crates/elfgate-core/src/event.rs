@@ -49,6 +49,10 @@ pub enum ToolCallStatus {
     Interrupted,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// Figures of a finished run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -57,6 +61,12 @@ pub struct RunStats {
     pub input_tokens: u64,
     /// Output tokens over all LLM calls.
     pub output_tokens: u64,
+    /// Set when `outputTokens` holds, for at least one call, an estimate from the streamed text
+    /// (about four bytes a token) instead of the provider's figure: a call that ended before the
+    /// provider reported its usage (an interrupt, a broken stream). Absent when every figure is
+    /// the provider's.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub output_tokens_estimated: bool,
     /// Input tokens the provider read from its prompt cache, over all LLM calls (counted in
     /// `inputTokens` too).
     #[serde(default)]

@@ -310,6 +310,7 @@ impl ChatEngine {
             finish_reason,
             input_tokens: turn.input_tokens,
             output_tokens: turn.output_tokens,
+            output_tokens_estimated: turn.output_tokens_estimated,
             cache_read_tokens: turn.cache_read_tokens,
             cache_write_tokens: turn.cache_write_tokens,
             iterations: 1,

@@ -39,8 +39,10 @@ pub struct TurnOutput {
     pub tool_calls: Vec<RequestedToolCall>,
     /// Input tokens reported.
     pub input_tokens: u64,
-    /// Output tokens reported.
+    /// Output tokens reported, or estimated when the call ended before its usage arrived.
     pub output_tokens: u64,
+    /// Set when `output_tokens` is an estimate from the streamed text, not the provider's.
+    pub output_tokens_estimated: bool,
     /// Prompt tokens the provider read from its prompt cache.
     pub cache_read_tokens: u64,
     /// Prompt tokens the provider wrote to its prompt cache.
@@ -255,6 +257,32 @@ pub(crate) async fn stream_turn_with(
     relay_turn(provider, req, policy, ctx, started, opts, None).await
 }
 
+/// Bytes of streamed text counted as one token when the provider sent no figure: the usual
+/// rule of thumb for English text and code with the providers' tokenizers.
+const STREAMED_BYTES_PER_TOKEN: u64 = 4;
+
+/// A call that streamed output but ended before the provider reported its usage (providers send
+/// it last: an interrupt or a broken stream comes before it) still produced those tokens, and
+/// they are billed: count them from what was streamed, marked as an estimate. A figure the
+/// provider did send, partial or not, is kept as it is.
+fn estimate_unreported(out: &mut TurnOutput) {
+    if out.output_tokens > 0 {
+        return;
+    }
+    let bytes = out.text.len()
+        + out.thinking.len()
+        + out
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum::<usize>();
+    let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+    if bytes > 0 && out.finish.is_none() {
+        out.output_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.output_tokens_estimated = true;
+    }
+}
+
 /// One streamed call relayed as [`stream_turn_with`] does, taking over `first` when its first
 /// attempt is already under way (a head start).
 pub(crate) async fn relay_turn(
@@ -266,141 +294,150 @@ pub(crate) async fn relay_turn(
     opts: TurnOptions<'_>,
     first: Option<FirstAttempt>,
 ) -> TurnOutput {
-    let mut out = TurnOutput::default();
-    let mut splitter = opts.split_think.then(ThinkSplitter::default);
-    let cancel = opts.cancel.unwrap_or(&ctx.cancel);
-    let events = &ctx.events;
-    let metrics = &ctx.metrics;
-    let mut retries = 0u32;
-    let relay = opts.relay_deltas;
-    let mut on_retry = |n: RetryNotice| {
-        retries += 1;
-        if !relay {
-            return;
-        }
-        metrics.retry();
-        // The provider client calls this synchronously, right before it sleeps until the retry:
-        // the notice cannot wait for room in the log queue, and goes past its bound if need be
-        // (one per retry, so it cannot flood it).
-        events.emit_now(retry_event(n));
-    };
-    let connect = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => Err(LlmError::Cancelled),
-        r = stream_with_retry_from(
-            provider, req, policy, cancel, &mut on_retry, first, opts.retries_done,
-        ) => r,
-    };
-    out.retries = retries;
-    let mut stream = match connect {
-        Ok(s) => s,
-        Err(LlmError::Cancelled) => {
-            out.interrupted = true;
-            return out;
-        }
-        Err(e) => {
-            out.error = Some(report_error(&e, events, opts.report_errors).await);
-            out.permanent = e.is_permanent();
-            out.context_overflow = e.is_context_overflow();
-            out.retry_after = e.retry_after();
-            out.no_retry = matches!(e, LlmError::FirstTokenTimeout(_))
-                || e.is_permanent()
-                || out.context_overflow
-                || !policy.accepts_retry_after(e.retry_after());
-            return out;
-        }
-    };
-    // Sub-agent calls (not relayed) stay out of the time-to-first-token metric.
-    let mut first_token = opts.relay_deltas;
-    // An item read ahead while merging deltas; Some(None) is the end of the stream.
-    let mut read_ahead: Option<Option<Result<LlmEvent, LlmError>>> = None;
-    loop {
-        if cancel.is_cancelled() {
-            out.interrupted = true;
-            return out;
-        }
-        let next = match read_ahead.take() {
-            Some(item) => item,
-            None => tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    out.interrupted = true;
-                    // Dropping the stream closes the upstream connection now.
-                    drop(stream);
-                    return out;
-                }
-                n = stream.next() => n,
-            },
+    // The call's body is a block of its own so that each of its early returns still gets the
+    // estimate.
+    let mut out = async {
+        let mut out = TurnOutput::default();
+        let mut splitter = opts.split_think.then(ThinkSplitter::default);
+        let cancel = opts.cancel.unwrap_or(&ctx.cancel);
+        let events = &ctx.events;
+        let metrics = &ctx.metrics;
+        let mut retries = 0u32;
+        let relay = opts.relay_deltas;
+        let mut on_retry = |n: RetryNotice| {
+            retries += 1;
+            if !relay {
+                return;
+            }
+            metrics.retry();
+            // The provider client calls this synchronously, right before it sleeps until the retry:
+            // the notice cannot wait for room in the log queue, and goes past its bound if need be
+            // (one per retry, so it cannot flood it).
+            events.emit_now(retry_event(n));
         };
-        let Some(item) = next else { break };
-        match item {
-            Ok(LlmEvent::TextDelta(mut t)) => {
-                if first_token {
-                    first_token = false;
-                    metrics.observe_ttft(started.elapsed());
-                }
-                read_ahead = merge_ready(&mut stream, &mut t, false);
-                push_text(&mut out, &mut splitter, &opts, ctx, t).await;
-            }
-            Ok(LlmEvent::ThinkingDelta(mut t)) => {
-                if first_token {
-                    first_token = false;
-                    metrics.observe_ttft(started.elapsed());
-                }
-                read_ahead = merge_ready(&mut stream, &mut t, true);
-                push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t).await;
-            }
-            Ok(LlmEvent::ThinkingSignature(s)) => {
-                // Relayed when it arrives (before the answer's text, in Anthropic's streams), so
-                // that a relay of the stream can close the thinking block with it.
-                if opts.relay_deltas {
-                    ctx.events
-                        .emit(EventPayload::StreamDelta {
-                            delta: Delta {
-                                kind: DeltaKind::Thinking,
-                                text: String::new(),
-                                signature: Some(s.clone()),
-                            },
-                        })
-                        .await;
-                }
-                out.signature = Some(s);
-            }
-            Ok(LlmEvent::ToolCall {
-                id,
-                name,
-                arguments,
-            }) => out.tool_calls.push(RequestedToolCall {
-                id,
-                name,
-                arguments,
-            }),
-            Ok(LlmEvent::Usage {
-                input_tokens,
-                output_tokens,
-                cache_read_tokens,
-                cache_write_tokens,
-            }) => {
-                out.input_tokens = input_tokens;
-                out.output_tokens = output_tokens;
-                out.cache_read_tokens = cache_read_tokens;
-                out.cache_write_tokens = cache_write_tokens;
-            }
-            Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),
+        let connect = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(LlmError::Cancelled),
+            r = stream_with_retry_from(
+                provider, req, policy, cancel, &mut on_retry, first, opts.retries_done,
+            ) => r,
+        };
+        out.retries = retries;
+        let mut stream = match connect {
+            Ok(s) => s,
             Err(LlmError::Cancelled) => {
                 out.interrupted = true;
                 return out;
             }
             Err(e) => {
                 out.error = Some(report_error(&e, events, opts.report_errors).await);
+                out.permanent = e.is_permanent();
+                out.context_overflow = e.is_context_overflow();
+                out.retry_after = e.retry_after();
+                out.no_retry = matches!(
+                    e,
+                    LlmError::FirstTokenTimeout(_) | LlmError::MissingApiKey(_)
+                ) || e.is_permanent()
+                    || out.context_overflow
+                    || !policy.accepts_retry_after(e.retry_after());
                 return out;
             }
+        };
+        // Sub-agent calls (not relayed) stay out of the time-to-first-token metric.
+        let mut first_token = opts.relay_deltas;
+        // An item read ahead while merging deltas; Some(None) is the end of the stream.
+        let mut read_ahead: Option<Option<Result<LlmEvent, LlmError>>> = None;
+        loop {
+            if cancel.is_cancelled() {
+                out.interrupted = true;
+                return out;
+            }
+            let next = match read_ahead.take() {
+                Some(item) => item,
+                None => tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => {
+                        out.interrupted = true;
+                        // Dropping the stream closes the upstream connection now.
+                        drop(stream);
+                        return out;
+                    }
+                    n = stream.next() => n,
+                },
+            };
+            let Some(item) = next else { break };
+            match item {
+                Ok(LlmEvent::TextDelta(mut t)) => {
+                    if first_token {
+                        first_token = false;
+                        metrics.observe_ttft(started.elapsed());
+                    }
+                    read_ahead = merge_ready(&mut stream, &mut t, false);
+                    push_text(&mut out, &mut splitter, &opts, ctx, t).await;
+                }
+                Ok(LlmEvent::ThinkingDelta(mut t)) => {
+                    if first_token {
+                        first_token = false;
+                        metrics.observe_ttft(started.elapsed());
+                    }
+                    read_ahead = merge_ready(&mut stream, &mut t, true);
+                    push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t).await;
+                }
+                Ok(LlmEvent::ThinkingSignature(s)) => {
+                    // Relayed when it arrives (before the answer's text, in Anthropic's streams), so
+                    // that a relay of the stream can close the thinking block with it.
+                    if opts.relay_deltas {
+                        ctx.events
+                            .emit(EventPayload::StreamDelta {
+                                delta: Delta {
+                                    kind: DeltaKind::Thinking,
+                                    text: String::new(),
+                                    signature: Some(s.clone()),
+                                },
+                            })
+                            .await;
+                    }
+                    out.signature = Some(s);
+                }
+                Ok(LlmEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                }) => out.tool_calls.push(RequestedToolCall {
+                    id,
+                    name,
+                    arguments,
+                }),
+                Ok(LlmEvent::Usage {
+                    input_tokens,
+                    output_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                }) => {
+                    out.input_tokens = input_tokens;
+                    out.output_tokens = output_tokens;
+                    out.cache_read_tokens = cache_read_tokens;
+                    out.cache_write_tokens = cache_write_tokens;
+                }
+                Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),
+                Err(LlmError::Cancelled) => {
+                    out.interrupted = true;
+                    return out;
+                }
+                Err(e) => {
+                    out.error = Some(report_error(&e, events, opts.report_errors).await);
+                    return out;
+                }
+            }
         }
-    }
-    if let Some(sp) = splitter.as_mut() {
-        for (kind, text) in sp.finish() {
-            push_piece(&mut out, &opts, ctx, kind, text).await;
+        if let Some(sp) = splitter.as_mut() {
+            for (kind, text) in sp.finish() {
+                push_piece(&mut out, &opts, ctx, kind, text).await;
+            }
         }
+        out
     }
+    .await;
+    estimate_unreported(&mut out);
     out
 }

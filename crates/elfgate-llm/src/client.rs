@@ -58,6 +58,10 @@ impl<W: Wire> LlmProvider for WireProvider<W> {
     }
 
     async fn stream(&self, req: &LlmRequest) -> Result<LlmStream, LlmError> {
+        let key = self.cfg.api_key.as_deref().filter(|k| !k.is_empty());
+        if let (None, Some(var)) = (key, &self.cfg.api_key_env) {
+            return Err(LlmError::MissingApiKey(var.clone()));
+        }
         let model = crate::resolve_model(req, self.default_model())?;
         let url = self.wire.url(model)?;
         let body = self.wire.body(req, model);
@@ -67,7 +71,6 @@ impl<W: Wire> LlmProvider for WireProvider<W> {
             .post(url.as_ref())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
-        let key = self.cfg.api_key.as_deref().filter(|k| !k.is_empty());
         let builder = self.wire.headers(builder, key);
         let resp = http::send(builder, self.cfg.request_timeout).await?;
         Ok(http::event_stream(

@@ -31,6 +31,13 @@ pub enum LlmError {
     /// The provider reported an error in the middle of the stream.
     #[error("upstream error: {0}")]
     Upstream(String),
+    /// The provider is configured to read its key from an environment variable that was unset
+    /// (or empty) when the daemon started: no request is sent, since it could only be refused.
+    #[error(
+        "no API key: the environment variable {0} is not set in the daemon's environment (set it \
+         and restart the daemon, or choose another provider)"
+    )]
+    MissingApiKey(String),
     /// The operation was cancelled by the caller.
     #[error("cancelled")]
     Cancelled,
@@ -46,7 +53,10 @@ impl LlmError {
             }
             LlmError::Transport(_) | LlmError::IdleTimeout(_) => true,
             LlmError::Upstream(msg) => msg.to_ascii_lowercase().contains("overloaded"),
-            LlmError::Protocol(_) | LlmError::FirstTokenTimeout(_) | LlmError::Cancelled => false,
+            LlmError::Protocol(_)
+            | LlmError::FirstTokenTimeout(_)
+            | LlmError::MissingApiKey(_)
+            | LlmError::Cancelled => false,
         }
     }
 
@@ -92,6 +102,7 @@ impl LlmError {
             LlmError::FirstTokenTimeout(_) => "first_token_timeout",
             LlmError::Protocol(_) => "protocol",
             LlmError::Upstream(_) => "upstream_error",
+            LlmError::MissingApiKey(_) => "missing_api_key",
             LlmError::Cancelled => "cancelled",
         }
     }
@@ -167,5 +178,9 @@ mod tests {
         assert!(!LlmError::FirstTokenTimeout(Duration::from_secs(1)).is_retryable());
         assert_eq!(st(500).code(), "upstream_status");
         assert_eq!(LlmError::Cancelled.code(), "cancelled");
+        let missing = LlmError::MissingApiKey("OPENAI_API_KEY".into());
+        assert!(!missing.is_retryable());
+        assert_eq!(missing.code(), "missing_api_key");
+        assert!(missing.to_string().contains("OPENAI_API_KEY"), "{missing}");
     }
 }

@@ -204,6 +204,10 @@ pub struct ProviderConfig {
     pub base_url: String,
     /// The API key, if the provider needs one.
     pub api_key: Option<String>,
+    /// The environment variable the key was to be read from (`api_key_env`), if one is
+    /// configured. With it and no `api_key`, every call fails at once with
+    /// [`LlmError::MissingApiKey`] instead of sending a request the provider would refuse.
+    pub api_key_env: Option<String>,
     /// The model used when a request names none.
     pub default_model: Option<String>,
     /// Longest silence allowed while reading the body (zero disables it).

@@ -41,6 +41,7 @@ fn config(kind: ProviderKind, base_url: String) -> ProviderConfig {
         kind,
         base_url,
         api_key: Some("sk-test".into()),
+        api_key_env: Some("TEST_API_KEY".into()),
         default_model: Some("default-model".into()),
         idle_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(10),
@@ -764,6 +765,34 @@ async fn missing_model_is_an_error() {
         p.stream(&LlmRequest::default()).await,
         Err(LlmError::Protocol(_))
     ));
+}
+
+#[tokio::test]
+async fn a_key_variable_left_unset_fails_the_call_before_any_request() {
+    // A listener that counts connections: the call must not make one.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    for kind in [
+        ProviderKind::Openai,
+        ProviderKind::Anthropic,
+        ProviderKind::OpenaiResponses,
+        ProviderKind::Gemini,
+    ] {
+        let p = build_provider(
+            ProviderConfig {
+                api_key: None,
+                ..config(kind, base.clone())
+            },
+            reqwest::Client::new(),
+        );
+        match p.stream(&LlmRequest::default()).await {
+            Err(LlmError::MissingApiKey(var)) => assert_eq!(var, "TEST_API_KEY"),
+            Err(e) => panic!("{kind:?}: {e}"),
+            Ok(_) => panic!("{kind:?}: a stream without a key"),
+        }
+    }
+    let accepted = tokio::time::timeout(Duration::ZERO, listener.accept()).await;
+    assert!(accepted.is_err(), "a request was sent");
 }
 
 fn with_deadline(base: String, idle: Duration, first_token: Duration) -> Arc<dyn LlmProvider> {

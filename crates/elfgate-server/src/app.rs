@@ -69,12 +69,16 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
         .pool_max_idle_per_host(256)
         .build()?;
     let mut registry = ProviderRegistry::new();
+    let mut keyless = Vec::new();
     for (name, p) in &config.providers {
         let api_key = p
             .api_key_env
             .as_deref()
             .and_then(|var| std::env::var(var).ok())
             .filter(|k| !k.is_empty());
+        if let (None, Some(var)) = (&api_key, p.api_key_env.as_deref().filter(|v| !v.is_empty())) {
+            keyless.push(format!("{name} ({var})"));
+        }
         let kind = match p.kind {
             crate::config::ProviderKindConfig::Openai => ProviderKind::Openai,
             crate::config::ProviderKindConfig::Anthropic => ProviderKind::Anthropic,
@@ -88,6 +92,7 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
                     kind,
                     base_url: p.base_url.trim_end_matches('/').to_string(),
                     api_key,
+                    api_key_env: p.api_key_env.clone().filter(|v| !v.is_empty()),
                     default_model: p.default_model.clone(),
                     idle_timeout: Duration::from_secs(p.idle_timeout_secs.max(1)),
                     request_timeout: Duration::from_secs(p.request_timeout_secs.max(1)),
@@ -110,6 +115,15 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
                 },
                 models: p.models.clone(),
             },
+        );
+    }
+    // One line for all of them: a new user without keys sees which providers cannot work
+    // before a run fails on one (each such run fails at once with missing_api_key).
+    if !keyless.is_empty() {
+        tracing::warn!(
+            providers = %keyless.join(", "),
+            "providers whose API key variable is not set: runs on them fail with missing_api_key \
+             until it is set and the daemon restarted"
         );
     }
     registry.set_default(config.defaults.provider.clone());

@@ -194,6 +194,8 @@ impl<'a> Relay<'a> {
             },
             input_tokens: self.tokens.input,
             output_tokens: self.tokens.output,
+            // A CLI reports its own figures, or none: nothing is estimated here.
+            output_tokens_estimated: false,
             cache_read_tokens: self.tokens.cache_read,
             cache_write_tokens: self.tokens.cache_write,
             iterations: self.turns.max(1),

@@ -55,6 +55,8 @@ pub(crate) struct Runner {
     pub(crate) token_ratio: std::sync::Mutex<f64>,
     input_tokens: AtomicU64,
     output_tokens: AtomicU64,
+    /// Set once a call's output tokens were estimated from its streamed text.
+    output_estimated: std::sync::atomic::AtomicBool,
     cache_read_tokens: AtomicU64,
     cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
@@ -124,6 +126,7 @@ impl Runner {
             token_ratio: std::sync::Mutex::new(1.0),
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            output_estimated: std::sync::atomic::AtomicBool::new(false),
             cache_read_tokens: AtomicU64::new(0),
             cache_write_tokens: AtomicU64::new(0),
             bg_tx,
@@ -144,6 +147,11 @@ impl Runner {
         )
     }
 
+    /// Whether the output total includes an estimate (a call that ended before its usage).
+    pub(crate) fn tokens_estimated(&self) -> bool {
+        self.output_estimated.load(Ordering::SeqCst)
+    }
+
     /// The run's prompt-cache totals (read, written), sub-agents included.
     pub(crate) fn cache_tokens(&self) -> (u64, u64) {
         (
@@ -157,6 +165,9 @@ impl Runner {
             .fetch_add(turn.input_tokens, Ordering::SeqCst);
         self.output_tokens
             .fetch_add(turn.output_tokens, Ordering::SeqCst);
+        if turn.output_tokens_estimated {
+            self.output_estimated.store(true, Ordering::SeqCst);
+        }
         self.cache_read_tokens
             .fetch_add(turn.cache_read_tokens, Ordering::SeqCst);
         self.cache_write_tokens

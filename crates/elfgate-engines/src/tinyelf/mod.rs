@@ -424,6 +424,7 @@ impl TinyElfEngine {
             finish_reason: end.finish,
             input_tokens,
             output_tokens,
+            output_tokens_estimated: runner.tokens_estimated(),
             cache_read_tokens,
             cache_write_tokens,
             iterations: end.iterations,

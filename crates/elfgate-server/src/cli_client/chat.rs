@@ -40,7 +40,7 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
         interrupts: watch_ctrl_c(),
         interactive: std::io::stdin().is_terminal(),
     };
-    let mut view = Renderer::new(std::io::stdout().is_terminal() && !args.json);
+    let mut view = Renderer::new(std::io::stdout().is_terminal() && !args.json, args.json);
     let mut session = args.session.clone();
     let mut stream = match &session {
         Some(sid) => {
@@ -68,7 +68,14 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
                 return Ok(exit::INTERRUPTED);
             }
         };
-        let Some(prompt) = line else { break };
+        let Some(prompt) = line else {
+            // Ctrl-D at the prompt: end the prompt's line, so the shell's prompt starts on one
+            // of its own.
+            if inputs.interactive && !args.json {
+                view.end_line();
+            }
+            break;
+        };
         if prompt.trim().is_empty() {
             continue;
         }

@@ -12,7 +12,7 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// No connection, or a connection that broke.
-    #[error("cannot reach the daemon at {url}: {source}")]
+    #[error("{}", unreachable_message(url, source))]
     Unreachable {
         /// The daemon's base URL.
         url: String,
@@ -20,12 +20,24 @@ pub enum ClientError {
         source: reqwest::Error,
     },
     /// 401 or 403: no token, or not the daemon's.
-    #[error("the daemon refused the token ({status}): {message}")]
+    #[error("the daemon refused the token {from} ({status}): {message}")]
     Auth {
         /// The HTTP status.
         status: u16,
         /// The daemon's message.
         message: String,
+        /// Where the token came from.
+        from: String,
+    },
+    /// 401 and the client had no token to send: says where it looked.
+    #[error(
+        "the daemon wants a token and the client found none: no --token, no ELFGATE_TOKEN, and {looked} \
+         (run the client where the daemon runs, with the same ELFGATE_DATABASE_URL, or pass \
+         --token \"$(cat DATA_DIR/token)\")"
+    )]
+    NoToken {
+        /// Where the token file was looked for, as a phrase.
+        looked: String,
     },
     /// Any other error answer.
     #[error("{status}: {message}")]
@@ -37,11 +49,51 @@ pub enum ClientError {
     },
 }
 
+/// "could not connect to URL: connection refused" for a failed connect (the cause is the
+/// innermost error of the chain, which reqwest's own message leaves out), else "lost the
+/// connection to URL: cause".
+fn unreachable_message(url: &str, e: &reqwest::Error) -> String {
+    let mut cause: Option<String> = None;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = Some(match s.downcast_ref::<std::io::Error>() {
+            // The kind's own words ("connection refused"), not "Connection refused (os error 111)".
+            Some(io) if io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+            _ => s.to_string(),
+        });
+        source = s.source();
+    }
+    let cause = cause.unwrap_or_else(|| e.to_string());
+    if e.is_connect() {
+        format!("could not connect to {url}: {cause}")
+    } else if e.is_timeout() {
+        format!("no answer from {url} in time: {cause}")
+    } else {
+        format!("lost the connection to {url}: {cause}")
+    }
+}
+
+/// Where the client's token came from, to say so when it is refused or missing.
+#[derive(Debug, Clone)]
+pub enum TokenOrigin {
+    /// `--token`.
+    Flag,
+    /// ELFGATE_TOKEN.
+    Env,
+    /// The daemon's token file at this path.
+    File(std::path::PathBuf),
+    /// None found; the token file was looked for here (None: the configuration names no data
+    /// directory, or could not be read).
+    Missing(Option<std::path::PathBuf>),
+}
+
 impl ClientError {
     /// The process's exit status for this failure.
     pub fn exit_code(&self) -> u8 {
         match self {
-            ClientError::Unreachable { .. } | ClientError::Auth { .. } => exit::UNREACHABLE,
+            ClientError::Unreachable { .. }
+            | ClientError::Auth { .. }
+            | ClientError::NoToken { .. } => exit::UNREACHABLE,
             ClientError::Refused { .. } => exit::RUN_ERROR,
         }
     }
@@ -54,6 +106,8 @@ pub struct Conn {
     pub base: String,
     /// Sends the token with every request.
     pub http: reqwest::Client,
+    /// Where the token came from.
+    pub token_origin: TokenOrigin,
 }
 
 impl Conn {
@@ -67,11 +121,17 @@ impl Conn {
             .unwrap_or_else(|| DEFAULT_URL.to_string())
             .trim_end_matches('/')
             .to_string();
-        let token = args
-            .token
-            .clone()
-            .or_else(|| std::env::var("ELFGATE_TOKEN").ok())
-            .or_else(token_from_file);
+        let (token, token_origin) = match (&args.token, std::env::var("ELFGATE_TOKEN")) {
+            (Some(t), _) => (Some(t.clone()), TokenOrigin::Flag),
+            (None, Ok(t)) if !t.is_empty() => (Some(t), TokenOrigin::Env),
+            (None, _) => match token_file_path() {
+                Some(path) => match std::fs::read_to_string(&path) {
+                    Ok(text) => (Some(text.trim().to_string()), TokenOrigin::File(path)),
+                    Err(_) => (None, TokenOrigin::Missing(Some(path))),
+                },
+                None => (None, TokenOrigin::Missing(None)),
+            },
+        };
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(t) = token.filter(|t| !t.is_empty()) {
             headers.insert(
@@ -83,7 +143,11 @@ impl Conn {
             .default_headers(headers)
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()?;
-        Ok(Conn { base, http })
+        Ok(Conn {
+            base,
+            http,
+            token_origin,
+        })
     }
 
     /// The full URL of `path`.
@@ -139,28 +203,47 @@ impl Conn {
         if status < 300 {
             return Ok(body);
         }
-        Err(error_answer(status, &body))
+        Err(self.error_answer(status, &body))
+    }
+
+    /// The daemon's `{"error": {"code", "message"}}` answer as a [`ClientError`]; a refused or
+    /// missing token says where the client looked for it.
+    pub fn error_answer(&self, status: u16, body: &Value) -> ClientError {
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or("no message")
+            .to_string();
+        if status != 401 && status != 403 {
+            return ClientError::Refused { status, message };
+        }
+        let from = match &self.token_origin {
+            TokenOrigin::Flag => "given with --token".to_string(),
+            TokenOrigin::Env => "from ELFGATE_TOKEN".to_string(),
+            TokenOrigin::File(path) => format!("read from {}", path.display()),
+            TokenOrigin::Missing(looked) if status == 401 => {
+                return ClientError::NoToken {
+                    looked: match looked {
+                        Some(path) => format!("no token file at {}", path.display()),
+                        None => {
+                            "no token file (the configuration names no data directory)".to_string()
+                        }
+                    },
+                };
+            }
+            TokenOrigin::Missing(_) => "(none sent)".to_string(),
+        };
+        ClientError::Auth {
+            status,
+            message,
+            from,
+        }
     }
 }
 
-/// The daemon's `{"error": {"code", "message"}}` answer as a [`ClientError`].
-pub fn error_answer(status: u16, body: &Value) -> ClientError {
-    let message = body["error"]["message"]
-        .as_str()
-        .unwrap_or("no message")
-        .to_string();
-    if status == 401 || status == 403 {
-        ClientError::Auth { status, message }
-    } else {
-        ClientError::Refused { status, message }
-    }
-}
-
-/// The token file of the daemon that this machine's configuration describes (the default
-/// configuration, ELFGATE_* variables and ELFGATE_DATABASE_URL), as the daemon would find it.
-fn token_from_file() -> Option<String> {
+/// Where the daemon that this machine's configuration describes (the default configuration,
+/// ELFGATE_* variables and ELFGATE_DATABASE_URL) keeps its token file.
+fn token_file_path() -> Option<std::path::PathBuf> {
     let config = crate::Config::load(None).ok()?;
     let dir = crate::app::data_dir(&config.storage.url)?;
-    let text = std::fs::read_to_string(dir.join(TOKEN_FILE)).ok()?;
-    Some(text.trim().to_string())
+    Some(dir.join(TOKEN_FILE))
 }

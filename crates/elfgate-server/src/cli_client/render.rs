@@ -1,9 +1,11 @@
 //! How a run's events look in the terminal: text as it streams, thinking dimmed, one line per
-//! tool call, errors in red. Colours and the spinner only when stdout is a terminal.
+//! tool call, errors in red. Colours and the spinner only when stdout is a terminal. Errors (the
+//! run's and the client's own) go to stderr, and with `--json` so do the client's notes: stdout
+//! then holds nothing but the events, for `jq` and the like.
 
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 const DIM: &str = "\x1b[2m";
 const RED: &str = "\x1b[31m";
@@ -14,6 +16,10 @@ const SPINNER: [char; 4] = ['|', '/', '-', '\\'];
 /// Prints events for a person.
 pub struct Renderer {
     color: bool,
+    /// Colours on stderr (a terminal there).
+    err_color: bool,
+    /// `--json`: stdout is for the events alone.
+    raw: bool,
     at_line_start: bool,
     thinking: bool,
     spinner: Option<usize>,
@@ -21,10 +27,13 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// A renderer; `color` turns on colours and the spinner.
-    pub fn new(color: bool) -> Renderer {
+    /// A renderer; `color` turns on colours and the spinner; `raw` (`--json`) keeps the
+    /// client's notes off stdout.
+    pub fn new(color: bool, raw: bool) -> Renderer {
         Renderer {
             color,
+            err_color: std::io::stderr().is_terminal(),
+            raw,
             at_line_start: true,
             thinking: false,
             spinner: None,
@@ -63,20 +72,49 @@ impl Renderer {
         self.write(&s);
     }
 
-    /// A note from the client itself.
-    pub fn note(&mut self, text: &str) {
-        self.line(DIM, text);
+    /// Writes `text` as a line of its own on stderr, after ending the line being streamed on
+    /// stdout (so that on a terminal it does not start in the middle of the answer).
+    fn err_line(&mut self, style: &str, text: &str) {
+        self.end_thinking();
+        if !self.at_line_start {
+            self.write("\n");
+        }
+        self.clear_spinner();
+        let line = if self.err_color {
+            format!("{style}{text}{RESET}\n")
+        } else {
+            format!("{text}\n")
+        };
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(line.as_bytes());
+        let _ = err.flush();
     }
 
-    /// An error.
+    /// A note from the client itself (on stderr with `--json`).
+    pub fn note(&mut self, text: &str) {
+        if self.raw {
+            self.err_line(DIM, text);
+        } else {
+            self.line(DIM, text);
+        }
+    }
+
+    /// An error, on stderr.
     pub fn error(&mut self, text: &str) {
-        self.line(RED, text);
+        self.err_line(RED, text);
     }
 
     /// The input prompt.
     pub fn prompt(&mut self) {
         let p = self.paint(BOLD, "> ");
         self.write(&p);
+    }
+
+    /// Ends the current line on stdout if something is on it (the prompt, say).
+    pub fn end_line(&mut self) {
+        if !self.at_line_start {
+            self.write("\n");
+        }
     }
 
     /// Whether the spinner is turning (waiting for the run's first output).
@@ -188,8 +226,14 @@ impl Renderer {
             }
             "result" => {
                 let s = &ev["stats"];
+                // An interrupted call's output is counted from its text: say it is a guess.
+                let about = if s["outputTokensEstimated"] == true {
+                    "~"
+                } else {
+                    ""
+                };
                 self.note(&format!(
-                    "[{} in, {} out tokens, {} ms]",
+                    "[{} in, {about}{} out tokens, {} ms]",
                     s["inputTokens"], s["outputTokens"], s["durationMs"]
                 ));
             }

@@ -1,7 +1,7 @@
 //! A session's event stream that survives dropped connections: it reconnects with
 //! `Last-Event-ID` set to the last event it handed out, so nothing is lost or repeated.
 
-use super::conn::{ClientError, Conn, error_answer};
+use super::conn::{ClientError, Conn};
 use elfgate_llm::sse::SseParser;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -107,7 +107,7 @@ impl EventStream {
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 let body = resp.json::<Value>().await.unwrap_or(Value::Null);
-                Err(error_answer(status, &body))
+                Err(self.conn.error_answer(status, &body))
             }
             Err(e) => {
                 let since = *self.failing_since.get_or_insert_with(Instant::now);

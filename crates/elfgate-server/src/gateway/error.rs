@@ -67,6 +67,18 @@ impl GatewayError {
     /// any other status of the provider's is the gateway's failure (502), not the caller's: a
     /// 401 there means the daemon's key for the provider, not the caller's token.
     pub fn upstream(code: &str, message: String) -> Self {
+        // The daemon has no key for the route's provider: nothing the caller can change in the
+        // request, and nothing was sent upstream. 503 (the route is unavailable until an operator
+        // sets the key), but of kind Api, not Overloaded: backing off does not help.
+        if code == "missing_api_key" {
+            return GatewayError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                kind: Kind::Api,
+                message,
+                param: None,
+                code: Some("missing_api_key"),
+            };
+        }
         let status = match code {
             "first_token_timeout" | "idle_timeout" => StatusCode::GATEWAY_TIMEOUT,
             "unknown_provider" | "no_model" => StatusCode::NOT_FOUND,

@@ -16,6 +16,7 @@ mod logging;
 mod mcp;
 mod openapi;
 mod provider_kinds;
+mod readme_path;
 mod restart;
 mod run_endings;
 mod schema_fuzz;

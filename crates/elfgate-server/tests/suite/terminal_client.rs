@@ -28,7 +28,7 @@ fn client(d: &Daemon, args: &[&str]) -> Command {
 }
 
 /// Runs `cmd` with `stdin` piped in; fails the test if it does not end within the guard time.
-async fn run_with_stdin(mut cmd: Command, stdin: &str) -> Output {
+pub(crate) async fn run_with_stdin(mut cmd: Command, stdin: &str) -> Output {
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
