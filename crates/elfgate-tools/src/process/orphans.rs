@@ -16,10 +16,17 @@
 //! is in the registry from before its spawn returns until tokio has reaped it.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Pids (= process group ids) of the live children the helper spawned.
 static SPAWNED: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Set once the process has become a child subreaper. Without it no orphan is ever re-parented
+/// to this process, so a child the helper did not spawn is not an orphan but another part of the
+/// process's own (a test binary running a daemon in-process beside other children): the sweep
+/// then leaves every child alone.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// One sweep at a time: two sweeps could otherwise wait for, or kill, the same orphan.
 static SWEEPING: Mutex<()> = Mutex::new(());
@@ -64,7 +71,9 @@ pub(crate) fn start_time(pid: i32) -> Option<u64> {
 pub fn become_subreaper() -> Result<(), String> {
     #[cfg(target_os = "linux")]
     {
-        nix::sys::prctl::set_child_subreaper(true).map_err(|e| e.to_string())
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| e.to_string())?;
+        SUBREAPER.store(true, Ordering::Release);
+        Ok(())
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -74,6 +83,9 @@ pub fn become_subreaper() -> Result<(), String> {
 
 /// Kills and reaps the orphans no live group can own (see the module documentation).
 pub(crate) async fn sweep() {
+    if !SUBREAPER.load(Ordering::Acquire) {
+        return;
+    }
     #[cfg(target_os = "linux")]
     {
         // Blocking /proc reads and waits; the task runs to its end even if the caller goes away.
