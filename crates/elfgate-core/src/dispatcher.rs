@@ -621,7 +621,6 @@ mod tests {
             permission_mode: None,
             cli_backend: None,
             attachments: Vec::new(),
-            channel_permissions: None,
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),
             metrics: Arc::new(Metrics::default()),

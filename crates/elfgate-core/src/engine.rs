@@ -54,7 +54,7 @@ impl std::fmt::Debug for HeadStart {
 
 /// A file or image sent with a prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Attachment {
     /// A display name.
     #[serde(default)]
@@ -74,7 +74,7 @@ pub struct Attachment {
 
 /// What a chat channel lets its user do (from the seed's channelUserPermissions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ChannelPermissions {
     /// false blocks every tool call.
     pub can_use_tool: bool,
@@ -127,8 +127,6 @@ pub struct EngineSessionContext {
     pub cli_backend: Option<String>,
     /// Files and images sent with the prompt.
     pub attachments: Vec<Attachment>,
-    /// Channel user permissions, if the prompt came through a channel.
-    pub channel_permissions: Option<ChannelPermissions>,
     /// Where the run reports.
     pub events: EventEmitter,
     /// Fired by an interrupt.
@@ -256,6 +254,8 @@ pub struct StartRequest<'a> {
     pub cli_args: Option<&'a [String]>,
     /// `providerId`, the prompt's or the session's.
     pub provider_id: Option<&'a str>,
+    /// The channel permissions the run would have (the prompt's, else the session's).
+    pub channel_permissions: Option<ChannelPermissions>,
 }
 
 /// An engine: turns one prompt into events and stored messages.

@@ -2,6 +2,7 @@
 //! prompt). Parsed once, at the request, so that a wrong type or an unknown key is refused there
 //! with the field named instead of being ignored by the engine later.
 
+use crate::engine::ChannelPermissions;
 use crate::mcp_config::McpSessionConfig;
 use crate::modes::{Network, ThinkingLevel};
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,38 @@ pub struct EngineConfig {
     /// top-level `cliArgs` lands here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_args: Option<Vec<String>>,
+    /// What the channel's user may do (every engine; see docs/api.md). The request's top-level
+    /// `channelPermissions` (alias `channelUserPermissions`) lands here; stored with the session
+    /// and kept for its later runs and tool runs until a prompt sends new ones.
+    #[serde(
+        alias = "channelUserPermissions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub channel_permissions: Option<ChannelPermissions>,
+}
+
+/// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
+/// the request comes, instead of overflowing a deadline or a count later in the run. Documented
+/// in docs/api.md.
+pub mod bounds {
+    /// maxIterations and subAgentMaxIterations.
+    pub const ITERATIONS: (u32, u32) = (1, 10_000);
+    /// temperature.
+    pub const TEMPERATURE: (f32, f32) = (0.0, 2.0);
+    /// maxTokens.
+    pub const MAX_TOKENS: (u32, u32) = (1, 1_000_000);
+    /// toolResultMaxChars.
+    pub const TOOL_RESULT_MAX_CHARS: (usize, usize) = (1, 100_000_000);
+    /// maxLlmRetries.
+    pub const LLM_RETRIES: (u32, u32) = (0, 10);
+    /// llmRetryDelayMs: at most ten minutes.
+    pub const LLM_RETRY_DELAY_MS: (u64, u64) = (0, 600_000);
+    /// toolExecutionTimeout and permissionTimeout, in milliseconds: at most a week.
+    pub const TIMEOUT_MS: (u64, u64) = (1, 7 * 24 * 3_600_000);
+    /// maxBackgroundDrainRounds.
+    pub const DRAIN_ROUNDS: (u32, u32) = (0, 1_000);
+    /// maxHistory.
+    pub const MAX_HISTORY: (u32, u32) = (1, 100_000);
 }
 
 /// Why an `engineConfig` object was refused: the key path and serde's reason.
@@ -105,7 +138,59 @@ impl EngineConfig {
                 message: problem,
             });
         }
+        cfg.check_bounds()?;
         Ok(cfg)
+    }
+
+    /// Every number within [`bounds`].
+    fn check_bounds(&self) -> Result<(), EngineConfigError> {
+        use bounds::*;
+        fn within<T: PartialOrd + std::fmt::Display + Copy>(
+            path: &str,
+            value: Option<T>,
+            (lo, hi): (T, T),
+        ) -> Result<(), EngineConfigError> {
+            match value {
+                // Written so that NaN is outside too.
+                Some(v) if !(v >= lo && v <= hi) => Err(EngineConfigError {
+                    path: path.to_string(),
+                    message: format!("{v} is outside {lo}..={hi}"),
+                }),
+                _ => Ok(()),
+            }
+        }
+        within("maxIterations", self.max_iterations, ITERATIONS)?;
+        within("temperature", self.temperature, TEMPERATURE)?;
+        within("maxTokens", self.max_tokens, MAX_TOKENS)?;
+        within(
+            "toolResultMaxChars",
+            self.tool_result_max_chars,
+            TOOL_RESULT_MAX_CHARS,
+        )?;
+        within("maxLlmRetries", self.max_llm_retries, LLM_RETRIES)?;
+        within(
+            "llmRetryDelayMs",
+            self.llm_retry_delay_ms,
+            LLM_RETRY_DELAY_MS,
+        )?;
+        within(
+            "toolExecutionTimeout",
+            self.tool_execution_timeout,
+            TIMEOUT_MS,
+        )?;
+        within("permissionTimeout", self.permission_timeout, TIMEOUT_MS)?;
+        within(
+            "maxBackgroundDrainRounds",
+            self.max_background_drain_rounds,
+            DRAIN_ROUNDS,
+        )?;
+        within("maxHistory", self.max_history, MAX_HISTORY)?;
+        within(
+            "subAgentMaxIterations",
+            self.sub_agent_max_iterations,
+            ITERATIONS,
+        )?;
+        Ok(())
     }
 
     /// The object with canonical key names and only the keys that are set.
@@ -138,6 +223,7 @@ impl EngineConfig {
             shell_env,
             mcp_config,
             cli_args,
+            channel_permissions,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -159,6 +245,7 @@ impl EngineConfig {
             shell_env: shell_env.or_else(|| base.shell_env.clone()),
             mcp_config: mcp_config.or_else(|| base.mcp_config.clone()),
             cli_args: cli_args.or_else(|| base.cli_args.clone()),
+            channel_permissions: channel_permissions.or(base.channel_permissions),
         }
     }
 }
@@ -224,6 +311,38 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn numbers_outside_their_bounds_are_refused_by_name() {
+        assert_eq!(
+            err(json!({"permissionTimeout": 9_223_372_036_854_775_807_u64})),
+            "engineConfig.permissionTimeout: 9223372036854775807 is outside 1..=604800000"
+        );
+        assert_eq!(
+            err(json!({"maxIterations": 0})),
+            "engineConfig.maxIterations: 0 is outside 1..=10000"
+        );
+        assert!(err(json!({"temperature": 7.5})).starts_with("engineConfig.temperature: 7.5"));
+        assert!(err(json!({"maxLlmRetries": 11})).starts_with("engineConfig.maxLlmRetries"));
+        let edges = EngineConfig::from_json(&json!({"maxIterations": 10_000, "temperature": 0.0,
+            "toolExecutionTimeout": 604_800_000_u64, "maxBackgroundDrainRounds": 0}));
+        assert!(edges.is_ok(), "{edges:?}");
+    }
+
+    #[test]
+    fn channel_user_permissions_is_channel_permissions() {
+        let a = EngineConfig::from_json(&json!({"channelUserPermissions": {"canUseTool": false}}))
+            .unwrap();
+        let b =
+            EngineConfig::from_json(&json!({"channelPermissions": {"canUseTool": false}})).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            a.to_json(),
+            json!({"channelPermissions": {"canUseTool": false, "requireConfirmation": false}})
+        );
+        let e = err(json!({"channelPermissions": {"canUseTools": false}}));
+        assert!(e.contains("unknown field `canUseTools`"), "{e}");
     }
 
     #[test]

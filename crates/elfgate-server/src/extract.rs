@@ -6,10 +6,12 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use std::collections::BTreeMap;
 
 /// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
-/// limit, 400 for malformed JSON or wrong fields.
+/// limit, 400 for malformed JSON or a field of the wrong type, 422 for a field the body does not
+/// have (see [`StrictBody`]), each naming the field.
 ///
 /// The Content-Type check is a security boundary, not pedantry: a web page on any origin may
 /// send `text/plain`, form data or multipart without a CORS preflight, so a daemon that parses
@@ -23,10 +25,63 @@ pub struct ApiJson<T>(pub T);
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
+/// A request body of the native API: a field it does not know is refused (422 naming it), never
+/// ignored, because an ignored field fails open (a misspelt or renamed restriction restricts
+/// nothing). Types without a flattened part say `#[serde(deny_unknown_fields)]` and keep the
+/// default; serde cannot deny fields beside a `#[serde(flatten)]`, so such a type ends with an
+/// [`UnknownFields`] collecting what no field took, and returns it here.
+pub trait StrictBody {
+    /// The fields the body carried that the type has no place for.
+    fn unknown_fields(&self) -> Option<&UnknownFields> {
+        None
+    }
+}
+
+/// What no field of a body with a flattened part took (see [`StrictBody`]); declared last, as
+/// `#[serde(flatten)] #[schema(ignore)] pub unknown: UnknownFields`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct UnknownFields(BTreeMap<String, IgnoredAny>);
+
+impl UnknownFields {
+    fn first(&self) -> Option<&str> {
+        self.0.keys().next().map(String::as_str)
+    }
+}
+
+fn unknown_field(name: &str) -> ApiError {
+    ApiError::Unprocessable(format!("unknown field `{name}` in the body"))
+}
+
+/// Parses a body, naming the field at fault: 422 for one the type does not have, 400 otherwise.
+pub(crate) fn parse_body<T: DeserializeOwned + StrictBody>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        let at = if path.is_empty() || path == "." {
+            String::new()
+        } else {
+            format!(" (at `{path}`)")
+        };
+        if inner.is_data() && msg.starts_with("unknown field") {
+            ApiError::Unprocessable(format!("{msg}{at}"))
+        } else {
+            ApiError::BadRequest(format!("invalid JSON body: {msg}{at}"))
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
+    if let Some(name) = value.unknown_fields().and_then(UnknownFields::first) {
+        return Err(unknown_field(name));
+    }
+    Ok(value)
+}
+
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
     S: Send + Sync,
-    T: DeserializeOwned,
+    T: DeserializeOwned + StrictBody,
 {
     type Rejection = ApiError;
 
@@ -57,9 +112,7 @@ where
         } else {
             &bytes
         };
-        serde_json::from_slice(bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+        parse_body(bytes).map(ApiJson)
     }
 }
 

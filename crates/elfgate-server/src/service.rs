@@ -1,6 +1,7 @@
 //! The business layer under the handlers: validation, sessions, runs, interrupts.
 
 use crate::error::ApiError;
+use crate::extract::{StrictBody, UnknownFields};
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
@@ -38,7 +39,9 @@ pub struct RunOverrides {
     pub permission_mode: Option<String>,
     /// Files and images.
     pub attachments: Option<Vec<Attachment>>,
-    /// Channel user permissions.
+    /// What the channel's user may do: stored with the session and applied to every later run
+    /// and tool run until a prompt sends new ones. Also accepted as `channelUserPermissions`.
+    #[serde(alias = "channelUserPermissions")]
     pub channel_permissions: Option<ChannelPermissions>,
     /// Client idempotency key.
     pub client_msg_id: Option<String>,
@@ -72,6 +75,16 @@ pub struct CreateSessionRequest {
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
+    /// Fields of no use here: refused.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub unknown: UnknownFields,
+}
+
+impl StrictBody for CreateSessionRequest {
+    fn unknown_fields(&self) -> Option<&UnknownFields> {
+        Some(&self.unknown)
+    }
 }
 
 /// Answer of POST /v1/sessions.
@@ -103,6 +116,16 @@ pub struct SendMessageRequest {
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
+    /// Fields of no use here: refused.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub unknown: UnknownFields,
+}
+
+impl StrictBody for SendMessageRequest {
+    fn unknown_fields(&self) -> Option<&UnknownFields> {
+        Some(&self.unknown)
+    }
 }
 
 /// Answer of POST /v1/sessions/{id}/messages.
@@ -188,6 +211,14 @@ impl Checked {
     }
 }
 
+/// The channel permissions stored with `session`.
+fn stored_channel(session: &Session) -> Option<ChannelPermissions> {
+    session
+        .engine_config
+        .get("channelPermissions")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
 /// An optional wire name parsed into its enum.
 fn parse_name<T: FromStr<Err = UnknownName>>(name: Option<&str>) -> Result<Option<T>, UnknownName> {
     name.map(str::parse).transpose()
@@ -215,6 +246,14 @@ fn check_overrides(
     let mut engine_config = engine_config;
     if let Some(args) = &o.cli_args {
         engine_config.cli_args = Some(args.clone());
+    }
+    if let Some(p) = o.channel_permissions {
+        if engine_config.channel_permissions.is_some_and(|c| c != p) {
+            return Err(ApiError::Unprocessable(
+                "channelPermissions and engineConfig.channelPermissions differ: send one".into(),
+            ));
+        }
+        engine_config.channel_permissions = Some(p);
     }
     if engine != EngineType::Cli {
         state
@@ -244,8 +283,22 @@ fn check_engine(
         cli_backend,
         cli_args: checked.engine_config.cli_args.as_deref(),
         provider_id,
+        channel_permissions: checked.engine_config.channel_permissions,
     })
     .map_err(ApiError::Unprocessable)
+}
+
+/// One projectPath check for every engine (see `ExecutionFirewall::check_project`): 422 naming
+/// the field, before anything is stored. An empty string is no project.
+fn check_project_path(state: &AppState, project: Option<&str>) -> Result<(), ApiError> {
+    match project.filter(|p| !p.is_empty()) {
+        None => Ok(()),
+        Some(p) => state
+            .tinyelf
+            .check_project(std::path::Path::new(p))
+            .map(drop)
+            .map_err(|e| ApiError::Unprocessable(format!("projectPath: {e}"))),
+    }
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -331,7 +384,6 @@ fn build_ctx(
         permission_mode: checked.permission_mode,
         cli_backend: session.cli_backend.clone(),
         attachments: o.attachments.unwrap_or_default(),
-        channel_permissions: o.channel_permissions,
         events: EventEmitter::new(bus, run_id),
         cancel: CancellationToken::new(),
         metrics: state.metrics.clone(),
@@ -385,6 +437,7 @@ pub async fn create_session_with(
         )));
     }
     check_prompt(&req.prompt)?;
+    check_project_path(state, req.project_path.as_deref())?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
     if let Some(mcp) = &req.mcp_config {
         checked.engine_config.mcp_config = Some(
@@ -532,7 +585,13 @@ pub async fn send_message_with(
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
     check_prompt(&req.prompt)?;
-    let checked = check_overrides(state, session.engine, &req.overrides)?.over_session(&session)?;
+    let own = check_overrides(state, session.engine, &req.overrides)?;
+    // The session's channel permissions change only when a prompt sends new ones.
+    let new_channel = own
+        .engine_config
+        .channel_permissions
+        .filter(|p| stored_channel(&session) != Some(*p));
+    let checked = own.over_session(&session)?;
     check_engine(
         state,
         session.engine,
@@ -575,6 +634,19 @@ pub async fn send_message_with(
         return Err(ApiError::NotFound(format!(
             "unknown parent message '{parent}' in this session"
         )));
+    }
+    if let Some(p) = new_channel {
+        let mut cfg = session.engine_config.clone();
+        if let Some(obj) = cfg.as_object_mut() {
+            obj.insert(
+                "channelPermissions".into(),
+                serde_json::to_value(p).map_err(|e| ApiError::Internal(e.to_string()))?,
+            );
+        }
+        state
+            .store
+            .set_session_engine_config(session_id, &cfg)
+            .await?;
     }
     let run = new_run(session_id, req.overrides.client_msg_id.clone());
     if let Err(e) = state.store.create_run(&run).await {
@@ -776,13 +848,16 @@ pub async fn start_tool_run(
             project.as_deref(),
             session_id,
             checked.engine_config.mcp_config.as_ref(),
+            checked.engine_config.enabled_tools.as_deref(),
             &name,
             &arguments,
         )
         .await
         .map_err(|e| match e {
             ToolRunError::UnknownTool(_) => ApiError::NotFound(e.to_string()),
-            ToolRunError::BadArguments { .. } => ApiError::Unprocessable(e.to_string()),
+            ToolRunError::NotEnabled { .. } | ToolRunError::BadArguments { .. } => {
+                ApiError::Unprocessable(e.to_string())
+            }
         })?;
     if let Some(active) = state.dispatcher.active().get(session_id) {
         return Err(ApiError::Busy {

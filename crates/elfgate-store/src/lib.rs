@@ -85,6 +85,12 @@ pub trait Store: RunLedger + Send + Sync {
         limit: u32,
         cursor: Option<SessionId>,
     ) -> StoreResult<SessionPage>;
+    /// Replaces a session's stored engineConfig (a JSON object).
+    async fn set_session_engine_config(
+        &self,
+        id: SessionId,
+        engine_config: &serde_json::Value,
+    ) -> StoreResult<()>;
     /// Deletes a session with its runs, messages and events. false when it did not exist.
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool>;
 

@@ -162,6 +162,22 @@ pub(crate) fn push_cli_session_id(
         .push_bind(session_id.to_string());
 }
 
+/// Appends the statement replacing a session's engineConfig (a JSON object).
+pub(crate) fn push_session_engine_config(
+    script: &mut Script,
+    session_id: SessionId,
+    engine_config: &str,
+    at: &str,
+) {
+    script
+        .statement("UPDATE sessions SET engine_config = ")
+        .push_bind(engine_config.to_string())
+        .push(", updated_at = ")
+        .push_bind(at.to_string())
+        .push(" WHERE id = ")
+        .push_bind(session_id.to_string());
+}
+
 /// Appends the statements recording a run's end.
 pub(crate) fn push_run_finished(
     script: &mut Script,

@@ -14,7 +14,7 @@ use crate::logrows::{self, SharedText};
 use crate::script::Script;
 use crate::statements::{
     push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
-    push_run_finished, push_run_started,
+    push_run_finished, push_run_started, push_session_engine_config,
 };
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
@@ -67,6 +67,12 @@ pub(crate) enum StoreOp {
     CliSessionId {
         session_id: SessionId,
         cli_session_id: String,
+        at: String,
+    },
+    /// A session's stored engineConfig, replaced (its channel permissions changed).
+    SessionEngineConfig {
+        session_id: SessionId,
+        engine_config: String,
         at: String,
     },
 }
@@ -588,6 +594,11 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
                 cli_session_id,
                 at,
             } => push_cli_session_id(script, *session_id, cli_session_id, at),
+            StoreOp::SessionEngineConfig {
+                session_id,
+                engine_config,
+                at,
+            } => push_session_engine_config(script, *session_id, engine_config, at),
         }
     }
     Ok(())

@@ -67,6 +67,15 @@ async fn sessions_runs_and_messages_round_trip() {
             .engine_config["k"],
         1
     );
+    store
+        .set_session_engine_config(s.id, &serde_json::json!({"k": 2, "c": true}))
+        .await
+        .unwrap();
+    let changed = store.get_session(s.id).await.unwrap().unwrap();
+    assert_eq!(
+        changed.engine_config,
+        serde_json::json!({"k": 2, "c": true})
+    );
     store.run_started(s.id, r.id).await.unwrap();
     assert_eq!(
         store.get_run(s.id, r.id).await.unwrap().unwrap().status,

@@ -220,6 +220,27 @@ impl ExecutionFirewall {
         Ok(resolved)
     }
 
+    /// Checks a session's projectPath, for every engine alike: an existing directory (symlinks
+    /// followed) that does not lie in a deny zone, since every tool call in it would be refused
+    /// (and a CLI run there would act in the protected location). Returns its canonical form. A
+    /// project that *contains* a deny zone (`/`) is accepted: the zones inside stay denied.
+    pub fn check_project(&self, project: &Path) -> Result<PathBuf, FirewallError> {
+        let canon = canonical_project(project)?;
+        if !canon.is_dir() {
+            return Err(FirewallError::BadProject(
+                project.display().to_string(),
+                "not a directory".into(),
+            ));
+        }
+        if let Some(zone) = zone_of(&self.deny_zones, &canon) {
+            return Err(FirewallError::DenyZone {
+                path: project.display().to_string(),
+                zone: zone.display().to_string(),
+            });
+        }
+        Ok(canon)
+    }
+
     /// The test a walker (grep, glob, list_dir) applies to every entry it meets under `project`.
     pub fn confinement(&self, project: &Path) -> Result<Confinement, FirewallError> {
         Ok(Confinement {

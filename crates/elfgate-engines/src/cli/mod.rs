@@ -440,6 +440,19 @@ impl Engine for CliEngine {
         }
         self.check_args(b, req.cli_args.unwrap_or_default())?;
         self.config.provider_for(b, req.provider_id)?;
+        // The CLI runs its own tools, and runs some (its read-only ones) without asking: neither
+        // "no tools" nor "ask before every tool" can be held to, so the run is refused rather
+        // than started with a restriction that would not hold.
+        if let Some(c) = req.channel_permissions
+            && (!c.can_use_tool || c.require_confirmation)
+        {
+            return Err(format!(
+                "channelPermissions (canUseTool: {}, requireConfirmation: {}) cannot be enforced                  on {}'s own tools: the cli engine runs only without such a restriction",
+                c.can_use_tool,
+                c.require_confirmation,
+                b.as_str()
+            ));
+        }
         Ok(())
     }
 }

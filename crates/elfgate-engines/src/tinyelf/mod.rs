@@ -164,6 +164,15 @@ impl TinyElfEngine {
         }))
     }
 
+    /// A session's projectPath checked as the firewall sees it (see
+    /// [`ExecutionFirewall::check_project`]); the daemon applies it to every engine's sessions.
+    pub fn check_project(
+        &self,
+        project: &std::path::Path,
+    ) -> Result<PathBuf, elfgate_tools::FirewallError> {
+        self.inner.firewall.check_project(project)
+    }
+
     /// The permission broker (the HTTP layer answers requests through it).
     pub fn broker(&self) -> Arc<PermissionBroker> {
         self.inner.broker.clone()

@@ -167,7 +167,7 @@ pub(crate) async fn run_call(
         ).await;
     }
     // 3. Channel role check.
-    let channel = runner.ctx.channel_permissions;
+    let channel = runner.ctx.engine_config.channel_permissions;
     if channel.is_some_and(|c| !c.can_use_tool) {
         return denied(
             runner,

@@ -27,6 +27,14 @@ pub enum ToolRunError {
     /// No tool of that name is registered.
     #[error("unknown tool '{0}'")]
     UnknownTool(String),
+    /// The session's enabledTools (or the daemon's enabled_tools) leave the tool out.
+    #[error("tool '{tool}' is not enabled in this session (enabledTools: {enabled})")]
+    NotEnabled {
+        /// The tool.
+        tool: String,
+        /// The tools that are, comma-separated.
+        enabled: String,
+    },
     /// The arguments do not match the tool's schema.
     #[error("bad arguments for {tool}: {why}")]
     BadArguments {
@@ -55,12 +63,27 @@ pub(crate) type Waiters = std::sync::Mutex<HashMap<RunId, oneshot::Sender<ToolRu
 
 impl TinyElfEngine {
     /// The tools a tool run may name in `project`: the built-in ones and the skill tools (spawn
-    /// needs a model's run and is not one of them).
-    async fn tool_run_registry(&self, project: Option<&Path>) -> ToolRegistry {
+    /// needs a model's run and is not one of them), as many as `enabled` (the run's enabledTools)
+    /// leaves in, as a model's run of the session would be offered.
+    async fn tool_run_registry(
+        &self,
+        project: Option<&Path>,
+        enabled: Option<&[String]>,
+    ) -> ToolRegistry {
         let inner = &self.inner;
         let skills =
             Arc::new(skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await);
-        skill_tools::with_skill_tools(inner.tools.clone(), &skills, |_| true)
+        let is_on = |name: &str| enabled.is_none_or(|names| names.iter().any(|n| n == name));
+        let builtin = match enabled {
+            Some(names) => inner.tools.only(names),
+            None => inner.tools.clone(),
+        };
+        skill_tools::with_skill_tools(builtin, &skills, is_on)
+    }
+
+    /// The run's enabledTools: the session's engineConfig over the daemon's `enabled_tools`.
+    fn enabled_tools<'a>(&'a self, session_cfg: Option<&'a [String]>) -> Option<&'a [String]> {
+        session_cfg.or(self.inner.config.enabled_tools.as_deref())
     }
 
     /// Checks that `name` is a registered tool of the session (an MCP tool of the servers its
@@ -70,10 +93,12 @@ impl TinyElfEngine {
         project: Option<&Path>,
         session: SessionId,
         mcp_config: Option<&McpSessionConfig>,
+        enabled_tools: Option<&[String]>,
         name: &str,
         arguments: &Value,
     ) -> Result<(), ToolRunError> {
-        let mut tools = self.tool_run_registry(project).await;
+        let enabled = self.enabled_tools(enabled_tools);
+        let mut tools = self.tool_run_registry(project, enabled).await;
         if name.starts_with("mcp__")
             && let Some(m) = &self.inner.mcp
         {
@@ -81,9 +106,22 @@ impl TinyElfEngine {
                 tools.register(t);
             }
         }
-        let tool = tools
-            .get(name)
-            .ok_or_else(|| ToolRunError::UnknownTool(name.to_string()))?;
+        let tool = match tools.get(name) {
+            Some(t) => t,
+            None if enabled.is_some()
+                && self
+                    .tool_run_registry(project, None)
+                    .await
+                    .get(name)
+                    .is_some() =>
+            {
+                return Err(ToolRunError::NotEnabled {
+                    tool: name.to_string(),
+                    enabled: enabled.unwrap_or_default().join(", "),
+                });
+            }
+            None => return Err(ToolRunError::UnknownTool(name.to_string())),
+        };
         elfgate_tools::schema::check_input(&tool.schema(), arguments).map_err(|why| {
             ToolRunError::BadArguments {
                 tool: name.to_string(),
@@ -140,7 +178,12 @@ impl TinyElfEngine {
                 }),
             })
             .await;
-        let base = self.tool_run_registry(project.as_deref()).await;
+        let base = self
+            .tool_run_registry(
+                project.as_deref(),
+                self.enabled_tools(ctx.engine_config.enabled_tools.as_deref()),
+            )
+            .await;
         // The session's MCP servers, as a model's run of it would have them.
         let mcp = inner
             .mcp

@@ -200,6 +200,7 @@ pub async fn start(
                     agent_id: None,
                     mcp_config: None,
                     overrides,
+                    unknown: Default::default(),
                 },
                 prepared,
             )
@@ -236,6 +237,7 @@ pub async fn start(
                     on_busy: OnBusy::Reject,
                     parent_id: None,
                     overrides,
+                    unknown: Default::default(),
                 },
                 prepared,
             )

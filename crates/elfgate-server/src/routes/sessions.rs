@@ -2,7 +2,7 @@
 
 use crate::error::{ApiError, ErrorBody};
 use crate::event_schema::EventEnvelope;
-use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
 use crate::service::{
     self, CreateSessionRequest, CreateSessionResponse, InterruptResponse, SendMessageRequest,
     SendMessageResponse, SessionView, parse_session_id,
@@ -61,7 +61,7 @@ pub fn routes() -> Router<AppState> {
         (status = 401, description = "Missing bearer token", body = ErrorBody),
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "Unknown engine or provider", body = ErrorBody),
+        (status = 422, description = "A field the body does not have, an unknown engine or provider, engineConfig outside its bounds, or a projectPath that cannot be used", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
         (status = 503, description = "Shutting down", body = ErrorBody),
     ),
@@ -118,7 +118,7 @@ async fn create(
         (status = 404, description = "Unknown session or parent message", body = ErrorBody),
         (status = 409, description = "Busy and onBusy is reject; carries activeRunId", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "Unknown engine or provider", body = ErrorBody),
+        (status = 422, description = "A field the body does not have, an unknown engine or provider, engineConfig outside its bounds, or a projectPath that cannot be used", body = ErrorBody),
         (status = 429, description = "onBusy is enqueue and the session's queue is full (too_many_queued); nothing is stored", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
         (status = 503, description = "Shutting down", body = ErrorBody),
@@ -204,12 +204,14 @@ async fn events(
 
 /// Body of POST /v1/sessions/{id}/interrupt (may be empty).
 #[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct InterruptRequest {
     /// Wait until the run has ended before answering.
     #[serde(default)]
     wait: bool,
 }
+
+impl StrictBody for InterruptRequest {}
 
 /// Interrupts the session's run, if any; idempotent.
 #[utoipa::path(
@@ -226,6 +228,7 @@ struct InterruptRequest {
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
         (status = 404, description = "Unknown session", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "A field the body does not have", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -443,7 +446,7 @@ async fn run(
 
 /// Body of POST /v1/sessions/{id}/permissions/{requestId}.
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PermissionBody {
     /// allow or deny.
     #[schema(value_type = PermissionDecision, example = "allow")]
@@ -456,6 +459,8 @@ struct PermissionBody {
     #[serde(default)]
     message: Option<String>,
 }
+
+impl StrictBody for PermissionBody {}
 
 /// Answer of POST /v1/sessions/{id}/permissions/{requestId}.
 #[derive(Debug, Serialize, ToSchema)]
@@ -510,6 +515,7 @@ enum PermissionScope {
         (status = 404, description = "Unknown session or request", body = ErrorBody),
         (status = 409, description = "Already decided", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "A field the body does not have", body = ErrorBody),
         (status = 500, description = "Internal error", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -2,7 +2,7 @@
 //! docs/context.md, "Tool runs outside turns").
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, StrictBody};
 use crate::service::{self, parse_session_id};
 use crate::state::AppState;
 use axum::extract::State;
@@ -26,6 +26,8 @@ pub(crate) struct ToolRunRequest {
     #[schema(value_type = Object)]
     arguments: serde_json::Value,
 }
+
+impl StrictBody for ToolRunRequest {}
 
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
@@ -67,7 +69,7 @@ pub(crate) struct ToolRunResponse {
         (status = 403, description = "Wrong bearer token", body = ErrorBody),
         (status = 404, description = "Unknown session or tool", body = ErrorBody),
         (status = 409, description = "A run is going on in the session", body = ErrorBody),
-        (status = 422, description = "Arguments that do not fit the tool's schema, or not a tinyelf session", body = ErrorBody),
+        (status = 422, description = "Arguments that do not fit the tool's schema, a tool the session's enabledTools leave out, a field the body does not have, or not a tinyelf session", body = ErrorBody),
         (status = 503, description = "Shutting down", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -832,3 +832,47 @@ async fn a_tool_command_in_a_session_of_its_own_does_not_outlive_an_interrupt() 
         assert_eq!(msgs[2]["blocks"][0]["is_error"], true, "{b}");
     }
 }
+
+#[tokio::test]
+async fn the_cli_engine_refuses_a_protected_project_and_channel_permissions_it_cannot_hold() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    let work = tempfile::tempdir().unwrap();
+    let etc_link = work.path().join("etc-link");
+    std::os::unix::fs::symlink("/etc", &etc_link).unwrap();
+    for b in BACKENDS {
+        for path in [
+            c.d.dir.display().to_string(),
+            etc_link.display().to_string(),
+        ] {
+            let mut body = c.session(b, "hi");
+            body["projectPath"] = json!(path);
+            let (st, v) = c.d.post("/v1/sessions", body).await;
+            assert_eq!(st, 422, "{b} {path} -> {v}");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(
+                msg.contains("projectPath") && msg.contains("protected"),
+                "{msg}"
+            );
+        }
+        for perms in [
+            json!({"canUseTool": false}),
+            json!({"canUseTool": true, "requireConfirmation": true}),
+        ] {
+            let mut body = c.session(b, "hi");
+            body["channelUserPermissions"] = perms.clone();
+            let (st, v) = c.d.post("/v1/sessions", body).await;
+            assert_eq!(st, 422, "{b} {perms} -> {v}");
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("channelPermissions"), "{msg}");
+        }
+        assert!(c.record(b).is_none(), "{b} ran a refused session");
+    }
+    let (_, list) = c.d.get("/v1/sessions").await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 0, "{list}");
+    // Without a restriction the same session runs.
+    let mut body = c.session("codex", "plain");
+    body["channelPermissions"] = json!({"canUseTool": true});
+    let (st, v) = c.d.post("/v1/sessions", body).await;
+    assert_eq!(st, 201, "{v}");
+}

@@ -405,8 +405,8 @@ async fn a_first_prompt_is_announced_even_when_the_run_fails_at_once() {
     let d = Daemon::start(&mock, Opts::default());
     let (sid, run) = d
         .create(
-            json!({"engine": "tinyelf", "prompt": "look around", "model": "mock",
-                       "projectPath": "/nonexistent/elfgate-test-dir"}),
+            // A provider whose key variable is unset: the run fails before any request.
+            json!({"engine": "tinyelf", "prompt": "look around", "providerId": "openai"}),
         )
         .await;
     let evs = d.events(&sid, None).await.until_complete(&run).await;

@@ -21,6 +21,7 @@ mod restart;
 mod run_endings;
 mod schema_fuzz;
 mod slow_subscriber;
+mod strict_inputs;
 mod terminal_client;
 mod tinyelf_bounds;
 mod tinyelf_compaction;

@@ -186,6 +186,20 @@ impl Store for SqliteStore {
         Ok(gone > 0)
     }
 
+    async fn set_session_engine_config(
+        &self,
+        id: SessionId,
+        engine_config: &serde_json::Value,
+    ) -> StoreResult<()> {
+        self.writer
+            .run(StoreOp::SessionEngineConfig {
+                session_id: id,
+                engine_config: engine_config.to_string(),
+                at: ts(&Utc::now()),
+            })
+            .await
+    }
+
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
         self.writer
             .run(StoreOp::CreateRun(Box::new(run.clone())))
