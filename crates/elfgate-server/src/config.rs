@@ -45,8 +45,9 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// Seconds a client has to send a whole request header.
     pub header_read_timeout_secs: u64,
-    /// Client connections open at once.
-    pub max_connections: usize,
+    /// Client connections open at once. Unset: as many as the open-file limit leaves room for.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
     /// Prompts sent with onBusy=enqueue that may wait behind a session's run; past it, 429.
     pub max_queued_prompts_per_session: usize,
 }
@@ -397,7 +398,7 @@ impl Config {
                 "server.header_read_timeout_secs must be positive".into(),
             ));
         }
-        if self.server.max_connections == 0 {
+        if self.server.max_connections == Some(0) {
             return Err(ConfigError::Invalid(
                 "server.max_connections must be positive".into(),
             ));

@@ -47,25 +47,36 @@ impl ConnectionSettings {
     }
 }
 
-fn connection_cap(configured: usize) -> usize {
-    match fdlimit::current() {
-        Ok(limit) if limit.connection_room() < configured => {
-            let room = limit.connection_room();
+/// The cap in force: the operator's setting, lowered (with a warning) when it does not fit under
+/// the open-file limit; without a setting, the room the limit leaves, quietly.
+fn connection_cap(configured: Option<usize>) -> usize {
+    // The most permits a semaphore holds; an unlimited open-file limit has room for more.
+    let most = Semaphore::MAX_PERMITS;
+    let room = match fdlimit::current() {
+        Ok(limit) => Some((limit.connection_room().min(most), limit.soft)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            None
+        }
+    };
+    match (configured, room) {
+        (Some(n), Some((room, soft))) if room < n => {
             tracing::warn!(
-                configured,
-                open_file_limit = limit.soft,
+                configured = n,
+                open_file_limit = soft,
                 using = room,
                 "server.max_connections does not fit under the open-file limit; lowered"
             );
             room
         }
-        Ok(_) => configured,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the open-file limit");
-            configured
-        }
+        (Some(n), _) => n.min(most),
+        (None, Some((room, _))) => room,
+        (None, None) => DEFAULT_WITHOUT_LIMIT,
     }
 }
+
+/// The cap when neither a setting nor the open-file limit says: a usual soft limit's room.
+const DEFAULT_WITHOUT_LIMIT: usize = 768;
 
 /// Serves `app` on `listener` until `stop` completes, then stops accepting, lets open connections
 /// finish what they are doing (up to `drain_timeout`) and returns.

@@ -92,14 +92,19 @@ fn raise_file_limit() {
     }
 }
 
-/// Logs to stderr, filtered by ELFGATE_LOG: lines for people by default, or with
+/// Logs to stderr, filtered by ELFGATE_LOG: lines for people by default (coloured at a terminal), or with
 /// ELFGATE_LOG_FORMAT=json one JSON object a line for log collectors. A JSON line carries the
 /// event's fields at the top level and the fields of the span it happened in (a run's
 /// `session_id` and `run_id`) under `span`.
 fn init_logging() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_env("ELFGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour codes only for a person at a terminal: a file, a pipe or a journal gets plain text
+    // (NO_COLOR, https://no-color.org, turns them off at a terminal too).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
         Err(_) | Ok("") | Ok("text") => builder.init(),

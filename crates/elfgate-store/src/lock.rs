@@ -10,6 +10,7 @@
 use crate::{StoreError, StoreResult};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The lock on `<database>.lock`, held as long as this value lives.
@@ -35,6 +36,7 @@ impl DatabaseLock {
         let database = real_file(database)?;
         let path = lock_path(&database);
         let mut file = OpenOptions::new()
+            .mode(0o600)
             .create(true)
             .truncate(false)
             .read(true)

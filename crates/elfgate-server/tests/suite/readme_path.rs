@@ -319,3 +319,78 @@ async fn sessions_lists_the_provider_in_columns_that_stay_in_line() {
     assert_eq!(lines[0].find("UPDATED"), year(lines[1]), "{stdout}");
     assert!(lines[1].contains(" mock "), "{stdout}");
 }
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn the_start_up_log_is_plain_and_quiet_and_the_database_is_owner_only() {
+    let mock = MockServer::start().await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("daemon.log");
+    let mut d = Daemon::start(
+        &mock,
+        Opts {
+            log_file: Some(log.clone()),
+            ..Opts::default()
+        },
+    );
+    let evs = run_events(&d, common::chat("hi", "mock:tokens=3")).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    let text = log_of(&log);
+    assert!(
+        text.contains("elfgate_"),
+        "the log holds the daemon's lines: {text}"
+    );
+    // stderr is a file here: no colour codes.
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a log file: {text:?}"
+    );
+    // The default connection cap fits whatever the open-file limit: nothing to warn about.
+    assert!(!text.contains("max_connections"), "{text}");
+    let db = d.dir.join("elfgate.db");
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let f = Path::new(&format!("{}{suffix}", db.display())).to_path_buf();
+        assert_eq!(mode_of(&f), 0o600, "{} is not owner-only", f.display());
+    }
+    d.terminate();
+
+    // A database others could read (an older daemon's, or a copy) is made private again.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let log2 = tmp.path().join("again.log");
+    let again = Daemon::start_in(
+        d.dir.clone(),
+        &mock,
+        Opts {
+            log_file: Some(log2.clone()),
+            ..Opts::default()
+        },
+    );
+    assert_eq!(mode_of(&db), 0o600);
+    assert!(
+        log_of(&log2).contains("made owner-only"),
+        "{}",
+        log_of(&log2)
+    );
+    drop(again);
+
+    // A cap the operator set that does not fit is lowered, and said so.
+    let log3 = tmp.path().join("capped.log");
+    let _capped = Daemon::start(
+        &mock,
+        Opts {
+            server_toml: "max_connections = 1000000000".into(),
+            log_file: Some(log3.clone()),
+            ..Opts::default()
+        },
+    );
+    assert!(
+        log_of(&log3).contains("server.max_connections does not fit"),
+        "{}",
+        log_of(&log3)
+    );
+}

@@ -33,6 +33,42 @@ impl Default for StoreOptions {
     }
 }
 
+/// Creates the database file owner-only (0600) when it does not exist yet: chat history is as
+/// private as the token file. SQLite gives the `-wal` and `-shm` files it creates the database
+/// file's mode, so those are owner-only too. An existing database (or -wal, -shm) that others may
+/// read is made private again, with a warning, as the token file is.
+fn create_private(file: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+    {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700))?;
+            tracing::warn!(
+                file = %path.display(),
+                was = format!("{mode:o}"),
+                "the database file could be read by other users; made owner-only"
+            );
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`) and
     /// applies pending migrations. A database file is locked first (see `lock.rs`): while this
@@ -65,6 +101,7 @@ impl SqliteStore {
         let lock = if in_memory(url) {
             None
         } else {
+            create_private(file)?;
             Some(Arc::new(DatabaseLock::acquire(file)?))
         };
         // No automatic checkpoint: it runs inside whichever commit crosses the threshold (and
