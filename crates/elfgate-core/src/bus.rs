@@ -20,7 +20,7 @@ use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
 use dashmap::DashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError, broadcast, mpsc, oneshot};
 
@@ -281,6 +281,18 @@ pub struct SessionBus {
     live: broadcast::Sender<Arc<EventRecord>>,
     log: LogSender,
     metrics: Arc<Metrics>,
+    /// Clients following the session's event stream (see [`SessionBus::watch`]).
+    watchers: Arc<AtomicUsize>,
+}
+
+/// A client following a session's events, counted while this lives (see [`SessionBus::watch`]).
+#[derive(Debug)]
+pub struct Watching(Arc<AtomicUsize>);
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What a subscriber gets: live events from now on, and the events after its cursor that the bus
@@ -316,6 +328,7 @@ impl SessionBus {
             live,
             log,
             metrics,
+            watchers: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -422,6 +435,19 @@ impl SessionBus {
     /// The seq the last published event got (0 when none).
     pub fn last_seq(&self) -> u64 {
         self.lock().next - 1
+    }
+
+    /// Counts a client that follows the session's events (an SSE stream) while the guard lives.
+    /// The daemon's own followers (a gateway call relaying its run) are not counted: the count
+    /// says whether anyone could answer a permission request.
+    pub fn watch(&self) -> Watching {
+        self.watchers.fetch_add(1, Ordering::AcqRel);
+        Watching(self.watchers.clone())
+    }
+
+    /// How many clients follow the session's events now.
+    pub fn watchers(&self) -> usize {
+        self.watchers.load(Ordering::Acquire)
     }
 
     /// How many live subscribers there are.
@@ -545,6 +571,11 @@ impl EventEmitter {
     /// Publishes an event of this run (see [`SessionBus::publish`]).
     pub async fn emit(&self, payload: EventPayload) -> Arc<EventRecord> {
         self.bus.publish(Some(self.run_id), &payload).await
+    }
+
+    /// How many clients follow the session's events (see [`SessionBus::watch`]).
+    pub fn watchers(&self) -> usize {
+        self.bus.watchers()
     }
 
     /// Publishes an event of this run without waiting, from a synchronous callback (see

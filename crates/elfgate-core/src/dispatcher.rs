@@ -621,6 +621,7 @@ mod tests {
             permission_mode: None,
             cli_backend: None,
             attachments: Vec::new(),
+            permission_answers: Default::default(),
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),
             metrics: Arc::new(Metrics::default()),

@@ -83,6 +83,18 @@ pub struct ChannelPermissions {
     pub require_confirmation: bool,
 }
 
+/// Who can answer a run's permission requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PermissionAnswers {
+    /// A client of the API: a request waits for its answer up to the permission timeout (the
+    /// client may connect later and find it on the stream).
+    #[default]
+    Client,
+    /// A caller that cannot answer (a gateway door): a request is asked only while some client
+    /// follows the session's events, and denied at once, saying why, while none does.
+    WatchersOnly,
+}
+
 /// Everything a run needs: the session, the prompt and overrides, the event emitter and the
 /// cancellation token that an interrupt fires.
 #[derive(Debug, Clone)]
@@ -127,6 +139,8 @@ pub struct EngineSessionContext {
     pub cli_backend: Option<String>,
     /// Files and images sent with the prompt.
     pub attachments: Vec<Attachment>,
+    /// Who can answer the run's permission requests.
+    pub permission_answers: PermissionAnswers,
     /// Where the run reports.
     pub events: EventEmitter,
     /// Fired by an interrupt.

@@ -20,14 +20,15 @@ pub mod timefmt;
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
     EventEmitter, EventHub, LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom,
-    LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription, log_channel,
+    LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription, Watching,
+    log_channel,
 };
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };
 pub use engine::{
     Attachment, BackendInfo, ChannelPermissions, Engine, EngineInfo, EngineSessionContext,
-    HeadStart, RunOutcome, StartRequest, ToolRun,
+    HeadStart, PermissionAnswers, RunOutcome, StartRequest, ToolRun,
 };
 pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;

@@ -6,8 +6,9 @@ use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
     Attachment, ChannelPermissions, DispatchError, EngineConfig, EngineSessionContext, EngineType,
-    EventEmitter, EventPayload, HeadStart, MessageId, OnBusy, PermissionMode, Run, RunId,
-    RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
+    EventEmitter, EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode,
+    Run, RunId, RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel,
+    UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -291,14 +292,18 @@ fn check_engine(
 /// One projectPath check for every engine (see `ExecutionFirewall::check_project`): 422 naming
 /// the field, before anything is stored. An empty string is no project.
 fn check_project_path(state: &AppState, project: Option<&str>) -> Result<(), ApiError> {
-    match project.filter(|p| !p.is_empty()) {
-        None => Ok(()),
-        Some(p) => state
-            .tinyelf
-            .check_project(std::path::Path::new(p))
-            .map(drop)
-            .map_err(|e| ApiError::Unprocessable(format!("projectPath: {e}"))),
-    }
+    project_path_problem(state, project).map_or(Ok(()), |e| {
+        Err(ApiError::Unprocessable(format!("projectPath: {e}")))
+    })
+}
+
+/// What is wrong with a projectPath, if anything (see [`check_project_path`]).
+pub(crate) fn project_path_problem(
+    state: &AppState,
+    project: Option<&str>,
+) -> Option<elfgate_tools::FirewallError> {
+    let p = project.filter(|p| !p.is_empty())?;
+    state.tinyelf.check_project(std::path::Path::new(p)).err()
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -384,6 +389,7 @@ fn build_ctx(
         permission_mode: checked.permission_mode,
         cli_backend: session.cli_backend.clone(),
         attachments: o.attachments.unwrap_or_default(),
+        permission_answers: Default::default(),
         events: EventEmitter::new(bus, run_id),
         cancel: CancellationToken::new(),
         metrics: state.metrics.clone(),
@@ -417,12 +423,29 @@ pub async fn create_session(
     create_session_with(state, req, None).await
 }
 
-/// [`create_session`] with work handed to the run in place of its engine's own head start (the
-/// gateway's whole upstream request).
+/// What a gateway door hands to the run it starts.
+#[derive(Debug, Default)]
+pub struct GatewayCall {
+    /// Work done in place of the engine's own head start (the door's whole upstream request).
+    pub head_start: Option<HeadStart>,
+}
+
+impl GatewayCall {
+    /// Applies the call to the run's context: its head start, and that its caller cannot answer
+    /// permission requests (asked only while a client follows the session).
+    fn apply(self, ctx: &mut EngineSessionContext) {
+        if let Some(work) = self.head_start {
+            ctx.head_start = work;
+        }
+        ctx.permission_answers = PermissionAnswers::WatchersOnly;
+    }
+}
+
+/// [`create_session`] for a gateway door's call.
 pub async fn create_session_with(
     state: &AppState,
     req: CreateSessionRequest,
-    prepared: Option<HeadStart>,
+    gateway: Option<GatewayCall>,
 ) -> Result<CreateSessionResponse, ApiError> {
     check_serving(state)?;
     let engine: EngineType =
@@ -510,8 +533,8 @@ pub async fn create_session_with(
     // The engine may begin the upstream call now, so that it overlaps the commit; it publishes
     // and stores nothing before it is dispatched below, and the call is dropped if the commit fails.
     // Work handed in (the gateway's whole upstream request) is the engine's to start early too.
-    if let Some(work) = prepared {
-        ctx.head_start = work;
+    if let Some(g) = gateway {
+        g.apply(&mut ctx);
     }
     if let Some(e) = state.dispatcher.get_engine(engine) {
         let early = e.head_start(&ctx);
@@ -575,12 +598,12 @@ pub async fn send_message(
     send_message_with(state, session_id, req, None).await
 }
 
-/// [`send_message`] with work handed to the run (see [`create_session_with`]).
+/// [`send_message`] for a gateway door's call.
 pub async fn send_message_with(
     state: &AppState,
     session_id: SessionId,
     req: SendMessageRequest,
-    prepared: Option<HeadStart>,
+    gateway: Option<GatewayCall>,
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
@@ -669,8 +692,8 @@ pub async fn send_message_with(
         parent_id: req.parent_id,
     };
     let mut ctx = build_ctx(state, &session, prompt, req.overrides, checked, bus);
-    if let Some(work) = prepared {
-        ctx.head_start = work;
+    if let Some(g) = gateway {
+        g.apply(&mut ctx);
     }
     match state.dispatcher.dispatch(ctx, req.on_busy) {
         Ok(status) => Ok(SendMessageResponse {

@@ -123,6 +123,8 @@ struct Cursor {
     lagged: bool,
     phase: Phase,
     keepalive: Interval,
+    /// Counts this client among the session's watchers while the stream lives.
+    _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
     _close: CloseOnDrop,
 }
@@ -337,6 +339,9 @@ pub async fn session_events(
         lagged: false,
         phase: Phase::Replay,
         keepalive,
+        // A client follows the session from here on: a gateway run's permission requests are
+        // asked while one does (see PermissionAnswers::WatchersOnly).
+        _watching: sub.bus.watch(),
         _close: close,
     };
     let mut first = None;

@@ -4,7 +4,10 @@
 use crate::tool::{PermissionTier, ToolKind};
 use chrono::Utc;
 use dashmap::DashMap;
-use elfgate_core::{EventEmitter, EventPayload, EventRecord, PermissionMode, RequestId, SessionId};
+use elfgate_core::{
+    EventEmitter, EventPayload, EventRecord, PermissionAnswers, PermissionMode, RequestId,
+    SessionId,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -66,7 +69,34 @@ pub enum PermissionOutcome {
     TimedOut,
     /// The run was interrupted while waiting.
     Interrupted,
+    /// Nobody could answer: the run's caller cannot (a gateway call) and no client follows the
+    /// session's events. Nothing was asked.
+    Unanswerable,
 }
+
+impl PermissionOutcome {
+    /// Why a call that was not allowed is denied, for the model and the client; None when it was
+    /// allowed or the run was interrupted (the caller says so itself).
+    pub fn denial(&self, timeout: Duration) -> Option<String> {
+        match self {
+            PermissionOutcome::Allowed | PermissionOutcome::Interrupted => None,
+            PermissionOutcome::Denied(msg) => {
+                Some(match msg.as_deref().filter(|m| !m.is_empty()) {
+                    Some(m) => format!("the user denied permission: {m}"),
+                    None => "the user denied permission".to_string(),
+                })
+            }
+            PermissionOutcome::TimedOut => Some(format!(
+                "nobody answered the permission request within {:.1}s",
+                timeout.as_secs_f64()
+            )),
+            PermissionOutcome::Unanswerable => Some(UNANSWERABLE.to_string()),
+        }
+    }
+}
+
+/// The reason of [`PermissionOutcome::Unanswerable`].
+pub const UNANSWERABLE: &str = "this call needs permission, and nobody can give it: the run was      started through a gateway door, which cannot answer permission requests, and no client      follows the session's events (GET /v1/sessions/{id}/events) to answer them. Send the      x-elfgate-permission-mode header (acceptEdits, bypassPermissions or plan) to decide ahead";
 
 /// Why an answer was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -141,6 +171,9 @@ pub struct Ask<'a> {
     pub tier: PermissionTier,
     /// How long to wait before denying.
     pub timeout: Duration,
+    /// Who can answer: with [`PermissionAnswers::WatchersOnly`] and no client following the
+    /// session, the request is not made ([`PermissionOutcome::Unanswerable`]).
+    pub answers: PermissionAnswers,
 }
 
 struct Pending {
@@ -306,7 +339,11 @@ impl PermissionBroker {
             input,
             tier,
             timeout,
+            answers,
         } = ask;
+        if answers == PermissionAnswers::WatchersOnly && events.watchers() == 0 {
+            return PermissionOutcome::Unanswerable;
+        }
         let request_id = RequestId::new().to_string();
         let (tx, mut rx) = oneshot::channel();
         let expires_at = Utc::now()

@@ -338,22 +338,15 @@ impl CliEngine {
             input,
             tier: PermissionTier::AlwaysConfirm,
             timeout,
+            answers: ctx.permission_answers,
         };
         match self
             .broker
             .request(&ctx.events, session_id, ask, &ctx.cancel)
             .await
         {
-            PermissionOutcome::Allowed => None,
-            PermissionOutcome::Denied(msg) => Some(match msg.filter(|m| !m.is_empty()) {
-                Some(m) => format!("the user denied permission: {m}"),
-                None => "the user denied permission".to_string(),
-            }),
-            PermissionOutcome::TimedOut => Some(format!(
-                "nobody answered the permission request within {} s",
-                timeout.as_secs()
-            )),
             PermissionOutcome::Interrupted => Some("the run was interrupted".to_string()),
+            outcome => outcome.denial(timeout),
         }
     }
 

@@ -278,32 +278,16 @@ pub(crate) async fn run_call(
                         input,
                         tier,
                         timeout: runner.rs.permission_timeout,
+                        answers: runner.ctx.permission_answers,
                     },
                     &agent.cancel,
                 )
                 .await;
-            match outcome {
-                PermissionOutcome::Allowed => {}
-                PermissionOutcome::Denied(msg) => {
-                    let mut why = "the user denied permission".to_string();
-                    if let Some(m) = msg.filter(|m| !m.is_empty()) {
-                        why.push_str(&format!(": {m}"));
-                    }
-                    return denied(runner, agent, call, why).await;
-                }
-                PermissionOutcome::TimedOut => {
-                    return denied(
-                        runner,
-                        agent,
-                        call,
-                        format!(
-                            "nobody answered the permission request within {:.1}s",
-                            runner.rs.permission_timeout.as_secs_f64()
-                        ),
-                    )
-                    .await;
-                }
-                PermissionOutcome::Interrupted => return interrupted(runner, agent, call).await,
+            if outcome == PermissionOutcome::Interrupted {
+                return interrupted(runner, agent, call).await;
+            }
+            if let Some(why) = outcome.denial(runner.rs.permission_timeout) {
+                return denied(runner, agent, call, why).await;
             }
         }
     }

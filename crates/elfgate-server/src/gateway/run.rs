@@ -5,10 +5,11 @@
 use super::error::GatewayError;
 use super::route::Route;
 use super::{Inbound, Stop};
-use crate::service::{self, CreateSessionRequest, RunOverrides, SendMessageRequest};
+use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
 use elfgate_core::{
-    DeltaKind, EngineType, EventRecord, HeadStart, OnBusy, RunId, SessionBus, SessionId,
+    DeltaKind, EngineType, EventRecord, HeadStart, OnBusy, PermissionMode, RunId, SessionBus,
+    SessionId,
 };
 use elfgate_engines::{GatewayTurn, LENGTH_NOTE, STOP_SEQUENCE_NOTE};
 use elfgate_store::StoredEvent;
@@ -133,6 +134,8 @@ pub struct Continuation {
     pub session_id: Option<SessionId>,
     /// `x-elfgate-project-path`: the session's project directory.
     pub project_path: Option<String>,
+    /// `x-elfgate-permission-mode`: the run's permission mode (stored with a new session).
+    pub permission_mode: Option<PermissionMode>,
 }
 
 /// Starts the run of `inbound` on `route` and follows it.
@@ -184,8 +187,16 @@ pub async fn start(
         provider_id: provider,
         model,
         system_prompt: if relay_tools { None } else { engine_system },
+        permission_mode: cont.permission_mode.map(|m| m.as_str().to_string()),
         ..Default::default()
     };
+    // Named as the caller sent it (the header), before the session check says `projectPath`.
+    if let Some(e) = service::project_path_problem(state, cont.project_path.as_deref()) {
+        return Err(GatewayError::from_status(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            format!("{}: {e}", crate::routes::gateway::PROJECT_HEADER),
+        ));
+    }
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {
@@ -202,7 +213,9 @@ pub async fn start(
                     overrides,
                     unknown: Default::default(),
                 },
-                prepared,
+                Some(GatewayCall {
+                    head_start: prepared,
+                }),
             )
             .await?;
             (created.session_id, created.run_id, 0)
@@ -239,7 +252,9 @@ pub async fn start(
                     overrides,
                     unknown: Default::default(),
                 },
-                prepared,
+                Some(GatewayCall {
+                    head_start: prepared,
+                }),
             )
             .await?;
             (sid, sent.run_id, after)

@@ -13,7 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use elfgate_core::EngineType;
+use elfgate_core::{EngineType, PermissionMode};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -21,6 +21,8 @@ use serde_json::json;
 pub const SESSION_HEADER: &str = "x-elfgate-session-id";
 /// Header setting a new session's project directory.
 pub const PROJECT_HEADER: &str = "x-elfgate-project-path";
+/// Header setting the permission mode of the call's run (an engine route's session).
+pub const PERMISSION_MODE_HEADER: &str = "x-elfgate-permission-mode";
 
 /// The gateway routes.
 pub fn routes() -> Router<AppState> {
@@ -72,9 +74,16 @@ fn continuation(headers: &HeaderMap) -> Result<Continuation, GatewayError> {
             })
         })
         .transpose()?;
+    let permission_mode = text(PERMISSION_MODE_HEADER)?
+        .map(|m| {
+            m.parse::<PermissionMode>()
+                .map_err(|e| GatewayError::invalid(None, format!("{PERMISSION_MODE_HEADER}: {e}")))
+        })
+        .transpose()?;
     Ok(Continuation {
         session_id,
         project_path: text(PROJECT_HEADER)?,
+        permission_mode,
     })
 }
 
@@ -155,6 +164,7 @@ async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
     params(
         ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
         ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+        ("x-elfgate-permission-mode" = Option<String>, Header, description = "default, acceptEdits, bypassPermissions or plan: the permission mode of the call's run (elfgate:tinyelf, elfgate:cli)"),
     ),
     responses(
         (status = 200, description = "A chat.completion object, or chat.completion.chunk SSE frames ending with [DONE]; the session id is in x-elfgate-session-id", body = serde_json::Value),
@@ -208,6 +218,7 @@ pub(crate) async fn chat_completions(
     params(
         ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
         ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+        ("x-elfgate-permission-mode" = Option<String>, Header, description = "default, acceptEdits, bypassPermissions or plan: the permission mode of the call's run (elfgate:tinyelf, elfgate:cli)"),
     ),
     responses(
         (status = 200, description = "A message object, or message_start … message_stop SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),

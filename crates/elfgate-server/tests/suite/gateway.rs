@@ -786,3 +786,141 @@ async fn a_new_sessions_upstream_call_opens_while_the_session_is_being_stored() 
         assert_eq!(mock.requests().len(), before + 1, "{path}");
     }
 }
+
+fn write_script(mock: &MockServer, name: &str, file: &str) {
+    mock.set_script(
+        name,
+        serde_json::from_value(json!({"responses": [
+            {"toolCalls": [{"id": "w1", "name": "write_file",
+                            "arguments": json!({"path": file, "content": "x"}).to_string()}]},
+            {"text": "done"}
+        ]}))
+        .unwrap(),
+    );
+}
+
+async fn gateway_call(
+    d: &Daemon,
+    model: &str,
+    headers: &[(&str, String)],
+) -> (u16, Option<String>, Value) {
+    let mut req = d.http.post(d.url("/v1/chat/completions")).json(
+        &json!({"model": model, "messages": [{"role": "user", "content": "write the file"}]}),
+    );
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let sid = resp
+        .headers()
+        .get("x-elfgate-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, sid, resp.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_gateway_agent_run_takes_its_permission_mode_from_a_header_and_waits_for_no_answer_nobody_can_give()
+ {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let project = ("x-elfgate-project-path", dir.path().display().to_string());
+
+    // Default mode and nobody following the session: the write is denied at once, saying what
+    // to do, and the answer comes (not after the permission timeout).
+    write_script(&mock, "gw-ask", "one.txt");
+    let (st, sid, body) = gateway_call(
+        &d,
+        "elfgate:tinyelf:mock/mock:script=gw-ask",
+        std::slice::from_ref(&project),
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "done", "{body}");
+    let sid = sid.unwrap();
+    assert!(!dir.path().join("one.txt").exists());
+    let evs = d.events(&sid, Some(0)).await.until_n("complete", 1).await;
+    let end = evs.iter().find(|e| e.event == "toolCallEnd").unwrap();
+    assert_eq!(end.data["status"], "denied", "{end:?}");
+    let why = end.data["block"]["content"].as_str().unwrap();
+    assert!(why.contains("x-elfgate-permission-mode"), "{why}");
+    assert!(
+        evs.iter().all(|e| e.event != "permissionRequest"),
+        "nobody could answer, yet it was asked: {evs:?}"
+    );
+
+    // A client that follows the session can answer: then the request is asked and waited for.
+    write_script(&mock, "gw-watched", "two.txt");
+    let mut sse = d.events(&sid, None).await;
+    let d2_http = d.http.clone();
+    let url = d.url("/v1/chat/completions");
+    let sid2 = sid.clone();
+    let call = tokio::spawn(async move {
+        let resp = d2_http
+            .post(url)
+            .header("x-elfgate-session-id", sid2)
+            .json(
+                &json!({"model": "elfgate:tinyelf:mock/mock:script=gw-watched",
+                          "messages": [{"role": "user", "content": "write the file"}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+    });
+    let asked = sse.until_n("permissionRequest", 1).await;
+    let rid = asked.last().unwrap().data["requestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    common::allow(&d, &sid, &rid).await;
+    let (st, body) = call.await.unwrap();
+    assert_eq!(st, 200, "{body}");
+    assert!(dir.path().join("two.txt").exists());
+    drop(sse);
+
+    // The header decides ahead: acceptEdits lets the write through, stored with the session.
+    write_script(&mock, "gw-accept", "three.txt");
+    let (st, sid3, body) = gateway_call(
+        &d,
+        "elfgate:tinyelf:mock/mock:script=gw-accept",
+        &[
+            project.clone(),
+            ("x-elfgate-permission-mode", "acceptEdits".into()),
+        ],
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    assert!(dir.path().join("three.txt").exists());
+    let (_, s) = d.get(&format!("/v1/sessions/{}", sid3.unwrap())).await;
+    assert_eq!(s["permissionMode"], "acceptEdits", "{s}");
+
+    // A mode that does not exist, and a project that does not: 4xx naming what is wrong.
+    let (st, _, body) = gateway_call(
+        &d,
+        "elfgate:tinyelf:mock/mock:tokens=1",
+        &[("x-elfgate-permission-mode", "yolo".into())],
+    )
+    .await;
+    assert_eq!(st, 400, "{body}");
+    let msg = body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("x-elfgate-permission-mode"), "{msg}");
+    let (st, _, body) = gateway_call(
+        &d,
+        "elfgate:tinyelf:mock/mock:tokens=1",
+        &[(
+            "x-elfgate-project-path",
+            "/nonexistent/elfgate-gateway-project".into(),
+        )],
+    )
+    .await;
+    assert_eq!(st, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-elfgate-project-path"),
+        "{body}"
+    );
+}
