@@ -240,6 +240,12 @@ impl Tmux {
     /// Starts `elfgate ARGS` in a 200x50 pane. The pane stays after the client exits, so that
     /// its last output can still be read.
     fn start(d: &Daemon, args: &[&str], name: &str) -> Tmux {
+        Self::start_in_shell(d, args, name, false)
+    }
+
+    /// [`Tmux::start`] with a shell around the client that prints `after the client (STATUS)` once
+    /// it has exited, as a shell's prompt would follow it, and exits with its status.
+    fn start_in_shell(d: &Daemon, args: &[&str], name: &str, shell: bool) -> Tmux {
         let conf = tempfile::tempdir().unwrap();
         let conf_file = conf.path().join("tmux.conf");
         std::fs::write(&conf_file, "set -g remain-on-exit on\n").unwrap();
@@ -254,6 +260,12 @@ impl Tmux {
                 .chain(["--url", &d.base, "--token", d.token.as_deref().unwrap()])
         {
             line.push_str(&format!(" '{a}'"));
+        }
+        if shell {
+            line = format!(
+                "{}; s=$?; printf 'after the client (%s)\\n' \"$s\"; exit \"$s\"",
+                line.trim_start_matches("exec ")
+            );
         }
         let status = Command::new("tmux")
             .args(["-L", &socket, "-f"])
@@ -408,16 +420,22 @@ fn project() -> PathBuf {
 async fn in_tmux_a_streamed_answer_appears() {
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
-    let t = Tmux::start(&d, &["chat", "--model", "mock:echo=1"], "answer");
+    let t = Tmux::start_in_shell(&d, &["chat", "--model", "mock:echo=1"], "answer", true);
     t.wait_for("the prompt", |s| s.contains("> ")).await;
     t.type_line("hello from tmux");
     t.wait_for("the answer", |s| s.contains("You said: hello from tmux"))
         .await;
     t.wait_for("the next prompt", |s| s.trim_end().ends_with('>'))
         .await;
-    // Ctrl-D at the prompt ends the client.
+    // Ctrl-D at the prompt ends the client, and ends the prompt's line: what follows (a shell's
+    // prompt) starts on a line of its own, not after "> ".
     t.keys(&["C-d"]);
     assert_eq!(t.wait_exit().await, 0, "{}", t.capture());
+    let screen = t.capture();
+    assert!(
+        screen.lines().any(|l| l == "after the client (0)"),
+        "what follows the client does not start its own line:\n{screen}"
+    );
 }
 
 #[tokio::test]
