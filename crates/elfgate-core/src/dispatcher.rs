@@ -439,6 +439,7 @@ impl EngineDispatcher {
                     input_tokens: outcome.input_tokens,
                     output_tokens: outcome.output_tokens,
                     output_tokens_estimated: outcome.output_tokens_estimated,
+                    input_tokens_estimated: outcome.input_tokens_estimated,
                     cache_read_tokens: outcome.cache_read_tokens,
                     cache_write_tokens: outcome.cache_write_tokens,
                     iterations: outcome.iterations,

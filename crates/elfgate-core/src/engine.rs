@@ -179,6 +179,8 @@ pub struct RunOutcome {
     pub output_tokens: u64,
     /// Whether `output_tokens` includes an estimate (see `RunStats::output_tokens_estimated`).
     pub output_tokens_estimated: bool,
+    /// Whether `input_tokens` includes an estimate (see `RunStats::input_tokens_estimated`).
+    pub input_tokens_estimated: bool,
     /// Input tokens read from the provider's prompt cache, over all LLM calls.
     pub cache_read_tokens: u64,
     /// Input tokens written to the provider's prompt cache, over all LLM calls.
@@ -201,6 +203,7 @@ impl RunOutcome {
             input_tokens: 0,
             output_tokens: 0,
             output_tokens_estimated: false,
+            input_tokens_estimated: false,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
             iterations: 0,

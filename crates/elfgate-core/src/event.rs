@@ -67,6 +67,11 @@ pub struct RunStats {
     /// the provider's.
     #[serde(default, skip_serializing_if = "is_false")]
     pub output_tokens_estimated: bool,
+    /// Set when `inputTokens` holds, for at least one call, an estimate from the request's size
+    /// (about four bytes a token): a call that ended before the provider reported any usage.
+    /// Absent when every figure is the provider's (Anthropic reports the prompt's at the start).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub input_tokens_estimated: bool,
     /// Input tokens the provider read from its prompt cache, over all LLM calls (counted in
     /// `inputTokens` too).
     #[serde(default)]

@@ -311,6 +311,7 @@ impl ChatEngine {
             input_tokens: turn.input_tokens,
             output_tokens: turn.output_tokens,
             output_tokens_estimated: turn.output_tokens_estimated,
+            input_tokens_estimated: turn.input_tokens_estimated,
             cache_read_tokens: turn.cache_read_tokens,
             cache_write_tokens: turn.cache_write_tokens,
             iterations: 1,

@@ -43,6 +43,8 @@ pub struct TurnOutput {
     pub output_tokens: u64,
     /// Set when `output_tokens` is an estimate from the streamed text, not the provider's.
     pub output_tokens_estimated: bool,
+    /// Set when `input_tokens` is an estimate from the request's size, not the provider's.
+    pub input_tokens_estimated: bool,
     /// Prompt tokens the provider read from its prompt cache.
     pub cache_read_tokens: u64,
     /// Prompt tokens the provider wrote to its prompt cache.
@@ -262,10 +264,19 @@ pub(crate) async fn stream_turn_with(
 const STREAMED_BYTES_PER_TOKEN: u64 = 4;
 
 /// A call that streamed output but ended before the provider reported its usage (providers send
-/// it last: an interrupt or a broken stream comes before it) still produced those tokens, and
-/// they are billed: count them from what was streamed, marked as an estimate. A figure the
-/// provider did send, partial or not, is kept as it is.
-fn estimate_unreported(out: &mut TurnOutput) {
+/// it last: an interrupt or a broken stream comes before it) still read its prompt and produced
+/// those tokens, and they are billed: count the output from what was streamed and the input from
+/// the request's size, each marked as an estimate. A figure the provider did send, partial or
+/// not (Anthropic's prompt figures come first), is kept as it is.
+fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
+    // Something was streamed: the provider had read the prompt.
+    let streamed = !out.text.is_empty() || !out.thinking.is_empty() || !out.tool_calls.is_empty();
+    if out.input_tokens == 0 && out.finish.is_none() && streamed {
+        let bytes = crate::tinyelf::context::compaction::fixed_bytes(req)
+            + crate::tinyelf::context::compaction::messages_bytes(&req.messages);
+        out.input_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.input_tokens_estimated = out.input_tokens > 0;
+    }
     if out.output_tokens > 0 {
         return;
     }
@@ -438,6 +449,6 @@ pub(crate) async fn relay_turn(
         out
     }
     .await;
-    estimate_unreported(&mut out);
+    estimate_unreported(req, &mut out);
     out
 }

@@ -422,6 +422,18 @@ impl Decoder for AnthropicDecoder {
             "message_start" => {
                 if let Some(u) = ev.message.and_then(|m| m.usage) {
                     self.note_usage(&u);
+                    // The prompt's figures are known now: reported at once, so that a call cut
+                    // before message_delta (an interrupt, a dropped stream) still counts them.
+                    // Output 0: not reported yet (message_start's is a placeholder), so that the
+                    // streamed text is counted instead if the call never gets further.
+                    if self.input_tokens > 0 {
+                        out.push_back(Ok(LlmEvent::Usage {
+                            input_tokens: self.input_tokens,
+                            output_tokens: 0,
+                            cache_read_tokens: self.cache_read_tokens,
+                            cache_write_tokens: self.cache_write_tokens,
+                        }));
+                    }
                 }
             }
             "content_block_start" => {
@@ -767,6 +779,13 @@ mod tests {
         assert_eq!(
             events,
             vec![
+                // The prompt's figures at once, the output's when the message ends.
+                LlmEvent::Usage {
+                    input_tokens: 12,
+                    output_tokens: 0,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
+                },
                 LlmEvent::ThinkingDelta("hm".into()),
                 LlmEvent::ThinkingSignature("SIG".into()),
                 LlmEvent::TextDelta("Hi".into()),

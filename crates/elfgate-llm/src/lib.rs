@@ -141,7 +141,8 @@ pub enum LlmEvent {
         /// The arguments as raw JSON text, as received (possibly malformed).
         arguments: String,
     },
-    /// Token usage of the call.
+    /// Token usage of the call so far. It may come more than once (Anthropic reports the prompt's
+    /// figures first, the output's last): each replaces the one before.
     Usage {
         /// Prompt tokens (cached ones included).
         input_tokens: u64,

@@ -245,6 +245,13 @@ async fn anthropic_thinking_text_tool_use_and_usage() {
     assert_eq!(
         events,
         vec![
+            // The prompt's figures as soon as message_start gives them.
+            LlmEvent::Usage {
+                input_tokens: 25,
+                output_tokens: 0,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
+            },
             LlmEvent::ThinkingDelta("Pondering".into()),
             LlmEvent::ThinkingSignature("EqQBsig".into()),
             LlmEvent::TextDelta("I'll read it.".into()),
@@ -337,7 +344,17 @@ async fn anthropic_missing_message_stop_is_an_error() {
     let p = provider(ProviderKind::Anthropic, base);
     let items = collect(p.stream(&LlmRequest::default()).await.unwrap()).await;
     assert!(
-        matches!(&items[..], [Err(LlmError::Transport(_))]),
+        matches!(
+            &items[..],
+            [
+                Ok(LlmEvent::Usage {
+                    input_tokens: 1,
+                    output_tokens: 0,
+                    ..
+                }),
+                Err(LlmError::Transport(_))
+            ]
+        ),
         "{items:?}"
     );
 }
@@ -701,6 +718,12 @@ async fn pings_alone_do_not_keep_a_stream_alive() {
     assert_eq!(
         items,
         vec![
+            Ok(LlmEvent::Usage {
+                input_tokens: 1,
+                output_tokens: 0,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
+            }),
             Ok(LlmEvent::TextDelta("hi".into())),
             Err(LlmError::IdleTimeout(Duration::from_millis(300)))
         ]

@@ -322,6 +322,7 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
                 input_tokens: 0,
                 output_tokens: 7,
                 output_tokens_estimated: false,
+                input_tokens_estimated: false,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
                 iterations: 1,

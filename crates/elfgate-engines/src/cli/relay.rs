@@ -196,6 +196,7 @@ impl<'a> Relay<'a> {
             output_tokens: self.tokens.output,
             // A CLI reports its own figures, or none: nothing is estimated here.
             output_tokens_estimated: false,
+            input_tokens_estimated: false,
             cache_read_tokens: self.tokens.cache_read,
             cache_write_tokens: self.tokens.cache_write,
             iterations: self.turns.max(1),

@@ -57,6 +57,8 @@ pub(crate) struct Runner {
     output_tokens: AtomicU64,
     /// Set once a call's output tokens were estimated from its streamed text.
     output_estimated: std::sync::atomic::AtomicBool,
+    /// Set once a call's input tokens were estimated from its request's size.
+    input_estimated: std::sync::atomic::AtomicBool,
     cache_read_tokens: AtomicU64,
     cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
@@ -127,6 +129,7 @@ impl Runner {
             input_tokens: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             output_estimated: std::sync::atomic::AtomicBool::new(false),
+            input_estimated: std::sync::atomic::AtomicBool::new(false),
             cache_read_tokens: AtomicU64::new(0),
             cache_write_tokens: AtomicU64::new(0),
             bg_tx,
@@ -147,9 +150,13 @@ impl Runner {
         )
     }
 
-    /// Whether the output total includes an estimate (a call that ended before its usage).
-    pub(crate) fn tokens_estimated(&self) -> bool {
-        self.output_estimated.load(Ordering::SeqCst)
+    /// Whether the (input, output) totals include an estimate (a call that ended before its
+    /// usage).
+    pub(crate) fn tokens_estimated(&self) -> (bool, bool) {
+        (
+            self.input_estimated.load(Ordering::SeqCst),
+            self.output_estimated.load(Ordering::SeqCst),
+        )
     }
 
     /// The run's prompt-cache totals (read, written), sub-agents included.
@@ -167,6 +174,9 @@ impl Runner {
             .fetch_add(turn.output_tokens, Ordering::SeqCst);
         if turn.output_tokens_estimated {
             self.output_estimated.store(true, Ordering::SeqCst);
+        }
+        if turn.input_tokens_estimated {
+            self.input_estimated.store(true, Ordering::SeqCst);
         }
         self.cache_read_tokens
             .fetch_add(turn.cache_read_tokens, Ordering::SeqCst);

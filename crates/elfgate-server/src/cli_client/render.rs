@@ -227,14 +227,14 @@ impl Renderer {
             "result" => {
                 let s = &ev["stats"];
                 // An interrupted call's output is counted from its text: say it is a guess.
-                let about = if s["outputTokensEstimated"] == true {
-                    "~"
-                } else {
-                    ""
-                };
+                let about = |estimated: &Value| if *estimated == true { "~" } else { "" };
                 self.note(&format!(
-                    "[{} in, {about}{} out tokens, {} ms]",
-                    s["inputTokens"], s["outputTokens"], s["durationMs"]
+                    "[{}{} in, {}{} out tokens, {} ms]",
+                    about(&s["inputTokensEstimated"]),
+                    s["inputTokens"],
+                    about(&s["outputTokensEstimated"]),
+                    s["outputTokens"],
+                    s["durationMs"]
                 ));
             }
             "complete" => {

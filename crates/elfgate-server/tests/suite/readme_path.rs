@@ -205,9 +205,32 @@ async fn an_interrupted_run_counts_the_tokens_it_streamed_in_every_engine() {
             "{body}: {stats} for {streamed:?}"
         );
         assert_eq!(stats["outputTokensEstimated"], true, "{body}: {stats}");
+        // The prompt was read too: with no figure from the provider, its size counts.
+        let input = stats["inputTokens"].as_u64().unwrap();
+        assert!(input > 0, "{body}: {stats}");
+        assert_eq!(stats["inputTokensEstimated"], true, "{body}: {stats}");
         let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
         assert_eq!(r["outputTokens"].as_u64(), Some(out), "{body}: {r}");
+        assert_eq!(r["inputTokens"].as_u64(), Some(input), "{body}: {r}");
     }
+    // An Anthropic-kind provider reports the prompt's figures first: those count, unmarked.
+    let (sid, run) = d
+        .create(
+            json!({"engine": "chat", "providerId": "mock-anthropic", "model": model,
+                       "prompt": "a long story"}),
+        )
+        .await;
+    d.events(&sid, None).await.until_n("streamDelta", 20).await;
+    d.post(
+        &format!("/v1/sessions/{sid}/interrupt"),
+        json!({"wait": true}),
+    )
+    .await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    let stats = &evs.iter().find(|e| e.event == "result").unwrap().data["stats"];
+    assert!(stats["inputTokens"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats.get("inputTokensEstimated").is_none(), "{stats}");
+    assert_eq!(stats["outputTokensEstimated"], true, "{stats}");
     // A run that ends normally has the provider's figures, not marked.
     let evs = run_events(
         &d,

@@ -54,6 +54,7 @@ async fn append_run_end_tx(
             input_tokens: run.input_tokens,
             output_tokens: run.output_tokens,
             output_tokens_estimated: false,
+            input_tokens_estimated: false,
             cache_read_tokens: run.cache_read_tokens,
             cache_write_tokens: run.cache_write_tokens,
             iterations: run.iterations,
