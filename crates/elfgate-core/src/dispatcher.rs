@@ -8,6 +8,7 @@ use crate::active::{ActiveSessions, Admission, Interrupted, OnBusy};
 use crate::bus::EventHub;
 use crate::engine::{Engine, EngineInfo, EngineSessionContext, RunOutcome};
 use crate::engine_type::EngineType;
+use crate::error_code::ErrorCode;
 use crate::event::{ErrorInfo, EventPayload, RunStats};
 use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
@@ -357,7 +358,8 @@ impl EngineDispatcher {
         match joined {
             Ok(outcome) => outcome,
             Err(join) => {
-                let error = ErrorInfo::new("engine_panic", format!("the engine failed: {join}"));
+                let error =
+                    ErrorInfo::new(ErrorCode::EnginePanic, format!("the engine failed: {join}"));
                 events
                     .emit(EventPayload::Error {
                         error: error.clone(),
@@ -392,7 +394,7 @@ impl EngineDispatcher {
     ) -> RunOutcome {
         if self.hub.log_failed_writes() != log_failures {
             let error = ErrorInfo::new(
-                "storage",
+                ErrorCode::Storage,
                 "the event log could not be written during this run; its events are kept in order \
                  and written once the store can write again",
             );
@@ -409,7 +411,7 @@ impl EngineDispatcher {
                     "the run's end could not be stored"
                 };
                 let transient = e.is_transient();
-                let error = ErrorInfo::new("storage", format!("{what}: {}", e.0));
+                let error = ErrorInfo::new(ErrorCode::Storage, format!("{what}: {}", e.0));
                 self.fail_storage(ctx, &mut outcome, error).await;
                 if transient {
                     self.retry_end(ctx, &outcome, answer).await

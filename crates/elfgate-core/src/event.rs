@@ -2,6 +2,7 @@
 //!
 //! The type names keep the seed's IPC names so that a client can move from IPC to SSE unchanged.
 
+use crate::error_code::ErrorCode;
 use crate::ids::{RunId, SessionId};
 use crate::model::{ContentBlock, FinishReason, Message};
 use chrono::{DateTime, Utc};
@@ -90,20 +91,31 @@ pub struct RunStats {
 
 /// A machine code and a human message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ErrorInfo {
-    /// Short machine-readable code, e.g. `upstream_status`.
-    pub code: String,
+    /// Short machine-readable code, e.g. `upstream_status` (see docs/api.md).
+    pub code: ErrorCode,
     /// What happened, for a human.
     pub message: String,
+    /// The provider's HTTP status, with code `upstream_status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
 }
 
 impl ErrorInfo {
     /// Builds an error info.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ErrorInfo {
-            code: code.into(),
+            code,
             message: message.into(),
+            upstream_status: None,
         }
+    }
+
+    /// The same, carrying the provider's HTTP status.
+    pub fn with_upstream_status(mut self, status: Option<u16>) -> Self {
+        self.upstream_status = status;
+        self
     }
 }
 

@@ -8,6 +8,7 @@ pub mod dispatcher;
 pub mod engine;
 pub mod engine_config;
 pub mod engine_type;
+pub mod error_code;
 pub mod event;
 pub mod ids;
 pub mod mcp_config;
@@ -32,6 +33,7 @@ pub use engine::{
 };
 pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;
+pub use error_code::ErrorCode;
 pub use event::{
     Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RetryInfo, RunStats, ToolCallStatus,
 };

@@ -7,8 +7,8 @@ use crate::providers::ProviderRegistry;
 use crate::streaming::{TurnOptions, TurnOutput, fail, relay_turn, stream_turn_from};
 use async_trait::async_trait;
 use elfgate_core::{
-    ContentBlock, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason, HeadStart,
-    Message, RetryInfo, Role, RunOutcome,
+    ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
+    HeadStart, Message, RetryInfo, Role, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
@@ -141,18 +141,18 @@ impl ChatEngine {
     }
 
     /// The provider and model a run uses, or the error that ends it.
-    fn target(&self, ctx: &EngineSessionContext) -> Result<Target, (&'static str, String)> {
+    fn target(&self, ctx: &EngineSessionContext) -> Result<Target, (ErrorCode, String)> {
         let (provider_name, provider) = self
             .providers
             .resolve(ctx.provider_id.as_deref())
-            .map_err(|e| ("unknown_provider", e.to_string()))?;
+            .map_err(|e| (ErrorCode::UnknownProvider, e.to_string()))?;
         let model = ctx
             .model
             .clone()
             .or_else(|| provider.default_model().map(str::to_string))
             .ok_or_else(|| {
                 (
-                    "no_model",
+                    ErrorCode::NoModel,
                     format!("no model given and provider '{provider_name}' has no default model"),
                 )
             })?;
@@ -198,7 +198,7 @@ impl ChatEngine {
 
         let (user, parent) = match store_user_message(self.store.as_ref(), &ctx).await {
             Ok(u) => u,
-            Err(e) => return fail(&ctx, "storage", e).await,
+            Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
         };
 
         let keep_tool_calls = gateway.is_some() || early_gateway.is_some();
@@ -225,7 +225,7 @@ impl ChatEngine {
                             .await
                         {
                             Ok(h) => h,
-                            Err(e) => return fail(&ctx, "storage", e.report()).await,
+                            Err(e) => return fail(&ctx, ErrorCode::Storage, e.report()).await,
                         },
                         None => Vec::new(),
                     },

@@ -4,8 +4,8 @@
 
 use crate::think::ThinkSplitter;
 use elfgate_core::{
-    ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, RetryInfo,
-    RunOutcome,
+    ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
+    RetryInfo, RunOutcome,
 };
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
@@ -114,7 +114,11 @@ impl Default for TurnOptions<'_> {
 }
 
 /// Reports the error that ends a run before it produced anything, and the run's outcome.
-pub(crate) async fn fail(ctx: &EngineSessionContext, code: &str, message: String) -> RunOutcome {
+pub(crate) async fn fail(
+    ctx: &EngineSessionContext,
+    code: ErrorCode,
+    message: String,
+) -> RunOutcome {
     let error = ErrorInfo::new(code, message);
     ctx.events
         .emit(EventPayload::Error {
@@ -137,7 +141,7 @@ pub(crate) fn retry_event(n: RetryNotice) -> EventPayload {
 }
 
 fn error_info(e: &LlmError) -> ErrorInfo {
-    ErrorInfo::new(e.code(), e.to_string())
+    ErrorInfo::new(e.code(), e.to_string()).with_upstream_status(e.upstream_status())
 }
 
 /// A failed call's error, announced as an `error` event when `report` (see

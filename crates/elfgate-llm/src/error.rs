@@ -1,5 +1,6 @@
 //! The error type of provider calls.
 
+use elfgate_core::ErrorCode;
 use std::time::Duration;
 
 /// Why a provider call or stream failed.
@@ -94,16 +95,24 @@ impl LlmError {
     }
 
     /// A short machine-readable code for this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            LlmError::Status { .. } => "upstream_status",
-            LlmError::Transport(_) => "transport",
-            LlmError::IdleTimeout(_) => "idle_timeout",
-            LlmError::FirstTokenTimeout(_) => "first_token_timeout",
-            LlmError::Protocol(_) => "protocol",
-            LlmError::Upstream(_) => "upstream_error",
-            LlmError::MissingApiKey(_) => "missing_api_key",
-            LlmError::Cancelled => "cancelled",
+            LlmError::Status { .. } => ErrorCode::UpstreamStatus,
+            LlmError::Transport(_) => ErrorCode::Transport,
+            LlmError::IdleTimeout(_) => ErrorCode::IdleTimeout,
+            LlmError::FirstTokenTimeout(_) => ErrorCode::FirstTokenTimeout,
+            LlmError::Protocol(_) => ErrorCode::Protocol,
+            LlmError::Upstream(_) => ErrorCode::UpstreamError,
+            LlmError::MissingApiKey(_) => ErrorCode::MissingApiKey,
+            LlmError::Cancelled => ErrorCode::Cancelled,
+        }
+    }
+
+    /// The provider's HTTP status, for [`LlmError::Status`].
+    pub fn upstream_status(&self) -> Option<u16> {
+        match self {
+            LlmError::Status { status, .. } => Some(*status),
+            _ => None,
         }
     }
 
@@ -176,11 +185,12 @@ mod tests {
         assert!(!LlmError::Protocol("x".into()).is_retryable());
         assert!(!LlmError::Cancelled.is_retryable());
         assert!(!LlmError::FirstTokenTimeout(Duration::from_secs(1)).is_retryable());
-        assert_eq!(st(500).code(), "upstream_status");
-        assert_eq!(LlmError::Cancelled.code(), "cancelled");
+        assert_eq!(st(500).code(), ErrorCode::UpstreamStatus);
+        assert_eq!(st(500).upstream_status(), Some(500));
+        assert_eq!(LlmError::Cancelled.code(), ErrorCode::Cancelled);
         let missing = LlmError::MissingApiKey("OPENAI_API_KEY".into());
         assert!(!missing.is_retryable());
-        assert_eq!(missing.code(), "missing_api_key");
+        assert_eq!(missing.code(), ErrorCode::MissingApiKey);
         assert!(missing.to_string().contains("OPENAI_API_KEY"), "{missing}");
     }
 }

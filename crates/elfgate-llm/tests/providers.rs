@@ -378,7 +378,7 @@ async fn mid_stream_error_event_is_upstream_error() {
         Err(e @ LlmError::Upstream(m)) => {
             assert!(m.contains("Overloaded"));
             assert!(e.is_retryable());
-            assert_eq!(e.code(), "upstream_error");
+            assert_eq!(e.code().as_str(), "upstream_error");
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -865,7 +865,7 @@ async fn a_stall_before_the_first_event_ends_at_the_deadline_without_retries() {
     );
     let (err, retries) = call_failing(p.as_ref(), &fast_policy()).await;
     assert_eq!(err, LlmError::FirstTokenTimeout(Duration::from_millis(200)));
-    assert_eq!(err.code(), "first_token_timeout");
+    assert_eq!(err.code().as_str(), "first_token_timeout");
     assert_eq!(retries, 0);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

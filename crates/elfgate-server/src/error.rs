@@ -2,7 +2,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use elfgate_core::RunId;
+use elfgate_core::{ErrorCode, RunId};
 use elfgate_store::StoreError;
 use serde::Serialize;
 
@@ -23,7 +23,7 @@ pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, method_not_allowed, busy,
     /// conflict, payload_too_large, unsupported_media_type, unprocessable, too_many_queued,
     /// not_implemented, unavailable, internal.
-    pub code: String,
+    pub code: ErrorCode,
     /// What happened, for a human.
     pub message: String,
 }
@@ -107,25 +107,25 @@ impl ApiError {
         }
     }
 
-    fn code(&self) -> &'static str {
+    fn code(&self) -> ErrorCode {
         match self {
-            ApiError::BadRequest(_) => "bad_request",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden | ApiError::Refused(_) => "forbidden",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::MethodNotAllowed(_) => "method_not_allowed",
-            ApiError::Busy { .. } => "busy",
-            ApiError::Conflict(_) => "conflict",
-            ApiError::PayloadTooLarge(_) => "payload_too_large",
-            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-            ApiError::Unprocessable(_) => "unprocessable",
-            ApiError::TooManyQueued(_) => "too_many_queued",
-            ApiError::NotImplemented(_) => "not_implemented",
-            ApiError::Unavailable(_) => "unavailable",
-            ApiError::Internal(_) => "internal",
+            ApiError::BadRequest(_) => ErrorCode::BadRequest,
+            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Forbidden | ApiError::Refused(_) => ErrorCode::Forbidden,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            ApiError::Busy { .. } => ErrorCode::Busy,
+            ApiError::Conflict(_) => ErrorCode::Conflict,
+            ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
+            ApiError::Unprocessable(_) => ErrorCode::Unprocessable,
+            ApiError::TooManyQueued(_) => ErrorCode::TooManyQueued,
+            ApiError::NotImplemented(_) => ErrorCode::NotImplemented,
+            ApiError::Unavailable(_) => ErrorCode::Unavailable,
+            ApiError::Internal(_) => ErrorCode::Internal,
             ApiError::Storage(_) => match self.status() {
-                StatusCode::SERVICE_UNAVAILABLE => "unavailable",
-                _ => "internal",
+                StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+                _ => ErrorCode::Internal,
             },
         }
     }
@@ -160,7 +160,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
             error: ErrorDetail {
-                code: self.code().to_string(),
+                code: self.code(),
                 message: self.client_message(),
             },
             active_run_id: match &self {

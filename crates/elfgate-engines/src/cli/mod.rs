@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use availability::Found;
 use backend::{AdapterEvent, Invocation};
 use elfgate_core::{
-    BackendInfo, Engine, EngineSessionContext, EngineType, EventPayload, FinishReason,
+    BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
     PermissionMode, RunOutcome, StartRequest,
 };
 use elfgate_store::Store;
@@ -183,7 +183,7 @@ impl CliEngine {
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         let b = match Self::backend_of(ctx.cli_backend.as_deref()) {
             Ok(b) => b,
-            Err(why) => return fail(&ctx, "cli_backend", why).await,
+            Err(why) => return fail(&ctx, ErrorCode::CliBackend, why).await,
         };
         let Some(binary) = self
             .found
@@ -192,11 +192,11 @@ impl CliEngine {
             .map(Path::to_path_buf)
         else {
             let why = self.unavailable(b);
-            return fail(&ctx, "cli_unavailable", why).await;
+            return fail(&ctx, ErrorCode::CliUnavailable, why).await;
         };
         let provider = match self.config.provider_for(b, ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(why) => return fail(&ctx, "unknown_provider", why).await,
+            Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why).await,
         };
         let model = ctx
             .model
@@ -217,7 +217,7 @@ impl CliEngine {
             .await;
         let (user, _) = match store_user_message(self.store.as_ref(), &ctx).await {
             Ok(u) => u,
-            Err(e) => return fail(&ctx, "storage", e).await,
+            Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
         };
         let _slot = match self
             .limits
@@ -237,16 +237,16 @@ impl CliEngine {
         };
         if let Err(e) = self.write_files(b) {
             let why = format!("cannot write {}'s configuration: {e}", b.as_str());
-            return fail(&ctx, "cli_setup", why).await;
+            return fail(&ctx, ErrorCode::CliSetup, why).await;
         }
         // A queued run's context was built before the run ahead of it stored its CLI session.
         let resume = match self.resume_id(&ctx).await {
             Ok(r) => r,
-            Err(e) => return fail(&ctx, "storage", e).await,
+            Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
         };
         let cwd = match project_dir(&ctx) {
             Ok(d) => d,
-            Err(why) => return fail(&ctx, "cli_project_path", why).await,
+            Err(why) => return fail(&ctx, ErrorCode::CliProjectPath, why).await,
         };
         let inv = Invocation {
             prompt: &ctx.prompt,
@@ -275,7 +275,7 @@ impl CliEngine {
         };
         let mut sup = match Supervised::start(launch).await {
             Ok(s) => s,
-            Err(e) => return fail(&ctx, "cli_spawn", e.to_string()).await,
+            Err(e) => return fail(&ctx, ErrorCode::CliSpawn, e.to_string()).await,
         };
         tracing::debug!(backend = b.as_str(), pgid = sup.pgid(), "cli run started");
         // Removed once the group has ended (below); left behind only by a daemon that died.

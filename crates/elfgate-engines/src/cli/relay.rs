@@ -6,7 +6,8 @@ use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;
 use elfgate_core::{
-    EngineSessionContext, ErrorInfo, EventPayload, FinishReason, RunOutcome, ToolCallStatus,
+    EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, RunOutcome,
+    ToolCallStatus,
 };
 
 /// One run's relay from adapter events to Elfgate's events, messages and outcome.
@@ -79,7 +80,7 @@ impl<'a> Relay<'a> {
                 if self.cli_session.as_deref() != Some(id.as_str()) {
                     match ctx.recorder.set_cli_session_id(&id).await {
                         Ok(()) => self.cli_session = Some(id),
-                        Err(e) => self.storage = Some(ErrorInfo::new("storage", e.0)),
+                        Err(e) => self.storage = Some(ErrorInfo::new(ErrorCode::Storage, e.0)),
                     }
                 }
             }
@@ -112,7 +113,7 @@ impl<'a> Relay<'a> {
             Some(e)
         } else if ended.idle_timed_out {
             Some(ErrorInfo::new(
-                "cli_idle_timeout",
+                ErrorCode::CliIdleTimeout,
                 format!(
                     "{name} printed nothing for {} s and was stopped (engines.cli.idle_timeout_secs){}",
                     config.idle_timeout_secs,
@@ -120,12 +121,15 @@ impl<'a> Relay<'a> {
                 ),
             ))
         } else if let Some(why) = self.failure.clone() {
-            Some(ErrorInfo::new("cli_failed", format!("{name}: {why}")))
+            Some(ErrorInfo::new(
+                ErrorCode::CliFailed,
+                format!("{name}: {why}"),
+            ))
         } else {
             match ended.exit {
                 Some(s) if s.success() && self.finished => None,
                 Some(s) if s.success() => Some(ErrorInfo::new(
-                    "cli_no_result",
+                    ErrorCode::CliNoResult,
                     format!(
                         "{name} exited without reporting the end of its run{}",
                         tail()
@@ -140,12 +144,12 @@ impl<'a> Relay<'a> {
                                 .map(|m| format!(": {m}"))
                                 .unwrap_or_default();
                             Some(ErrorInfo::new(
-                                "cli_exit",
+                                ErrorCode::CliExit,
                                 format!("{name} exited with status {code}{meaning}{}", tail()),
                             ))
                         }
                         (None, sig) => Some(ErrorInfo::new(
-                            "cli_crashed",
+                            ErrorCode::CliCrashed,
                             format!(
                                 "{name} was killed by signal {}{}",
                                 sig.unwrap_or_default(),
@@ -155,7 +159,7 @@ impl<'a> Relay<'a> {
                     }
                 }
                 None => Some(ErrorInfo::new(
-                    "cli_crashed",
+                    ErrorCode::CliCrashed,
                     format!("{name} stopped answering before it exited{}", tail()),
                 )),
             }

@@ -5,8 +5,8 @@
 
 use super::backend::TokenCounts;
 use elfgate_core::{
-    ContentBlock, DeltaKind, EngineSessionContext, ErrorInfo, EventPayload, Message, MessageId,
-    Role, ToolCallStatus,
+    ContentBlock, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, Message,
+    MessageId, Role, ToolCallStatus,
 };
 use serde_json::Value;
 
@@ -188,5 +188,5 @@ async fn store(ctx: &EngineSessionContext, msg: &Message) -> Result<(), ErrorInf
     ctx.recorder
         .add_message(msg)
         .await
-        .map_err(|e| ErrorInfo::new("storage", e.0))
+        .map_err(|e| ErrorInfo::new(ErrorCode::Storage, e.0))
 }

@@ -6,8 +6,8 @@ use super::pipeline::{self, CallResult};
 use super::settings::RunSettings;
 use crate::streaming::{RequestedToolCall, TurnOptions, TurnOutput, retry_event, stream_turn_with};
 use elfgate_core::{
-    ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
-    Role,
+    ContentBlock, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message,
+    MessageId, Role,
 };
 use elfgate_llm::{LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryNotice, random_unit};
 use elfgate_tools::{Guardian, ToolRegistry};
@@ -261,7 +261,7 @@ impl Runner {
         let Err(e) = self.ctx.recorder.add_message(msg).await else {
             return Ok(());
         };
-        let info = ErrorInfo::new("storage", e.0);
+        let info = ErrorInfo::new(ErrorCode::Storage, e.0);
         self.ctx
             .events
             .emit(EventPayload::Error {
@@ -314,7 +314,7 @@ impl Runner {
                 && matches!(&turn.finish, Some(LlmFinishReason::Other(r)) if r == "error")
             {
                 turn.error = Some(ErrorInfo::new(
-                    "model_error",
+                    ErrorCode::ModelError,
                     "the model finished with reason error",
                 ));
             }

@@ -22,7 +22,9 @@ use crate::providers::ProviderRegistry;
 use crate::streaming::fail;
 use agent::{Agent, Runner};
 use async_trait::async_trait;
-use elfgate_core::{Engine, EngineSessionContext, EngineType, EventPayload, Role, RunOutcome};
+use elfgate_core::{
+    Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, Role, RunOutcome,
+};
 use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
@@ -195,7 +197,7 @@ impl TinyElfEngine {
         let inner = &self.inner;
         let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(e) => return Err(fail(ctx, "unknown_provider", e.to_string()).await),
+            Err(e) => return Err(fail(ctx, ErrorCode::UnknownProvider, e.to_string()).await),
         };
         let Some(model) = ctx
             .model
@@ -204,7 +206,7 @@ impl TinyElfEngine {
         else {
             return Err(fail(
                 ctx,
-                "no_model",
+                ErrorCode::NoModel,
                 format!("no model given and provider '{provider_name}' has no default model"),
             )
             .await);
@@ -218,7 +220,7 @@ impl TinyElfEngine {
                 Err(e) => {
                     return Err(fail(
                         ctx,
-                        "bad_project_path",
+                        ErrorCode::BadProjectPath,
                         format!("no working directory: {e}"),
                     )
                     .await);
@@ -235,7 +237,7 @@ impl TinyElfEngine {
                 Ok(p) => {
                     return Err(fail(
                         ctx,
-                        "bad_project_path",
+                        ErrorCode::BadProjectPath,
                         format!("projectPath {} is not a directory", p.display()),
                     )
                     .await);
@@ -243,7 +245,7 @@ impl TinyElfEngine {
                 Err(e) => {
                     return Err(fail(
                         ctx,
-                        "bad_project_path",
+                        ErrorCode::BadProjectPath,
                         format!("projectPath {project}: {e}"),
                     )
                     .await);
@@ -348,12 +350,12 @@ impl TinyElfEngine {
         let (user, parent) =
             match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
                 Ok(u) => u,
-                Err(e) => return fail(&ctx, "storage", e).await,
+                Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
             };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,
-                Err(e) => return fail(&ctx, "storage", e.report()).await,
+                Err(e) => return fail(&ctx, ErrorCode::Storage, e.report()).await,
             },
             None => Vec::new(),
         };

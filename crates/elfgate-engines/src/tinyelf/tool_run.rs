@@ -11,8 +11,8 @@ use super::context::{skill_tools, skills};
 use super::{Flavor, Prepared, TinyElfEngine, mcp, pipeline};
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{
-    ContentBlock, EngineSessionContext, EngineType, EventPayload, FinishReason, McpSessionConfig,
-    Message, Role, RunId, RunOutcome, SessionId, ToolCallStatus, ToolRun,
+    ContentBlock, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
+    McpSessionConfig, Message, Role, RunId, RunOutcome, SessionId, ToolCallStatus, ToolRun,
 };
 use elfgate_tools::ToolRegistry;
 use serde_json::{Value, json};
@@ -227,7 +227,7 @@ impl TinyElfEngine {
         let session_id = ctx.session_id();
         let parent = match inner.store.latest_message(session_id).await {
             Ok(m) => m.map(|m| m.id),
-            Err(e) => return crate::streaming::fail(&ctx, "storage", e.report()).await,
+            Err(e) => return crate::streaming::fail(&ctx, ErrorCode::Storage, e.report()).await,
         };
         let use_msg = Message::new(
             session_id,
@@ -249,7 +249,7 @@ impl TinyElfEngine {
         );
         for m in [&use_msg, &tool_msg] {
             if let Err(e) = ctx.recorder.add_message(m).await {
-                return crate::streaming::fail(&ctx, "storage", e.0).await;
+                return crate::streaming::fail(&ctx, ErrorCode::Storage, e.0).await;
             }
         }
         ctx.events

@@ -162,9 +162,9 @@ impl EventWriter {
                     json!({"type": "input_json_delta", "partial_json": input.to_string()}),
                 );
             }
-            Out::Error { code, message } => {
+            Out::Error(e) => {
                 self.close(&mut s);
-                let e = GatewayError::upstream(code, message.clone()).anthropic_body();
+                let e = GatewayError::upstream(e).anthropic_body();
                 s.push_str(&frame("error", e));
             }
             Out::End {

@@ -3,6 +3,7 @@
 use crate::error::ApiError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use elfgate_core::{ErrorCode, ErrorInfo};
 use serde_json::json;
 
 /// What kind of failure, in terms both wire formats have.
@@ -62,31 +63,31 @@ impl GatewayError {
         }
     }
 
-    /// An upstream failure the run reported (`error` event code and message). A provider's
-    /// refusal for load (429, 503, 529) is passed on as such, so that the caller's SDK backs off;
-    /// any other status of the provider's is the gateway's failure (502), not the caller's: a
-    /// 401 there means the daemon's key for the provider, not the caller's token.
-    pub fn upstream(code: &str, message: String) -> Self {
-        // The daemon has no key for the route's provider: nothing the caller can change in the
-        // request, and nothing was sent upstream. 503 (the route is unavailable until an operator
-        // sets the key), but of kind Api, not Overloaded: backing off does not help.
-        if code == "missing_api_key" {
-            return GatewayError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                kind: Kind::Api,
-                message,
-                param: None,
-                code: Some("missing_api_key"),
-            };
-        }
-        let status = match code {
-            "first_token_timeout" | "idle_timeout" => StatusCode::GATEWAY_TIMEOUT,
-            "unknown_provider" | "no_model" => StatusCode::NOT_FOUND,
-            "upstream_status" => match upstream_status(&message) {
-                Some(429) => StatusCode::TOO_MANY_REQUESTS,
-                Some(503 | 529) => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::BAD_GATEWAY,
-            },
+    /// An upstream failure the run reported (its `error` event). A provider's refusal for load
+    /// (429, 503, 529) is passed on as such, so that the caller's SDK backs off; any other status
+    /// of the provider's is the gateway's failure (502), not the caller's: a 401 there means the
+    /// daemon's key for the provider, not the caller's token.
+    pub fn upstream(e: &ErrorInfo) -> Self {
+        let message = e.message.clone();
+        let status = match (e.code, e.upstream_status) {
+            // The daemon has no key for the route's provider: nothing the caller can change in
+            // the request, and nothing was sent upstream. 503 (the route is unavailable until an
+            // operator sets the key), but of kind Api, not Overloaded: backing off does not help.
+            (ErrorCode::MissingApiKey, _) => {
+                return GatewayError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    kind: Kind::Api,
+                    message,
+                    param: None,
+                    code: Some(ErrorCode::MissingApiKey.as_str()),
+                };
+            }
+            (ErrorCode::FirstTokenTimeout | ErrorCode::IdleTimeout, _) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            (ErrorCode::UnknownProvider | ErrorCode::NoModel, _) => StatusCode::NOT_FOUND,
+            (ErrorCode::UpstreamStatus, Some(429)) => StatusCode::TOO_MANY_REQUESTS,
+            (ErrorCode::UpstreamStatus, Some(503 | 529)) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         };
         GatewayError::from_status(status, message)
@@ -168,37 +169,25 @@ impl From<ApiError> for GatewayError {
     }
 }
 
-/// The provider's status in an `upstream_status` error's message (`upstream returned HTTP 429:
-/// …`, elfgate-llm's `LlmError::Status`).
-fn upstream_status(message: &str) -> Option<u16> {
-    let rest = message.strip_prefix("upstream returned HTTP ")?;
-    rest.get(..3)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_providers_load_refusals_pass_on_and_its_other_statuses_are_502() {
-        let status =
-            |code: &str, message: &str| GatewayError::upstream(code, message.into()).status;
-        let http = |n: u16| format!("upstream returned HTTP {n}: no");
-        assert_eq!(status("upstream_status", &http(429)), 429);
-        assert_eq!(status("upstream_status", &http(503)), 503);
-        assert_eq!(status("upstream_status", &http(529)), 503);
-        assert_eq!(status("upstream_status", &http(401)), 502);
-        assert_eq!(status("upstream_status", &http(500)), 502);
-        // A 429 somewhere in another failure's text is not a rate limit.
-        assert_eq!(status("transport", "connect to 10.0.0.1:429 refused"), 502);
-        assert_eq!(
-            status(
-                "upstream_status",
-                "upstream returned HTTP 500: request 429 failed"
-            ),
-            502
-        );
-        assert_eq!(status("idle_timeout", "no data"), 504);
-        assert_eq!(status("unknown_provider", "no such provider"), 404);
+        let status = |code: ErrorCode, upstream: Option<u16>| {
+            GatewayError::upstream(&ErrorInfo::new(code, "no").with_upstream_status(upstream))
+                .status
+        };
+        assert_eq!(status(ErrorCode::UpstreamStatus, Some(429)), 429);
+        assert_eq!(status(ErrorCode::UpstreamStatus, Some(503)), 503);
+        assert_eq!(status(ErrorCode::UpstreamStatus, Some(529)), 503);
+        assert_eq!(status(ErrorCode::UpstreamStatus, Some(401)), 502);
+        assert_eq!(status(ErrorCode::UpstreamStatus, Some(500)), 502);
+        // Only the provider's own status counts, never a number in another failure's text.
+        assert_eq!(status(ErrorCode::Transport, None), 502);
+        assert_eq!(status(ErrorCode::IdleTimeout, None), 504);
+        assert_eq!(status(ErrorCode::UnknownProvider, None), 404);
+        assert_eq!(status(ErrorCode::MissingApiKey, None), 503);
     }
 }

@@ -156,8 +156,8 @@ impl ChunkWriter {
                 self.calls += 1;
                 s.push_str(&self.chunk(json!({"tool_calls": [call]}), None));
             }
-            Out::Error { code, message } => {
-                let e = GatewayError::upstream(code, message.clone()).openai_body();
+            Out::Error(e) => {
+                let e = GatewayError::upstream(e).openai_body();
                 s.push_str(&format!("data: {e}\n\n"));
             }
             Out::End {

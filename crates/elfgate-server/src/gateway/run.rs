@@ -8,8 +8,8 @@ use super::{Inbound, Stop};
 use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
 use elfgate_core::{
-    DeltaKind, EngineType, EventRecord, HeadStart, OnBusy, PermissionMode, RunId, SessionBus,
-    SessionId,
+    DeltaKind, EngineType, ErrorCode, ErrorInfo, EventRecord, HeadStart, OnBusy, PermissionMode,
+    RunId, SessionBus, SessionId,
 };
 use elfgate_engines::{GatewayTurn, LENGTH_NOTE, STOP_SEQUENCE_NOTE};
 use elfgate_store::StoredEvent;
@@ -39,13 +39,8 @@ pub enum Out {
         /// Its arguments.
         input: Value,
     },
-    /// The run failed; nothing follows but the end.
-    Error {
-        /// The `error` event's code.
-        code: String,
-        /// Its message.
-        message: String,
-    },
+    /// The run failed (its `error` event); nothing follows but the end.
+    Error(ErrorInfo),
     /// The run ended.
     End {
         /// Why.
@@ -397,13 +392,14 @@ impl Translate {
                     self.stop_sequence = Some(seq.to_string());
                 }
             }
-            "error" => out.push_back(Out::Error {
-                code: env["error"]["code"].as_str().unwrap_or("error").to_string(),
-                message: env["error"]["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            }),
+            "error" => out.push_back(Out::Error(
+                serde_json::from_value::<ErrorInfo>(env["error"].clone()).unwrap_or_else(|e| {
+                    ErrorInfo::new(
+                        ErrorCode::Internal,
+                        format!("an unreadable error event: {e}"),
+                    )
+                }),
+            )),
             "result" => {
                 self.input_tokens = env["stats"]["inputTokens"].as_u64().unwrap_or(0);
                 self.output_tokens = env["stats"]["outputTokens"].as_u64().unwrap_or(0);
@@ -473,10 +469,10 @@ impl Follower {
                 }
             }
             None => {
-                f.pending.push_back(Out::Error {
-                    code: "internal".into(),
-                    message: "the session's events are not available".into(),
-                });
+                f.pending.push_back(Out::Error(ErrorInfo::new(
+                    ErrorCode::Internal,
+                    "the session's events are not available",
+                )));
                 f.done = true;
             }
         }
@@ -505,10 +501,10 @@ impl Follower {
                 Ok(_) => {}
                 Err(RecvError::Lagged(_)) => self.catch_up = true,
                 Err(RecvError::Closed) => {
-                    self.pending.push_back(Out::Error {
-                        code: "internal".into(),
-                        message: "the session's event stream closed before the run ended".into(),
-                    });
+                    self.pending.push_back(Out::Error(ErrorInfo::new(
+                        ErrorCode::Internal,
+                        "the session's event stream closed before the run ended",
+                    )));
                     self.done = true;
                 }
             }
@@ -555,7 +551,7 @@ pub async fn collect(handle: &mut RunHandle) -> Result<(Vec<Out>, Out), GatewayE
     let mut items = Vec::new();
     while let Some(item) = handle.next().await {
         match item {
-            Out::Error { code, message } => return Err(GatewayError::upstream(&code, message)),
+            Out::Error(e) => return Err(GatewayError::upstream(&e)),
             end @ Out::End { .. } => return Ok((items, end)),
             other => items.push(other),
         }

@@ -142,7 +142,7 @@ fn sse(
 /// The first item, or the error that fails the request before anything was sent.
 async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
     match handle.next().await {
-        Some(Out::Error { code, message }) => Err(GatewayError::upstream(&code, message)),
+        Some(Out::Error(e)) => Err(GatewayError::upstream(&e)),
         Some(item) => Ok(item),
         None => Err(GatewayError::from_status(
             StatusCode::INTERNAL_SERVER_ERROR,

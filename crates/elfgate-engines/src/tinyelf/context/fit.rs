@@ -10,7 +10,7 @@ use super::compaction::{
 use super::skill_tools::LOAD_SKILL;
 use crate::streaming::{TurnOptions, TurnOutput, stream_turn_with};
 use crate::tinyelf::agent::{Agent, Runner};
-use elfgate_core::{ContentBlock, ErrorInfo, EventPayload, Role, SessionId};
+use elfgate_core::{ContentBlock, ErrorCode, ErrorInfo, EventPayload, Role, SessionId};
 use elfgate_llm::{LlmMessage, LlmRequest};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -132,7 +132,7 @@ context window; compacting one more step and trying once more"
         if turn.context_overflow {
             let why = turn.error.as_ref().map_or("", |e| e.message.as_str());
             let error = ErrorInfo::new(
-                "context_overflow",
+                ErrorCode::ContextOverflow,
                 format!(
                     "the conversation does not fit the model's context window, even after \
 compaction: {why}"
@@ -338,7 +338,7 @@ model's context window; they are still stored.]",
             return Err(e);
         }
         if turn.interrupted || turn.text.trim().is_empty() {
-            return Err(ErrorInfo::new("summary", "no summary came back"));
+            return Err(ErrorInfo::new(ErrorCode::Summary, "no summary came back"));
         }
         let text = turn.text.trim().to_string();
         if let Ok(mut m) = self.inner.summaries.lock() {
