@@ -442,6 +442,8 @@ impl EngineDispatcher {
                     output_tokens: outcome.output_tokens,
                     output_tokens_estimated: outcome.output_tokens_estimated,
                     input_tokens_estimated: outcome.input_tokens_estimated,
+                    model_finish_reason: outcome.model_finish,
+                    stop_sequence: outcome.stop_sequence.clone(),
                     cache_read_tokens: outcome.cache_read_tokens,
                     cache_write_tokens: outcome.cache_write_tokens,
                     iterations: outcome.iterations,

@@ -3,7 +3,7 @@
 use crate::bus::EventEmitter;
 use crate::engine_config::EngineConfig;
 use crate::engine_type::EngineType;
-use crate::event::ErrorInfo;
+use crate::event::{ErrorInfo, ModelFinish};
 use crate::ids::{MessageId, RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::{FinishReason, Message, Session};
@@ -181,6 +181,10 @@ pub struct RunOutcome {
     pub output_tokens_estimated: bool,
     /// Whether `input_tokens` includes an estimate (see `RunStats::input_tokens_estimated`).
     pub input_tokens_estimated: bool,
+    /// Why the model stopped its last answer (see `RunStats::model_finish_reason`).
+    pub model_finish: Option<ModelFinish>,
+    /// The stop sequence the last answer ended at, when the provider says which.
+    pub stop_sequence: Option<String>,
     /// Input tokens read from the provider's prompt cache, over all LLM calls.
     pub cache_read_tokens: u64,
     /// Input tokens written to the provider's prompt cache, over all LLM calls.
@@ -204,6 +208,8 @@ impl RunOutcome {
             output_tokens: 0,
             output_tokens_estimated: false,
             input_tokens_estimated: false,
+            model_finish: None,
+            stop_sequence: None,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
             iterations: 0,

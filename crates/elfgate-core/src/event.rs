@@ -87,6 +87,33 @@ pub struct RunStats {
     pub duration_ms: u64,
     /// Why it ended.
     pub finish_reason: FinishReason,
+    /// Why the model itself stopped its last answer (`max_tokens`: cut at the output limit),
+    /// beside the run's own finish reason. Absent when no answer came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_finish_reason: Option<ModelFinish>,
+    /// The stop sequence the last answer ended at, when the provider says which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
+}
+
+/// Why a model stopped an answer, in the daemon's words (each door maps it to its API's own:
+/// `max_tokens` is OpenAI's `length`, Anthropic's `max_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFinish {
+    /// A natural end.
+    Stop,
+    /// Cut at the output token limit.
+    MaxTokens,
+    /// The model asked for tool calls.
+    ToolCalls,
+    /// It wrote one of the request's stop sequences.
+    StopSequence,
+    /// The provider filtered or refused the output.
+    ContentFilter,
+    /// Another reason of the provider's.
+    #[serde(other)]
+    Other,
 }
 
 /// A machine code and a human message.

@@ -35,7 +35,8 @@ pub use engine_config::{EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{
-    Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, RetryInfo, RunStats, ToolCallStatus,
+    Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, ModelFinish, RetryInfo, RunStats,
+    ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};

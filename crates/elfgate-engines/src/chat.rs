@@ -68,12 +68,14 @@ pub struct GatewayTurn {
     pub fallbacks: Vec<(String, String)>,
 }
 
-/// The note a run emits (a `processing` event) when the answer was cut at the output token limit.
-pub const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
+/// The note a run emits (a `processing` event) when the answer was cut at the output token limit,
+/// for a person reading the stream; programs read `result.stats.modelFinishReason`.
+const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
 
 /// The start of the note a run emits (a `processing` event) when the model wrote one of the
 /// request's stop sequences and the provider said which; the sequence follows, as it was given.
-pub const STOP_SEQUENCE_NOTE: &str = "the answer ended at the stop sequence ";
+/// Programs read `result.stats.stopSequence`.
+const STOP_SEQUENCE_NOTE: &str = "the answer ended at the stop sequence ";
 
 /// Where a run's request goes.
 #[derive(Clone)]
@@ -306,12 +308,18 @@ impl ChatEngine {
         if let Some(message) = note {
             ctx.events.emit(EventPayload::Processing { message }).await;
         }
+        let (model_finish, stop_sequence) = match turn.finish.as_ref().map(|f| f.model_finish()) {
+            Some((f, s)) => (Some(f), s),
+            None => (None, None),
+        };
         RunOutcome {
             finish_reason,
             input_tokens: turn.input_tokens,
             output_tokens: turn.output_tokens,
             output_tokens_estimated: turn.output_tokens_estimated,
             input_tokens_estimated: turn.input_tokens_estimated,
+            model_finish,
+            stop_sequence,
             cache_read_tokens: turn.cache_read_tokens,
             cache_write_tokens: turn.cache_write_tokens,
             iterations: 1,

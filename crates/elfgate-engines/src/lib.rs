@@ -11,7 +11,7 @@ mod streaming;
 mod think;
 pub mod tinyelf;
 
-pub use chat::{ChatEngine, ChatMode, ChatSettings, GatewayTurn, LENGTH_NOTE, STOP_SEQUENCE_NOTE};
+pub use chat::{ChatEngine, ChatMode, ChatSettings, GatewayTurn};
 pub use cli::{CliConfig, CliEngine};
 pub use providers::{ContextLimits, ModelLimits, ProviderRegistry, ResolveError};
 pub use tinyelf::{TinyElfConfig, TinyElfEngine, TinyElfError};

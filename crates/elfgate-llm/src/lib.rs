@@ -174,6 +174,21 @@ pub enum LlmFinishReason {
     Other(String),
 }
 
+impl LlmFinishReason {
+    /// The reason in the daemon's words, with the stop sequence when the provider named it.
+    pub fn model_finish(&self) -> (elfgate_core::ModelFinish, Option<String>) {
+        use elfgate_core::ModelFinish;
+        match self {
+            LlmFinishReason::Stop => (ModelFinish::Stop, None),
+            LlmFinishReason::StopSequence(s) => (ModelFinish::StopSequence, Some(s.clone())),
+            LlmFinishReason::Length => (ModelFinish::MaxTokens, None),
+            LlmFinishReason::ToolCalls => (ModelFinish::ToolCalls, None),
+            LlmFinishReason::ContentFilter => (ModelFinish::ContentFilter, None),
+            LlmFinishReason::Other(_) => (ModelFinish::Other, None),
+        }
+    }
+}
+
 /// A stream of normalized events. It ends (`None`) after the provider's end
 /// marker; a body that ends early yields an [`LlmError::Transport`] error.
 /// Dropping it closes the upstream response.

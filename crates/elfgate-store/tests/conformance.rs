@@ -328,6 +328,8 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
                 iterations: 1,
                 duration_ms: 1,
                 finish_reason: FinishReason::Stop,
+                model_finish_reason: None,
+                stop_sequence: None,
             },
         })
         .await;

@@ -201,6 +201,9 @@ impl<'a> Relay<'a> {
             // A CLI reports its own figures, or none: nothing is estimated here.
             output_tokens_estimated: false,
             input_tokens_estimated: false,
+            // A CLI's own loop decides; its last model call's reason is not reported.
+            model_finish: None,
+            stop_sequence: None,
             cache_read_tokens: self.tokens.cache_read,
             cache_write_tokens: self.tokens.cache_write,
             iterations: self.turns.max(1),

@@ -59,6 +59,8 @@ pub(crate) struct Runner {
     output_estimated: std::sync::atomic::AtomicBool,
     /// Set once a call's input tokens were estimated from its request's size.
     input_estimated: std::sync::atomic::AtomicBool,
+    /// Why the top-level agent's last model call ended.
+    last_finish: std::sync::Mutex<Option<LlmFinishReason>>,
     cache_read_tokens: AtomicU64,
     cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
@@ -130,6 +132,7 @@ impl Runner {
             output_tokens: AtomicU64::new(0),
             output_estimated: std::sync::atomic::AtomicBool::new(false),
             input_estimated: std::sync::atomic::AtomicBool::new(false),
+            last_finish: std::sync::Mutex::new(None),
             cache_read_tokens: AtomicU64::new(0),
             cache_write_tokens: AtomicU64::new(0),
             bg_tx,
@@ -157,6 +160,19 @@ impl Runner {
             self.input_estimated.load(Ordering::SeqCst),
             self.output_estimated.load(Ordering::SeqCst),
         )
+    }
+
+    /// Why the top-level agent's last model call ended, in the daemon's words, with its stop
+    /// sequence.
+    pub(crate) fn last_finish(&self) -> (Option<elfgate_core::ModelFinish>, Option<String>) {
+        let last = self
+            .last_finish
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match last.as_ref().map(LlmFinishReason::model_finish) {
+            Some((f, s)) => (Some(f), s),
+            None => (None, None),
+        }
     }
 
     /// The run's prompt-cache totals (read, written), sub-agents included.
@@ -307,6 +323,14 @@ impl Runner {
             .await;
             used += turn.retries;
             self.add_tokens(&turn);
+            if agent.is_top()
+                && let Some(f) = &turn.finish
+            {
+                *self
+                    .last_finish
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f.clone());
+            }
             if turn.interrupted {
                 return turn;
             }

@@ -432,12 +432,15 @@ impl TinyElfEngine {
         let (input_tokens, output_tokens) = runner.tokens();
         let (cache_read_tokens, cache_write_tokens) = runner.cache_tokens();
         let (input_tokens_estimated, output_tokens_estimated) = runner.tokens_estimated();
+        let (model_finish, stop_sequence) = runner.last_finish();
         RunOutcome {
             finish_reason: end.finish,
             input_tokens,
             output_tokens,
             output_tokens_estimated,
             input_tokens_estimated,
+            model_finish,
+            stop_sequence,
             cache_read_tokens,
             cache_write_tokens,
             iterations: end.iterations,

@@ -8,10 +8,10 @@ use super::{Inbound, Stop};
 use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
 use elfgate_core::{
-    DeltaKind, EngineType, ErrorCode, ErrorInfo, EventRecord, HeadStart, OnBusy, PermissionMode,
-    RunId, SessionBus, SessionId,
+    DeltaKind, EngineType, ErrorCode, ErrorInfo, EventRecord, HeadStart, ModelFinish, OnBusy,
+    PermissionMode, RunId, RunStats, SessionBus, SessionId,
 };
-use elfgate_engines::{GatewayTurn, LENGTH_NOTE, STOP_SEQUENCE_NOTE};
+use elfgate_engines::GatewayTurn;
 use elfgate_store::StoredEvent;
 use serde::Deserialize;
 use serde_json::Value;
@@ -384,14 +384,6 @@ impl Translate {
                     }
                 }
             }
-            "processing" => {
-                let note = env["message"].as_str().unwrap_or_default();
-                if note == LENGTH_NOTE && self.stop == Stop::End {
-                    self.stop = Stop::Length;
-                } else if let Some(seq) = note.strip_prefix(STOP_SEQUENCE_NOTE) {
-                    self.stop_sequence = Some(seq.to_string());
-                }
-            }
             "error" => out.push_back(Out::Error(
                 serde_json::from_value::<ErrorInfo>(env["error"].clone()).unwrap_or_else(|e| {
                     ErrorInfo::new(
@@ -401,8 +393,17 @@ impl Translate {
                 }),
             )),
             "result" => {
-                self.input_tokens = env["stats"]["inputTokens"].as_u64().unwrap_or(0);
-                self.output_tokens = env["stats"]["outputTokens"].as_u64().unwrap_or(0);
+                let stats = serde_json::from_value::<RunStats>(env["stats"].clone());
+                if let Ok(stats) = stats {
+                    self.input_tokens = stats.input_tokens;
+                    self.output_tokens = stats.output_tokens;
+                    if stats.model_finish_reason == Some(ModelFinish::MaxTokens)
+                        && self.stop == Stop::End
+                    {
+                        self.stop = Stop::Length;
+                    }
+                    self.stop_sequence = stats.stop_sequence;
+                }
             }
             "complete" => {
                 out.push_back(Out::End {

@@ -924,3 +924,55 @@ async fn a_gateway_agent_run_takes_its_permission_mode_from_a_header_and_waits_f
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn an_answer_cut_at_the_output_limit_says_so_in_the_result_and_in_each_doors_own_words() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let cut = |name: &str| {
+        mock.set_script(
+            name,
+            serde_json::from_value(json!({"responses": [
+                {"text": "cut sho", "finishReason": "length"}
+            ]}))
+            .unwrap(),
+        );
+    };
+    // The native API: the run's own finish reason stays the loop's, the model's is beside it.
+    for (engine, name) in [("chat", "cut-chat"), ("tinyelf", "cut-agent")] {
+        cut(name);
+        let (sid, run) = d
+            .create(
+                json!({"engine": engine, "prompt": "go", "model": format!("mock:script={name}")}),
+            )
+            .await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        let stats = &evs.iter().find(|e| e.event == "result").unwrap().data["stats"];
+        assert_eq!(stats["finishReason"], "stop", "{engine}: {stats}");
+        assert_eq!(
+            stats["modelFinishReason"], "max_tokens",
+            "{engine}: {stats}"
+        );
+    }
+    // The doors map that field to their APIs' values.
+    cut("cut-openai");
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock:script=cut-openai",
+               "messages": [{"role": "user", "content": "go"}]}),
+    )
+    .await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    cut("cut-anthropic");
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "elfgate:chat:mock/mock:script=cut-anthropic", "max_tokens": 10,
+               "messages": [{"role": "user", "content": "go"}]}),
+    )
+    .await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["stop_reason"], "max_tokens", "{body}");
+}

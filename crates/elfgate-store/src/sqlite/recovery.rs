@@ -60,6 +60,8 @@ async fn append_run_end_tx(
             iterations: run.iterations,
             duration_ms,
             finish_reason,
+            model_finish_reason: None,
+            stop_sequence: None,
         };
         append_event_tx(
             tx,
