@@ -14,4 +14,6 @@ export REQUIRE_CLI_TESTS=require
 export REQUIRE_SDK_TESTS=require
 # Likewise the schema fuzz test when the fuzzer's venv is missing.
 export REQUIRE_FUZZ_TESTS=require
+# No two files of a crate use each other (see the script).
+scripts/module-cycles.py
 cargo test --workspace --locked "$@"

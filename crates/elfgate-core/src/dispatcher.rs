@@ -6,13 +6,14 @@
 
 use crate::active::{ActiveSessions, Admission, Interrupted, OnBusy};
 use crate::bus::EventHub;
-use crate::engine::{Engine, EngineInfo, EngineSessionContext, RunOutcome};
+use crate::engine::{Engine, EngineInfo, EngineSessionContext};
 use crate::engine_type::EngineType;
 use crate::error_code::ErrorCode;
 use crate::event::{ErrorInfo, EventPayload, RunStats};
 use crate::ids::{RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::{FinishReason, Message};
+use crate::outcome::RunOutcome;
 use crate::recorder::RunRecorder;
 pub use crate::recorder::{LedgerError, RunLedger};
 use std::collections::HashMap;

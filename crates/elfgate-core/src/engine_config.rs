@@ -2,7 +2,6 @@
 //! prompt). Parsed once, at the request, so that a wrong type or an unknown key is refused there
 //! with the field named instead of being ignored by the engine later.
 
-use crate::engine::ChannelPermissions;
 use crate::mcp_config::McpSessionConfig;
 use crate::modes::{Network, ThinkingLevel};
 use serde::{Deserialize, Serialize};
@@ -103,6 +102,17 @@ pub mod bounds {
     pub const DRAIN_ROUNDS: (u32, u32) = (0, 1_000);
     /// maxHistory.
     pub const MAX_HISTORY: (u32, u32) = (1, 100_000);
+}
+
+/// What a chat channel lets its user do (from the seed's channelUserPermissions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChannelPermissions {
+    /// false blocks every tool call.
+    pub can_use_tool: bool,
+    /// true asks the client before every tool call.
+    #[serde(default)]
+    pub require_confirmation: bool,
 }
 
 /// Why an `engineConfig` object was refused: the key path and serde's reason.

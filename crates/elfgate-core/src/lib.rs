@@ -15,6 +15,7 @@ pub mod mcp_config;
 pub mod metrics;
 pub mod model;
 pub mod modes;
+pub mod outcome;
 pub mod recorder;
 pub mod timefmt;
 
@@ -28,10 +29,10 @@ pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
 };
 pub use engine::{
-    Attachment, BackendInfo, ChannelPermissions, Engine, EngineInfo, EngineSessionContext,
-    HeadStart, PermissionAnswers, RunOutcome, StartRequest, ToolRun,
+    Attachment, BackendInfo, Engine, EngineInfo, EngineSessionContext, HeadStart,
+    PermissionAnswers, StartRequest, ToolRun,
 };
-pub use engine_config::{EngineConfig, EngineConfigError};
+pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{
@@ -43,4 +44,5 @@ pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConf
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
 pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};
+pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;

@@ -5,9 +5,9 @@
 //! recorder. The recorder remembers what it has written, so that a write done ahead of the run (a
 //! session's first prompt and its `running` status, committed with the session) is not done twice.
 
-use crate::engine::RunOutcome;
 use crate::ids::{RunId, SessionId};
 use crate::model::Message;
+use crate::outcome::RunOutcome;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 

@@ -5,18 +5,9 @@
 //! format.
 
 use crate::behavior::Behavior;
-use crate::wire::{Format, count_words_in_content};
+use crate::wire::{CacheUse, Format, count_words_in_content};
 use serde_json::Value;
 use std::collections::HashSet;
-
-/// Prompt-cache counters of one reply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheUse {
-    /// Prompt tokens read from the cache.
-    pub read: u64,
-    /// Prompt tokens written to the cache.
-    pub write: u64,
-}
 
 /// The marked prefix of an Anthropic body: its identity (the JSON of the tools and the system
 /// blocks up to the last one with `cache_control`) and its size in words.

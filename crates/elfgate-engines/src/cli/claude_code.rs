@@ -6,8 +6,7 @@
 //! whole blocks (text already streamed is not repeated); `user` lines the tool results; `result`
 //! the usage, the number of turns and whether the run failed.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
-use super::settings::CliProvider;
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};

@@ -3,8 +3,7 @@
 //! reasoning and tool work, `turn.completed` the usage (the thread's totals so far) and
 //! `turn.failed` a failed turn. Top-level `error` lines are retries and warnings, not failures.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
-use super::settings::CliProvider;
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};

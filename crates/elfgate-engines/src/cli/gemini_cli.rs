@@ -3,8 +3,7 @@
 //! printed); `tool_use` / `tool_result` the tool calls; `error` warnings and errors; `result` the
 //! stats and whether the run failed. An interrupted gemini prints nothing more and exits 0.
 
-use super::backend::{Adapter, AdapterEvent, Invocation, TokenCounts, str_of, u64_of};
-use super::settings::CliProvider;
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

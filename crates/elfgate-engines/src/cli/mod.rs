@@ -2,6 +2,7 @@
 //! directory as a supervised subprocess, its own event stream mapped to Elfgate's events and
 //! stored messages. See docs/cli.md.
 
+mod adapter;
 mod availability;
 pub mod backend;
 mod claude_code;
@@ -14,14 +15,15 @@ pub mod settings;
 mod supervisor;
 mod transcript;
 
+pub use adapter::CliProvider;
 pub use backend::Backend;
-pub use settings::{BackendConfig, CliConfig, CliProvider};
+pub use settings::{BackendConfig, CliConfig};
 
 use crate::prompt::store_user_message;
 use crate::streaming::fail;
+use adapter::{AdapterEvent, Invocation};
 use async_trait::async_trait;
 use availability::Found;
-use backend::{AdapterEvent, Invocation};
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
     PermissionMode, RunOutcome, StartRequest,

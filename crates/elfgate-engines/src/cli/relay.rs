@@ -1,7 +1,8 @@
 //! One run's relay: from a CLI's adapter events to Elfgate's events and stored messages, and from
 //! how the CLI ended to the run's outcome.
 
-use super::backend::{AdapterEvent, Backend, TokenCounts};
+use super::adapter::{AdapterEvent, TokenCounts};
+use super::backend::Backend;
 use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;

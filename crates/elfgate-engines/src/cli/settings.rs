@@ -1,6 +1,7 @@
 //! `[engines.cli]`: the supervisor's limits and one table per backend, plus what only the running
 //! daemon knows (the providers the CLIs may be pointed at, the data directory).
 
+use super::adapter::CliProvider;
 use super::backend::Backend;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,19 +81,6 @@ impl Default for CliConfig {
             state_dir: std::env::temp_dir().join("elfgate-cli"),
         }
     }
-}
-
-/// A provider as a CLI sees it: where to send requests and which variable holds the key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CliProvider {
-    /// Its wire format: `openai`, `openai-responses`, `anthropic` or `gemini`.
-    pub kind: String,
-    /// Its base URL as configured.
-    pub base_url: String,
-    /// The daemon's variable holding its key, if any.
-    pub api_key_env: Option<String>,
-    /// Its model when a session names none.
-    pub default_model: Option<String>,
 }
 
 /// The durations of the supervisor.

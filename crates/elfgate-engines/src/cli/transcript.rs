@@ -3,7 +3,7 @@
 //! stored as soon as every call of the step has its result (a crash mid-run leaves valid history).
 //! What is left at the end is the run's closing message, which the dispatcher stores.
 
-use super::backend::TokenCounts;
+use super::adapter::TokenCounts;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, Message,
     MessageId, Role, ToolCallStatus,

@@ -8,6 +8,7 @@ pub mod context;
 mod history;
 mod mcp;
 mod pipeline;
+mod runner;
 pub mod settings;
 mod spawn;
 mod subagents;
@@ -20,7 +21,6 @@ pub use tool_run::{ToolRunAnswer, ToolRunError};
 use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
 use crate::streaming::fail;
-use agent::{Agent, Runner};
 use async_trait::async_trait;
 use elfgate_core::{
     Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, Role, RunOutcome,
@@ -32,6 +32,7 @@ use elfgate_tools::{
     BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, HookVerdict, Hooks,
     PermissionBroker, PermissionTier, ToolRegistry,
 };
+use runner::{Agent, Runner};
 use serde_json::json;
 use settings::RunSettings;
 use std::path::PathBuf;
@@ -285,7 +286,7 @@ impl TinyElfEngine {
             Err(outcome) => return outcome,
         };
         // Where hooks run: the project, or the daemon's working directory without one.
-        let workdir = agent::work_dir(project.as_deref());
+        let workdir = runner::work_dir(project.as_deref());
         let tools = match (&rs.enabled_tools, flavor) {
             (_, Flavor::Chat) => ToolRegistry::new(),
             (Some(names), Flavor::Agent) => inner.tools.only(names),

@@ -2,7 +2,7 @@
 //! skip -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
 //! execute with the tool timeout -> PostToolUse hooks (fire-and-forget).
 
-use super::agent::{Agent, Runner};
+use super::runner::{Agent, Runner};
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{ContentBlock, EventPayload, ToolCallStatus};
 use elfgate_tools::{

@@ -1,7 +1,8 @@
 //! The run's side of spawn: sub-agents built from the run's settings and run with the loop.
 
-use super::agent::{Agent, Runner, run_loop};
+use super::agent::run_loop;
 use super::context::blocks::SystemPrompt;
+use super::runner::{Agent, Runner};
 use super::spawn::{SPAWN, SpawnTool, SubAgentEnd, SubAgentSpec, SubAgents};
 use async_trait::async_trait;
 use elfgate_core::{ContentBlock, EventPayload, Role};

@@ -5,9 +5,9 @@
 //! is an ordinary run of the session (admitted, interruptible, with its events); the HTTP layer
 //! waits for its answer.
 
-use super::agent::{Agent, Runner};
 use super::context::blocks::SystemPrompt;
 use super::context::{skill_tools, skills};
+use super::runner::{Agent, Runner};
 use super::{Flavor, Prepared, TinyElfEngine, mcp, pipeline};
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{

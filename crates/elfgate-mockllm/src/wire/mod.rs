@@ -12,6 +12,15 @@ use serde_json::Value;
 /// Signature sent for every thinking block.
 pub const SIGNATURE: &str = "sig-mock";
 
+/// Prompt-cache counters of one reply (cache.rs works them out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheUse {
+    /// Prompt tokens read from the cache.
+    pub read: u64,
+    /// Prompt tokens written to the cache.
+    pub write: u64,
+}
+
 /// The provider wire format a request speaks; recorded with each request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Format {
@@ -160,7 +169,7 @@ pub struct Reply<'a> {
     /// Prompt/input token estimate (cached tokens included).
     pub prompt_tokens: u64,
     /// Prompt-cache counters.
-    pub cache: crate::cache::CacheUse,
+    pub cache: CacheUse,
     /// OpenAI Chat `stream_options.include_usage`.
     pub include_usage: bool,
     /// Responses API `include: ["reasoning.encrypted_content"]`.

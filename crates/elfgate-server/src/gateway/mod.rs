@@ -18,6 +18,13 @@ mod golden;
 
 use elfgate_llm::LlmRequest;
 
+/// Header naming the session a request continues; answers carry it too.
+pub const SESSION_HEADER: &str = "x-elfgate-session-id";
+/// Header setting a new session's project directory.
+pub const PROJECT_HEADER: &str = "x-elfgate-project-path";
+/// Header setting the permission mode of the call's run (an engine route's session).
+pub const PERMISSION_MODE_HEADER: &str = "x-elfgate-permission-mode";
+
 /// A front door's request in the internal form.
 #[derive(Debug, Clone)]
 pub struct Inbound {

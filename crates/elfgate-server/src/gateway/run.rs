@@ -189,7 +189,7 @@ pub async fn start(
     if let Some(e) = service::project_path_problem(state, cont.project_path.as_deref()) {
         return Err(GatewayError::from_status(
             axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{}: {e}", crate::routes::gateway::PROJECT_HEADER),
+            format!("{}: {e}", super::PROJECT_HEADER),
         ));
     }
     let hub = state.dispatcher.hub().clone();

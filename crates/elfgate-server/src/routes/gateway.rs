@@ -4,7 +4,10 @@
 use crate::error::ErrorBody;
 use crate::gateway::error::GatewayError;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
-use crate::gateway::{Inbound, anthropic_in, anthropic_out, body, openai_in, openai_out, route};
+use crate::gateway::{
+    Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, anthropic_in, anthropic_out,
+    body, openai_in, openai_out, route,
+};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -16,13 +19,6 @@ use axum::routing::{get, post};
 use elfgate_core::{EngineType, PermissionMode};
 use futures_util::StreamExt;
 use serde_json::json;
-
-/// Header naming the session a request continues; answers carry it too.
-pub const SESSION_HEADER: &str = "x-elfgate-session-id";
-/// Header setting a new session's project directory.
-pub const PROJECT_HEADER: &str = "x-elfgate-project-path";
-/// Header setting the permission mode of the call's run (an engine route's session).
-pub const PERMISSION_MODE_HEADER: &str = "x-elfgate-permission-mode";
 
 /// The gateway routes.
 pub fn routes() -> Router<AppState> {

@@ -9,7 +9,7 @@ use super::compaction::{
 };
 use super::skill_tools::LOAD_SKILL;
 use crate::streaming::{TurnOptions, TurnOutput, stream_turn_with};
-use crate::tinyelf::agent::{Agent, Runner};
+use crate::tinyelf::runner::{Agent, Runner};
 use elfgate_core::{ContentBlock, ErrorCode, ErrorInfo, EventPayload, Role, SessionId};
 use elfgate_llm::{LlmMessage, LlmRequest};
 use std::collections::HashMap;
