@@ -2,7 +2,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use elfgate_core::{ErrorCode, RunId};
+use elfgate_core::{DispatchError, ErrorCode, RunId};
 use elfgate_store::StoreError;
 use serde::Serialize;
 
@@ -85,7 +85,23 @@ pub enum ApiError {
     Storage(StoreError),
 }
 
+impl From<DispatchError> for ApiError {
+    fn from(e: DispatchError) -> Self {
+        match e {
+            DispatchError::Busy { active_run_id } => ApiError::Busy { active_run_id },
+            DispatchError::QueueFull { max_queued } => ApiError::TooManyQueued(max_queued),
+            e @ DispatchError::UnknownEngine(_) => ApiError::Unprocessable(e.to_string()),
+            e @ DispatchError::ShuttingDown => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
 impl ApiError {
+    /// The daemon takes no new work: it is shutting down (503). The one message for it.
+    pub(crate) fn shutting_down() -> Self {
+        DispatchError::ShuttingDown.into()
+    }
+
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,

@@ -163,6 +163,7 @@ pub fn document() -> Value {
             event_schema::complete(&mut doc);
             optional_bodies(&mut doc);
             sse_messages(&mut doc);
+            request_ids(&mut doc);
             doc
         }
         Err(e) => serde_json::json!({
@@ -173,6 +174,48 @@ pub fn document() -> Value {
         }),
     })
     .clone()
+}
+
+/// Every operation takes an optional `x-request-id` and every answer carries one (see
+/// request_id.rs): declared once here rather than on each of the handlers' annotations.
+fn request_ids(doc: &mut Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    let header = crate::request_id::REQUEST_ID.as_str();
+    for op in paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(Value::as_object_mut)
+    {
+        let params = op
+            .entry("parameters")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(params) = params.as_array_mut() {
+            params.push(serde_json::json!({
+                "name": header,
+                "in": "header",
+                "required": false,
+                "description": "The client's id for the request (1 to 128 visible ASCII \
+                    characters), echoed in the answer; without a usable one the daemon makes one",
+                "schema": {"type": "string"}
+            }));
+        }
+        let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for response in responses.values_mut().filter_map(Value::as_object_mut) {
+            let headers = response
+                .entry("headers")
+                .or_insert_with(|| Value::Object(Default::default()));
+            headers[header] = serde_json::json!({
+                "description": "The request's id: the client's own, else one the daemon made; \
+                    a failure logged while answering names it",
+                "schema": {"type": "string"}
+            });
+        }
+    }
 }
 
 /// Bodies that may be left out but are not nullable (a `null` body is 400): utoipa only makes a

@@ -5,10 +5,9 @@ use crate::extract::{StrictBody, UnknownFields};
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
-    Attachment, ChannelPermissions, DispatchError, EngineConfig, EngineSessionContext, EngineType,
-    EventEmitter, EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode,
-    Run, RunId, RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel,
-    UnknownName,
+    Attachment, ChannelPermissions, EngineConfig, EngineSessionContext, EngineType, EventEmitter,
+    EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode, Run, RunId,
+    RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -315,7 +314,7 @@ fn check_prompt(prompt: &str) -> Result<(), ApiError> {
 
 fn check_serving(state: &AppState) -> Result<(), ApiError> {
     if state.is_shutting_down() {
-        return Err(ApiError::Unavailable("the daemon is shutting down".into()));
+        return Err(ApiError::shutting_down());
     }
     Ok(())
 }
@@ -562,11 +561,9 @@ pub async fn create_session_with(
             events_url: format!("/v1/sessions/{}/events", session.id),
             duplicate: false,
         }),
-        // The stored run never started; the next start ends it (daemon_restart).
-        Err(DispatchError::ShuttingDown) => {
-            Err(ApiError::Unavailable("the daemon is shutting down".into()))
-        }
-        Err(e) => Err(ApiError::Internal(e.to_string())),
+        // The stored run never started; the next start ends it (daemon_restart). A new session
+        // has no run to be busy with or queue behind.
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -702,22 +699,11 @@ pub async fn send_message_with(
             status: status.as_str(),
             duplicate: false,
         }),
-        Err(DispatchError::Busy { active_run_id }) => {
-            // Lost a race with another prompt: the run never started.
+        Err(e) => {
+            // Not admitted (lost a race with another prompt, a full queue, shutting down): the
+            // run never started.
             state.store.delete_run(run.id).await?;
-            Err(ApiError::Busy { active_run_id })
-        }
-        Err(DispatchError::QueueFull { max_queued }) => {
-            state.store.delete_run(run.id).await?;
-            Err(ApiError::TooManyQueued(max_queued))
-        }
-        Err(e @ DispatchError::UnknownEngine(_)) => {
-            state.store.delete_run(run.id).await?;
-            Err(ApiError::Unprocessable(e.to_string()))
-        }
-        Err(DispatchError::ShuttingDown) => {
-            state.store.delete_run(run.id).await?;
-            Err(ApiError::Unavailable("the daemon is shutting down".into()))
+            Err(e.into())
         }
     }
 }
@@ -906,14 +892,9 @@ pub async fn start_tool_run(
         bus,
     );
     ctx.tool_run = Some(elfgate_core::ToolRun { name, arguments });
-    let refused = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
+    let refused: ApiError = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => return Ok((run.id, answer)),
-        Err(DispatchError::Busy { active_run_id }) => ApiError::Busy { active_run_id },
-        Err(DispatchError::QueueFull { max_queued }) => ApiError::TooManyQueued(max_queued),
-        Err(e @ DispatchError::UnknownEngine(_)) => ApiError::Unprocessable(e.to_string()),
-        Err(DispatchError::ShuttingDown) => {
-            ApiError::Unavailable("the daemon is shutting down".into())
-        }
+        Err(e) => e.into(),
     };
     // Not admitted: the run never started.
     state.tinyelf.forget_tool_run(run.id);

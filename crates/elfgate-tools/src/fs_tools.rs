@@ -204,17 +204,33 @@ async fn replace_contents(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::
     file.flush().await
 }
 
+/// Why an exact replacement cannot be made; the message tells the model what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplaceError {
+    /// Nothing to look for.
+    #[error("old_string must not be empty")]
+    EmptyOld,
+    /// The text does not occur.
+    #[error(
+        "old_string was not found in the file; read the file and copy the exact text (whitespace included)"
+    )]
+    NotFound,
+    /// The text occurs more than once.
+    #[error(
+        "old_string matches {0} places; include more surrounding text so that it matches exactly once"
+    )]
+    Ambiguous(usize),
+}
+
 /// The result of an exact replacement.
-pub fn replace_exact(text: &str, old: &str, new: &str) -> Result<String, String> {
+pub fn replace_exact(text: &str, old: &str, new: &str) -> Result<String, ReplaceError> {
     if old.is_empty() {
-        return Err("old_string must not be empty".to_string());
+        return Err(ReplaceError::EmptyOld);
     }
     match text.matches(old).count() {
-        0 => Err("old_string was not found in the file; read the file and copy the exact text (whitespace included)".to_string()),
+        0 => Err(ReplaceError::NotFound),
         1 => Ok(text.replacen(old, new, 1)),
-        n => Err(format!(
-            "old_string matches {n} places; include more surrounding text so that it matches exactly once"
-        )),
+        n => Err(ReplaceError::Ambiguous(n)),
     }
 }
 
@@ -591,10 +607,11 @@ mod tests {
     fn exact_replacement_needs_exactly_one_match() {
         assert_eq!(replace_exact("a b c", "b", "x").unwrap(), "a x c");
         let e = replace_exact("a b c", "z", "x").unwrap_err();
-        assert!(e.contains("not found"));
+        assert_eq!(e, ReplaceError::NotFound);
+        assert!(e.to_string().contains("not found"));
         let e = replace_exact("b b", "b", "x").unwrap_err();
-        assert!(e.contains("matches 2 places"));
-        assert!(replace_exact("abc", "", "x").is_err());
+        assert!(e.to_string().contains("matches 2 places"));
+        assert_eq!(replace_exact("abc", "", "x"), Err(ReplaceError::EmptyOld));
         // Replacement text containing the old text is fine.
         assert_eq!(replace_exact("ab", "a", "aa").unwrap(), "aab");
     }

@@ -3,6 +3,7 @@
 //! either waiting in arrival order, at most `max_queued` of them; past that, 429.
 
 use super::error::GatewayError;
+use crate::error::ApiError;
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -104,12 +105,12 @@ impl Limiter {
             ));
         }
         let running = match &self.running {
-            Some(s) => Some(s.clone().acquire_owned().await.map_err(|_| {
-                GatewayError::from_status(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the daemon is shutting down".into(),
-                )
-            })?),
+            Some(s) => Some(
+                s.clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| GatewayError::from(ApiError::shutting_down()))?,
+            ),
             None => None,
         };
         if let Some(bucket) = &self.bucket {

@@ -55,7 +55,7 @@ async fn healthz() -> Json<HealthStatus> {
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, ApiError> {
     if state.is_shutting_down() {
-        return Err(ApiError::Unavailable("the daemon is shutting down".into()));
+        return Err(ApiError::shutting_down());
     }
     state
         .store

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::{Message, Run, RunId, SessionId};
+use elfgate_tools::{Decision, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -449,12 +450,12 @@ async fn run(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PermissionBody {
     /// allow or deny.
-    #[schema(value_type = PermissionDecision, example = "allow")]
-    decision: String,
+    #[schema(example = "allow")]
+    decision: Decision,
     /// once (the default) or session.
     #[serde(default)]
-    #[schema(value_type = Option<PermissionScope>, example = "once")]
-    scope: Option<String>,
+    #[schema(example = "once")]
+    scope: Scope,
     /// A note for the model, e.g. why it was denied.
     #[serde(default)]
     message: Option<String>,
@@ -469,31 +470,9 @@ struct PermissionAnswered {
     /// The request answered.
     request_id: String,
     /// allow or deny.
-    #[schema(value_type = PermissionDecision)]
-    decision: &'static str,
+    decision: Decision,
     /// once or session.
-    #[schema(value_type = PermissionScope)]
-    scope: &'static str,
-}
-
-/// The answer to a permission request: allow or deny. (Schema only: the handler reads the field
-/// as a string so that a wrong value gets its own message naming the accepted ones.)
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
-enum PermissionDecision {
-    Allow,
-    Deny,
-}
-
-/// How long a permission answer holds: for this request only, or for the rest of the session.
-/// (Schema only, like [`PermissionDecision`].)
-#[derive(ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
-enum PermissionScope {
-    Once,
-    Session,
+    scope: Scope,
 }
 
 /// Answers a permission request sent on the event stream.
@@ -525,29 +504,16 @@ async fn permission(
     ApiPath((id, request_id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<PermissionBody>,
 ) -> Result<Json<PermissionAnswered>, ApiError> {
-    use elfgate_tools::{Decision, PermissionAnswer, ResolveError, Scope};
+    use elfgate_tools::{PermissionAnswer, ResolveError};
     let id = parse_session_id(&id)?;
     if state.store.get_session(id).await?.is_none() {
         return Err(ApiError::NotFound(format!("unknown session '{id}'")));
     }
-    let decision = match body.decision.as_str() {
-        "allow" => Decision::Allow,
-        "deny" => Decision::Deny,
-        other => {
-            return Err(ApiError::BadRequest(format!(
-                "decision '{other}' is not one of allow, deny"
-            )));
-        }
-    };
-    let scope = match body.scope.as_deref() {
-        None | Some("once") => Scope::Once,
-        Some("session") => Scope::Session,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "scope '{other}' is not one of once, session"
-            )));
-        }
-    };
+    let PermissionBody {
+        decision,
+        scope,
+        message,
+    } = body;
     state
         .permissions
         .resolve(
@@ -556,7 +522,7 @@ async fn permission(
             PermissionAnswer {
                 decision,
                 scope,
-                message: body.message,
+                message,
             },
         )
         .map_err(|e| match e {
@@ -565,10 +531,7 @@ async fn permission(
         })?;
     Ok(Json(PermissionAnswered {
         request_id,
-        decision: decision.as_str(),
-        scope: match scope {
-            Scope::Once => "once",
-            Scope::Session => "session",
-        },
+        decision,
+        scope,
     }))
 }

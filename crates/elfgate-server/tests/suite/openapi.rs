@@ -490,6 +490,25 @@ async fn enums_and_the_optional_interrupt_body_are_declared_as_served() {
     wrong["permissionMode"] = json!("yolo");
     assert!(!session.is_valid(&wrong));
 
+    // Every operation declares the x-request-id it takes, and every answer the one it carries.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let params = op["parameters"].as_array().unwrap();
+            assert!(
+                params
+                    .iter()
+                    .any(|p| p["name"] == "x-request-id" && p["in"] == "header"),
+                "{method} {path} takes no x-request-id"
+            );
+            for (status, resp) in op["responses"].as_object().unwrap() {
+                assert!(
+                    resp["headers"]["x-request-id"].is_object(),
+                    "{method} {path} {status} carries no x-request-id"
+                );
+            }
+        }
+    }
+
     let body = &doc["paths"]["/v1/sessions/{id}/interrupt"]["post"]["requestBody"];
     assert_ne!(body["required"], true, "{body}");
     let schema = json!({"$ref": body["content"]["application/json"]["schema"]["$ref"],
