@@ -211,6 +211,12 @@ pub struct StartRequest<'a> {
     pub channel_permissions: Option<ChannelPermissions>,
 }
 
+/// Why an engine refuses a request before anything is stored ([`Engine::check_start`]): the
+/// engine's own error, whatever its type, told to the client as a 422.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StartRefused(pub Box<dyn std::error::Error + Send + Sync>);
+
 /// An engine: turns one prompt into events and stored messages.
 ///
 /// Engines report only through `ctx.events`, store only through `ctx.recorder` (they may read the
@@ -258,7 +264,7 @@ pub trait Engine: Send + Sync {
 
     /// Refuses, with a message for the client, a request this engine cannot serve (an unknown
     /// or unavailable backend, an argument not allowed). Default: everything is accepted.
-    fn check_start(&self, _req: &StartRequest<'_>) -> Result<(), String> {
+    fn check_start(&self, _req: &StartRequest<'_>) -> Result<(), StartRefused> {
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub use dispatcher::{
 };
 pub use engine::{
     Attachment, BackendInfo, Engine, EngineInfo, EngineSessionContext, HeadStart,
-    PermissionAnswers, StartRequest, ToolRun,
+    PermissionAnswers, StartRefused, StartRequest, ToolRun,
 };
 pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;

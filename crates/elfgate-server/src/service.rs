@@ -285,7 +285,7 @@ fn check_engine(
         provider_id,
         channel_permissions: checked.engine_config.channel_permissions,
     })
-    .map_err(ApiError::Unprocessable)
+    .map_err(|e| ApiError::Unprocessable(e.to_string()))
 }
 
 /// One projectPath check for every engine (see `ExecutionFirewall::check_project`): 422 naming

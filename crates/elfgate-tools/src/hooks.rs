@@ -160,7 +160,7 @@ async fn run_one(
     payload: &Value,
     cwd: &Path,
     child: &ChildSetup,
-) -> Result<HookVerdict, String> {
+) -> Result<HookVerdict, HookFailure> {
     let mut spec = child.spec("bash", &["-c", &c.command], cwd);
     spec.stdin = Some(payload.to_string().into_bytes());
     spec.stdout_cap = ANSWER_MAX_BYTES;
@@ -169,17 +169,20 @@ async fn run_one(
     // Not cancellable by itself: a caller that gives up drops the future, which stops the group.
     let out = run(&spec, &CancellationToken::new())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| HookFailure(e.to_string()))?;
     let status = match out.end {
         End::Exited(s) => s,
         End::TimedOut | End::Cancelled => {
-            return Err(format!("timed out after {:.1}s", c.timeout().as_secs_f64()));
+            return Err(HookFailure(format!(
+                "timed out after {:.1}s",
+                c.timeout().as_secs_f64()
+            )));
         }
     };
     if out.stdout.capped() {
-        return Err(format!(
+        return Err(HookFailure(format!(
             "its answer is longer than {ANSWER_MAX_BYTES} bytes and was not read"
-        ));
+        )));
     }
     let stdout = String::from_utf8_lossy(&out.stdout.bytes);
     let stderr = String::from_utf8_lossy(&out.stderr.bytes);
@@ -193,7 +196,7 @@ async fn run_one(
         .map_err(|e| match status.code() {
             Some(_) => e,
             // Killed by a signal: no code to show, the status says which signal.
-            None => format!("{e} ({status})"),
+            None => HookFailure(format!("{e} ({status})")),
         })
 }
 
@@ -220,23 +223,28 @@ pub fn read_answer(
     code: Option<i32>,
     stdout: &str,
     stderr: &str,
-) -> Result<HookVerdict, String> {
+) -> Result<HookVerdict, HookFailure> {
     match code {
         Some(0) => {}
         Some(2) => return Ok(HookVerdict::Deny(stderr.to_string())),
-        Some(n) => return Err(failure(&format!("exited with status {n}"), stderr)),
-        None => return Err(failure("was ended by a signal", stderr)),
+        Some(n) => {
+            return Err(HookFailure::failed(
+                &format!("exited with status {n}"),
+                stderr,
+            ));
+        }
+        None => return Err(HookFailure::failed("was ended by a signal", stderr)),
     }
     if stdout.is_empty() {
         return Ok(HookVerdict::Allow);
     }
     let answer: Value = serde_json::from_str(stdout)
-        .map_err(|_| format!("its answer is not JSON: '{}'", excerpt(stdout)))?;
+        .map_err(|_| HookFailure(format!("its answer is not JSON: '{}'", excerpt(stdout))))?;
     let Value::Object(answer) = answer else {
-        return Err(format!(
+        return Err(HookFailure(format!(
             "its answer is not a JSON object: '{}'",
             excerpt(stdout)
-        ));
+        )));
     };
     // Each decision field as (field, value, the answers that mean allow, that mean deny, reason).
     let mut votes: Vec<HookVerdict> = Vec::new();
@@ -246,17 +254,17 @@ pub fn read_answer(
                     allow: &[&str],
                     deny: &[&str],
                     reason: String|
-     -> Result<(), String> {
+     -> Result<(), HookFailure> {
         match value.as_str() {
             Some(v) if allow.contains(&v) => votes.push(HookVerdict::Allow),
             Some(v) if deny.contains(&v) => votes.push(HookVerdict::Deny(reason)),
             _ => {
                 let mut known: Vec<&str> = allow.to_vec();
                 known.extend_from_slice(deny);
-                return Err(format!(
+                return Err(HookFailure(format!(
                     "its answer's {field} is {value}, not one of {}",
                     known.join(", ")
-                ));
+                )));
             }
         }
         Ok(())
@@ -277,17 +285,17 @@ pub fn read_answer(
     }
     if let Some(specific) = answer.get("hookSpecificOutput") {
         let Value::Object(specific) = specific else {
-            return Err(format!(
+            return Err(HookFailure(format!(
                 "its answer's hookSpecificOutput is {specific}, not an object"
-            ));
+            )));
         };
         if let Some(name) = specific.get("hookEventName")
             && name.as_str() != Some(event.as_str())
         {
-            return Err(format!(
+            return Err(HookFailure(format!(
                 "its answer's hookSpecificOutput.hookEventName is {name}, not \"{}\"",
                 event.as_str()
-            ));
+            )));
         }
         if let Some(v) = specific.get("permissionDecision") {
             let mut reason = text_of(specific.get("permissionDecisionReason"));
@@ -315,27 +323,39 @@ pub fn read_answer(
         match v.as_bool() {
             Some(true) => {}
             Some(false) => votes.push(HookVerdict::Deny(text_of(answer.get("stopReason")))),
-            None => return Err(format!("its answer's continue is {v}, not true or false")),
+            None => {
+                return Err(HookFailure(format!(
+                    "its answer's continue is {v}, not true or false"
+                )));
+            }
         }
     }
     if let Some(deny) = votes.iter().find(|v| matches!(v, HookVerdict::Deny(_))) {
         return Ok(deny.clone());
     }
     if votes.is_empty() && event == HookEvent::PreToolUse {
-        return Err(format!(
+        return Err(HookFailure(format!(
             "its answer has no decision (decision, behavior or hookSpecificOutput.permissionDecision): '{}'",
             excerpt(stdout)
-        ));
+        )));
     }
     Ok(HookVerdict::Allow)
 }
 
-/// How a hook failed, with the end of what it said on stderr.
-fn failure(what: &str, stderr: &str) -> String {
-    if stderr.is_empty() {
-        what.to_string()
-    } else {
-        format!("{what}: {}", excerpt(stderr))
+/// Why a hook's answer cannot be read (it failed, timed out, or said something that is no
+/// answer); the caller denies, with this as the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HookFailure(String);
+
+impl HookFailure {
+    /// How a hook failed, with the end of what it said on stderr.
+    fn failed(what: &str, stderr: &str) -> Self {
+        if stderr.is_empty() {
+            HookFailure(what.to_string())
+        } else {
+            HookFailure(format!("{what}: {}", excerpt(stderr)))
+        }
     }
 }
 
@@ -466,10 +486,10 @@ mod tests {
             ),
             (r#"{"decision":"allow","behavior":"maybe"}"#, "behavior is"),
         ] {
-            let e = pre(0, bad).unwrap_err();
+            let e = pre(0, bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
-        let e = pre(1, r#"{"decision":"allow"}"#).unwrap_err();
+        let e = pre(1, r#"{"decision":"allow"}"#).unwrap_err().to_string();
         assert!(e.contains("status 1") && e.contains("why"), "{e}");
         assert!(read_answer(PreToolUse, None, "", "").is_err());
         // An event that cannot stop anything need not decide, but a deny is still a deny.

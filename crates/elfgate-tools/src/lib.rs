@@ -81,7 +81,7 @@ mod tests {
     use serde_json::Value;
 
     /// Checks a tool's schema against the argument struct it parses its input into.
-    type Check = fn(&Value) -> Result<(), String>;
+    type Check = fn(&Value) -> Result<(), crate::schema::SchemaMismatch>;
 
     #[test]
     fn every_builtin_tool_schema_says_what_its_arguments_need() {

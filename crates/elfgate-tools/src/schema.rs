@@ -46,10 +46,53 @@ fn plain(schema: &mut Schema) {
     }
 }
 
+/// How a tool's schema fails to describe its argument struct (see [`check_args_schema`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the schema does not fit the arguments: {0}")]
+pub struct SchemaMismatch(String);
+
+/// Why a tool's input does not fit its schema (see [`check_input`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InputError {
+    /// The input is not an object.
+    #[error("the arguments must be a JSON object")]
+    NotAnObject,
+    /// A required property is missing.
+    #[error("missing required argument '{0}'")]
+    Missing(String),
+    /// A property the schema does not have, which it forbids.
+    #[error("unknown argument '{0}'")]
+    Unknown(String),
+    /// A property of the wrong JSON type.
+    #[error("argument '{name}' must be of type {expected}, got {got}")]
+    WrongType {
+        /// The property.
+        name: String,
+        /// The types it may have, joined with "or".
+        expected: String,
+        /// What it was.
+        got: Value,
+    },
+    /// A number under the property's minimum.
+    #[error("argument '{name}' must be at least {minimum}, got {got}")]
+    BelowMinimum {
+        /// The property.
+        name: String,
+        /// Its minimum.
+        minimum: f64,
+        /// What it was.
+        got: Value,
+    },
+}
+
 /// Checks that `schema`, the input schema a tool shows the model, describes what deserializing
 /// `T` accepts: an object schema whose `required` list is exactly the properties `T` cannot do
 /// without. Every tool's tests run it on the tool's schema and argument struct.
-pub fn check_args_schema<T: DeserializeOwned>(schema: &Value) -> Result<(), String> {
+pub fn check_args_schema<T: DeserializeOwned>(schema: &Value) -> Result<(), SchemaMismatch> {
+    check_args_schema_text::<T>(schema).map_err(SchemaMismatch)
+}
+
+fn check_args_schema_text<T: DeserializeOwned>(schema: &Value) -> Result<(), String> {
     if schema["type"] != "object" {
         return Err(format!("not an object schema: {schema}"));
     }
@@ -112,9 +155,9 @@ fn sample(p: &Value) -> Option<Value> {
 /// answers 422 instead of a tool error): an object, every required property, no unknown property
 /// when `additionalProperties` is false, and the JSON type (and `minimum`) of each known property.
 /// Deeper constraints are left to the tool's own parsing.
-pub fn check_input(schema: &Value, input: &Value) -> Result<(), String> {
+pub fn check_input(schema: &Value, input: &Value) -> Result<(), InputError> {
     let Some(obj) = input.as_object() else {
-        return Err("the arguments must be a JSON object".into());
+        return Err(InputError::NotAnObject);
     };
     let props = schema.get("properties").and_then(Value::as_object);
     for name in schema
@@ -125,13 +168,13 @@ pub fn check_input(schema: &Value, input: &Value) -> Result<(), String> {
         .filter_map(Value::as_str)
     {
         if !obj.contains_key(name) {
-            return Err(format!("missing required argument '{name}'"));
+            return Err(InputError::Missing(name.to_string()));
         }
     }
     for (name, value) in obj {
         let Some(prop) = props.and_then(|p| p.get(name)) else {
             if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
-                return Err(format!("unknown argument '{name}'"));
+                return Err(InputError::Unknown(name.clone()));
             }
             continue;
         };
@@ -141,17 +184,20 @@ pub fn check_input(schema: &Value, input: &Value) -> Result<(), String> {
             _ => continue,
         };
         if !types.iter().any(|t| type_matches(t, value)) {
-            return Err(format!(
-                "argument '{name}' must be of type {}, got {value}",
-                types.join(" or ")
-            ));
+            return Err(InputError::WrongType {
+                name: name.clone(),
+                expected: types.join(" or "),
+                got: value.clone(),
+            });
         }
         if let (Some(min), Some(v)) = (prop.get("minimum").and_then(Value::as_f64), value.as_f64())
             && v < min
         {
-            return Err(format!(
-                "argument '{name}' must be at least {min}, got {value}"
-            ));
+            return Err(InputError::BelowMinimum {
+                name: name.clone(),
+                minimum: min,
+                got: value.clone(),
+            });
         }
     }
     Ok(())
@@ -209,10 +255,10 @@ mod tests {
         let mut s = schema_of::<Args>();
         s["required"] = json!(["path", "limit"]);
         let e = check_args_schema::<Args>(&s).unwrap_err();
-        assert!(e.contains("'limit' is required"), "{e}");
+        assert!(e.to_string().contains("'limit' is required"), "{e}");
         s["required"] = json!([]);
         let e = check_args_schema::<Args>(&s).unwrap_err();
-        assert!(e.contains("'path' is optional"), "{e}");
+        assert!(e.to_string().contains("'path' is optional"), "{e}");
     }
 
     #[test]
@@ -220,7 +266,7 @@ mod tests {
         let schema = crate::fs_tools::read_schema_for_tests();
         assert!(check_input(&schema, &json!({"path": "a"})).is_ok());
         assert!(check_input(&schema, &json!({"path": "a", "start_line": 2})).is_ok());
-        let e = |v: Value| check_input(&schema, &v).unwrap_err();
+        let e = |v: Value| check_input(&schema, &v).unwrap_err().to_string();
         assert!(e(json!([1])).contains("JSON object"));
         assert!(e(json!({})).contains("missing required argument 'path'"));
         assert!(e(json!({"path": 1})).contains("type string"));

@@ -17,7 +17,7 @@ mod transcript;
 
 pub use adapter::CliProvider;
 pub use backend::Backend;
-pub use settings::{BackendConfig, CliConfig};
+pub use settings::{BackendConfig, CliConfig, ProviderRefused};
 
 use crate::prompt::store_user_message;
 use crate::streaming::fail;
@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use availability::Found;
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
-    PermissionMode, RunOutcome, StartRequest,
+    PermissionMode, RunOutcome, StartRefused, StartRequest,
 };
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
@@ -149,18 +149,15 @@ impl CliEngine {
         Ok(())
     }
 
-    fn backend_of(name: Option<&str>) -> Result<Backend, String> {
-        let names = Backend::ALL.map(Backend::as_str).join(", ");
+    fn backend_of(name: Option<&str>) -> Result<Backend, CliStartError> {
         match name {
-            None => Err(format!("engine 'cli' needs cliBackend: one of {names}")),
-            Some(n) => {
-                Backend::parse(n).ok_or_else(|| format!("cliBackend '{n}' is not one of {names}"))
-            }
+            None => Err(CliStartError::NoBackend),
+            Some(n) => Backend::parse(n).ok_or_else(|| CliStartError::UnknownBackend(n.into())),
         }
     }
 
     /// Refuses an argument that is not in the backend's allow list.
-    fn check_args(&self, b: Backend, args: &[String]) -> Result<(), String> {
+    fn check_args(&self, b: Backend, args: &[String]) -> Result<(), CliStartError> {
         let allowed = &self.config.backend(b).allowed_args;
         for a in args {
             let ok = allowed.iter().any(|x| {
@@ -172,11 +169,11 @@ impl CliEngine {
                 } else {
                     format!("allowed: {}", allowed.join(" "))
                 };
-                return Err(format!(
-                    "cliArgs: '{a}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
-                    b.as_str(),
-                    b.as_str()
-                ));
+                return Err(CliStartError::ArgNotAllowed {
+                    arg: a.clone(),
+                    backend: b,
+                    list,
+                });
             }
         }
         Ok(())
@@ -185,7 +182,7 @@ impl CliEngine {
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         let b = match Self::backend_of(ctx.cli_backend.as_deref()) {
             Ok(b) => b,
-            Err(why) => return fail(&ctx, ErrorCode::CliBackend, why).await,
+            Err(why) => return fail(&ctx, ErrorCode::CliBackend, why.to_string()).await,
         };
         let Some(binary) = self
             .found
@@ -194,11 +191,11 @@ impl CliEngine {
             .map(Path::to_path_buf)
         else {
             let why = self.unavailable(b);
-            return fail(&ctx, ErrorCode::CliUnavailable, why).await;
+            return fail(&ctx, ErrorCode::CliUnavailable, why.to_string()).await;
         };
         let provider = match self.config.provider_for(b, ctx.provider_id.as_deref()) {
             Ok(p) => p,
-            Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why).await,
+            Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why.to_string()).await,
         };
         let model = ctx
             .model
@@ -367,13 +364,67 @@ impl CliEngine {
             .or_else(|| ctx.session.cli_session_id.clone()))
     }
 
-    fn unavailable(&self, b: Backend) -> String {
+    fn unavailable(&self, b: Backend) -> CliStartError {
         let why = match self.found.get(&b).map(|f| &f.version) {
             Some(Err(why)) => why.clone(),
             _ => "it was not probed".to_string(),
         };
-        format!("cli backend '{}' is not available: {why}", b.as_str())
+        CliStartError::Unavailable { backend: b, why }
     }
+}
+
+/// Why the cli engine refuses a request (a 422 for the client).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CliStartError {
+    /// No cliBackend.
+    #[error("engine 'cli' needs cliBackend: one of {}", backend_names())]
+    NoBackend,
+    /// A cliBackend of no known CLI.
+    #[error("cliBackend '{0}' is not one of {names}", names = backend_names())]
+    UnknownBackend(String),
+    /// The backend's program is missing or does not run.
+    #[error("cli backend '{}' is not available: {why}", backend.as_str())]
+    Unavailable {
+        /// The backend.
+        backend: Backend,
+        /// What the probe found.
+        why: String,
+    },
+    /// A cliArgs entry outside the allow list.
+    #[error(
+        "cliArgs: '{arg}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
+        backend.as_str(),
+        backend.as_str()
+    )]
+    ArgNotAllowed {
+        /// The argument.
+        arg: String,
+        /// The backend.
+        backend: Backend,
+        /// What is allowed.
+        list: String,
+    },
+    /// The provider cannot serve the backend.
+    #[error(transparent)]
+    Provider(ProviderRefused),
+    /// Channel permissions the CLI could not hold.
+    #[error(
+        "channelPermissions (canUseTool: {}, requireConfirmation: {}) cannot be enforced on {}'s \
+         own tools: the cli engine runs only without such a restriction",
+        permissions.can_use_tool,
+        permissions.require_confirmation,
+        backend.as_str()
+    )]
+    ChannelPermissions {
+        /// What was asked.
+        permissions: elfgate_core::ChannelPermissions,
+        /// The backend.
+        backend: Backend,
+    },
+}
+
+fn backend_names() -> String {
+    Backend::ALL.map(Backend::as_str).join(", ")
 }
 
 /// The directory the CLI runs in: the session's projectPath, which must exist.
@@ -428,25 +479,32 @@ impl Engine for CliEngine {
         )
     }
 
-    fn check_start(&self, req: &StartRequest<'_>) -> Result<(), String> {
+    fn check_start(&self, req: &StartRequest<'_>) -> Result<(), StartRefused> {
+        self.start_problem(req)
+            .map_err(|e| StartRefused(Box::new(e)))
+    }
+}
+
+impl CliEngine {
+    fn start_problem(&self, req: &StartRequest<'_>) -> Result<(), CliStartError> {
         let b = Self::backend_of(req.cli_backend)?;
         if self.found.get(&b).and_then(Found::usable).is_none() {
             return Err(self.unavailable(b));
         }
         self.check_args(b, req.cli_args.unwrap_or_default())?;
-        self.config.provider_for(b, req.provider_id)?;
+        self.config
+            .provider_for(b, req.provider_id)
+            .map_err(CliStartError::Provider)?;
         // The CLI runs its own tools, and runs some (its read-only ones) without asking: neither
         // "no tools" nor "ask before every tool" can be held to, so the run is refused rather
         // than started with a restriction that would not hold.
         if let Some(c) = req.channel_permissions
             && (!c.can_use_tool || c.require_confirmation)
         {
-            return Err(format!(
-                "channelPermissions (canUseTool: {}, requireConfirmation: {}) cannot be enforced                  on {}'s own tools: the cli engine runs only without such a restriction",
-                c.can_use_tool,
-                c.require_confirmation,
-                b.as_str()
-            ));
+            return Err(CliStartError::ChannelPermissions {
+                permissions: c,
+                backend: b,
+            });
         }
         Ok(())
     }

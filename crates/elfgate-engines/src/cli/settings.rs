@@ -83,6 +83,28 @@ impl Default for CliConfig {
     }
 }
 
+/// Why a provider cannot serve a CLI.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderRefused {
+    /// No provider of that name.
+    #[error("unknown provider '{0}'")]
+    Unknown(String),
+    /// A provider of a wire format the CLI does not speak.
+    #[error(
+        "provider '{name}' is of kind '{kind}', which {} does not speak (it needs {})",
+        backend.as_str(),
+        backend.provider_kinds().join(" or ")
+    )]
+    WrongKind {
+        /// The provider.
+        name: String,
+        /// Its kind.
+        kind: String,
+        /// The CLI.
+        backend: Backend,
+    },
+}
+
 /// The durations of the supervisor.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
@@ -130,7 +152,7 @@ impl CliConfig {
         &self,
         backend: Backend,
         requested: Option<&str>,
-    ) -> Result<Option<(String, CliProvider)>, String> {
+    ) -> Result<Option<(String, CliProvider)>, ProviderRefused> {
         let name = match requested.or(self.backend(backend).provider.as_deref()) {
             Some(n) => n.to_string(),
             None => {
@@ -144,14 +166,13 @@ impl CliConfig {
         let p = self
             .providers
             .get(&name)
-            .ok_or_else(|| format!("unknown provider '{name}'"))?;
+            .ok_or_else(|| ProviderRefused::Unknown(name.clone()))?;
         if !backend.speaks(&p.kind) {
-            return Err(format!(
-                "provider '{name}' is of kind '{}', which {} does not speak (it needs {})",
-                p.kind,
-                backend.as_str(),
-                backend.provider_kinds().join(" or ")
-            ));
+            return Err(ProviderRefused::WrongKind {
+                name,
+                kind: p.kind.clone(),
+                backend,
+            });
         }
         Ok(Some((name, p.clone())))
     }

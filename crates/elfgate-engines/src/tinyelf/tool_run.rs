@@ -125,7 +125,7 @@ impl TinyElfEngine {
         elfgate_tools::schema::check_input(&tool.schema(), arguments).map_err(|why| {
             ToolRunError::BadArguments {
                 tool: name.to_string(),
-                why,
+                why: why.to_string(),
             }
         })
     }
