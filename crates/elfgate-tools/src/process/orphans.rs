@@ -67,17 +67,21 @@ pub(crate) fn start_time(pid: i32) -> Option<u64> {
     }
 }
 
-/// Makes the daemon adopt the orphans of its descendants (Linux only).
-pub fn become_subreaper() -> Result<(), String> {
+/// Makes the daemon adopt the orphans of its descendants (Linux only; elsewhere an
+/// `Unsupported` error).
+pub fn become_subreaper() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        nix::sys::prctl::set_child_subreaper(true).map_err(|e| e.to_string())?;
+        nix::sys::prctl::set_child_subreaper(true).map_err(std::io::Error::from)?;
         SUBREAPER.store(true, Ordering::Release);
         Ok(())
     }
     #[cfg(not(target_os = "linux"))]
     {
-        Err("child subreapers exist on Linux only".to_string())
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "child subreapers exist on Linux only",
+        ))
     }
 }
 
