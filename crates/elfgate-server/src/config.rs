@@ -385,11 +385,11 @@ impl Config {
         self.engines
             .tinyelf
             .validate()
-            .map_err(ConfigError::Invalid)?;
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.engines
             .cli_config(self)
             .validate()
-            .map_err(ConfigError::Invalid)?;
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if let Some(p) = self.mcp.problem() {
             return Err(ConfigError::Invalid(p));
         }

@@ -83,6 +83,16 @@ impl Default for CliConfig {
     }
 }
 
+/// A backend's configured default provider that cannot serve it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("engines.cli.{}.provider: {source}", backend.as_str())]
+pub struct CliConfigError {
+    /// The backend.
+    pub backend: Backend,
+    /// Why its provider cannot serve it.
+    pub source: ProviderRefused,
+}
+
 /// Why a provider cannot serve a CLI.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderRefused {
@@ -135,11 +145,11 @@ impl CliConfig {
 
     /// Checks what parses but cannot work: a default provider that is not configured or of a
     /// kind the backend does not speak.
-    pub fn validate(&self) -> Result<(), String> {
-        for b in Backend::ALL {
-            if let Some(name) = &self.backend(b).provider {
-                self.provider_for(b, Some(name))
-                    .map_err(|e| format!("engines.cli.{}.provider: {e}", b.as_str()))?;
+    pub fn validate(&self) -> Result<(), CliConfigError> {
+        for backend in Backend::ALL {
+            if let Some(name) = &self.backend(backend).provider {
+                self.provider_for(backend, Some(name))
+                    .map_err(|source| CliConfigError { backend, source })?;
             }
         }
         Ok(())

@@ -155,12 +155,25 @@ impl Default for TinyElfConfig {
     }
 }
 
+/// A `[engines.tinyelf]` value that parses but cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TinyElfConfigError {
+    /// A hook's timeout.
+    #[error("engines.tinyelf.hooks[{index}].timeout_secs {why}")]
+    HookTimeout {
+        /// The hook's place in the list.
+        index: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
 impl TinyElfConfig {
     /// Values that parse but cannot be used, named by their key.
-    pub fn validate(&self) -> Result<(), String> {
-        for (i, h) in self.hooks.iter().enumerate() {
+    pub fn validate(&self) -> Result<(), TinyElfConfigError> {
+        for (index, h) in self.hooks.iter().enumerate() {
             if let Some(why) = h.timeout_problem() {
-                return Err(format!("engines.tinyelf.hooks[{i}].timeout_secs {why}"));
+                return Err(TinyElfConfigError::HookTimeout { index, why });
             }
         }
         Ok(())
