@@ -289,20 +289,20 @@ fn check_engine(
 }
 
 /// One projectPath check for every engine (see `ExecutionFirewall::check_project`): 422 naming
-/// the field, before anything is stored. An empty string is no project.
-fn check_project_path(state: &AppState, project: Option<&str>) -> Result<(), ApiError> {
-    project_path_problem(state, project).map_or(Ok(()), |e| {
-        Err(ApiError::Unprocessable(format!("projectPath: {e}")))
-    })
-}
-
-/// What is wrong with a projectPath, if anything (see [`check_project_path`]).
-pub(crate) fn project_path_problem(
+/// `field` (as the caller gave it), before anything is stored. An empty string is no project.
+fn check_project_path(
     state: &AppState,
     project: Option<&str>,
-) -> Option<elfgate_tools::FirewallError> {
-    let p = project.filter(|p| !p.is_empty())?;
-    state.tinyelf.check_project(std::path::Path::new(p)).err()
+    field: &str,
+) -> Result<(), ApiError> {
+    match project.filter(|p| !p.is_empty()) {
+        None => Ok(()),
+        Some(p) => state
+            .tinyelf
+            .check_project(std::path::Path::new(p))
+            .map(drop)
+            .map_err(|e| ApiError::Unprocessable(format!("{field}: {e}"))),
+    }
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -427,6 +427,8 @@ pub async fn create_session(
 pub struct GatewayCall {
     /// Work done in place of the engine's own head start (the door's whole upstream request).
     pub head_start: Option<HeadStart>,
+    /// How the door's caller gave the project path (its header), for the refusal to name.
+    pub project_field: &'static str,
 }
 
 impl GatewayCall {
@@ -459,7 +461,8 @@ pub async fn create_session_with(
         )));
     }
     check_prompt(&req.prompt)?;
-    check_project_path(state, req.project_path.as_deref())?;
+    let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
+    check_project_path(state, req.project_path.as_deref(), project_field)?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
     if let Some(mcp) = &req.mcp_config {
         checked.engine_config.mcp_config = Some(

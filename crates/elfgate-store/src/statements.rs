@@ -153,13 +153,7 @@ pub(crate) fn push_cli_session_id(
     cli_session_id: &str,
     at: &str,
 ) {
-    script
-        .statement("UPDATE sessions SET cli_session_id = ")
-        .push_bind(cli_session_id.to_string())
-        .push(", updated_at = ")
-        .push_bind(at.to_string())
-        .push(" WHERE id = ")
-        .push_bind(session_id.to_string());
+    push_session_column(script, session_id, "cli_session_id", cli_session_id, at);
 }
 
 /// Appends the statement replacing a session's engineConfig (a JSON object).
@@ -169,9 +163,23 @@ pub(crate) fn push_session_engine_config(
     engine_config: &str,
     at: &str,
 ) {
+    push_session_column(script, session_id, "engine_config", engine_config, at);
+}
+
+/// Appends `UPDATE sessions SET <column> = value, updated_at = at` for one session; `column` is
+/// one of the callers' constants, never input.
+fn push_session_column(
+    script: &mut Script,
+    session_id: SessionId,
+    column: &'static str,
+    value: &str,
+    at: &str,
+) {
     script
-        .statement("UPDATE sessions SET engine_config = ")
-        .push_bind(engine_config.to_string())
+        .statement("UPDATE sessions SET ")
+        .push(column)
+        .push(" = ")
+        .push_bind(value.to_string())
         .push(", updated_at = ")
         .push_bind(at.to_string())
         .push(" WHERE id = ")

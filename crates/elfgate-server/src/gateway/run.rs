@@ -185,13 +185,6 @@ pub async fn start(
         permission_mode: cont.permission_mode.map(|m| m.as_str().to_string()),
         ..Default::default()
     };
-    // Named as the caller sent it (the header), before the session check says `projectPath`.
-    if let Some(e) = service::project_path_problem(state, cont.project_path.as_deref()) {
-        return Err(GatewayError::from_status(
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-            format!("{}: {e}", super::PROJECT_HEADER),
-        ));
-    }
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {
@@ -210,6 +203,7 @@ pub async fn start(
                 },
                 Some(GatewayCall {
                     head_start: prepared,
+                    project_field: super::PROJECT_HEADER,
                 }),
             )
             .await?;
@@ -249,6 +243,7 @@ pub async fn start(
                 },
                 Some(GatewayCall {
                     head_start: prepared,
+                    project_field: super::PROJECT_HEADER,
                 }),
             )
             .await?;

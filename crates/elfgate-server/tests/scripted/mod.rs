@@ -40,6 +40,15 @@ pub fn session(prompt: &str, model: &str, project: &Path, extra: Value) -> Value
     v
 }
 
+/// Runs one tool of a session outside a turn: (status, answer).
+pub async fn tool_run(d: &Daemon, sid: &str, name: &str, arguments: Value) -> (u16, Value) {
+    d.post(
+        &format!("/v1/sessions/{sid}/tools/{name}"),
+        json!({ "arguments": arguments }),
+    )
+    .await
+}
+
 /// Starts a session and reads its events up to the run's `complete`.
 pub async fn run(d: &Daemon, body: Value) -> (String, String, Vec<Ev>) {
     let (sid, run) = d.create(body).await;

@@ -9,7 +9,9 @@ use crate::scripted;
 
 use common::{Daemon, Opts, chat};
 use elfgate_mockllm::MockServer;
-use scripted::{bypass, call, ends_by_id, finish_of, project, resume, run, script, session};
+use scripted::{
+    bypass, call, ends_by_id, finish_of, project, resume, run, script, session, tool_run as tool,
+};
 use serde_json::{Value, json};
 
 fn message_of(v: &Value) -> &str {
@@ -20,14 +22,6 @@ async fn session_count(d: &Daemon) -> usize {
     let (st, v) = d.get("/v1/sessions").await;
     assert_eq!(st, 200, "{v}");
     v["sessions"].as_array().unwrap().len()
-}
-
-async fn tool(d: &Daemon, sid: &str, name: &str, arguments: Value) -> (u16, Value) {
-    d.post(
-        &format!("/v1/sessions/{sid}/tools/{name}"),
-        json!({ "arguments": arguments }),
-    )
-    .await
 }
 
 #[tokio::test]

@@ -6,18 +6,12 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, allow, chat};
+use common::{allow, chat};
 use elfgate_mockllm::MockServer;
-use scripted::{bodies_for, daemon_with, finish_of, project, resume, run, session, stored};
+use scripted::{
+    bodies_for, daemon_with, finish_of, project, resume, run, session, stored, tool_run as tool,
+};
 use serde_json::{Value, json};
-
-async fn tool(d: &Daemon, sid: &str, name: &str, arguments: Value) -> (u16, Value) {
-    d.post(
-        &format!("/v1/sessions/{sid}/tools/{name}"),
-        json!({ "arguments": arguments }),
-    )
-    .await
-}
 
 #[tokio::test]
 async fn tools_run_outside_turns_through_the_same_gates_and_land_in_the_history() {
