@@ -343,7 +343,7 @@ impl SessionBus {
 
     /// Publishes an event: assigns its seq, queues it for the log, and fans it out. Waits, before
     /// anything else, while the log queue is full; a call dropped meanwhile publishes nothing.
-    pub async fn publish(&self, run_id: Option<RunId>, payload: &EventPayload) -> Arc<EventRecord> {
+    pub async fn publish(&self, run_id: Option<RunId>, payload: EventPayload) -> Arc<EventRecord> {
         self.publish_then(run_id, payload, || ()).await.0
     }
 
@@ -352,7 +352,7 @@ impl SessionBus {
     pub async fn publish_then<R>(
         &self,
         run_id: Option<RunId>,
-        payload: &EventPayload,
+        payload: EventPayload,
         then: impl FnOnce() -> R,
     ) -> (Arc<EventRecord>, R) {
         let room = match self.log.try_room() {
@@ -367,7 +367,7 @@ impl SessionBus {
 
     /// Publishes an event without waiting, for a caller that cannot wait (a synchronous callback).
     /// If the log queue is full the event goes past its bound rather than be dropped.
-    pub fn publish_now(&self, run_id: Option<RunId>, payload: &EventPayload) -> Arc<EventRecord> {
+    pub fn publish_now(&self, run_id: Option<RunId>, payload: EventPayload) -> Arc<EventRecord> {
         let room = self.log.try_room().unwrap_or_else(|LogQueueFull| {
             self.metrics.log_queue_overflow();
             self.log.over_bound()
@@ -379,7 +379,7 @@ impl SessionBus {
         &self,
         room: LogRoom<'_>,
         run_id: Option<RunId>,
-        payload: &EventPayload,
+        payload: EventPayload,
         then: impl FnOnce() -> R,
     ) -> (Arc<EventRecord>, R) {
         // The lock is held only for this synchronous block, never across an await (room in the log
@@ -570,7 +570,7 @@ impl EventEmitter {
 
     /// Publishes an event of this run (see [`SessionBus::publish`]).
     pub async fn emit(&self, payload: EventPayload) -> Arc<EventRecord> {
-        self.bus.publish(Some(self.run_id), &payload).await
+        self.bus.publish(Some(self.run_id), payload).await
     }
 
     /// How many clients follow the session's events (see [`SessionBus::watch`]).
@@ -581,7 +581,7 @@ impl EventEmitter {
     /// Publishes an event of this run without waiting, from a synchronous callback (see
     /// [`SessionBus::publish_now`]).
     pub fn emit_now(&self, payload: EventPayload) -> Arc<EventRecord> {
-        self.bus.publish_now(Some(self.run_id), &payload)
+        self.bus.publish_now(Some(self.run_id), payload)
     }
 
     /// The run this emitter reports for.
@@ -616,11 +616,11 @@ mod tests {
         let (hub, mut rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 41, 41 + SEQ_RESERVE_BLOCK);
-        let first = bus.publish(None, &note(0)).await;
+        let first = bus.publish(None, note(0)).await;
         assert_eq!(first.seq, 42);
         let mut reserved_upto = 41 + SEQ_RESERVE_BLOCK;
         for i in 1..(SEQ_RESERVE_BLOCK as usize) {
-            let e = bus.publish(None, &note(i)).await;
+            let e = bus.publish(None, note(i)).await;
             assert!(
                 e.seq < reserved_upto,
                 "seq {} handed out beyond the reservation",
@@ -642,7 +642,7 @@ mod tests {
         let s = SessionId::new();
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
         for i in 0..10 {
-            bus.publish(None, &note(i)).await;
+            bus.publish(None, note(i)).await;
         }
         let sub = hub.subscribe_after(s, 4).expect("open bus");
         let seqs: Vec<u64> = sub
@@ -655,7 +655,7 @@ mod tests {
         assert_eq!(sub.last_seq, 10);
         // Past what memory holds, the caller must read the log.
         for i in 0..RECENT_EVENTS {
-            bus.publish(None, &note(i)).await;
+            bus.publish(None, note(i)).await;
         }
         assert!(
             hub.subscribe_after(s, 2)
@@ -675,7 +675,7 @@ mod tests {
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
         let mut sub = hub.subscribe_after(s, 0).expect("open bus");
         for i in 0..(SUBSCRIBER_BUFFER + 10) {
-            bus.publish(None, &note(i)).await;
+            bus.publish(None, note(i)).await;
         }
         assert!(matches!(
             sub.live.try_recv(),
@@ -705,7 +705,7 @@ mod tests {
         let (hub, mut rx) = hub();
         let s = SessionId::new();
         let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
-        bus.publish(None, &note(0)).await;
+        bus.publish(None, note(0)).await;
         drop(bus);
         hub.close_if_idle(s, || false);
         assert!(hub.get(s).is_none());
@@ -749,10 +749,10 @@ mod tests {
         let (bus, mut rx, metrics) = stalled_writer(4);
         let mut sub = bus.subscribe_after(0);
         for i in 0..4 {
-            bus.publish(None, &note(i)).await;
+            bus.publish(None, note(i)).await;
         }
         let payload = note(4);
-        let mut fifth = std::pin::pin!(bus.publish(None, &payload));
+        let mut fifth = std::pin::pin!(bus.publish(None, payload.clone()));
         assert!(poll_once(fifth.as_mut()).is_pending());
         assert!(poll_once(fifth.as_mut()).is_pending());
         // Waiting, it has taken no seq and reached nobody.
@@ -788,7 +788,7 @@ mod tests {
                 let bus = hub.open(s, 0, SEQ_RESERVE_BLOCK);
                 tokio::spawn(async move {
                     for i in 0..per_session {
-                        bus.publish(None, &note(i)).await;
+                        bus.publish(None, note(i)).await;
                     }
                 })
             })
@@ -819,8 +819,8 @@ mod tests {
     #[tokio::test]
     async fn a_publisher_that_cannot_wait_goes_past_the_bound_without_widening_it() {
         let (bus, mut rx, metrics) = stalled_writer(1);
-        bus.publish(None, &note(0)).await;
-        assert_eq!(bus.publish_now(None, &note(1)).seq, 2);
+        bus.publish(None, note(0)).await;
+        assert_eq!(bus.publish_now(None, note(1)).seq, 2);
         assert!(
             metrics
                 .render_prometheus(0)
@@ -828,9 +828,9 @@ mod tests {
         );
         assert_eq!(logged_seqs(&mut rx), [1, 2]);
         // The bound is one event again, not two.
-        bus.publish(None, &note(2)).await;
+        bus.publish(None, note(2)).await;
         let payload = note(3);
-        let mut next = std::pin::pin!(bus.publish(None, &payload));
+        let mut next = std::pin::pin!(bus.publish(None, payload.clone()));
         assert!(poll_once(next.as_mut()).is_pending());
         assert_eq!(logged_seqs(&mut rx), [3]);
         assert!(poll_once(next.as_mut()).is_ready());
@@ -840,9 +840,9 @@ mod tests {
     async fn publishers_waiting_for_a_writer_that_stopped_go_on() {
         let (bus, rx, _) = stalled_writer(1);
         let mut sub = bus.subscribe_after(0);
-        bus.publish(None, &note(0)).await;
+        bus.publish(None, note(0)).await;
         let payload = note(1);
-        let mut second = std::pin::pin!(bus.publish(None, &payload));
+        let mut second = std::pin::pin!(bus.publish(None, payload.clone()));
         assert!(poll_once(second.as_mut()).is_pending());
         drop(rx);
         assert!(poll_once(second.as_mut()).is_ready());

@@ -298,7 +298,7 @@ impl EngineDispatcher {
                     .bus()
                     .publish_then(
                         Some(run_id),
-                        &EventPayload::Complete {
+                        EventPayload::Complete {
                             finish_reason: outcome.finish_reason,
                         },
                         || self.active.finish(session_id, run_id),
@@ -654,12 +654,12 @@ mod tests {
                 .await
                 .expect("no event within 30 s")
                 .unwrap();
-            types.push(e.event_type.to_string());
+            types.push(e.event_type().to_string());
             let data: serde_json::Value = serde_json::from_str(&e.json).unwrap();
-            if e.event_type == "result" {
+            if e.event_type() == "result" {
                 result = data["stats"].clone();
             }
-            if e.event_type == "complete" {
+            if e.event_type() == "complete" {
                 return (types, result);
             }
         }

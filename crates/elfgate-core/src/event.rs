@@ -8,7 +8,6 @@ use crate::model::{ContentBlock, FinishReason, Message};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::borrow::Cow;
 
 /// What kind of streamed text a delta carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -48,6 +47,19 @@ pub enum ToolCallStatus {
     Timeout,
     /// An interrupt stopped it.
     Interrupted,
+}
+
+impl ToolCallStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallStatus::Success => "success",
+            ToolCallStatus::Error => "error",
+            ToolCallStatus::Denied => "denied",
+            ToolCallStatus::Timeout => "timeout",
+            ToolCallStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -292,6 +304,25 @@ impl EventPayload {
     }
 }
 
+/// One event as a reader of the stream or the log gets it back from its JSON: the envelope's ids
+/// and the typed payload (what [`EventRecord::build`] wrote). A `reset`, sent outside the log,
+/// has no seq.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventEnvelope {
+    /// Per-session sequence number; absent on a `reset`.
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// The session it belongs to.
+    pub session_id: SessionId,
+    /// The run it belongs to, if any.
+    #[serde(default)]
+    pub run_id: Option<RunId>,
+    /// The event itself.
+    #[serde(flatten)]
+    pub payload: EventPayload,
+}
+
 /// A payload sent to a single subscriber outside the log (a `reset`): no seq, run or time, since
 /// it is not part of the session's stream. Its JSON is the type, the session, then the payload's
 /// own fields.
@@ -334,7 +365,9 @@ impl EventPayload {
     }
 }
 
-/// One published event, already serialized: the same JSON goes to every subscriber and to the log.
+/// One published event, typed and already serialized: the same JSON goes to every subscriber and
+/// to the log, and an in-process reader (the gateway doors) matches on the payload instead of
+/// parsing the JSON back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRecord {
     /// The session it belongs to.
@@ -343,8 +376,8 @@ pub struct EventRecord {
     pub seq: u64,
     /// The run it belongs to, if any.
     pub run_id: Option<RunId>,
-    /// The event type name.
-    pub event_type: Cow<'static, str>,
+    /// The event itself.
+    pub payload: EventPayload,
     /// The whole envelope as JSON.
     pub json: String,
     /// When it was published.
@@ -358,17 +391,22 @@ impl EventRecord {
         session_id: SessionId,
         seq: u64,
         run_id: Option<RunId>,
-        payload: &EventPayload,
+        payload: EventPayload,
     ) -> Self {
         let ts = Utc::now();
         EventRecord {
             session_id,
             seq,
             run_id,
-            event_type: Cow::Borrowed(payload.type_name()),
-            json: envelope_json(session_id, seq, run_id, &ts, payload),
+            json: envelope_json(session_id, seq, run_id, &ts, &payload),
+            payload,
             ts,
         }
+    }
+
+    /// The event's `type` name.
+    pub fn event_type(&self) -> &'static str {
+        self.payload.type_name()
     }
 }
 
@@ -437,7 +475,7 @@ fn envelope_json(
 /// fail, but the log stays valid anyway.
 fn fallback_json(session_id: SessionId, seq: u64, payload: &EventPayload) -> String {
     format!(
-        "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"serialize\",\"message\":\"event {} could not be serialized\"}}}}",
+        "{{\"seq\":{seq},\"sessionId\":\"{session_id}\",\"type\":\"error\",\"error\":{{\"code\":\"internal\",\"message\":\"event {} could not be serialized\"}}}}",
         payload.type_name()
     )
 }
@@ -517,7 +555,7 @@ mod tests {
         let session_id = SessionId::new();
         for payload in payloads() {
             for run_id in [None, Some(RunId::new())] {
-                let e = EventRecord::build(session_id, 42, run_id, &payload);
+                let e = EventRecord::build(session_id, 42, run_id, payload.clone());
                 let expected = serde_json::to_string(&Envelope {
                     seq: 42,
                     session_id,
@@ -527,7 +565,12 @@ mod tests {
                 })
                 .unwrap();
                 assert_eq!(e.json, expected);
-                assert_eq!(e.event_type, payload.type_name());
+                assert_eq!(e.event_type(), payload.type_name());
+                assert_eq!(e.payload, payload);
+                let back: EventEnvelope = serde_json::from_str(&e.json).unwrap();
+                assert_eq!(back.seq, Some(42));
+                assert_eq!((back.session_id, back.run_id), (session_id, run_id));
+                assert_eq!(back.payload, payload);
             }
         }
     }

@@ -36,8 +36,8 @@ pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError};
 pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{
-    Delta, DeltaKind, ErrorInfo, EventPayload, EventRecord, ModelFinish, RetryInfo, RunStats,
-    ToolCallStatus,
+    Delta, DeltaKind, ErrorInfo, EventEnvelope, EventPayload, EventRecord, ModelFinish, RetryInfo,
+    RunStats, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};

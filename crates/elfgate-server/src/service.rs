@@ -552,10 +552,10 @@ pub async fn create_session_with(
         state.dispatcher.hub().remove(session.id);
         return Err(e.into());
     }
-    bus.publish(Some(run.id), &EventPayload::SessionCreated {})
+    bus.publish(Some(run.id), EventPayload::SessionCreated {})
         .await;
     // Stored with the session, so announced with it too, whatever the run does next.
-    bus.publish(Some(run.id), &EventPayload::UserMessage { message: user })
+    bus.publish(Some(run.id), EventPayload::UserMessage { message: user })
         .await;
     match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => Ok(CreateSessionResponse {

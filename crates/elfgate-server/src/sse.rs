@@ -81,8 +81,8 @@ fn coalesce(
     until_complete: bool,
 ) -> (Bytes, CoalesceEnd) {
     let mut out = BytesMut::new();
-    push_frame(&mut out, first.seq, &first.event_type, &first.json);
-    if until_complete && first.event_type == "complete" {
+    push_frame(&mut out, first.seq, first.event_type(), &first.json);
+    if until_complete && first.event_type() == "complete" {
         return (out.freeze(), CoalesceEnd::Complete);
     }
     while out.len() < COALESCE_BYTES {
@@ -90,8 +90,8 @@ fn coalesce(
             Ok(e) if e.seq <= *last => continue,
             Ok(e) => {
                 *last = e.seq;
-                push_frame(&mut out, e.seq, &e.event_type, &e.json);
-                if until_complete && e.event_type == "complete" {
+                push_frame(&mut out, e.seq, e.event_type(), &e.json);
+                if until_complete && e.event_type() == "complete" {
                     return (out.freeze(), CoalesceEnd::Complete);
                 }
             }
@@ -306,8 +306,8 @@ pub async fn session_events(
         // The bus still holds every event after the cursor: no log read, no flush.
         Some(recent) => {
             buffer.extend(recent.iter().map(|e| {
-                let complete = &*e.event_type == "complete";
-                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
+                let complete = e.event_type() == "complete";
+                (e.seq, complete, frame(e.seq, e.event_type(), &e.json))
             }));
             true
         }
@@ -372,7 +372,12 @@ mod tests {
     use super::*;
 
     fn event(seq: u64, payload: &EventPayload) -> Arc<EventRecord> {
-        Arc::new(EventRecord::build(SessionId::new(), seq, None, payload))
+        Arc::new(EventRecord::build(
+            SessionId::new(),
+            seq,
+            None,
+            payload.clone(),
+        ))
     }
 
     fn note(seq: u64) -> Arc<EventRecord> {

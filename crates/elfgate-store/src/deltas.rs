@@ -178,7 +178,7 @@ mod tests {
         for (i, text) in texts.iter().enumerate() {
             for kind in [DeltaKind::Text, DeltaKind::Thinking] {
                 let seq = [1, 9, 10, 4097, u64::MAX][i % 5];
-                let e = EventRecord::build(session, seq, Some(run), &delta(kind, text));
+                let e = EventRecord::build(session, seq, Some(run), delta(kind, text));
                 let parts = split(&e.json, seq, &s, &r).expect("splits");
                 assert_eq!(join(seq, &s, &r, &parts), e.json);
             }
@@ -189,13 +189,13 @@ mod tests {
     fn anything_but_the_exact_template_is_not_split() {
         let (session, run) = (SessionId::new(), RunId::new());
         let (s, r) = (session.to_string(), run.to_string());
-        let e = EventRecord::build(session, 7, Some(run), &delta(DeltaKind::Text, "x"));
+        let e = EventRecord::build(session, 7, Some(run), delta(DeltaKind::Text, "x"));
         assert!(split(&e.json, 8, &s, &r).is_none(), "another seq");
         assert!(split(&e.json, 7, &r, &r).is_none(), "another session");
         assert!(split(&e.json, 7, &s, &s).is_none(), "another run");
-        let other = EventRecord::build(session, 7, Some(run), &EventPayload::SessionCreated {});
+        let other = EventRecord::build(session, 7, Some(run), EventPayload::SessionCreated {});
         assert!(split(&other.json, 7, &s, &r).is_none(), "another type");
-        let no_run = EventRecord::build(session, 7, None, &delta(DeltaKind::Text, "x"));
+        let no_run = EventRecord::build(session, 7, None, delta(DeltaKind::Text, "x"));
         assert!(split(&no_run.json, 7, &s, &r).is_none(), "no run");
         let raw_newline = e.json.replace("\"x\"", "\"a\nb\"");
         assert!(split(&raw_newline, 7, &s, &r).is_none(), "a raw newline");
@@ -208,7 +208,7 @@ mod tests {
                 signature: Some("sig".into()),
             },
         };
-        let signed = EventRecord::build(session, 7, Some(run), &signed);
+        let signed = EventRecord::build(session, 7, Some(run), signed.clone());
         if let Some(parts) = split(&signed.json, 7, &s, &r) {
             assert_eq!(join(7, &s, &r, &parts), signed.json);
         }
@@ -225,7 +225,7 @@ mod tests {
                 } else {
                     DeltaKind::Text
                 };
-                EventRecord::build(session, seq, Some(run), &delta(kind, &format!("t{seq}\n")))
+                EventRecord::build(session, seq, Some(run), delta(kind, &format!("t{seq}\n")))
             })
             .collect();
         let mut payload = String::new();

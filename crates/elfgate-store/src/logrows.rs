@@ -7,7 +7,7 @@
 use crate::codec::ts;
 use crate::deltas::{self, DeltaParts};
 use chrono::{DateTime, Utc};
-use elfgate_core::{EventRecord, RunId, SessionId};
+use elfgate_core::{EventPayload, EventRecord, RunId, SessionId};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
@@ -86,7 +86,7 @@ pub(crate) fn group<'a>(events: &'a [Arc<EventRecord>]) -> Vec<LogRow<'a>> {
     let mut open: HashMap<SessionId, Open<'a>> = HashMap::new();
     for e in events {
         let e: &'a EventRecord = e;
-        let delta_run = e.run_id.filter(|_| e.event_type == "streamDelta");
+        let delta_run = e.run_id.filter(|_| matches!(e.payload, EventPayload::StreamDelta { .. }));
         let Some(run) = delta_run else {
             open.remove(&e.session_id);
             rows.push(LogRow::One(e));
@@ -207,7 +207,7 @@ impl SharedText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use elfgate_core::{Delta, DeltaKind, EventPayload};
+    use elfgate_core::{Delta, DeltaKind};
 
     fn delta(session: SessionId, seq: u64, run: RunId) -> Arc<EventRecord> {
         let payload = EventPayload::StreamDelta {
@@ -217,14 +217,14 @@ mod tests {
                 signature: None,
             },
         };
-        Arc::new(EventRecord::build(session, seq, Some(run), &payload))
+        Arc::new(EventRecord::build(session, seq, Some(run), payload))
     }
 
     fn other(session: SessionId, seq: u64, run: RunId) -> Arc<EventRecord> {
         let payload = EventPayload::Processing {
             message: "note".into(),
         };
-        Arc::new(EventRecord::build(session, seq, Some(run), &payload))
+        Arc::new(EventRecord::build(session, seq, Some(run), payload))
     }
 
     /// (first seq, last seq) of each row.

@@ -627,7 +627,7 @@ fn log_scripts(events: &[Arc<EventRecord>], seq_updates: &[SeqUpdate]) -> Vec<Sc
                 row.push_bind(shared.session(e.session_id))
                     .push_bind(e.seq as i64)
                     .push_bind(e.run_id.map(|id| shared.run(id)))
-                    .push_bind(shared.event_type(&e.event_type))
+                    .push_bind(shared.event_type(e.event_type()))
                     .push_bind(shared.ts(&e.ts))
                     .push_bind(r.last_seq().map(|s| s as i64))
                     .push_bind(r.into_payload());
@@ -679,7 +679,7 @@ mod tests {
         ));
         let session = SessionId::new();
         for seq in 1..=3 {
-            let e = EventRecord::build(session, seq, None, &EventPayload::SessionCreated {});
+            let e = EventRecord::build(session, seq, None, EventPayload::SessionCreated {});
             log.room().await.append(Arc::new(e));
         }
         drop(log);

@@ -176,7 +176,7 @@ async fn event_log_is_written_in_order_and_survives_reopen() {
         for i in 0..2500 {
             bus.publish(
                 None,
-                &EventPayload::Processing {
+                EventPayload::Processing {
                     message: format!("m{i}"),
                 },
             )
@@ -488,7 +488,7 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte()
                     .iter()
                     .filter(|e| e.seq > after)
                     .take(limit as usize)
-                    .map(|e| (e.seq, e.event_type.to_string(), e.json.clone()))
+                    .map(|e| (e.seq, e.event_type().to_string(), e.json.clone()))
                     .collect();
                 let got: Vec<(u64, String, String)> = got
                     .into_iter()

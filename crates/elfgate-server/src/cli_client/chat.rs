@@ -6,6 +6,7 @@ use super::conn::{ClientError, Conn};
 use super::exit;
 use super::render::Renderer;
 use super::stream::EventStream;
+use elfgate_core::{EventPayload, FinishReason};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal};
@@ -129,7 +130,7 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
         .await
         {
             Ok(finish) => {
-                if finish == "error" {
+                if finish == FinishReason::Error {
                     code = exit::RUN_ERROR;
                 }
             }
@@ -178,7 +179,7 @@ async fn follow(
     inputs: &mut Inputs,
     view: &mut Renderer,
     raw: bool,
-) -> Result<String, Stop> {
+) -> Result<FinishReason, Stop> {
     let mut asked: HashSet<String> = HashSet::new();
     let mut pending: Vec<String> = Vec::new();
     let mut interrupts = 0;
@@ -192,46 +193,45 @@ async fn follow(
         tokio::select! {
             ev = events.next() => {
                 let ev = ev.map_err(Stop::Failed)?;
-                let seq = ev["seq"].as_u64().unwrap_or_default();
-                if ev["runId"] == run_id {
+                let env = &ev.envelope;
+                let seq = env.seq.unwrap_or_default();
+                if env.run_id.is_some_and(|r| r.to_string() == run_id) {
                     first_seq.get_or_insert(seq);
-                } else if !(is_permission(&ev) && first_seq.is_some_and(|f| seq > f)) {
+                } else if !(is_permission(&env.payload) && first_seq.is_some_and(|f| seq > f)) {
                     // Another run's event; but a sub-agent asks under its own run id, during ours.
                     continue;
                 }
                 if raw {
-                    println!("{ev}");
+                    println!("{}", ev.json);
                 }
-                match ev["type"].as_str().unwrap_or_default() {
-                    "permissionRequest" => {
-                        let rid = str_of(&ev["requestId"]);
-                        if !asked.insert(rid.clone()) {
+                match &env.payload {
+                    EventPayload::PermissionRequest { request_id, tool_name, input, .. } => {
+                        if !asked.insert(request_id.clone()) {
                             continue;
                         }
                         if inputs.interactive {
-                            view.permission(&ev);
-                            pending.push(rid);
+                            view.permission(tool_name, input);
+                            pending.push(request_id.clone());
                         } else {
                             view.note("permission request denied: stdin is not a terminal to ask");
-                            answer(conn, sid, &rid, "deny", "once", view).await;
+                            answer(conn, sid, request_id, "deny", "once", view).await;
                         }
                     }
-                    "permissionResolved" => {
-                        let rid = str_of(&ev["requestId"]);
-                        pending.retain(|p| *p != rid);
+                    EventPayload::PermissionResolved { request_id, .. } => {
+                        pending.retain(|p| p != request_id);
                         if !raw {
-                            view.event(&ev);
+                            view.event(&env.payload);
                         }
                     }
-                    "complete" => {
+                    EventPayload::Complete { finish_reason } => {
                         if !raw {
-                            view.event(&ev);
+                            view.event(&env.payload);
                         }
-                        return Ok(str_of(&ev["finishReason"]));
+                        return Ok(*finish_reason);
                     }
-                    _ => {
+                    other => {
                         if !raw {
-                            view.event(&ev);
+                            view.event(other);
                         }
                     }
                 }
@@ -275,10 +275,10 @@ async fn follow(
     }
 }
 
-fn is_permission(ev: &Value) -> bool {
+fn is_permission(ev: &EventPayload) -> bool {
     matches!(
-        ev["type"].as_str(),
-        Some("permissionRequest" | "permissionResolved")
+        ev,
+        EventPayload::PermissionRequest { .. } | EventPayload::PermissionResolved { .. }
     )
 }
 

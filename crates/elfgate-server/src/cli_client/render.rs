@@ -3,6 +3,7 @@
 //! run's and the client's own) go to stderr, and with `--json` so do the client's notes: stdout
 //! then holds nothing but the events, for `jq` and the like.
 
+use elfgate_core::{ContentBlock, DeltaKind, EventPayload, FinishReason, ToolCallStatus};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -158,91 +159,82 @@ impl Renderer {
     }
 
     /// Shows one event of the run being followed.
-    pub fn event(&mut self, ev: &Value) {
-        match ev["type"].as_str().unwrap_or_default() {
-            "streamDelta" => {
-                let text = ev["delta"]["text"].as_str().unwrap_or_default();
+    pub fn event(&mut self, ev: &EventPayload) {
+        match ev {
+            EventPayload::StreamDelta { delta } => {
                 // A delta without text carries only the provider's signature.
-                if text.is_empty() {
+                if delta.text.is_empty() {
                     return;
                 }
-                if ev["delta"]["kind"] == "thinking" {
+                if delta.kind == DeltaKind::Thinking {
                     if !self.thinking && !self.at_line_start {
                         self.write("\n");
                     }
                     self.thinking = true;
-                    let t = self.paint(DIM, text);
+                    let t = self.paint(DIM, &delta.text);
                     self.write(&t);
                 } else {
                     self.end_thinking();
-                    self.write(text);
+                    self.write(&delta.text);
                 }
             }
-            "toolCallStart" => {
-                let b = &ev["block"];
-                let name = b["name"].as_str().unwrap_or("tool").to_string();
-                if let Some(id) = b["id"].as_str() {
-                    self.tools.insert(id.to_string(), name.clone());
-                }
-                self.line(DIM, &format!("⚙ {name} {}", short(&b["input"].to_string())));
+            EventPayload::ToolCallStart { block } => {
+                let (name, input) = match block {
+                    ContentBlock::ToolUse { id, name, input } => {
+                        self.tools.insert(id.clone(), name.clone());
+                        (name.as_str(), input.to_string())
+                    }
+                    _ => ("tool", String::new()),
+                };
+                self.line(DIM, &format!("⚙ {name} {}", short(&input)));
             }
-            "toolCallEnd" => {
-                let b = &ev["block"];
-                let id = b["tool_use_id"].as_str().unwrap_or_default();
-                let name = self.tools.get(id).cloned().unwrap_or_else(|| "tool".into());
-                let status = ev["status"].as_str().unwrap_or("done");
-                let text = format!("⚙ {name}: {status}");
-                if status == "success" {
+            EventPayload::ToolCallEnd { block, status } => {
+                let name = match block {
+                    ContentBlock::ToolResult { tool_use_id, .. } => self.tools.get(tool_use_id),
+                    _ => None,
+                };
+                let name = name.map_or("tool", String::as_str);
+                let text = format!("⚙ {name}: {}", status.as_str());
+                if *status == ToolCallStatus::Success {
                     self.line(DIM, &text);
                 } else {
                     self.line(RED, &text);
                 }
             }
-            "permissionResolved" => {
-                let d = ev["decision"].as_str().unwrap_or("?");
-                self.note(&format!("permission {d}"));
+            EventPayload::PermissionResolved { decision, .. } => {
+                self.note(&format!("permission {decision}"));
             }
-            "retry" => {
-                let r = &ev["retry"];
+            EventPayload::Retry { retry: r } => {
                 self.note(&format!(
                     "retrying ({}/{}) in {} ms: {}",
-                    r["attempt"],
-                    r["maxAttempts"],
-                    r["delayMs"],
-                    r["reason"].as_str().unwrap_or("")
+                    r.attempt, r.max_attempts, r.delay_ms, r.reason
                 ));
             }
-            "processing" => {
-                let m = ev["message"].as_str().unwrap_or_default().to_string();
-                self.note(&m);
-            }
-            "error" => {
-                let e = &ev["error"];
+            EventPayload::Processing { message } => self.note(message),
+            EventPayload::Error { error } => {
                 self.error(&format!(
                     "error ({}): {}",
-                    e["code"].as_str().unwrap_or("?"),
-                    e["message"].as_str().unwrap_or("")
+                    error.code.as_str(),
+                    error.message
                 ));
             }
-            "result" => {
-                let s = &ev["stats"];
+            EventPayload::Result { stats: s } => {
                 // An interrupted call's output is counted from its text: say it is a guess.
-                let about = |estimated: &Value| if *estimated == true { "~" } else { "" };
+                let about = |estimated: bool| if estimated { "~" } else { "" };
                 self.note(&format!(
                     "[{}{} in, {}{} out tokens, {} ms]",
-                    about(&s["inputTokensEstimated"]),
-                    s["inputTokens"],
-                    about(&s["outputTokensEstimated"]),
-                    s["outputTokens"],
-                    s["durationMs"]
+                    about(s.input_tokens_estimated),
+                    s.input_tokens,
+                    about(s.output_tokens_estimated),
+                    s.output_tokens,
+                    s.duration_ms
                 ));
             }
-            "complete" => {
-                let f = ev["finishReason"].as_str().unwrap_or("?");
-                match f {
-                    "stop" => self.end_thinking(),
-                    "error" => self.error("[run failed]"),
-                    other => self.note(&format!("[{other}]")),
+            EventPayload::Complete { finish_reason } => {
+                match finish_reason {
+                    FinishReason::Stop => self.end_thinking(),
+                    FinishReason::Error => self.error("[run failed]"),
+                    other => self.note(&format!("[{}]", other.as_str())),
                 }
                 if !self.at_line_start {
                     self.write("\n");
@@ -253,9 +245,8 @@ impl Renderer {
     }
 
     /// Asks about a permission request; the answer is read from stdin by the caller.
-    pub fn permission(&mut self, ev: &Value) {
-        let tool = ev["toolName"].as_str().unwrap_or("?");
-        let input = short(&ev["input"].to_string());
+    pub fn permission(&mut self, tool: &str, input: &Value) {
+        let input = short(&input.to_string());
         let q = self.paint(
             BOLD,
             &format!("allow {tool} {input}? [y]es once / [n]o / [a]lways this session: "),

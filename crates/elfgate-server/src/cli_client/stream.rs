@@ -2,6 +2,7 @@
 //! `Last-Event-ID` set to the last event it handed out, so nothing is lost or repeated.
 
 use super::conn::{ClientError, Conn};
+use elfgate_core::{EventEnvelope, EventPayload};
 use elfgate_llm::sse::SseParser;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -10,6 +11,21 @@ use std::time::{Duration, Instant};
 /// How long the stream keeps trying to reconnect before it gives up.
 const RECONNECT_FOR: Duration = Duration::from_secs(30);
 
+/// One event of the stream: typed, and the JSON as the daemon sent it (for `--json`).
+pub struct StreamEvent {
+    /// The envelope read from the JSON.
+    pub envelope: EventEnvelope,
+    /// The JSON text of the frame.
+    pub json: String,
+}
+
+/// The envelope's seq alone: what is read of an event this client cannot read (a newer
+/// daemon's type), so that the cursor still moves past it.
+#[derive(serde::Deserialize)]
+struct SeqOnly {
+    seq: Option<u64>,
+}
+
 /// The events of one session, in order, across reconnections.
 pub struct EventStream {
     conn: Conn,
@@ -17,7 +33,7 @@ pub struct EventStream {
     last_seq: Option<u64>,
     resp: Option<reqwest::Response>,
     parser: SseParser,
-    queue: VecDeque<Value>,
+    queue: VecDeque<StreamEvent>,
     /// Since when connecting has failed, if it is failing.
     failing_since: Option<Instant>,
     attempts: u32,
@@ -39,21 +55,16 @@ impl EventStream {
     }
 
     /// The next event. Cancel-safe: nothing is lost when a `select!` drops this future.
-    pub async fn next(&mut self) -> Result<Value, ClientError> {
+    pub async fn next(&mut self) -> Result<StreamEvent, ClientError> {
         loop {
             if let Some(ev) = self.queue.pop_front() {
-                if ev["type"] == "reset" {
+                if let EventPayload::Reset { .. } = ev.envelope.payload {
                     // The daemon dropped us as too slow: come back from our cursor.
                     self.resp = None;
                     self.queue.clear();
                     continue;
                 }
-                // A re-announced permission request carries its original, older seq.
-                if let Some(seq) = ev["seq"].as_u64()
-                    && self.last_seq.is_none_or(|l| seq > l)
-                {
-                    self.last_seq = Some(seq);
-                }
+                self.advance(ev.envelope.seq);
                 return Ok(ev);
             }
             let Some(resp) = self.resp.as_mut() else {
@@ -63,12 +74,25 @@ impl EventStream {
             match resp.chunk().await {
                 Ok(Some(bytes)) => {
                     let queue = &mut self.queue;
+                    let mut unread = None;
                     self.parser.feed(&bytes, &mut |_event, data| {
-                        if let Ok(v) = serde_json::from_str::<Value>(data) {
-                            queue.push_back(v);
+                        match serde_json::from_str::<EventEnvelope>(data) {
+                            Ok(envelope) => queue.push_back(StreamEvent {
+                                envelope,
+                                json: data.to_string(),
+                            }),
+                            // Not shown, but not read again after a reconnection either.
+                            Err(_) => {
+                                if let Ok(SeqOnly { seq: Some(seq) }) = serde_json::from_str(data) {
+                                    unread = Some(seq);
+                                }
+                            }
                         }
                         true
                     });
+                    if self.queue.is_empty() {
+                        self.advance(unread);
+                    }
                 }
                 // The connection ended or broke: a frame cut in half is dropped, and the
                 // next connection starts after the last whole event.
@@ -77,6 +101,16 @@ impl EventStream {
                     self.parser = SseParser::new();
                 }
             }
+        }
+    }
+
+    /// Moves the cursor to `seq`; a re-announced permission request carries its original, older
+    /// seq and leaves the cursor where it is.
+    fn advance(&mut self, seq: Option<u64>) {
+        if let Some(seq) = seq
+            && self.last_seq.is_none_or(|l| seq > l)
+        {
+            self.last_seq = Some(seq);
         }
     }
 

@@ -8,14 +8,12 @@ use super::{Inbound, Stop};
 use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
 use elfgate_core::{
-    DeltaKind, EngineType, ErrorCode, ErrorInfo, EventRecord, HeadStart, ModelFinish, OnBusy,
-    PermissionMode, RunId, RunStats, SessionBus, SessionId,
+    ContentBlock, DeltaKind, EngineType, ErrorCode, ErrorInfo, EventEnvelope, EventPayload,
+    EventRecord, HeadStart, ModelFinish, OnBusy, PermissionMode, RunId, SessionBus, SessionId,
 };
 use elfgate_engines::GatewayTurn;
 use elfgate_store::StoredEvent;
-use serde::Deserialize;
 use serde_json::Value;
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -287,120 +285,81 @@ struct Translate {
     output_tokens: u64,
 }
 
-/// The fields of a `streamDelta` envelope the gateway reads: one is parsed per relayed piece, so
-/// it is read into this (the text borrowed when it has no escapes), not into a `Value`.
-#[derive(Deserialize)]
-struct DeltaEnvelope<'a> {
-    #[serde(borrow)]
-    delta: DeltaFields<'a>,
-}
-
-#[derive(Deserialize)]
-struct DeltaFields<'a> {
-    kind: DeltaKind,
-    #[serde(borrow)]
-    text: Cow<'a, str>,
-    #[serde(default)]
-    signature: Option<String>,
-}
-
-/// The run an envelope read from the log belongs to.
-#[derive(Deserialize)]
-struct RunOf {
-    #[serde(rename = "runId", default)]
-    run_id: Option<RunId>,
-}
-
 impl Translate {
     /// The items of one published event; `true` once the run's `complete` was seen.
     fn record(&mut self, rec: &EventRecord, out: &mut VecDeque<Out>) -> bool {
-        // Other runs' events, and the session's own, are skipped without being parsed.
-        rec.run_id == Some(self.run) && self.event(&rec.event_type, &rec.json, out)
+        // Other runs' events, and the session's own, are skipped.
+        rec.run_id == Some(self.run) && self.event(&rec.payload, out)
     }
 
-    /// The same for an event read back from the log, which does not say its run apart.
+    /// The same for an event read back from the log (a follower that fell behind the bus): only
+    /// the JSON is stored, so the envelope is read back from it.
     fn logged(&mut self, ev: &StoredEvent, out: &mut VecDeque<Out>) -> bool {
-        let ours =
-            serde_json::from_str::<RunOf>(&ev.json).is_ok_and(|r| r.run_id == Some(self.run));
-        ours && self.event(&ev.event_type, &ev.json, out)
+        if !RELAYED.contains(&ev.event_type.as_str()) {
+            return false;
+        }
+        match serde_json::from_str::<EventEnvelope>(&ev.json) {
+            Ok(env) => env.run_id == Some(self.run) && self.event(&env.payload, out),
+            Err(e) => {
+                out.push_back(Out::Error(ErrorInfo::new(
+                    ErrorCode::Internal,
+                    format!("an unreadable {} event in the log: {e}", ev.event_type),
+                )));
+                false
+            }
+        }
     }
 
-    /// The items of one event of this run, given its type and envelope.
-    fn event(&mut self, event_type: &str, json: &str, out: &mut VecDeque<Out>) -> bool {
-        match event_type {
-            "streamDelta" => {
-                let Ok(env) = serde_json::from_str::<DeltaEnvelope<'_>>(json) else {
-                    return false;
-                };
-                let d = env.delta;
-                if let Some(sig) = d.signature {
+    /// The items of one event of this run.
+    fn event(&mut self, payload: &EventPayload, out: &mut VecDeque<Out>) -> bool {
+        match payload {
+            EventPayload::StreamDelta { delta } => {
+                if let Some(sig) = &delta.signature {
                     self.signed = true;
-                    out.push_back(Out::Signature(sig));
+                    out.push_back(Out::Signature(sig.clone()));
                 }
-                if !d.text.is_empty() {
-                    let text = d.text.into_owned();
-                    out.push_back(match d.kind {
+                if !delta.text.is_empty() {
+                    let text = delta.text.clone();
+                    out.push_back(match delta.kind {
                         DeltaKind::Thinking => Out::Thinking(text),
                         DeltaKind::Text => Out::Text(text),
                     });
                 }
-                false
             }
-            "assistantMessage" | "processing" | "error" | "result" | "complete" => {
-                match serde_json::from_str::<Value>(json) {
-                    Ok(env) => self.envelope(&env, out),
-                    Err(_) => false,
-                }
-            }
-            _ => false,
-        }
-    }
-
-    fn envelope(&mut self, env: &Value, out: &mut VecDeque<Out>) -> bool {
-        match env["type"].as_str().unwrap_or_default() {
-            "assistantMessage" => {
-                for b in env["message"]["blocks"].as_array().into_iter().flatten() {
-                    match b["type"].as_str() {
-                        Some("thinking") if !self.signed => {
-                            if let Some(sig) = b["signature"].as_str() {
-                                self.signed = true;
-                                out.push_back(Out::Signature(sig.to_string()));
-                            }
+            EventPayload::AssistantMessage { message } => {
+                for block in &message.blocks {
+                    match block {
+                        ContentBlock::Thinking {
+                            signature: Some(sig),
+                            ..
+                        } if !self.signed => {
+                            self.signed = true;
+                            out.push_back(Out::Signature(sig.clone()));
                         }
-                        Some("tool_use") if self.relay_tools => {
+                        ContentBlock::ToolUse { id, name, input } if self.relay_tools => {
                             self.stop = Stop::ToolCalls;
                             out.push_back(Out::ToolCall {
-                                id: b["id"].as_str().unwrap_or_default().to_string(),
-                                name: b["name"].as_str().unwrap_or_default().to_string(),
-                                input: b["input"].clone(),
+                                id: id.clone(),
+                                name: name.clone(),
+                                input: input.clone(),
                             });
                         }
                         _ => {}
                     }
                 }
             }
-            "error" => out.push_back(Out::Error(
-                serde_json::from_value::<ErrorInfo>(env["error"].clone()).unwrap_or_else(|e| {
-                    ErrorInfo::new(
-                        ErrorCode::Internal,
-                        format!("an unreadable error event: {e}"),
-                    )
-                }),
-            )),
-            "result" => {
-                let stats = serde_json::from_value::<RunStats>(env["stats"].clone());
-                if let Ok(stats) = stats {
-                    self.input_tokens = stats.input_tokens;
-                    self.output_tokens = stats.output_tokens;
-                    if stats.model_finish_reason == Some(ModelFinish::MaxTokens)
-                        && self.stop == Stop::End
-                    {
-                        self.stop = Stop::Length;
-                    }
-                    self.stop_sequence = stats.stop_sequence;
+            EventPayload::Error { error } => out.push_back(Out::Error(error.clone())),
+            EventPayload::Result { stats } => {
+                self.input_tokens = stats.input_tokens;
+                self.output_tokens = stats.output_tokens;
+                if stats.model_finish_reason == Some(ModelFinish::MaxTokens)
+                    && self.stop == Stop::End
+                {
+                    self.stop = Stop::Length;
                 }
+                self.stop_sequence.clone_from(&stats.stop_sequence);
             }
-            "complete" => {
+            EventPayload::Complete { .. } => {
                 out.push_back(Out::End {
                     stop: self.stop,
                     stop_sequence: self.stop_sequence.take(),
@@ -414,6 +373,15 @@ impl Translate {
         false
     }
 }
+
+/// The event types a door relays; the others are skipped unread.
+const RELAYED: [&str; 5] = [
+    "streamDelta",
+    "assistantMessage",
+    "error",
+    "result",
+    "complete",
+];
 
 /// Follows the session's events after a seq until the run's `complete`: live from the bus, from
 /// the log for what the bus no longer holds (a subscriber that fell behind). It runs in the

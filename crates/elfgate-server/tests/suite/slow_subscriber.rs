@@ -194,7 +194,7 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
             let payload = EventPayload::Processing {
                 message: message.clone(),
             };
-            last = bus.publish(Some(run), &payload).await.seq;
+            last = bus.publish(Some(run), payload.clone()).await.seq;
         }
         read_through(&mut reader, from, last).await;
     }

@@ -22,14 +22,14 @@ async fn append_event_tx(
     seq: u64,
     payload: &EventPayload,
 ) -> StoreResult<()> {
-    let rec = EventRecord::build(session_id, seq, Some(run_id), payload);
+    let rec = EventRecord::build(session_id, seq, Some(run_id), payload.clone());
     sqlx::query(
         "INSERT INTO events (session_id, seq, run_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
     )
     .bind(session_id.to_string())
     .bind(seq as i64)
     .bind(run_id.to_string())
-    .bind(rec.event_type.as_ref())
+    .bind(rec.event_type())
     .bind(&rec.json)
     .bind(ts(&rec.ts))
     .execute(&mut **tx)
