@@ -439,14 +439,11 @@ impl EngineDispatcher {
         ctx.events
             .emit(EventPayload::Result {
                 stats: RunStats {
-                    input_tokens: outcome.input_tokens,
-                    output_tokens: outcome.output_tokens,
+                    usage: outcome.usage,
                     output_tokens_estimated: outcome.output_tokens_estimated,
                     input_tokens_estimated: outcome.input_tokens_estimated,
                     model_finish_reason: outcome.model_finish,
                     stop_sequence: outcome.stop_sequence.clone(),
-                    cache_read_tokens: outcome.cache_read_tokens,
-                    cache_write_tokens: outcome.cache_write_tokens,
                     iterations: outcome.iterations,
                     duration_ms: started.elapsed().as_millis() as u64,
                     finish_reason: outcome.finish_reason,

@@ -5,6 +5,7 @@
 use crate::error_code::ErrorCode;
 use crate::ids::{RunId, SessionId};
 use crate::model::{ContentBlock, FinishReason, Message};
+use crate::usage::TokenUsage;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -70,10 +71,9 @@ fn is_false(b: &bool) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {
-    /// Input tokens over all LLM calls.
-    pub input_tokens: u64,
-    /// Output tokens over all LLM calls.
-    pub output_tokens: u64,
+    /// Tokens over all LLM calls.
+    #[serde(flatten)]
+    pub usage: TokenUsage,
     /// Set when `outputTokens` holds, for at least one call, an estimate from the streamed text
     /// (about four bytes a token) instead of the provider's figure: a call that ended before the
     /// provider reported its usage (an interrupt, a broken stream). Absent when every figure is
@@ -85,14 +85,6 @@ pub struct RunStats {
     /// Absent when every figure is the provider's (Anthropic reports the prompt's at the start).
     #[serde(default, skip_serializing_if = "is_false")]
     pub input_tokens_estimated: bool,
-    /// Input tokens the provider read from its prompt cache, over all LLM calls (counted in
-    /// `inputTokens` too).
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    /// Input tokens the provider wrote to its prompt cache, over all LLM calls (counted in
-    /// `inputTokens` too).
-    #[serde(default)]
-    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// Wall time of the run.

@@ -18,6 +18,7 @@ pub mod modes;
 pub mod outcome;
 pub mod recorder;
 pub mod timefmt;
+pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
@@ -46,3 +47,4 @@ pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Sessi
 pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
+pub use usage::TokenUsage;

@@ -2,6 +2,7 @@
 
 use crate::engine_type::EngineType;
 use crate::ids::{MessageId, RunId, SessionId};
+use crate::usage::TokenUsage;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -312,16 +313,9 @@ pub struct Run {
     pub status: RunStatus,
     /// Why it ended, once it has.
     pub finish_reason: Option<FinishReason>,
-    /// Input tokens over all LLM calls.
-    pub input_tokens: u64,
-    /// Output tokens over all LLM calls.
-    pub output_tokens: u64,
-    /// Input tokens read from the provider's prompt cache, over all LLM calls.
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    /// Input tokens written to the provider's prompt cache, over all LLM calls.
-    #[serde(default)]
-    pub cache_write_tokens: u64,
+    /// Tokens over all LLM calls.
+    #[serde(flatten)]
+    pub usage: TokenUsage,
     /// LLM iterations.
     pub iterations: u32,
     /// When it started (or was queued).

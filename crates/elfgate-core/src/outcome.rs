@@ -3,16 +3,15 @@
 
 use crate::event::{ErrorInfo, ModelFinish};
 use crate::model::{FinishReason, Message};
+use crate::usage::TokenUsage;
 
 /// How an engine's run ended; the dispatcher turns it into `result` and `complete`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     /// Why it ended.
     pub finish_reason: FinishReason,
-    /// Input tokens over all LLM calls.
-    pub input_tokens: u64,
-    /// Output tokens over all LLM calls.
-    pub output_tokens: u64,
+    /// Tokens over all LLM calls.
+    pub usage: TokenUsage,
     /// Whether `output_tokens` includes an estimate (see `RunStats::output_tokens_estimated`).
     pub output_tokens_estimated: bool,
     /// Whether `input_tokens` includes an estimate (see `RunStats::input_tokens_estimated`).
@@ -21,10 +20,6 @@ pub struct RunOutcome {
     pub model_finish: Option<ModelFinish>,
     /// The stop sequence the last answer ended at, when the provider says which.
     pub stop_sequence: Option<String>,
-    /// Input tokens read from the provider's prompt cache, over all LLM calls.
-    pub cache_read_tokens: u64,
-    /// Input tokens written to the provider's prompt cache, over all LLM calls.
-    pub cache_write_tokens: u64,
     /// LLM iterations.
     pub iterations: u32,
     /// The error that ended it, if any (already reported as an `error` event by the engine).
@@ -40,14 +35,11 @@ impl RunOutcome {
     pub fn new(finish_reason: FinishReason) -> Self {
         RunOutcome {
             finish_reason,
-            input_tokens: 0,
-            output_tokens: 0,
+            usage: TokenUsage::default(),
             output_tokens_estimated: false,
             input_tokens_estimated: false,
             model_finish: None,
             stop_sequence: None,
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
             iterations: 0,
             error: None,
             answer: None,

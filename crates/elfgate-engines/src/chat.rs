@@ -296,8 +296,8 @@ impl ChatEngine {
                 blocks,
             );
             answer.model = Some(model);
-            answer.input_tokens = Some(turn.input_tokens);
-            answer.output_tokens = Some(turn.output_tokens);
+            answer.input_tokens = Some(turn.usage.input_tokens);
+            answer.output_tokens = Some(turn.usage.output_tokens);
             answer
         });
         let note = match &turn.finish {
@@ -314,14 +314,11 @@ impl ChatEngine {
         };
         RunOutcome {
             finish_reason,
-            input_tokens: turn.input_tokens,
-            output_tokens: turn.output_tokens,
+            usage: turn.usage,
             output_tokens_estimated: turn.output_tokens_estimated,
             input_tokens_estimated: turn.input_tokens_estimated,
             model_finish,
             stop_sequence,
-            cache_read_tokens: turn.cache_read_tokens,
-            cache_write_tokens: turn.cache_write_tokens,
             iterations: 1,
             error: turn.error,
             answer,

@@ -3,6 +3,7 @@
 //! stream at once.
 
 use crate::think::ThinkSplitter;
+use elfgate_core::TokenUsage;
 use elfgate_core::{
     ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
     RetryInfo, RunOutcome,
@@ -37,18 +38,12 @@ pub struct TurnOutput {
     pub signature: Option<String>,
     /// Tool calls, in order.
     pub tool_calls: Vec<RequestedToolCall>,
-    /// Input tokens reported.
-    pub input_tokens: u64,
-    /// Output tokens reported, or estimated when the call ended before its usage arrived.
-    pub output_tokens: u64,
+    /// Tokens reported; the output's estimated when the call ended before its usage arrived.
+    pub usage: TokenUsage,
     /// Set when `output_tokens` is an estimate from the streamed text, not the provider's.
     pub output_tokens_estimated: bool,
     /// Set when `input_tokens` is an estimate from the request's size, not the provider's.
     pub input_tokens_estimated: bool,
-    /// Prompt tokens the provider read from its prompt cache.
-    pub cache_read_tokens: u64,
-    /// Prompt tokens the provider wrote to its prompt cache.
-    pub cache_write_tokens: u64,
     /// The provider's finish reason.
     pub finish: Option<LlmFinishReason>,
     /// Set when an interrupt stopped it.
@@ -275,13 +270,13 @@ const STREAMED_BYTES_PER_TOKEN: u64 = 4;
 fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     // Something was streamed: the provider had read the prompt.
     let streamed = !out.text.is_empty() || !out.thinking.is_empty() || !out.tool_calls.is_empty();
-    if out.input_tokens == 0 && out.finish.is_none() && streamed {
+    if out.usage.input_tokens == 0 && out.finish.is_none() && streamed {
         let bytes = crate::tinyelf::context::compaction::fixed_bytes(req)
             + crate::tinyelf::context::compaction::messages_bytes(&req.messages);
-        out.input_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
-        out.input_tokens_estimated = out.input_tokens > 0;
+        out.usage.input_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.input_tokens_estimated = out.usage.input_tokens > 0;
     }
-    if out.output_tokens > 0 {
+    if out.usage.output_tokens > 0 {
         return;
     }
     let bytes = out.text.len()
@@ -293,7 +288,7 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
             .sum::<usize>();
     let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
     if bytes > 0 && out.finish.is_none() {
-        out.output_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.usage.output_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
         out.output_tokens_estimated = true;
     }
 }
@@ -423,17 +418,8 @@ pub(crate) async fn relay_turn(
                     name,
                     arguments,
                 }),
-                Ok(LlmEvent::Usage {
-                    input_tokens,
-                    output_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                }) => {
-                    out.input_tokens = input_tokens;
-                    out.output_tokens = output_tokens;
-                    out.cache_read_tokens = cache_read_tokens;
-                    out.cache_write_tokens = cache_write_tokens;
-                }
+                // Each report replaces the one before (see LlmEvent::Usage).
+                Ok(LlmEvent::Usage(usage)) => out.usage = usage,
                 Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),
                 Err(LlmError::Cancelled) => {
                     out.interrupted = true;

@@ -1,5 +1,6 @@
 //! Anthropic Messages client.
 
+use crate::TokenUsage;
 use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
@@ -427,12 +428,12 @@ impl Decoder for AnthropicDecoder {
                     // Output 0: not reported yet (message_start's is a placeholder), so that the
                     // streamed text is counted instead if the call never gets further.
                     if self.input_tokens > 0 {
-                        out.push_back(Ok(LlmEvent::Usage {
+                        out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                             input_tokens: self.input_tokens,
                             output_tokens: 0,
                             cache_read_tokens: self.cache_read_tokens,
                             cache_write_tokens: self.cache_write_tokens,
-                        }));
+                        })));
                     }
                 }
             }
@@ -531,12 +532,12 @@ impl Decoder for AnthropicDecoder {
                 if let Some(u) = ev.usage {
                     self.note_usage(&u);
                     if let Some(output) = u.output_tokens {
-                        out.push_back(Ok(LlmEvent::Usage {
+                        out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                             input_tokens: self.input_tokens,
                             output_tokens: output,
                             cache_read_tokens: self.cache_read_tokens,
                             cache_write_tokens: self.cache_write_tokens,
-                        }));
+                        })));
                     }
                 }
             }
@@ -780,12 +781,12 @@ mod tests {
             events,
             vec![
                 // The prompt's figures at once, the output's when the message ends.
-                LlmEvent::Usage {
+                LlmEvent::Usage(TokenUsage {
                     input_tokens: 12,
                     output_tokens: 0,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
-                },
+                }),
                 LlmEvent::ThinkingDelta("hm".into()),
                 LlmEvent::ThinkingSignature("SIG".into()),
                 LlmEvent::TextDelta("Hi".into()),
@@ -800,12 +801,12 @@ mod tests {
                     arguments: "{}".into()
                 },
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
-                LlmEvent::Usage {
+                LlmEvent::Usage(TokenUsage {
                     input_tokens: 12,
                     output_tokens: 7,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
-                },
+                }),
             ]
         );
     }
@@ -878,12 +879,12 @@ mod tests {
         let usage = q.pop_back().unwrap().unwrap();
         assert_eq!(
             usage,
-            LlmEvent::Usage {
+            LlmEvent::Usage(TokenUsage {
                 input_tokens: 1005,
                 output_tokens: 3,
                 cache_read_tokens: 900,
                 cache_write_tokens: 100,
-            }
+            })
         );
     }
 

@@ -1,5 +1,6 @@
 //! Gemini API (`streamGenerateContent`) client.
 
+use crate::TokenUsage;
 use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
@@ -471,14 +472,14 @@ impl Decoder for GeminiDecoder {
             return false;
         }
         if let Some(u) = self.usage {
-            out.push_back(Ok(LlmEvent::Usage {
+            out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: u.prompt_token_count.unwrap_or(0),
                 // Thoughts are generated tokens too, counted apart from the candidates'.
                 output_tokens: u.candidates_token_count.unwrap_or(0)
                     + u.thoughts_token_count.unwrap_or(0),
                 cache_read_tokens: u.cached_content_token_count.unwrap_or(0),
                 cache_write_tokens: 0,
-            }));
+            })));
         }
         true
     }
@@ -641,12 +642,12 @@ mod tests {
                 },
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
                 // Thoughts count as output.
-                LlmEvent::Usage {
+                LlmEvent::Usage(TokenUsage {
                     input_tokens: 1,
                     output_tokens: 5,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
-                },
+                }),
             ]
         );
     }

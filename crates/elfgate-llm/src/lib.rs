@@ -28,8 +28,8 @@ use client::WireProvider;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use elfgate_core::ThinkingLevel;
 pub use elfgate_core::model::{ContentBlock, Role};
+pub use elfgate_core::{ThinkingLevel, TokenUsage};
 pub use error::LlmError;
 pub use policy::{Backoff, Jitter, RetryPolicy, random_unit};
 pub use retry::{
@@ -51,6 +51,24 @@ pub enum ProviderKind {
     /// The Gemini API (`/v1beta/models/{model}:streamGenerateContent`).
     #[serde(rename = "gemini")]
     Gemini,
+}
+
+impl ProviderKind {
+    /// The name used in the configuration (`kind = "…"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenaiResponses => "openai-responses",
+            ProviderKind::Gemini => "gemini",
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A tool the model may call.
@@ -143,16 +161,7 @@ pub enum LlmEvent {
     },
     /// Token usage of the call so far. It may come more than once (Anthropic reports the prompt's
     /// figures first, the output's last): each replaces the one before.
-    Usage {
-        /// Prompt tokens (cached ones included).
-        input_tokens: u64,
-        /// Generated tokens.
-        output_tokens: u64,
-        /// Prompt tokens read from the provider's prompt cache.
-        cache_read_tokens: u64,
-        /// Prompt tokens written to the provider's prompt cache.
-        cache_write_tokens: u64,
-    },
+    Usage(TokenUsage),
     /// Why the model stopped.
     Finish(LlmFinishReason),
 }

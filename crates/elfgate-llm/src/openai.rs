@@ -1,5 +1,6 @@
 //! OpenAI-compatible Chat Completions client.
 
+use crate::TokenUsage;
 use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::openai_fast;
@@ -436,7 +437,7 @@ impl OpenAiDecoder {
             }
         }
         if let Some(u) = chunk.usage {
-            out.push_back(Ok(LlmEvent::Usage {
+            out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: u.prompt_tokens.unwrap_or(0),
                 output_tokens: u.completion_tokens.unwrap_or(0),
                 cache_read_tokens: u
@@ -445,7 +446,7 @@ impl OpenAiDecoder {
                     .unwrap_or(0),
                 // OpenAI caches prefixes by itself and reports no writes.
                 cache_write_tokens: 0,
-            }));
+            })));
         }
         Ok(false)
     }
@@ -744,12 +745,12 @@ mod tests {
                     arguments: "".into()
                 },
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
-                LlmEvent::Usage {
+                LlmEvent::Usage(TokenUsage {
                     input_tokens: 10,
                     output_tokens: 5,
                     cache_read_tokens: 4,
                     cache_write_tokens: 0,
-                },
+                }),
             ]
         );
     }

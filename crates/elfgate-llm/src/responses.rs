@@ -1,5 +1,6 @@
 //! OpenAI Responses API client.
 
+use crate::TokenUsage;
 use crate::client::Wire;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
@@ -331,7 +332,7 @@ impl ResponsesDecoder {
         };
         out.push_back(Ok(LlmEvent::Finish(reason)));
         if let Some(u) = resp.and_then(|r| r.usage) {
-            out.push_back(Ok(LlmEvent::Usage {
+            out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: u.input_tokens.unwrap_or(0),
                 output_tokens: u.output_tokens.unwrap_or(0),
                 cache_read_tokens: u
@@ -340,7 +341,7 @@ impl ResponsesDecoder {
                     .unwrap_or(0),
                 // The Responses API caches prefixes by itself and reports no writes.
                 cache_write_tokens: 0,
-            }));
+            })));
         }
     }
 }
@@ -566,12 +567,12 @@ mod tests {
                     arguments: "{\"path\":\"a.txt\"}".into(),
                 },
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
-                LlmEvent::Usage {
+                LlmEvent::Usage(TokenUsage {
                     input_tokens: 1,
                     output_tokens: 5,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
-                },
+                }),
             ]
         );
     }
@@ -588,12 +589,12 @@ mod tests {
             [
                 Ok(LlmEvent::TextDelta("a".into())),
                 Ok(LlmEvent::Finish(LlmFinishReason::Length)),
-                Ok(LlmEvent::Usage {
+                Ok(LlmEvent::Usage(TokenUsage {
                     input_tokens: 3,
                     output_tokens: 1,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
-                }),
+                })),
             ]
         );
     }

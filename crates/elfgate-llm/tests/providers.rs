@@ -10,8 +10,8 @@ use axum::routing::post;
 use bytes::Bytes;
 use elfgate_llm::{
     ContentBlock, LlmError, LlmEvent, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest,
-    ProviderConfig, ProviderKind, RetryNotice, RetryPolicy, Role, ThinkingLevel, ToolSpec,
-    build_provider, stream_with_retry,
+    ProviderConfig, ProviderKind, RetryNotice, RetryPolicy, Role, ThinkingLevel, TokenUsage,
+    ToolSpec, build_provider, stream_with_retry,
 };
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -198,12 +198,12 @@ async fn openai_text_tool_calls_and_usage() {
                 arguments: r#"{"dir":"."}"#.into(),
             },
             LlmEvent::Finish(LlmFinishReason::ToolCalls),
-            LlmEvent::Usage {
+            LlmEvent::Usage(TokenUsage {
                 input_tokens: 42,
                 output_tokens: 17,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
-            },
+            }),
         ]
     );
     let captured = captured.lock().unwrap();
@@ -246,12 +246,12 @@ async fn anthropic_thinking_text_tool_use_and_usage() {
         events,
         vec![
             // The prompt's figures as soon as message_start gives them.
-            LlmEvent::Usage {
+            LlmEvent::Usage(TokenUsage {
                 input_tokens: 25,
                 output_tokens: 0,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
-            },
+            }),
             LlmEvent::ThinkingDelta("Pondering".into()),
             LlmEvent::ThinkingSignature("EqQBsig".into()),
             LlmEvent::TextDelta("I'll read it.".into()),
@@ -261,12 +261,12 @@ async fn anthropic_thinking_text_tool_use_and_usage() {
                 arguments: r#"{"path": "a.txt"}"#.into(),
             },
             LlmEvent::Finish(LlmFinishReason::ToolCalls),
-            LlmEvent::Usage {
+            LlmEvent::Usage(TokenUsage {
                 input_tokens: 25,
                 output_tokens: 33,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
-            },
+            }),
         ]
     );
     let captured = captured.lock().unwrap();
@@ -347,11 +347,11 @@ async fn anthropic_missing_message_stop_is_an_error() {
         matches!(
             &items[..],
             [
-                Ok(LlmEvent::Usage {
+                Ok(LlmEvent::Usage(TokenUsage {
                     input_tokens: 1,
                     output_tokens: 0,
                     ..
-                }),
+                })),
                 Err(LlmError::Transport(_))
             ]
         ),
@@ -718,12 +718,12 @@ async fn pings_alone_do_not_keep_a_stream_alive() {
     assert_eq!(
         items,
         vec![
-            Ok(LlmEvent::Usage {
+            Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: 1,
                 output_tokens: 0,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
-            }),
+            })),
             Ok(LlmEvent::TextDelta("hi".into())),
             Err(LlmError::IdleTimeout(Duration::from_millis(300)))
         ]

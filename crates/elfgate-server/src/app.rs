@@ -17,7 +17,7 @@ use elfgate_core::{ActiveSessions, EngineDispatcher, EventHub, Metrics};
 use elfgate_engines::{
     ChatEngine, ChatMode, ChatSettings, CliEngine, ProviderRegistry, TinyElfConfig, TinyElfEngine,
 };
-use elfgate_llm::{ProviderConfig, ProviderKind, RetryPolicy, build_provider};
+use elfgate_llm::{ProviderConfig, RetryPolicy, build_provider};
 use elfgate_mcp::McpManager;
 use elfgate_store::{SqliteStore, Store, StoreOptions};
 use elfgate_tools::process::{ChildEnv, Isolation, Network};
@@ -79,17 +79,11 @@ fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
         if let (None, Some(var)) = (&api_key, p.api_key_env.as_deref().filter(|v| !v.is_empty())) {
             keyless.push(format!("{name} ({var})"));
         }
-        let kind = match p.kind {
-            crate::config::ProviderKindConfig::Openai => ProviderKind::Openai,
-            crate::config::ProviderKindConfig::Anthropic => ProviderKind::Anthropic,
-            crate::config::ProviderKindConfig::OpenaiResponses => ProviderKind::OpenaiResponses,
-            crate::config::ProviderKindConfig::Gemini => ProviderKind::Gemini,
-        };
         registry.insert(
             name.clone(),
             build_provider(
                 ProviderConfig {
-                    kind,
+                    kind: p.kind,
                     base_url: p.base_url.trim_end_matches('/').to_string(),
                     api_key,
                     api_key_env: p.api_key_env.clone().filter(|v| !v.is_empty()),

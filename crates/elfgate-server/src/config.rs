@@ -1,6 +1,7 @@
 //! Configuration: the built-in config/default.toml, an optional file over it, environment
 //! variables over both. See config/default.toml for every key.
 
+use elfgate_llm::ProviderKind;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::Deserialize;
@@ -79,41 +80,12 @@ pub struct StorageConfig {
     pub log_linger_ms: u64,
 }
 
-/// The wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum ProviderKindConfig {
-    /// OpenAI-compatible chat completions.
-    #[serde(rename = "openai")]
-    Openai,
-    /// Anthropic Messages.
-    #[serde(rename = "anthropic")]
-    Anthropic,
-    /// The OpenAI Responses API (also what codex speaks).
-    #[serde(rename = "openai-responses")]
-    OpenaiResponses,
-    /// The Gemini API (also what gemini-cli speaks).
-    #[serde(rename = "gemini")]
-    Gemini,
-}
-
-impl ProviderKindConfig {
-    /// The name used in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKindConfig::Openai => "openai",
-            ProviderKindConfig::Anthropic => "anthropic",
-            ProviderKindConfig::OpenaiResponses => "openai-responses",
-            ProviderKindConfig::Gemini => "gemini",
-        }
-    }
-}
-
 /// `[providers.NAME]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfigSection {
     /// Wire format.
-    pub kind: ProviderKindConfig,
+    pub kind: ProviderKind,
     /// Base URL.
     pub base_url: String,
     /// Environment variable holding the API key.
@@ -237,7 +209,7 @@ impl EnginesConfig {
             .iter()
             .map(|(name, p)| {
                 let provider = elfgate_engines::cli::CliProvider {
-                    kind: p.kind.as_str().to_string(),
+                    kind: p.kind,
                     base_url: p.base_url.clone(),
                     api_key_env: p.api_key_env.clone(),
                     default_model: p.default_model.clone(),

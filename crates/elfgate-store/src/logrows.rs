@@ -86,7 +86,9 @@ pub(crate) fn group<'a>(events: &'a [Arc<EventRecord>]) -> Vec<LogRow<'a>> {
     let mut open: HashMap<SessionId, Open<'a>> = HashMap::new();
     for e in events {
         let e: &'a EventRecord = e;
-        let delta_run = e.run_id.filter(|_| matches!(e.payload, EventPayload::StreamDelta { .. }));
+        let delta_run = e
+            .run_id
+            .filter(|_| matches!(e.payload, EventPayload::StreamDelta { .. }));
         let Some(run) = delta_run else {
             open.remove(&e.session_id);
             rows.push(LogRow::One(e));

@@ -4,7 +4,7 @@
 use chrono::Utc;
 use elfgate_core::{
     ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
-    RunId, RunLedger, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId,
+    RunId, RunLedger, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
 use elfgate_store::{SqliteStore, Store};
 use std::sync::Arc;
@@ -34,10 +34,7 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         session_id,
         status,
         finish_reason: None,
-        input_tokens: 0,
-        output_tokens: 0,
-        cache_read_tokens: 0,
-        cache_write_tokens: 0,
+        usage: TokenUsage::default(),
         iterations: 0,
         started_at: Utc::now(),
         ended_at: None,
@@ -137,10 +134,12 @@ async fn sessions_runs_and_messages_round_trip() {
     assert_eq!(store.branch(s.id, answer.id, 1).await.unwrap().len(), 1);
 
     let outcome = RunOutcome {
-        input_tokens: 3,
-        output_tokens: 7,
-        cache_read_tokens: 2,
-        cache_write_tokens: 1,
+        usage: TokenUsage {
+            input_tokens: 3,
+            output_tokens: 7,
+            cache_read_tokens: 2,
+            cache_write_tokens: 1,
+        },
         iterations: 1,
         ..RunOutcome::new(FinishReason::Stop)
     };
@@ -150,8 +149,11 @@ async fn sessions_runs_and_messages_round_trip() {
         .unwrap();
     let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(done.output_tokens, 7);
-    assert_eq!((done.cache_read_tokens, done.cache_write_tokens), (2, 1));
+    assert_eq!(done.usage.output_tokens, 7);
+    assert_eq!(
+        (done.usage.cache_read_tokens, done.usage.cache_write_tokens),
+        (2, 1)
+    );
     assert!(done.ended_at.is_some());
 
     assert!(store.delete_session(s.id).await.unwrap());
@@ -283,7 +285,10 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     // The run's end is recorded, then the daemon dies before `result` and `complete` are logged
     // (its bus is never closed: the reservation stays unreleased).
     let outcome = RunOutcome {
-        output_tokens: 7,
+        usage: TokenUsage {
+            output_tokens: 7,
+            ..TokenUsage::default()
+        },
         ..RunOutcome::new(FinishReason::Stop)
     };
     store
@@ -319,12 +324,12 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     elfgate_core::EventEmitter::new(bus3.clone(), half.id)
         .emit(EventPayload::Result {
             stats: elfgate_core::RunStats {
-                input_tokens: 0,
-                output_tokens: 7,
+                usage: TokenUsage {
+                    output_tokens: 7,
+                    ..TokenUsage::default()
+                },
                 output_tokens_estimated: false,
                 input_tokens_estimated: false,
-                cache_read_tokens: 0,
-                cache_write_tokens: 0,
                 iterations: 1,
                 duration_ms: 1,
                 finish_reason: FinishReason::Stop,
@@ -382,7 +387,10 @@ async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
     );
     answer.output_tokens = Some(2);
     let outcome = RunOutcome {
-        output_tokens: 2,
+        usage: TokenUsage {
+            output_tokens: 2,
+            ..TokenUsage::default()
+        },
         iterations: 1,
         ..RunOutcome::new(FinishReason::Stop)
     };
@@ -392,7 +400,7 @@ async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
         .unwrap();
     let done = store.get_run(s.id, r.id).await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
-    assert_eq!(done.output_tokens, 2);
+    assert_eq!(done.usage.output_tokens, 2);
     let all = store.list_messages(s.id, 100).await.unwrap();
     assert_eq!(
         all.iter().map(|m| m.id).collect::<Vec<_>>(),

@@ -3,14 +3,15 @@
 //! that the adapters (claude_code, codex, gemini_cli) and backend.rs, which picks one, depend on
 //! it and not on each other.
 
-use elfgate_core::{DeltaKind, PermissionMode};
+use elfgate_core::{DeltaKind, PermissionMode, TokenUsage};
+use elfgate_llm::ProviderKind;
 use serde_json::Value;
 
 /// A provider as a CLI sees it: where to send requests and which variable holds the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliProvider {
-    /// Its wire format: `openai`, `openai-responses`, `anthropic` or `gemini`.
-    pub kind: String,
+    /// Its wire format.
+    pub kind: ProviderKind,
     /// Its base URL as configured.
     pub base_url: String,
     /// The daemon's variable holding its key, if any.
@@ -54,7 +55,7 @@ pub(crate) enum AdapterEvent {
     /// The CLI's own session (thread) id.
     SessionId(String),
     /// Token figures so far (replace the earlier ones).
-    Usage(TokenCounts),
+    Usage(TokenUsage),
     /// Model turns so far.
     Turns(u32),
     /// Something worth telling the client that does not end the run (a retry, a warning).
@@ -85,18 +86,4 @@ pub(crate) fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 /// A number field of a JSON object (0 when absent).
 pub(crate) fn u64_of(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// A CLI's token figures, in Elfgate's terms: `input` counts every prompt token, those read from
-/// or written to the provider's prompt cache included (each CLI reports them its own way).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TokenCounts {
-    /// Prompt tokens, cached ones included.
-    pub input: u64,
-    /// Generated tokens.
-    pub output: u64,
-    /// Prompt tokens read from the provider's cache.
-    pub cache_read: u64,
-    /// Prompt tokens written to the provider's cache.
-    pub cache_write: u64,
 }

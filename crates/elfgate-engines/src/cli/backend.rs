@@ -4,6 +4,7 @@
 use super::adapter::{Adapter, CliProvider, Invocation};
 use super::{claude_code, codex, gemini_cli};
 use elfgate_core::PermissionMode;
+use elfgate_llm::ProviderKind;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,15 +57,15 @@ impl Backend {
     }
 
     /// The provider kinds whose wire format it speaks.
-    pub(crate) fn provider_kinds(self) -> &'static [&'static str] {
+    pub(crate) fn provider_kinds(self) -> &'static [ProviderKind] {
         match self {
-            Backend::Codex => &["openai-responses"],
-            Backend::ClaudeCode => &["anthropic"],
-            Backend::GeminiCli => &["gemini"],
+            Backend::Codex => &[ProviderKind::OpenaiResponses],
+            Backend::ClaudeCode => &[ProviderKind::Anthropic],
+            Backend::GeminiCli => &[ProviderKind::Gemini],
         }
     }
 
-    pub(crate) fn speaks(self, kind: &str) -> bool {
+    pub(crate) fn speaks(self, kind: ProviderKind) -> bool {
         self.provider_kinds().contains(&kind)
     }
 

@@ -6,7 +6,8 @@
 //! whole blocks (text already streamed is not repeated); `user` lines the tool results; `result`
 //! the usage, the number of turns and whether the run failed.
 
-use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
+use elfgate_core::TokenUsage;
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
@@ -207,11 +208,11 @@ impl ClaudeAdapter {
         // Anthropic's input_tokens leaves out the cached parts.
         let cache_read = u64_of(&usage, "cache_read_input_tokens");
         let cache_write = u64_of(&usage, "cache_creation_input_tokens");
-        let mut out = vec![AdapterEvent::Usage(TokenCounts {
-            input: u64_of(&usage, "input_tokens") + cache_read + cache_write,
-            output: u64_of(&usage, "output_tokens"),
-            cache_read,
-            cache_write,
+        let mut out = vec![AdapterEvent::Usage(TokenUsage {
+            input_tokens: u64_of(&usage, "input_tokens") + cache_read + cache_write,
+            output_tokens: u64_of(&usage, "output_tokens"),
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
         })];
         if let Some(n) = line.get("num_turns").and_then(Value::as_u64) {
             out.push(AdapterEvent::Turns(u32::try_from(n).unwrap_or(u32::MAX)));
@@ -351,11 +352,11 @@ mod tests {
                     content: "a.txt".into(),
                     is_error: false
                 },
-                Usage(TokenCounts {
-                    input: 15,
-                    output: 7,
-                    cache_read: 5,
-                    cache_write: 0
+                Usage(TokenUsage {
+                    input_tokens: 15,
+                    output_tokens: 7,
+                    cache_read_tokens: 5,
+                    cache_write_tokens: 0
                 }),
                 Turns(2),
                 Finished,
@@ -393,7 +394,7 @@ mod tests {
             out,
             vec![
                 Notice("claude retries its API call (1/1, status 429)".into()),
-                Usage(TokenCounts::default()),
+                Usage(TokenUsage::default()),
                 Turns(1),
                 Failed("API Error: Request rejected (429) · scripted upstream failure 429".into()),
                 Finished,

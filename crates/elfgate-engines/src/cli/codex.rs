@@ -3,8 +3,10 @@
 //! reasoning and tool work, `turn.completed` the usage (the thread's totals so far) and
 //! `turn.failed` a failed turn. Top-level `error` lines are retries and warnings, not failures.
 
-use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
+use elfgate_core::TokenUsage;
 use elfgate_core::{DeltaKind, PermissionMode};
+use elfgate_llm::ProviderKind;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -76,7 +78,7 @@ pub(crate) fn files(providers: &BTreeMap<String, CliProvider>) -> Vec<(PathBuf, 
     let mut toml = String::from("check_for_update_on_startup = false\n");
     for (name, p) in providers
         .iter()
-        .filter(|(_, p)| p.kind == "openai-responses")
+        .filter(|(_, p)| p.kind == ProviderKind::OpenaiResponses)
     {
         toml.push_str(&format!(
             "\n[model_providers.{}]\nname = {}\nbase_url = {}\nenv_key = {}\nwire_api = \"responses\"\n",
@@ -241,11 +243,11 @@ impl Adapter for CodexAdapter {
                 let usage = line.get("usage").cloned().unwrap_or(Value::Null);
                 vec![
                     // OpenAI's input_tokens already counts the cached ones.
-                    AdapterEvent::Usage(TokenCounts {
-                        input: u64_of(&usage, "input_tokens"),
-                        output: u64_of(&usage, "output_tokens"),
-                        cache_read: u64_of(&usage, "cached_input_tokens"),
-                        cache_write: u64_of(&usage, "cache_write_input_tokens"),
+                    AdapterEvent::Usage(TokenUsage {
+                        input_tokens: u64_of(&usage, "input_tokens"),
+                        output_tokens: u64_of(&usage, "output_tokens"),
+                        cache_read_tokens: u64_of(&usage, "cached_input_tokens"),
+                        cache_write_tokens: u64_of(&usage, "cache_write_input_tokens"),
                     }),
                     AdapterEvent::Finished,
                 ]
@@ -298,11 +300,11 @@ mod tests {
                 },
                 ToolEnd { id: "item_1".into(), content: "hi\n".into(), is_error: false },
                 Delta(DeltaKind::Text, "The command printed hi. Done.".into()),
-                Usage(TokenCounts {
-                    input: 240,
-                    output: 60,
-                    cache_read: 40,
-                    cache_write: 0
+                Usage(TokenUsage {
+                    input_tokens: 240,
+                    output_tokens: 60,
+                    cache_read_tokens: 40,
+                    cache_write_tokens: 0
                 }),
                 Finished,
             ]

@@ -3,7 +3,8 @@
 //! printed); `tool_use` / `tool_result` the tool calls; `error` warnings and errors; `result` the
 //! stats and whether the run failed. An interrupted gemini prints nothing more and exits 0.
 
-use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, TokenCounts, str_of, u64_of};
+use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
+use elfgate_core::TokenUsage;
 use elfgate_core::{DeltaKind, PermissionMode};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -130,11 +131,11 @@ impl Adapter for GeminiAdapter {
             "result" => {
                 let stats = line.get("stats").cloned().unwrap_or(Value::Null);
                 // input_tokens counts the cached ones (`cached`); `input` is the rest.
-                let mut out = vec![AdapterEvent::Usage(TokenCounts {
-                    input: u64_of(&stats, "input_tokens").max(u64_of(&stats, "input")),
-                    output: u64_of(&stats, "output_tokens"),
-                    cache_read: u64_of(&stats, "cached"),
-                    cache_write: 0,
+                let mut out = vec![AdapterEvent::Usage(TokenUsage {
+                    input_tokens: u64_of(&stats, "input_tokens").max(u64_of(&stats, "input")),
+                    output_tokens: u64_of(&stats, "output_tokens"),
+                    cache_read_tokens: u64_of(&stats, "cached"),
+                    cache_write_tokens: 0,
                 })];
                 if str_of(line, "status") != Some("success") {
                     let why = line
@@ -185,11 +186,11 @@ mod tests {
                     content: "a.txt".into(),
                     is_error: false
                 },
-                Usage(TokenCounts {
-                    input: 20,
-                    output: 10,
-                    cache_read: 4,
-                    cache_write: 0
+                Usage(TokenUsage {
+                    input_tokens: 20,
+                    output_tokens: 10,
+                    cache_read_tokens: 4,
+                    cache_write_tokens: 0
                 }),
                 Finished,
             ]

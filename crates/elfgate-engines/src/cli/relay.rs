@@ -1,11 +1,12 @@
 //! One run's relay: from a CLI's adapter events to Elfgate's events and stored messages, and from
 //! how the CLI ended to the run's outcome.
 
-use super::adapter::{AdapterEvent, TokenCounts};
+use super::adapter::AdapterEvent;
 use super::backend::Backend;
 use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;
+use elfgate_core::TokenUsage;
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, RunOutcome,
     ToolCallStatus,
@@ -17,7 +18,7 @@ pub(crate) struct Relay<'a> {
     transcript: Transcript,
     /// The CLI session id stored on the session.
     cli_session: Option<String>,
-    tokens: TokenCounts,
+    tokens: TokenUsage,
     turns: u32,
     /// What the CLI said went wrong.
     failure: Option<String>,
@@ -38,7 +39,7 @@ impl<'a> Relay<'a> {
             ctx,
             transcript,
             cli_session,
-            tokens: TokenCounts::default(),
+            tokens: TokenUsage::default(),
             turns: 0,
             failure: None,
             finished: false,
@@ -197,16 +198,13 @@ impl<'a> Relay<'a> {
             } else {
                 finish_reason
             },
-            input_tokens: self.tokens.input,
-            output_tokens: self.tokens.output,
+            usage: self.tokens,
             // A CLI reports its own figures, or none: nothing is estimated here.
             output_tokens_estimated: false,
             input_tokens_estimated: false,
             // A CLI's own loop decides; its last model call's reason is not reported.
             model_finish: None,
             stop_sequence: None,
-            cache_read_tokens: self.tokens.cache_read,
-            cache_write_tokens: self.tokens.cache_write,
             iterations: self.turns.max(1),
             error,
             answer,

@@ -3,6 +3,7 @@
 
 use super::adapter::CliProvider;
 use super::backend::Backend;
+use elfgate_llm::ProviderKind;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -103,13 +104,13 @@ pub enum ProviderRefused {
     #[error(
         "provider '{name}' is of kind '{kind}', which {} does not speak (it needs {})",
         backend.as_str(),
-        backend.provider_kinds().join(" or ")
+        backend.provider_kinds().iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" or ")
     )]
     WrongKind {
         /// The provider.
         name: String,
         /// Its kind.
-        kind: String,
+        kind: ProviderKind,
         /// The CLI.
         backend: Backend,
     },
@@ -169,7 +170,7 @@ impl CliConfig {
                 return Ok(self
                     .providers
                     .iter()
-                    .find(|(_, p)| backend.speaks(&p.kind))
+                    .find(|(_, p)| backend.speaks(p.kind))
                     .map(|(n, p)| (n.clone(), p.clone())));
             }
         };
@@ -177,10 +178,10 @@ impl CliConfig {
             .providers
             .get(&name)
             .ok_or_else(|| ProviderRefused::Unknown(name.clone()))?;
-        if !backend.speaks(&p.kind) {
+        if !backend.speaks(p.kind) {
             return Err(ProviderRefused::WrongKind {
                 name,
-                kind: p.kind.clone(),
+                kind: p.kind,
                 backend,
             });
         }

@@ -3,7 +3,7 @@
 //! stored as soon as every call of the step has its result (a crash mid-run leaves valid history).
 //! What is left at the end is the run's closing message, which the dispatcher stores.
 
-use super::adapter::TokenCounts;
+use elfgate_core::TokenUsage;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, Message,
     MessageId, Role, ToolCallStatus,
@@ -161,7 +161,7 @@ impl Transcript {
         mut self,
         ctx: &EngineSessionContext,
         status: ToolCallStatus,
-        tokens: TokenCounts,
+        tokens: TokenUsage,
     ) -> Result<Option<Message>, ErrorInfo> {
         if !self.open.is_empty() {
             let why = match status {
@@ -178,8 +178,8 @@ impl Transcript {
         }
         let blocks = std::mem::take(&mut self.blocks);
         let mut answer = self.message(ctx, Role::Assistant, blocks);
-        answer.input_tokens = Some(tokens.input);
-        answer.output_tokens = Some(tokens.output);
+        answer.input_tokens = Some(tokens.input_tokens);
+        answer.output_tokens = Some(tokens.output_tokens);
         Ok(Some(answer))
     }
 }

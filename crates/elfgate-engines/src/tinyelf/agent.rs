@@ -135,13 +135,13 @@ pub(crate) async fn run_loop(
                         blocks.clone(),
                     );
                     msg.model = Some(agent.model.clone());
-                    let (i, o) = if can_drain {
-                        (turn.input_tokens, turn.output_tokens)
+                    let usage = if can_drain {
+                        turn.usage
                     } else {
-                        runner.tokens()
+                        runner.usage()
                     };
-                    msg.input_tokens = Some(i);
-                    msg.output_tokens = Some(o);
+                    msg.input_tokens = Some(usage.input_tokens);
+                    msg.output_tokens = Some(usage.output_tokens);
                     if let Err(e) = runner.persist(&msg).await {
                         return end(FinishReason::Error, last_text, iterations, Some(e));
                     }
@@ -227,8 +227,8 @@ pub(crate) async fn run_loop(
                 blocks.clone(),
             );
             msg.model = Some(agent.model.clone());
-            msg.input_tokens = Some(turn.input_tokens);
-            msg.output_tokens = Some(turn.output_tokens);
+            msg.input_tokens = Some(turn.usage.input_tokens);
+            msg.output_tokens = Some(turn.usage.output_tokens);
             let tool_msg = Message::new(
                 session_id,
                 Some(ctx.run_id),

@@ -430,20 +430,16 @@ impl TinyElfEngine {
                 .await;
             report_unblockable_hook(&ctx, HookEvent::SessionEnd, verdict).await;
         }
-        let (input_tokens, output_tokens) = runner.tokens();
-        let (cache_read_tokens, cache_write_tokens) = runner.cache_tokens();
+        let usage = runner.usage();
         let (input_tokens_estimated, output_tokens_estimated) = runner.tokens_estimated();
         let (model_finish, stop_sequence) = runner.last_finish();
         RunOutcome {
             finish_reason: end.finish,
-            input_tokens,
-            output_tokens,
+            usage,
             output_tokens_estimated,
             input_tokens_estimated,
             model_finish,
             stop_sequence,
-            cache_read_tokens,
-            cache_write_tokens,
             iterations: end.iterations,
             error: end.error,
             // Each iteration's messages were stored as they came (tool results follow them).

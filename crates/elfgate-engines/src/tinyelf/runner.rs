@@ -6,6 +6,7 @@ use super::Inner;
 use super::context::blocks::SystemPrompt;
 use super::settings::RunSettings;
 use crate::streaming::{TurnOptions, TurnOutput, retry_event, stream_turn_with};
+use elfgate_core::TokenUsage;
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message,
 };
@@ -13,7 +14,7 @@ use elfgate_llm::{LlmFinishReason, LlmProvider, LlmRequest, RetryNotice, random_
 use elfgate_tools::{Guardian, ToolRegistry};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
@@ -61,16 +62,14 @@ pub(crate) struct Runner {
     pub guardian: Option<Guardian>,
     /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
     pub(crate) token_ratio: std::sync::Mutex<f64>,
-    input_tokens: AtomicU64,
-    output_tokens: AtomicU64,
+    /// The run's token totals, sub-agents included.
+    usage: std::sync::Mutex<TokenUsage>,
     /// Set once a call's output tokens were estimated from its streamed text.
     output_estimated: std::sync::atomic::AtomicBool,
     /// Set once a call's input tokens were estimated from its request's size.
     input_estimated: std::sync::atomic::AtomicBool,
     /// Why the top-level agent's last model call ended.
     last_finish: std::sync::Mutex<Option<LlmFinishReason>>,
-    cache_read_tokens: AtomicU64,
-    cache_write_tokens: AtomicU64,
     bg_tx: mpsc::UnboundedSender<BackgroundResult>,
     bg_rx: Mutex<mpsc::UnboundedReceiver<BackgroundResult>>,
     bg_running: AtomicUsize,
@@ -127,13 +126,10 @@ impl Runner {
             project: work_dir(project.as_deref()),
             guardian,
             token_ratio: std::sync::Mutex::new(1.0),
-            input_tokens: AtomicU64::new(0),
-            output_tokens: AtomicU64::new(0),
+            usage: std::sync::Mutex::new(TokenUsage::default()),
             output_estimated: std::sync::atomic::AtomicBool::new(false),
             input_estimated: std::sync::atomic::AtomicBool::new(false),
             last_finish: std::sync::Mutex::new(None),
-            cache_read_tokens: AtomicU64::new(0),
-            cache_write_tokens: AtomicU64::new(0),
             bg_tx,
             bg_rx: Mutex::new(bg_rx),
             bg_running: AtomicUsize::new(0),
@@ -145,11 +141,11 @@ impl Runner {
     }
 
     /// The run's token totals (sub-agents included).
-    pub(crate) fn tokens(&self) -> (u64, u64) {
-        (
-            self.input_tokens.load(Ordering::SeqCst),
-            self.output_tokens.load(Ordering::SeqCst),
-        )
+    pub(crate) fn usage(&self) -> TokenUsage {
+        *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the (input, output) totals include an estimate (a call that ended before its
@@ -174,29 +170,17 @@ impl Runner {
         }
     }
 
-    /// The run's prompt-cache totals (read, written), sub-agents included.
-    pub(crate) fn cache_tokens(&self) -> (u64, u64) {
-        (
-            self.cache_read_tokens.load(Ordering::SeqCst),
-            self.cache_write_tokens.load(Ordering::SeqCst),
-        )
-    }
-
     pub(crate) fn add_tokens(&self, turn: &TurnOutput) {
-        self.input_tokens
-            .fetch_add(turn.input_tokens, Ordering::SeqCst);
-        self.output_tokens
-            .fetch_add(turn.output_tokens, Ordering::SeqCst);
+        *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += turn.usage;
         if turn.output_tokens_estimated {
             self.output_estimated.store(true, Ordering::SeqCst);
         }
         if turn.input_tokens_estimated {
             self.input_estimated.store(true, Ordering::SeqCst);
         }
-        self.cache_read_tokens
-            .fetch_add(turn.cache_read_tokens, Ordering::SeqCst);
-        self.cache_write_tokens
-            .fetch_add(turn.cache_write_tokens, Ordering::SeqCst);
     }
 
     /// Takes one of the run's `max_background_agents` slots; false when none is left. Concurrent

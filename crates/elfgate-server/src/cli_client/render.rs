@@ -224,9 +224,9 @@ impl Renderer {
                 self.note(&format!(
                     "[{}{} in, {}{} out tokens, {} ms]",
                     about(s.input_tokens_estimated),
-                    s.input_tokens,
+                    s.usage.input_tokens,
                     about(s.output_tokens_estimated),
-                    s.output_tokens,
+                    s.usage.output_tokens,
                     s.duration_ms
                 ));
             }

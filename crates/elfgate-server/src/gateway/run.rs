@@ -350,8 +350,8 @@ impl Translate {
             }
             EventPayload::Error { error } => out.push_back(Out::Error(error.clone())),
             EventPayload::Result { stats } => {
-                self.input_tokens = stats.input_tokens;
-                self.output_tokens = stats.output_tokens;
+                self.input_tokens = stats.usage.input_tokens;
+                self.output_tokens = stats.usage.output_tokens;
                 if stats.model_finish_reason == Some(ModelFinish::MaxTokens)
                     && self.stop == Stop::End
                 {

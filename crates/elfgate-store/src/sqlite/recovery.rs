@@ -51,12 +51,9 @@ async fn append_run_end_tx(
     if with_result {
         seq += 1;
         let stats = RunStats {
-            input_tokens: run.input_tokens,
-            output_tokens: run.output_tokens,
+            usage: run.usage,
             output_tokens_estimated: false,
             input_tokens_estimated: false,
-            cache_read_tokens: run.cache_read_tokens,
-            cache_write_tokens: run.cache_write_tokens,
             iterations: run.iterations,
             duration_ms,
             finish_reason,

@@ -3,7 +3,7 @@
 use crate::codec::{parse, parse_opt, parse_ts};
 use crate::deltas;
 use crate::{StoreError, StoreResult, StoredEvent};
-use elfgate_core::{Message, Run, Session};
+use elfgate_core::{Message, Run, Session, TokenUsage};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -34,10 +34,12 @@ pub(super) fn run_from_row(r: &SqliteRow) -> StoreResult<Run> {
         session_id: parse("session id", &r.try_get::<String, _>("session_id")?)?,
         status: parse("run status", &r.try_get::<String, _>("status")?)?,
         finish_reason: parse_opt("finish reason", r.try_get("finish_reason")?)?,
-        input_tokens: r.try_get::<i64, _>("input_tokens")?.max(0) as u64,
-        output_tokens: r.try_get::<i64, _>("output_tokens")?.max(0) as u64,
-        cache_read_tokens: r.try_get::<i64, _>("cache_read_tokens")?.max(0) as u64,
-        cache_write_tokens: r.try_get::<i64, _>("cache_write_tokens")?.max(0) as u64,
+        usage: TokenUsage {
+            input_tokens: r.try_get::<i64, _>("input_tokens")?.max(0) as u64,
+            output_tokens: r.try_get::<i64, _>("output_tokens")?.max(0) as u64,
+            cache_read_tokens: r.try_get::<i64, _>("cache_read_tokens")?.max(0) as u64,
+            cache_write_tokens: r.try_get::<i64, _>("cache_write_tokens")?.max(0) as u64,
+        },
         iterations: r.try_get::<i64, _>("iterations")?.max(0) as u32,
         started_at: parse_ts(&r.try_get::<String, _>("started_at")?)?,
         ended_at: r

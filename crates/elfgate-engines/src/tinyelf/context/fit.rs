@@ -84,10 +84,10 @@ impl Runner {
     /// Learns the ratio from a call's reported input tokens.
     fn learn(&self, req: &LlmRequest, turn: &TurnOutput) {
         let raw = tokens(fixed_bytes(req) + messages_bytes(&req.messages), 1.0);
-        if turn.input_tokens == 0 || raw == 0 {
+        if turn.usage.input_tokens == 0 || raw == 0 {
             return;
         }
-        let ratio = (turn.input_tokens as f64 / raw as f64).clamp(0.1, 10.0);
+        let ratio = (turn.usage.input_tokens as f64 / raw as f64).clamp(0.1, 10.0);
         if let Ok(mut r) = self.token_ratio.lock() {
             *r = ratio;
         }
