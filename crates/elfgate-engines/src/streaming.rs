@@ -3,10 +3,9 @@
 //! stream at once.
 
 use crate::think::ThinkSplitter;
-use elfgate_core::TokenUsage;
 use elfgate_core::{
     ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
-    RetryInfo, RunOutcome,
+    RetryInfo, RunOutcome, TokenUsage,
 };
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,

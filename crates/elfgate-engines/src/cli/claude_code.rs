@@ -7,8 +7,7 @@
 //! the usage, the number of turns and whether the run failed.
 
 use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
-use elfgate_core::TokenUsage;
-use elfgate_core::{DeltaKind, PermissionMode};
+use elfgate_core::{DeltaKind, PermissionMode, TokenUsage};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;

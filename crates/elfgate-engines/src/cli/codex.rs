@@ -4,8 +4,7 @@
 //! `turn.failed` a failed turn. Top-level `error` lines are retries and warnings, not failures.
 
 use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
-use elfgate_core::TokenUsage;
-use elfgate_core::{DeltaKind, PermissionMode};
+use elfgate_core::{DeltaKind, PermissionMode, TokenUsage};
 use elfgate_llm::ProviderKind;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};

@@ -4,8 +4,7 @@
 //! stats and whether the run failed. An interrupted gemini prints nothing more and exits 0.
 
 use super::adapter::{Adapter, AdapterEvent, CliProvider, Invocation, str_of, u64_of};
-use elfgate_core::TokenUsage;
-use elfgate_core::{DeltaKind, PermissionMode};
+use elfgate_core::{DeltaKind, PermissionMode, TokenUsage};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

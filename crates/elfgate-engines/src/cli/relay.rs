@@ -6,9 +6,8 @@ use super::backend::Backend;
 use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;
-use elfgate_core::TokenUsage;
 use elfgate_core::{
-    EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, RunOutcome,
+    EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, RunOutcome, TokenUsage,
     ToolCallStatus,
 };
 

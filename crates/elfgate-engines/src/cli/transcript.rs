@@ -3,10 +3,9 @@
 //! stored as soon as every call of the step has its result (a crash mid-run leaves valid history).
 //! What is left at the end is the run's closing message, which the dispatcher stores.
 
-use elfgate_core::TokenUsage;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, Message,
-    MessageId, Role, ToolCallStatus,
+    MessageId, Role, TokenUsage, ToolCallStatus,
 };
 use serde_json::Value;
 

@@ -6,9 +6,8 @@ use super::Inner;
 use super::context::blocks::SystemPrompt;
 use super::settings::RunSettings;
 use crate::streaming::{TurnOptions, TurnOutput, retry_event, stream_turn_with};
-use elfgate_core::TokenUsage;
 use elfgate_core::{
-    EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message,
+    EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message, TokenUsage,
 };
 use elfgate_llm::{LlmFinishReason, LlmProvider, LlmRequest, RetryNotice, random_unit};
 use elfgate_tools::{Guardian, ToolRegistry};
