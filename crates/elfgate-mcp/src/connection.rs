@@ -40,6 +40,100 @@ pub enum ServerState {
     Disabled,
 }
 
+/// Why a server cannot serve a session or a call now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unavailable {
+    /// The daemon is shutting down.
+    #[error("the server was shut down")]
+    ShutDown,
+    /// It is down and its next start is not due yet.
+    #[error("{why} (next attempt in {secs:.0}s)")]
+    BackingOff {
+        /// Why it is down.
+        why: Down,
+        /// Seconds until the next attempt, rounded up.
+        secs: f64,
+    },
+    /// It is down.
+    #[error(transparent)]
+    Down(#[from] Down),
+}
+
+/// Why a server is down: its last start failed, or it stopped.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Down {
+    /// A stdio server without `cwd` and the daemon's own directory is gone.
+    #[error("no working directory: {0}")]
+    NoWorkingDirectory(String),
+    /// Its process could not be started.
+    #[error("{0}")]
+    Spawn(String),
+    /// Its pipes were not there.
+    #[error("the server's pipes could not be opened")]
+    NoPipes,
+    /// Neither command nor url.
+    #[error("set either command or url")]
+    NoTransport,
+    /// A configured header name is not one.
+    #[error("header name '{name}': {why}")]
+    HeaderName {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A configured header value is not one.
+    #[error("header '{name}' value: {why}")]
+    HeaderValue {
+        /// The header's name.
+        name: String,
+        /// What is wrong with the value.
+        why: String,
+    },
+    /// The MCP handshake failed.
+    #[error("initialize failed: {0}")]
+    Initialize(String),
+    /// tools/list failed.
+    #[error("tools/list failed: {0}")]
+    ListTools(String),
+    /// No answer to initialize and tools/list in time.
+    #[error("startup timeout: no answer to initialize and tools/list within {0:.1}s")]
+    StartupTimeout(f64),
+    /// It stopped by itself.
+    #[error("the server stopped")]
+    Stopped,
+    /// A call found the connection failing.
+    #[error("the connection failed during the call ({0})")]
+    CallFailed(String),
+    /// A call got no answer in time.
+    #[error("no answer within the call timeout ({0:.1}s)")]
+    CallTimeout(f64),
+    /// Not running, for no known reason.
+    #[error("the server is not running")]
+    NotRunning,
+    /// One of the above, with the end of what the server wrote on stderr.
+    #[error("{why} (stderr: {stderr})")]
+    WithStderr {
+        /// What went wrong.
+        why: Box<Down>,
+        /// The end of its stderr.
+        stderr: String,
+    },
+}
+
+impl Down {
+    /// `self`, with `stderr` when the server wrote something.
+    pub(crate) fn with_stderr(self, stderr: Option<String>) -> Down {
+        match stderr {
+            Some(tail) if !tail.is_empty() => Down::WithStderr {
+                why: Box::new(self),
+                stderr: tail,
+            },
+            _ => self,
+        }
+    }
+}
+
 /// A connection's state as shown to clients.
 #[derive(Debug, Clone)]
 pub(crate) struct Shown {
@@ -63,7 +157,7 @@ struct State {
     failures: u32,
     retry_at: Option<Instant>,
     tools: Vec<ServerTool>,
-    last_error: Option<String>,
+    last_error: Option<Down>,
     closed: bool,
 }
 
@@ -162,12 +256,12 @@ impl Connection {
     }
 
     /// The server's tools, starting it if needed. Err: why it is not available.
-    pub(crate) async fn tools(&self) -> Result<Vec<ServerTool>, String> {
+    pub(crate) async fn tools(&self) -> Result<Vec<ServerTool>, Unavailable> {
         self.ensure().await
     }
 
     /// A live connection for one call, started if needed.
-    pub(crate) async fn ready(&self) -> Result<Ready, String> {
+    pub(crate) async fn ready(&self) -> Result<Ready, Unavailable> {
         self.ensure().await?;
         let st = self.state.lock().await;
         match &st.live {
@@ -175,17 +269,14 @@ impl Connection {
                 peer: live.service.peer().clone(),
                 generation: live.generation,
             }),
-            None => Err(st
-                .last_error
-                .clone()
-                .unwrap_or_else(|| "the server is not running".into())),
+            None => Err(st.last_error.clone().unwrap_or(Down::NotRunning).into()),
         }
     }
 
-    async fn ensure(&self) -> Result<Vec<ServerTool>, String> {
+    async fn ensure(&self) -> Result<Vec<ServerTool>, Unavailable> {
         let mut st = self.state.lock().await;
         if st.closed {
-            return Err("the server was shut down".into());
+            return Err(Unavailable::ShutDown);
         }
         if let Some(live) = &st.live {
             if !live.service.is_closed() && !live.service.peer().is_transport_closed() {
@@ -200,11 +291,10 @@ impl Connection {
             && at > Instant::now()
         {
             let wait = at.saturating_duration_since(Instant::now());
-            return Err(format!(
-                "{} (next attempt in {:.0}s)",
-                st.last_error.as_deref().unwrap_or("the server failed"),
-                wait.as_secs_f64().ceil()
-            ));
+            return Err(Unavailable::BackingOff {
+                why: st.last_error.clone().unwrap_or(Down::NotRunning),
+                secs: wait.as_secs_f64().ceil(),
+            });
         }
         self.show(ServerState::Starting, None, st.tools.len(), None);
         let mut starting = Starting {
@@ -232,22 +322,19 @@ impl Connection {
                 st.failures += 1;
                 st.retry_at = Some(Instant::now() + backoff(st.failures));
                 st.last_error = Some(e.clone());
-                self.show(ServerState::Failed, Some(e.clone()), 0, None);
-                Err(e)
+                self.show(ServerState::Failed, Some(e.to_string()), 0, None);
+                Err(e.into())
             }
         }
     }
 
-    fn stopped_reason(&self, live: &Live) -> String {
-        match live.process.as_ref().map(StdioProcess::stderr_tail) {
-            Some(tail) if !tail.is_empty() => format!("the server stopped (stderr: {tail})"),
-            _ => "the server stopped".to_string(),
-        }
+    fn stopped_reason(&self, live: &Live) -> Down {
+        Down::Stopped.with_stderr(live.process.as_ref().map(StdioProcess::stderr_tail))
     }
 
     /// Starts the server and lists its tools, within the startup timeout; a process started for
     /// a failed attempt is stopped.
-    async fn connect(&self) -> Result<(Live, Vec<ServerTool>), String> {
+    async fn connect(&self) -> Result<(Live, Vec<ServerTool>), Down> {
         let timeout = self.startup_timeout();
         let mut process = None;
         let attempt = async {
@@ -258,7 +345,7 @@ impl Connection {
                     process = Some(p);
                     rmcp::serve_client(self.notifier.clone(), (stdout, stdin))
                         .await
-                        .map_err(|e| format!("initialize failed: {e}"))?
+                        .map_err(|e| Down::Initialize(e.to_string()))?
                 }
                 Some(McpTransport::StreamableHttp) => {
                     let transport = StreamableHttpClientTransport::with_client(
@@ -267,15 +354,15 @@ impl Connection {
                     );
                     rmcp::serve_client(self.notifier.clone(), transport)
                         .await
-                        .map_err(|e| format!("initialize failed: {e}"))?
+                        .map_err(|e| Down::Initialize(e.to_string()))?
                 }
-                None => return Err("set either command or url".to_string()),
+                None => return Err(Down::NoTransport),
             };
             let tools = match service.peer().list_all_tools().await {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = tokio::time::timeout(CLOSE_WAIT, service.cancel()).await;
-                    return Err(format!("tools/list failed: {e}"));
+                    return Err(Down::ListTools(e.to_string()));
                 }
             };
             let tools = tools
@@ -287,10 +374,7 @@ impl Connection {
         };
         let outcome = match tokio::time::timeout(timeout, attempt).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
-                "startup timeout: no answer to initialize and tools/list within {:.1}s",
-                timeout.as_secs_f64()
-            )),
+            Err(_) => Err(Down::StartupTimeout(timeout.as_secs_f64())),
         };
         match outcome {
             Ok((service, tools)) => Ok((
@@ -302,10 +386,7 @@ impl Connection {
                 tools,
             )),
             Err(e) => {
-                let e = match process.as_ref().map(StdioProcess::stderr_tail) {
-                    Some(tail) if !tail.is_empty() => format!("{e} (stderr: {tail})"),
-                    _ => e,
-                };
+                let e = e.with_stderr(process.as_ref().map(StdioProcess::stderr_tail));
                 if let Some(p) = process {
                     self.tasks.spawn(p.stop());
                 }
@@ -314,32 +395,44 @@ impl Connection {
         }
     }
 
-    fn http_config(&self) -> Result<StreamableHttpClientTransportConfig, String> {
+    fn http_config(&self) -> Result<StreamableHttpClientTransportConfig, Down> {
         let url = self.cfg.url.clone().unwrap_or_default();
         let mut headers = HashMap::new();
         for (k, v) in &self.cfg.headers {
-            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| format!("header name '{k}': {e}"))?;
-            let value = reqwest::header::HeaderValue::from_str(v)
-                .map_err(|e| format!("header '{k}' value: {e}"))?;
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+                Down::HeaderName {
+                    name: k.clone(),
+                    why: e.to_string(),
+                }
+            })?;
+            let value =
+                reqwest::header::HeaderValue::from_str(v).map_err(|e| Down::HeaderValue {
+                    name: k.clone(),
+                    why: e.to_string(),
+                })?;
             headers.insert(name, value);
         }
         Ok(StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers))
     }
 
     /// Stops the live connection, in the background (tracked: the daemon waits for it at exit).
-    fn teardown(&self, st: &mut State, reason: String) {
+    fn teardown(&self, st: &mut State, reason: Down) {
         if let Some(live) = st.live.take() {
             let tasks = self.tasks.clone();
             tasks.spawn(stop(live));
         }
-        st.last_error = Some(reason.clone());
-        self.show(ServerState::Failed, Some(reason), st.tools.len(), None);
+        self.show(
+            ServerState::Failed,
+            Some(reason.to_string()),
+            st.tools.len(),
+            None,
+        );
+        st.last_error = Some(reason);
     }
 
     /// A call on `generation` found the server dead or hung: it is stopped and restarted on the
     /// next use, with no wait. A later generation is left alone.
-    pub(crate) async fn broken(&self, generation: u64, reason: String) {
+    pub(crate) async fn broken(&self, generation: u64, reason: Down) {
         let mut st = self.state.lock().await;
         if st.live.as_ref().is_some_and(|l| l.generation == generation) {
             self.teardown(&mut st, reason);

@@ -11,6 +11,6 @@ pub mod result;
 mod stdio;
 pub mod tool;
 
-pub use connection::ServerState;
+pub use connection::{Down, ServerState, Unavailable};
 pub use manager::{McpManager, ReloadReport, ServerStatus, SessionTools};
 pub use tool::{McpTool, tool_name};

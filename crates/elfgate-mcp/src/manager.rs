@@ -1,7 +1,7 @@
 //! The manager: the daemon's MCP servers and the connections of every configuration in use,
 //! shared by the sessions whose configuration of a server is identical.
 
-use crate::connection::{Connection, ServerState};
+use crate::connection::{Connection, ServerState, Unavailable};
 use crate::tool::McpTool;
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
@@ -20,7 +20,7 @@ pub struct SessionTools {
     /// `mcp__<server>__<tool>` tools of the servers that answered.
     pub tools: Vec<Arc<dyn Tool>>,
     /// Servers the session runs without this time, and why.
-    pub unavailable: Vec<(String, String)>,
+    pub unavailable: Vec<(String, Unavailable)>,
 }
 
 /// A server as GET /v1/mcp/servers shows it.

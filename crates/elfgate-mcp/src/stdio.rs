@@ -2,6 +2,7 @@
 //! clean child environment plus the server's `env`), stopped by closing its stdin, a grace, then
 //! SIGTERM and SIGKILL to the whole group.
 
+use crate::connection::Down;
 use elfgate_core::McpServerConfig;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
 use std::path::{Path, PathBuf};
@@ -31,11 +32,11 @@ impl StdioProcess {
         cfg: &McpServerConfig,
         env: &ChildEnv,
         notes: Option<&Path>,
-    ) -> Result<(StdioProcess, ChildStdout, ChildStdin), String> {
+    ) -> Result<(StdioProcess, ChildStdout, ChildStdin), Down> {
         let program = cfg.command.clone().unwrap_or_default();
         let cwd = match &cfg.cwd {
             Some(c) => PathBuf::from(c),
-            None => std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?,
+            None => std::env::current_dir().map_err(|e| Down::NoWorkingDirectory(e.to_string()))?,
         };
         let mut spec = ProcessSpec::new(program, &cwd);
         spec.args = cfg.args.clone();
@@ -43,10 +44,10 @@ impl StdioProcess {
         // Piped stdin: the helper pipes it when there is input to give.
         spec.stdin = Some(Vec::new());
         spec.grace = GRACE;
-        let mut group = ProcessGroup::spawn(&spec).map_err(|e| e.to_string())?;
+        let mut group = ProcessGroup::spawn(&spec).map_err(|e| Down::Spawn(e.to_string()))?;
         let note = notes.and_then(|dir| GroupNote::new(dir, group.id()));
         let (Some(stdin), Some(stdout)) = (group.take_stdin(), group.take_stdout()) else {
-            return Err("the server's pipes could not be opened".into());
+            return Err(Down::NoPipes);
         };
         let stderr = Arc::new(Mutex::new(Vec::new()));
         if let Some(mut pipe) = group.take_stderr() {

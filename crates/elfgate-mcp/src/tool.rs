@@ -3,7 +3,7 @@
 //! `processing` events, stops at the call timeout and on interrupt (the SDK tells the server with
 //! notifications/cancelled when the request is dropped).
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Down};
 use crate::result::{ServerTool, result_text};
 use async_trait::async_trait;
 use elfgate_core::{EventEmitter, EventPayload, McpServerConfig};
@@ -260,7 +260,7 @@ impl Tool for McpTool {
                 e.message
             ))),
             Some(Err(e)) => {
-                let why = format!("the connection failed during the call ({e})");
+                let why = Down::CallFailed(e.to_string());
                 self.conn.broken(ready.generation, why.clone()).await;
                 self.note(format!(
                     "mcp {server}: {why}; it is restarted on the next call"
@@ -272,10 +272,7 @@ impl Tool for McpTool {
                 )))
             }
             None => {
-                let why = format!(
-                    "no answer within the call timeout ({:.1}s)",
-                    self.timeout.as_secs_f64()
-                );
+                let why = Down::CallTimeout(self.timeout.as_secs_f64());
                 self.conn.broken(ready.generation, why.clone()).await;
                 self.note(format!(
                     "mcp {server}: {why}; the server is restarted on the next call"

@@ -89,50 +89,50 @@ pub enum InputError {
 /// `T` accepts: an object schema whose `required` list is exactly the properties `T` cannot do
 /// without. Every tool's tests run it on the tool's schema and argument struct.
 pub fn check_args_schema<T: DeserializeOwned>(schema: &Value) -> Result<(), SchemaMismatch> {
-    check_args_schema_text::<T>(schema).map_err(SchemaMismatch)
-}
-
-fn check_args_schema_text<T: DeserializeOwned>(schema: &Value) -> Result<(), String> {
+    let fail = |why: String| SchemaMismatch(why);
     if schema["type"] != "object" {
-        return Err(format!("not an object schema: {schema}"));
+        return Err(fail(format!("not an object schema: {schema}")));
     }
     let props = schema["properties"]
         .as_object()
-        .ok_or_else(|| format!("no properties: {schema}"))?;
+        .ok_or_else(|| fail(format!("no properties: {schema}")))?;
     let required: Vec<&str> = match schema.get("required") {
         None => Vec::new(),
         Some(r) => r
             .as_array()
-            .ok_or_else(|| format!("required is not a list: {schema}"))?
+            .ok_or_else(|| fail(format!("required is not a list: {schema}")))?
             .iter()
-            .map(|v| v.as_str().ok_or_else(|| format!("required holds {v}")))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| fail(format!("required holds {v}")))
+            })
             .collect::<Result<_, _>>()?,
     };
     if let Some(r) = required.iter().find(|r| !props.contains_key(**r)) {
-        return Err(format!("'{r}' is required but not a property"));
+        return Err(fail(format!("'{r}' is required but not a property")));
     }
     let full: Map<String, Value> = props
         .iter()
         .map(|(k, p)| {
             Ok((
                 k.clone(),
-                sample(p).ok_or_else(|| format!("no sample for {k}: {p}"))?,
+                sample(p).ok_or_else(|| fail(format!("no sample for {k}: {p}")))?,
             ))
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, SchemaMismatch>>()?;
     serde_json::from_value::<T>(Value::Object(full.clone()))
-        .map_err(|e| format!("a value with every property does not parse: {e}"))?;
+        .map_err(|e| fail(format!("a value with every property does not parse: {e}")))?;
     for name in props.keys() {
         let mut without = full.clone();
         without.remove(name);
         let parses = serde_json::from_value::<T>(Value::Object(without)).is_ok();
         let listed = required.contains(&name.as_str());
         if parses == listed {
-            return Err(format!(
+            return Err(fail(format!(
                 "'{name}' is {} in the schema, but the arguments {} it",
                 if listed { "required" } else { "optional" },
                 if parses { "do without" } else { "need" },
-            ));
+            )));
         }
     }
     Ok(())

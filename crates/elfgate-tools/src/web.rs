@@ -101,15 +101,51 @@ pub fn html_to_text(html: &str) -> String {
     out
 }
 
+/// Why a fetch gave no page; the tool's error output says it to the model.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error("bad URL: {0}")]
+    BadUrl(String),
+    #[error("only http and https URLs can be fetched, not {0}")]
+    Scheme(String),
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("cannot resolve {host}: {why}")]
+    Resolve { host: String, why: std::io::Error },
+    #[error("{0} has no address")]
+    NoAddress(String),
+    #[error(
+        "refusing to fetch {host}: it resolves to the non-public address {ip} (allow it with \
+         engines.tinyelf.web_fetch_allow_private)"
+    )]
+    NonPublic { host: String, ip: std::net::IpAddr },
+    #[error("{0}")]
+    Client(reqwest::Error),
+    #[error("fetch failed: {0}")]
+    Send(reqwest::Error),
+    #[error("redirect without a Location")]
+    NoLocation,
+    #[error("bad redirect: {0}")]
+    BadRedirect(String),
+    #[error("reading the body failed: {0}")]
+    Body(reqwest::Error),
+    #[error("HTTP {status}\n{text}")]
+    Status {
+        status: reqwest::StatusCode,
+        text: String,
+    },
+    #[error("too many redirects")]
+    TooManyRedirects,
+    #[error("interrupted")]
+    Interrupted,
+}
+
 impl WebFetch {
-    async fn check_url(&self, url: &reqwest::Url) -> Result<Vec<SocketAddr>, String> {
+    async fn check_url(&self, url: &reqwest::Url) -> Result<Vec<SocketAddr>, FetchError> {
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "only http and https URLs can be fetched, not {}",
-                url.scheme()
-            ));
+            return Err(FetchError::Scheme(url.scheme().to_string()));
         }
-        let host = url.host_str().ok_or("the URL has no host")?.to_string();
+        let host = url.host_str().ok_or(FetchError::NoHost)?.to_string();
         let port = url.port_or_known_default().unwrap_or(80);
         let host_for_lookup = host
             .trim_start_matches('[')
@@ -117,18 +153,18 @@ impl WebFetch {
             .to_string();
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host_for_lookup.as_str(), port))
             .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .map_err(|why| FetchError::Resolve {
+                host: host.clone(),
+                why,
+            })?
             .collect();
         if addrs.is_empty() {
-            return Err(format!("{host} has no address"));
+            return Err(FetchError::NoAddress(host));
         }
         if !self.allow_private
             && let Some(a) = addrs.iter().find(|a| is_non_public(a.ip()))
         {
-            return Err(format!(
-                "refusing to fetch {host}: it resolves to the non-public address {} (allow it with engines.tinyelf.web_fetch_allow_private)",
-                a.ip()
-            ));
+            return Err(FetchError::NonPublic { host, ip: a.ip() });
         }
         Ok(addrs)
     }
@@ -137,8 +173,8 @@ impl WebFetch {
         &self,
         url: &str,
         cancel: &tokio_util::sync::CancellationToken,
-    ) -> Result<String, String> {
-        let mut url = reqwest::Url::parse(url).map_err(|e| format!("bad URL: {e}"))?;
+    ) -> Result<String, FetchError> {
+        let mut url = reqwest::Url::parse(url).map_err(|e| FetchError::BadUrl(e.to_string()))?;
         for _ in 0..6 {
             let addrs = self.check_url(&url).await?;
             let host = url.host_str().unwrap_or_default().to_string();
@@ -148,18 +184,20 @@ impl WebFetch {
                 .timeout(self.timeout)
                 .resolve_to_addrs(&host, &addrs)
                 .build()
-                .map_err(|e| e.to_string())?;
+                .map_err(FetchError::Client)?;
             let resp = tokio::select! {
-                _ = cancel.cancelled() => return Err("interrupted".into()),
-                r = client.get(url.clone()).header("user-agent", "elfgate-web-fetch").send() => r.map_err(|e| format!("fetch failed: {e}"))?,
+                _ = cancel.cancelled() => return Err(FetchError::Interrupted),
+                r = client.get(url.clone()).header("user-agent", "elfgate-web-fetch").send() => r.map_err(FetchError::Send)?,
             };
             if resp.status().is_redirection() {
                 let loc = resp
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .ok_or("redirect without a Location")?;
-                url = url.join(loc).map_err(|e| format!("bad redirect: {e}"))?;
+                    .ok_or(FetchError::NoLocation)?;
+                url = url
+                    .join(loc)
+                    .map_err(|e| FetchError::BadRedirect(e.to_string()))?;
                 continue;
             }
             let status = resp.status();
@@ -173,11 +211,11 @@ impl WebFetch {
             let mut stream = resp.bytes_stream();
             loop {
                 let next = tokio::select! {
-                    _ = cancel.cancelled() => return Err("interrupted".into()),
+                    _ = cancel.cancelled() => return Err(FetchError::Interrupted),
                     n = stream.next() => n,
                 };
                 let Some(chunk) = next else { break };
-                let chunk = chunk.map_err(|e| format!("reading the body failed: {e}"))?;
+                let chunk = chunk.map_err(FetchError::Body)?;
                 let room = self.max_bytes.saturating_sub(body.len());
                 body.extend_from_slice(&chunk[..chunk.len().min(room)]);
                 if chunk.len() > room {
@@ -195,11 +233,11 @@ impl WebFetch {
                 text.push_str(&format!("\n[... body cut at {} bytes ...]", self.max_bytes));
             }
             if !status.is_success() {
-                return Err(format!("HTTP {status}\n{text}"));
+                return Err(FetchError::Status { status, text });
             }
             return Ok(text);
         }
-        Err("too many redirects".into())
+        Err(FetchError::TooManyRedirects)
     }
 }
 
@@ -233,7 +271,7 @@ impl Tool for WebFetch {
                 tracing::debug!(error = %e, "web_fetch interrupted");
                 Err(ToolError::Interrupted)
             }
-            Err(e) => Ok(ToolOutput::error(e)),
+            Err(e) => Ok(ToolOutput::error(e.to_string())),
         }
     }
 }
@@ -269,9 +307,17 @@ mod tests {
     async fn loopback_is_refused_unless_allowed() {
         let w = WebFetch::default();
         let cancel = tokio_util::sync::CancellationToken::new();
-        let e = w.fetch("http://127.0.0.1:9/x", &cancel).await.unwrap_err();
+        let e = w
+            .fetch("http://127.0.0.1:9/x", &cancel)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("non-public"), "{e}");
-        let e = w.fetch("file:///etc/passwd", &cancel).await.unwrap_err();
+        let e = w
+            .fetch("file:///etc/passwd", &cancel)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("only http"), "{e}");
     }
 

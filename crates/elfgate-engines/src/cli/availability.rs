@@ -20,7 +20,62 @@ pub(crate) struct Found {
     /// The program, when found.
     pub binary: Option<PathBuf>,
     /// Its version, or why it cannot be used.
-    pub version: Result<String, String>,
+    pub version: Result<String, Unusable>,
+}
+
+/// Why a backend's program cannot be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unusable {
+    /// No program at the configured path.
+    #[error("{program} not found at {configured}: {hint}", hint = install_hint(*backend))]
+    NotAtPath {
+        /// The backend.
+        backend: Backend,
+        /// Its usual program name.
+        program: &'static str,
+        /// The configured path.
+        configured: String,
+    },
+    /// No program of that name in the project folder or PATH.
+    #[error("{name} not found in {PROJECT_BIN} or PATH: {hint}", hint = install_hint(*backend))]
+    NotOnPath {
+        /// The backend.
+        backend: Backend,
+        /// The name looked for.
+        name: String,
+    },
+    /// The program could not be started.
+    #[error("{binary} cannot be started: {why}")]
+    CannotStart {
+        /// The program.
+        binary: String,
+        /// The operating system's answer.
+        why: String,
+    },
+    /// `--version` succeeded but printed nothing.
+    #[error("`{binary} --version` printed nothing")]
+    NoVersion {
+        /// The program.
+        binary: String,
+    },
+    /// `--version` failed.
+    #[error("`{binary} --version` failed ({status}): {stderr}")]
+    VersionFailed {
+        /// The program.
+        binary: String,
+        /// Its exit status.
+        status: String,
+        /// The first line of its stderr.
+        stderr: String,
+    },
+    /// `--version` did not answer in time.
+    #[error("`{binary} --version` did not answer within {timeout:?}")]
+    VersionTimeout {
+        /// The program.
+        binary: String,
+        /// The time allowed.
+        timeout: Duration,
+    },
 }
 
 impl Found {
@@ -46,18 +101,18 @@ pub(crate) fn resolve(
     configured: Option<&str>,
     cwd: &Path,
     path: Option<&str>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, Unusable> {
     let name = configured.unwrap_or(b.program());
     if name.contains('/') {
         let p = cwd.join(name);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!(
-                "{} not found at {name}: {}",
-                b.program(),
-                install_hint(b)
-            ))
+            Err(Unusable::NotAtPath {
+                backend: b,
+                program: b.program(),
+                configured: name.to_string(),
+            })
         };
     }
     let dirs = std::iter::once(cwd.join(PROJECT_BIN))
@@ -68,10 +123,10 @@ pub(crate) fn resolve(
             return Ok(p);
         }
     }
-    Err(format!(
-        "{name} not found in {PROJECT_BIN} or PATH: {}",
-        install_hint(b)
-    ))
+    Err(Unusable::NotOnPath {
+        backend: b,
+        name: name.to_string(),
+    })
 }
 
 /// Finds `b`'s program and asks it for its version, in `env` (its clean environment).
@@ -99,8 +154,12 @@ pub(crate) async fn probe(
     spec.grace = Duration::from_millis(500);
     spec.stdout_cap = 4096;
     spec.stderr_cap = 4096;
+    let shown = binary.display().to_string();
     let version = match process::run(&spec, &CancellationToken::new()).await {
-        Err(e) => Err(format!("{} cannot be started: {e}", binary.display())),
+        Err(e) => Err(Unusable::CannotStart {
+            binary: shown,
+            why: e.to_string(),
+        }),
         Ok(out) => {
             let first = |bytes: &[u8]| {
                 String::from_utf8_lossy(bytes)
@@ -112,16 +171,16 @@ pub(crate) async fn probe(
             match out.end {
                 End::Exited(s) if s.success() => first(&out.stdout.bytes)
                     .or_else(|| first(&out.stderr.bytes))
-                    .ok_or_else(|| format!("`{} --version` printed nothing", binary.display())),
-                End::Exited(s) => Err(format!(
-                    "`{} --version` failed ({s}): {}",
-                    binary.display(),
-                    first(&out.stderr.bytes).unwrap_or_default()
-                )),
-                _ => Err(format!(
-                    "`{} --version` did not answer within {timeout:?}",
-                    binary.display()
-                )),
+                    .ok_or(Unusable::NoVersion { binary: shown }),
+                End::Exited(s) => Err(Unusable::VersionFailed {
+                    binary: shown,
+                    status: s.to_string(),
+                    stderr: first(&out.stderr.bytes).unwrap_or_default(),
+                }),
+                _ => Err(Unusable::VersionTimeout {
+                    binary: shown,
+                    timeout,
+                }),
             }
         }
     };
@@ -150,10 +209,12 @@ mod tests {
         let found = |b| resolve(b, None, dir.path(), Some(&path));
         assert_eq!(found(Backend::Codex).unwrap(), bin.join("codex"));
         assert_eq!(found(Backend::GeminiCli).unwrap(), other.join("gemini"));
-        let why = found(Backend::ClaudeCode).unwrap_err();
+        let why = found(Backend::ClaudeCode).unwrap_err().to_string();
         assert!(why.contains("@anthropic-ai/claude-code"), "{why}");
         assert!(why.contains("scripts/install-cli-tools.sh"), "{why}");
-        let why = resolve(Backend::Codex, Some("./nope"), dir.path(), None).unwrap_err();
+        let why = resolve(Backend::Codex, Some("./nope"), dir.path(), None)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("not found at ./nope"), "{why}");
     }
 }

@@ -245,7 +245,7 @@ impl CliEngine {
         };
         let cwd = match project_dir(&ctx) {
             Ok(d) => d,
-            Err(why) => return fail(&ctx, ErrorCode::CliProjectPath, why).await,
+            Err(why) => return fail(&ctx, ErrorCode::CliProjectPath, why.to_string()).await,
         };
         let inv = Invocation {
             prompt: &ctx.prompt,
@@ -366,7 +366,7 @@ impl CliEngine {
 
     fn unavailable(&self, b: Backend) -> CliStartError {
         let why = match self.found.get(&b).map(|f| &f.version) {
-            Some(Err(why)) => why.clone(),
+            Some(Err(why)) => why.to_string(),
             _ => "it was not probed".to_string(),
         };
         CliStartError::Unavailable { backend: b, why }
@@ -427,16 +427,27 @@ fn backend_names() -> String {
     Backend::ALL.map(Backend::as_str).join(", ")
 }
 
+/// Why the CLI has no directory to run in.
+#[derive(Debug, thiserror::Error)]
+enum NoProjectDir {
+    /// No projectPath and the daemon's own directory is gone.
+    #[error("no working directory: {0}")]
+    NoWorkingDirectory(std::io::Error),
+    /// The projectPath is no directory (any more).
+    #[error("projectPath '{0}' is not a directory")]
+    NotADirectory(String),
+}
+
 /// The directory the CLI runs in: the session's projectPath, which must exist.
-fn project_dir(ctx: &EngineSessionContext) -> Result<PathBuf, String> {
+fn project_dir(ctx: &EngineSessionContext) -> Result<PathBuf, NoProjectDir> {
     let Some(p) = ctx.project_path.as_deref() else {
-        return std::env::current_dir().map_err(|e| format!("no working directory: {e}"));
+        return std::env::current_dir().map_err(NoProjectDir::NoWorkingDirectory);
     };
     let path = PathBuf::from(p);
     if path.is_dir() {
         Ok(path)
     } else {
-        Err(format!("projectPath '{p}' is not a directory"))
+        Err(NoProjectDir::NotADirectory(p.to_string()))
     }
 }
 
@@ -471,7 +482,8 @@ impl Engine for CliEngine {
                             .and_then(|f| f.binary.as_ref())
                             .map(|p| p.display().to_string()),
                         version: found.and_then(|f| f.version.clone().ok()),
-                        reason: found.and_then(|f| f.version.clone().err()),
+                        reason: found
+                            .and_then(|f| f.version.as_ref().err().map(ToString::to_string)),
                         max_concurrent: self.limits.max(b),
                     }
                 })

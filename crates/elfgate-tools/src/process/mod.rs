@@ -17,7 +17,7 @@ mod run;
 
 pub use env::ChildEnv;
 pub use group::ProcessGroup;
-pub use network::{Isolation, Network};
+pub use network::{Isolation, Network, NoIsolation};
 pub use notes::{GroupNote, kill_noted_groups};
 pub use orphans::become_subreaper;
 pub use run::run;

@@ -47,6 +47,35 @@ fn find_program(name: &str) -> Option<PathBuf> {
         })
 }
 
+/// Why this host gives no private network namespace.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoIsolation {
+    /// No unshare program.
+    #[error("the unshare command (util-linux) was not found")]
+    NoUnshare,
+    /// The check could not be run.
+    #[error("{what}: {why}")]
+    NotRun {
+        /// The command tried.
+        what: String,
+        /// Why it did not run.
+        why: String,
+    },
+    /// The check failed.
+    #[error("{what} failed ({status}): {stderr}")]
+    Failed {
+        /// The command tried.
+        what: String,
+        /// Its exit status.
+        status: String,
+        /// What it wrote on stderr.
+        stderr: String,
+    },
+    /// The check did not finish.
+    #[error("{0} did not finish")]
+    Hung(String),
+}
+
 impl Isolation {
     fn flag(&self) -> &'static str {
         if self.user_namespace { "-rn" } else { "-n" }
@@ -55,9 +84,8 @@ impl Isolation {
     /// Checks once whether this host lets the daemon create network namespaces (`unshare -n true`
     /// as root, `unshare -rn true` otherwise) and whether it can bring their loopback up; the
     /// error says why not.
-    pub async fn probe() -> Result<Isolation, String> {
-        let unshare = find_program("unshare")
-            .ok_or_else(|| "the unshare command (util-linux) was not found".to_string())?;
+    pub async fn probe() -> Result<Isolation, NoIsolation> {
+        let unshare = find_program("unshare").ok_or(NoIsolation::NoUnshare)?;
         let mut iso = Isolation {
             unshare,
             user_namespace: !nix::unistd::geteuid().is_root(),
@@ -85,20 +113,26 @@ impl Isolation {
         Ok(iso)
     }
 
-    async fn check(&self, mut spec: ProcessSpec) -> Result<(), String> {
+    async fn check(&self, mut spec: ProcessSpec) -> Result<(), NoIsolation> {
         let what = format!("unshare {} {}", self.flag(), spec.program);
         spec.isolation = Some(self.clone());
         spec.timeout = Some(PROBE_TIMEOUT);
         let out = run(&spec, &CancellationToken::new())
             .await
-            .map_err(|e| format!("{what}: {e}"))?;
+            .map_err(|e| NoIsolation::NotRun {
+                what: what.clone(),
+                why: e.to_string(),
+            })?;
         match out.end {
             End::Exited(s) if s.success() => Ok(()),
-            End::Exited(s) => Err(format!(
-                "{what} failed ({s}): {}",
-                String::from_utf8_lossy(&out.stderr.bytes).trim()
-            )),
-            End::TimedOut | End::Cancelled => Err(format!("{what} did not finish")),
+            End::Exited(s) => Err(NoIsolation::Failed {
+                what,
+                status: s.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr.bytes)
+                    .trim()
+                    .to_string(),
+            }),
+            End::TimedOut | End::Cancelled => Err(NoIsolation::Hung(what)),
         }
     }
 

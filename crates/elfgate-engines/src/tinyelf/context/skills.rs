@@ -55,6 +55,38 @@ pub struct SkillProblem {
     pub reason: String,
 }
 
+/// Why a folder is not a usable skill.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillInvalid {
+    /// The folder holds no SKILL.md.
+    #[error("no {SKILL_FILE}")]
+    NoSkillFile,
+    /// SKILL.md could not be read.
+    #[error("{SKILL_FILE} not read: {0}")]
+    Unreadable(String),
+    /// SKILL.md is larger than the cap.
+    #[error("{SKILL_FILE} is {0} bytes, more than {SKILL_FILE_MAX_BYTES}")]
+    TooLarge(u64),
+    /// The file does not start with a front matter block.
+    #[error("SKILL.md does not start with front matter (a '---' line)")]
+    NoFrontMatter,
+    /// The front matter has no closing line.
+    #[error("the front matter is not closed by a '---' line")]
+    Unclosed,
+    /// A front matter line of another shape.
+    #[error("front matter line is not 'key: value': {0:?}")]
+    NotKeyValue(String),
+    /// No name.
+    #[error("the front matter has no name")]
+    NoName,
+    /// A name with characters a tool argument should not carry.
+    #[error("the name {0:?} may hold only letters, digits, '-', '_' and '.'")]
+    BadName(String),
+    /// No description.
+    #[error("the front matter has no description")]
+    NoDescription,
+}
+
 /// The skills available to a session, in catalogue order (by name), and the folders left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SkillSet {
@@ -127,7 +159,10 @@ pub async fn discover(
                     }),
                     None => set.skills.push(skill),
                 },
-                Err(reason) => set.problems.push(SkillProblem { path: dir, reason }),
+                Err(why) => set.problems.push(SkillProblem {
+                    path: dir,
+                    reason: why.to_string(),
+                }),
             }
         }
     }
@@ -140,18 +175,15 @@ async fn load(
     firewall: &ExecutionFirewall,
     dir: &Path,
     source: SkillSource,
-) -> Result<Skill, String> {
+) -> Result<Skill, SkillInvalid> {
     if std::fs::symlink_metadata(dir.join(SKILL_FILE)).is_err() {
-        return Err(format!("no {SKILL_FILE}"));
+        return Err(SkillInvalid::NoSkillFile);
     }
     let file = read_capped(firewall, dir, SKILL_FILE, SKILL_FILE_MAX_BYTES)
         .await
-        .map_err(|e| format!("{SKILL_FILE} not read: {e}"))?;
+        .map_err(|e| SkillInvalid::Unreadable(e.to_string()))?;
     if file.truncated() {
-        return Err(format!(
-            "{SKILL_FILE} is {} bytes, more than {SKILL_FILE_MAX_BYTES}",
-            file.total_bytes
-        ));
+        return Err(SkillInvalid::TooLarge(file.total_bytes));
     }
     let (name, description, instructions) = parse(&file.text)?;
     Ok(Skill {
@@ -166,11 +198,11 @@ async fn load(
 /// Splits a SKILL.md into its front matter's `name` and `description` and the instructions.
 /// The front matter is the block between a first line `---` and the next `---` line, of
 /// `key: value` lines (values may be quoted; other keys are ignored).
-pub(crate) fn parse(text: &str) -> Result<(String, String, String), String> {
+pub(crate) fn parse(text: &str) -> Result<(String, String, String), SkillInvalid> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     if lines.next().map(str::trim_end) != Some("---") {
-        return Err("SKILL.md does not start with front matter (a '---' line)".into());
+        return Err(SkillInvalid::NoFrontMatter);
     }
     let mut name = None;
     let mut description = None;
@@ -187,7 +219,7 @@ pub(crate) fn parse(text: &str) -> Result<(String, String, String), String> {
             continue;
         }
         let Some((k, v)) = l.split_once(':') else {
-            return Err(format!("front matter line is not 'key: value': {l:?}"));
+            return Err(SkillInvalid::NotKeyValue(l.to_string()));
         };
         let v = unquote(v.trim());
         match k.trim() {
@@ -197,22 +229,18 @@ pub(crate) fn parse(text: &str) -> Result<(String, String, String), String> {
         }
     }
     if !closed {
-        return Err("the front matter is not closed by a '---' line".into());
+        return Err(SkillInvalid::Unclosed);
     }
-    let name = name
-        .filter(|n| !n.is_empty())
-        .ok_or("the front matter has no name")?;
+    let name = name.filter(|n| !n.is_empty()).ok_or(SkillInvalid::NoName)?;
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
     {
-        return Err(format!(
-            "the name {name:?} may hold only letters, digits, '-', '_' and '.'"
-        ));
+        return Err(SkillInvalid::BadName(name));
     }
     let description = description
         .filter(|d| !d.is_empty())
-        .ok_or("the front matter has no description")?;
+        .ok_or(SkillInvalid::NoDescription)?;
     let description: String = description.chars().take(DESCRIPTION_MAX_CHARS).collect();
     let instructions = text[consumed.min(text.len())..].trim().to_string();
     Ok((name, description, instructions))
@@ -243,27 +271,37 @@ mod tests {
         assert!(
             parse("no front matter")
                 .unwrap_err()
+                .to_string()
                 .contains("front matter")
         );
-        assert!(parse("---\nname: a\n").unwrap_err().contains("not closed"));
+        assert!(
+            parse("---\nname: a\n")
+                .unwrap_err()
+                .to_string()
+                .contains("not closed")
+        );
         assert!(
             parse("---\ndescription: d\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("no name")
         );
         assert!(
             parse("---\nname: a\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("no description")
         );
         assert!(
             parse("---\nname: a b\ndescription: d\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("may hold only")
         );
         assert!(
             parse("---\njunk\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("key: value")
         );
     }
