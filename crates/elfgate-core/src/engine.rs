@@ -124,8 +124,8 @@ pub struct EngineSessionContext {
     pub engine_config: EngineConfig,
     /// The prompt's permission mode, else the session's (None: default).
     pub permission_mode: Option<PermissionMode>,
-    /// codex, claude-code or gemini-cli (cli engine).
-    pub cli_backend: Option<String>,
+    /// The CLI to run (cli engine).
+    pub cli_backend: Option<crate::CliBackend>,
     /// Files and images sent with the prompt.
     pub attachments: Vec<Attachment>,
     /// Who can answer the run's permission requests.
@@ -202,7 +202,7 @@ pub struct BackendInfo {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StartRequest<'a> {
     /// `cliBackend`.
-    pub cli_backend: Option<&'a str>,
+    pub cli_backend: Option<crate::CliBackend>,
     /// Extra CLI arguments (`cliArgs`), with the session's when it is a later prompt.
     pub cli_args: Option<&'a [String]>,
     /// `providerId`, the prompt's or the session's.

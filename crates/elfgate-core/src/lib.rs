@@ -44,7 +44,7 @@ pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
-pub use modes::{Network, PermissionMode, ThinkingLevel, UnknownName};
+pub use modes::{CliBackend, Network, PermissionMode, ThinkingLevel, UnknownName};
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
 pub use usage::TokenUsage;

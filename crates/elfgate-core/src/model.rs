@@ -180,7 +180,7 @@ pub struct Session {
     /// The model it uses.
     pub model: Option<String>,
     /// The CLI backend (cli engine).
-    pub cli_backend: Option<String>,
+    pub cli_backend: Option<crate::CliBackend>,
     /// The project directory tools act in.
     pub project_path: Option<String>,
     /// An agent profile id.
@@ -188,8 +188,7 @@ pub struct Session {
     /// The system prompt.
     pub system_prompt: Option<String>,
     /// The permission mode.
-    #[schema(value_type = Option<crate::PermissionMode>)]
-    pub permission_mode: Option<String>,
+    pub permission_mode: Option<crate::PermissionMode>,
     /// Engine-specific settings.
     pub engine_config: Value,
     /// The CLI backend's own session id, for resume.

@@ -1,5 +1,5 @@
-//! The closed sets of names a client picks from: thinking levels, permission modes and the shell
-//! network. Each is defined once here, with the exact wire names, so that request parsing,
+//! The closed sets of names a client picks from: thinking levels, permission modes, the shell
+//! network and the coding CLIs. Each is defined once here, with the exact wire names, so that request parsing,
 //! engines and provider clients cannot disagree about them.
 
 use serde::{Deserialize, Serialize};
@@ -31,7 +31,7 @@ macro_rules! wire_enum {
     ) => {
         $(#[$meta])*
         #[derive(
-            Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize,
+            Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize,
             utoipa::ToSchema,
         )]
         pub enum $name {
@@ -79,6 +79,7 @@ macro_rules! wire_enum {
 
 wire_enum! {
     /// How much reasoning the model should do (`thinkingLevel`).
+    #[derive(Default)]
     pub enum ThinkingLevel as "thinkingLevel" {
         /// No extended reasoning requested.
         #[default]
@@ -94,6 +95,7 @@ wire_enum! {
 
 wire_enum! {
     /// Which tool calls run without asking the client (`permissionMode`).
+    #[derive(Default)]
     pub enum PermissionMode as "permissionMode" {
         /// Read-only tools run; the others ask (confirm_once tools once per session).
         #[default]
@@ -109,12 +111,26 @@ wire_enum! {
 
 wire_enum! {
     /// Which network shell commands and hooks get (`shellNetwork`, `shell_network`).
+    #[derive(Default)]
     pub enum Network as "shellNetwork" {
         /// A private network namespace (when the host allows one).
         #[default]
         Isolated = "isolated",
         /// The daemon's own network.
         Host = "host",
+    }
+}
+
+wire_enum! {
+    /// A coding CLI the cli engine runs (`cliBackend`).
+    #[derive(PartialOrd, Ord)]
+    pub enum CliBackend as "cliBackend" {
+        /// OpenAI's `codex exec --json`.
+        Codex = "codex",
+        /// Anthropic's `claude -p` with stream-json in and out.
+        ClaudeCode = "claude-code",
+        /// Google's `gemini -p` with stream-json out.
+        GeminiCli = "gemini-cli",
     }
 }
 

@@ -5,9 +5,10 @@ use crate::extract::{StrictBody, UnknownFields};
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
-    Attachment, ChannelPermissions, EngineConfig, EngineSessionContext, EngineType, EventEmitter,
-    EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode, Run, RunId,
-    RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
+    Attachment, ChannelPermissions, CliBackend, EngineConfig, EngineSessionContext, EngineType,
+    EventEmitter, EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode,
+    Run, RunId, RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel,
+    UnknownName,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -63,7 +64,8 @@ pub struct CreateSessionRequest {
     pub title: Option<String>,
     /// Project directory for tools.
     pub project_path: Option<String>,
-    /// CLI backend (cli engine).
+    /// CLI backend (cli engine). An unknown one is 422.
+    #[schema(value_type = Option<elfgate_core::CliBackend>)]
     pub cli_backend: Option<String>,
     /// Agent profile.
     pub agent_id: Option<String>,
@@ -201,7 +203,7 @@ impl Checked {
         let base = EngineConfig::from_json(&session.engine_config).map_err(|e| stored(&e))?;
         let permission_mode = match self.permission_mode {
             Some(m) => Some(m),
-            None => parse_name(session.permission_mode.as_deref()).map_err(|e| stored(&e))?,
+            None => session.permission_mode,
         };
         Ok(Checked {
             thinking_level: self.thinking_level,
@@ -272,7 +274,7 @@ fn check_overrides(
 fn check_engine(
     state: &AppState,
     engine: EngineType,
-    cli_backend: Option<&str>,
+    cli_backend: Option<CliBackend>,
     checked: &Checked,
     provider_id: Option<&str>,
 ) -> Result<(), ApiError> {
@@ -386,7 +388,7 @@ fn build_ctx(
         agent_id: session.agent_id.clone(),
         engine_config: checked.engine_config,
         permission_mode: checked.permission_mode,
-        cli_backend: session.cli_backend.clone(),
+        cli_backend: session.cli_backend,
         attachments: o.attachments.unwrap_or_default(),
         permission_answers: Default::default(),
         events: EventEmitter::new(bus, run_id),
@@ -467,10 +469,12 @@ pub async fn create_session_with(
                 .map_err(|e| ApiError::Unprocessable(e.to_string()))?,
         );
     }
+    let cli_backend = parse_name(req.cli_backend.as_deref())
+        .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
     check_engine(
         state,
         engine,
-        req.cli_backend.as_deref(),
+        cli_backend,
         &checked,
         req.overrides.provider_id.as_deref(),
     )?;
@@ -496,11 +500,11 @@ pub async fn create_session_with(
         title: req.title.clone(),
         provider_id: req.overrides.provider_id.clone(),
         model: req.overrides.model.clone(),
-        cli_backend: req.cli_backend.clone(),
+        cli_backend,
         project_path: req.project_path.clone(),
         agent_id: req.agent_id.clone(),
         system_prompt: req.overrides.system_prompt.clone(),
-        permission_mode: checked.permission_mode.map(|m| m.as_str().to_string()),
+        permission_mode: checked.permission_mode,
         // Stored as understood: canonical key names, so that an alias reads back the same.
         engine_config: checked.engine_config.to_json(),
         cli_session_id: None,
@@ -615,7 +619,7 @@ pub async fn send_message_with(
     check_engine(
         state,
         session.engine,
-        session.cli_backend.as_deref(),
+        session.cli_backend,
         &checked,
         req.overrides
             .provider_id

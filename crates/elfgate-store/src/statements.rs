@@ -40,11 +40,11 @@ pub(crate) fn push_insert_sessions(script: &mut Script, sessions: &[&Session]) -
                     .push_bind(s.title.clone())
                     .push_bind(s.provider_id.clone())
                     .push_bind(s.model.clone())
-                    .push_bind(s.cli_backend.clone())
+                    .push_bind(s.cli_backend.map(|b| b.as_str()))
                     .push_bind(s.project_path.clone())
                     .push_bind(s.agent_id.clone())
                     .push_bind(s.system_prompt.clone())
-                    .push_bind(s.permission_mode.clone())
+                    .push_bind(s.permission_mode.map(|m| m.as_str()))
                     .push_bind(config.clone())
                     .push_bind(s.cli_session_id.clone())
                     // A new session's bus starts at 0 inside this first reservation.

@@ -3,8 +3,9 @@
 //! timeout. GET /v1/engines shows the result; a session on a backend that is not available is
 //! refused with what to install.
 
-use super::backend::Backend;
+use super::backend::BackendProgram;
 use super::settings::BackendConfig;
+use elfgate_core::CliBackend;
 use elfgate_tools::process::{self, ChildEnv, End, ProcessSpec};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,7 +31,7 @@ pub enum Unusable {
     #[error("{program} not found at {configured}: {hint}", hint = install_hint(*backend))]
     NotAtPath {
         /// The backend.
-        backend: Backend,
+        backend: CliBackend,
         /// Its usual program name.
         program: &'static str,
         /// The configured path.
@@ -40,7 +41,7 @@ pub enum Unusable {
     #[error("{name} not found in {PROJECT_BIN} or PATH: {hint}", hint = install_hint(*backend))]
     NotOnPath {
         /// The backend.
-        backend: Backend,
+        backend: CliBackend,
         /// The name looked for.
         name: String,
     },
@@ -85,7 +86,7 @@ impl Found {
     }
 }
 
-fn install_hint(b: Backend) -> String {
+fn install_hint(b: CliBackend) -> String {
     format!(
         "install it with scripts/install-cli-tools.sh (into {PROJECT_BIN}) or `npm install -g {}`, \
          or set engines.cli.{}.binary",
@@ -97,7 +98,7 @@ fn install_hint(b: Backend) -> String {
 /// The program of `b` as configured: a path, or a name looked up in `cwd`'s project folder,
 /// then in `path` (a PATH value).
 pub(crate) fn resolve(
-    b: Backend,
+    b: CliBackend,
     configured: Option<&str>,
     cwd: &Path,
     path: Option<&str>,
@@ -131,7 +132,7 @@ pub(crate) fn resolve(
 
 /// Finds `b`'s program and asks it for its version, in `env` (its clean environment).
 pub(crate) async fn probe(
-    b: Backend,
+    b: CliBackend,
     cfg: &BackendConfig,
     env: ChildEnv,
     timeout: Duration,
@@ -207,12 +208,12 @@ mod tests {
         std::fs::write(other.join("gemini"), "").unwrap();
         let path = other.display().to_string();
         let found = |b| resolve(b, None, dir.path(), Some(&path));
-        assert_eq!(found(Backend::Codex).unwrap(), bin.join("codex"));
-        assert_eq!(found(Backend::GeminiCli).unwrap(), other.join("gemini"));
-        let why = found(Backend::ClaudeCode).unwrap_err().to_string();
+        assert_eq!(found(CliBackend::Codex).unwrap(), bin.join("codex"));
+        assert_eq!(found(CliBackend::GeminiCli).unwrap(), other.join("gemini"));
+        let why = found(CliBackend::ClaudeCode).unwrap_err().to_string();
         assert!(why.contains("@anthropic-ai/claude-code"), "{why}");
         assert!(why.contains("scripts/install-cli-tools.sh"), "{why}");
-        let why = resolve(Backend::Codex, Some("./nope"), dir.path(), None)
+        let why = resolve(CliBackend::Codex, Some("./nope"), dir.path(), None)
             .unwrap_err()
             .to_string();
         assert!(why.contains("not found at ./nope"), "{why}");

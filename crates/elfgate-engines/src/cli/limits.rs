@@ -1,7 +1,7 @@
 //! Runs of one backend at once: a fair (first come, first served) semaphore per backend. A run
 //! that has to wait says so with a `processing` event naming how many runs are ahead of it.
 
-use super::backend::Backend;
+use elfgate_core::CliBackend;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +20,7 @@ struct Slots {
 /// Every backend's slots.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
-    slots: BTreeMap<Backend, Slots>,
+    slots: BTreeMap<CliBackend, Slots>,
 }
 
 /// Whether a run got a slot at once, or had to wait behind `ahead` runs first.
@@ -33,10 +33,10 @@ pub(crate) enum Slot {
 
 impl Limits {
     /// `max[b]` runs of backend `b` at once (at least one).
-    pub(crate) fn new(max: impl Fn(Backend) -> usize) -> Limits {
-        let slots = Backend::ALL
-            .into_iter()
-            .map(|b| {
+    pub(crate) fn new(max: impl Fn(CliBackend) -> usize) -> Limits {
+        let slots = CliBackend::ALL
+            .iter()
+            .map(|&b| {
                 let max = max(b).max(1);
                 let slots = Slots {
                     max,
@@ -50,7 +50,7 @@ impl Limits {
     }
 
     /// The most runs of `b` at once.
-    pub(crate) fn max(&self, b: Backend) -> usize {
+    pub(crate) fn max(&self, b: CliBackend) -> usize {
         self.slots.get(&b).map_or(1, |s| s.max)
     }
 
@@ -58,7 +58,7 @@ impl Limits {
     /// called with the number of runs ahead (running and waiting), in arrival order.
     pub(crate) async fn acquire(
         &self,
-        b: Backend,
+        b: CliBackend,
         cancel: &CancellationToken,
         queued: impl AsyncFnOnce(usize),
     ) -> Slot {
@@ -93,7 +93,9 @@ mod tests {
     async fn a_second_run_waits_behind_the_first_and_gets_its_slot_when_it_ends() {
         let limits = Arc::new(Limits::new(|_| 1));
         let cancel = CancellationToken::new();
-        let Slot::Granted(first) = limits.acquire(Backend::Codex, &cancel, async |_| {}).await
+        let Slot::Granted(first) = limits
+            .acquire(CliBackend::Codex, &cancel, async |_| {})
+            .await
         else {
             panic!("the first run waited");
         };
@@ -102,7 +104,7 @@ mod tests {
         let c = cancel.clone();
         let second = tokio::spawn(async move {
             let slot = l
-                .acquire(Backend::Codex, &c, async |ahead| {
+                .acquire(CliBackend::Codex, &c, async |ahead| {
                     let _ = tx.send(ahead);
                 })
                 .await;
@@ -112,7 +114,7 @@ mod tests {
         // Another backend is not held up.
         assert!(matches!(
             limits
-                .acquire(Backend::GeminiCli, &cancel, async |_| {})
+                .acquire(CliBackend::GeminiCli, &cancel, async |_| {})
                 .await,
             Slot::Granted(_)
         ));
@@ -124,10 +126,12 @@ mod tests {
     async fn an_interrupt_ends_the_wait() {
         let limits = Limits::new(|_| 1);
         let cancel = CancellationToken::new();
-        let _first = limits.acquire(Backend::Codex, &cancel, async |_| {}).await;
+        let _first = limits
+            .acquire(CliBackend::Codex, &cancel, async |_| {})
+            .await;
         let stop = CancellationToken::new();
         let slot = limits
-            .acquire(Backend::Codex, &stop, async |_| stop.cancel())
+            .acquire(CliBackend::Codex, &stop, async |_| stop.cancel())
             .await;
         assert!(matches!(slot, Slot::Cancelled));
     }

@@ -16,7 +16,8 @@ mod supervisor;
 mod transcript;
 
 pub use adapter::CliProvider;
-pub use backend::Backend;
+use backend::BackendProgram;
+pub use elfgate_core::CliBackend;
 pub use settings::{BackendConfig, CliConfig, ProviderRefused};
 
 use crate::prompt::store_user_message;
@@ -49,7 +50,7 @@ pub struct CliEngine {
     /// Relays the CLIs' permission questions to the client.
     broker: Arc<PermissionBroker>,
     config: CliConfig,
-    found: BTreeMap<Backend, Found>,
+    found: BTreeMap<CliBackend, Found>,
     limits: Limits,
     /// The daemon's allow-listed variables, without any provider's key.
     base_env: ChildEnv,
@@ -80,13 +81,13 @@ impl CliEngine {
             base_env,
         };
         // Each backend's home exists before it is asked for its version.
-        for b in Backend::ALL {
+        for &b in CliBackend::ALL {
             if let Err(e) = engine.write_files(b) {
                 tracing::warn!(backend = b.as_str(), error = %e, "cannot write the CLI's home");
             }
         }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
-        let probes = Backend::ALL.map(|b| {
+        let probes = CliBackend::ALL.iter().map(|&b| {
             let env = engine.child_env(b, None, PermissionMode::Default, None);
             let cfg = engine.config.backend(b).clone();
             async move { (b, availability::probe(b, &cfg, env, timeout).await) }
@@ -104,7 +105,7 @@ impl CliEngine {
     }
 
     /// The backend's own home directory (HOME of its runs).
-    fn home(&self, b: Backend) -> PathBuf {
+    fn home(&self, b: CliBackend) -> PathBuf {
         self.config.state_dir.join(b.as_str())
     }
 
@@ -113,7 +114,7 @@ impl CliEngine {
     /// which neither overrides.
     fn child_env(
         &self,
-        b: Backend,
+        b: CliBackend,
         provider: Option<&CliProvider>,
         mode: PermissionMode,
         session: Option<&BTreeMap<String, String>>,
@@ -136,7 +137,7 @@ impl CliEngine {
     }
 
     /// Writes the backend's configuration files into its home.
-    fn write_files(&self, b: Backend) -> std::io::Result<()> {
+    fn write_files(&self, b: CliBackend) -> std::io::Result<()> {
         let home = self.home(b);
         std::fs::create_dir_all(&home)?;
         for (rel, content) in b.files(&self.config.providers) {
@@ -149,15 +150,12 @@ impl CliEngine {
         Ok(())
     }
 
-    fn backend_of(name: Option<&str>) -> Result<Backend, CliStartError> {
-        match name {
-            None => Err(CliStartError::NoBackend),
-            Some(n) => Backend::parse(n).ok_or_else(|| CliStartError::UnknownBackend(n.into())),
-        }
+    fn backend_of(backend: Option<CliBackend>) -> Result<CliBackend, CliStartError> {
+        backend.ok_or(CliStartError::NoBackend)
     }
 
     /// Refuses an argument that is not in the backend's allow list.
-    fn check_args(&self, b: Backend, args: &[String]) -> Result<(), CliStartError> {
+    fn check_args(&self, b: CliBackend, args: &[String]) -> Result<(), CliStartError> {
         let allowed = &self.config.backend(b).allowed_args;
         for a in args {
             let ok = allowed.iter().any(|x| {
@@ -180,7 +178,7 @@ impl CliEngine {
     }
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
-        let b = match Self::backend_of(ctx.cli_backend.as_deref()) {
+        let b = match Self::backend_of(ctx.cli_backend) {
             Ok(b) => b,
             Err(why) => return fail(&ctx, ErrorCode::CliBackend, why.to_string()).await,
         };
@@ -364,7 +362,7 @@ impl CliEngine {
             .or_else(|| ctx.session.cli_session_id.clone()))
     }
 
-    fn unavailable(&self, b: Backend) -> CliStartError {
+    fn unavailable(&self, b: CliBackend) -> CliStartError {
         let why = match self.found.get(&b).map(|f| &f.version) {
             Some(Err(why)) => why.to_string(),
             _ => "it was not probed".to_string(),
@@ -379,14 +377,11 @@ pub enum CliStartError {
     /// No cliBackend.
     #[error("engine 'cli' needs cliBackend: one of {}", backend_names())]
     NoBackend,
-    /// A cliBackend of no known CLI.
-    #[error("cliBackend '{0}' is not one of {names}", names = backend_names())]
-    UnknownBackend(String),
     /// The backend's program is missing or does not run.
     #[error("cli backend '{}' is not available: {why}", backend.as_str())]
     Unavailable {
         /// The backend.
-        backend: Backend,
+        backend: CliBackend,
         /// What the probe found.
         why: String,
     },
@@ -400,7 +395,7 @@ pub enum CliStartError {
         /// The argument.
         arg: String,
         /// The backend.
-        backend: Backend,
+        backend: CliBackend,
         /// What is allowed.
         list: String,
     },
@@ -419,12 +414,16 @@ pub enum CliStartError {
         /// What was asked.
         permissions: elfgate_core::ChannelPermissions,
         /// The backend.
-        backend: Backend,
+        backend: CliBackend,
     },
 }
 
 fn backend_names() -> String {
-    Backend::ALL.map(Backend::as_str).join(", ")
+    CliBackend::ALL
+        .iter()
+        .map(|b| b.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Why the CLI has no directory to run in.
@@ -471,9 +470,9 @@ impl Engine for CliEngine {
 
     fn backends(&self) -> Option<Vec<BackendInfo>> {
         Some(
-            Backend::ALL
-                .into_iter()
-                .map(|b| {
+            CliBackend::ALL
+                .iter()
+                .map(|&b| {
                     let found = self.found.get(&b);
                     BackendInfo {
                         name: b.as_str().to_string(),

@@ -2,10 +2,11 @@
 //! how the CLI ended to the run's outcome.
 
 use super::adapter::AdapterEvent;
-use super::backend::Backend;
+use super::backend::BackendProgram;
 use super::settings::CliConfig;
 use super::supervisor::Ended;
 use super::transcript::Transcript;
+use elfgate_core::CliBackend;
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, RunOutcome, TokenUsage,
     ToolCallStatus,
@@ -98,7 +99,7 @@ impl<'a> Relay<'a> {
     }
 
     /// The run's outcome from how the CLI ended.
-    pub(crate) async fn end(self, b: Backend, ended: Ended, config: &CliConfig) -> RunOutcome {
+    pub(crate) async fn end(self, b: CliBackend, ended: Ended, config: &CliConfig) -> RunOutcome {
         let ctx = self.ctx;
         let name = b.as_str();
         let tail = || {

@@ -2,7 +2,8 @@
 //! daemon knows (the providers the CLIs may be pointed at, the data directory).
 
 use super::adapter::CliProvider;
-use super::backend::Backend;
+use super::backend::BackendProgram;
+use elfgate_core::CliBackend;
 use elfgate_llm::ProviderKind;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,7 +90,7 @@ impl Default for CliConfig {
 #[error("engines.cli.{}.provider: {source}", backend.as_str())]
 pub struct CliConfigError {
     /// The backend.
-    pub backend: Backend,
+    pub backend: CliBackend,
     /// Why its provider cannot serve it.
     pub source: ProviderRefused,
 }
@@ -112,7 +113,7 @@ pub enum ProviderRefused {
         /// Its kind.
         kind: ProviderKind,
         /// The CLI.
-        backend: Backend,
+        backend: CliBackend,
     },
 }
 
@@ -127,11 +128,11 @@ pub(crate) struct Timeouts {
 
 impl CliConfig {
     /// The table of a backend.
-    pub fn backend(&self, b: Backend) -> &BackendConfig {
+    pub fn backend(&self, b: CliBackend) -> &BackendConfig {
         match b {
-            Backend::Codex => &self.codex,
-            Backend::ClaudeCode => &self.claude_code,
-            Backend::GeminiCli => &self.gemini_cli,
+            CliBackend::Codex => &self.codex,
+            CliBackend::ClaudeCode => &self.claude_code,
+            CliBackend::GeminiCli => &self.gemini_cli,
         }
     }
 
@@ -147,7 +148,7 @@ impl CliConfig {
     /// Checks what parses but cannot work: a default provider that is not configured or of a
     /// kind the backend does not speak.
     pub fn validate(&self) -> Result<(), CliConfigError> {
-        for backend in Backend::ALL {
+        for &backend in CliBackend::ALL {
             if let Some(name) = &self.backend(backend).provider {
                 self.provider_for(backend, Some(name))
                     .map_err(|source| CliConfigError { backend, source })?;
@@ -161,7 +162,7 @@ impl CliConfig {
     /// client.
     pub(crate) fn provider_for(
         &self,
-        backend: Backend,
+        backend: CliBackend,
         requested: Option<&str>,
     ) -> Result<Option<(String, CliProvider)>, ProviderRefused> {
         let name = match requested.or(self.backend(backend).provider.as_deref()) {

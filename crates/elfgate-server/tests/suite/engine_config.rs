@@ -43,7 +43,15 @@ async fn a_wrong_type_or_an_unknown_key_is_422_naming_it_and_stores_nothing() {
     let tiny = |cfg: Value| session("x", "mock:tokens=1", &dir, json!({"engineConfig": cfg}));
     let mut with_chat = chat("x", "mock:tokens=1");
     with_chat["engineConfig"] = json!({"temperature": "hot"});
+    // cliBackend is read as the CLI it names on every engine, so that a session cannot keep
+    // a name no engine understands.
+    let mut chat_with_backend = chat("x", "mock:tokens=1");
+    chat_with_backend["cliBackend"] = json!("aider");
     for (body, want) in [
+        (
+            chat_with_backend,
+            "cliBackend 'aider' is not one of codex, claude-code, gemini-cli",
+        ),
         (
             tiny(json!({"maxIterations": "5"})),
             r#"engineConfig.maxIterations: invalid type: string "5", expected u32"#,

@@ -15,11 +15,15 @@ pub(super) fn session_from_row(r: &SqliteRow) -> StoreResult<Session> {
         title: r.try_get("title")?,
         provider_id: r.try_get("provider_id")?,
         model: r.try_get("model")?,
-        cli_backend: r.try_get("cli_backend")?,
+        // Checked when stored since cliBackend became typed; before, a non-cli session kept any
+        // text here unread, so such a value reads as none rather than making the row unreadable.
+        cli_backend: r
+            .try_get::<Option<String>, _>("cli_backend")?
+            .and_then(|b| b.parse().ok()),
         project_path: r.try_get("project_path")?,
         agent_id: r.try_get("agent_id")?,
         system_prompt: r.try_get("system_prompt")?,
-        permission_mode: r.try_get("permission_mode")?,
+        permission_mode: parse_opt("permission mode", r.try_get("permission_mode")?)?,
         engine_config: serde_json::from_str(&config)
             .map_err(|e| StoreError::Corrupt(format!("engine_config: {e}")))?,
         cli_session_id: r.try_get("cli_session_id")?,
