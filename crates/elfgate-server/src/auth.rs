@@ -1,6 +1,7 @@
 //! Bearer-token auth. The comparison takes the same time wherever the first difference is.
 
 use crate::error::ApiError;
+use crate::gateway::error::Door;
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -45,12 +46,17 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
                 .flatten()
                 .and_then(|v| v.to_str().ok())
         });
-    match given {
-        None => ApiError::Unauthorized.into_response(),
+    let refused = match given {
+        None => ApiError::Unauthorized,
         Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => {
-            next.run(req).await
+            return next.run(req).await;
         }
-        Some(_) => ApiError::Forbidden.into_response(),
+        Some(_) => ApiError::Forbidden,
+    };
+    // A front door's SDK reads its refusal in its own API's shape.
+    match Door::of_path(req.uri().path()) {
+        Some(door) => door.error(&refused),
+        None => refused.into_response(),
     }
 }
 

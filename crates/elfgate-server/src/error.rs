@@ -1,8 +1,9 @@
-//! The one API error type, mapped to status codes and the JSON body `{error: {code, message}}`.
+//! The one API error type, mapped to status codes and the JSON body `{error: {code, message}}`;
+//! the front doors render the same error in their APIs' own shapes (gateway/error.rs).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use elfgate_core::{DispatchError, ErrorCode, RunId};
+use elfgate_core::{DispatchError, ErrorCode, ErrorInfo, RunId};
 use elfgate_store::StoreError;
 use serde::Serialize;
 
@@ -34,6 +35,35 @@ pub enum ApiError {
     /// The body or a parameter is wrong (400).
     #[error("{0}")]
     BadRequest(String),
+    /// A field of a front door's request is wrong (400), named for the caller's SDK.
+    #[error("{message}")]
+    InvalidParam {
+        /// The field, as the door's API spells it.
+        param: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A front door's `model` names no route (404; OpenAI's `model_not_found`).
+    #[error("The model '{model}' does not exist: {why}")]
+    UnknownModel {
+        /// The model asked for.
+        model: String,
+        /// Why it names no route.
+        why: String,
+    },
+    /// A provider's limit and its queue are full (429): a front door's call is not queued
+    /// further.
+    #[error("provider '{provider}' is at its limit and {max_queued} requests already wait for it")]
+    ProviderQueueFull {
+        /// The provider.
+        provider: String,
+        /// How many calls may wait for it.
+        max_queued: usize,
+    },
+    /// A front door's run failed before its answer began (its `error` event), with the status
+    /// that failure maps to ([`upstream_status`]).
+    #[error("{}", .0.message)]
+    Upstream(ErrorInfo),
     /// No or malformed credentials (401).
     #[error("missing or malformed bearer token")]
     Unauthorized,
@@ -97,6 +127,23 @@ impl From<DispatchError> for ApiError {
 }
 
 impl ApiError {
+    /// A 400 naming the field at fault, when there is one.
+    pub(crate) fn invalid(param: impl Into<Option<String>>, message: impl Into<String>) -> Self {
+        let message = message.into();
+        match param.into() {
+            Some(param) => ApiError::InvalidParam { param, message },
+            None => ApiError::BadRequest(message),
+        }
+    }
+
+    /// A 404 for a model that names no route.
+    pub(crate) fn unknown_model(model: &str, why: &str) -> Self {
+        ApiError::UnknownModel {
+            model: model.to_string(),
+            why: why.to_string(),
+        }
+    }
+
     /// The daemon takes no new work: it is shutting down (503). The one message for it.
     pub(crate) fn shutting_down() -> Self {
         DispatchError::ShuttingDown.into()
@@ -104,7 +151,10 @@ impl ApiError {
 
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::InvalidParam { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownModel { .. } => StatusCode::NOT_FOUND,
+            ApiError::ProviderQueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Upstream(e) => upstream_status(e),
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -125,7 +175,10 @@ impl ApiError {
 
     fn code(&self) -> ErrorCode {
         match self {
-            ApiError::BadRequest(_) => ErrorCode::BadRequest,
+            ApiError::BadRequest(_) | ApiError::InvalidParam { .. } => ErrorCode::BadRequest,
+            ApiError::UnknownModel { .. } => ErrorCode::NotFound,
+            ApiError::ProviderQueueFull { .. } => ErrorCode::TooManyQueued,
+            ApiError::Upstream(e) => e.code,
             ApiError::Unauthorized => ErrorCode::Unauthorized,
             ApiError::Forbidden | ApiError::Refused(_) => ErrorCode::Forbidden,
             ApiError::NotFound(_) => ErrorCode::NotFound,
@@ -164,6 +217,24 @@ impl ApiError {
     }
 }
 
+/// The status a run's failure gets when a front door's call fails with it. A provider's refusal
+/// for load (429, 503, 529) is passed on as such, so that the caller's SDK backs off; any other
+/// status of the provider's is the gateway's failure (502), not the caller's: a 401 there means
+/// the daemon's key for the provider, not the caller's token.
+pub(crate) fn upstream_status(e: &ErrorInfo) -> StatusCode {
+    match (e.code, e.upstream_status) {
+        // The daemon has no key for the route's provider: nothing the caller can change in the
+        // request, and nothing was sent upstream; the route is unavailable until an operator
+        // sets the key.
+        (ErrorCode::MissingApiKey, _) => StatusCode::SERVICE_UNAVAILABLE,
+        (ErrorCode::FirstTokenTimeout | ErrorCode::IdleTimeout, _) => StatusCode::GATEWAY_TIMEOUT,
+        (ErrorCode::UnknownProvider | ErrorCode::NoModel, _) => StatusCode::NOT_FOUND,
+        (ErrorCode::UpstreamStatus, Some(429)) => StatusCode::TOO_MANY_REQUESTS,
+        (ErrorCode::UpstreamStatus, Some(503 | 529)) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
 /// A storage failure's client message, logged under the request's id when there is one.
 fn storage_report(e: &StoreError) -> String {
     match crate::request_id::current() {
@@ -184,8 +255,16 @@ impl IntoResponse for ApiError {
                 _ => None,
             },
         };
+        self.answer(body)
+    }
+}
+
+impl ApiError {
+    /// The answer with `body`, in whichever wire format: the status, and `Retry-After` when
+    /// trying again later may work.
+    pub(crate) fn answer(&self, body: impl Serialize) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
-        if let ApiError::Storage(e) = &self
+        if let ApiError::Storage(e) = self
             && let Some(after) = e.retry_after()
         {
             resp.headers_mut().insert(

@@ -3,18 +3,18 @@
 
 use super::Inbound;
 use super::body::Fields;
-use super::error::GatewayError;
 use super::openai_in::last_user_text;
+use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
 use elfgate_llm::{LlmMessage, LlmRequest, ProviderKind, ToolChoice, ToolSpec};
 use serde_json::{Value, json};
 
-fn bad(param: String, what: String) -> GatewayError {
-    GatewayError::invalid(Some(param), what)
+fn bad(param: String, what: String) -> ApiError {
+    ApiError::invalid(Some(param), what)
 }
 
 /// Parses a Messages body.
-pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
+pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
     let f = Fields(body);
     let model = f.req_str("model")?.to_string();
     let raw = f.req_array("messages")?;
@@ -70,7 +70,7 @@ pub fn parse(body: &Value) -> Result<Inbound, GatewayError> {
                             .unwrap_or_else(|| json!({"type": "object"})),
                     })
                 })
-                .collect::<Result<Vec<_>, GatewayError>>()
+                .collect::<Result<Vec<_>, ApiError>>()
         })
         .transpose()?
         .unwrap_or_default();
@@ -136,7 +136,7 @@ fn message(
     m: &Value,
     out: &mut Vec<LlmMessage>,
     system: &mut Vec<String>,
-) -> Result<(), GatewayError> {
+) -> Result<(), ApiError> {
     let role = match m["role"].as_str() {
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,

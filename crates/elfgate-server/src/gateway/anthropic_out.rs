@@ -2,8 +2,9 @@
 //! message_start, content_block_start/delta/stop, message_delta and message_stop events.
 
 use super::Stop;
-use super::error::GatewayError;
+use super::error::anthropic_body;
 use super::run::Out;
+use crate::error::ApiError;
 use serde_json::{Value, json};
 
 /// Anthropic's stop reason; `stop_sequence` when the provider named the sequence it stopped at.
@@ -164,7 +165,7 @@ impl EventWriter {
             }
             Out::Error(e) => {
                 self.close(&mut s);
-                let e = GatewayError::upstream(e).anthropic_body();
+                let e = anthropic_body(&ApiError::Upstream(e.clone()));
                 s.push_str(&frame("error", e));
             }
             Out::End {

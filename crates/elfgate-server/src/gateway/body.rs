@@ -1,25 +1,24 @@
 //! The JSON body of a front door's request: the same Content-Type rule as the rest of the API
-//! (see crate::extract), with failures as [`GatewayError`]s.
+//! (see crate::extract), with failures as [`ApiError`]s.
 
-use super::error::GatewayError;
-use axum::http::{HeaderMap, StatusCode, header};
+use crate::error::ApiError;
+use axum::http::{HeaderMap, header};
 use serde_json::Value;
 
 /// Parses `bytes` as a JSON object, refusing a body not declared as JSON.
-pub fn json_object(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, GatewayError> {
+pub fn json_object(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
     let declared = headers
         .get(header::CONTENT_TYPE)
         .map(|v| crate::extract::is_json_media_type(v.as_bytes()));
     if declared != Some(true) {
-        return Err(GatewayError::from_status(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        return Err(ApiError::UnsupportedMediaType(
             "the body must be declared as Content-Type: application/json".into(),
         ));
     }
     let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| GatewayError::invalid(None, format!("the body is not valid JSON: {e}")))?;
+        .map_err(|e| ApiError::invalid(None, format!("the body is not valid JSON: {e}")))?;
     if !value.is_object() {
-        return Err(GatewayError::invalid(
+        return Err(ApiError::invalid(
             None,
             "the body must be a JSON object".to_string(),
         ));
@@ -31,8 +30,8 @@ pub fn json_object(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, GatewayEr
 pub struct Fields<'a>(pub &'a Value);
 
 impl<'a> Fields<'a> {
-    fn wrong(name: &str, want: &str) -> GatewayError {
-        GatewayError::invalid(Some(name.to_string()), format!("'{name}' must be {want}"))
+    fn wrong(name: &str, want: &str) -> ApiError {
+        ApiError::invalid(Some(name.to_string()), format!("'{name}' must be {want}"))
     }
 
     /// A present, non-null field.
@@ -41,9 +40,9 @@ impl<'a> Fields<'a> {
     }
 
     /// A required string.
-    pub fn req_str(&self, name: &str) -> Result<&'a str, GatewayError> {
+    pub fn req_str(&self, name: &str) -> Result<&'a str, ApiError> {
         match self.get(name) {
-            None => Err(GatewayError::invalid(
+            None => Err(ApiError::invalid(
                 Some(name.to_string()),
                 format!("'{name}' is required"),
             )),
@@ -52,14 +51,14 @@ impl<'a> Fields<'a> {
     }
 
     /// An optional bool.
-    pub fn bool(&self, name: &str) -> Result<Option<bool>, GatewayError> {
+    pub fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
         self.get(name)
             .map(|v| v.as_bool().ok_or_else(|| Self::wrong(name, "a boolean")))
             .transpose()
     }
 
     /// An optional number.
-    pub fn f32(&self, name: &str) -> Result<Option<f32>, GatewayError> {
+    pub fn f32(&self, name: &str) -> Result<Option<f32>, ApiError> {
         self.get(name)
             .map(|v| {
                 v.as_f64()
@@ -70,7 +69,7 @@ impl<'a> Fields<'a> {
     }
 
     /// An optional non-negative integer.
-    pub fn u32(&self, name: &str) -> Result<Option<u32>, GatewayError> {
+    pub fn u32(&self, name: &str) -> Result<Option<u32>, ApiError> {
         self.get(name)
             .map(|v| {
                 v.as_u64()
@@ -81,9 +80,9 @@ impl<'a> Fields<'a> {
     }
 
     /// A required array.
-    pub fn req_array(&self, name: &str) -> Result<&'a Vec<Value>, GatewayError> {
+    pub fn req_array(&self, name: &str) -> Result<&'a Vec<Value>, ApiError> {
         match self.get(name) {
-            None => Err(GatewayError::invalid(
+            None => Err(ApiError::invalid(
                 Some(name.to_string()),
                 format!("'{name}' is required"),
             )),
@@ -92,14 +91,14 @@ impl<'a> Fields<'a> {
     }
 
     /// An optional array.
-    pub fn array(&self, name: &str) -> Result<Option<&'a Vec<Value>>, GatewayError> {
+    pub fn array(&self, name: &str) -> Result<Option<&'a Vec<Value>>, ApiError> {
         self.get(name)
             .map(|v| v.as_array().ok_or_else(|| Self::wrong(name, "an array")))
             .transpose()
     }
 
     /// A string or an array of strings, as a list.
-    pub fn strings(&self, name: &str) -> Result<Vec<String>, GatewayError> {
+    pub fn strings(&self, name: &str) -> Result<Vec<String>, ApiError> {
         match self.get(name) {
             None => Ok(Vec::new()),
             Some(Value::String(s)) => Ok(vec![s.clone()]),

@@ -1,9 +1,11 @@
-//! Errors of the front doors, written in the wire format of the caller's SDK.
+//! The API's one error ([`ApiError`]) written in the wire format of a front door's SDK: OpenAI's
+//! `{"error":{"message","type","param","code"}}` and Anthropic's
+//! `{"type":"error","error":{"type","message"}}`, with the status and `Retry-After` of the native
+//! answer.
 
 use crate::error::ApiError;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use elfgate_core::{ErrorCode, ErrorInfo};
+use axum::response::Response;
+use elfgate_core::ErrorCode;
 use serde_json::json;
 
 /// What kind of failure, in terms both wire formats have.
@@ -25,159 +27,125 @@ pub enum Kind {
     Api,
 }
 
-/// A front door's error.
-#[derive(Debug, Clone)]
-pub struct GatewayError {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// Its kind.
-    pub kind: Kind,
-    /// For a human.
-    pub message: String,
-    /// The request field at fault, if any.
-    pub param: Option<String>,
-    /// OpenAI's `code` (e.g. `model_not_found`).
-    pub code: Option<&'static str>,
-}
-
-impl GatewayError {
-    /// A 400 naming the field at fault.
-    pub fn invalid(param: impl Into<Option<String>>, message: impl Into<String>) -> Self {
-        GatewayError {
-            status: StatusCode::BAD_REQUEST,
-            kind: Kind::InvalidRequest,
-            message: message.into(),
-            param: param.into(),
-            code: None,
-        }
+fn kind(e: &ApiError) -> Kind {
+    // A missing key is a 503 that backing off does not cure.
+    if let ApiError::Upstream(info) = e
+        && info.code == ErrorCode::MissingApiKey
+    {
+        return Kind::Api;
     }
-
-    /// A 404 for a model that names no route (OpenAI answers 404 `model_not_found`).
-    pub fn unknown_model(model: &str, why: &str) -> Self {
-        GatewayError {
-            status: StatusCode::NOT_FOUND,
-            kind: Kind::NotFound,
-            message: format!("The model '{model}' does not exist: {why}"),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }
-    }
-
-    /// An upstream failure the run reported (its `error` event). A provider's refusal for load
-    /// (429, 503, 529) is passed on as such, so that the caller's SDK backs off; any other status
-    /// of the provider's is the gateway's failure (502), not the caller's: a 401 there means the
-    /// daemon's key for the provider, not the caller's token.
-    pub fn upstream(e: &ErrorInfo) -> Self {
-        let message = e.message.clone();
-        let status = match (e.code, e.upstream_status) {
-            // The daemon has no key for the route's provider: nothing the caller can change in
-            // the request, and nothing was sent upstream. 503 (the route is unavailable until an
-            // operator sets the key), but of kind Api, not Overloaded: backing off does not help.
-            (ErrorCode::MissingApiKey, _) => {
-                return GatewayError {
-                    status: StatusCode::SERVICE_UNAVAILABLE,
-                    kind: Kind::Api,
-                    message,
-                    param: None,
-                    code: Some(ErrorCode::MissingApiKey.as_str()),
-                };
-            }
-            (ErrorCode::FirstTokenTimeout | ErrorCode::IdleTimeout, _) => {
-                StatusCode::GATEWAY_TIMEOUT
-            }
-            (ErrorCode::UnknownProvider | ErrorCode::NoModel, _) => StatusCode::NOT_FOUND,
-            (ErrorCode::UpstreamStatus, Some(429)) => StatusCode::TOO_MANY_REQUESTS,
-            (ErrorCode::UpstreamStatus, Some(503 | 529)) => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::BAD_GATEWAY,
-        };
-        GatewayError::from_status(status, message)
-    }
-
-    /// An error of the given status, its kind derived from it.
-    pub fn from_status(status: StatusCode, message: String) -> Self {
-        let kind = match status.as_u16() {
-            401 => Kind::Authentication,
-            403 => Kind::Permission,
-            404 => Kind::NotFound,
-            429 => Kind::RateLimit,
-            503 | 529 => Kind::Overloaded,
-            400..=499 => Kind::InvalidRequest,
-            _ => Kind::Api,
-        };
-        GatewayError {
-            status,
-            kind,
-            message,
-            param: None,
-            code: None,
-        }
-    }
-
-    /// OpenAI's `error.type`.
-    fn openai_type(&self) -> &'static str {
-        match self.kind {
-            Kind::InvalidRequest | Kind::NotFound => "invalid_request_error",
-            Kind::Authentication => "authentication_error",
-            Kind::Permission => "permission_error",
-            Kind::RateLimit => "rate_limit_error",
-            Kind::Overloaded | Kind::Api => "server_error",
-        }
-    }
-
-    /// Anthropic's `error.type`.
-    fn anthropic_type(&self) -> &'static str {
-        match self.kind {
-            Kind::InvalidRequest => "invalid_request_error",
-            Kind::Authentication => "authentication_error",
-            Kind::Permission => "permission_error",
-            Kind::NotFound => "not_found_error",
-            Kind::RateLimit => "rate_limit_error",
-            Kind::Overloaded => "overloaded_error",
-            Kind::Api => "api_error",
-        }
-    }
-
-    /// OpenAI's error body: `{"error":{"message","type","param","code"}}`.
-    pub fn openai_body(&self) -> serde_json::Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.openai_type(),
-            "param": self.param,
-            "code": self.code,
-        }})
-    }
-
-    /// Anthropic's error body: `{"type":"error","error":{"type","message"}}`.
-    pub fn anthropic_body(&self) -> serde_json::Value {
-        json!({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
-    }
-
-    /// The answer in OpenAI's format.
-    pub fn openai(self) -> Response {
-        (self.status, axum::Json(self.openai_body())).into_response()
-    }
-
-    /// The answer in Anthropic's format.
-    pub fn anthropic(self) -> Response {
-        (self.status, axum::Json(self.anthropic_body())).into_response()
+    match e.status().as_u16() {
+        401 => Kind::Authentication,
+        403 => Kind::Permission,
+        404 => Kind::NotFound,
+        429 => Kind::RateLimit,
+        503 | 529 => Kind::Overloaded,
+        400..=499 => Kind::InvalidRequest,
+        _ => Kind::Api,
     }
 }
 
-impl From<ApiError> for GatewayError {
-    fn from(e: ApiError) -> Self {
-        GatewayError::from_status(e.status(), e.client_message())
+/// The request field at fault, if any.
+fn param(e: &ApiError) -> Option<&str> {
+    match e {
+        ApiError::InvalidParam { param, .. } => Some(param),
+        ApiError::UnknownModel { .. } => Some("model"),
+        _ => None,
+    }
+}
+
+/// OpenAI's `code`, where OpenAI has one for the failure.
+fn openai_code(e: &ApiError) -> Option<&'static str> {
+    match e {
+        ApiError::UnknownModel { .. } => Some("model_not_found"),
+        ApiError::Upstream(info) if info.code == ErrorCode::MissingApiKey => {
+            Some(ErrorCode::MissingApiKey.as_str())
+        }
+        _ => None,
+    }
+}
+
+/// OpenAI's `error.type`.
+fn openai_type(kind: Kind) -> &'static str {
+    match kind {
+        Kind::InvalidRequest | Kind::NotFound => "invalid_request_error",
+        Kind::Authentication => "authentication_error",
+        Kind::Permission => "permission_error",
+        Kind::RateLimit => "rate_limit_error",
+        Kind::Overloaded | Kind::Api => "server_error",
+    }
+}
+
+/// Anthropic's `error.type`.
+fn anthropic_type(kind: Kind) -> &'static str {
+    match kind {
+        Kind::InvalidRequest => "invalid_request_error",
+        Kind::Authentication => "authentication_error",
+        Kind::Permission => "permission_error",
+        Kind::NotFound => "not_found_error",
+        Kind::RateLimit => "rate_limit_error",
+        Kind::Overloaded => "overloaded_error",
+        Kind::Api => "api_error",
+    }
+}
+
+/// OpenAI's error body (also sent as a stream's last frame).
+pub fn openai_body(e: &ApiError) -> serde_json::Value {
+    json!({"error": {
+        "message": e.client_message(),
+        "type": openai_type(kind(e)),
+        "param": param(e),
+        "code": openai_code(e),
+    }})
+}
+
+/// Anthropic's error body (also sent as a stream's `error` event).
+pub fn anthropic_body(e: &ApiError) -> serde_json::Value {
+    json!({"type": "error", "error": {
+        "type": anthropic_type(kind(e)),
+        "message": e.client_message(),
+    }})
+}
+
+/// A front door: whose wire format its answers, errors included, are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// OpenAI's chat completions (and its model list).
+    OpenAi,
+    /// Anthropic's Messages.
+    Anthropic,
+}
+
+impl Door {
+    /// The door a request path belongs to, if any.
+    pub fn of_path(path: &str) -> Option<Door> {
+        match path.trim_end_matches('/') {
+            "/v1/chat/completions" | "/v1/models" => Some(Door::OpenAi),
+            "/v1/messages" => Some(Door::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// `e` as this door's API answers it.
+    pub fn error(self, e: &ApiError) -> Response {
+        match self {
+            Door::OpenAi => e.answer(openai_body(e)),
+            Door::Anthropic => e.answer(anthropic_body(e)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use elfgate_core::ErrorInfo;
+    use elfgate_store::StoreError;
 
     #[test]
     fn a_providers_load_refusals_pass_on_and_its_other_statuses_are_502() {
         let status = |code: ErrorCode, upstream: Option<u16>| {
-            GatewayError::upstream(&ErrorInfo::new(code, "no").with_upstream_status(upstream))
-                .status
+            ApiError::Upstream(ErrorInfo::new(code, "no").with_upstream_status(upstream)).status()
         };
         assert_eq!(status(ErrorCode::UpstreamStatus, Some(429)), 429);
         assert_eq!(status(ErrorCode::UpstreamStatus, Some(503)), 503);
@@ -189,5 +157,39 @@ mod tests {
         assert_eq!(status(ErrorCode::IdleTimeout, None), 504);
         assert_eq!(status(ErrorCode::UnknownProvider, None), 404);
         assert_eq!(status(ErrorCode::MissingApiKey, None), 503);
+    }
+
+    #[test]
+    fn one_error_reads_the_same_in_each_door() {
+        let e = ApiError::UnknownModel {
+            model: "nope/x".into(),
+            why: "unknown provider 'nope'".into(),
+        };
+        assert_eq!(e.status(), 404);
+        let o = openai_body(&e);
+        assert_eq!(o["error"]["type"], "invalid_request_error");
+        assert_eq!(o["error"]["param"], "model");
+        assert_eq!(o["error"]["code"], "model_not_found");
+        let a = anthropic_body(&e);
+        assert_eq!(a["error"]["type"], "not_found_error");
+        assert_eq!(a["error"]["message"], o["error"]["message"]);
+
+        let key = ApiError::Upstream(ErrorInfo::new(ErrorCode::MissingApiKey, "set OPENAI_KEY"));
+        assert_eq!(key.status(), 503);
+        assert_eq!(anthropic_body(&key)["error"]["type"], "api_error");
+        assert_eq!(openai_body(&key)["error"]["code"], "missing_api_key");
+        let busy = ApiError::Upstream(
+            ErrorInfo::new(ErrorCode::UpstreamStatus, "slow down").with_upstream_status(Some(529)),
+        );
+        assert_eq!(anthropic_body(&busy)["error"]["type"], "overloaded_error");
+    }
+
+    #[test]
+    fn a_busy_store_keeps_its_retry_after_in_every_door() {
+        let e = ApiError::Storage(StoreError::Busy("locked".into()));
+        for resp in [Door::OpenAi.error(&e), Door::Anthropic.error(&e)] {
+            assert_eq!(resp.status(), 503);
+            assert_eq!(resp.headers()["retry-after"], "1");
+        }
     }
 }

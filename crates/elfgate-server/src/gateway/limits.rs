@@ -2,9 +2,8 @@
 //! on a provider, at most `requests_per_minute` started (a token bucket), and the requests over
 //! either waiting in arrival order, at most `max_queued` of them; past that, 429.
 
-use super::error::GatewayError;
 use crate::error::ApiError;
-use axum::http::StatusCode;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,7 +87,7 @@ impl Drop for Waiting<'_> {
 }
 
 impl Limiter {
-    async fn acquire(&self, provider: &str) -> Result<Permit, GatewayError> {
+    async fn acquire(&self, provider: &str) -> Result<Permit, ApiError> {
         let free_now = self
             .running
             .as_ref()
@@ -96,20 +95,17 @@ impl Limiter {
         let ahead = self.waiting.fetch_add(1, Ordering::SeqCst);
         let waiting = Waiting(&self.waiting);
         if ahead >= self.max_queued && !(free_now && ahead == 0) {
-            return Err(GatewayError::from_status(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "provider '{provider}' is at its limit and {} requests already wait for it",
-                    self.max_queued
-                ),
-            ));
+            return Err(ApiError::ProviderQueueFull {
+                provider: provider.to_string(),
+                max_queued: self.max_queued,
+            });
         }
         let running = match &self.running {
             Some(s) => Some(
                 s.clone()
                     .acquire_owned()
                     .await
-                    .map_err(|_| GatewayError::from(ApiError::shutting_down()))?,
+                    .map_err(|_| ApiError::shutting_down())?,
             ),
             None => None,
         };
@@ -149,7 +145,7 @@ impl ProviderLimits {
     }
 
     /// Waits for a place on `provider`; 429 when too many already wait.
-    pub async fn acquire(&self, provider: &str) -> Result<Option<Permit>, GatewayError> {
+    pub async fn acquire(&self, provider: &str) -> Result<Option<Permit>, ApiError> {
         match self.limiters.get(provider) {
             Some(l) => l.acquire(provider).await.map(Some),
             None => Ok(None),
@@ -181,7 +177,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let third = l.acquire("p").await.unwrap_err();
-        assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(third.status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
         drop(first);
         second.await.unwrap().unwrap();
         assert!(l.acquire("other").await.unwrap().is_none());

@@ -3,20 +3,20 @@
 
 use super::Inbound;
 use super::body::Fields;
-use super::error::GatewayError;
+use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
 use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
 use serde_json::{Value, json};
 
 /// Parses a chat completions body.
-pub fn parse(body: &Value) -> Result<(Inbound, bool), GatewayError> {
+pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
     let f = Fields(body);
     let model = f.req_str("model")?.to_string();
     let raw = f.req_array("messages")?;
     if let Some(n) = f.u32("n")?
         && n != 1
     {
-        return Err(GatewayError::invalid(
+        return Err(ApiError::invalid(
             Some("n".to_string()),
             "only n=1 is supported",
         ));
@@ -26,7 +26,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), GatewayError> {
         None => false,
         Some(o) if o.is_object() => Fields(o).bool("include_usage")?.unwrap_or(false),
         Some(_) => {
-            return Err(GatewayError::invalid(
+            return Err(ApiError::invalid(
                 Some("stream_options".to_string()),
                 "'stream_options' must be an object",
             ));
@@ -46,7 +46,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), GatewayError> {
     let tool_choice = f.get("tool_choice").map(tool_choice).transpose()?;
     let response_format = match f.get("response_format") {
         Some(v) if !v.is_object() => {
-            return Err(GatewayError::invalid(
+            return Err(ApiError::invalid(
                 Some("response_format".to_string()),
                 "'response_format' must be an object",
             ));
@@ -95,15 +95,15 @@ pub fn last_user_text(messages: &[LlmMessage]) -> String {
         .unwrap_or_default()
 }
 
-fn bad(i: usize, what: &str) -> GatewayError {
-    GatewayError::invalid(
+fn bad(i: usize, what: &str) -> ApiError {
+    ApiError::invalid(
         Some(format!("messages[{i}]")),
         format!("messages[{i}]: {what}"),
     )
 }
 
 /// Text and image parts of a `content`.
-fn content_blocks(i: usize, content: Option<&Value>) -> Result<Vec<ContentBlock>, GatewayError> {
+fn content_blocks(i: usize, content: Option<&Value>) -> Result<Vec<ContentBlock>, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::String(s)) => Ok(vec![ContentBlock::text(s.clone())]),
@@ -168,7 +168,7 @@ fn message(
     m: &Value,
     system: &mut Vec<String>,
     out: &mut Vec<LlmMessage>,
-) -> Result<(), GatewayError> {
+) -> Result<(), ApiError> {
     if !m.is_object() {
         return Err(bad(i, "a message must be an object"));
     }
@@ -227,10 +227,10 @@ fn message(
     Ok(())
 }
 
-fn tool(i: usize, t: &Value) -> Result<ToolSpec, GatewayError> {
+fn tool(i: usize, t: &Value) -> Result<ToolSpec, ApiError> {
     let f = &t["function"];
     let name = f["name"].as_str().ok_or_else(|| {
-        GatewayError::invalid(
+        ApiError::invalid(
             Some(format!("tools[{i}].function.name")),
             format!("tools[{i}] needs function.name"),
         )
@@ -245,7 +245,7 @@ fn tool(i: usize, t: &Value) -> Result<ToolSpec, GatewayError> {
     })
 }
 
-fn tool_choice(v: &Value) -> Result<ToolChoice, GatewayError> {
+fn tool_choice(v: &Value) -> Result<ToolChoice, ApiError> {
     match v {
         Value::String(s) if s == "auto" => Ok(ToolChoice::Auto),
         Value::String(s) if s == "none" => Ok(ToolChoice::None),
@@ -256,7 +256,7 @@ fn tool_choice(v: &Value) -> Result<ToolChoice, GatewayError> {
                 .unwrap_or_default()
                 .to_string(),
         )),
-        _ => Err(GatewayError::invalid(
+        _ => Err(ApiError::invalid(
             Some("tool_choice".to_string()),
             "'tool_choice' must be \"auto\", \"none\", \"required\" or \
              {\"type\":\"function\",\"function\":{\"name\":...}}",

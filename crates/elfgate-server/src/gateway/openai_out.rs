@@ -2,8 +2,9 @@
 //! `chat.completion.chunk` SSE frames ending with `[DONE]`.
 
 use super::Stop;
-use super::error::GatewayError;
+use super::error::openai_body;
 use super::run::Out;
+use crate::error::ApiError;
 use serde_json::{Value, json};
 
 /// OpenAI's finish reason.
@@ -157,7 +158,7 @@ impl ChunkWriter {
                 s.push_str(&self.chunk(json!({"tool_calls": [call]}), None));
             }
             Out::Error(e) => {
-                let e = GatewayError::upstream(e).openai_body();
+                let e = openai_body(&ApiError::Upstream(e.clone()));
                 s.push_str(&format!("data: {e}\n\n"));
             }
             Out::End {

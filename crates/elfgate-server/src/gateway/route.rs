@@ -1,7 +1,7 @@
 //! Which route a front door's `model` names: `PROVIDER/MODEL`, an alias from `[aliases]`, or
 //! `elfgate:ENGINE[:PROVIDER/MODEL]`.
 
-use super::error::GatewayError;
+use crate::error::ApiError;
 use crate::state::AppState;
 use elfgate_core::EngineType;
 
@@ -43,7 +43,7 @@ impl Route {
 pub const ENGINE_PREFIX: &str = "elfgate:";
 
 /// Resolves `model` to a route.
-pub fn resolve(state: &AppState, model: &str) -> Result<Route, GatewayError> {
+pub fn resolve(state: &AppState, model: &str) -> Result<Route, ApiError> {
     let Some(target) = state.config.aliases.get(model) else {
         return resolve_plain(state, model);
     };
@@ -62,7 +62,7 @@ pub fn resolve(state: &AppState, model: &str) -> Result<Route, GatewayError> {
                         provider, model, ..
                     } => fallbacks.push((provider, model)),
                     Route::Engine { .. } => {
-                        return Err(GatewayError::unknown_model(
+                        return Err(ApiError::unknown_model(
                             r,
                             "an alias's fallback routes must be PROVIDER/MODEL",
                         ));
@@ -79,7 +79,7 @@ pub fn resolve(state: &AppState, model: &str) -> Result<Route, GatewayError> {
     }
 }
 
-fn resolve_plain(state: &AppState, model: &str) -> Result<Route, GatewayError> {
+fn resolve_plain(state: &AppState, model: &str) -> Result<Route, ApiError> {
     if let Some(rest) = model.strip_prefix(ENGINE_PREFIX) {
         let (engine, target) = match rest.split_once(':') {
             Some((e, t)) => (e, Some(t)),
@@ -89,10 +89,10 @@ fn resolve_plain(state: &AppState, model: &str) -> Result<Route, GatewayError> {
             engine
                 .parse()
                 .map_err(|e: elfgate_core::engine_type::UnknownEngine| {
-                    GatewayError::unknown_model(model, &e.to_string())
+                    ApiError::unknown_model(model, &e.to_string())
                 })?;
         if !state.dispatcher.has_engine(engine) {
-            return Err(GatewayError::unknown_model(
+            return Err(ApiError::unknown_model(
                 model,
                 &format!("engine '{engine}' is not available in this build"),
             ));
@@ -123,25 +123,22 @@ fn provider_model(
     state: &AppState,
     whole: &str,
     target: &str,
-) -> Result<(String, String), GatewayError> {
+) -> Result<(String, String), ApiError> {
     let Some((provider, model)) = target.split_once('/') else {
-        return Err(GatewayError::unknown_model(
+        return Err(ApiError::unknown_model(
             whole,
             "name a configured provider and its model as PROVIDER/MODEL, an alias, or \
              elfgate:ENGINE (see GET /v1/models)",
         ));
     };
     if state.providers.resolve(Some(provider)).is_err() {
-        return Err(GatewayError::unknown_model(
+        return Err(ApiError::unknown_model(
             whole,
             &format!("'{provider}' is not a configured provider"),
         ));
     }
     if model.is_empty() {
-        return Err(GatewayError::unknown_model(
-            whole,
-            "the model name is empty",
-        ));
+        return Err(ApiError::unknown_model(whole, "the model name is empty"));
     }
     Ok((provider.to_string(), model.to_string()))
 }

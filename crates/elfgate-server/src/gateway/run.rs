@@ -2,9 +2,9 @@
 //! [`Out`] items, until its `complete`. Dropping the [`RunHandle`] before then (the caller closed
 //! its connection) interrupts the run, which closes the upstream stream.
 
-use super::error::GatewayError;
 use super::route::Route;
 use super::{Inbound, Stop};
+use crate::error::ApiError;
 use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
 use crate::state::AppState;
 use elfgate_core::{
@@ -137,7 +137,7 @@ pub async fn start(
     route: Route,
     inbound: Inbound,
     cont: Continuation,
-) -> Result<RunHandle, GatewayError> {
+) -> Result<RunHandle, ApiError> {
     // Waits (in order) for a place on the route's provider, before anything is stored.
     let permit = match route.provider() {
         Some(p) => state.gateway_limits.acquire(p).await?,
@@ -171,7 +171,7 @@ pub async fn start(
         } => (engine, provider, model, None, false),
     };
     if inbound.prompt.trim().is_empty() {
-        return Err(GatewayError::invalid(
+        return Err(ApiError::invalid(
             Some("messages".to_string()),
             "the last user message has no text",
         ));
@@ -214,13 +214,10 @@ pub async fn start(
                 .await
                 .map_err(crate::error::ApiError::from)?
                 .ok_or_else(|| {
-                    GatewayError::from_status(
-                        axum::http::StatusCode::NOT_FOUND,
-                        format!("unknown session '{sid}' (x-elfgate-session-id)"),
-                    )
+                    ApiError::NotFound(format!("unknown session '{sid}' (x-elfgate-session-id)"))
                 })?;
             if session.engine != engine {
-                return Err(GatewayError::invalid(
+                return Err(ApiError::invalid(
                     Some("model".to_string()),
                     format!(
                         "session '{sid}' runs engine '{}', not '{engine}'",
@@ -511,17 +508,14 @@ impl Follower {
 }
 
 /// The whole run, collected (a non-streaming answer): the items before the end, and the end.
-pub async fn collect(handle: &mut RunHandle) -> Result<(Vec<Out>, Out), GatewayError> {
+pub async fn collect(handle: &mut RunHandle) -> Result<(Vec<Out>, Out), ApiError> {
     let mut items = Vec::new();
     while let Some(item) = handle.next().await {
         match item {
-            Out::Error(e) => return Err(GatewayError::upstream(&e)),
+            Out::Error(e) => return Err(ApiError::Upstream(e)),
             end @ Out::End { .. } => return Ok((items, end)),
             other => items.push(other),
         }
     }
-    Err(GatewayError::from_status(
-        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-        "the run ended without an answer".into(),
-    ))
+    Err(ApiError::Internal("the run ended without an answer".into()))
 }

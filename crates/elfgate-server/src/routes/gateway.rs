@@ -1,8 +1,8 @@
 //! The gateway's front doors: POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic),
 //! GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
 
-use crate::error::ErrorBody;
-use crate::gateway::error::GatewayError;
+use crate::error::ApiError;
+use crate::gateway::error::Door;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
 use crate::gateway::{
     Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, anthropic_in, anthropic_out,
@@ -28,37 +28,28 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models", get(models))
 }
 
-/// Which wire format a front door writes.
-#[derive(Clone, Copy)]
-enum Door {
-    OpenAi,
-    Anthropic,
-}
-
-impl Door {
-    fn error(self, e: GatewayError) -> Response {
-        match self {
-            Door::OpenAi => e.openai(),
-            Door::Anthropic => e.anthropic(),
-        }
-    }
-}
-
 fn read_body(
+    state: &AppState,
     headers: &HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<serde_json::Value, GatewayError> {
-    let bytes = bytes.map_err(|r| GatewayError::from_status(r.status(), r.body_text()))?;
+) -> Result<serde_json::Value, ApiError> {
+    let bytes = bytes.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(state.config.server.body_limit_bytes)
+        } else {
+            ApiError::BadRequest(format!("cannot read the body: {r}"))
+        }
+    })?;
     body::json_object(headers, &bytes)
 }
 
-fn continuation(headers: &HeaderMap) -> Result<Continuation, GatewayError> {
-    let text = |name: &str| -> Result<Option<String>, GatewayError> {
+fn continuation(headers: &HeaderMap) -> Result<Continuation, ApiError> {
+    let text = |name: &str| -> Result<Option<String>, ApiError> {
         headers
             .get(name)
             .map(|v| {
                 v.to_str().map(str::to_string).map_err(|_| {
-                    GatewayError::invalid(None, format!("header {name} is not valid text"))
+                    ApiError::invalid(None, format!("header {name} is not valid text"))
                 })
             })
             .transpose()
@@ -66,14 +57,14 @@ fn continuation(headers: &HeaderMap) -> Result<Continuation, GatewayError> {
     let session_id = text(SESSION_HEADER)?
         .map(|s| {
             crate::service::parse_session_id(&s).map_err(|_| {
-                GatewayError::invalid(None, format!("{SESSION_HEADER}: unknown session '{s}'"))
+                ApiError::invalid(None, format!("{SESSION_HEADER}: unknown session '{s}'"))
             })
         })
         .transpose()?;
     let permission_mode = text(PERMISSION_MODE_HEADER)?
         .map(|m| {
             m.parse::<PermissionMode>()
-                .map_err(|e| GatewayError::invalid(None, format!("{PERMISSION_MODE_HEADER}: {e}")))
+                .map_err(|e| ApiError::invalid(None, format!("{PERMISSION_MODE_HEADER}: {e}")))
         })
         .transpose()?;
     Ok(Continuation {
@@ -87,7 +78,7 @@ async fn begin(
     state: &AppState,
     headers: &HeaderMap,
     inbound: Inbound,
-) -> Result<RunHandle, GatewayError> {
+) -> Result<RunHandle, ApiError> {
     let route = route::resolve(state, &inbound.model)?;
     run::start(state, route, inbound, continuation(headers)?).await
 }
@@ -136,14 +127,11 @@ fn sse(
 }
 
 /// The first item, or the error that fails the request before anything was sent.
-async fn first_item(handle: &mut RunHandle) -> Result<Out, GatewayError> {
+async fn first_item(handle: &mut RunHandle) -> Result<Out, ApiError> {
     match handle.next().await {
-        Some(Out::Error(e)) => Err(GatewayError::upstream(&e)),
+        Some(Out::Error(e)) => Err(ApiError::Upstream(e)),
         Some(item) => Ok(item),
-        None => Err(GatewayError::from_status(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the run ended without an answer".into(),
-        )),
+        None => Err(ApiError::Internal("the run ended without an answer".into())),
     }
 }
 
@@ -182,7 +170,7 @@ pub(crate) async fn chat_completions(
 ) -> Response {
     let door = Door::OpenAi;
     let answer = async {
-        let value = read_body(&headers, bytes)?;
+        let value = read_body(&state, &headers, bytes)?;
         let (inbound, include_usage) = openai_in::parse(&value)?;
         let stream = inbound.stream;
         let mut handle = begin(&state, &headers, inbound).await?;
@@ -198,7 +186,7 @@ pub(crate) async fn chat_completions(
         let body = openai_out::completion(&id, &model, created, &items, &end);
         Ok(with_session(axum::Json(body).into_response(), &handle))
     };
-    answer.await.unwrap_or_else(|e| door.error(e))
+    answer.await.unwrap_or_else(|e| door.error(&e))
 }
 
 /// Anthropic-compatible Messages (stream or not), run as a session.
@@ -236,7 +224,7 @@ pub(crate) async fn messages(
 ) -> Response {
     let door = Door::Anthropic;
     let answer = async {
-        let value = read_body(&headers, bytes)?;
+        let value = read_body(&state, &headers, bytes)?;
         let inbound = anthropic_in::parse(&value)?;
         let stream = inbound.stream;
         let mut handle = begin(&state, &headers, inbound).await?;
@@ -251,7 +239,7 @@ pub(crate) async fn messages(
         let body = anthropic_out::message_json(&id, &model, &items, &end);
         Ok(with_session(axum::Json(body).into_response(), &handle))
     };
-    answer.await.unwrap_or_else(|e| door.error(e))
+    answer.await.unwrap_or_else(|e| door.error(&e))
 }
 
 /// The gateway's model names: providers' default models, aliases and engines, in OpenAI's list
@@ -263,7 +251,7 @@ pub(crate) async fn messages(
     tag = "gateway",
     responses(
         (status = 200, description = "{\"object\":\"list\",\"data\":[{\"id\",\"object\":\"model\",\"created\",\"owned_by\"}]}", body = serde_json::Value),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 401, description = "Missing bearer token (OpenAI's error shape)", body = serde_json::Value),
     ),
     security(("bearer" = []))
 )]

@@ -190,6 +190,14 @@ async fn front_doors_answer_bad_input_in_their_callers_format() {
         assert_eq!(resp.status(), 401, "{path}");
         let body: Value = resp.json().await.unwrap();
         assert!(body["error"]["message"].is_string(), "{path}: {body}");
+        // In the door's own shape, which its SDK reads as an authentication error.
+        assert_eq!(
+            body["error"]["type"], "authentication_error",
+            "{path}: {body}"
+        );
+        if path == "/v1/messages" {
+            assert_eq!(body["type"], "error", "{body}");
+        }
     }
     let (_, sessions) = d.get("/v1/sessions").await;
     assert_eq!(
