@@ -336,18 +336,8 @@ impl EngineDispatcher {
     async fn run_one(&self, engine: Arc<dyn Engine>, ctx: EngineSessionContext) -> RunOutcome {
         self.metrics.run_started();
         let events = ctx.events.clone();
-        let is_resume = ctx.is_resume;
         let recorder = ctx.recorder.clone();
-        let task = tokio::spawn(
-            async move {
-                if is_resume {
-                    engine.resume_session(ctx).await
-                } else {
-                    engine.start_session(ctx).await
-                }
-            }
-            .in_current_span(),
-        );
+        let task = tokio::spawn(async move { engine.run_prompt(ctx).await }.in_current_span());
         // Marking the run as running does not hold up the engine; it is done before the end is
         // recorded, so the two writes stay in order.
         let mark = async {
@@ -568,7 +558,7 @@ mod tests {
         fn description(&self) -> &'static str {
             "test"
         }
-        async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+        async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
             let answer = Message::new(
                 ctx.session_id(),
                 Some(ctx.run_id),

@@ -235,13 +235,9 @@ pub trait Engine: Send + Sync {
         Vec::new()
     }
 
-    /// Runs the first prompt of a session.
-    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome;
-
-    /// Runs a later prompt of a session.
-    async fn resume_session(&self, ctx: EngineSessionContext) -> RunOutcome {
-        self.start_session(ctx).await
-    }
+    /// Runs one prompt of a session, its first or a later one (`ctx.is_resume`): every run of
+    /// every engine goes through here.
+    async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome;
 
     /// Begins, before the run is admitted, the part of a session's first run that does not depend
     /// on the commit the run waits for — for the chat engines, the upstream call — so that the

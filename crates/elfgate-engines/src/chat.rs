@@ -4,7 +4,7 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{TurnOptions, TurnOutput, fail, relay_turn, stream_turn_from};
+use crate::streaming::{TurnOptions, TurnOutput, fail, relay_turn};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
@@ -240,12 +240,13 @@ impl ChatEngine {
             }
         };
         let (turn, model) = if fallbacks.is_empty() {
-            let turn = stream_turn_from(
+            let turn = relay_turn(
                 provider.as_ref(),
                 &req,
                 &self.settings.retry,
                 &ctx,
                 started,
+                TurnOptions::default(),
                 first,
             )
             .await;
@@ -465,7 +466,7 @@ impl Engine for ChatEngine {
         caps
     }
 
-    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+    async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
     }
 

@@ -80,7 +80,7 @@ impl TurnOutput {
     }
 }
 
-/// How [`stream_turn_with`] relays a call.
+/// How [`relay_turn`] relays a call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TurnOptions<'a> {
     /// Emit `streamDelta` events.
@@ -156,28 +156,6 @@ async fn report_error(
     info
 }
 
-/// Streams one call and relays it. `started` is the run's start, for time-to-first-token; `first`
-/// is the call's first attempt when it is already under way (the run's head start).
-pub async fn stream_turn_from(
-    provider: &dyn LlmProvider,
-    req: &LlmRequest,
-    policy: &RetryPolicy,
-    ctx: &EngineSessionContext,
-    started: Instant,
-    first: Option<FirstAttempt>,
-) -> TurnOutput {
-    relay_turn(
-        provider,
-        req,
-        policy,
-        ctx,
-        started,
-        TurnOptions::default(),
-        first,
-    )
-    .await
-}
-
 /// Sends a text piece to the output (and the events), split at `<think>` tags when asked.
 async fn push_text(
     out: &mut TurnOutput,
@@ -244,19 +222,6 @@ fn merge_ready(
     None
 }
 
-/// [`stream_turn_from`] with options: whether deltas are relayed, `<think>` tags split, errors reported,
-/// and which token stops it.
-pub(crate) async fn stream_turn_with(
-    provider: &dyn LlmProvider,
-    req: &LlmRequest,
-    policy: &RetryPolicy,
-    ctx: &EngineSessionContext,
-    started: Instant,
-    opts: TurnOptions<'_>,
-) -> TurnOutput {
-    relay_turn(provider, req, policy, ctx, started, opts, None).await
-}
-
 /// Bytes of streamed text counted as one token when the provider sent no figure: the usual
 /// rule of thumb for English text and code with the providers' tokenizers.
 const STREAMED_BYTES_PER_TOKEN: u64 = 4;
@@ -292,8 +257,10 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     }
 }
 
-/// One streamed call relayed as [`stream_turn_with`] does, taking over `first` when its first
-/// attempt is already under way (a head start).
+/// Streams one call and relays it as `opts` say: whether deltas are relayed, `<think>` tags
+/// split, errors reported, and which token stops it. `started` is the run's start, for
+/// time-to-first-token; `first` is the call's first attempt when it is already under way (the
+/// run's head start).
 pub(crate) async fn relay_turn(
     provider: &dyn LlmProvider,
     req: &LlmRequest,

@@ -413,14 +413,6 @@ fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
     }
 }
 
-/// Creates a session and starts its first run.
-pub async fn create_session(
-    state: &AppState,
-    req: CreateSessionRequest,
-) -> Result<CreateSessionResponse, ApiError> {
-    create_session_with(state, req, None).await
-}
-
 /// What a gateway door hands to the run it starts.
 #[derive(Debug, Default)]
 pub struct GatewayCall {
@@ -441,8 +433,8 @@ impl GatewayCall {
     }
 }
 
-/// [`create_session`] for a gateway door's call.
-pub async fn create_session_with(
+/// Creates a session and starts its first run; `gateway` when a front door's call does.
+pub async fn create_session(
     state: &AppState,
     req: CreateSessionRequest,
     gateway: Option<GatewayCall>,
@@ -590,17 +582,8 @@ async fn enter_session(
     Ok((pass, session))
 }
 
-/// Starts (or queues) a later run of a session.
+/// Starts (or queues) a later run of a session; `gateway` when a front door's call does.
 pub async fn send_message(
-    state: &AppState,
-    session_id: SessionId,
-    req: SendMessageRequest,
-) -> Result<SendMessageResponse, ApiError> {
-    send_message_with(state, session_id, req, None).await
-}
-
-/// [`send_message`] for a gateway door's call.
-pub async fn send_message_with(
     state: &AppState,
     session_id: SessionId,
     req: SendMessageRequest,

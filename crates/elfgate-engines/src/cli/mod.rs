@@ -464,7 +464,7 @@ impl Engine for CliEngine {
         vec!["streaming", "interrupt", "tools", "resume", "thinking"]
     }
 
-    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+    async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
     }
 

@@ -588,7 +588,7 @@ impl Engine for TinyElfEngine {
         caps
     }
 
-    async fn start_session(&self, ctx: EngineSessionContext) -> RunOutcome {
+    async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx, Flavor::Agent).await
     }
 

@@ -5,7 +5,7 @@
 use super::Inner;
 use super::context::blocks::SystemPrompt;
 use super::settings::RunSettings;
-use crate::streaming::{TurnOptions, TurnOutput, retry_event, stream_turn_with};
+use crate::streaming::{TurnOptions, TurnOutput, relay_turn, retry_event};
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message, TokenUsage,
 };
@@ -290,7 +290,7 @@ impl Runner {
                     ..TurnOutput::default()
                 };
             }
-            let mut turn = stream_turn_with(
+            let mut turn = relay_turn(
                 self.provider.as_ref(),
                 req,
                 policy,
@@ -304,6 +304,7 @@ impl Runner {
                     cancel: Some(&agent.cancel),
                     retries_done: used,
                 },
+                None,
             )
             .await;
             used += turn.retries;

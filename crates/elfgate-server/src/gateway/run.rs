@@ -186,7 +186,7 @@ pub async fn start(
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {
-            let created = service::create_session_with(
+            let created = service::create_session(
                 state,
                 CreateSessionRequest {
                     engine: engine.as_str().to_string(),
@@ -226,7 +226,7 @@ pub async fn start(
                 ));
             }
             let after = hub.get(sid).map_or(0, |b| b.last_seq());
-            let sent = service::send_message_with(
+            let sent = service::send_message(
                 state,
                 sid,
                 SendMessageRequest {

@@ -78,7 +78,8 @@ async fn create(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
     let for_service = state.clone();
-    let created = detached(async move { service::create_session(&for_service, req).await }).await?;
+    let created =
+        detached(async move { service::create_session(&for_service, req, None).await }).await?;
     let status = if created.duplicate {
         StatusCode::OK
     } else {
@@ -132,7 +133,7 @@ async fn send(
     ApiJson(req): ApiJson<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
     let id = parse_session_id(&id)?;
-    let sent = detached(async move { service::send_message(&state, id, req).await }).await?;
+    let sent = detached(async move { service::send_message(&state, id, req, None).await }).await?;
     let status = if sent.duplicate {
         StatusCode::OK
     } else {

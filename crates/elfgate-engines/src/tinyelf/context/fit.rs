@@ -8,7 +8,7 @@ use super::compaction::{
     results_of, tokens, transcript,
 };
 use super::skill_tools::LOAD_SKILL;
-use crate::streaming::{TurnOptions, TurnOutput, stream_turn_with};
+use crate::streaming::{TurnOptions, TurnOutput, relay_turn};
 use crate::tinyelf::runner::{Agent, Runner};
 use elfgate_core::{ContentBlock, ErrorCode, ErrorInfo, EventPayload, Role, SessionId};
 use elfgate_llm::{LlmMessage, LlmRequest};
@@ -318,7 +318,7 @@ model's context window; they are still stored.]",
             tools: Vec::new(),
             ..Default::default()
         };
-        let turn = stream_turn_with(
+        let turn = relay_turn(
             self.provider.as_ref(),
             &req,
             &self.rs.llm_retry,
@@ -331,6 +331,7 @@ model's context window; they are still stored.]",
                 cancel: Some(&agent.cancel),
                 retries_done: 0,
             },
+            None,
         )
         .await;
         self.add_tokens(&turn);
