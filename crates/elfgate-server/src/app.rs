@@ -258,7 +258,12 @@ impl Daemon {
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
         let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
         dispatcher.register_engine(Arc::new(cli));
-        let state = AppState::new(config, shared, dispatcher, registry, metrics, tinyelf, mcp);
+        let runs = crate::state::RunServices {
+            tinyelf,
+            mcp,
+            permissions,
+        };
+        let state = AppState::new(config, shared, dispatcher, registry, metrics, runs);
         Ok(Daemon {
             state,
             token_source,

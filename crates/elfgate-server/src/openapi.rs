@@ -2,13 +2,13 @@
 //! `#[utoipa::path]` annotations on the handlers. The route serving it is here too: the document
 //! lists every route module's paths, so no route module may depend on it.
 
-use crate::error::{ErrorBody, ErrorDetail};
-use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, gateway, health, mcp, sessions, skills, tool_runs};
-use crate::service::{
+use crate::api::{
     CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
     SendMessageRequest, SendMessageResponse, SessionView,
 };
+use crate::error::{ErrorBody, ErrorDetail};
+use crate::event_schema::{self, EventEnvelope};
+use crate::routes::{engines, gateway, health, mcp, sessions, skills, tool_runs};
 use crate::state::AppState;
 use axum::routing::get;
 use axum::{Json, Router};

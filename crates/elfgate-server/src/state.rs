@@ -48,6 +48,16 @@ pub struct AppInner {
     pub tinyelf: Arc<TinyElfEngine>,
 }
 
+/// What the daemon's runs share beside the store and the dispatcher, built once at start.
+pub struct RunServices {
+    /// The agent engine (for its skills and tool runs).
+    pub tinyelf: Arc<TinyElfEngine>,
+    /// The MCP servers.
+    pub mcp: McpManager,
+    /// Where permission requests wait for their answers; the engines that ask hold the same one.
+    pub permissions: Arc<PermissionBroker>,
+}
+
 impl AppState {
     /// Builds the state.
     pub fn new(
@@ -56,9 +66,13 @@ impl AppState {
         dispatcher: Arc<EngineDispatcher>,
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
-        tinyelf: Arc<TinyElfEngine>,
-        mcp: McpManager,
+        runs: RunServices,
     ) -> Self {
+        let RunServices {
+            tinyelf,
+            mcp,
+            permissions,
+        } = runs;
         let bind = config
             .bind_addr()
             .unwrap_or_else(|_| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)));
@@ -85,7 +99,7 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
-                permissions: tinyelf.broker(),
+                permissions,
                 tinyelf,
                 mcp,
                 shutdown: CancellationToken::new(),

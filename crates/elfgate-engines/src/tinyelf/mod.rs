@@ -176,11 +176,6 @@ impl TinyElfEngine {
         self.inner.firewall.check_project(project)
     }
 
-    /// The permission broker (the HTTP layer answers requests through it).
-    pub fn broker(&self) -> Arc<PermissionBroker> {
-        self.inner.broker.clone()
-    }
-
     /// The skills a session in `project` would see (configured folders only without one), with
     /// the folders left out and why.
     pub async fn skills(&self, project: Option<&std::path::Path>) -> SkillSet {

@@ -4,8 +4,9 @@
 
 use super::route::Route;
 use super::{Inbound, Stop};
+use crate::api::{CreateSessionRequest, RunOverrides, SendMessageRequest};
 use crate::error::ApiError;
-use crate::service::{self, CreateSessionRequest, GatewayCall, RunOverrides, SendMessageRequest};
+use crate::service::{self, GatewayCall};
 use crate::state::AppState;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineType, ErrorCode, ErrorInfo, EventEnvelope, EventPayload,

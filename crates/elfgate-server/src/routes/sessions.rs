@@ -1,12 +1,13 @@
 //! /v1/sessions: create, resume, follow, interrupt, read, delete.
 
+use crate::api::{
+    CreateSessionRequest, CreateSessionResponse, InterruptResponse, PermissionAnswered,
+    PermissionBody, SendMessageRequest, SendMessageResponse, SessionView,
+};
 use crate::error::{ApiError, ErrorBody};
 use crate::event_schema::EventEnvelope;
 use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
-use crate::service::{
-    self, CreateSessionRequest, CreateSessionResponse, InterruptResponse, SendMessageRequest,
-    SendMessageResponse, SessionView, parse_session_id,
-};
+use crate::service::{self, parse_session_id};
 use crate::sse;
 use crate::state::AppState;
 use axum::extract::State;
@@ -15,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_core::{Message, Run, RunId, SessionId};
-use elfgate_tools::{Decision, Scope};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -302,7 +302,7 @@ async fn list(
             .into_iter()
             .map(|s| {
                 let first_prompt = page.first_prompts.remove(&s.id);
-                service::SessionView {
+                SessionView {
                     first_prompt,
                     ..service::view(&state, s)
                 }
@@ -446,36 +446,6 @@ async fn run(
         .ok_or_else(|| ApiError::NotFound(format!("unknown run '{run_id}' in session '{id}'")))
 }
 
-/// Body of POST /v1/sessions/{id}/permissions/{requestId}.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct PermissionBody {
-    /// allow or deny.
-    #[schema(example = "allow")]
-    decision: Decision,
-    /// once (the default) or session.
-    #[serde(default)]
-    #[schema(example = "once")]
-    scope: Scope,
-    /// A note for the model, e.g. why it was denied.
-    #[serde(default)]
-    message: Option<String>,
-}
-
-impl StrictBody for PermissionBody {}
-
-/// Answer of POST /v1/sessions/{id}/permissions/{requestId}.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct PermissionAnswered {
-    /// The request answered.
-    request_id: String,
-    /// allow or deny.
-    decision: Decision,
-    /// once or session.
-    scope: Scope,
-}
-
 /// Answers a permission request sent on the event stream.
 #[utoipa::path(
     post,
@@ -505,34 +475,8 @@ async fn permission(
     ApiPath((id, request_id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<PermissionBody>,
 ) -> Result<Json<PermissionAnswered>, ApiError> {
-    use elfgate_tools::{PermissionAnswer, ResolveError};
     let id = parse_session_id(&id)?;
-    if state.store.get_session(id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("unknown session '{id}'")));
-    }
-    let PermissionBody {
-        decision,
-        scope,
-        message,
-    } = body;
-    state
-        .permissions
-        .resolve(
-            id,
-            &request_id,
-            PermissionAnswer {
-                decision,
-                scope,
-                message,
-            },
-        )
-        .map_err(|e| match e {
-            ResolveError::NotFound(_) => ApiError::NotFound(e.to_string()),
-            ResolveError::AlreadyDecided(_) => ApiError::Conflict(e.to_string()),
-        })?;
-    Ok(Json(PermissionAnswered {
-        request_id,
-        decision,
-        scope,
-    }))
+    service::answer_permission(&state, id, request_id, body)
+        .await
+        .map(Json)
 }
