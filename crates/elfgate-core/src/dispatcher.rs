@@ -625,7 +625,7 @@ mod tests {
     /// Runs one prompt through a dispatcher with `ledger`; returns the run's event types and the
     /// data of its `result`.
     async fn run_once(ledger: Arc<Ledger>) -> (Vec<String>, serde_json::Value) {
-        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
+        let (log, _log_rx) = crate::log_queue::log_channel(crate::log_queue::LOG_QUEUE_EVENTS);
         let metrics = Arc::new(Metrics::default());
         let hub = EventHub::new(log, metrics.clone());
         let dispatcher =
@@ -701,7 +701,7 @@ mod tests {
 
     #[tokio::test]
     async fn enqueued_prompts_past_the_bound_are_refused_and_dropped_ones_do_not_count() {
-        let (log, _log_rx) = crate::bus::log_channel(crate::bus::LOG_QUEUE_EVENTS);
+        let (log, _log_rx) = crate::log_queue::log_channel(crate::log_queue::LOG_QUEUE_EVENTS);
         let hub = EventHub::new(log, Arc::new(Metrics::default()));
         let active = ActiveSessions::with_max_queued(2);
         let first = context(&hub, Arc::new(Ledger::default()));

@@ -11,6 +11,7 @@ pub mod engine_type;
 pub mod error_code;
 pub mod event;
 pub mod ids;
+pub mod log_queue;
 pub mod mcp_config;
 pub mod metrics;
 pub mod model;
@@ -22,9 +23,8 @@ pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
-    EventEmitter, EventHub, LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom,
-    LogSender, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription, Watching,
-    log_channel,
+    EventEmitter, EventHub, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription,
+    Watching,
 };
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
@@ -41,6 +41,9 @@ pub use event::{
     RunStats, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
+pub use log_queue::{
+    LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom, LogSender, log_channel,
+};
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use metrics::Metrics;
 pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};

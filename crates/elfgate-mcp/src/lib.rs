@@ -10,7 +10,9 @@ mod notify;
 pub mod result;
 mod stdio;
 pub mod tool;
+mod unavailable;
 
-pub use connection::{Down, ServerState, Unavailable};
+pub use connection::ServerState;
 pub use manager::{McpManager, ReloadReport, ServerStatus, SessionTools};
 pub use tool::{McpTool, tool_name};
+pub use unavailable::{Down, Unavailable};

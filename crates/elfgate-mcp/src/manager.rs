@@ -1,8 +1,9 @@
 //! The manager: the daemon's MCP servers and the connections of every configuration in use,
 //! shared by the sessions whose configuration of a server is identical.
 
-use crate::connection::{Connection, ServerState, Unavailable};
+use crate::connection::{Connection, ServerState};
 use crate::tool::McpTool;
+use crate::unavailable::Unavailable;
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
 };

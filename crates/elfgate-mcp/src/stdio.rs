@@ -2,7 +2,7 @@
 //! clean child environment plus the server's `env`), stopped by closing its stdin, a grace, then
 //! SIGTERM and SIGKILL to the whole group.
 
-use crate::connection::Down;
+use crate::unavailable::Down;
 use elfgate_core::McpServerConfig;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
 use std::path::{Path, PathBuf};

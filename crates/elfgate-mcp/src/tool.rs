@@ -3,8 +3,9 @@
 //! `processing` events, stops at the call timeout and on interrupt (the SDK tells the server with
 //! notifications/cancelled when the request is dropped).
 
-use crate::connection::{Connection, Down};
+use crate::connection::Connection;
 use crate::result::{ServerTool, result_text};
+use crate::unavailable::Down;
 use async_trait::async_trait;
 use elfgate_core::{EventEmitter, EventPayload, McpServerConfig};
 use elfgate_tools::{
