@@ -317,7 +317,7 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
             }
             Ok(true)
         }
-        Some(b"error") | Some(b"reset") => {
+        Some(b"error" | b"reset") => {
             bail!("daemon sent {}", String::from_utf8_lossy(frame))
         }
         _ => Ok(false),

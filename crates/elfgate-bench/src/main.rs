@@ -658,7 +658,7 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
     println!();
     println!(
         "elfgate-bench: {} cores{}, N={} tokens/session, latency pass D={} ms{}; daemon sessions {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
         match &opts.relay_cpus {
             Some(cpus) => format!(" (relays on CPUs {cpus})"),
             None => String::new(),
@@ -719,7 +719,7 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
             measured_all = false;
             println!(
                 "target added TTFT p99 at C={TARGET_TTFT_CONCURRENCY}: not measured (add {TARGET_TTFT_CONCURRENCY} to --concurrency)"
-            )
+            );
         }
     }
     // For reference: the same ratio with paced streams (what a real provider sends).

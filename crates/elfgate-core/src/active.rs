@@ -166,7 +166,7 @@ impl ActiveSessions {
                 v.insert(ActiveRun {
                     engine,
                     run_id: ctx.run_id,
-                    cancel: ctx.cancel.clone(),
+                    cancel: ctx.cancel,
                     done: done.clone(),
                     queue: VecDeque::new(),
                 });

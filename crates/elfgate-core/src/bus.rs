@@ -101,7 +101,9 @@ impl SessionBus {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SeqState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The session this bus serves.
@@ -521,7 +523,7 @@ mod tests {
             bus.publish(None, note(i)).await;
         }
         let payload = note(4);
-        let mut fifth = std::pin::pin!(bus.publish(None, payload.clone()));
+        let mut fifth = std::pin::pin!(bus.publish(None, payload));
         assert!(poll_once(fifth.as_mut()).is_pending());
         assert!(poll_once(fifth.as_mut()).is_pending());
         // Waiting, it has taken no seq and reached nobody.
@@ -599,7 +601,7 @@ mod tests {
         // The bound is one event again, not two.
         bus.publish(None, note(2)).await;
         let payload = note(3);
-        let mut next = std::pin::pin!(bus.publish(None, payload.clone()));
+        let mut next = std::pin::pin!(bus.publish(None, payload));
         assert!(poll_once(next.as_mut()).is_pending());
         assert_eq!(logged_seqs(&mut rx), [3]);
         assert!(poll_once(next.as_mut()).is_ready());
@@ -611,7 +613,7 @@ mod tests {
         let mut sub = bus.subscribe_after(0);
         bus.publish(None, note(0)).await;
         let payload = note(1);
-        let mut second = std::pin::pin!(bus.publish(None, payload.clone()));
+        let mut second = std::pin::pin!(bus.publish(None, payload));
         assert!(poll_once(second.as_mut()).is_pending());
         drop(rx);
         assert!(poll_once(second.as_mut()).is_ready());

@@ -114,13 +114,19 @@ impl EngineDispatcher {
 
     /// Adds (or replaces) an engine.
     pub fn register_engine(&self, engine: Arc<dyn Engine>) {
-        let mut map = self.engines.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .engines
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.insert(engine.engine_type(), engine);
     }
 
     /// The engine of a type.
     pub fn get_engine(&self, engine: EngineType) -> Option<Arc<dyn Engine>> {
-        let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+        let map = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(&engine).cloned()
     }
 
@@ -191,7 +197,10 @@ impl EngineDispatcher {
     /// gives no run.
     pub fn interrupt(self: &Arc<Self>, session_id: SessionId) -> InterruptResult {
         let engine_extra = {
-            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            let map = self
+                .engines
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             map.values().any(|e| e.interrupt(session_id))
         };
         match self.active.interrupt(session_id) {
@@ -241,7 +250,10 @@ impl EngineDispatcher {
     /// Reloads MCP tools in every engine; returns how many sessions were reloaded.
     pub async fn reload_mcp_for_all_active(&self) -> usize {
         let engines: Vec<Arc<dyn Engine>> = {
-            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            let map = self
+                .engines
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             map.values().cloned().collect()
         };
         let mut n = 0;
@@ -254,7 +266,10 @@ impl EngineDispatcher {
     /// What each registered engine is and how busy it is.
     pub fn engine_infos(&self) -> Vec<EngineInfo> {
         let engines: Vec<Arc<dyn Engine>> = {
-            let map = self.engines.read().unwrap_or_else(|p| p.into_inner());
+            let map = self
+                .engines
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             map.values().cloned().collect()
         };
         let mut infos: Vec<EngineInfo> = engines
@@ -262,7 +277,11 @@ impl EngineDispatcher {
             .map(|e| EngineInfo {
                 engine_type: e.engine_type(),
                 description: e.description().to_string(),
-                capabilities: e.capabilities().iter().map(|c| c.to_string()).collect(),
+                capabilities: e
+                    .capabilities()
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
                 active_sessions: self.active.count_engine(e.engine_type()),
                 backends: e.backends(),
             })

@@ -30,7 +30,10 @@ impl HeadStart {
 
     /// Takes the work out if it is there and of type `T`.
     pub fn take<T: Any>(&self) -> Option<T> {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match slot.take()?.downcast::<T>() {
             Ok(work) => Some(*work),
             Err(other) => {
@@ -42,7 +45,10 @@ impl HeadStart {
 
     /// Whether work is waiting to be taken.
     pub fn is_set(&self) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
     }
 }
 

@@ -199,7 +199,6 @@ impl std::fmt::Display for ErrorCode {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::ErrorCode;
 
     #[test]

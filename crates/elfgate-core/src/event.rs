@@ -63,6 +63,10 @@ impl ToolCallStatus {
     }
 }
 
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if hands the field by reference"
+)]
 fn is_false(b: &bool) -> bool {
     !*b
 }

@@ -112,7 +112,9 @@ impl RunRecorder {
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, Written> {
-        self.written.lock().unwrap_or_else(|p| p.into_inner())
+        self.written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The run's user message, if it is stored already.

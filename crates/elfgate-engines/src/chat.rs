@@ -309,7 +309,11 @@ impl ChatEngine {
         if let Some(message) = note {
             ctx.events.emit(EventPayload::Processing { message }).await;
         }
-        let (model_finish, stop_sequence) = match turn.finish.as_ref().map(|f| f.model_finish()) {
+        let (model_finish, stop_sequence) = match turn
+            .finish
+            .as_ref()
+            .map(elfgate_llm::LlmFinishReason::model_finish)
+        {
             Some((f, s)) => (Some(f), s),
             None => (None, None),
         };

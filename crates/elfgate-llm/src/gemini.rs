@@ -203,7 +203,7 @@ fn place_signatures(parts: &mut Vec<Value>, signed: Vec<(&str, &str)>) {
                 part.insert("thoughtSignature".into(), Value::String(sig.to_string()));
             }
             None => {
-                parts.push(json!({ "text": thinking, "thought": true, "thoughtSignature": sig }))
+                parts.push(json!({ "text": thinking, "thought": true, "thoughtSignature": sig }));
             }
         }
     }

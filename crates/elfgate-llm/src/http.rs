@@ -38,10 +38,10 @@ pub(crate) fn push_delta(out: &mut EventQueue, thinking: bool, piece: Text<'_>) 
     }
     match out.back_mut() {
         Some(Ok(LlmEvent::TextDelta(t))) if !thinking && t.len() < MERGE_LIMIT => {
-            t.push_str(&piece)
+            t.push_str(&piece);
         }
         Some(Ok(LlmEvent::ThinkingDelta(t))) if thinking && t.len() < MERGE_LIMIT => {
-            t.push_str(&piece)
+            t.push_str(&piece);
         }
         _ => out.push_back(Ok(if thinking {
             LlmEvent::ThinkingDelta(piece.into_owned())
@@ -96,7 +96,7 @@ pub(crate) async fn send(
         tokio::time::timeout(request_timeout, resp.text())
             .await
             .ok()
-            .and_then(|r| r.ok())
+            .and_then(std::result::Result::ok)
     }
     .unwrap_or_default();
     let mut message = extract_error_message(&body);

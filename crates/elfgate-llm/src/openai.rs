@@ -742,7 +742,7 @@ mod tests {
                 LlmEvent::ToolCall {
                     id: "b".into(),
                     name: "ls".into(),
-                    arguments: "".into()
+                    arguments: String::new()
                 },
                 LlmEvent::Finish(LlmFinishReason::ToolCalls),
                 LlmEvent::Usage(TokenUsage {

@@ -195,8 +195,8 @@ mod tests {
     fn expected() -> Vec<(String, String)> {
         vec![
             ("ping".into(), "{}".into()),
-            ("".into(), "line1\nline2".into()),
-            ("".into(), "été".into()),
+            (String::new(), "line1\nline2".into()),
+            (String::new(), "été".into()),
         ]
     }
 
@@ -223,7 +223,7 @@ mod tests {
     fn flushes_trailing_event_without_blank_line() {
         assert_eq!(
             collect(&[b"data: [DONE]"]),
-            vec![("".to_string(), "[DONE]".to_string())]
+            vec![(String::new(), "[DONE]".to_string())]
         );
     }
 

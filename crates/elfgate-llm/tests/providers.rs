@@ -1,6 +1,10 @@
 //! Provider clients against a tiny local axum server serving canned SSE bodies.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly; the helpers outside #[test] functions too"
+)]
 
 use axum::Router;
 use axum::body::Body;
@@ -464,7 +468,7 @@ async fn gives_up_after_max_retries() {
     let base = spawn(router).await;
     let p = provider(ProviderKind::Openai, base);
     let mut count = 0;
-    let err = match stream_with_retry(
+    let Err(err) = stream_with_retry(
         p.as_ref(),
         &LlmRequest::default(),
         &fast_policy(),
@@ -472,9 +476,8 @@ async fn gives_up_after_max_retries() {
         &mut |_| count += 1,
     )
     .await
-    {
-        Err(e) => e,
-        Ok(_) => panic!("expected an error"),
+    else {
+        panic!("expected an error");
     };
     assert!(matches!(err, LlmError::Status { status: 503, ref message, .. } if message == "down"));
     assert_eq!(count, 3);
@@ -493,7 +496,7 @@ async fn non_retryable_status_is_returned_at_once() {
     let base = spawn(router).await;
     let p = provider(ProviderKind::Anthropic, base);
     let mut count = 0;
-    let err = match stream_with_retry(
+    let Err(err) = stream_with_retry(
         p.as_ref(),
         &LlmRequest::default(),
         &fast_policy(),
@@ -501,9 +504,8 @@ async fn non_retryable_status_is_returned_at_once() {
         &mut |_| count += 1,
     )
     .await
-    {
-        Err(e) => e,
-        Ok(_) => panic!("expected an error"),
+    else {
+        panic!("expected an error");
     };
     match err {
         LlmError::Status {

@@ -3,7 +3,10 @@
 
 // The protocol's newest revision deprecates log notifications, but servers speaking the earlier
 // ones (which the SDK still negotiates) send them, and they are worth showing.
-#![allow(deprecated)]
+#![allow(
+    deprecated,
+    reason = "log notifications are deprecated by the newest revision only"
+)]
 
 use rmcp::ClientHandler;
 use rmcp::model::{

@@ -113,7 +113,6 @@ pub fn result_text(result: &Value) -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

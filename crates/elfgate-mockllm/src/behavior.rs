@@ -87,7 +87,7 @@ impl Behavior {
                 "tokens" => b.tokens = parse_count(v).unwrap_or(b.tokens),
                 // Cap at one hour per token: anything larger is surely a typo.
                 "delay_ms" => {
-                    b.delay_ms = v.parse::<u64>().map_or(b.delay_ms, |d| d.min(3_600_000))
+                    b.delay_ms = v.parse::<u64>().map_or(b.delay_ms, |d| d.min(3_600_000));
                 }
                 "fail" => b.fail = parse_fail(v).or(b.fail),
                 "retry_after" if !v.is_empty() && v.bytes().all(|c| c.is_ascii_graphic()) => {

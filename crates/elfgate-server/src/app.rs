@@ -139,7 +139,7 @@ pub fn data_dir(url: &str) -> Option<std::path::PathBuf> {
     } else {
         std::env::current_dir().ok()?.join(p)
     };
-    p.parent().map(|d| d.to_path_buf())
+    p.parent().map(std::path::Path::to_path_buf)
 }
 
 /// `[engines.tinyelf]` with what only the running daemon knows: the variables holding provider

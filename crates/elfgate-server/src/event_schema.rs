@@ -55,9 +55,8 @@ impl ToSchema for EventEnvelope {
 /// Replaces the document's `EventEnvelope` schema by a `oneOf` of complete events, one per
 /// variant of `EventPayload`. Leaves the document as it is when those schemas are missing.
 pub fn complete(doc: &mut Value) {
-    let fields = match serde_json::to_value(EventFields::schema()) {
-        Ok(v) => v,
-        Err(_) => return,
+    let Ok(fields) = serde_json::to_value(EventFields::schema()) else {
+        return;
     };
     let schemas = &mut doc["components"]["schemas"];
     let Some(variants) = schemas["EventPayload"]["oneOf"].as_array() else {

@@ -107,7 +107,7 @@ fn init_logging() -> anyhow::Result<()> {
         .with_ansi(colour)
         .with_writer(std::io::stderr);
     match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("") | Ok("text") => builder.init(),
+        Err(_) | Ok("" | "text") => builder.init(),
         Ok("json") => builder
             .json()
             .flatten_event(true)
@@ -229,7 +229,7 @@ async fn run() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Some("-h") | Some("--help") | Some("help") => {
+        Some("-h" | "--help" | "help") => {
             println!("{USAGE}\n{}", elfgate_server::cli_client::USAGE);
             Ok(())
         }

@@ -34,7 +34,6 @@ pub async fn answer_panics(req: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
     use axum::Router;
     use axum::routing::get;

@@ -27,7 +27,7 @@ pub fn current() -> Option<String> {
 
 fn usable(v: &HeaderValue) -> bool {
     let b = v.as_bytes();
-    !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|c| c.is_ascii_graphic())
+    !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(u8::is_ascii_graphic)
 }
 
 /// Middleware: gives the request its id for the rest of the stack and puts it on the answer.
@@ -47,7 +47,6 @@ pub async fn assign(req: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

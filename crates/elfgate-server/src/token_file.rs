@@ -147,7 +147,6 @@ fn restrict_to_owner(_path: &Path) -> Result<(), TokenFileError> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -1,6 +1,10 @@
 //! The daemon's end-to-end tests, as one test binary (one link, one binary in target/): each
 //! module of `suite/` starts the real daemon on loopback ports and talks HTTP/SSE to it.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly; the helpers outside #[test] functions too"
+)]
 
 mod common;
 mod scripted;

@@ -208,7 +208,7 @@ mod tests {
                 signature: Some("sig".into()),
             },
         };
-        let signed = EventRecord::build(session, 7, Some(run), signed.clone());
+        let signed = EventRecord::build(session, 7, Some(run), signed);
         if let Some(parts) = split(&signed.json, 7, &s, &r) {
             assert_eq!(join(7, &s, &r, &parts), signed.json);
         }

@@ -121,10 +121,10 @@ impl Batch {
             LogCommand::Append(e) => self.events.push(e),
             LogCommand::Reserve { session_id, upto } => {
                 self.urgent = true;
-                self.seq_updates.push(SeqUpdate::Reserve(session_id, upto))
+                self.seq_updates.push(SeqUpdate::Reserve(session_id, upto));
             }
             LogCommand::Release { session_id, last } => {
-                self.seq_updates.push(SeqUpdate::Release(session_id, last))
+                self.seq_updates.push(SeqUpdate::Release(session_id, last));
             }
             LogCommand::Flush(w) => self.waiters.push(w),
         }
@@ -180,7 +180,11 @@ impl Writer {
     /// Writes everything queued so far, then stops the task.
     pub(crate) async fn shutdown(&self) {
         self.log.flush().await;
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(t) = task {
             t.abort();
         }
@@ -515,7 +519,7 @@ async fn commit_scripts(pool: &SqlitePool, mut scripts: Vec<Script>) -> Result<(
                 Err(sqlx::Error::Database(d))
                     if d.message().contains("no transaction is active") =>
                 {
-                    tx.open = false
+                    tx.open = false;
                 }
                 // Unknown state: the connection is closed when dropped, not reused.
                 Err(_) => {}

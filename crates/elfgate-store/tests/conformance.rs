@@ -1,5 +1,9 @@
 //! Store conformance: what any Store implementation must do. Runs against SQLite in a temp dir.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly; the helpers outside #[test] functions too"
+)]
 
 use chrono::Utc;
 use elfgate_core::{

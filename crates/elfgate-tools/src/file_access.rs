@@ -134,7 +134,6 @@ pub(crate) fn read_at_most_blocking(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[tokio::test]

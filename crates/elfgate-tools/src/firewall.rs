@@ -132,7 +132,7 @@ fn resolve_existing(path: &Path) -> std::io::Result<PathBuf> {
                     existing = next;
                     continue;
                 }
-                let Some(name) = existing.file_name().map(|n| n.to_os_string()) else {
+                let Some(name) = existing.file_name().map(std::ffi::OsStr::to_os_string) else {
                     return Err(e);
                 };
                 rest.push(name);
@@ -159,7 +159,7 @@ impl ExecutionFirewall {
         let mut denied_commands = Vec::new();
         for p in DEFAULT_DENIED_COMMANDS
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .chain(extra_denied_commands.iter().cloned())
         {
             let re =
@@ -351,7 +351,6 @@ fn mentions(command: &str, path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {

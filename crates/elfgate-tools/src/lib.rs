@@ -75,7 +75,6 @@ pub fn builtin_registry(settings: &BuiltinSettings) -> ToolRegistry {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::schema::check_args_schema;
     use serde_json::Value;

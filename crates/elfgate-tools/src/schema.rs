@@ -218,13 +218,12 @@ fn type_matches(t: &str, v: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde::Deserialize;
 
     /// Demo.
     #[derive(Deserialize, JsonSchema)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "only its schema is read")]
     struct Args {
         /// The path.
         path: String,

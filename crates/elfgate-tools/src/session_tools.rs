@@ -131,11 +131,11 @@ impl Tool for ReadSessionMessages {
                     ContentBlock::Text { text } => out.push_str(&format!(" {text}")),
                     ContentBlock::Thinking { .. } => {}
                     ContentBlock::ToolUse { name, input, .. } => {
-                        out.push_str(&format!(" <tool_use {name} {input}>"))
+                        out.push_str(&format!(" <tool_use {name} {input}>"));
                     }
                     ContentBlock::ToolResult { content, .. } => {
                         let c: String = content.chars().take(2000).collect();
-                        out.push_str(&format!(" <tool_result {c}>"))
+                        out.push_str(&format!(" <tool_result {c}>"));
                     }
                     ContentBlock::Image { .. } => out.push_str(" <image>"),
                 }

@@ -107,7 +107,6 @@ impl Tool for Shell {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::firewall::ExecutionFirewall;
     use serde_json::json;
@@ -179,11 +178,11 @@ mod tests {
         };
         let mut state = state_of();
         let t1 = Instant::now();
-        while !matches!(state, None | Some('Z') | Some('X')) && t1.elapsed() < GUARD {
+        while !matches!(state, None | Some('Z' | 'X')) && t1.elapsed() < GUARD {
             tokio::time::sleep(Duration::from_millis(10)).await;
             state = state_of();
         }
-        assert!(matches!(state, None | Some('Z') | Some('X')), "{state:?}");
+        assert!(matches!(state, None | Some('Z' | 'X')), "{state:?}");
     }
 
     #[tokio::test]

@@ -193,7 +193,6 @@ pub(crate) async fn probe(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

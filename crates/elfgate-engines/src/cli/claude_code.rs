@@ -310,7 +310,6 @@ impl Adapter for ClaudeAdapter {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use AdapterEvent::*;
 

@@ -25,10 +25,10 @@ pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
     match inv.permission_mode {
         PermissionMode::Plan => a.extend(["--sandbox", "read-only"].map(String::from)),
         PermissionMode::Default | PermissionMode::AcceptEdits => {
-            a.extend(["--sandbox", "workspace-write"].map(String::from))
+            a.extend(["--sandbox", "workspace-write"].map(String::from));
         }
         PermissionMode::BypassPermissions => {
-            a.push("--dangerously-bypass-approvals-and-sandbox".to_string())
+            a.push("--dangerously-bypass-approvals-and-sandbox".to_string());
         }
     }
     if let Some(m) = inv.model {
@@ -263,7 +263,6 @@ impl Adapter for CodexAdapter {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use AdapterEvent::*;
 

@@ -153,7 +153,6 @@ impl Adapter for GeminiAdapter {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use AdapterEvent::*;
 

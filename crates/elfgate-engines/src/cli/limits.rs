@@ -86,7 +86,6 @@ impl Limits {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[tokio::test]

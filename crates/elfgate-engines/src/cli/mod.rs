@@ -95,7 +95,7 @@ impl CliEngine {
         for (b, found) in futures_util::future::join_all(probes).await {
             match &found.version {
                 Ok(v) => {
-                    tracing::info!(backend = b.as_str(), version = %v, "cli backend available")
+                    tracing::info!(backend = b.as_str(), version = %v, "cli backend available");
                 }
                 Err(why) => tracing::info!(backend = b.as_str(), %why, "cli backend not available"),
             }

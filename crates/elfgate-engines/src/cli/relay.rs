@@ -58,7 +58,7 @@ impl<'a> Relay<'a> {
         match ev {
             AdapterEvent::Delta(kind, text) => self.transcript.delta(ctx, kind, text).await,
             AdapterEvent::ToolStart { id, name, input } => {
-                self.transcript.tool_start(ctx, id, name, input).await
+                self.transcript.tool_start(ctx, id, name, input).await;
             }
             AdapterEvent::ToolEnd {
                 id,

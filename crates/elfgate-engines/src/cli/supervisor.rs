@@ -277,7 +277,7 @@ async fn write_to(w: &mut ChildStdin, bytes: &[u8], label: &str) {
     match tokio::time::timeout(STDIN_WRITE, write).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            tracing::debug!(cli = label, error = %e, "could not write to the CLI's stdin")
+            tracing::debug!(cli = label, error = %e, "could not write to the CLI's stdin");
         }
         Err(_) => tracing::debug!(cli = label, "the CLI does not read its stdin"),
     }

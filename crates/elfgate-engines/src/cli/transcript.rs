@@ -56,7 +56,7 @@ impl Transcript {
         match (self.blocks.last_mut(), kind) {
             (Some(ContentBlock::Text { text: t }), DeltaKind::Text) => t.push_str(&text),
             (Some(ContentBlock::Thinking { thinking, .. }), DeltaKind::Thinking) => {
-                thinking.push_str(&text)
+                thinking.push_str(&text);
             }
             (_, DeltaKind::Text) => self.blocks.push(ContentBlock::text(text)),
             (_, DeltaKind::Thinking) => self.blocks.push(ContentBlock::Thinking {

@@ -277,7 +277,6 @@ pub(crate) async fn run_loop(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

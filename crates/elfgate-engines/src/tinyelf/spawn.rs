@@ -164,7 +164,6 @@ pub(crate) fn outcome_text(finish: FinishReason, text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// Runs nothing; refuses background slots.

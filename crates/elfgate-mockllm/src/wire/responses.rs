@@ -238,11 +238,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
         seq: 0,
     };
     let created = response_object(r, "in_progress", Vec::new(), Value::Null);
-    e.push(
-        "response.created",
-        json!({"response": created.clone()}),
-        false,
-    );
+    e.push("response.created", json!({"response": created}), false);
     e.push("response.in_progress", json!({"response": created}), false);
     let mut output = Vec::new();
     if !c.thinking.is_empty() {

@@ -1,7 +1,10 @@
 //! Helpers shared by the wire-level test files.
 
 // Each test file uses its own subset of the helpers.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each test binary uses its own part of the helpers"
+)]
 
 use std::time::Duration;
 

@@ -42,7 +42,7 @@ pub fn message_json(id: &str, model: &str, items: &[Out], end: &Out) -> Value {
                 _ => content.push(json!({"type": "text", "text": t})),
             },
             Out::ToolCall { id, name, input } => {
-                content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+                content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
             }
             _ => {}
         }

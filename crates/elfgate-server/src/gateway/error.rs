@@ -137,7 +137,6 @@ impl Door {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use elfgate_core::ErrorInfo;
     use elfgate_store::StoreError;

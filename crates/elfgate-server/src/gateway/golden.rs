@@ -1,7 +1,11 @@
 //! Golden tests of the translations, from the fixtures in tests/fixtures/gateway: each front
 //! door's request → the internal form, and one run's items → each front door's answers (stream
 //! and not). `UPDATE_GOLDEN=1` rewrites the expected files.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test fails loudly; the helpers outside #[test] functions too"
+)]
 
 use super::run::Out;
 use super::{Inbound, Stop, anthropic_in, anthropic_out, openai_in, openai_out};

@@ -155,7 +155,6 @@ impl ProviderLimits {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn limits(c: LimitConfig) -> ProviderLimits {

@@ -1,6 +1,11 @@
 //! Test harness: runs the real `elfgate` binary on a loopback port against an in-process
 //! `elfgate-mockllm`, and talks HTTP/SSE to it like a client would.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    dead_code,
+    reason = "test helpers fail loudly; each suite uses its own part of them"
+)]
 
 use elfgate_mockllm::MockServer;
 use futures_util::StreamExt;

@@ -406,7 +406,7 @@ async fn busy_session_rejects_enqueues_or_interrupts() {
     let order: Vec<&str> = evs
         .iter()
         .filter(|e| e.event == "complete")
-        .map(|e| e.run())
+        .map(super::super::common::Ev::run)
         .collect();
     assert_eq!(order, [a.as_str(), b.as_str()]);
 }

@@ -440,7 +440,7 @@ async fn a_run_whose_log_writes_fail_on_a_full_disk_ends_once_with_every_event_l
     );
     assert_eq!(seen.iter().filter(|e| e.event == "complete").count(), 1);
     let replay = replay_until_complete(&d, &sid).await;
-    let seqs: Vec<u64> = replay.iter().map(|e| e.seq()).collect();
+    let seqs: Vec<u64> = replay.iter().map(super::super::common::Ev::seq).collect();
     assert_eq!(
         seqs,
         (1..=complete.seq()).collect::<Vec<_>>(),
@@ -468,7 +468,10 @@ async fn a_run_whose_log_writes_fail_on_a_full_disk_ends_once_with_every_event_l
     let d = Daemon::start_in(disk.path.clone(), &mock, Opts::default());
     let again = replay_until_complete(&d, &sid).await;
     assert_eq!(
-        again.iter().map(|e| e.seq()).collect::<Vec<_>>(),
+        again
+            .iter()
+            .map(super::super::common::Ev::seq)
+            .collect::<Vec<_>>(),
         seqs,
         "the log after a restart"
     );

@@ -143,9 +143,9 @@ async fn dangling_on(mock: &MockServer, provider: &str) {
     let dir = project();
     let valid = |m: &[Value]| {
         if provider == "mock" {
-            assert_valid_openai(m)
+            assert_valid_openai(m);
         } else {
-            assert_valid_anthropic(m)
+            assert_valid_anthropic(m);
         }
     };
     let done_model = format!("mock:script=dg-done-{provider}");

@@ -88,7 +88,7 @@ impl ChildSetup {
     /// [`ProcessSpec::new`]).
     pub fn spec(&self, program: &str, args: &[&str], cwd: &Path) -> ProcessSpec {
         let mut spec = ProcessSpec::new(program, cwd);
-        spec.args = args.iter().map(|a| a.to_string()).collect();
+        spec.args = args.iter().map(std::string::ToString::to_string).collect();
         spec.env = self.env.clone();
         spec.isolation = self.isolation.clone();
         spec

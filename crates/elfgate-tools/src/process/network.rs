@@ -160,7 +160,6 @@ fn path_str(p: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::process::ChildSetup;
 

@@ -64,7 +64,6 @@ pub fn kill_noted_groups(dir: &Path) -> Vec<i32> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};

@@ -112,7 +112,6 @@ async fn collect(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::super::{ChildEnv, ChildSetup};
     use super::*;
     use std::collections::{BTreeMap, BTreeSet};
@@ -277,7 +276,7 @@ mod tests {
                     && !n.starts_with("LC_")
             })
             .collect();
-        assert!(unexpected.is_empty(), "{text}");
+        assert!(unexpected.is_empty(), "{unexpected:?} in {text}");
         assert!(
             names.contains("PATH") && names.contains("ADDED") && names.contains("CARGO_PKG_NAME"),
             "{text}"

@@ -194,10 +194,10 @@ pub(crate) fn transcript(messages: &[LlmMessage], per_message: usize) -> String 
             match b {
                 ContentBlock::Text { text: t } => text.push_str(t),
                 ContentBlock::ToolUse { name, input, .. } => {
-                    text.push_str(&format!("[call {name} {input}]"))
+                    text.push_str(&format!("[call {name} {input}]"));
                 }
                 ContentBlock::ToolResult { content, .. } => {
-                    text.push_str(&format!("[result] {content}"))
+                    text.push_str(&format!("[result] {content}"));
                 }
                 ContentBlock::Thinking { .. } | ContentBlock::Image { .. } => continue,
             }
