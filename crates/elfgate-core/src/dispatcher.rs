@@ -57,12 +57,11 @@ pub enum DispatchStatus {
     Queued,
 }
 
-impl DispatchStatus {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DispatchStatus::Started => "running",
-            DispatchStatus::Queued => "queued",
+impl From<DispatchStatus> for crate::RunStatus {
+    fn from(s: DispatchStatus) -> Self {
+        match s {
+            DispatchStatus::Started => crate::RunStatus::Running,
+            DispatchStatus::Queued => crate::RunStatus::Queued,
         }
     }
 }

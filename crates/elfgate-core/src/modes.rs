@@ -134,6 +134,37 @@ wire_enum! {
     }
 }
 
+/// A client's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Run it.
+    Allow,
+    /// Do not run it.
+    Deny,
+}
+
+impl Decision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// How long a decision holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This call only.
+    #[default]
+    Once,
+    /// Every later call of this tool in this session.
+    Session,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

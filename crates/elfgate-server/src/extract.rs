@@ -6,8 +6,8 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use bytes::Bytes;
-use serde::de::{DeserializeOwned, IgnoredAny};
-use std::collections::BTreeMap;
+use elfgate_api::UnknownFields;
+use serde::de::DeserializeOwned;
 
 /// A JSON body whose every failure is an [`ApiError`]: 415 unless declared as JSON, 413 over the
 /// limit, 400 for malformed JSON or a field of the wrong type, 422 for a field the body does not
@@ -37,16 +37,21 @@ pub trait StrictBody {
     }
 }
 
-/// What no field of a body with a flattened part took (see [`StrictBody`]); declared last, as
-/// `#[serde(flatten)] #[schema(ignore)] pub unknown: UnknownFields`.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub struct UnknownFields(BTreeMap<String, IgnoredAny>);
-
-impl UnknownFields {
-    fn first(&self) -> Option<&str> {
-        self.0.keys().next().map(String::as_str)
+impl StrictBody for elfgate_api::CreateSessionRequest {
+    fn unknown_fields(&self) -> Option<&UnknownFields> {
+        Some(&self.unknown)
     }
 }
+
+impl StrictBody for elfgate_api::SendMessageRequest {
+    fn unknown_fields(&self) -> Option<&UnknownFields> {
+        Some(&self.unknown)
+    }
+}
+
+impl StrictBody for elfgate_api::PermissionBody {}
+
+impl StrictBody for elfgate_api::InterruptRequest {}
 
 fn unknown_field(name: &str) -> ApiError {
     ApiError::Unprocessable(format!("unknown field `{name}` in the body"))

@@ -1,6 +1,5 @@
 //! Elfgate's HTTP/SSE API: routes, the SSE stream, auth, configuration, and the daemon's assembly.
 
-pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli_client;

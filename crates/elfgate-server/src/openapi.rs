@@ -2,16 +2,16 @@
 //! `#[utoipa::path]` annotations on the handlers. The route serving it is here too: the document
 //! lists every route module's paths, so no route module may depend on it.
 
-use crate::api::{
-    CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
-    SendMessageRequest, SendMessageResponse, SessionView,
-};
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{engines, gateway, health, mcp, sessions, skills, tool_runs};
 use crate::state::AppState;
 use axum::routing::get;
 use axum::{Json, Router};
+use elfgate_api::{
+    CreateSessionRequest, CreateSessionResponse, InterruptResponse, RunOverrides,
+    SendMessageRequest, SendMessageResponse, SessionView,
+};
 use elfgate_core::{
     Attachment, ChannelPermissions, ContentBlock, Delta, DeltaKind, EngineInfo, EngineType,
     ErrorInfo, EventPayload, FinishReason, Message, MessageId, OnBusy, PermissionMode, RequestId,

@@ -1,13 +1,14 @@
 //! The business layer under the handlers: validation, sessions, runs, interrupts. The requests
-//! and answers it takes and gives are the API's types (crate::api).
+//! and answers it takes and gives are the API's types (elfgate_api).
 
-use crate::api::{
-    CreateSessionRequest, CreateSessionResponse, InterruptResponse, PermissionAnswered,
-    PermissionBody, RunOverrides, SendMessageRequest, SendMessageResponse, SessionView,
-};
 use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::Utc;
+use elfgate_api::{
+    CreateSessionRequest, CreateSessionResponse, InterruptResponse, InterruptStatus,
+    PermissionAnswered, PermissionBody, RunOverrides, SendMessageRequest, SendMessageResponse,
+    SessionStatus, SessionView,
+};
 use elfgate_core::{
     ChannelPermissions, CliBackend, EngineConfig, EngineSessionContext, EngineType, EventEmitter,
     EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode, Run, RunId,
@@ -523,7 +524,7 @@ pub async fn send_message(
         Ok(status) => Ok(SendMessageResponse {
             session_id,
             run_id: run.id,
-            status: status.as_str(),
+            status: status.into(),
             duplicate: false,
         }),
         Err(e) => {
@@ -539,7 +540,7 @@ fn duplicate_of(run: Run) -> SendMessageResponse {
     SendMessageResponse {
         session_id: run.session_id,
         run_id: run.id,
-        status: run.status.as_str(),
+        status: run.status,
         duplicate: true,
     }
 }
@@ -560,17 +561,17 @@ pub async fn interrupt(
         return Ok(InterruptResponse {
             interrupted: false,
             run_id: None,
-            status: "idle",
+            status: InterruptStatus::Idle,
         });
     };
-    let mut status = "interrupting";
+    let mut status = InterruptStatus::Interrupting;
     if wait
         && let Some(done) = result.done
         && tokio::time::timeout(Duration::from_secs(30), done.cancelled())
             .await
             .is_ok()
     {
-        status = "interrupted";
+        status = InterruptStatus::Interrupted;
     }
     Ok(InterruptResponse {
         interrupted: true,
@@ -596,7 +597,11 @@ pub async fn session_view(
 pub fn view(state: &AppState, session: Session) -> SessionView {
     let active = state.dispatcher.active().get(session.id);
     SessionView {
-        status: if active.is_some() { "running" } else { "idle" },
+        status: if active.is_some() {
+            SessionStatus::Running
+        } else {
+            SessionStatus::Idle
+        },
         active_run_id: active.as_ref().map(|a| a.run_id),
         queued_runs: active.map(|a| a.queued).unwrap_or(0),
         first_prompt: None,
@@ -646,22 +651,16 @@ async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Resu
     Ok(())
 }
 
-/// Starts a tool run outside a turn (`POST /v1/sessions/{id}/tools/{name}`): checks the session
-/// (404, 422 when it is not a tinyelf session), the tool (404) and its arguments (422), refuses a
-/// busy session (409), then stores and dispatches the run. Returns its id and where its answer
-/// will come.
-pub async fn start_tool_run(
+/// Runs a tool outside a turn (`POST /v1/sessions/{id}/tools/{name}`): checks the session (404,
+/// 422 when it is not a tinyelf session), the tool (404) and its arguments (422), refuses a busy
+/// session (409), then stores and dispatches the run and returns its id and answer once the run
+/// has ended.
+pub async fn run_tool(
     state: &AppState,
     session_id: SessionId,
     name: String,
     arguments: serde_json::Value,
-) -> Result<
-    (
-        RunId,
-        tokio::sync::oneshot::Receiver<elfgate_engines::tinyelf::ToolRunAnswer>,
-    ),
-    ApiError,
-> {
+) -> Result<(RunId, elfgate_engines::tinyelf::ToolRunAnswer), ApiError> {
     use elfgate_engines::tinyelf::ToolRunError;
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
@@ -720,7 +719,35 @@ pub async fn start_tool_run(
     );
     ctx.tool_run = Some(elfgate_core::ToolRun { name, arguments });
     let refused: ApiError = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
-        Ok(_) => return Ok((run.id, answer)),
+        Ok(_) => {
+            // Taken before the answer: once the run has ended there is no entry to take.
+            let done = state
+                .dispatcher
+                .active()
+                .get(session_id)
+                .filter(|a| a.run_id == run.id)
+                .map(|a| a.done);
+            let answer = answer.await;
+            // The answer waits for the run's end (`complete`, the session freed), so that a
+            // client's next request after it never finds the session still busy with it.
+            if let Some(done) = done {
+                done.cancelled().await;
+            }
+            return match answer {
+                Ok(a) => Ok((run.id, a)),
+                // The run ended without an answer: it could not start or store its result. Its
+                // error is on the run and in the event stream.
+                Err(_) => {
+                    let why = state
+                        .store
+                        .get_run(session_id, run.id)
+                        .await?
+                        .and_then(|r| r.error)
+                        .unwrap_or_else(|| "the run ended without a result".into());
+                    Err(ApiError::Unprocessable(format!("tool run {}: {why}", run.id)))
+                }
+            };
+        }
         Err(e) => e.into(),
     };
     // Not admitted: the run never started.

@@ -4,48 +4,17 @@
 use crate::tool::{PermissionTier, ToolKind};
 use chrono::Utc;
 use dashmap::DashMap;
+pub use elfgate_core::{Decision, Scope};
 use elfgate_core::{
     EventEmitter, EventPayload, EventRecord, PermissionAnswers, PermissionMode, RequestId,
     SessionId,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-
-/// A client's decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Run it.
-    Allow,
-    /// Do not run it.
-    Deny,
-}
-
-impl Decision {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-        }
-    }
-}
-
-/// How long a decision holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    /// This call only.
-    #[default]
-    Once,
-    /// Every later call of this tool in this session.
-    Session,
-}
 
 /// A client's answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 
 use super::route::Route;
 use super::{Inbound, Stop};
-use crate::api::{CreateSessionRequest, RunOverrides, SendMessageRequest};
 use crate::error::ApiError;
 use crate::service::{self, GatewayCall};
 use crate::state::AppState;
+use elfgate_api::{CreateSessionRequest, RunOverrides, SendMessageRequest};
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineType, ErrorCode, ErrorInfo, EventEnvelope, EventPayload,
     EventRecord, HeadStart, ModelFinish, OnBusy, PermissionMode, RunId, SessionBus, SessionId,

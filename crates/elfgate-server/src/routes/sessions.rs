@@ -1,12 +1,8 @@
 //! /v1/sessions: create, resume, follow, interrupt, read, delete.
 
-use crate::api::{
-    CreateSessionRequest, CreateSessionResponse, InterruptResponse, PermissionAnswered,
-    PermissionBody, SendMessageRequest, SendMessageResponse, SessionView,
-};
 use crate::error::{ApiError, ErrorBody};
 use crate::event_schema::EventEnvelope;
-use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::service::{self, parse_session_id};
 use crate::sse;
 use crate::state::AppState;
@@ -15,9 +11,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use elfgate_core::{Message, Run, RunId, SessionId};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use elfgate_api::{
+    CreateSessionRequest, CreateSessionResponse, InterruptRequest, InterruptResponse, MessageList,
+    PermissionAnswered, PermissionBody, SendMessageRequest, SendMessageResponse, SessionList,
+    SessionView,
+};
+use elfgate_core::{Run, RunId, SessionId};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 /// Runs a state-changing operation to its end even if the client goes away mid-request: once a
 /// write is queued, the matching dispatch (or clean-up) must happen too.
@@ -204,17 +205,6 @@ async fn events(
     sse::session_events(state, id, after, until_complete).await
 }
 
-/// Body of POST /v1/sessions/{id}/interrupt (may be empty).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct InterruptRequest {
-    /// Wait until the run has ended before answering.
-    #[serde(default)]
-    wait: bool,
-}
-
-impl StrictBody for InterruptRequest {}
-
 /// Interrupts the session's run, if any; idempotent.
 #[utoipa::path(
     post,
@@ -252,17 +242,6 @@ struct ListQuery {
     limit: Option<u32>,
     /// The nextCursor of the previous page.
     cursor: Option<String>,
-}
-
-/// A page of sessions.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct SessionList {
-    /// The sessions, newest first.
-    sessions: Vec<SessionView>,
-    /// Pass as `cursor` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next_cursor: Option<SessionId>,
 }
 
 /// Lists sessions, with cursor paging.
@@ -368,14 +347,6 @@ async fn remove(
 struct MessagesQuery {
     /// At most this many messages (default 1000, 1..=10000).
     limit: Option<u32>,
-}
-
-/// A session's persisted messages.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct MessageList {
-    /// Oldest first.
-    messages: Vec<Message>,
 }
 
 /// A session's persisted history.

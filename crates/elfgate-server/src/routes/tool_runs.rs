@@ -80,26 +80,12 @@ pub(crate) async fn run_tool(
     ApiJson(body): ApiJson<ToolRunRequest>,
 ) -> Result<Json<ToolRunResponse>, ApiError> {
     let session_id = parse_session_id(&id)?;
-    let (run_id, answer) =
-        service::start_tool_run(&state, session_id, name, body.arguments).await?;
-    match answer.await {
-        Ok(a) => Ok(Json(ToolRunResponse {
-            run_id,
-            tool_use_id: a.tool_use_id,
-            status: a.status,
-            content: a.content,
-            is_error: a.is_error,
-        })),
-        Err(_) => {
-            // The run ended without an answer: it could not start or store its result. Its error
-            // is on the run and in the event stream.
-            let why = state
-                .store
-                .get_run(session_id, run_id)
-                .await?
-                .and_then(|r| r.error)
-                .unwrap_or_else(|| "the run ended without a result".into());
-            Err(ApiError::Unprocessable(format!("tool run {run_id}: {why}")))
-        }
-    }
+    let (run_id, a) = service::run_tool(&state, session_id, name, body.arguments).await?;
+    Ok(Json(ToolRunResponse {
+        run_id,
+        tool_use_id: a.tool_use_id,
+        status: a.status,
+        content: a.content,
+        is_error: a.is_error,
+    }))
 }

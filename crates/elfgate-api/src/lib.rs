@@ -1,51 +1,79 @@
 //! The HTTP API's request and response bodies for sessions and runs: what clients send and read,
-//! declared once for the handlers, the service layer and the OpenAPI document.
+//! declared once for the daemon's handlers, its service layer, its OpenAPI document and its
+//! clients (the terminal client reads and writes these same types).
+//!
+//! Requests are strict on the daemon's side: a field a body does not know is refused, never
+//! ignored (an ignored field fails open). Types without a flattened part say
+//! `deny_unknown_fields`; serde cannot deny fields beside a `flatten`, so such a type ends with
+//! an [`UnknownFields`] collecting what no field took, which the daemon refuses.
 
-use crate::extract::{StrictBody, UnknownFields};
 use elfgate_core::{
-    Attachment, ChannelPermissions, EngineConfig, EngineType, MessageId, OnBusy, PermissionMode,
-    RunId, Session, SessionId, ThinkingLevel,
+    Attachment, ChannelPermissions, Decision, EngineConfig, EngineType, Message, MessageId, OnBusy,
+    PermissionMode, RunId, RunStatus, Scope, Session, SessionId, ThinkingLevel,
 };
-use elfgate_tools::{Decision, Scope};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What no field of a body with a flattened part took; declared last, as
+/// `#[serde(flatten, skip_serializing)] #[schema(ignore)] pub unknown: UnknownFields`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct UnknownFields(BTreeMap<String, IgnoredAny>);
+
+impl UnknownFields {
+    /// The first (in name order) of the fields no field of the type took.
+    pub fn first(&self) -> Option<&str> {
+        self.0.keys().next().map(String::as_str)
+    }
+}
 
 /// Per-run settings a prompt may carry (both on create and on resume).
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunOverrides {
     /// Provider name.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
     /// Model.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// System prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
     /// How much the model reasons; over engineConfig.thinkingLevel. Kept as text here so that
     /// an unknown level is a 400 naming the accepted ones.
     #[schema(value_type = Option<ThinkingLevel>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking_level: Option<String>,
     /// Engine settings, key by key over the session's. Parsed after the body so that a wrong
     /// key or type is a 422 naming it.
     #[schema(value_type = Option<EngineConfig>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_config: Option<Value>,
     /// Permission mode (tinyelf).
     #[schema(value_type = Option<PermissionMode>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<String>,
     /// Files and images.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub attachments: Option<Vec<Attachment>>,
     /// What the channel's user may do: stored with the session and applied to every later run
     /// and tool run until a prompt sends new ones. Also accepted as `channelUserPermissions`.
     #[serde(alias = "channelUserPermissions")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub channel_permissions: Option<ChannelPermissions>,
     /// Client idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_msg_id: Option<String>,
     /// Extra arguments of the CLI (cli engine), each in the backend's allow list; stored with
     /// the session as engineConfig.cliArgs (over an engineConfig.cliArgs of the same request).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_args: Option<Vec<String>>,
 }
 
 /// Body of POST /v1/sessions.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
     /// Engine wire name. An unknown one is 422.
@@ -54,36 +82,35 @@ pub struct CreateSessionRequest {
     /// First prompt.
     pub prompt: String,
     /// Title for lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Project directory for tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub project_path: Option<String>,
     /// CLI backend (cli engine). An unknown one is 422.
     #[schema(value_type = Option<elfgate_core::CliBackend>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_backend: Option<String>,
     /// Agent profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
     /// MCP servers of this session over the daemon's, and daemon servers it does without
     /// (tinyelf): `{"servers": {NAME: {...}}, "disable": [NAME]}`. Stored with the session's
     /// engineConfig (as its mcpConfig key); a malformed one is a 422 naming the field.
     #[schema(value_type = Option<elfgate_core::McpSessionConfig>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_config: Option<Value>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
     /// Fields of no use here: refused.
-    #[serde(flatten)]
+    #[serde(flatten, skip_serializing)]
     #[schema(ignore)]
     pub unknown: UnknownFields,
 }
 
-impl StrictBody for CreateSessionRequest {
-    fn unknown_fields(&self) -> Option<&UnknownFields> {
-        Some(&self.unknown)
-    }
-}
-
 /// Answer of POST /v1/sessions.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionResponse {
     /// The new session.
@@ -93,12 +120,12 @@ pub struct CreateSessionResponse {
     /// Where to follow it.
     pub events_url: String,
     /// True when `clientMsgId` matched an earlier request: nothing new was created.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
 }
 
 /// Body of POST /v1/sessions/{id}/messages.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageRequest {
     /// The prompt.
@@ -107,24 +134,19 @@ pub struct SendMessageRequest {
     #[serde(default)]
     pub on_busy: OnBusy,
     /// The message this prompt follows (branching).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<MessageId>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,
     /// Fields of no use here: refused.
-    #[serde(flatten)]
+    #[serde(flatten, skip_serializing)]
     #[schema(ignore)]
     pub unknown: UnknownFields,
 }
 
-impl StrictBody for SendMessageRequest {
-    fn unknown_fields(&self) -> Option<&UnknownFields> {
-        Some(&self.unknown)
-    }
-}
-
 /// Answer of POST /v1/sessions/{id}/messages.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendMessageResponse {
     /// The session.
@@ -132,14 +154,14 @@ pub struct SendMessageResponse {
     /// The new run.
     pub run_id: RunId,
     /// running or queued; for a duplicate, the earlier run's status.
-    pub status: &'static str,
+    pub status: RunStatus,
     /// True when `clientMsgId` matched an earlier prompt: no new run was started.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
 }
 
 /// Answer of POST /v1/sessions/{id}/interrupt.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptResponse {
     /// Whether a run was going on and was told to stop.
@@ -147,23 +169,24 @@ pub struct InterruptResponse {
     /// That run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
-    /// idle, interrupting (not waited for) or interrupted (ended).
-    pub status: &'static str,
+    /// What became of the run.
+    pub status: InterruptStatus,
 }
 
 /// A session with its live status.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     /// The stored session.
     #[serde(flatten)]
     pub session: Session,
-    /// idle or running.
-    pub status: &'static str,
+    /// Whether a run is going on.
+    pub status: SessionStatus,
     /// The run going on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_run_id: Option<RunId>,
     /// Runs waiting behind it.
+    #[serde(default)]
     pub queued_runs: usize,
     /// In the session list only: the text of the session's first prompt (its first text block,
     /// at most 200 characters), for showing a session without a title. Absent when it has none.
@@ -172,7 +195,7 @@ pub struct SessionView {
 }
 
 /// Body of POST /v1/sessions/{id}/permissions/{requestId}.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionBody {
     /// allow or deny.
@@ -184,13 +207,12 @@ pub struct PermissionBody {
     pub scope: Scope,
     /// A note for the model, e.g. why it was denied.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
-impl StrictBody for PermissionBody {}
-
 /// Answer of POST /v1/sessions/{id}/permissions/{requestId}.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionAnswered {
     /// The request answered.
@@ -199,4 +221,54 @@ pub struct PermissionAnswered {
     pub decision: Decision,
     /// once or session.
     pub scope: Scope,
+}
+
+/// Whether a session has a run going on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    /// No run.
+    Idle,
+    /// A run is going on.
+    Running,
+}
+
+/// What an interrupt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InterruptStatus {
+    /// Nothing was running.
+    Idle,
+    /// The run was told to stop; the answer did not wait for it to end.
+    Interrupting,
+    /// The run has ended.
+    Interrupted,
+}
+
+/// Body of POST /v1/sessions/{id}/interrupt (may be empty).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InterruptRequest {
+    /// Wait until the run has ended before answering.
+    #[serde(default)]
+    pub wait: bool,
+}
+
+/// A page of sessions (GET /v1/sessions).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionList {
+    /// The sessions, newest first.
+    pub sessions: Vec<SessionView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<SessionId>,
+}
+
+/// A session's persisted messages (GET /v1/sessions/{id}/messages).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageList {
+    /// Oldest first.
+    pub messages: Vec<Message>,
 }
