@@ -233,6 +233,16 @@ pub enum SessionStatus {
     Running,
 }
 
+impl SessionStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+        }
+    }
+}
+
 /// What an interrupt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -243,6 +253,17 @@ pub enum InterruptStatus {
     Interrupting,
     /// The run has ended.
     Interrupted,
+}
+
+impl InterruptStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterruptStatus::Idle => "idle",
+            InterruptStatus::Interrupting => "interrupting",
+            InterruptStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 /// Body of POST /v1/sessions/{id}/interrupt (may be empty).
@@ -271,4 +292,36 @@ pub struct SessionList {
 pub struct MessageList {
     /// Oldest first.
     pub messages: Vec<Message>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_written_by_their_wire_names() {
+        for s in [SessionStatus::Idle, SessionStatus::Running] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in [
+            InterruptStatus::Idle,
+            InterruptStatus::Interrupting,
+            InterruptStatus::Interrupted,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    #[test]
+    fn a_request_written_by_a_client_leaves_out_what_it_does_not_set() {
+        let body = CreateSessionRequest {
+            engine: "chat".into(),
+            prompt: "hi".into(),
+            ..CreateSessionRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&body).unwrap(),
+            serde_json::json!({"engine": "chat", "prompt": "hi"})
+        );
+    }
 }

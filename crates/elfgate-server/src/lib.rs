@@ -2,7 +2,6 @@
 
 pub mod app;
 pub mod auth;
-pub mod cli_client;
 pub mod config;
 pub mod console;
 pub mod error;

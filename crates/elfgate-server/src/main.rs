@@ -1,35 +1,64 @@
 //! The `elfgate` binary: `serve`, `migrate`, `config check`.
 
 use anyhow::{Context, bail};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use elfgate_client::ClientCommand;
 use elfgate_server::{Config, Daemon};
 use std::path::PathBuf;
 use tracing_subscriber::EnvFilter;
 
-const USAGE: &str = "usage:
-  elfgate serve [--config FILE]        run the daemon
-  elfgate migrate [--config FILE]      apply database migrations and exit
-  elfgate config check [--config FILE] load and check the configuration, print it, and exit
+/// Elfgate: AI engines behind one HTTP/SSE API.
+#[derive(Debug, Parser)]
+#[command(name = "elfgate", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// What to do [default: serve].
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-Environment: ELFGATE_BIND, ELFGATE_DATABASE_URL, ELFGATE_TOKEN, ELFGATE_<SECTION>__<KEY>,
-ELFGATE_LOG (log filter, default info), ELFGATE_LOG_FORMAT (text, the default, or json: one JSON
-object a line).
+const AFTER_HELP: &str = "Environment: ELFGATE_BIND, ELFGATE_DATABASE_URL, ELFGATE_TOKEN, \
+ELFGATE_<SECTION>__<KEY>, ELFGATE_LOG (log filter, default info), ELFGATE_LOG_FORMAT (text, the \
+default, or json: one JSON object a line). Clients (chat, sessions, show, interrupt; see \
+docs/terminal.md) exit 0 ok, 1 run error, 2 usage, 3 daemon unreachable or token refused.";
 
-Clients (see docs/terminal.md; exit 0 ok, 1 run error, 2 usage, 3 daemon unreachable or token refused):";
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Serve(ConfigFile),
+    /// Apply database migrations and exit.
+    Migrate(ConfigFile),
+    /// The configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Print a completion script for SHELL (e.g. `elfgate completions bash > /etc/bash_completion.d/elfgate`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    #[command(flatten)]
+    Client(ClientCommand),
+}
 
-fn parse_config_flag(args: &[String]) -> anyhow::Result<Option<PathBuf>> {
-    let mut config = None;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--config" | "-c" => {
-                let v = args.get(i + 1).context("--config needs a FILE")?;
-                config = Some(PathBuf::from(v));
-                i += 2;
-            }
-            other => bail!("unknown argument '{other}'\n{USAGE}"),
-        }
-    }
-    Ok(config)
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Load and check the configuration, print it, and exit.
+    Check(ConfigFile),
+}
+
+/// What the daemon's side of the binary does (the client and completions are handled apart).
+enum DaemonJob {
+    Serve(ConfigFile),
+    Migrate(ConfigFile),
+    CheckConfig(ConfigFile),
+}
+
+#[derive(Debug, Default, Args)]
+struct ConfigFile {
+    /// A configuration file over the built-in defaults.
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 async fn shutdown_signal() {
@@ -135,18 +164,34 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(cmd) = args
-        .first()
-        .filter(|c| elfgate_server::cli_client::is_client_command(c))
-    {
-        let code = runtime.block_on(elfgate_server::cli_client::run(cmd, &args[1..]));
-        // A client has nothing to finish once it has its answer: its runtime is not waited for
-        // (a thread blocked on the terminal, a connection being closed), so it exits at once.
-        runtime.shutdown_background();
-        return std::process::ExitCode::from(code);
-    }
-    match runtime.block_on(run()) {
+    // A usage error exits 2 with clap's message; --help and --version exit 0.
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve(ConfigFile::default()));
+    let job = match command {
+        Command::Client(cmd) => {
+            let code = runtime.block_on(elfgate_client::run(cmd, token_file_path()));
+            // A client has nothing to finish once it has its answer: its runtime is not waited
+            // for (a thread blocked on the terminal, a connection being closed), so it exits at
+            // once.
+            runtime.shutdown_background();
+            return std::process::ExitCode::from(code);
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "elfgate",
+                &mut std::io::stdout(),
+            );
+            return std::process::ExitCode::SUCCESS;
+        }
+        Command::Serve(file) => DaemonJob::Serve(file),
+        Command::Migrate(file) => DaemonJob::Migrate(file),
+        Command::Config {
+            action: ConfigAction::Check(file),
+        } => DaemonJob::CheckConfig(file),
+    };
+    match runtime.block_on(run(job)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("elfgate: {e:#}");
@@ -155,12 +200,19 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
+/// Where the daemon this machine's configuration describes (the default configuration,
+/// ELFGATE_* variables and ELFGATE_DATABASE_URL) keeps its token file, for the client.
+fn token_file_path() -> Option<PathBuf> {
+    let config = Config::load(None).ok()?;
+    let dir = elfgate_server::app::data_dir(&config.storage.url)?;
+    Some(dir.join(elfgate_server::token_file::TOKEN_FILE))
+}
+
+async fn run(job: DaemonJob) -> anyhow::Result<()> {
     init_logging()?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("serve") | None => {
-            let config = Config::load(parse_config_flag(args.get(1..).unwrap_or(&[]))?.as_deref())?;
+    match job {
+        DaemonJob::Serve(file) => {
+            let config = Config::load(file.config.as_deref())?;
             let addr = config.bind_addr()?;
             // Processes that escape a command's group are re-parented to the daemon, which kills
             // them when the command ends, instead of to init, where they would live on.
@@ -183,14 +235,14 @@ async fn run() -> anyhow::Result<()> {
             print_token(&daemon);
             daemon.serve(listener, shutdown_signal()).await
         }
-        Some("migrate") => {
-            let config = Config::load(parse_config_flag(&args[1..])?.as_deref())?;
+        DaemonJob::Migrate(file) => {
+            let config = Config::load(file.config.as_deref())?;
             elfgate_store::SqliteStore::migrate(&config.storage.url).await?;
             println!("migrations applied to {}", config.storage.url);
             Ok(())
         }
-        Some("config") if args.get(1).map(String::as_str) == Some("check") => {
-            let config = Config::load(parse_config_flag(&args[2..])?.as_deref())?;
+        DaemonJob::CheckConfig(file) => {
+            let config = Config::load(file.config.as_deref())?;
             println!("configuration is valid");
             println!("  bind: {}", config.server.bind);
             println!("  storage: {}", config.storage.url);
@@ -229,10 +281,5 @@ async fn run() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}\n{}", elfgate_server::cli_client::USAGE);
-            Ok(())
-        }
-        Some(other) => bail!("unknown command '{other}'\n{USAGE}"),
     }
 }

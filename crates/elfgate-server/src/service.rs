@@ -744,7 +744,10 @@ pub async fn run_tool(
                         .await?
                         .and_then(|r| r.error)
                         .unwrap_or_else(|| "the run ended without a result".into());
-                    Err(ApiError::Unprocessable(format!("tool run {}: {why}", run.id)))
+                    Err(ApiError::Unprocessable(format!(
+                        "tool run {}: {why}",
+                        run.id
+                    )))
                 }
             };
         }

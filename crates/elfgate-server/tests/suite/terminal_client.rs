@@ -129,6 +129,39 @@ async fn a_failed_run_exits_1_and_usage_and_reach_errors_have_their_codes() {
     assert_eq!(out.status.code(), Some(2));
     let out = run_with_stdin(client(&d, &["chat", "--bogus"]), "").await;
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unexpected argument '--bogus'"), "{err}");
+    assert!(err.contains("Usage: elfgate chat"), "{err}");
+
+    // Help lists every subcommand and exits 0; a completion script knows the client's flags.
+    let mut help = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    help.arg("--help");
+    let out = run_with_stdin(help, "").await;
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    for sub in [
+        "serve",
+        "migrate",
+        "config",
+        "chat",
+        "sessions",
+        "show",
+        "interrupt",
+    ] {
+        assert!(
+            text.contains(&format!("  {sub} ")),
+            "{sub} missing from: {text}"
+        );
+    }
+    let mut completions = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+    completions.args(["completions", "bash"]);
+    let out = run_with_stdin(completions, "").await;
+    assert_eq!(out.status.code(), Some(0));
+    let script = stdout(&out);
+    assert!(
+        script.contains("--permission-mode") && script.contains("complete -F"),
+        "{script}"
+    );
 
     let mut wrong = Command::new(env!("CARGO_BIN_EXE_elfgate"));
     wrong.args(["sessions", "--url", &d.base, "--token", "not-the-token"]);

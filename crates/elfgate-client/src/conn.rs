@@ -1,8 +1,9 @@
 //! The daemon's address and token, and the client's requests and their failures.
 
-use super::args::ClientArgs;
+use super::args::ConnArgs;
 use super::exit;
-use crate::token_file::TOKEN_FILE;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The daemon's address when neither `--url` nor ELFGATE_URL says otherwise.
@@ -47,6 +48,21 @@ pub enum ClientError {
         /// The daemon's message.
         message: String,
     },
+    /// A success whose body is not the API's answer (another server on that port, or a daemon
+    /// of another version).
+    #[error("the answer of {path} is not the API's: {source}")]
+    Unexpected {
+        /// The request's path.
+        path: String,
+        /// What did not fit.
+        source: serde_json::Error,
+    },
+    /// A token that cannot be sent in a header (a control character, say).
+    #[error("the token cannot be sent in an HTTP header: {0}")]
+    BadToken(#[from] reqwest::header::InvalidHeaderValue),
+    /// The HTTP client could not be built.
+    #[error("cannot set up the HTTP client: {0}")]
+    Setup(#[source] reqwest::Error),
 }
 
 /// "could not connect to URL: connection refused" for a failed connect (the cause is the
@@ -94,7 +110,9 @@ impl ClientError {
             ClientError::Unreachable { .. }
             | ClientError::Auth { .. }
             | ClientError::NoToken { .. } => exit::UNREACHABLE,
-            ClientError::Refused { .. } => exit::RUN_ERROR,
+            ClientError::Refused { .. } | ClientError::Unexpected { .. } => exit::RUN_ERROR,
+            ClientError::BadToken(_) => exit::USAGE,
+            ClientError::Setup(_) => exit::UNREACHABLE,
         }
     }
 }
@@ -112,8 +130,11 @@ pub struct Conn {
 
 impl Conn {
     /// The daemon from `--url` (else ELFGATE_URL, else [`DEFAULT_URL`]) and the token from
-    /// `--token`, else ELFGATE_TOKEN, else the daemon's token file.
-    pub fn new(args: &ClientArgs) -> anyhow::Result<Conn> {
+    /// `--token`, else ELFGATE_TOKEN, else the daemon's token file at `token_file`.
+    pub fn new(
+        args: &ConnArgs,
+        token_file: Option<std::path::PathBuf>,
+    ) -> Result<Conn, ClientError> {
         let base = args
             .url
             .clone()
@@ -124,7 +145,7 @@ impl Conn {
         let (token, token_origin) = match (&args.token, std::env::var("ELFGATE_TOKEN")) {
             (Some(t), _) => (Some(t.clone()), TokenOrigin::Flag),
             (None, Ok(t)) if !t.is_empty() => (Some(t), TokenOrigin::Env),
-            (None, _) => match token_file_path() {
+            (None, _) => match token_file {
                 Some(path) => match std::fs::read_to_string(&path) {
                     Ok(text) => (Some(text.trim().to_string()), TokenOrigin::File(path)),
                     Err(_) => (None, TokenOrigin::Missing(Some(path))),
@@ -142,7 +163,8 @@ impl Conn {
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(std::time::Duration::from_secs(10))
-            .build()?;
+            .build()
+            .map_err(ClientError::Setup)?;
         Ok(Conn {
             base,
             http,
@@ -163,19 +185,23 @@ impl Conn {
         }
     }
 
-    /// GET `path` as JSON.
-    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+    /// GET `path`: its answer as `T` (`Value` for the raw JSON).
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         let resp = self
             .http
             .get(self.url(path))
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
-        self.json(resp).await
+        self.answer(path, resp).await
     }
 
-    /// POST `body` to `path`, JSON both ways.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+    /// POST `body` to `path`, JSON both ways: the answer as `T`.
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
         let resp = self
             .http
             .post(self.url(path))
@@ -183,11 +209,15 @@ impl Conn {
             .send()
             .await
             .map_err(|e| self.unreachable(e))?;
-        self.json(resp).await
+        self.answer(path, resp).await
     }
 
-    /// The JSON body of a success, or the error answer as a [`ClientError`].
-    pub async fn json(&self, resp: reqwest::Response) -> Result<Value, ClientError> {
+    /// The body of a success as `T`, or the error answer as a [`ClientError`].
+    async fn answer<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        resp: reqwest::Response,
+    ) -> Result<T, ClientError> {
         let status = resp.status().as_u16();
         let body: Value = resp
             .json()
@@ -201,7 +231,10 @@ impl Conn {
                 }
             })?;
         if status < 300 {
-            return Ok(body);
+            return serde_json::from_value(body).map_err(|source| ClientError::Unexpected {
+                path: path.split('?').next().unwrap_or(path).to_string(),
+                source,
+            });
         }
         Err(self.error_answer(status, &body))
     }
@@ -238,12 +271,4 @@ impl Conn {
             from,
         }
     }
-}
-
-/// Where the daemon that this machine's configuration describes (the default configuration,
-/// ELFGATE_* variables and ELFGATE_DATABASE_URL) keeps its token file.
-fn token_file_path() -> Option<std::path::PathBuf> {
-    let config = crate::Config::load(None).ok()?;
-    let dir = crate::app::data_dir(&config.storage.url)?;
-    Some(dir.join(TOKEN_FILE))
 }

@@ -1,13 +1,17 @@
 //! `elfgate chat`: reads prompts (from the terminal, or one per line from a pipe), sends each
 //! after the previous run's `complete`, and shows each run as it happens.
 
-use super::args::ClientArgs;
+use super::args::ChatArgs;
 use super::conn::{ClientError, Conn};
 use super::exit;
 use super::render::Renderer;
 use super::stream::EventStream;
-use elfgate_core::{EventPayload, FinishReason};
-use serde_json::{Value, json};
+use elfgate_api::{
+    CreateSessionRequest, CreateSessionResponse, InterruptRequest, InterruptResponse,
+    PermissionAnswered, PermissionBody, RunOverrides, SendMessageRequest, SendMessageResponse,
+    SessionView,
+};
+use elfgate_core::{Decision, EventPayload, FinishReason, Scope};
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal};
 use std::time::Duration;
@@ -35,7 +39,7 @@ enum Stop {
 }
 
 /// Runs `elfgate chat`; returns the exit status.
-pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
+pub async fn run(conn: &Conn, args: &ChatArgs) -> Result<u8, ClientError> {
     let mut inputs = Inputs {
         lines: read_stdin(),
         interrupts: watch_ctrl_c(),
@@ -45,12 +49,12 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
     let mut session = args.session.clone();
     let mut stream = match &session {
         Some(sid) => {
-            let s = conn.get(&format!("/v1/sessions/{sid}")).await?;
+            let s: SessionView = conn.get(&format!("/v1/sessions/{sid}")).await?;
             if inputs.interactive && !args.json {
                 view.note(&format!(
                     "session {sid} ({}, {})",
-                    s["engine"].as_str().unwrap_or("?"),
-                    s["model"].as_str().unwrap_or("default model")
+                    s.session.engine,
+                    s.session.model.as_deref().unwrap_or("default model")
                 ));
             }
             Some(EventStream::new(conn, sid, None))
@@ -82,12 +86,15 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
         }
         let (sid, run_id) = match &session {
             Some(sid) => {
-                let body = json!({"prompt": prompt});
-                match conn
+                let body = SendMessageRequest {
+                    prompt,
+                    ..SendMessageRequest::default()
+                };
+                let sent: Result<SendMessageResponse, _> = conn
                     .post(&format!("/v1/sessions/{sid}/messages"), &body)
-                    .await
-                {
-                    Ok(v) => (sid.clone(), str_of(&v["runId"])),
+                    .await;
+                match sent {
+                    Ok(v) => (sid.clone(), v.run_id.to_string()),
                     Err(e @ ClientError::Refused { .. }) => {
                         view.error(&e.to_string());
                         code = exit::RUN_ERROR;
@@ -97,7 +104,9 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
                 }
             }
             None => {
-                let v = match conn.post("/v1/sessions", &create_body(args, &prompt)).await {
+                let created: Result<CreateSessionResponse, _> =
+                    conn.post("/v1/sessions", &create_body(args, prompt)).await;
+                let v = match created {
                     Ok(v) => v,
                     Err(e @ ClientError::Refused { .. }) => {
                         view.error(&e.to_string());
@@ -106,13 +115,13 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
                     }
                     Err(e) => return Err(e),
                 };
-                let sid = str_of(&v["sessionId"]);
+                let sid = v.session_id.to_string();
                 if inputs.interactive && !args.json {
                     view.note(&format!("session {sid}"));
                 }
                 stream = Some(EventStream::new(conn, &sid, None));
                 session = Some(sid.clone());
-                (sid, str_of(&v["runId"]))
+                (sid, v.run_id.to_string())
             }
         };
         let Some(events) = stream.as_mut() else {
@@ -141,32 +150,29 @@ pub async fn run(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
     Ok(code)
 }
 
-fn str_of(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
-
 /// The `POST /v1/sessions` body for the first prompt.
-fn create_body(args: &ClientArgs, prompt: &str) -> Value {
-    let engine = args.engine.as_deref().unwrap_or(DEFAULT_ENGINE);
-    let mut body = json!({"prompt": prompt, "engine": engine});
-    let fields = [
-        ("providerId", &args.provider),
-        ("model", &args.model),
-        ("projectPath", &args.project),
-        ("permissionMode", &args.permission_mode),
-    ];
-    for (key, value) in fields {
-        if let Some(v) = value {
-            body[key] = json!(v);
-        }
-    }
-    if let Some(p) = &args.project {
+fn create_body(args: &ChatArgs, prompt: String) -> CreateSessionRequest {
+    CreateSessionRequest {
+        engine: args
+            .engine
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ENGINE.to_string()),
+        prompt,
         // The daemon resolves paths itself: a relative one would be relative to its directory.
-        if let Ok(abs) = std::path::absolute(p) {
-            body["projectPath"] = json!(abs.display().to_string());
-        }
+        project_path: args.project.as_ref().map(|p| {
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string()
+        }),
+        overrides: RunOverrides {
+            provider_id: args.model.as_ref().and_then(|m| m.provider.clone()),
+            model: args.model.as_ref().map(|m| m.model.clone()),
+            permission_mode: args.permission_mode.clone(),
+            ..RunOverrides::default()
+        },
+        ..CreateSessionRequest::default()
     }
-    body
 }
 
 /// Shows run `run_id` until its `complete`, answering permission requests and turning Ctrl-C
@@ -214,7 +220,7 @@ async fn follow(
                             pending.push(request_id.clone());
                         } else {
                             view.note("permission request denied: stdin is not a terminal to ask");
-                            answer(conn, sid, request_id, "deny", "once", view).await;
+                            answer(conn, sid, request_id, Decision::Deny, Scope::Once, view).await;
                         }
                     }
                     EventPayload::PermissionResolved { request_id, .. } => {
@@ -241,14 +247,14 @@ async fn follow(
                     // End of input: nobody is left to ask.
                     inputs.interactive = false;
                     for rid in std::mem::take(&mut pending) {
-                        answer(conn, sid, &rid, "deny", "once", view).await;
+                        answer(conn, sid, &rid, Decision::Deny, Scope::Once, view).await;
                     }
                     continue;
                 };
                 let (decision, scope) = match reply.trim().to_ascii_lowercase().as_str() {
-                    "y" | "yes" => ("allow", "once"),
-                    "a" | "always" => ("allow", "session"),
-                    "n" | "no" => ("deny", "once"),
+                    "y" | "yes" => (Decision::Allow, Scope::Once),
+                    "a" | "always" => (Decision::Allow, Scope::Session),
+                    "n" | "no" => (Decision::Deny, Scope::Once),
                     _ => {
                         view.note("answer y (allow once), n (deny) or a (allow for this session)");
                         continue;
@@ -266,7 +272,9 @@ async fn follow(
                     return Err(Stop::Quit);
                 }
                 view.note("interrupting… (Ctrl-C again to quit)");
-                if let Err(e) = conn.post(&format!("/v1/sessions/{sid}/interrupt"), &json!({})).await {
+                let asked: Result<InterruptResponse, _> =
+                    conn.post(&format!("/v1/sessions/{sid}/interrupt"), &InterruptRequest::default()).await;
+                if let Err(e) = asked {
                     view.error(&format!("cannot interrupt: {e}"));
                 }
             }
@@ -286,15 +294,19 @@ async fn answer(
     conn: &Conn,
     sid: &str,
     rid: &str,
-    decision: &str,
-    scope: &str,
+    decision: Decision,
+    scope: Scope,
     view: &mut Renderer,
 ) {
-    let body = json!({"decision": decision, "scope": scope});
-    if let Err(e) = conn
+    let body = PermissionBody {
+        decision,
+        scope,
+        message: None,
+    };
+    let answered: Result<PermissionAnswered, _> = conn
         .post(&format!("/v1/sessions/{sid}/permissions/{rid}"), &body)
-        .await
-    {
+        .await;
+    if let Err(e) = answered {
         view.error(&format!("cannot answer the permission request: {e}"));
     }
 }

@@ -1,14 +1,16 @@
 //! `elfgate sessions`, `elfgate show ID` and `elfgate interrupt ID`.
 
-use super::args::ClientArgs;
 use super::conn::{ClientError, Conn};
 use super::exit;
+use chrono::SecondsFormat;
+use elfgate_api::{InterruptRequest, InterruptResponse, MessageList, SessionList, SessionView};
+use elfgate_core::ContentBlock;
 use serde_json::{Value, json};
 
 /// Lists the sessions, newest first, all pages: with `--json` one object a line as each page
 /// comes, else a table whose columns are as wide as their longest value (read once every page
 /// is in, so that a long model name does not push one row out of line).
-pub async fn sessions(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
+pub async fn sessions(conn: &Conn, json: bool) -> Result<u8, ClientError> {
     let mut cursor: Option<String> = None;
     let mut rows: Vec<[String; 7]> = Vec::new();
     loop {
@@ -16,28 +18,23 @@ pub async fn sessions(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError>
             Some(c) => format!("/v1/sessions?limit=500&cursor={c}"),
             None => "/v1/sessions?limit=500".to_string(),
         };
-        let page = conn.get(&path).await?;
-        for s in page["sessions"].as_array().into_iter().flatten() {
-            if args.json {
+        if json {
+            // As the daemon wrote them, fields this client does not know included.
+            let page: Value = conn.get(&path).await?;
+            for s in page["sessions"].as_array().into_iter().flatten() {
                 println!("{s}");
-            } else {
-                rows.push([
-                    text(&s["id"]),
-                    text(&s["engine"]),
-                    text(&s["status"]),
-                    text(&s["providerId"]),
-                    text(&s["model"]),
-                    text(&s["updatedAt"]),
-                    label(s),
-                ]);
             }
+            cursor = page["nextCursor"].as_str().map(str::to_string);
+        } else {
+            let page: SessionList = conn.get(&path).await?;
+            rows.extend(page.sessions.iter().map(row));
+            cursor = page.next_cursor.map(|c| c.to_string());
         }
-        match page["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => break,
+        if cursor.is_none() {
+            break;
         }
     }
-    if !args.json && !rows.is_empty() {
+    if !json && !rows.is_empty() {
         print!("{}", table(&rows));
     }
     Ok(exit::OK)
@@ -77,41 +74,42 @@ fn table(rows: &[[String; 7]]) -> String {
 }
 
 /// Prints a session's stored history: each message's role and its blocks.
-pub async fn show(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
-    let sid = args.session.clone().unwrap_or_default();
-    let session = conn.get(&format!("/v1/sessions/{sid}")).await?;
-    let history = conn.get(&format!("/v1/sessions/{sid}/messages")).await?;
-    if args.json {
+pub async fn show(conn: &Conn, sid: &str, json: bool) -> Result<u8, ClientError> {
+    let session_path = format!("/v1/sessions/{sid}");
+    let messages_path = format!("/v1/sessions/{sid}/messages");
+    if json {
+        let session: Value = conn.get(&session_path).await?;
+        let history: Value = conn.get(&messages_path).await?;
         println!(
             "{}",
             json!({"session": session, "messages": history["messages"]})
         );
         return Ok(exit::OK);
     }
+    let view: SessionView = conn.get(&session_path).await?;
+    let history: MessageList = conn.get(&messages_path).await?;
     println!(
         "session {sid}  {}  {}  {}",
-        text(&session["engine"]),
-        text(&session["model"]),
-        text(&session["status"])
+        view.session.engine,
+        or_dash(view.session.model.as_deref()),
+        view.status.as_str()
     );
-    for m in history["messages"].as_array().into_iter().flatten() {
-        println!("\n[{}]", text(&m["role"]));
-        for b in m["blocks"].as_array().into_iter().flatten() {
-            match b["type"].as_str().unwrap_or_default() {
-                "text" => println!("{}", text(&b["text"])),
+    for m in &history.messages {
+        println!("\n[{}]", m.role.as_str());
+        for b in &m.blocks {
+            match b {
+                ContentBlock::Text { text } => println!("{text}"),
                 // A block may hold only the provider's signature (Gemini's, on a function call).
-                "thinking" if text(&b["thinking"]).is_empty() => {}
-                "thinking" => println!("(thinking) {}", text(&b["thinking"])),
-                "tool_use" => println!("⚙ {} {}", text(&b["name"]), b["input"]),
-                "tool_result" => {
-                    let mark = if b["is_error"] == true {
-                        "error"
-                    } else {
-                        "result"
-                    };
-                    println!("⚙ {mark}: {}", text(&b["content"]));
+                ContentBlock::Thinking { thinking, .. } if thinking.is_empty() => {}
+                ContentBlock::Thinking { thinking, .. } => println!("(thinking) {thinking}"),
+                ContentBlock::ToolUse { name, input, .. } => println!("⚙ {name} {input}"),
+                ContentBlock::ToolResult {
+                    content, is_error, ..
+                } => {
+                    let mark = if *is_error { "error" } else { "result" };
+                    println!("⚙ {mark}: {content}");
                 }
-                other => println!("({other} block)"),
+                ContentBlock::Image { .. } => println!("(image block)"),
             }
         }
     }
@@ -119,38 +117,45 @@ pub async fn show(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
 }
 
 /// Interrupts the session's run and waits for it to end.
-pub async fn interrupt(conn: &Conn, args: &ClientArgs) -> Result<u8, ClientError> {
-    let sid = args.session.clone().unwrap_or_default();
-    let v = conn
+pub async fn interrupt(conn: &Conn, sid: &str) -> Result<u8, ClientError> {
+    let v: InterruptResponse = conn
         .post(
             &format!("/v1/sessions/{sid}/interrupt"),
-            &json!({"wait": true}),
+            &InterruptRequest { wait: true },
         )
         .await?;
-    if v["interrupted"] == true {
-        println!("run {} {}", text(&v["runId"]), text(&v["status"]));
-    } else {
-        println!("nothing was running");
+    match v.run_id {
+        Some(run) if v.interrupted => println!("run {run} {}", v.status.as_str()),
+        _ => println!("nothing was running"),
     }
     Ok(exit::OK)
 }
 
-fn text(v: &Value) -> String {
-    v.as_str().map(str::to_string).unwrap_or_else(|| {
-        if v.is_null() {
-            "-".to_string()
-        } else {
-            v.to_string()
-        }
-    })
+/// A row of `elfgate sessions`.
+fn row(s: &SessionView) -> [String; 7] {
+    let x = &s.session;
+    [
+        x.id.to_string(),
+        x.engine.to_string(),
+        s.status.as_str().to_string(),
+        or_dash(x.provider_id.as_deref()),
+        or_dash(x.model.as_deref()),
+        x.updated_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        label(s),
+    ]
+}
+
+fn or_dash(v: Option<&str>) -> String {
+    v.unwrap_or("-").to_string()
 }
 
 /// What names a session in the list: its title, or else its first prompt on one line.
-fn label(s: &Value) -> String {
-    match s["title"].as_str().filter(|t| !t.is_empty()) {
+fn label(s: &SessionView) -> String {
+    match s.session.title.as_deref().filter(|t| !t.is_empty()) {
         Some(title) => title.to_string(),
-        None => s["firstPrompt"]
-            .as_str()
+        None => s
+            .first_prompt
+            .as_deref()
             .unwrap_or("")
             .split_whitespace()
             .collect::<Vec<_>>()
