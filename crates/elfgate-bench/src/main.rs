@@ -35,48 +35,89 @@ const TARGET_IDLE_RSS_MB: f64 = 30.0;
 /// The concurrency the TTFT target is stated for.
 const TARGET_TTFT_CONCURRENCY: usize = 50;
 
-const USAGE: &str = "\
-elfgate-bench: concurrent SSE sessions through the elfgate daemon vs. directly against the mock
-
-USAGE: elfgate-bench [OPTIONS]
-
-OPTIONS:
-  --concurrency LIST   concurrent sessions per scenario, comma-separated   [1,50,200]
-  --tokens N           tokens streamed per session                          [200]
-  --delay-ms D         mock delay before each token in the latency pass     [5]
-  --rounds R           direct+daemon pass pairs per scenario (alternating)  [3]
-  --min-samples S      run more rounds until each path has S sessions       [20]
-  --no-throughput      skip the throughput pass (delay 0)
-  --one-request        daemon sessions as one request: POST /v1/sessions with
-                       Accept: text/event-stream (default: POST, then GET events)
-  --stagger            paced scenarios start their C sessions spread over one
-                       session's length, and each of the C runs a second session
-                       right after its first: TTFT is taken from the second ones,
-                       which start while C sessions stream (default: all C at once)
-  --gateway            the daemon path is the gateway's front door instead: the direct
-                       request (POST /v1/chat/completions, stream) sent to the daemon
-                       with model mock/MODEL; judged on the gateway's targets
-  --idle-subscribers N instead of the scenarios: N idle SSE subscribers over
-                       --idle-sessions S sessions [100]; RSS before/with/after
-                       and /healthz latency meanwhile (needs ulimit -n > N)
-  --large-prompts N    instead of the scenarios: N prompts of 1 MB in one chat
-                       session; RSS before, at the end, and once idle
-  --no-nginx           skip the nginx path (run when /usr/sbin/nginx exists)
-  --relay-cpus LIST    start the daemon and nginx on these CPUs (a taskset list, e.g. 1);
-                       run the bench itself on the others (`taskset -c 0 elfgate-bench
-                       --relay-cpus 1 ...`) so that the relays do not share a CPU with
-                       the load generator and the mock (default: all share every CPU)
-  --ratio-search LIST  after the scenarios, the largest C of LIST (e.g. 200,300,400,500)
-                       whose paced relay ratio stays >= 0.95 (D = --delay-ms)
-  --write-rate         after the scenarios, the event log's sustained write rate
-  --write-rate-sessions C   sessions at once in that pass                   [200]
-  --write-rate-delay-ms D   mock delay before each token in that pass       [1]
-  --write-rate-secs S       length of its measured window                   [10]
-  -v, --verbose        print one line per pass
-  -h, --help           this text
-
-The `elfgate` binary must sit next to this executable (same cargo profile):
-  cargo build --release -p elfgate-server -p elfgate-bench   (or scripts/bench.sh)";
+/// Concurrent SSE sessions through the elfgate daemon vs. directly against the mock.
+///
+/// The `elfgate` binary must sit next to this executable (same cargo profile):
+/// `cargo build --release -p elfgate-server -p elfgate-bench` (or scripts/bench.sh).
+#[derive(Debug, clap::Parser)]
+#[command(name = "elfgate-bench")]
+struct Cli {
+    /// Concurrent sessions per scenario, comma-separated.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,50,200"
+    )]
+    concurrency: Vec<usize>,
+    /// Tokens streamed per session.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    tokens: u32,
+    /// Mock delay before each token in the latency pass.
+    #[arg(long, value_name = "D", default_value_t = 5)]
+    delay_ms: u64,
+    /// Direct+daemon pass pairs per scenario (alternating).
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    rounds: usize,
+    /// Run more rounds until each path has S sessions.
+    #[arg(long, value_name = "S", default_value_t = 20)]
+    min_samples: usize,
+    /// Skip the throughput pass (delay 0).
+    #[arg(long)]
+    no_throughput: bool,
+    /// Daemon sessions as one request: POST /v1/sessions with Accept: text/event-stream
+    /// (default: POST, then GET events).
+    #[arg(long)]
+    one_request: bool,
+    /// Paced scenarios start their C sessions spread over one session's length, and each of
+    /// the C runs a second session right after its first: TTFT is taken from the second ones,
+    /// which start while C sessions stream (default: all C at once).
+    #[arg(long)]
+    stagger: bool,
+    /// The daemon path is the gateway's front door instead: the direct request (POST
+    /// /v1/chat/completions, stream) sent to the daemon with model mock/MODEL; judged on the
+    /// gateway's targets.
+    #[arg(long, conflicts_with = "one_request")]
+    gateway: bool,
+    /// Instead of the scenarios: N idle SSE subscribers over --idle-sessions sessions; RSS
+    /// before/with/after and /healthz latency meanwhile (needs ulimit -n > N).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    idle_subscribers: usize,
+    /// Sessions the idle subscribers follow.
+    #[arg(long, value_name = "S", default_value_t = 100)]
+    idle_sessions: usize,
+    /// Instead of the scenarios: N prompts of 1 MB in one chat session; RSS before, at the end,
+    /// and once idle.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    large_prompts: usize,
+    /// Skip the nginx path (run when /usr/sbin/nginx exists).
+    #[arg(long)]
+    no_nginx: bool,
+    /// Start the daemon and nginx on these CPUs (a taskset list, e.g. 1); run the bench itself
+    /// on the others (`taskset -c 0 elfgate-bench --relay-cpus 1 ...`) so that the relays do not
+    /// share a CPU with the load generator and the mock (default: all share every CPU).
+    #[arg(long, value_name = "LIST")]
+    relay_cpus: Option<String>,
+    /// After the scenarios, the largest C of LIST (e.g. 200,300,400,500) whose paced relay
+    /// ratio stays >= 0.95 (D = --delay-ms).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    ratio_search: Vec<usize>,
+    /// After the scenarios, the event log's sustained write rate (implied by the options below).
+    #[arg(long)]
+    write_rate: bool,
+    /// Sessions at once in the write-rate pass [default: 200].
+    #[arg(long, value_name = "C")]
+    write_rate_sessions: Option<usize>,
+    /// Mock delay before each token in the write-rate pass [default: 1].
+    #[arg(long, value_name = "D")]
+    write_rate_delay_ms: Option<u64>,
+    /// Length of the write-rate pass's measured window [default: 10].
+    #[arg(long, value_name = "S")]
+    write_rate_secs: Option<u64>,
+    /// Print one line per pass.
+    #[arg(short, long)]
+    verbose: bool,
+}
 
 /// Command-line options.
 #[derive(Debug, Clone)]
@@ -106,111 +147,64 @@ struct Opts {
     relay_cpus: Option<String>,
 }
 
-/// "1,50,200" as numbers.
-fn concurrency_list(v: &str, option: &str) -> anyhow::Result<Vec<usize>> {
-    v.split(',')
-        .map(|s| s.trim().parse::<usize>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("{option} takes a list like 1,50,200"))
+/// A command line that clap accepted but that makes no sense: said the way clap says its own
+/// errors (exit status 2).
+fn usage_error(message: &str) -> ! {
+    <Cli as clap::CommandFactory>::command()
+        .error(clap::error::ErrorKind::ValueValidation, message)
+        .exit()
 }
 
 impl Opts {
-    fn parse() -> anyhow::Result<Option<Opts>> {
-        let mut o = Opts {
-            concurrency: vec![1, 50, 200],
-            tokens: 200,
-            delay_ms: 5,
-            rounds: 3,
-            min_samples: 20,
-            throughput: true,
-            one_request: false,
-            stagger: false,
-            gateway: false,
-            verbose: false,
-            idle_subscribers: 0,
-            idle_sessions: 100,
-            large_prompts: 0,
-            nginx: true,
-            ratio_search: Vec::new(),
-            write_rate: None,
-            relay_cpus: None,
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(a) = args.next() {
-            let (key, inline) = match a.split_once('=') {
-                Some((k, v)) if k.starts_with("--") => (k.to_string(), Some(v.to_string())),
-                _ => (a.clone(), None),
-            };
-            let mut value = || -> anyhow::Result<String> {
-                match inline.clone() {
-                    Some(v) => Ok(v),
-                    None => args.next().with_context(|| format!("{key} needs a value")),
-                }
-            };
-            match key.as_str() {
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    return Ok(None);
-                }
-                "--concurrency" => o.concurrency = concurrency_list(&value()?, "--concurrency")?,
-                "--tokens" => o.tokens = value()?.parse().context("--tokens")?,
-                "--delay-ms" => o.delay_ms = value()?.parse().context("--delay-ms")?,
-                "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
-                "--min-samples" => o.min_samples = value()?.parse().context("--min-samples")?,
-                "--no-throughput" => o.throughput = false,
-                "--one-request" => o.one_request = true,
-                "--stagger" => o.stagger = true,
-                "--gateway" => o.gateway = true,
-                "--idle-subscribers" => {
-                    o.idle_subscribers = value()?.parse().context("--idle-subscribers")?;
-                }
-                "--idle-sessions" => {
-                    o.idle_sessions = value()?.parse().context("--idle-sessions")?;
-                }
-                "--large-prompts" => {
-                    o.large_prompts = value()?.parse().context("--large-prompts")?;
-                }
-                "--no-nginx" => o.nginx = false,
-                "--relay-cpus" => o.relay_cpus = Some(value()?),
-                "--ratio-search" => {
-                    o.ratio_search = concurrency_list(&value()?, "--ratio-search")?;
-                }
-                "--write-rate" => {
-                    o.write_rate.get_or_insert_with(Default::default);
-                }
-                "--write-rate-sessions" | "--write-rate-delay-ms" | "--write-rate-secs" => {
-                    let n: u64 = value()?.parse().with_context(|| key.clone())?;
-                    let w = o.write_rate.get_or_insert_with(Default::default);
-                    match key.as_str() {
-                        "--write-rate-sessions" => w.sessions = usize::try_from(n)?,
-                        "--write-rate-delay-ms" => w.delay_ms = n,
-                        _ => w.secs = n,
-                    }
-                }
-                "-v" | "--verbose" => o.verbose = true,
-                other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+    /// The command line, checked beyond what clap checks.
+    fn parse() -> Opts {
+        let c = <Cli as clap::Parser>::parse();
+        let write_rate = (c.write_rate
+            || c.write_rate_sessions.is_some()
+            || c.write_rate_delay_ms.is_some()
+            || c.write_rate_secs.is_some())
+        .then(|| {
+            let d = write_rate::Settings::default();
+            write_rate::Settings {
+                sessions: c.write_rate_sessions.unwrap_or(d.sessions),
+                delay_ms: c.write_rate_delay_ms.unwrap_or(d.delay_ms),
+                secs: c.write_rate_secs.unwrap_or(d.secs),
             }
+        });
+        if c.concurrency.is_empty() || c.concurrency.contains(&0) || c.ratio_search.contains(&0) {
+            usage_error("--concurrency and --ratio-search need positive numbers");
         }
-        if o.concurrency.is_empty() || o.concurrency.contains(&0) || o.ratio_search.contains(&0) {
-            bail!("--concurrency and --ratio-search need positive numbers");
+        if !c.ratio_search.is_empty() && c.delay_ms == 0 {
+            usage_error("--ratio-search measures paced streams: --delay-ms must be positive");
         }
-        if !o.ratio_search.is_empty() && o.delay_ms == 0 {
-            bail!("--ratio-search measures paced streams: --delay-ms must be positive");
-        }
-        if o.write_rate
+        if write_rate
             .as_ref()
             .is_some_and(|w| w.sessions == 0 || w.secs == 0)
         {
-            bail!("--write-rate-sessions and --write-rate-secs must be positive");
+            usage_error("--write-rate-sessions and --write-rate-secs must be positive");
         }
-        if o.gateway && o.one_request {
-            bail!("--gateway and --one-request choose different daemon paths: give one");
+        if c.tokens == 0 {
+            usage_error("--tokens must be positive");
         }
-        if o.tokens == 0 {
-            bail!("--tokens must be positive");
+        Opts {
+            concurrency: c.concurrency,
+            tokens: c.tokens,
+            delay_ms: c.delay_ms,
+            rounds: c.rounds.max(1),
+            min_samples: c.min_samples,
+            throughput: !c.no_throughput,
+            one_request: c.one_request,
+            stagger: c.stagger,
+            gateway: c.gateway,
+            verbose: c.verbose,
+            idle_subscribers: c.idle_subscribers,
+            idle_sessions: c.idle_sessions,
+            large_prompts: c.large_prompts,
+            nginx: !c.no_nginx,
+            ratio_search: c.ratio_search,
+            write_rate,
+            relay_cpus: c.relay_cpus,
         }
-        o.rounds = o.rounds.max(1);
-        Ok(Some(o))
     }
 }
 
@@ -786,9 +780,7 @@ fn report(outcomes: &[Outcome], idle_rss: u64, idle_rss_after: u64, opts: &Opts)
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Some(opts) = Opts::parse()? else {
-        return Ok(());
-    };
+    let opts = Opts::parse();
     let mock = elfgate_mockllm::MockServer::start()
         .await
         .context("starting the mock provider")?;
