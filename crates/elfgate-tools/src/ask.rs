@@ -1,15 +1,16 @@
 //! ask_user: the model asks the user a question and the run stops (a YieldSignal) until the user
 //! answers with the next prompt.
 
-use crate::schema::schema_of;
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
+use crate::tool::{
+    BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
+};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
-pub(crate) struct AskArgs {
+pub struct AskArgs {
     question: String,
 }
 
@@ -18,25 +19,17 @@ pub(crate) struct AskArgs {
 pub struct AskUser;
 
 #[async_trait]
-impl Tool for AskUser {
-    fn name(&self) -> &str {
-        "ask_user"
-    }
-    fn description(&self) -> &str {
-        "Ask the user a question when you cannot go on without their answer. The run stops; the \
-user's reply arrives as the next message."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<AskArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    async fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: AskArgs = parse_args(input)?;
+impl BuiltinTool for AskUser {
+    type Args = AskArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "ask_user",
+        description: "Ask the user a question when you cannot go on without their answer. The run stops; the \
+user's reply arrives as the next message.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: false,
+    };
+    async fn run(&self, a: AskArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let q = a.question;
         if q.trim().is_empty() {
             return Err(ToolError::InvalidInput("question must not be empty".into()));

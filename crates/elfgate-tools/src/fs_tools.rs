@@ -3,9 +3,9 @@
 //! [`crate::walk`], which drops what the firewall refuses.
 
 use crate::file_access::{self, Access};
-use crate::schema::schema_of;
 use crate::tool::{
-    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
+    BuiltinTool, FirewallTargets, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind,
+    ToolOutput,
 };
 use crate::walk::{WalkOptions, walk};
 use async_trait::async_trait;
@@ -55,9 +55,10 @@ fn too_large(tool: &str, shown: &str, size: Option<u64>, cap: u64) -> ToolOutput
 #[derive(Debug, Default)]
 pub struct ReadFile;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ReadArgs {
+pub struct ReadArgs {
     /// File path, relative to the project
     path: String,
     #[serde(default, alias = "startLine")]
@@ -71,34 +72,23 @@ pub(crate) struct ReadArgs {
 /// read_file's schema, for other modules' tests.
 #[cfg(test)]
 pub(crate) fn read_schema_for_tests() -> Value {
-    schema_of::<ReadArgs>()
+    crate::schema::schema_of::<ReadArgs>()
 }
 
 #[async_trait]
-impl Tool for ReadFile {
-    fn name(&self) -> &str {
-        "read_file"
-    }
-    fn description(&self) -> &str {
-        "Read a text file of the project. Optional 1-based inclusive line range start_line..end_line."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ReadArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for ReadFile {
+    type Args = ReadArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "read_file",
+        description: "Read a text file of the project. Optional 1-based inclusive line range start_line..end_line.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_target(input, "path")
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ReadArgs = parse_args(input)?;
+    async fn run(&self, a: ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = ctx.resolve(&a.path)?;
         let (file, meta) = file_access::open(&path, &a.path, Access::Read).await?;
         if meta.is_dir() {
@@ -150,38 +140,28 @@ impl Tool for ReadFile {
 #[derive(Debug, Default)]
 pub struct WriteFile;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct WriteArgs {
+pub struct WriteArgs {
     path: String,
     content: String,
 }
 
 #[async_trait]
-impl Tool for WriteFile {
-    fn name(&self) -> &str {
-        "write_file"
-    }
-    fn description(&self) -> &str {
-        "Create or overwrite a file of the project with the given content."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<WriteArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ConfirmOnce
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Edit
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for WriteFile {
+    type Args = WriteArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "write_file",
+        description: "Create or overwrite a file of the project with the given content.",
+        tier: PermissionTier::ConfirmOnce,
+        kind: ToolKind::Edit,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_target(input, "path")
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: WriteArgs = parse_args(input)?;
+    async fn run(&self, a: WriteArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = ctx.resolve(&a.path)?;
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;
@@ -238,9 +218,10 @@ pub fn replace_exact(text: &str, old: &str, new: &str) -> Result<String, Replace
 #[derive(Debug, Default)]
 pub struct EditFile;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct EditArgs {
+pub struct EditArgs {
     path: String,
     #[serde(alias = "oldString")]
     old_string: String,
@@ -249,30 +230,19 @@ pub(crate) struct EditArgs {
 }
 
 #[async_trait]
-impl Tool for EditFile {
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-    fn description(&self) -> &str {
-        "Replace exactly one occurrence of old_string with new_string in a file. Fails if old_string is missing or matches more than once."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<EditArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ConfirmOnce
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Edit
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for EditFile {
+    type Args = EditArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "edit_file",
+        description: "Replace exactly one occurrence of old_string with new_string in a file. Fails if old_string is missing or matches more than once.",
+        tier: PermissionTier::ConfirmOnce,
+        kind: ToolKind::Edit,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_target(input, "path")
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: EditArgs = parse_args(input)?;
+    async fn run(&self, a: EditArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let path = ctx.resolve(&a.path)?;
         let (mut file, meta) = file_access::open(&path, &a.path, Access::Update).await?;
         if meta.len() > EDIT_MAX_BYTES {
@@ -305,38 +275,28 @@ impl Tool for EditFile {
 #[derive(Debug, Default)]
 pub struct ListDir;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ListArgs {
+pub struct ListArgs {
     #[serde(default)]
     path: Option<String>,
 }
 
 #[async_trait]
-impl Tool for ListDir {
-    fn name(&self) -> &str {
-        "list_dir"
-    }
-    fn description(&self) -> &str {
-        "List a directory of the project (default: the project root). Directories end with '/'."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ListArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for ListDir {
+    type Args = ListArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "list_dir",
+        description: "List a directory of the project (default: the project root). Directories end with '/'.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_or_root_target(input)
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ListArgs = parse_args(input)?;
+    async fn run(&self, a: ListArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let shown = a.path.as_deref().unwrap_or(".");
         let path = ctx.resolve(shown)?;
         if !tokio::fs::metadata(&path).await?.is_dir() {
@@ -413,39 +373,29 @@ fn search_output(
 #[derive(Debug, Default)]
 pub struct Glob;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct GlobArgs {
+pub struct GlobArgs {
     pattern: String,
     #[serde(default)]
     path: Option<String>,
 }
 
 #[async_trait]
-impl Tool for Glob {
-    fn name(&self) -> &str {
-        "glob"
-    }
-    fn description(&self) -> &str {
-        "Find project files whose path (relative to `path`, default the project root) matches a glob such as **/*.rs."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<GlobArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for Glob {
+    type Args = GlobArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "glob",
+        description: "Find project files whose path (relative to `path`, default the project root) matches a glob such as **/*.rs.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_or_root_target(input)
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: GlobArgs = parse_args(input)?;
+    async fn run(&self, a: GlobArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
         let confinement = ctx.firewall.confinement(&ctx.project_path)?;
         let matcher = globset::Glob::new(&a.pattern)
@@ -487,9 +437,10 @@ impl Tool for Glob {
 #[derive(Debug, Default)]
 pub struct Grep;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct GrepArgs {
+pub struct GrepArgs {
     pattern: String,
     #[serde(default)]
     path: Option<String>,
@@ -503,30 +454,19 @@ pub(crate) struct GrepArgs {
 }
 
 #[async_trait]
-impl Tool for Grep {
-    fn name(&self) -> &str {
-        "grep"
-    }
-    fn description(&self) -> &str {
-        "Search project files for a regular expression; returns path:line: text. Optional path (file or directory), glob filter, case_insensitive, max_results (default and limit 1000)."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<GrepArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for Grep {
+    type Args = GrepArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "grep",
+        description: "Search project files for a regular expression; returns path:line: text. Optional path (file or directory), glob filter, case_insensitive, max_results (default and limit 1000).",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         path_or_root_target(input)
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: GrepArgs = parse_args(input)?;
+    async fn run(&self, a: GrepArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let root = ctx.resolve(a.path.as_deref().unwrap_or("."))?;
         let re = regex::RegexBuilder::new(&a.pattern)
             .case_insensitive(a.case_insensitive)

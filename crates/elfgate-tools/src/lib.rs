@@ -28,8 +28,8 @@ pub use permission::{
     PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope, policy,
 };
 pub use tool::{
-    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput,
-    ToolRegistry, parse_args, truncate_result,
+    BuiltinTool, FirewallTargets, PermissionTier, Tool, ToolContext, ToolDecl, ToolError, ToolKind,
+    ToolOutput, ToolRegistry, parse_args, truncate_result,
 };
 
 use std::sync::Arc;

@@ -1,15 +1,16 @@
 //! Session tools: list the daemon's sessions and read another session's messages (read-only).
 
-use crate::schema::schema_of;
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
+use crate::tool::{
+    BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
+};
 use async_trait::async_trait;
 use elfgate_core::{ContentBlock, SessionId};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
-pub(crate) struct ListSessionsArgs {
+pub struct ListSessionsArgs {
     #[schemars(range(min = 1, max = 200))]
     limit: Option<u64>,
 }
@@ -19,24 +20,16 @@ pub(crate) struct ListSessionsArgs {
 pub struct ListSessions;
 
 #[async_trait]
-impl Tool for ListSessions {
-    fn name(&self) -> &str {
-        "list_sessions"
-    }
-    fn description(&self) -> &str {
-        "List the user's sessions, newest first: id, engine, title, project path."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ListSessionsArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ListSessionsArgs = parse_args(input)?;
+impl BuiltinTool for ListSessions {
+    type Args = ListSessionsArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "list_sessions",
+        description: "List the user's sessions, newest first: id, engine, title, project path.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: false,
+    };
+    async fn run(&self, a: ListSessionsArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let limit = a.limit.unwrap_or(50).clamp(1, 200) as u32;
         let store = ctx
             .store
@@ -72,8 +65,9 @@ impl Tool for ListSessions {
     }
 }
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
-pub(crate) struct ReadSessionArgs {
+pub struct ReadSessionArgs {
     #[serde(alias = "sessionId")]
     session_id: String,
     #[schemars(range(min = 1, max = 500))]
@@ -85,24 +79,16 @@ pub(crate) struct ReadSessionArgs {
 pub struct ReadSessionMessages;
 
 #[async_trait]
-impl Tool for ReadSessionMessages {
-    fn name(&self) -> &str {
-        "read_session_messages"
-    }
-    fn description(&self) -> &str {
-        "Read the stored messages of a session (read-only), oldest first."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ReadSessionArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ReadSessionArgs = parse_args(input)?;
+impl BuiltinTool for ReadSessionMessages {
+    type Args = ReadSessionArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "read_session_messages",
+        description: "Read the stored messages of a session (read-only), oldest first.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: false,
+    };
+    async fn run(&self, a: ReadSessionArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let id: SessionId = a.session_id.parse().map_err(|_| {
             ToolError::InvalidInput(format!("'{}' is not a session id", a.session_id))
         })?;

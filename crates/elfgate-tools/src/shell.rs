@@ -3,9 +3,9 @@
 //! clean environment and, by default, a network namespace of its own.
 
 use crate::process::{Captured, End, run};
-use crate::schema::schema_of;
 use crate::tool::{
-    FirewallTargets, PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
+    BuiltinTool, FirewallTargets, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind,
+    ToolOutput,
 };
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -27,9 +27,10 @@ impl Default for Shell {
     }
 }
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ShellArgs {
+pub struct ShellArgs {
     /// The bash command line
     command: String,
 }
@@ -47,26 +48,16 @@ fn section(name: &str, c: &Captured) -> String {
 }
 
 #[async_trait]
-impl Tool for Shell {
-    fn name(&self) -> &str {
-        "shell"
-    }
-    fn description(&self) -> &str {
-        "Run a shell command with bash in the project directory. Returns the exit code, stdout and stderr (capped)."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ShellArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::AlwaysConfirm
-    }
-    fn works_in_project(&self) -> bool {
-        true
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Execute
-    }
-    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+impl BuiltinTool for Shell {
+    type Args = ShellArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "shell",
+        description: "Run a shell command with bash in the project directory. Returns the exit code, stdout and stderr (capped).",
+        tier: PermissionTier::AlwaysConfirm,
+        kind: ToolKind::Execute,
+        works_in_project: true,
+    };
+    fn targets(&self, input: &Value) -> FirewallTargets {
         FirewallTargets {
             paths: Vec::new(),
             command: input
@@ -75,8 +66,7 @@ impl Tool for Shell {
                 .map(str::to_string),
         }
     }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ShellArgs = parse_args(input)?;
+    async fn run(&self, a: ShellArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         ctx.firewall.check_command(&a.command)?;
         let cwd = ctx.resolve(".")?;
         let mut spec = ctx.child.spec("bash", &["-c", &a.command], &cwd);
@@ -109,6 +99,7 @@ impl Tool for Shell {
 mod tests {
     use super::*;
     use crate::firewall::ExecutionFirewall;
+    use crate::tool::Tool as _;
     use serde_json::json;
     use std::sync::Arc;
     use std::time::{Duration, Instant};

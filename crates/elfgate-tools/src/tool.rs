@@ -202,6 +202,69 @@ pub trait Tool: Send + Sync {
     async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 
+/// What a built-in tool is, declared once: its [`Tool`] metadata comes from here, its schema from
+/// its argument type.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolDecl {
+    /// Its name, as the model calls it.
+    pub name: &'static str,
+    /// What it does, for the model.
+    pub description: &'static str,
+    /// Its default permission tier.
+    pub tier: PermissionTier,
+    /// What kind of thing it does.
+    pub kind: ToolKind,
+    /// Whether it works on the session's project directory (see [`Tool::works_in_project`]).
+    pub works_in_project: bool,
+}
+
+/// A tool whose name, description and schema are known when the daemon is built: one
+/// [`ToolDecl`], typed arguments (parsed before [`BuiltinTool::run`], so that a wrong one is an
+/// `InvalidInput` the same way for every tool), and the work. Every such type is a [`Tool`].
+/// Tools learned at run time (an MCP server's) implement [`Tool`] themselves.
+#[async_trait]
+pub trait BuiltinTool: Send + Sync {
+    /// The arguments, as the model sends them; their JSON schema is the tool's.
+    type Args: serde::de::DeserializeOwned + schemars::JsonSchema + Send;
+    /// What it is.
+    const DECL: ToolDecl;
+    /// The paths and command the firewall must check for this input (none by default).
+    fn targets(&self, _input: &Value) -> FirewallTargets {
+        FirewallTargets::default()
+    }
+    /// Runs it. Must stop promptly when `ctx.cancel` fires.
+    async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<T: BuiltinTool> Tool for T {
+    fn name(&self) -> &str {
+        T::DECL.name
+    }
+    fn description(&self) -> &str {
+        T::DECL.description
+    }
+    fn schema(&self) -> Value {
+        crate::schema::schema_of::<T::Args>()
+    }
+    fn tier(&self) -> PermissionTier {
+        T::DECL.tier
+    }
+    fn kind(&self) -> ToolKind {
+        T::DECL.kind
+    }
+    fn firewall_targets(&self, input: &Value) -> FirewallTargets {
+        self.targets(input)
+    }
+    fn works_in_project(&self) -> bool {
+        T::DECL.works_in_project
+    }
+    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: T::Args = parse_args(input)?;
+        self.run(args, ctx).await
+    }
+}
+
 /// Tools by name, with per-name tier overrides.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {

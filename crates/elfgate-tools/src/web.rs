@@ -1,13 +1,13 @@
 //! web_fetch: fetches a URL and returns readable text; refuses loopback and private addresses
 //! unless allowed; size and time limits; redirects are followed by hand and checked each time.
 
-use crate::schema::schema_of;
-use crate::tool::{PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args};
+use crate::tool::{
+    BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
+};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -241,30 +241,23 @@ impl WebFetch {
     }
 }
 
+/// The tool's arguments (their JSON schema is the tool's; this comment is not in it).
 #[derive(Deserialize, JsonSchema)]
-pub(crate) struct WebArgs {
+pub struct WebArgs {
     url: String,
 }
 
 #[async_trait]
-impl Tool for WebFetch {
-    fn name(&self) -> &str {
-        "web_fetch"
-    }
-    fn description(&self) -> &str {
-        "Fetch an http(s) URL and return its readable text."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<WebArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ConfirmOnce
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Network
-    }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: WebArgs = parse_args(input)?;
+impl BuiltinTool for WebFetch {
+    type Args = WebArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: "web_fetch",
+        description: "Fetch an http(s) URL and return its readable text.",
+        tier: PermissionTier::ConfirmOnce,
+        kind: ToolKind::Network,
+        works_in_project: false,
+    };
+    async fn run(&self, a: WebArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         match self.fetch(&a.url, &ctx.cancel).await {
             Ok(t) => Ok(ToolOutput::ok(t)),
             Err(e) if ctx.cancel.is_cancelled() => {

@@ -6,13 +6,11 @@
 
 use async_trait::async_trait;
 use elfgate_core::FinishReason;
-use elfgate_tools::schema::schema_of;
 use elfgate_tools::{
-    PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, parse_args,
+    BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -64,7 +62,7 @@ impl SpawnTool {
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpawnArgs {
+pub struct SpawnArgs {
     /// What the sub-agent must do
     task: String,
     /// A short name for it
@@ -78,25 +76,17 @@ struct SpawnArgs {
 }
 
 #[async_trait]
-impl Tool for SpawnTool {
-    fn name(&self) -> &str {
-        SPAWN
-    }
-    fn description(&self) -> &str {
-        "Start a sub-agent on a self-contained task. background=false waits and returns its answer; \
-background=true returns at once and its answer arrives later as a message. Sub-agents cannot spawn."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<SpawnArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Agent
-    }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: SpawnArgs = parse_args(input)?;
+impl BuiltinTool for SpawnTool {
+    type Args = SpawnArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: SPAWN,
+        description: "Start a sub-agent on a self-contained task. background=false waits and returns its answer; \
+background=true returns at once and its answer arrives later as a message. Sub-agents cannot spawn.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Agent,
+        works_in_project: false,
+    };
+    async fn run(&self, a: SpawnArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         if a.task.trim().is_empty() {
             return Err(ToolError::InvalidInput("task must not be empty".into()));
         }
@@ -165,6 +155,7 @@ pub(crate) fn outcome_text(finish: FinishReason, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use elfgate_tools::Tool as _;
 
     /// Runs nothing; refuses background slots.
     struct NoAgents;

@@ -5,13 +5,12 @@
 use super::skills::{SKILL_FILE, SkillSet};
 use async_trait::async_trait;
 use elfgate_tools::confined::read_capped;
-use elfgate_tools::schema::schema_of;
 use elfgate_tools::{
-    PermissionTier, Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolRegistry, parse_args,
+    BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
+    ToolRegistry,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 use std::sync::Arc;
 
 /// The name of the tool that loads a skill.
@@ -45,7 +44,7 @@ struct LoadSkill(Arc<SkillSet>);
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct LoadArgs {
+pub struct LoadArgs {
     /// The skill's name, as in the catalogue
     name: String,
 }
@@ -59,24 +58,16 @@ fn unknown(set: &SkillSet, name: &str) -> ToolOutput {
 }
 
 #[async_trait]
-impl Tool for LoadSkill {
-    fn name(&self) -> &str {
-        LOAD_SKILL
-    }
-    fn description(&self) -> &str {
-        "Load a skill from the catalogue: returns its instructions and lists its other files."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<LoadArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    async fn execute(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: LoadArgs = parse_args(input)?;
+impl BuiltinTool for LoadSkill {
+    type Args = LoadArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: LOAD_SKILL,
+        description: "Load a skill from the catalogue: returns its instructions and lists its other files.",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: false,
+    };
+    async fn run(&self, a: LoadArgs, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let Some(skill) = self.0.get(&a.name) else {
             return Ok(unknown(&self.0, &a.name));
         };
@@ -122,7 +113,7 @@ struct ReadSkillFile(Arc<SkillSet>);
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadArgs {
+pub struct ReadArgs {
     /// The skill's name, as in the catalogue
     name: String,
     /// The file's path, relative to the skill's folder
@@ -130,24 +121,16 @@ struct ReadArgs {
 }
 
 #[async_trait]
-impl Tool for ReadSkillFile {
-    fn name(&self) -> &str {
-        READ_SKILL_FILE
-    }
-    fn description(&self) -> &str {
-        "Read a file of a skill (a path relative to the skill's folder, as load_skill lists them)."
-    }
-    fn schema(&self) -> Value {
-        schema_of::<ReadArgs>()
-    }
-    fn tier(&self) -> PermissionTier {
-        PermissionTier::ReadOnly
-    }
-    fn kind(&self) -> ToolKind {
-        ToolKind::Read
-    }
-    async fn execute(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let a: ReadArgs = parse_args(input)?;
+impl BuiltinTool for ReadSkillFile {
+    type Args = ReadArgs;
+    const DECL: ToolDecl = ToolDecl {
+        name: READ_SKILL_FILE,
+        description: "Read a file of a skill (a path relative to the skill's folder, as load_skill lists them).",
+        tier: PermissionTier::ReadOnly,
+        kind: ToolKind::Read,
+        works_in_project: false,
+    };
+    async fn run(&self, a: ReadArgs, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let Some(skill) = self.0.get(&a.name) else {
             return Ok(unknown(&self.0, &a.name));
         };
