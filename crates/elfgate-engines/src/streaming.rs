@@ -8,10 +8,10 @@ use elfgate_core::{
     RetryInfo, RunOutcome, TokenUsage,
 };
 use elfgate_llm::{
-    FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream,
-    RetryNotice, RetryPolicy, stream_with_retry_from,
+    FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, RetryNotice,
+    RetryPolicy, stream_with_retry_from,
 };
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use std::time::Instant;
 
 /// A tool call the model asked for.
@@ -200,28 +200,6 @@ async fn push_piece(
     }
 }
 
-/// Most bytes merged into one delta event.
-const MERGE_LIMIT: usize = 16 * 1024;
-
-/// Appends to `text` the deltas of the same kind that have already arrived, so that a burst from
-/// upstream becomes one event instead of one per token; never waits for more. Returns the first
-/// item of another kind (or the end of the stream) if one was read.
-fn merge_ready(
-    stream: &mut LlmStream,
-    text: &mut String,
-    thinking: bool,
-) -> Option<Option<Result<LlmEvent, LlmError>>> {
-    while text.len() < MERGE_LIMIT {
-        match stream.next().now_or_never() {
-            None => return None,
-            Some(Some(Ok(LlmEvent::TextDelta(more)))) if !thinking => text.push_str(&more),
-            Some(Some(Ok(LlmEvent::ThinkingDelta(more)))) if thinking => text.push_str(&more),
-            Some(other) => return Some(other),
-        }
-    }
-    None
-}
-
 /// Bytes of streamed text counted as one token when the provider sent no figure: the usual
 /// rule of thumb for English text and code with the providers' tokenizers.
 const STREAMED_BYTES_PER_TOKEN: u64 = 4;
@@ -322,41 +300,37 @@ pub(crate) async fn relay_turn(
         // Sub-agent calls (not relayed) stay out of the time-to-first-token metric.
         let mut first_token = opts.relay_deltas;
         // An item read ahead while merging deltas; Some(None) is the end of the stream.
-        let mut read_ahead: Option<Option<Result<LlmEvent, LlmError>>> = None;
         loop {
             if cancel.is_cancelled() {
                 out.interrupted = true;
                 return out;
             }
-            let next = match read_ahead.take() {
-                Some(item) => item,
-                None => tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => {
-                        out.interrupted = true;
-                        // Dropping the stream closes the upstream connection now.
-                        drop(stream);
-                        return out;
-                    }
-                    n = stream.next() => n,
-                },
+            // A burst from upstream arrives as one delta: the stream merges what is already
+            // there (elfgate_llm's event stream), so nothing here waits for more.
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    out.interrupted = true;
+                    // Dropping the stream closes the upstream connection now.
+                    drop(stream);
+                    return out;
+                }
+                n = stream.next() => n,
             };
             let Some(item) = next else { break };
             match item {
-                Ok(LlmEvent::TextDelta(mut t)) => {
+                Ok(LlmEvent::TextDelta(t)) => {
                     if first_token {
                         first_token = false;
                         metrics.observe_ttft(started.elapsed());
                     }
-                    read_ahead = merge_ready(&mut stream, &mut t, false);
                     push_text(&mut out, &mut splitter, &opts, ctx, t).await;
                 }
-                Ok(LlmEvent::ThinkingDelta(mut t)) => {
+                Ok(LlmEvent::ThinkingDelta(t)) => {
                     if first_token {
                         first_token = false;
                         metrics.observe_ttft(started.elapsed());
                     }
-                    read_ahead = merge_ready(&mut stream, &mut t, true);
                     push_piece(&mut out, &opts, ctx, DeltaKind::Thinking, t).await;
                 }
                 Ok(LlmEvent::ThinkingSignature(s)) => {

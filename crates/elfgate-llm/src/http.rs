@@ -5,7 +5,7 @@ use crate::error::error_chain;
 use crate::sse::SseParser;
 use crate::{LlmError, LlmEvent, LlmStream};
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -27,10 +27,12 @@ const MERGE_LIMIT: usize = 16 * 1024;
 #[derive(serde::Deserialize)]
 pub(crate) struct Text<'a>(#[serde(borrow)] pub(crate) Cow<'a, str>);
 
-/// Queues a piece of answer (`thinking: false`) or reasoning text. Pieces decoded from the same
-/// read of the body go into one delta: the queue is drained between reads, so this only merges
-/// tokens that arrived together and delays none. A piece is copied at most once: into the delta
-/// it joins, or as the new delta's text (no copy when it is already owned).
+/// Queues a piece of answer (`thinking: false`) or reasoning text, merged into the delta at the
+/// queue's back when it is of the same kind. This is the one place deltas are merged: pieces of
+/// one read of the body, and of the reads already waiting when a delta is handed out
+/// ([`BodyState::read_ready`]), become one delta, so a burst from upstream is one event all the
+/// way to the client, and no token waits for another. A piece is copied at most once: into the
+/// delta it joins, or as the new delta's text (no copy when it is already owned).
 pub(crate) fn push_delta(out: &mut EventQueue, thinking: bool, piece: Text<'_>) {
     let piece = piece.0;
     if piece.is_empty() {
@@ -199,6 +201,41 @@ struct BodyState<D> {
 }
 
 impl<D: Decoder> BodyState<D> {
+    /// While the queue holds one delta with room left, decodes the reads the body already has
+    /// (never waiting for one), so that they join it.
+    fn read_ready(&mut self) {
+        while self.queue.len() == 1
+            && matches!(
+                self.queue.back(),
+                Some(Ok(LlmEvent::TextDelta(t) | LlmEvent::ThinkingDelta(t))) if t.len() < MERGE_LIMIT
+            )
+        {
+            let Some(body) = self.body.as_mut() else {
+                return;
+            };
+            let Some(next) = body.next().now_or_never() else {
+                return;
+            };
+            if self.absorb(next) {
+                self.body = None;
+            }
+        }
+    }
+
+    /// Decodes one read of the body (or its end, or its failure). Returns `true` when the
+    /// stream is finished.
+    fn absorb(&mut self, next: Option<reqwest::Result<Bytes>>) -> bool {
+        match next {
+            Some(Ok(bytes)) => self.feed(Some(&bytes)),
+            Some(Err(e)) => {
+                self.queue
+                    .push_back(Err(LlmError::Transport(error_chain(&e))));
+                true
+            }
+            None => self.feed(None),
+        }
+    }
+
     /// Feeds bytes (or end of input when `chunk` is `None`) through the parser
     /// and decoder. Returns `true` when the stream is finished.
     fn feed(&mut self, chunk: Option<&[u8]>) -> bool {
@@ -252,8 +289,13 @@ pub(crate) fn event_stream<D: Decoder>(
     idle_timeout: Duration,
     decoder: D,
 ) -> LlmStream {
+    body_events(Box::pin(resp.bytes_stream()), idle_timeout, decoder)
+}
+
+/// The events `decoder` reads from `body`.
+fn body_events<D: Decoder>(body: BodyStream, idle_timeout: Duration, decoder: D) -> LlmStream {
     let state = BodyState {
-        body: Some(Box::pin(resp.bytes_stream())),
+        body: Some(body),
         parser: SseParser::new(),
         decoder,
         queue: VecDeque::new(),
@@ -266,6 +308,7 @@ pub(crate) fn event_stream<D: Decoder>(
         (state, deadline),
         |(mut st, mut deadline)| async move {
             loop {
+                st.read_ready();
                 if let Some(item) = st.queue.pop_front() {
                     deadline = tokio::time::Instant::now() + st.idle_timeout;
                     return Some((item, (st, deadline)));
@@ -285,16 +328,7 @@ pub(crate) fn event_stream<D: Decoder>(
                         }
                     }
                 };
-                let finished = match next {
-                    Some(Ok(bytes)) => st.feed(Some(&bytes)),
-                    Some(Err(e)) => {
-                        st.queue
-                            .push_back(Err(LlmError::Transport(error_chain(&e))));
-                        true
-                    }
-                    None => st.feed(None),
-                };
-                if finished {
+                if st.absorb(next) {
                     st.body = None;
                 }
             }
@@ -353,6 +387,59 @@ mod tests {
         push_delta(&mut q, false, Text(Cow::Owned("x".repeat(MERGE_LIMIT))));
         push_delta(&mut q, false, text("y"));
         assert_eq!(q.len(), 2, "a full delta takes no more");
+    }
+
+    fn chunk(text: &str) -> reqwest::Result<Bytes> {
+        let frame = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+        Ok(Bytes::from(format!("data: {frame}\n\n")))
+    }
+
+    #[tokio::test]
+    async fn reads_already_waiting_join_the_delta_being_handed_out_and_none_waits() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<reqwest::Result<Bytes>>();
+        let body =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|c| (c, rx)) },
+            );
+        let mut events = body_events(
+            Box::pin(body),
+            Duration::ZERO,
+            crate::openai::OpenAiDecoder::default(),
+        );
+        // One read waiting: it is handed out alone, without waiting for a second.
+        tx.send(chunk("a")).unwrap();
+        let first = events.next().await.unwrap().unwrap();
+        assert_eq!(first, LlmEvent::TextDelta("a".into()));
+        // Three reads that arrived together: one delta.
+        for t in ["b", "c", "d"] {
+            tx.send(chunk(t)).unwrap();
+        }
+        let burst = events.next().await.unwrap().unwrap();
+        assert_eq!(burst, LlmEvent::TextDelta("bcd".into()));
+        // Nothing waiting: the stream waits for the next read, and hands it out.
+        let next = tokio::spawn(async move { events.next().await.map(Result::unwrap) });
+        tx.send(chunk("e")).unwrap();
+        assert_eq!(next.await.unwrap(), Some(LlmEvent::TextDelta("e".into())));
+    }
+
+    #[tokio::test]
+    async fn a_merged_delta_stops_at_the_limit() {
+        let big = "x".repeat(MERGE_LIMIT);
+        let reads = vec![chunk(&big), chunk("y"), chunk("z")];
+        let mut events = body_events(
+            Box::pin(futures_util::stream::iter(reads)),
+            Duration::ZERO,
+            crate::openai::OpenAiDecoder::default(),
+        );
+        assert_eq!(
+            events.next().await.unwrap().unwrap(),
+            LlmEvent::TextDelta(big.clone())
+        );
+        assert_eq!(
+            events.next().await.unwrap().unwrap(),
+            LlmEvent::TextDelta("yz".into())
+        );
     }
 
     #[test]
