@@ -2,97 +2,190 @@
 //! elfgate-llm's request, and the prompt stored with the session.
 
 use super::Inbound;
-use super::body::Fields;
+use super::body::{OneOrMany, PathStyle, required, typed};
 use super::openai_in::last_user_text;
 use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
 use elfgate_llm::{LlmMessage, LlmRequest, ProviderKind, ToolChoice, ToolSpec};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-fn bad(param: String, what: String) -> ApiError {
-    ApiError::invalid(Some(param), what)
+/// A Messages request, as far as the door reads it (other fields are tolerated).
+#[derive(Debug, Deserialize)]
+struct MessagesRequest {
+    model: Option<String>,
+    messages: Option<Vec<InMessage>>,
+    stream: Option<bool>,
+    system: Option<SystemPrompt>,
+    tools: Option<Vec<InTool>>,
+    tool_choice: Option<InToolChoice>,
+    thinking: Option<ThinkingParam>,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    stop_sequences: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "'system' must be a string or an array of text blocks"
+)]
+enum SystemPrompt {
+    Text(String),
+    /// cache_control marks on system blocks are not carried by the internal form.
+    Blocks(Vec<TextOnly>),
+}
+
+/// A block of which only its text is read.
+#[derive(Debug, Deserialize)]
+struct TextOnly {
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct InMessage {
+    role: InRole,
+    content: InContent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum InRole {
+    User,
+    Assistant,
+    /// Some clients (claude-code among them) put system text among the messages.
+    System,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "'content' must be a string or an array of blocks"
+)]
+enum InContent {
+    Text(String),
+    Blocks(Vec<InBlock>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InBlock {
+    Text {
+        text: Option<String>,
+    },
+    Image {
+        source: ImageSource,
+    },
+    Thinking {
+        thinking: Option<String>,
+        signature: Option<String>,
+    },
+    ToolUse {
+        id: Option<String>,
+        name: Option<String>,
+        input: Option<Value>,
+    },
+    ToolResult {
+        tool_use_id: Option<String>,
+        content: Option<ToolResultContent>,
+        is_error: Option<bool>,
+    },
+    /// redacted_thinking, documents and the like have no counterpart.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct ImageSource {
+    media_type: Option<String>,
+    data: Option<String>,
+    url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a tool result's 'content' must be a string or an array of blocks"
+)]
+enum ToolResultContent {
+    Text(String),
+    Blocks(Vec<TextOnly>),
+}
+
+#[derive(Debug, Deserialize)]
+struct InTool {
+    name: String,
+    description: Option<String>,
+    input_schema: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum InToolChoice {
+    Auto,
+    Any,
+    None,
+    Tool { name: String },
+}
+
+#[derive(Debug, Deserialize)]
+struct ThinkingParam {
+    #[serde(rename = "type")]
+    kind: String,
+    budget_tokens: Option<u64>,
 }
 
 /// Parses a Messages body.
 pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
-    let f = Fields(body);
-    let model = f.req_str("model")?.to_string();
-    let raw = f.req_array("messages")?;
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let system = match f.get("system") {
-        None => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        // cache_control marks on system blocks are not carried by the internal form.
-        Some(Value::Array(blocks)) => Some(
-            blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n\n"),
-        ),
-        Some(_) => {
-            return Err(bad(
-                "system".into(),
-                "'system' must be a string or an array of text blocks".into(),
-            ));
-        }
-    };
+    let r: MessagesRequest = typed(body, PathStyle::Dots)?;
+    let model = required(r.model, "model")?;
+    let raw = required(r.messages, "messages")?;
+    let stream = r.stream.unwrap_or(false);
+    let system = r.system.map(|s| match s {
+        SystemPrompt::Text(t) => t,
+        SystemPrompt::Blocks(blocks) => texts(blocks).join("\n\n"),
+    });
+    // Sent as given to an Anthropic provider: cache_control marks, redacted thinking and the
+    // like survive. Not when system text sits among the messages, which the API would refuse.
+    let passthrough = (!raw.iter().any(|m| m.role == InRole::System)).then(|| {
+        let fields = ["system", "messages", "tools"]
+            .iter()
+            .filter_map(|k| {
+                body.get(k)
+                    .filter(|v| !v.is_null())
+                    .map(|v| (k.to_string(), v.clone()))
+            })
+            .collect();
+        (ProviderKind::Anthropic, fields)
+    });
     let mut messages = Vec::new();
     let mut more_system = Vec::new();
-    for (i, m) in raw.iter().enumerate() {
-        message(i, m, &mut messages, &mut more_system)?;
+    for m in raw {
+        message(m, &mut messages, &mut more_system);
     }
     let system = match (system, more_system.is_empty()) {
         (s, true) => s,
         (None, false) => Some(more_system.join("\n\n")),
         (Some(s), false) => Some(format!("{s}\n\n{}", more_system.join("\n\n"))),
     };
-    let tools = f
-        .array("tools")?
-        .map(|ts| {
-            ts.iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    Ok(ToolSpec {
-                        name: t["name"]
-                            .as_str()
-                            .ok_or_else(|| {
-                                bad(
-                                    format!("tools.{i}.name"),
-                                    format!("tools[{i}] needs 'name'"),
-                                )
-                            })?
-                            .to_string(),
-                        description: t["description"].as_str().unwrap_or_default().to_string(),
-                        input_schema: t
-                            .get("input_schema")
-                            .cloned()
-                            .unwrap_or_else(|| json!({"type": "object"})),
-                    })
-                })
-                .collect::<Result<Vec<_>, ApiError>>()
+    let tools = r
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| ToolSpec {
+            name: t.name,
+            description: t.description.unwrap_or_default(),
+            input_schema: t.input_schema.unwrap_or_else(|| json!({"type": "object"})),
         })
-        .transpose()?
-        .unwrap_or_default();
-    let tool_choice = match f.get("tool_choice") {
-        None => None,
-        Some(c) => Some(match c["type"].as_str() {
-            Some("auto") => ToolChoice::Auto,
-            Some("any") => ToolChoice::Required,
-            Some("none") => ToolChoice::None,
-            Some("tool") if c["name"].is_string() => {
-                ToolChoice::Tool(c["name"].as_str().unwrap_or_default().to_string())
-            }
-            _ => {
-                return Err(bad(
-                    "tool_choice".into(),
-                    "'tool_choice' must be {\"type\": \"auto\"|\"any\"|\"none\"|\"tool\"}".into(),
-                ));
-            }
-        }),
-    };
-    let thinking = match f.get("thinking") {
-        Some(t) if t["type"] == "enabled" => match t["budget_tokens"].as_u64().unwrap_or(0) {
+        .collect();
+    let tool_choice = r.tool_choice.map(|c| match c {
+        InToolChoice::Auto => ToolChoice::Auto,
+        InToolChoice::Any => ToolChoice::Required,
+        InToolChoice::None => ToolChoice::None,
+        InToolChoice::Tool { name } => ToolChoice::Tool(name),
+    });
+    let thinking = match r.thinking {
+        Some(t) if t.kind == "enabled" => match t.budget_tokens.unwrap_or(0) {
             0..=4095 => ThinkingLevel::Low,
             4096..=16383 => ThinkingLevel::Medium,
             _ => ThinkingLevel::High,
@@ -100,27 +193,21 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
         _ => ThinkingLevel::default(),
     };
     let prompt = last_user_text(&messages);
-    // Sent as given to an Anthropic provider: cache_control marks, redacted thinking and the
-    // like survive. Not when system text sits among the messages, which the API would refuse.
-    let passthrough = (!raw.iter().any(|m| m["role"] == "system")).then(|| {
-        let fields = ["system", "messages", "tools"]
-            .iter()
-            .filter_map(|k| f.get(k).map(|v| (k.to_string(), v.clone())))
-            .collect();
-        (ProviderKind::Anthropic, fields)
-    });
     Ok(Inbound {
         model,
         request: LlmRequest {
             model: String::new(),
             system,
             messages,
-            temperature: f.f32("temperature")?,
-            max_tokens: f.u32("max_tokens")?,
+            temperature: r.temperature,
+            max_tokens: r.max_tokens,
             thinking,
             tools,
             tool_choice,
-            stop: f.strings("stop_sequences")?,
+            stop: r
+                .stop_sequences
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default(),
             response_format: None,
             // The caller's own cache marks travel in the passthrough (Anthropic callers).
             cache_prefix_len: 0,
@@ -131,84 +218,65 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
     })
 }
 
-fn message(
-    i: usize,
-    m: &Value,
-    out: &mut Vec<LlmMessage>,
-    system: &mut Vec<String>,
-) -> Result<(), ApiError> {
-    let role = match m["role"].as_str() {
-        Some("user") => Role::User,
-        Some("assistant") => Role::Assistant,
-        // Some clients (claude-code among them) put system text among the messages.
-        Some("system") => Role::System,
-        _ => {
-            return Err(bad(
-                format!("messages.{i}.role"),
-                format!("messages[{i}]: 'role' must be \"user\", \"assistant\" or \"system\""),
-            ));
-        }
-    };
-    let blocks: Vec<Value> = match &m["content"] {
-        Value::String(s) => vec![json!({"type": "text", "text": s})],
-        Value::Array(a) => a.clone(),
-        _ => {
-            return Err(bad(
-                format!("messages.{i}.content"),
-                format!("messages[{i}]: 'content' must be a string or an array of blocks"),
-            ));
-        }
+fn texts(blocks: Vec<TextOnly>) -> Vec<String> {
+    blocks.into_iter().filter_map(|b| b.text).collect()
+}
+
+fn message(m: InMessage, out: &mut Vec<LlmMessage>, system: &mut Vec<String>) {
+    let blocks = match m.content {
+        InContent::Text(s) => vec![InBlock::Text { text: Some(s) }],
+        InContent::Blocks(b) => b,
     };
     let mut own = Vec::new();
     let mut results = Vec::new();
-    for b in &blocks {
-        match b["type"].as_str() {
-            Some("text") => own.push(ContentBlock::text(b["text"].as_str().unwrap_or_default())),
-            Some("image") => {
-                let s = &b["source"];
-                own.push(ContentBlock::Image {
-                    media_type: s["media_type"].as_str().unwrap_or_default().to_string(),
-                    data: s["data"].as_str().map(str::to_string),
-                    url: s["url"].as_str().map(str::to_string),
-                });
-            }
-            Some("thinking") => own.push(ContentBlock::Thinking {
-                thinking: b["thinking"].as_str().unwrap_or_default().to_string(),
-                signature: b["signature"].as_str().map(str::to_string),
+    for b in blocks {
+        match b {
+            InBlock::Text { text } => own.push(ContentBlock::text(text.unwrap_or_default())),
+            InBlock::Image { source } => own.push(ContentBlock::Image {
+                media_type: source.media_type.unwrap_or_default(),
+                data: source.data,
+                url: source.url,
             }),
-            Some("tool_use") => own.push(ContentBlock::ToolUse {
-                id: b["id"].as_str().unwrap_or_default().to_string(),
-                name: b["name"].as_str().unwrap_or_default().to_string(),
-                input: b["input"].clone(),
+            InBlock::Thinking {
+                thinking,
+                signature,
+            } => own.push(ContentBlock::Thinking {
+                thinking: thinking.unwrap_or_default(),
+                signature,
             }),
-            Some("tool_result") => {
-                let content = match &b["content"] {
-                    Value::String(s) => s.clone(),
-                    Value::Array(parts) => parts
-                        .iter()
-                        .filter_map(|p| p["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    _ => String::new(),
-                };
-                results.push(ContentBlock::ToolResult {
-                    tool_use_id: b["tool_use_id"].as_str().unwrap_or_default().to_string(),
-                    content,
-                    is_error: b["is_error"].as_bool().unwrap_or(false),
-                });
-            }
-            // redacted_thinking, documents and the like have no counterpart.
-            _ => {}
+            InBlock::ToolUse { id, name, input } => own.push(ContentBlock::ToolUse {
+                id: id.unwrap_or_default(),
+                name: name.unwrap_or_default(),
+                input: input.unwrap_or(Value::Null),
+            }),
+            InBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => results.push(ContentBlock::ToolResult {
+                tool_use_id: tool_use_id.unwrap_or_default(),
+                content: match content {
+                    Some(ToolResultContent::Text(s)) => s,
+                    Some(ToolResultContent::Blocks(parts)) => texts(parts).join("\n"),
+                    None => String::new(),
+                },
+                is_error: is_error.unwrap_or(false),
+            }),
+            InBlock::Other => {}
         }
     }
-    if role == Role::System {
-        for b in own {
-            if let ContentBlock::Text { text } = b {
-                system.push(text);
+    let role = match m.role {
+        InRole::System => {
+            for b in own {
+                if let ContentBlock::Text { text } = b {
+                    system.push(text);
+                }
             }
+            return;
         }
-        return Ok(());
-    }
+        InRole::User => Role::User,
+        InRole::Assistant => Role::Assistant,
+    };
     if !results.is_empty() {
         out.push(LlmMessage {
             role: Role::Tool,
@@ -218,5 +286,4 @@ fn message(
     if !own.is_empty() {
         out.push(LlmMessage { role, blocks: own });
     }
-    Ok(())
 }

@@ -26,91 +26,110 @@ pub fn json_object(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError>
     Ok(value)
 }
 
-/// Field readers that name the field in their error.
-pub struct Fields<'a>(pub &'a Value);
+/// How an API names a field deep in a body: OpenAI `messages[2].content`, Anthropic
+/// `messages.2.content`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStyle {
+    /// `a[0].b`
+    Brackets,
+    /// `a.0.b`
+    Dots,
+}
 
-impl<'a> Fields<'a> {
-    fn wrong(name: &str, want: &str) -> ApiError {
-        ApiError::invalid(Some(name.to_string()), format!("'{name}' must be {want}"))
-    }
+/// Reads the body into its API's typed request. A value of the wrong type (or shape) is a 400
+/// naming where it is, in the API's own style; fields the type does not know are tolerated, as
+/// those APIs tolerate them.
+pub fn typed<T: serde::de::DeserializeOwned>(
+    body: &Value,
+    style: PathStyle,
+) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let param = param_of(e.path(), style);
+        let message = match &param {
+            Some(p) => format!("'{p}': {}", e.inner()),
+            None => e.inner().to_string(),
+        };
+        ApiError::invalid(param, message)
+    })
+}
 
-    /// A present, non-null field.
-    pub fn get(&self, name: &str) -> Option<&'a Value> {
-        self.0.get(name).filter(|v| !v.is_null())
-    }
-
-    /// A required string.
-    pub fn req_str(&self, name: &str) -> Result<&'a str, ApiError> {
-        match self.get(name) {
-            None => Err(ApiError::invalid(
-                Some(name.to_string()),
-                format!("'{name}' is required"),
-            )),
-            Some(v) => v.as_str().ok_or_else(|| Self::wrong(name, "a string")),
+fn param_of(path: &serde_path_to_error::Path, style: PathStyle) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => match style {
+                PathStyle::Brackets => out.push_str(&format!("[{index}]")),
+                PathStyle::Dots => out.push_str(&format!(".{index}")),
+            },
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
         }
     }
+    (!out.is_empty()).then_some(out)
+}
 
-    /// An optional bool.
-    pub fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
-        self.get(name)
-            .map(|v| v.as_bool().ok_or_else(|| Self::wrong(name, "a boolean")))
-            .transpose()
-    }
+/// A required field that was absent (or null).
+pub fn required<T>(value: Option<T>, name: &str) -> Result<T, ApiError> {
+    value.ok_or_else(|| ApiError::invalid(Some(name.to_string()), format!("'{name}' is required")))
+}
 
-    /// An optional number.
-    pub fn f32(&self, name: &str) -> Result<Option<f32>, ApiError> {
-        self.get(name)
-            .map(|v| {
-                v.as_f64()
-                    .map(|f| f as f32)
-                    .ok_or_else(|| Self::wrong(name, "a number"))
-            })
-            .transpose()
-    }
+/// A string or a list of strings (`stop`, `stop_sequences`).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(untagged, expecting = "a string or an array of strings")]
+pub enum OneOrMany {
+    /// One.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
 
-    /// An optional non-negative integer.
-    pub fn u32(&self, name: &str) -> Result<Option<u32>, ApiError> {
-        self.get(name)
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| Self::wrong(name, "a non-negative integer"))
-            })
-            .transpose()
-    }
-
-    /// A required array.
-    pub fn req_array(&self, name: &str) -> Result<&'a Vec<Value>, ApiError> {
-        match self.get(name) {
-            None => Err(ApiError::invalid(
-                Some(name.to_string()),
-                format!("'{name}' is required"),
-            )),
-            Some(v) => v.as_array().ok_or_else(|| Self::wrong(name, "an array")),
+impl OneOrMany {
+    /// As a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
         }
     }
+}
 
-    /// An optional array.
-    pub fn array(&self, name: &str) -> Result<Option<&'a Vec<Value>>, ApiError> {
-        self.get(name)
-            .map(|v| v.as_array().ok_or_else(|| Self::wrong(name, "an array")))
-            .transpose()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Body {
+        #[serde(rename = "messages")]
+        _messages: Vec<Message>,
     }
 
-    /// A string or an array of strings, as a list.
-    pub fn strings(&self, name: &str) -> Result<Vec<String>, ApiError> {
-        match self.get(name) {
-            None => Ok(Vec::new()),
-            Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| Self::wrong(name, "a string or an array of strings"))
-                })
-                .collect(),
-            Some(_) => Err(Self::wrong(name, "a string or an array of strings")),
+    #[derive(Debug, serde::Deserialize)]
+    struct Message {
+        #[serde(rename = "content")]
+        _content: String,
+    }
+
+    #[test]
+    fn a_wrong_type_is_named_in_the_apis_style() {
+        let body = json!({"messages": [{"content": "a"}, {"content": 5}], "other": true});
+        for (style, param) in [
+            (PathStyle::Brackets, "messages[1].content"),
+            (PathStyle::Dots, "messages.1.content"),
+        ] {
+            match typed::<Body>(&body, style) {
+                Err(ApiError::InvalidParam { param: p, message }) => {
+                    assert_eq!(p, param);
+                    assert!(message.contains("expected a string"), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 }

@@ -2,58 +2,167 @@
 //! elfgate-llm's request, and the prompt stored with the session.
 
 use super::Inbound;
-use super::body::Fields;
+use super::body::{OneOrMany, PathStyle, required, typed};
 use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
 use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
+use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// A chat completions request, as far as the door reads it (other fields are tolerated).
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    n: Option<u32>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    tools: Option<Vec<ChatTool>>,
+    tool_choice: Option<ChatToolChoice>,
+    response_format: Option<serde_json::Map<String, Value>>,
+    reasoning_effort: Option<String>,
+    temperature: Option<f32>,
+    max_completion_tokens: Option<u32>,
+    max_tokens: Option<u32>,
+    stop: Option<OneOrMany>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage {
+    System {
+        content: Option<ChatContent>,
+    },
+    Developer {
+        content: Option<ChatContent>,
+    },
+    User {
+        content: Option<ChatContent>,
+    },
+    Assistant {
+        content: Option<ChatContent>,
+        reasoning_content: Option<String>,
+        tool_calls: Option<Vec<ChatToolCall>>,
+    },
+    Tool {
+        content: Option<ChatContent>,
+        tool_call_id: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "'content' must be a string or an array of parts"
+)]
+enum ChatContent {
+    Text(String),
+    Parts(Vec<ChatPart>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ChatPart {
+    Text {
+        text: String,
+    },
+    ImageUrl {
+        image_url: ImageUrl,
+    },
+    /// Audio and file parts have no counterpart in the internal form.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged, expecting = "an image part needs a url")]
+enum ImageUrl {
+    Url(String),
+    Object { url: String },
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatToolCall {
+    id: Option<String>,
+    function: ChatCalledFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatCalledFunction {
+    name: String,
+    arguments: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatTool {
+    function: ChatFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatFunction {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "'tool_choice' must be \"auto\", \"none\", \"required\" or \
+                               {\"type\":\"function\",\"function\":{\"name\":...}}"
+)]
+enum ChatToolChoice {
+    Mode(String),
+    Function { function: FunctionName },
+}
+
+#[derive(Debug, Deserialize)]
+struct FunctionName {
+    name: String,
+}
 
 /// Parses a chat completions body.
 pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
-    let f = Fields(body);
-    let model = f.req_str("model")?.to_string();
-    let raw = f.req_array("messages")?;
-    if let Some(n) = f.u32("n")?
-        && n != 1
-    {
+    let r: ChatRequest = typed(body, PathStyle::Brackets)?;
+    let model = required(r.model, "model")?;
+    let raw = required(r.messages, "messages")?;
+    if r.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid(
             Some("n".to_string()),
             "only n=1 is supported",
         ));
     }
-    let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = match f.get("stream_options") {
-        None => false,
-        Some(o) if o.is_object() => Fields(o).bool("include_usage")?.unwrap_or(false),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                Some("stream_options".to_string()),
-                "'stream_options' must be an object",
-            ));
-        }
-    };
+    let stream = r.stream.unwrap_or(false);
+    let include_usage = r
+        .stream_options
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
     let mut system = Vec::new();
     let mut messages = Vec::new();
-    for (i, m) in raw.iter().enumerate() {
-        message(i, m, &mut system, &mut messages)?;
+    for m in raw {
+        message(m, &mut system, &mut messages);
     }
     let prompt = last_user_text(&messages);
-    let tools = f
-        .array("tools")?
-        .map(|ts| ts.iter().enumerate().map(|(i, t)| tool(i, t)).collect())
-        .transpose()?
-        .unwrap_or_default();
-    let tool_choice = f.get("tool_choice").map(tool_choice).transpose()?;
-    let response_format = match f.get("response_format") {
-        Some(v) if !v.is_object() => {
-            return Err(ApiError::invalid(
-                Some("response_format".to_string()),
-                "'response_format' must be an object",
-            ));
-        }
-        other => other.cloned(),
-    };
-    let thinking = match f.get("reasoning_effort").and_then(Value::as_str) {
+    let tools = r
+        .tools
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| ToolSpec {
+            name: t.function.name,
+            description: t.function.description.unwrap_or_default(),
+            input_schema: t
+                .function
+                .parameters
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        })
+        .collect();
+    let tool_choice = r.tool_choice.map(tool_choice).transpose()?;
+    let thinking = match r.reasoning_effort.as_deref() {
         Some("minimal" | "low") => ThinkingLevel::Low,
         Some("medium") => ThinkingLevel::Medium,
         Some("high") => ThinkingLevel::High,
@@ -63,13 +172,13 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
         model: String::new(),
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
-        temperature: f.f32("temperature")?,
-        max_tokens: f.u32("max_completion_tokens")?.or(f.u32("max_tokens")?),
+        temperature: r.temperature,
+        max_tokens: r.max_completion_tokens.or(r.max_tokens),
         thinking,
         tools,
         tool_choice,
-        stop: f.strings("stop")?,
-        response_format,
+        stop: r.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+        response_format: r.response_format.map(Value::Object),
         // The caller's own cache marks travel in the passthrough (Anthropic callers).
         cache_prefix_len: 0,
         passthrough: None,
@@ -95,41 +204,21 @@ pub fn last_user_text(messages: &[LlmMessage]) -> String {
         .unwrap_or_default()
 }
 
-fn bad(i: usize, what: &str) -> ApiError {
-    ApiError::invalid(
-        Some(format!("messages[{i}]")),
-        format!("messages[{i}]: {what}"),
-    )
-}
-
 /// Text and image parts of a `content`.
-fn content_blocks(i: usize, content: Option<&Value>) -> Result<Vec<ContentBlock>, ApiError> {
+fn content_blocks(content: Option<ChatContent>) -> Vec<ContentBlock> {
     match content {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![ContentBlock::text(s.clone())]),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| match p["type"].as_str() {
-                Some("text") => Some(
-                    p["text"]
-                        .as_str()
-                        .map(ContentBlock::text)
-                        .ok_or_else(|| bad(i, "a text part needs 'text'")),
-                ),
-                Some("image_url") => {
-                    let url = p["image_url"]["url"]
-                        .as_str()
-                        .or_else(|| p["image_url"].as_str());
-                    Some(
-                        url.map(image)
-                            .ok_or_else(|| bad(i, "an image part needs a url")),
-                    )
-                }
-                // Audio and file parts have no counterpart in the internal form.
-                _ => None,
+        None => Vec::new(),
+        Some(ChatContent::Text(s)) => vec![ContentBlock::text(s)],
+        Some(ChatContent::Parts(parts)) => parts
+            .into_iter()
+            .filter_map(|p| match p {
+                ChatPart::Text { text } => Some(ContentBlock::text(text)),
+                ChatPart::ImageUrl {
+                    image_url: ImageUrl::Url(url) | ImageUrl::Object { url },
+                } => Some(image(&url)),
+                ChatPart::Other => None,
             })
             .collect(),
-        Some(_) => Err(bad(i, "'content' must be a string or an array of parts")),
     }
 }
 
@@ -163,45 +252,36 @@ fn text_of(blocks: &[ContentBlock]) -> String {
         .join("\n")
 }
 
-fn message(
-    i: usize,
-    m: &Value,
-    system: &mut Vec<String>,
-    out: &mut Vec<LlmMessage>,
-) -> Result<(), ApiError> {
-    if !m.is_object() {
-        return Err(bad(i, "a message must be an object"));
-    }
-    let role = m["role"]
-        .as_str()
-        .ok_or_else(|| bad(i, "'role' is required"))?;
-    let blocks = content_blocks(i, m.get("content"))?;
-    match role {
-        "system" | "developer" => system.push(text_of(&blocks)),
-        "user" => out.push(LlmMessage {
+fn message(m: ChatMessage, system: &mut Vec<String>, out: &mut Vec<LlmMessage>) {
+    match m {
+        ChatMessage::System { content } | ChatMessage::Developer { content } => {
+            system.push(text_of(&content_blocks(content)));
+        }
+        ChatMessage::User { content } => out.push(LlmMessage {
             role: Role::User,
-            blocks,
+            blocks: content_blocks(content),
         }),
-        "assistant" => {
-            let mut blocks = blocks;
-            if let Some(r) = m["reasoning_content"].as_str().filter(|r| !r.is_empty()) {
+        ChatMessage::Assistant {
+            content,
+            reasoning_content,
+            tool_calls,
+        } => {
+            let mut blocks = content_blocks(content);
+            if let Some(r) = reasoning_content.filter(|r| !r.is_empty()) {
                 blocks.insert(
                     0,
                     ContentBlock::Thinking {
-                        thinking: r.to_string(),
+                        thinking: r,
                         signature: None,
                     },
                 );
             }
-            for c in m["tool_calls"].as_array().into_iter().flatten() {
-                let args = c["function"]["arguments"].as_str().unwrap_or("{}");
+            for c in tool_calls.unwrap_or_default() {
+                let args = c.function.arguments.unwrap_or_else(|| "{}".to_string());
                 blocks.push(ContentBlock::ToolUse {
-                    id: c["id"].as_str().unwrap_or_default().to_string(),
-                    name: c["function"]["name"]
-                        .as_str()
-                        .ok_or_else(|| bad(i, "a tool call needs function.name"))?
-                        .to_string(),
-                    input: serde_json::from_str(args).unwrap_or(Value::String(args.into())),
+                    id: c.id.unwrap_or_default(),
+                    name: c.function.name,
+                    input: serde_json::from_str(&args).unwrap_or(Value::String(args)),
                 });
             }
             out.push(LlmMessage {
@@ -209,54 +289,27 @@ fn message(
                 blocks,
             });
         }
-        "tool" => {
-            let id = m["tool_call_id"]
-                .as_str()
-                .ok_or_else(|| bad(i, "a tool message needs 'tool_call_id'"))?;
-            out.push(LlmMessage {
-                role: Role::Tool,
-                blocks: vec![ContentBlock::ToolResult {
-                    tool_use_id: id.to_string(),
-                    content: text_of(&blocks),
-                    is_error: false,
-                }],
-            });
-        }
-        other => return Err(bad(i, &format!("unknown role '{other}'"))),
+        ChatMessage::Tool {
+            content,
+            tool_call_id,
+        } => out.push(LlmMessage {
+            role: Role::Tool,
+            blocks: vec![ContentBlock::ToolResult {
+                tool_use_id: tool_call_id,
+                content: text_of(&content_blocks(content)),
+                is_error: false,
+            }],
+        }),
     }
-    Ok(())
 }
 
-fn tool(i: usize, t: &Value) -> Result<ToolSpec, ApiError> {
-    let f = &t["function"];
-    let name = f["name"].as_str().ok_or_else(|| {
-        ApiError::invalid(
-            Some(format!("tools[{i}].function.name")),
-            format!("tools[{i}] needs function.name"),
-        )
-    })?;
-    Ok(ToolSpec {
-        name: name.to_string(),
-        description: f["description"].as_str().unwrap_or_default().to_string(),
-        input_schema: f
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-    })
-}
-
-fn tool_choice(v: &Value) -> Result<ToolChoice, ApiError> {
-    match v {
-        Value::String(s) if s == "auto" => Ok(ToolChoice::Auto),
-        Value::String(s) if s == "none" => Ok(ToolChoice::None),
-        Value::String(s) if s == "required" => Ok(ToolChoice::Required),
-        Value::Object(_) if v["function"]["name"].is_string() => Ok(ToolChoice::Tool(
-            v["function"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        )),
-        _ => Err(ApiError::invalid(
+fn tool_choice(c: ChatToolChoice) -> Result<ToolChoice, ApiError> {
+    match c {
+        ChatToolChoice::Mode(s) if s == "auto" => Ok(ToolChoice::Auto),
+        ChatToolChoice::Mode(s) if s == "none" => Ok(ToolChoice::None),
+        ChatToolChoice::Mode(s) if s == "required" => Ok(ToolChoice::Required),
+        ChatToolChoice::Function { function } => Ok(ToolChoice::Tool(function.name)),
+        ChatToolChoice::Mode(_) => Err(ApiError::invalid(
             Some("tool_choice".to_string()),
             "'tool_choice' must be \"auto\", \"none\", \"required\" or \
              {\"type\":\"function\",\"function\":{\"name\":...}}",

@@ -165,6 +165,57 @@ async fn front_doors_answer_bad_input_in_their_callers_format() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "invalid_request_error");
+    // A value of the wrong type deep in a body is named where it is, in each API's style.
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock", "messages": [{"role": "user", "content": "hi"}],
+               "tools": [{"type": "function", "function": {"name": 3}}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "tools[0].function.name", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expected a string"),
+        "{body}"
+    );
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock", "messages": [{"role": "user", "content": "hi"},
+                                                   {"role": "user", "content": 5}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "messages[1]", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'content' must be a string or an array of parts"),
+        "{body}"
+    );
+    let resp = post_raw(
+        &d,
+        "/v1/messages",
+        json!({"model": "mock/mock", "max_tokens": 5,
+               "messages": [{"role": "user", "content": 5}]}),
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("messages.0.content")
+            && message.contains("must be a string or an array of blocks"),
+        "{body}"
+    );
     let resp = d
         .http
         .post(d.url("/v1/messages"))
@@ -205,6 +256,15 @@ async fn front_doors_answer_bad_input_in_their_callers_format() {
         Some(0),
         "{sessions}"
     );
+    // Fields an API has and the door does not read are tolerated, as the API tolerates them.
+    let resp = post_raw(
+        &d,
+        "/v1/chat/completions",
+        json!({"model": "mock/mock", "messages": [{"role": "user", "content": "hi", "name": "ann"}],
+               "user": "u-1", "seed": 7, "logit_bias": {}}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
     // Still serving.
     let (status, models) = d.get("/v1/models").await;
     assert_eq!(status, 200);
