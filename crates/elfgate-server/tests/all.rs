@@ -6,6 +6,5 @@
     reason = "a test fails loudly; the helpers outside #[test] functions too"
 )]
 
-mod common;
-mod scripted;
+use elfgate_test_support::{common, scripted};
 mod suite;

@@ -9,6 +9,7 @@ use crate::scripted;
 
 use common::{Daemon, Opts, chat};
 use elfgate_mockllm::MockServer;
+use elfgate_test_support::router::InProcess;
 use scripted::{
     bypass, call, ends_by_id, finish_of, project, resume, run, script, session, tool_run as tool,
 };
@@ -24,12 +25,11 @@ async fn session_count(d: &Daemon) -> usize {
     v["sessions"].as_array().unwrap().len()
 }
 
+/// In-process (no daemon binary): what a request to create a session answers needs no process.
 #[tokio::test]
-async fn every_native_body_refuses_an_unknown_field_by_name_and_stores_nothing() {
+async fn a_new_sessions_unknown_field_or_wrong_type_is_refused_by_name_and_stores_nothing() {
     let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
-    let dir = project();
-
+    let d = InProcess::start(&mock, "").await;
     let refused: [(Value, &str); 5] = [
         (
             json!({"engine": "chat", "prompt": "hi", "model": "mock", "bogusField": 1}),
@@ -55,26 +55,34 @@ async fn every_native_body_refuses_an_unknown_field_by_name_and_stores_nothing()
         ),
     ];
     for (body, field) in refused {
-        let (st, v) = d.post("/v1/sessions", body.clone()).await;
-        assert_eq!(st, 422, "{body} -> {v}");
-        assert_eq!(v["error"]["code"], "unprocessable", "{v}");
-        assert!(message_of(&v).contains(field), "{body} -> {v}");
+        let a = d.post("/v1/sessions", &body).await;
+        assert_eq!(a.status, 422, "{body} -> {a:?}");
+        assert_eq!(a.body["error"]["code"], "unprocessable", "{a:?}");
+        assert!(message_of(&a.body).contains(field), "{body} -> {a:?}");
     }
     // A wrong type is still a bad body (400), naming the field too.
-    let (st, v) = d
-        .post("/v1/sessions", json!({"engine": "chat", "prompt": 5}))
+    let a = d
+        .post("/v1/sessions", &json!({"engine": "chat", "prompt": 5}))
         .await;
-    assert_eq!(st, 400, "{v}");
+    assert_eq!(a.status, 400, "{a:?}");
     assert!(
-        message_of(&v).contains("prompt") || message_of(&v).contains("string"),
-        "{v}"
+        message_of(&a.body).contains("prompt") || message_of(&a.body).contains("string"),
+        "{a:?}"
     );
+    let list = d.get("/v1/sessions").await;
+    assert_eq!(list.status, 200, "{list:?}");
     assert_eq!(
-        session_count(&d).await,
-        0,
-        "a refused request stored a session"
+        list.body["sessions"].as_array().map(Vec::len),
+        Some(0),
+        "a refused request stored a session: {list:?}"
     );
+}
 
+#[tokio::test]
+async fn every_later_native_body_refuses_an_unknown_field_by_name_and_changes_nothing() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
     let (sid, run1) = d.create(chat("hi", "mock:tokens=2")).await;
     d.events(&sid, None).await.until_complete(&run1).await;
     let (_, before) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
@@ -238,10 +246,11 @@ async fn tool_runs_keep_to_the_sessions_enabled_tools() {
     assert_eq!(st, 404, "{v}");
 }
 
+/// In-process: the bounds are checked before anything is stored or started.
 #[tokio::test]
-async fn engine_config_numbers_outside_their_bounds_are_422_and_the_daemon_stays_up() {
+async fn engine_config_numbers_outside_their_bounds_are_422_on_a_new_session() {
     let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
+    let d = InProcess::start(&mock, "").await;
     let dir = project();
     for (key, value) in [
         ("permissionTimeout", json!(9_223_372_036_854_775_807_u64)),
@@ -257,12 +266,20 @@ async fn engine_config_numbers_outside_their_bounds_are_422_and_the_daemon_stays
             &dir,
             json!({"engineConfig": {key: value}}),
         );
-        let (st, v) = d.post("/v1/sessions", body).await;
-        assert_eq!(st, 422, "{key}={value} -> {v}");
-        assert!(message_of(&v).contains(key), "{key} -> {v}");
-        assert!(message_of(&v).contains("outside"), "{key} -> {v}");
+        let a = d.post("/v1/sessions", &body).await;
+        assert_eq!(a.status, 422, "{key}={value} -> {a:?}");
+        assert!(message_of(&a.body).contains(key), "{key} -> {a:?}");
+        assert!(message_of(&a.body).contains("outside"), "{key} -> {a:?}");
     }
-    assert_eq!(session_count(&d).await, 0);
+    let list = d.get("/v1/sessions").await;
+    assert_eq!(list.body["sessions"].as_array().map(Vec::len), Some(0));
+}
+
+#[tokio::test]
+async fn engine_config_numbers_outside_their_bounds_on_a_later_prompt_are_422_and_it_still_runs() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
     // The same on a later prompt, and the session still runs.
     let (sid, _, evs) = run(&d, session("hi", "mock:tokens=1", &dir, json!({}))).await;
     assert_eq!(finish_of(&evs), "stop");

@@ -1,11 +1,5 @@
 //! Test harness: runs the real `elfgate` binary on a loopback port against an in-process
 //! `elfgate-mockllm`, and talks HTTP/SSE to it like a client would.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    dead_code,
-    reason = "test helpers fail loudly; each suite uses its own part of them"
-)]
 
 use elfgate_mockllm::MockServer;
 use futures_util::StreamExt;
@@ -168,6 +162,26 @@ pub fn authenticated_client(token: Option<&str>) -> reqwest::Client {
         .unwrap()
 }
 
+/// The `elfgate` binary of the build running the tests: cargo builds a package's binaries
+/// before its integration tests, next to their `deps/` folder (ELFGATE_BIN overrides it).
+pub fn elfgate_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ELFGATE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test executable lives in target/PROFILE/deps");
+    let bin = profile_dir.join("elfgate");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests of elfgate-server, which build it",
+        bin.display()
+    );
+    bin
+}
+
 impl Daemon {
     /// Starts a daemon with a fresh data directory.
     pub fn start(mock: &MockServer, opts: Opts) -> Daemon {
@@ -188,13 +202,13 @@ impl Daemon {
             limits.push(format!("ulimit -v {}", b / 1024));
         }
         let mut cmd = if limits.is_empty() {
-            Command::new(env!("CARGO_BIN_EXE_elfgate"))
+            Command::new(elfgate_bin())
         } else {
             // `exec` keeps the pid, so `child` is the daemon itself.
             let mut c = Command::new("sh");
             c.arg("-c")
                 .arg(format!("{} && exec \"$0\" \"$@\"", limits.join(" && ")))
-                .arg(env!("CARGO_BIN_EXE_elfgate"));
+                .arg(elfgate_bin());
             c
         };
         cmd.arg("serve")

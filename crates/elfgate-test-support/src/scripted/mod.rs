@@ -1,10 +1,4 @@
 //! Helpers for tinyelf runs scripted with the mock provider's tool calls.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    dead_code,
-    reason = "test helpers fail loudly; each suite uses its own part of them"
-)]
 
 pub mod events;
 pub mod procs;
