@@ -35,12 +35,29 @@ pub struct Daemon {
     store: SqliteStore,
 }
 
+/// Why the daemon could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The token file could not be read or written.
+    #[error(transparent)]
+    Token(#[from] token_file::TokenFileError),
+    /// The store could not be opened or recovered.
+    #[error(transparent)]
+    Store(#[from] elfgate_store::StoreError),
+    /// The HTTP client for the providers could not be built.
+    #[error("cannot build the HTTP client for the providers: {0}")]
+    Http(#[from] reqwest::Error),
+    /// The tinyelf engine refused its configuration.
+    #[error(transparent)]
+    TinyElf(#[from] elfgate_engines::TinyElfError),
+}
+
 /// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
 /// in the data directory, created at first start.
 fn settle_token(
     config: &mut Config,
     data_dir: Option<&std::path::Path>,
-) -> anyhow::Result<Option<TokenSource>> {
+) -> Result<Option<TokenSource>, StartError> {
     if config.token.is_some() {
         if config.server.auth == AuthMode::None {
             tracing::warn!("server.auth = \"none\" is ignored: ELFGATE_TOKEN is set");
@@ -62,7 +79,7 @@ fn settle_token(
     Ok(Some(source))
 }
 
-fn providers(config: &Config) -> anyhow::Result<ProviderRegistry> {
+fn providers(config: &Config) -> Result<ProviderRegistry, StartError> {
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
@@ -182,7 +199,7 @@ fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
 
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
-    pub async fn build(mut config: Config) -> anyhow::Result<Daemon> {
+    pub async fn build(mut config: Config) -> Result<Daemon, StartError> {
         let dir = data_dir(&config.storage.url);
         let token_source = settle_token(&mut config, dir.as_deref())?;
         let store = SqliteStore::open_with(
@@ -320,7 +337,7 @@ impl Daemon {
         self,
         listener: TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
+    ) {
         let app = self.router();
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
@@ -362,6 +379,5 @@ impl Daemon {
         drop(state);
         drop(hub);
         self.store.close().await;
-        Ok(())
     }
 }

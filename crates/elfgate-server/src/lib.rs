@@ -24,5 +24,5 @@ pub mod sse;
 pub mod state;
 pub mod token_file;
 
-pub use app::Daemon;
+pub use app::{Daemon, StartError};
 pub use config::Config;

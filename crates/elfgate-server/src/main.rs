@@ -233,7 +233,8 @@ async fn run(job: DaemonJob) -> anyhow::Result<()> {
             println!("elfgate listening on http://{local}");
             tracing::info!(%local, "elfgate listening");
             print_token(&daemon);
-            daemon.serve(listener, shutdown_signal()).await
+            daemon.serve(listener, shutdown_signal()).await;
+            Ok(())
         }
         DaemonJob::Migrate(file) => {
             let config = Config::load(file.config.as_deref())?;

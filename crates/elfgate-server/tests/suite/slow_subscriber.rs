@@ -246,5 +246,5 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     }
 
     let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.await.unwrap();
 }
