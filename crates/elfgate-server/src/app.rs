@@ -19,7 +19,7 @@ use elfgate_engines::{
 };
 use elfgate_llm::{ProviderConfig, RetryPolicy, build_provider};
 use elfgate_mcp::McpManager;
-use elfgate_store::{SqliteStore, Store, StoreOptions};
+use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions};
 use elfgate_tools::process::{ChildEnv, Isolation, Network};
 use std::future::Future;
 use std::sync::Arc;
@@ -32,7 +32,63 @@ pub struct Daemon {
     pub state: AppState,
     /// Where the bearer token came from; None when auth is off.
     pub token_source: Option<TokenSource>,
-    store: SqliteStore,
+    store: OpenStore,
+}
+
+/// The store the configuration names, opened.
+#[derive(Clone)]
+enum OpenStore {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl OpenStore {
+    async fn open(config: &Config) -> Result<OpenStore, StartError> {
+        let opts = StoreOptions {
+            log_queue_events: config.storage.log_queue_events,
+            log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
+        };
+        if config.storage.is_postgres() {
+            if config.cluster.is_some() {
+                return Err(StartError::ClusterUnavailable);
+            }
+            let store = PgStore::open_with(&config.storage.url, NodeMode::Single, opts).await?;
+            return Ok(OpenStore::Postgres(store));
+        }
+        Ok(OpenStore::Sqlite(
+            SqliteStore::open_with(&config.storage.url, opts).await?,
+        ))
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        match self {
+            OpenStore::Sqlite(s) => Arc::new(s.clone()),
+            OpenStore::Postgres(s) => Arc::new(s.clone()),
+        }
+    }
+
+    fn log_sender(&self) -> elfgate_core::LogSender {
+        match self {
+            OpenStore::Sqlite(s) => s.log_sender(),
+            OpenStore::Postgres(s) => s.log_sender(),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            OpenStore::Sqlite(s) => s.close().await,
+            OpenStore::Postgres(s) => s.close().await,
+        }
+    }
+}
+
+/// Applies pending migrations to the configured database (the `migrate` command).
+pub async fn migrate(config: &Config) -> Result<(), elfgate_store::StoreError> {
+    if config.storage.is_postgres() {
+        PgStore::migrate(&config.storage.url).await
+    } else {
+        SqliteStore::migrate(&config.storage.url).await
+    }
 }
 
 /// Why the daemon could not be built.
@@ -50,6 +106,12 @@ pub enum StartError {
     /// The tinyelf engine refused its configuration.
     #[error(transparent)]
     TinyElf(#[from] elfgate_engines::TinyElfError),
+    /// `[cluster]` names a fleet, which this build cannot run yet.
+    #[error(
+        "[cluster]: running as one node of a fleet is not available in this build yet; remove \
+         [cluster] to run a single node on this PostgreSQL database (docs/scaling.md)"
+    )]
+    ClusterUnavailable,
 }
 
 /// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
@@ -141,8 +203,24 @@ fn providers(config: &Config) -> Result<ProviderRegistry, StartError> {
     Ok(registry)
 }
 
-/// The directory of the SQLite database (a deny zone for tools, and where the token file is).
-pub fn data_dir(url: &str) -> Option<std::path::PathBuf> {
+/// The daemon's data directory (a deny zone for tools, and where the token file is): `[storage]
+/// data_dir`, else the SQLite database's directory, else `data` with PostgreSQL; None for an
+/// in-memory SQLite database.
+pub fn data_dir(storage: &crate::config::StorageConfig) -> Option<std::path::PathBuf> {
+    let absolute = |p: &std::path::Path| -> Option<std::path::PathBuf> {
+        if p.is_absolute() {
+            Some(p.to_path_buf())
+        } else {
+            Some(std::env::current_dir().ok()?.join(p))
+        }
+    };
+    if let Some(dir) = &storage.data_dir {
+        return absolute(dir);
+    }
+    if storage.is_postgres() {
+        return absolute(std::path::Path::new("data"));
+    }
+    let url = &storage.url;
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;
@@ -200,17 +278,11 @@ fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(mut config: Config) -> Result<Daemon, StartError> {
-        let dir = data_dir(&config.storage.url);
+        let dir = data_dir(&config.storage);
         let token_source = settle_token(&mut config, dir.as_deref())?;
-        let store = SqliteStore::open_with(
-            &config.storage.url,
-            StoreOptions {
-                log_queue_events: config.storage.log_queue_events,
-                log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
-            },
-        )
-        .await?;
-        let recovered = store.recover_unfinished_runs().await?;
+        let store = OpenStore::open(&config).await?;
+        let shared: Arc<dyn Store> = store.shared();
+        let recovered = shared.recover_unfinished_runs().await?;
         for r in &recovered {
             tracing::info!(session = %r.session_id, run = %r.run_id, "run ended by daemon restart");
         }
@@ -220,8 +292,7 @@ impl Daemon {
         }
         let hub = EventHub::new(store.log_sender(), metrics.clone());
         let active = ActiveSessions::with_max_queued(config.server.max_queued_prompts_per_session);
-        let shared: Arc<dyn Store> = Arc::new(store.clone());
-        let ledger: Arc<dyn elfgate_core::RunLedger> = Arc::new(store.clone());
+        let ledger: Arc<dyn elfgate_core::RunLedger> = shared.clone();
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());
         let registry = providers(&config)?;
         let chat = &config.engines.chat;
@@ -253,7 +324,7 @@ impl Daemon {
             registry.clone(),
             tinyelf_config,
             permissions.clone(),
-            data_dir(&config.storage.url),
+            dir.clone(),
             Some(mcp.clone()),
         )?;
         for mode in [

@@ -78,6 +78,45 @@ pub struct StorageConfig {
     pub log_queue_events: usize,
     /// How long a published event may wait for others before the log writer commits it.
     pub log_linger_ms: u64,
+    /// Where the token file and the daemon's other local state live; by default the SQLite
+    /// database's directory, or `data` (under the working directory) with PostgreSQL.
+    #[serde(default)]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+impl StorageConfig {
+    /// Whether the store is a PostgreSQL server.
+    pub fn is_postgres(&self) -> bool {
+        elfgate_store::is_postgres_url(&self.url)
+    }
+}
+
+/// The shortest lease a node may hold, in seconds.
+pub const MIN_LEASE_SECS: u64 = 2;
+
+/// `[cluster]`: this daemon is one node of a fleet that shares a PostgreSQL store and a NATS bus.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The NATS server (nats://host:port).
+    pub nats_url: String,
+    /// This node's id; by default derived from the host name and the bound port.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// Seconds a node's ownership of a session lasts without a heartbeat.
+    #[serde(default = "default_lease_secs")]
+    pub lease_secs: u64,
+    /// Seconds between a node's heartbeats.
+    #[serde(default = "default_heartbeat_secs")]
+    pub heartbeat_secs: u64,
+}
+
+fn default_lease_secs() -> u64 {
+    5
+}
+
+fn default_heartbeat_secs() -> u64 {
+    1
 }
 
 /// `[providers.NAME]`.
@@ -248,6 +287,9 @@ pub struct Config {
     /// `[aliases]`: model names of the gateway's front doors.
     #[serde(default)]
     pub aliases: BTreeMap<String, AliasTarget>,
+    /// `[cluster]`: absent for a single node.
+    #[serde(default)]
+    pub cluster: Option<ClusterConfig>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -276,6 +318,9 @@ impl Config {
                         !["bind", "database_url", "token", "log", "log_format"]
                             .iter()
                             .any(|n| k.as_str().eq_ignore_ascii_case(n))
+                            // ELFGATE_TEST_*: the test suite's settings (the PostgreSQL and NATS
+                            // it uses), which daemons started by the tests inherit.
+                            && !k.as_str().to_ascii_lowercase().starts_with("test_")
                     })
                     .split("__"),
             )
@@ -314,6 +359,59 @@ impl Config {
             .map_err(|e| ConfigError::Invalid(format!("server.bind '{}': {e}", self.server.bind)))
     }
 
+    /// The store's URL and `[cluster]` fit together.
+    fn validate_storage(&self) -> Result<(), ConfigError> {
+        let url = &self.storage.url;
+        let sqlite = url.starts_with("sqlite:");
+        if !sqlite && !self.storage.is_postgres() {
+            return Err(ConfigError::Invalid(format!(
+                "storage.url must start with sqlite:// or postgres:// (have '{}')",
+                redact_url(url)
+            )));
+        }
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if sqlite {
+            return Err(ConfigError::Invalid(
+                "[cluster] needs storage.url = \"postgres://…\": a SQLite database cannot be \
+                 shared by several nodes (remove [cluster] to run a single node on SQLite)"
+                    .into(),
+            ));
+        }
+        if !cluster.nats_url.starts_with("nats://") {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.nats_url '{}' must start with nats://",
+                cluster.nats_url
+            )));
+        }
+        if let Some(id) = &cluster.node_id
+            && (id.is_empty()
+                || id.len() > 64
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.node_id '{id}' must be 1 to 64 letters, digits, '-' or '_' (it names \
+                 the node's NATS subjects)"
+            )));
+        }
+        if cluster.heartbeat_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.heartbeat_secs must be positive".into(),
+            ));
+        }
+        if cluster.lease_secs < MIN_LEASE_SECS || cluster.lease_secs < 2 * cluster.heartbeat_secs {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.lease_secs ({}) must be at least {MIN_LEASE_SECS} and at least twice \
+                 cluster.heartbeat_secs ({}): a lease must outlive a missed heartbeat",
+                cluster.lease_secs, cluster.heartbeat_secs
+            )));
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         let addr = self.bind_addr()?;
         if !addr.ip().is_loopback() && self.server.auth == AuthMode::None {
@@ -349,6 +447,7 @@ impl Config {
         for (name, target) in &self.aliases {
             self.check_alias(name, target)?;
         }
+        self.validate_storage()?;
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),
@@ -451,5 +550,20 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// `url` with its password, if any, replaced: for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{host}{path}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
     }
 }

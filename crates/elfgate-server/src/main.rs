@@ -204,7 +204,7 @@ fn main() -> std::process::ExitCode {
 /// ELFGATE_* variables and ELFGATE_DATABASE_URL) keeps its token file, for the client.
 fn token_file_path() -> Option<PathBuf> {
     let config = Config::load(None).ok()?;
-    let dir = elfgate_server::app::data_dir(&config.storage.url)?;
+    let dir = elfgate_server::app::data_dir(&config.storage)?;
     Some(dir.join(elfgate_server::token_file::TOKEN_FILE))
 }
 
@@ -238,15 +238,21 @@ async fn run(job: DaemonJob) -> anyhow::Result<()> {
         }
         DaemonJob::Migrate(file) => {
             let config = Config::load(file.config.as_deref())?;
-            elfgate_store::SqliteStore::migrate(&config.storage.url).await?;
-            println!("migrations applied to {}", config.storage.url);
+            elfgate_server::app::migrate(&config).await?;
+            println!(
+                "migrations applied to {}",
+                elfgate_server::config::redact_url(&config.storage.url)
+            );
             Ok(())
         }
         DaemonJob::CheckConfig(file) => {
             let config = Config::load(file.config.as_deref())?;
             println!("configuration is valid");
             println!("  bind: {}", config.server.bind);
-            println!("  storage: {}", config.storage.url);
+            println!(
+                "  storage: {}",
+                elfgate_server::config::redact_url(&config.storage.url)
+            );
             println!(
                 "  providers: {}",
                 config

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// connection became free in time.
     #[error("the database is busy: {0}")]
     Busy(String),
+    /// The database server cannot be reached, refuses connections, or is shutting down or
+    /// restarting (a PostgreSQL restart, a lost connection): worth retrying once it is back.
+    #[error("the database server is unavailable: {0}")]
+    Unavailable(String),
     /// A table is locked by another statement of a shared connection (SQLITE_LOCKED).
     #[error("a database table is locked: {0}")]
     TableLocked(String),
@@ -62,6 +66,13 @@ pub enum StoreError {
         /// " (pid N)" when known.
         holder: String,
     },
+    /// Another elfgate process that runs as a single node (no `[cluster]`) uses this PostgreSQL
+    /// database: it holds the database's single-node advisory lock.
+    #[error(
+        "the PostgreSQL database is in use by another elfgate node that runs without [cluster]: \
+         stop it, use another database, or run every node with a [cluster] section"
+    )]
+    InUse,
     /// The lock file could not be created or locked.
     #[error("cannot lock {}: {source}", path.display())]
     Lock {
@@ -93,6 +104,7 @@ impl StoreError {
         matches!(
             self,
             StoreError::Busy(_)
+                | StoreError::Unavailable(_)
                 | StoreError::TableLocked(_)
                 | StoreError::Full(_)
                 | StoreError::LogBehind(_)
@@ -103,6 +115,8 @@ impl StoreError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             StoreError::Busy(_) | StoreError::TableLocked(_) => Some(Duration::from_secs(1)),
+            // A restarting server is usually back within seconds; the pool reconnects by itself.
+            StoreError::Unavailable(_) => Some(Duration::from_secs(2)),
             // Freeing space takes an operator, not a moment.
             StoreError::Full(_) => Some(Duration::from_secs(30)),
             // The writer retries every second; the cause is usually a full disk.
@@ -115,6 +129,7 @@ impl StoreError {
     pub fn summary(&self) -> &'static str {
         match self {
             StoreError::Busy(_) => "the database is busy",
+            StoreError::Unavailable(_) => "the database server is unavailable",
             StoreError::TableLocked(_) => "a database table is locked",
             StoreError::Full(_) => "the database is full",
             StoreError::Io(_) => "database I/O error",
@@ -126,7 +141,9 @@ impl StoreError {
             StoreError::Database(_) => "database error",
             StoreError::Migrate(_) => "database migration error",
             StoreError::UnsupportedUrl(_) => "unsupported storage url",
-            StoreError::Locked { .. } => "the database is in use by another process",
+            StoreError::Locked { .. } | StoreError::InUse => {
+                "the database is in use by another process"
+            }
             StoreError::Lock { .. } => "cannot lock the database",
         }
     }
@@ -160,18 +177,66 @@ impl StoreError {
             _ => StoreError::Database(detail),
         }
     }
+
+    /// Classifies a PostgreSQL SQLSTATE by its class (the first two characters).
+    fn from_sqlstate(state: &str, detail: String) -> StoreError {
+        match state.get(..2).unwrap_or("") {
+            // Connection exceptions; operator intervention (admin_shutdown, crash_shutdown,
+            // cannot_connect_now: a server stopping or starting); insufficient resources but a
+            // full disk (too many connections, out of memory).
+            "08" | "57" => StoreError::Unavailable(detail),
+            "53" if state == "53100" => StoreError::Full(detail),
+            "53" => StoreError::Busy(detail),
+            // Serialization failure, deadlock, lock not available: nothing was written.
+            "40" | "55" => StoreError::Busy(detail),
+            "23" => StoreError::Constraint(detail),
+            "XX" => StoreError::Corrupt(detail),
+            "58" => StoreError::Io(detail),
+            _ => StoreError::Database(detail),
+        }
+    }
+}
+
+/// Whether an I/O error is a network connection's failure, which only a database server's
+/// connection meets (SQLite reads local files): the server went away or refuses connections.
+fn is_connection_failure(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::NotConnected
+            | ErrorKind::BrokenPipe
+            | ErrorKind::UnexpectedEof
+            | ErrorKind::TimedOut
+            | ErrorKind::HostUnreachable
+            | ErrorKind::NetworkUnreachable
+            | ErrorKind::AddrNotAvailable
+    )
 }
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         let detail = e.to_string();
         match &e {
+            sqlx::Error::Database(db)
+                if db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .is_some() =>
+            {
+                match db.code() {
+                    Some(state) => StoreError::from_sqlstate(&state, detail),
+                    None => StoreError::Database(detail),
+                }
+            }
             sqlx::Error::Database(db) => match db.code().and_then(|c| c.parse::<i64>().ok()) {
                 Some(code) => StoreError::from_sqlite_code(code, detail),
                 None => StoreError::Database(detail),
             },
             sqlx::Error::PoolTimedOut => StoreError::Busy(detail),
             sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => StoreError::Closed(detail),
+            sqlx::Error::Io(io) if is_connection_failure(io) => StoreError::Unavailable(detail),
             sqlx::Error::Io(_) => StoreError::Io(detail),
             sqlx::Error::RowNotFound => StoreError::NotFound(detail),
             sqlx::Error::ColumnDecode { .. }

@@ -1,13 +1,17 @@
 //! Elfgate's persistence: sessions, runs, chat messages and the event log, behind the [`Store`] trait.
 //!
-//! The SQLite implementation ([`SqliteStore`]) is the embedded default; a PostgreSQL one can sit
-//! behind the same trait later.
+//! The SQLite implementation ([`SqliteStore`]) is the embedded default; [`PgStore`] keeps the
+//! same data in a PostgreSQL server that several daemons can share. Both pass one conformance
+//! suite (tests/conformance.rs).
 
 mod codec;
 mod deltas;
 mod error;
 mod lock;
 mod logrows;
+mod postgres;
+mod recovery_plan;
+mod rows;
 mod schema;
 mod script;
 mod sqlite;
@@ -15,6 +19,7 @@ mod statements;
 mod writer;
 
 pub use error::StoreError;
+pub use postgres::{NodeMode, PgStore, is_postgres_url};
 pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;

@@ -1,3 +1,7 @@
-//! The schema: the repository's migrations, embedded at build time.
+//! The schemas: the repository's migrations, one folder per backend, embedded at build time.
 
-pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+/// SQLite's.
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+/// PostgreSQL's: the same tables and meanings; a change is made in both in the same commit.
+pub(crate) static PG_MIGRATOR: sqlx::migrate::Migrator =
+    sqlx::migrate!("../../migrations/postgres");

@@ -1,4 +1,6 @@
-//! Store conformance: what any Store implementation must do. Runs against SQLite in a temp dir.
+//! Store conformance: what any Store implementation must do. Every test runs twice: on SQLite in
+//! a temp dir, and on a database of its own on the tests' PostgreSQL server (skipped, saying so,
+//! when there is none, unless REQUIRE_CLUSTER_TESTS=require).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,10 +10,120 @@
 use chrono::Utc;
 use elfgate_core::{
     ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
-    RunId, RunLedger, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
+    RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
-use elfgate_store::{SqliteStore, Store};
+use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions};
 use std::sync::Arc;
+
+/// Where a test's database lives.
+enum Db {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+/// An open store of either backend, used as `dyn Store`.
+#[derive(Clone)]
+enum TestStore {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl std::ops::Deref for TestStore {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        match self {
+            TestStore::Sqlite(s) => s,
+            TestStore::Postgres(s) => s,
+        }
+    }
+}
+
+impl TestStore {
+    fn log_sender(&self) -> elfgate_core::LogSender {
+        match self {
+            TestStore::Sqlite(s) => s.log_sender(),
+            TestStore::Postgres(s) => s.log_sender(),
+        }
+    }
+    async fn close(&self) {
+        match self {
+            TestStore::Sqlite(s) => s.close().await,
+            TestStore::Postgres(s) => s.close().await,
+        }
+    }
+    async fn event_log_rows(&self, id: SessionId) -> (u64, u64) {
+        match self {
+            TestStore::Sqlite(s) => s.event_log_rows(id).await.unwrap(),
+            TestStore::Postgres(s) => s.event_log_rows(id).await.unwrap(),
+        }
+    }
+}
+
+impl Db {
+    fn sqlite() -> Option<Db> {
+        Some(Db::Sqlite(tempfile::tempdir().unwrap()))
+    }
+
+    async fn postgres() -> Option<Db> {
+        elfgate_test_support::services::postgres_database()
+            .await
+            .map(Db::Postgres)
+    }
+
+    async fn open(&self) -> TestStore {
+        self.open_with(StoreOptions::default()).await
+    }
+
+    async fn open_with(&self, opts: StoreOptions) -> TestStore {
+        match self {
+            Db::Sqlite(dir) => {
+                let url = format!("sqlite://{}/t.db", dir.path().display());
+                TestStore::Sqlite(SqliteStore::open_with(&url, opts).await.unwrap())
+            }
+            Db::Postgres(url) => TestStore::Postgres(
+                PgStore::open_with(url, NodeMode::Single, opts)
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+}
+
+/// Runs each named test (an `async fn(Db)`) on both backends.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(db) = super::Db::sqlite() {
+                        super::$name(db).await;
+                    }
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    if let Some(db) = super::Db::postgres().await {
+                        super::$name(db).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    sessions_runs_and_messages_round_trip,
+    event_log_is_written_in_order_and_survives_reopen,
+    recovery_ends_unfinished_runs_and_keeps_the_transcript_valid,
+    recovery_logs_the_end_of_a_run_whose_last_events_were_lost,
+    a_runs_answer_is_stored_with_its_end_in_one_commit,
+    a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte,
+    a_second_single_node_on_one_database_is_refused,
+);
 
 fn session() -> Session {
     Session {
@@ -47,15 +159,8 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
     }
 }
 
-async fn open() -> (SqliteStore, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/t.db", dir.path().display());
-    (SqliteStore::open(&url).await.unwrap(), dir)
-}
-
-#[tokio::test]
-async fn sessions_runs_and_messages_round_trip() {
-    let (store, _dir) = open().await;
+async fn sessions_runs_and_messages_round_trip(db: Db) {
+    let store = db.open().await;
     let s = session();
     let r = run(s.id, RunStatus::Queued);
     store.create_session(&s, &r, None).await.unwrap();
@@ -166,13 +271,10 @@ async fn sessions_runs_and_messages_round_trip() {
     assert!(!store.delete_session(s.id).await.unwrap());
 }
 
-#[tokio::test]
-async fn event_log_is_written_in_order_and_survives_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/t.db", dir.path().display());
+async fn event_log_is_written_in_order_and_survives_reopen(db: Db) {
     let s = session();
     {
-        let store = SqliteStore::open(&url).await.unwrap();
+        let store = db.open().await;
         store
             .create_session(&s, &run(s.id, RunStatus::Queued), None)
             .await
@@ -200,7 +302,7 @@ async fn event_log_is_written_in_order_and_survives_reopen() {
         assert!(hub.flush().await);
         store.close().await;
     }
-    let store = SqliteStore::open(&url).await.unwrap();
+    let store = db.open().await;
     assert_eq!(store.last_seq(s.id).await.unwrap(), 2500);
     let (last, reserved) = store.open_seq_range(s.id).await.unwrap();
     assert_eq!(last, 2500);
@@ -211,9 +313,8 @@ async fn event_log_is_written_in_order_and_survives_reopen() {
     assert_eq!(last, 2500 + SEQ_RESERVE_BLOCK);
 }
 
-#[tokio::test]
-async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
-    let (store, _dir) = open().await;
+async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid(db: Db) {
+    let store = db.open().await;
     let s = session();
     let r = run(s.id, RunStatus::Queued);
     store.create_session(&s, &r, None).await.unwrap();
@@ -275,9 +376,8 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid() {
     assert!(store.recover_unfinished_runs().await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
-    let (store, _dir) = open().await;
+async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost(db: Db) {
+    let store = db.open().await;
     let s = session();
     let ended = run(s.id, RunStatus::Running);
     store.create_session(&s, &ended, None).await.unwrap();
@@ -369,9 +469,8 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost() {
     assert_eq!(store.events_after(s.id, 0, 100).await.unwrap().len(), 3);
 }
 
-#[tokio::test]
-async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
-    let (store, _dir) = open().await;
+async fn a_runs_answer_is_stored_with_its_end_in_one_commit(db: Db) {
+    let store = db.open().await;
     let s = session();
     let r = run(s.id, RunStatus::Running);
     let user = Message::new(
@@ -436,18 +535,14 @@ async fn a_runs_answer_is_stored_with_its_end_in_one_commit() {
     assert_eq!(store.list_messages(s.id, 100).await.unwrap().len(), 2);
 }
 
-#[tokio::test]
-async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte() {
+async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte(db: Db) {
     use elfgate_core::{Delta, DeltaKind, EventEmitter, EventRecord};
-    use elfgate_store::StoreOptions;
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/t.db", dir.path().display());
     // Events wait for the flush below, whatever the machine's speed: one commit.
     let opts = StoreOptions {
         log_linger: std::time::Duration::from_secs(30),
         ..StoreOptions::default()
     };
-    let store = SqliteStore::open_with(&url, opts).await.unwrap();
+    let store = db.open_with(opts).await;
     let s = session();
     let r = run(s.id, RunStatus::Running);
     store.create_session(&s, &r, None).await.unwrap();
@@ -486,13 +581,13 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte()
 
     // A note, 40 deltas, a note, 5 deltas.
     assert_eq!(
-        store.event_log_rows(s.id).await.unwrap(),
+        store.event_log_rows(s.id).await,
         (4, published.len() as u64)
     );
     let last = published.last().unwrap().seq;
     assert_eq!(store.last_seq(s.id).await.unwrap(), last);
     let sid = s.id;
-    let check = |store: SqliteStore, published: Vec<Arc<EventRecord>>| async move {
+    let check = |store: TestStore, published: Vec<Arc<EventRecord>>| async move {
         for after in 0..=last + 1 {
             for limit in [1, 3, 1000] {
                 let got = store.events_after(sid, after, limit).await.unwrap();
@@ -517,7 +612,7 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte()
     drop(bus);
     store.close().await;
     drop(store);
-    let store = SqliteStore::open(&url).await.unwrap();
+    let store = db.open().await;
     check(store.clone(), published.clone()).await;
     let recovered = store.recover_unfinished_runs().await.unwrap();
     assert_eq!(recovered.len(), 1);
@@ -533,4 +628,50 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte()
     let types: Vec<&str> = after.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["result", "complete"]);
     assert!(after[0].seq > SEQ_RESERVE_BLOCK);
+}
+
+/// A second store on a database that a single node holds is refused, until the first closes.
+async fn a_second_single_node_on_one_database_is_refused(db: Db) {
+    let first = db.open().await;
+    let second = match &db {
+        Db::Sqlite(dir) => {
+            let url = format!("sqlite://{}/t.db", dir.path().display());
+            SqliteStore::open(&url).await.map(|_| ())
+        }
+        Db::Postgres(url) => PgStore::open(url, NodeMode::Single).await.map(|_| ()),
+    };
+    let err = second.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            elfgate_store::StoreError::Locked { .. } | elfgate_store::StoreError::InUse
+        ),
+        "{err}"
+    );
+    first.close().await;
+    drop(first);
+    db.open().await.close().await;
+}
+
+/// Nodes of a fleet starting together on a new database: one applies the migrations (under the
+/// migrator's advisory lock), the others find them applied; none fails.
+#[tokio::test]
+async fn postgres_nodes_starting_together_migrate_once() {
+    let Some(url) = elfgate_test_support::services::postgres_database().await else {
+        return;
+    };
+    let opened =
+        futures_util::future::join_all((0..3).map(|_| PgStore::open(&url, NodeMode::Fleet))).await;
+    let stores: Vec<PgStore> = opened.into_iter().map(Result::unwrap).collect();
+    let s = session();
+    stores[0]
+        .create_session(&s, &run(s.id, RunStatus::Queued), None)
+        .await
+        .unwrap();
+    for store in &stores {
+        assert!(store.get_session(s.id).await.unwrap().is_some());
+    }
+    for store in &stores {
+        store.close().await;
+    }
 }

@@ -1,7 +1,8 @@
 //! What Elfgate's end-to-end tests share: [`common`] starts the real daemon (`elfgate serve` on
 //! a loopback port, against the mock provider) and reads its event stream as a client would;
 //! [`scripted`] drives the tinyelf engine with scripted model turns; [`router`] serves requests
-//! in-process through the daemon's router, for the tests that need no process.
+//! in-process through the daemon's router, for the tests that need no process; [`services`] gives
+//! each test that needs PostgreSQL a database of its own.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -12,3 +13,4 @@
 pub mod common;
 pub mod router;
 pub mod scripted;
+pub mod services;

@@ -1,84 +1,39 @@
 //! Restart recovery: ends the runs a crash left unfinished and logs the ends that never reached
-//! the event log.
+//! the event log. What is written is decided in `recovery_plan`, shared with PostgreSQL.
 
 use super::SqliteStore;
-use super::rows::{LAST_LOGGED_SEQ, message_from_row, push_row_events, run_from_row};
+use super::rows::LAST_LOGGED_SEQ;
 use crate::codec::ts;
+use crate::recovery_plan::{
+    self, DAEMON_RESTART, dangling_tool_results, partial_answer, run_end_events,
+};
+use crate::rows::{message_from_row, push_row_events, run_from_row};
 use crate::statements::insert_messages_tx;
 use crate::{RecoveredRun, StoreResult};
 use chrono::Utc;
-use elfgate_core::{
-    ContentBlock, EventPayload, EventRecord, FinishReason, Message, Role, Run, RunId, RunStats,
-    RunStatus, SessionId,
-};
-use sqlx::sqlite::SqliteRow;
+use elfgate_core::{EventRecord, FinishReason, Message, Run, RunStatus};
 use sqlx::{Sqlite, Transaction};
-use std::collections::HashSet;
 
-async fn append_event_tx(
+async fn append_events_tx(
     tx: &mut Transaction<'_, Sqlite>,
-    session_id: SessionId,
-    run_id: RunId,
-    seq: u64,
-    payload: &EventPayload,
-) -> StoreResult<()> {
-    let rec = EventRecord::build(session_id, seq, Some(run_id), payload.clone());
-    sqlx::query(
-        "INSERT INTO events (session_id, seq, run_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-    )
-    .bind(session_id.to_string())
-    .bind(seq as i64)
-    .bind(run_id.to_string())
-    .bind(rec.event_type())
-    .bind(&rec.json)
-    .bind(ts(&rec.ts))
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-/// Logs a run's end above seq `after`: `result` (when `with_result`; it carries the run's stored
-/// tokens and iterations) and `complete`. Returns the last seq used.
-async fn append_run_end_tx(
-    tx: &mut Transaction<'_, Sqlite>,
-    run: &Run,
-    after: u64,
-    duration_ms: u64,
-    finish_reason: FinishReason,
-    with_result: bool,
+    events: &[EventRecord],
 ) -> StoreResult<u64> {
-    let mut seq = after;
-    if with_result {
-        seq += 1;
-        let stats = RunStats {
-            usage: run.usage,
-            output_tokens_estimated: false,
-            input_tokens_estimated: false,
-            iterations: run.iterations,
-            duration_ms,
-            finish_reason,
-            model_finish_reason: None,
-            stop_sequence: None,
-        };
-        append_event_tx(
-            tx,
-            run.session_id,
-            run.id,
-            seq,
-            &EventPayload::Result { stats },
+    let mut last = 0;
+    for rec in events {
+        sqlx::query(
+            "INSERT INTO events (session_id, seq, run_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
         )
+        .bind(rec.session_id.to_string())
+        .bind(rec.seq as i64)
+        .bind(rec.run_id.map(|r| r.to_string()))
+        .bind(rec.event_type())
+        .bind(&rec.json)
+        .bind(ts(&rec.ts))
+        .execute(&mut **tx)
         .await?;
+        last = rec.seq;
     }
-    seq += 1;
-    append_event_tx(
-        tx,
-        run.session_id,
-        run.id,
-        seq,
-        &EventPayload::Complete { finish_reason },
-    )
-    .await?;
-    Ok(seq)
+    Ok(last)
 }
 
 /// The seq a session's next logged event gets after a crash: seqs up to the reservation may have
@@ -132,10 +87,6 @@ impl SqliteStore {
             let mut seq = next_seq_tx(&mut tx, &sid).await? - 1;
             for run in &runs {
                 let finish_reason = run.finish_reason.unwrap_or(FinishReason::Error);
-                let duration_ms = run
-                    .ended_at
-                    .map(|end| (end - run.started_at).num_milliseconds().max(0) as u64)
-                    .unwrap_or(0);
                 // `result` may have reached the log in an earlier commit than `complete`.
                 let has_result: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ? AND run_id = ? \
@@ -145,8 +96,14 @@ impl SqliteStore {
                 .bind(run.id.to_string())
                 .fetch_one(&mut *tx)
                 .await?;
-                seq = append_run_end_tx(&mut tx, run, seq, duration_ms, finish_reason, !has_result)
-                    .await?;
+                let events = run_end_events(
+                    run,
+                    seq,
+                    recovery_plan::stored_duration_ms(run),
+                    finish_reason,
+                    !has_result,
+                );
+                seq = append_events_tx(&mut tx, &events).await?;
                 logged += 1;
             }
             sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
@@ -163,6 +120,7 @@ impl SqliteStore {
     /// Ends one run left unfinished by a crash: keeps the partial answer found in the event log,
     /// answers dangling tool calls, and logs `result` and `complete`. All in one transaction.
     pub(super) async fn recover_run(&self, run: &Run) -> StoreResult<RecoveredRun> {
+        let ending = DAEMON_RESTART;
         let sid = run.session_id.to_string();
         let rid = run.id.to_string();
         let mut tx = self.write.begin().await?;
@@ -189,90 +147,30 @@ impl SqliteStore {
         for r in &rows {
             push_row_events(&mut deltas, &sid, r, 0)?;
         }
-        let (mut text, mut thinking) = (String::new(), String::new());
-        for d in &deltas {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&d.json) {
-                let piece = v["delta"]["text"].as_str().unwrap_or_default();
-                match v["delta"]["kind"].as_str() {
-                    Some("thinking") => thinking.push_str(piece),
-                    _ => text.push_str(piece),
-                }
-            }
-        }
-        let last: Option<SqliteRow> =
+        let last =
             sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
                 .bind(&sid)
                 .fetch_optional(&mut *tx)
                 .await?;
         let last = last.as_ref().map(message_from_row).transpose()?;
-        // The answer may be stored already while its assistantMessage event had not reached the
-        // log: then the deltas are that answer, not a lost partial one.
-        // (The logged deltas may also be only a prefix of it, when the message's commit overtook
-        // the tail of the log.)
-        let already_stored = last.as_ref().is_some_and(|m| {
-            m.run_id == Some(run.id) && m.role == Role::Assistant && m.text().starts_with(&text)
-        });
+        let (answer, partial_text_chars) = partial_answer(run, &deltas, last.as_ref());
         let mut parent = last.map(|m| m.id);
-        if already_stored {
-            text.clear();
-            thinking.clear();
-        }
-        let partial_text_chars = text.chars().count();
-        if !text.is_empty() || !thinking.is_empty() {
-            let mut blocks = Vec::new();
-            if !thinking.is_empty() {
-                blocks.push(ContentBlock::Thinking {
-                    thinking,
-                    signature: None,
-                });
-            }
-            if !text.is_empty() {
-                blocks.push(ContentBlock::Text { text });
-            }
-            let m = Message::new(
-                run.session_id,
-                Some(run.id),
-                parent,
-                Role::Assistant,
-                blocks,
-            );
-            insert_messages_tx(&mut tx, &[&m]).await?;
+        if let Some(m) = &answer {
+            insert_messages_tx(&mut tx, &[m]).await?;
             parent = Some(m.id);
         }
 
-        // Tool calls of this run without a result get a synthetic one, so the transcript stays valid.
-        let rows = sqlx::query("SELECT * FROM messages WHERE run_id = ? ORDER BY rowid")
+        let run_messages = sqlx::query("SELECT * FROM messages WHERE run_id = ? ORDER BY rowid")
             .bind(&rid)
             .fetch_all(&mut *tx)
-            .await?;
-        let mut calls = Vec::new();
-        let mut answered = HashSet::new();
-        for r in &rows {
-            let m = message_from_row(r)?;
-            for b in m.blocks {
-                match b {
-                    ContentBlock::ToolUse { id, .. } => calls.push(id),
-                    ContentBlock::ToolResult { tool_use_id, .. } => {
-                        answered.insert(tool_use_id);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let dangling: Vec<ContentBlock> = calls
-            .into_iter()
-            .filter(|id| !answered.contains(id))
-            .map(|id| ContentBlock::ToolResult {
-                tool_use_id: id,
-                content: "interrupted: the daemon restarted before this tool call finished"
-                    .to_string(),
-                is_error: true,
-            })
-            .collect();
-        let synthetic_tool_results = dangling.len();
-        if !dangling.is_empty() {
-            let m = Message::new(run.session_id, Some(run.id), parent, Role::Tool, dangling);
-            insert_messages_tx(&mut tx, &[&m]).await?;
+            .await?
+            .iter()
+            .map(message_from_row)
+            .collect::<StoreResult<Vec<Message>>>()?;
+        let dangling = dangling_tool_results(run, &run_messages, parent, ending);
+        let synthetic_tool_results = dangling.as_ref().map_or(0, |m| m.blocks.len());
+        if let Some(m) = &dangling {
+            insert_messages_tx(&mut tx, &[m]).await?;
         }
 
         let now = Utc::now();
@@ -280,24 +178,22 @@ impl SqliteStore {
             "UPDATE runs SET status = ?, finish_reason = ?, ended_at = ?, error = ? WHERE id = ?",
         )
         .bind(RunStatus::Interrupted.as_str())
-        .bind(FinishReason::DaemonRestart.as_str())
+        .bind(ending.finish_reason.as_str())
         .bind(ts(&now))
-        .bind("daemon_restart: the daemon stopped while the run was going")
+        .bind(ending.run_error)
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
 
         let seq = next_seq_tx(&mut tx, &sid).await? - 1;
-        let duration_ms = (now - run.started_at).num_milliseconds().max(0) as u64;
-        let last = append_run_end_tx(
-            &mut tx,
+        let events = run_end_events(
             run,
             seq,
-            duration_ms,
-            FinishReason::DaemonRestart,
+            recovery_plan::millis_between(run.started_at, now),
+            ending.finish_reason,
             true,
-        )
-        .await?;
+        );
+        let last = append_events_tx(&mut tx, &events).await?;
         sqlx::query("UPDATE sessions SET event_seq_reserved = ? WHERE id = ?")
             .bind(last as i64)
             .bind(&sid)

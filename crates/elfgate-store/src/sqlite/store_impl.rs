@@ -2,10 +2,9 @@
 //! group-commit writer, reads go to the reader pool.
 
 use super::SqliteStore;
-use super::rows::{
-    LAST_LOGGED_SEQ, message_from_row, push_row_events, run_from_row, session_from_row,
-};
+use super::rows::LAST_LOGGED_SEQ;
 use crate::codec::ts;
+use crate::rows::{message_from_row, push_row_events, run_from_row, session_from_row};
 use crate::writer::StoreOp;
 use crate::{RecoveredRun, SessionPage, Store, StoreResult, StoredEvent};
 use async_trait::async_trait;
@@ -144,7 +143,7 @@ impl Store for SqliteStore {
         let mut first_prompts = std::collections::HashMap::new();
         for (row, session) in rows.iter().zip(&sessions) {
             let blocks: Option<String> = row.try_get("first_user_blocks")?;
-            if let Some(text) = blocks.as_deref().and_then(first_text) {
+            if let Some(text) = blocks.as_deref().and_then(crate::rows::first_text) {
                 first_prompts.insert(session.id, text);
             }
         }
@@ -393,15 +392,4 @@ impl Store for SqliteStore {
         }
         Ok(recovered)
     }
-}
-
-/// The first text block of stored `blocks`, cut to [`crate::FIRST_PROMPT_CHARS`] characters.
-fn first_text(blocks: &str) -> Option<String> {
-    let blocks: Vec<elfgate_core::ContentBlock> = serde_json::from_str(blocks).ok()?;
-    blocks.into_iter().find_map(|b| match b {
-        elfgate_core::ContentBlock::Text { text } if !text.trim().is_empty() => {
-            Some(text.chars().take(crate::FIRST_PROMPT_CHARS).collect())
-        }
-        _ => None,
-    })
 }

@@ -1,0 +1,122 @@
+//! Opening the store (pool, single-node lock, migrations, log writer) and closing it.
+
+use super::PgStore;
+use super::log_writer::LogWriter;
+use crate::schema::PG_MIGRATOR;
+use crate::{StoreError, StoreOptions, StoreResult};
+use elfgate_core::LogSender;
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// Connections of one store's pool: the run path's writes, reads, replays and the log writer.
+const POOL_CONNECTIONS: u32 = 16;
+
+/// The advisory lock key a single node holds for as long as it runs ("elfgate" in ASCII).
+const SINGLE_NODE_LOCK: i64 = 0x0065_6c66_6761_7465;
+
+/// Whether this daemon is the database's only user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeMode {
+    /// No `[cluster]`: the daemon holds the database's single-node lock while it runs, as a
+    /// daemon on SQLite holds its file's, so that a second one (which would end the first one's
+    /// live runs as `daemon_restart` at its start) refuses to start.
+    Single,
+    /// One node of a fleet: others share the database, each owning the sessions it runs.
+    Fleet,
+}
+
+/// The connection holding the single-node lock; the server drops the lock with the connection.
+#[derive(Debug)]
+pub(super) struct SingleNodeLock {
+    conn: Mutex<Option<PgConnection>>,
+}
+
+impl SingleNodeLock {
+    async fn acquire(options: &PgConnectOptions) -> StoreResult<SingleNodeLock> {
+        let mut conn = PgConnection::connect_with(options).await?;
+        let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(SINGLE_NODE_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if !held {
+            let _ = conn.close().await;
+            return Err(StoreError::InUse);
+        }
+        Ok(SingleNodeLock {
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    async fn release(&self) {
+        if let Some(conn) = self.conn.lock().await.take() {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+impl PgStore {
+    /// Opens the database at `url` (`postgres://…`) and applies pending migrations: one node at
+    /// a time, under the migrator's advisory lock, so that nodes starting together do not race.
+    pub async fn open(url: &str, mode: NodeMode) -> StoreResult<Self> {
+        Self::open_with(url, mode, StoreOptions::default()).await
+    }
+
+    /// [`PgStore::open`] with options.
+    pub async fn open_with(url: &str, mode: NodeMode, opts: StoreOptions) -> StoreResult<Self> {
+        if !is_postgres_url(url) {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
+        let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        // Before migrations and before anyone reads or ends a run.
+        let single_node = match mode {
+            NodeMode::Single => Some(Arc::new(SingleNodeLock::acquire(&options).await?)),
+            NodeMode::Fleet => None,
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_CONNECTIONS)
+            .min_connections(1)
+            // A request waits at most this long for a connection (a restarting server): then it
+            // is answered 503 with Retry-After rather than held.
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        PG_MIGRATOR.run(&pool).await?;
+        let log = LogWriter::spawn(pool.clone(), opts.log_queue_events, opts.log_linger);
+        Ok(PgStore {
+            pool,
+            log,
+            single_node,
+        })
+    }
+
+    /// Where the event hub sends published events.
+    pub fn log_sender(&self) -> LogSender {
+        self.log.log_sender()
+    }
+
+    /// Applies pending migrations without keeping the store (the `migrate` command).
+    pub async fn migrate(url: &str) -> StoreResult<()> {
+        let store = Self::open(url, NodeMode::Fleet).await?;
+        store.close().await;
+        Ok(())
+    }
+
+    /// Writes what the log writer holds, stops it, releases the single-node lock and closes the
+    /// pool.
+    pub async fn close(&self) {
+        self.log.shutdown().await;
+        if let Some(lock) = &self.single_node {
+            lock.release().await;
+        }
+        self.pool.close().await;
+    }
+}
+
+/// Whether `url` names a PostgreSQL database.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}

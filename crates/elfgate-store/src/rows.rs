@@ -1,0 +1,141 @@
+//! Decoding rows into domain records, for both backends: both schemas store the same values in
+//! the same column names (text ids and timestamps, 64-bit integers), read through [`RowRead`].
+
+use crate::codec::{parse, parse_opt, parse_ts};
+use crate::deltas;
+use crate::{StoreError, StoreResult, StoredEvent};
+use elfgate_core::{Message, Run, Session, TokenUsage};
+use sqlx::Row;
+
+/// The column reads the decoders need, for a row of either backend.
+pub(crate) trait RowRead {
+    fn text(&self, column: &str) -> Result<String, sqlx::Error>;
+    fn opt_text(&self, column: &str) -> Result<Option<String>, sqlx::Error>;
+    fn int(&self, column: &str) -> Result<i64, sqlx::Error>;
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, sqlx::Error>;
+}
+
+macro_rules! row_read {
+    ($row:ty) => {
+        impl RowRead for $row {
+            fn text(&self, column: &str) -> Result<String, sqlx::Error> {
+                self.try_get(column)
+            }
+            fn opt_text(&self, column: &str) -> Result<Option<String>, sqlx::Error> {
+                self.try_get(column)
+            }
+            fn int(&self, column: &str) -> Result<i64, sqlx::Error> {
+                self.try_get(column)
+            }
+            fn opt_int(&self, column: &str) -> Result<Option<i64>, sqlx::Error> {
+                self.try_get(column)
+            }
+        }
+    };
+}
+row_read!(sqlx::sqlite::SqliteRow);
+row_read!(sqlx::postgres::PgRow);
+
+pub(crate) fn session_from_row(r: &impl RowRead) -> StoreResult<Session> {
+    let config: String = r.text("engine_config")?;
+    Ok(Session {
+        id: parse("session id", &r.text("id")?)?,
+        engine: parse("engine", &r.text("engine")?)?,
+        title: r.opt_text("title")?,
+        provider_id: r.opt_text("provider_id")?,
+        model: r.opt_text("model")?,
+        // Checked when stored since cliBackend became typed; before, a non-cli session kept any
+        // text here unread, so such a value reads as none rather than making the row unreadable.
+        cli_backend: r.opt_text("cli_backend")?.and_then(|b| b.parse().ok()),
+        project_path: r.opt_text("project_path")?,
+        agent_id: r.opt_text("agent_id")?,
+        system_prompt: r.opt_text("system_prompt")?,
+        permission_mode: parse_opt("permission mode", r.opt_text("permission_mode")?)?,
+        engine_config: serde_json::from_str(&config)
+            .map_err(|e| StoreError::Corrupt(format!("engine_config: {e}")))?,
+        cli_session_id: r.opt_text("cli_session_id")?,
+        created_at: parse_ts(&r.text("created_at")?)?,
+        updated_at: parse_ts(&r.text("updated_at")?)?,
+    })
+}
+
+pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
+    Ok(Run {
+        id: parse("run id", &r.text("id")?)?,
+        session_id: parse("session id", &r.text("session_id")?)?,
+        status: parse("run status", &r.text("status")?)?,
+        finish_reason: parse_opt("finish reason", r.opt_text("finish_reason")?)?,
+        usage: TokenUsage {
+            input_tokens: r.int("input_tokens")?.max(0) as u64,
+            output_tokens: r.int("output_tokens")?.max(0) as u64,
+            cache_read_tokens: r.int("cache_read_tokens")?.max(0) as u64,
+            cache_write_tokens: r.int("cache_write_tokens")?.max(0) as u64,
+        },
+        iterations: r.int("iterations")?.max(0) as u32,
+        started_at: parse_ts(&r.text("started_at")?)?,
+        ended_at: r.opt_text("ended_at")?.map(|s| parse_ts(&s)).transpose()?,
+        error: r.opt_text("error")?,
+        client_msg_id: r.opt_text("client_msg_id")?,
+    })
+}
+
+pub(crate) fn message_from_row(r: &impl RowRead) -> StoreResult<Message> {
+    let blocks: String = r.text("blocks")?;
+    Ok(Message {
+        id: parse("message id", &r.text("id")?)?,
+        session_id: parse("session id", &r.text("session_id")?)?,
+        run_id: parse_opt("run id", r.opt_text("run_id")?)?,
+        parent_id: parse_opt("parent id", r.opt_text("parent_id")?)?,
+        role: parse("role", &r.text("role")?)?,
+        blocks: serde_json::from_str(&blocks)
+            .map_err(|e| StoreError::Corrupt(format!("message blocks: {e}")))?,
+        model: r.opt_text("model")?,
+        input_tokens: r.opt_int("input_tokens")?.map(|v| v.max(0) as u64),
+        output_tokens: r.opt_int("output_tokens")?.map(|v| v.max(0) as u64),
+        created_at: parse_ts(&r.text("created_at")?)?,
+    })
+}
+
+/// Appends the events of one log row (columns `seq, last_seq, type, payload, run_id`) with seq >
+/// `after`: the row's own event, or each delta of a
+/// merged row (see `deltas`), as it was published.
+pub(crate) fn push_row_events(
+    out: &mut Vec<StoredEvent>,
+    session: &str,
+    r: &impl RowRead,
+    after: u64,
+) -> StoreResult<()> {
+    let seq = r.int("seq")?.max(0) as u64;
+    let event_type: String = r.text("type")?;
+    let payload: String = r.text("payload")?;
+    let Some(last) = r.opt_int("last_seq")? else {
+        if seq > after {
+            out.push(StoredEvent {
+                seq,
+                event_type,
+                json: payload,
+            });
+        }
+        return Ok(());
+    };
+    let run: Option<String> = r.opt_text("run_id")?;
+    let run = run.ok_or_else(|| StoreError::Corrupt(format!("merged row {seq} without a run")))?;
+    let events = deltas::expand(session, &run, seq, last.max(0) as u64, &payload, after)?;
+    out.extend(events.into_iter().map(|(seq, json)| StoredEvent {
+        seq,
+        event_type: event_type.clone(),
+        json,
+    }));
+    Ok(())
+}
+
+/// The first text block of stored `blocks`, cut to [`crate::FIRST_PROMPT_CHARS`] characters.
+pub(crate) fn first_text(blocks: &str) -> Option<String> {
+    let blocks: Vec<elfgate_core::ContentBlock> = serde_json::from_str(blocks).ok()?;
+    blocks.into_iter().find_map(|b| match b {
+        elfgate_core::ContentBlock::Text { text } if !text.trim().is_empty() => {
+            Some(text.chars().take(crate::FIRST_PROMPT_CHARS).collect())
+        }
+        _ => None,
+    })
+}
