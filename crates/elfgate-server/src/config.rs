@@ -484,12 +484,6 @@ impl Config {
                 "storage.log_linger_ms must be at most {MAX_LOG_LINGER_MS}"
             )));
         }
-        if !self.storage.url.starts_with("sqlite:") {
-            return Err(ConfigError::Invalid(format!(
-                "storage.url '{}': only sqlite: URLs are supported in this build",
-                self.storage.url
-            )));
-        }
         Ok(())
     }
 

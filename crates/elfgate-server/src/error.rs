@@ -312,6 +312,10 @@ mod tests {
             (StoreError::Busy(DRIVER_TEXT.into()), "1"),
             (StoreError::TableLocked(DRIVER_TEXT.into()), "1"),
             (StoreError::Full(DRIVER_TEXT.into()), "30"),
+            (
+                StoreError::Unavailable("Connection refused (os error 111)".into()),
+                "2",
+            ),
         ] {
             let (status, retry_after, body) = answer(e.into()).await;
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

@@ -73,6 +73,163 @@ fn uuid_like() -> String {
     )
 }
 
+/// A PostgreSQL server of one test's own, for a test that stops and starts it (a restart under a
+/// running daemon) without touching the server the other tests share. It is created with the
+/// binaries scripts/test.sh found (`ELFGATE_TEST_PG_BIN`, run as `ELFGATE_TEST_PG_RUNAS` when
+/// set), on a free loopback port, and removed when dropped.
+pub struct PrivatePostgres {
+    bin: std::path::PathBuf,
+    runas: Option<String>,
+    dir: std::path::PathBuf,
+    /// postgres://postgres@127.0.0.1:PORT/postgres
+    pub url: String,
+}
+
+impl PrivatePostgres {
+    /// A new server, started; None (the test skips, saying so) when the test services did not
+    /// start PostgreSQL themselves (a server given by URL cannot be restarted by a test).
+    pub fn start() -> Option<PrivatePostgres> {
+        postgres_admin_url()?;
+        let Some(bin) = std::env::var_os("ELFGATE_TEST_PG_BIN") else {
+            eprintln!(
+                "PostgreSQL restart test skipped: ELFGATE_TEST_PG_BIN is not set (the server was \
+                 given by URL, so there are no binaries to start one of the test's own)"
+            );
+            return None;
+        };
+        let runas = std::env::var("ELFGATE_TEST_PG_RUNAS")
+            .ok()
+            .filter(|u| !u.is_empty());
+        let dir = tempfile::Builder::new()
+            .prefix("elfgate-pg-")
+            .tempdir()
+            .unwrap()
+            .keep();
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let pg = PrivatePostgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            bin: bin.into(),
+            runas,
+            dir,
+        };
+        if let Some(user) = &pg.runas {
+            let ok = std::process::Command::new("chown")
+                .arg(format!("{user}:"))
+                .arg(&pg.dir)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "cannot give {} to {user}", pg.dir.display());
+        }
+        let data = pg.dir.join("data");
+        pg.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--no-sync".as_ref(),
+            ],
+        );
+        let conf = format!(
+            "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n",
+            pg.dir.display()
+        );
+        let mut main = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(&mut main, conf.as_bytes()).unwrap();
+        pg.start_again();
+        Some(pg)
+    }
+
+    /// Stops the server (fast shutdown: open connections are cut).
+    pub fn stop(&self) {
+        let data = self.dir.join("data");
+        self.run(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-w".as_ref(),
+                "stop".as_ref(),
+                "-m".as_ref(),
+                "fast".as_ref(),
+            ],
+        );
+    }
+
+    /// Starts the stopped server again on the same port; returns once it accepts connections.
+    pub fn start_again(&self) {
+        let data = self.dir.join("data");
+        let log = self.dir.join("pg.log");
+        self.run(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-w".as_ref(),
+                "start".as_ref(),
+            ],
+        );
+    }
+
+    /// One of the server's programs, run as the server's user.
+    fn command(&self, program: &str) -> std::process::Command {
+        let path = self.bin.join(program);
+        match &self.runas {
+            Some(user) => {
+                let mut c = std::process::Command::new("runuser");
+                c.arg("-u").arg(user).arg("--").arg(path);
+                c
+            }
+            None => std::process::Command::new(path),
+        }
+    }
+
+    /// Runs one of the server's programs as its user; panics with its output when it fails.
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) {
+        let out = self
+            .command(program)
+            .args(args)
+            .current_dir(&self.dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .args(["-w", "stop", "-m", "immediate"])
+            .current_dir(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -15,6 +15,7 @@ mod log_rows;
 mod logging;
 mod mcp;
 mod openapi;
+mod postgres_store;
 mod provider_kinds;
 mod readme_path;
 mod restart;
