@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 # The browser tests and the real-CLI tests fail instead of skipping when Chromium or the CLIs are
-# missing. (Not ELFGATE_ names: the daemon reads every ELFGATE_* variable as configuration.)
+# missing. (Not ELFGATE_ names: the daemon reads ELFGATE_* variables as configuration, all but
+# ELFGATE_TEST_*, the test services' URLs.)
 export REQUIRE_BROWSER_TESTS=require
 export REQUIRE_CLI_TESTS=require
 # Likewise the gateway's SDK tests when the venv of the official SDKs is missing.

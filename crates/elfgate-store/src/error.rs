@@ -260,6 +260,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn postgresql_states_are_classified_by_their_class() {
+        let kind = |state: &str| {
+            let e = StoreError::from_sqlstate(state, "detail".into());
+            (e.is_transient(), e.summary())
+        };
+        // admin_shutdown (a restart), cannot_connect_now (starting), connection_failure.
+        for state in ["57P01", "57P03", "08006"] {
+            assert_eq!(
+                kind(state),
+                (true, "the database server is unavailable"),
+                "{state}"
+            );
+        }
+        // serialization_failure, deadlock_detected, lock_not_available, too_many_connections.
+        for state in ["40001", "40P01", "55P03", "53300"] {
+            assert_eq!(kind(state), (true, "the database is busy"), "{state}");
+        }
+        assert_eq!(kind("53100"), (true, "the database is full"));
+        assert_eq!(kind("23505"), (false, "a database constraint was violated"));
+        assert_eq!(kind("XX001"), (false, "corrupt data in the database"));
+        assert_eq!(kind("42P01"), (false, "database error"));
+    }
+
+    #[test]
     fn sqlite_codes_are_classified_by_their_primary_code() {
         let d = || "detail".to_string();
         assert!(matches!(
