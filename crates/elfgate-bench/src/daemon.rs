@@ -17,8 +17,8 @@ pub struct Daemon {
     pub pid: u32,
     /// The bearer token the daemon generated into its data directory.
     pub token: String,
-    /// The daemon's SQLite database file.
-    pub db: PathBuf,
+    /// The daemon's database.
+    pub db: Database,
     /// Holds the config file and the database until the daemon is gone.
     _dir: tempfile::TempDir,
 }
@@ -53,14 +53,80 @@ pub fn pinned(program: &std::path::Path, cpus: Option<&str>) -> Command {
     }
 }
 
+/// Where the daemon under test keeps its data.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A SQLite file (the default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database (`--postgres`): its URL.
+    Postgres(String),
+}
+
+impl Database {
+    /// The daemon's `storage.url`.
+    fn url(&self) -> String {
+        match self {
+            Database::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Database::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// "SQLite" or "PostgreSQL", for the report.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Database::Sqlite(_) => "SQLite",
+            Database::Postgres(_) => "PostgreSQL",
+        }
+    }
+}
+
+/// A new, empty database on the PostgreSQL server whose administrator's URL is `admin`: its URL.
+pub async fn new_postgres_database(admin: &str) -> anyhow::Result<String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .context("connecting to --postgres")?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let name = format!("elfgate_bench_{}_{nanos}", std::process::id());
+    // The name is made here of digits and underscores, never input.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .context("creating the benchmark's database")?;
+    conn.close().await?;
+    let (base, query) = match admin.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    Ok(match query {
+        Some(q) => format!("{server}/{name}?{q}"),
+        None => format!("{server}/{name}"),
+    })
+}
+
 impl Daemon {
-    /// Starts the daemon on a free loopback port with a fresh database, relaying to the mock
-    /// provider at `mock_base` (`http://ADDR`), and waits until it listens.
-    pub fn start(mock_base: &str, cpus: Option<&str>) -> anyhow::Result<Daemon> {
+    /// Starts the daemon on a free loopback port with a fresh database (a SQLite file, or
+    /// `postgres`, an empty PostgreSQL database's URL), relaying to the mock provider at
+    /// `mock_base` (`http://ADDR`), and waits until it listens.
+    pub fn start(
+        mock_base: &str,
+        cpus: Option<&str>,
+        postgres: Option<String>,
+    ) -> anyhow::Result<Daemon> {
         let bin = daemon_binary()?;
         let dir = tempfile::Builder::new().prefix("elfgate-bench").tempdir()?;
         let config = dir.path().join("bench.toml");
-        let db = dir.path().join("bench.db");
+        let db = match postgres {
+            Some(url) => Database::Postgres(url),
+            None => Database::Sqlite(dir.path().join("bench.db")),
+        };
         std::fs::write(
             &config,
             format!(
@@ -68,7 +134,8 @@ impl Daemon {
 bind = "127.0.0.1:0"
 
 [storage]
-url = "sqlite://{db}"
+url = "{db}"
+data_dir = "{data}"
 
 [providers.mock]
 kind = "openai"
@@ -78,7 +145,8 @@ default_model = "mock"
 [defaults]
 provider = "mock"
 "#,
-                db = db.display(),
+                db = db.url(),
+                data = dir.path().display(),
             ),
         )?;
         let mut child = pinned(&bin, cpus)

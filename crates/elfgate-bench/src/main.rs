@@ -114,6 +114,10 @@ struct Cli {
     /// Length of the write-rate pass's measured window [default: 10].
     #[arg(long, value_name = "S")]
     write_rate_secs: Option<u64>,
+    /// Run the daemon under test on PostgreSQL: a new database on the server whose
+    /// administrator's URL this is (postgres://USER@HOST:PORT/postgres), instead of SQLite.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
     /// Print one line per pass.
     #[arg(short, long)]
     verbose: bool,
@@ -145,6 +149,8 @@ struct Opts {
     write_rate: Option<write_rate::Settings>,
     /// The CPUs the relays under test (daemon, nginx) run on (`taskset` list).
     relay_cpus: Option<String>,
+    /// The PostgreSQL server the daemon under test uses (`--postgres`); None: SQLite.
+    postgres: Option<String>,
 }
 
 /// A command line that clap accepted but that makes no sense: said the way clap says its own
@@ -204,6 +210,7 @@ impl Opts {
             ratio_search: c.ratio_search,
             write_rate,
             relay_cpus: c.relay_cpus,
+            postgres: c.postgres,
         }
     }
 }
@@ -784,7 +791,12 @@ async fn main() -> anyhow::Result<()> {
     let mock = elfgate_mockllm::MockServer::start()
         .await
         .context("starting the mock provider")?;
-    let daemon = Daemon::start(&mock.base_url(), opts.relay_cpus.as_deref())?;
+    let database = match &opts.postgres {
+        Some(admin) => Some(daemon::new_postgres_database(admin).await?),
+        None => None,
+    };
+    let daemon = Daemon::start(&mock.base_url(), opts.relay_cpus.as_deref(), database)?;
+    println!("daemon storage: {}", daemon.db.kind());
     let nginx = if opts.nginx {
         Nginx::start_if_installed(&mock.base_url(), opts.relay_cpus.as_deref())?
     } else {

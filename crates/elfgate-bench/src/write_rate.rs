@@ -1,14 +1,41 @@
 //! The event log's sustained write rate: many sessions streaming through the daemon at once, each
 //! started again as soon as it ends, while the bench counts the events the daemon published (its
-//! `/metrics` counter) and the events committed to its SQLite database over a fixed window.
+//! `/metrics` counter) and the events committed to its database (SQLite, or PostgreSQL with
+//! `--postgres`) over a fixed window.
 
 use crate::client::{self, Target};
-use crate::daemon::{self, Daemon};
+use crate::daemon::{self, Daemon, Database};
 use anyhow::Context;
 use sqlx::{Connection, sqlite::SqliteConnectOptions};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// A connection to the daemon's database, to count what its log holds.
+enum LogDb {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+impl LogDb {
+    async fn open(db: &Database) -> anyhow::Result<LogDb> {
+        Ok(match db {
+            Database::Sqlite(path) => {
+                let opts = SqliteConnectOptions::new().filename(path).read_only(true);
+                LogDb::Sqlite(
+                    sqlx::SqliteConnection::connect_with(&opts)
+                        .await
+                        .context("opening the daemon's database read-only")?,
+                )
+            }
+            Database::Postgres(url) => LogDb::Postgres(
+                sqlx::PgConnection::connect(url)
+                    .await
+                    .context("connecting to the daemon's database")?,
+            ),
+        })
+    }
+}
 
 /// Events per second the log should sustain.
 const TARGET_EVENTS_PER_SEC: f64 = 50_000.0;
@@ -79,18 +106,34 @@ struct LogCount {
 
 impl LogCount {
     /// (events, rows) committed so far.
-    async fn read(&mut self, db: &mut sqlx::SqliteConnection) -> anyhow::Result<(u64, u64)> {
-        let (rows, events): (Option<i64>, i64) = sqlx::query_as(
-            "SELECT max(rowid), coalesce(sum(coalesce(last_seq - seq, 0) + 1), 0) FROM events \
-             WHERE rowid > ?",
-        )
-        .bind(self.rows)
-        .fetch_one(db)
-        .await?;
-        if let Some(rows) = rows {
-            self.rows = rows;
+    async fn read(&mut self, db: &mut LogDb) -> anyhow::Result<(u64, u64)> {
+        match db {
+            LogDb::Sqlite(db) => {
+                let (rows, events): (Option<i64>, i64) = sqlx::query_as(
+                    "SELECT max(rowid), coalesce(sum(coalesce(last_seq - seq, 0) + 1), 0) FROM \
+                     events WHERE rowid > ?",
+                )
+                .bind(self.rows)
+                .fetch_one(db)
+                .await?;
+                if let Some(rows) = rows {
+                    self.rows = rows;
+                }
+                self.events += u64::try_from(events)?;
+            }
+            // No rowid: a count over the whole log (the bench's database is fresh, so it is
+            // the window's rows and those of the ramp).
+            LogDb::Postgres(db) => {
+                let (rows, events): (i64, i64) = sqlx::query_as(
+                    "SELECT count(*), coalesce(sum(coalesce(last_seq - seq, 0) + 1), 0)::bigint \
+                     FROM events",
+                )
+                .fetch_one(db)
+                .await?;
+                self.rows = rows;
+                self.events = u64::try_from(events)?;
+            }
         }
-        self.events += u64::try_from(events)?;
         Ok((self.events, u64::try_from(self.rows)?))
     }
 }
@@ -98,7 +141,7 @@ impl LogCount {
 impl Snapshot {
     async fn take(
         t: &Target,
-        db: &mut sqlx::SqliteConnection,
+        db: &mut LogDb,
         log: &mut LogCount,
         pid: u32,
         sessions: &AtomicU64,
@@ -119,10 +162,7 @@ impl Snapshot {
 
 /// Runs the pass and prints what it measured.
 pub async fn run(t: &Target, d: &Daemon, tokens: u32, s: &Settings) -> anyhow::Result<()> {
-    let opts = SqliteConnectOptions::new().filename(&d.db).read_only(true);
-    let mut db = sqlx::SqliteConnection::connect_with(&opts)
-        .await
-        .context("opening the daemon's database read-only")?;
+    let mut db = LogDb::open(&d.db).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -180,10 +220,11 @@ pub async fn run(t: &Target, d: &Daemon, tokens: u32, s: &Settings) -> anyhow::R
         RAMP.as_secs()
     );
     println!(
-        "  published {published_rate:.0} events/s, committed to SQLite {written_rate:.0} events/s \
+        "  published {published_rate:.0} events/s, committed to {} {written_rate:.0} events/s \
          in {rows_rate:.0} rows/s; \
          {sessions} sessions ({:.0}/s, {:.1} events each); daemon CPU {:.0}% of a core, {:.1} µs \
          per event",
+        d.db.kind(),
         sessions as f64 / secs,
         b.published.saturating_sub(a.published) as f64 / sessions.max(1) as f64,
         100.0 * cpu_ns as f64 / 1e9 / secs,
