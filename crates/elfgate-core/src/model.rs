@@ -256,6 +256,9 @@ pub enum FinishReason {
     Error,
     /// The daemon stopped (crash or kill) while the run was going.
     DaemonRestart,
+    /// The fleet node running it went away (killed, cut off or paused past its lease); another
+    /// node ended it.
+    NodeLost,
 }
 
 impl FinishReason {
@@ -267,6 +270,7 @@ impl FinishReason {
             FinishReason::Interrupted => "interrupted",
             FinishReason::Error => "error",
             FinishReason::DaemonRestart => "daemon_restart",
+            FinishReason::NodeLost => "node_lost",
         }
     }
 
@@ -274,7 +278,9 @@ impl FinishReason {
     pub fn run_status(self) -> RunStatus {
         match self {
             FinishReason::Stop | FinishReason::MaxIterations => RunStatus::Completed,
-            FinishReason::Interrupted | FinishReason::DaemonRestart => RunStatus::Interrupted,
+            FinishReason::Interrupted | FinishReason::DaemonRestart | FinishReason::NodeLost => {
+                RunStatus::Interrupted
+            }
             FinishReason::Error => RunStatus::Failed,
         }
     }
@@ -295,6 +301,7 @@ impl FromStr for FinishReason {
             "interrupted" => Ok(FinishReason::Interrupted),
             "error" => Ok(FinishReason::Error),
             "daemon_restart" => Ok(FinishReason::DaemonRestart),
+            "node_lost" => Ok(FinishReason::NodeLost),
             other => Err(format!("unknown finish reason '{other}'")),
         }
     }

@@ -73,6 +73,18 @@ pub enum StoreError {
          stop it, use another database, or run every node with a [cluster] section"
     )]
     InUse,
+    /// Another node of the fleet holds a live lease on the session (it is running it).
+    #[error("session {session} is being run by node {node}")]
+    OwnedElsewhere {
+        /// The session.
+        session: String,
+        /// The node holding its lease.
+        node: String,
+    },
+    /// This node's lease on the session was taken over by another node (it was paused or cut off
+    /// past its lease): its writes to the session are refused.
+    #[error("session {0}: this node's lease was taken over by another node (fenced)")]
+    Fenced(String),
     /// The lock file could not be created or locked.
     #[error("cannot lock {}: {source}", path.display())]
     Lock {
@@ -141,6 +153,8 @@ impl StoreError {
             StoreError::Database(_) => "database error",
             StoreError::Migrate(_) => "database migration error",
             StoreError::UnsupportedUrl(_) => "unsupported storage url",
+            StoreError::OwnedElsewhere { .. } => "the session is being run by another node",
+            StoreError::Fenced(_) => "this node no longer owns the session",
             StoreError::Locked { .. } | StoreError::InUse => {
                 "the database is in use by another process"
             }

@@ -27,6 +27,13 @@ pub(crate) const DAEMON_RESTART: Ending = Ending {
     tool_result: "interrupted: the daemon restarted before this tool call finished",
 };
 
+/// A run whose fleet node went away, ended by the node that adopted its session.
+pub(crate) const NODE_LOST: Ending = Ending {
+    finish_reason: FinishReason::NodeLost,
+    run_error: "node_lost: the node running it went away; another node ended it",
+    tool_result: "interrupted: the node running this tool call went away before it finished",
+};
+
 /// The answer a run had streamed when it stopped: its logged deltas since its last stored
 /// assistant message, unless `last` (the session's latest message) already is that answer.
 /// Returns the message to store (if any text was streamed) and the characters of its text.

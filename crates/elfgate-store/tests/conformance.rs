@@ -15,6 +15,9 @@ use elfgate_core::{
 use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions};
 use std::sync::Arc;
 
+#[path = "conformance/fleet.rs"]
+mod fleet;
+
 /// Where a test's database lives.
 enum Db {
     Sqlite(tempfile::TempDir),
@@ -660,8 +663,19 @@ async fn postgres_nodes_starting_together_migrate_once() {
     let Some(url) = elfgate_test_support::services::postgres_database().await else {
         return;
     };
-    let opened =
-        futures_util::future::join_all((0..3).map(|_| PgStore::open(&url, NodeMode::Fleet))).await;
+    let opened = futures_util::future::join_all((0..3).map(|i| {
+        PgStore::open(
+            &url,
+            NodeMode::Fleet(elfgate_store::FleetMember {
+                node_id: format!("n{i}"),
+                address: format!("http://n{i}.test:7420"),
+                version: "test".into(),
+                lease: std::time::Duration::from_secs(30),
+                heartbeat: std::time::Duration::from_secs(3600),
+            }),
+        )
+    }))
+    .await;
     let stores: Vec<PgStore> = opened.into_iter().map(Result::unwrap).collect();
     let s = session();
     stores[0]

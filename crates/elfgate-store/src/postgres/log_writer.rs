@@ -8,11 +8,13 @@
 //! the batch kept in order: an accepted event is never dropped, and the log never gets a gap.
 //! Meanwhile the queue fills up and publishers wait for room, and a flush reports failure.
 
+use super::fleet::Membership;
 use crate::StoreError;
 use crate::codec::ts;
 use crate::logrows;
 use elfgate_core::{EventRecord, LogCommand, LogReceiver, LogSender, SessionId};
 use sqlx::postgres::PgPool;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -33,9 +35,14 @@ pub(super) struct LogWriter {
 }
 
 impl LogWriter {
-    pub(super) fn spawn(pool: PgPool, queue_events: usize, linger: Duration) -> LogWriter {
+    pub(super) fn spawn(
+        pool: PgPool,
+        queue_events: usize,
+        linger: Duration,
+        fleet: Option<Arc<Membership>>,
+    ) -> LogWriter {
         let (log, rx) = elfgate_core::log_channel(queue_events);
-        let task = tokio::spawn(run(pool, rx, linger));
+        let task = tokio::spawn(run(pool, rx, linger, fleet));
         LogWriter {
             log,
             task: Arc::new(Mutex::new(Some(task))),
@@ -114,7 +121,7 @@ impl Batch {
     }
 }
 
-async fn run(pool: PgPool, mut rx: LogReceiver, linger: Duration) {
+async fn run(pool: PgPool, mut rx: LogReceiver, linger: Duration, fleet: Option<Arc<Membership>>) {
     let mut batch = Batch::default();
     loop {
         if batch.is_empty() {
@@ -140,7 +147,7 @@ async fn run(pool: PgPool, mut rx: LogReceiver, linger: Duration) {
         // lost after the server committed) and a longer batch would group its deltas into other
         // rows than the ones that landed.
         let mut next = Batch::default();
-        while let Err(e) = write(&pool, &batch.events, &batch.seq_updates).await {
+        while let Err(e) = write(&pool, fleet.as_deref(), &batch.events, &batch.seq_updates).await {
             rx.write_failed();
             tracing::error!(error = %e, events = batch.events.len(), retry_in = ?delay,
                 "event log write failed; it is retried until it succeeds");
@@ -177,12 +184,43 @@ struct Columns {
 
 /// Writes events (as rows: a run's consecutive deltas share one) and seq reservation changes in
 /// one transaction.
+///
+/// On a fleet node, the events and reservations of a session whose lease was taken over are left
+/// out (fenced: the adopter owns its log now), and a session whose `complete` this batch logs
+/// gives its lease up when no run of it is left unfinished.
 async fn write(
     pool: &PgPool,
+    fleet: Option<&Membership>,
     events: &[Arc<EventRecord>],
     seq_updates: &[SeqUpdate],
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
+    let mut fenced = HashSet::new();
+    let mut released = Vec::new();
+    if let Some(m) = fleet {
+        let sessions: HashSet<SessionId> = events
+            .iter()
+            .map(|e| e.session_id)
+            .chain(seq_updates.iter().map(|u| match *u {
+                SeqUpdate::Reserve(s, _) | SeqUpdate::Release(s, _) => s,
+            }))
+            .collect();
+        fenced = m.fenced_of(&mut tx, &sessions).await?;
+        for s in &fenced {
+            m.fence(*s);
+        }
+    }
+    let kept: Vec<Arc<EventRecord>>;
+    let events = if fenced.is_empty() {
+        events
+    } else {
+        kept = events
+            .iter()
+            .filter(|e| !fenced.contains(&e.session_id))
+            .cloned()
+            .collect();
+        &kept[..]
+    };
     if !events.is_empty() {
         let mut c = Columns::default();
         for row in logrows::group(events) {
@@ -213,6 +251,11 @@ async fn write(
         .await?;
     }
     for u in seq_updates {
+        if let SeqUpdate::Reserve(s, _) | SeqUpdate::Release(s, _) = *u
+            && fenced.contains(&s)
+        {
+            continue;
+        }
         match *u {
             SeqUpdate::Reserve(s, upto) => {
                 sqlx::query(
@@ -233,6 +276,21 @@ async fn write(
             }
         }
     }
+    if let Some(m) = fleet {
+        let completed: HashSet<SessionId> = events
+            .iter()
+            .filter(|e| e.event_type() == "complete")
+            .map(|e| e.session_id)
+            .collect();
+        for s in completed {
+            if m.release_if_idle(&mut tx, s).await? {
+                released.push(s);
+            }
+        }
+    }
     tx.commit().await?;
+    if let Some(m) = fleet {
+        m.released(&released);
+    }
     Ok(())
 }

@@ -3,7 +3,8 @@
 //!
 //! One job per file: opening and closing (`setup`), the SQL of the writes on a run's path
 //! (`statements`), the [`Store`](crate::Store) and run ledger implementations (`store_impl`), the
-//! event log writer (`log_writer`), and ending the runs a crash left behind (`recovery`). Rows
+//! event log writer (`log_writer`), ending the runs a crash left behind (`recovery`), and a fleet
+//! node's leases, fencing and adoption (`fleet`). Rows
 //! are decoded by the crate's `rows` module, which both backends share.
 //!
 //! Writes on a run's path are transactions of their own on the pool: PostgreSQL commits
@@ -11,12 +12,14 @@
 //! writer had to arrange itself. The event log is written in batches by one task, many rows per
 //! statement.
 
+mod fleet;
 mod log_writer;
 mod recovery;
 mod setup;
 mod statements;
 mod store_impl;
 
+pub use fleet::{FleetMember, NodeInfo};
 pub use setup::{NodeMode, is_postgres_url};
 
 use log_writer::LogWriter;
@@ -30,6 +33,10 @@ pub struct PgStore {
     log: LogWriter,
     /// The single-node advisory lock's connection ([`NodeMode::Single`]), closed with the store.
     single_node: Option<Arc<setup::SingleNodeLock>>,
+    /// This node's leases ([`NodeMode::Fleet`]).
+    fleet: Option<Arc<fleet::Membership>>,
+    /// The fleet heartbeat's task, stopped when the store closes.
+    heartbeat: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl PgStore {

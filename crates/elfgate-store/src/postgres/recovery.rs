@@ -1,7 +1,8 @@
 //! Restart recovery on PostgreSQL: ends the runs a crash left unfinished and logs the ends that
 //! never reached the event log, as the SQLite store does (what is written is decided in
 //! `recovery_plan`). Each run in one transaction that first locks its session's row, so that two
-//! nodes recovering at once take turns and the second finds the run already ended.
+//! nodes recovering at once take turns and the second finds the run already ended. A fleet
+//! node's recovery is the adoption of expired sessions (`fleet`), which uses the same steps.
 
 use super::PgStore;
 use super::statements;
@@ -70,8 +71,11 @@ impl PgStore {
         .iter()
         .map(run_from_row)
         .collect::<StoreResult<Vec<_>>>()?;
+        if self.fleet.is_some() {
+            return self.adopt_expired().await;
+        }
         // First the runs that did end: their `complete` must come before anything logged now.
-        self.log_missing_ends().await?;
+        self.log_missing_ends_of(None).await?;
         let mut recovered = Vec::with_capacity(runs.len());
         for run in runs {
             if let Some(r) = self.end_unfinished_run(&run, DAEMON_RESTART).await? {
@@ -83,13 +87,15 @@ impl PgStore {
 
     /// Logs `result` and `complete` for runs that ended but whose last events never reached the
     /// log (see the SQLite store's `log_missing_ends`). Returns how many runs got their end
-    /// logged.
-    async fn log_missing_ends(&self) -> StoreResult<usize> {
+    /// logged. `only`: that session alone (a fleet node adopting it), else every session.
+    pub(super) async fn log_missing_ends_of(&self, only: Option<&str>) -> StoreResult<usize> {
         let sessions: Vec<String> = sqlx::query_scalar(
-            "SELECT s.id FROM sessions s WHERE s.event_seq_reserved > \
+            "SELECT s.id FROM sessions s WHERE ($1::text IS NULL OR s.id = $1) \
+             AND s.event_seq_reserved > \
              COALESCE((SELECT COALESCE(e.last_seq, e.seq) FROM events e \
              WHERE e.session_id = s.id ORDER BY e.seq DESC LIMIT 1), 0)",
         )
+        .bind(only)
         .fetch_all(&self.pool)
         .await?;
         let mut logged = 0;
@@ -143,7 +149,7 @@ impl PgStore {
     /// Ends one unfinished run: keeps the partial answer found in the event log, answers
     /// dangling tool calls, and logs `result` and `complete`, all in one transaction. None when
     /// the run had ended meanwhile (another node ended it first).
-    async fn end_unfinished_run(
+    pub(super) async fn end_unfinished_run(
         &self,
         run: &Run,
         ending: Ending,

@@ -1,6 +1,7 @@
 //! Opening the store (pool, single-node lock, migrations, log writer) and closing it.
 
 use super::PgStore;
+use super::fleet::{self, FleetMember, Membership};
 use super::log_writer::LogWriter;
 use crate::schema::PG_MIGRATOR;
 use crate::{StoreError, StoreOptions, StoreResult};
@@ -19,14 +20,15 @@ const POOL_CONNECTIONS: u32 = 16;
 const SINGLE_NODE_LOCK: i64 = 0x0065_6c66_6761_7465;
 
 /// Whether this daemon is the database's only user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum NodeMode {
     /// No `[cluster]`: the daemon holds the database's single-node lock while it runs, as a
     /// daemon on SQLite holds its file's, so that a second one (which would end the first one's
     /// live runs as `daemon_restart` at its start) refuses to start.
     Single,
-    /// One node of a fleet: others share the database, each owning the sessions it runs.
-    Fleet,
+    /// One node of a fleet: others share the database, each owning the sessions it runs
+    /// (leases, fencing and adoption: `fleet`).
+    Fleet(FleetMember),
 }
 
 /// The connection holding the single-node lock; the server drops the lock with the connection.
@@ -72,10 +74,44 @@ impl PgStore {
         }
         let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
         // Before migrations and before anyone reads or ends a run.
-        let single_node = match mode {
-            NodeMode::Single => Some(Arc::new(SingleNodeLock::acquire(&options).await?)),
-            NodeMode::Fleet => None,
+        let (single_node, member) = match mode {
+            NodeMode::Single => (
+                Some(Arc::new(SingleNodeLock::acquire(&options).await?)),
+                None,
+            ),
+            NodeMode::Fleet(member) => (None, Some(member)),
         };
+        let pool = Self::pool_migrated(options).await?;
+        let fleet = member.map(|m| Arc::new(Membership::new(m)));
+        if let Some(m) = &fleet {
+            let mut conn = pool.acquire().await?;
+            m.expire_earlier_life(&mut conn).await?;
+        }
+        let log = LogWriter::spawn(
+            pool.clone(),
+            opts.log_queue_events,
+            opts.log_linger,
+            fleet.clone(),
+        );
+        let store = PgStore {
+            pool,
+            log,
+            single_node,
+            fleet,
+            heartbeat: Arc::new(std::sync::Mutex::new(None)),
+        };
+        if let Some(m) = &store.fleet {
+            let task = tokio::spawn(fleet::heartbeat_loop(store.clone(), m.me.heartbeat));
+            *store
+                .heartbeat
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+        }
+        Ok(store)
+    }
+
+    /// The pool, once pending migrations are applied (under the migrator's advisory lock).
+    async fn pool_migrated(options: PgConnectOptions) -> StoreResult<sqlx::PgPool> {
         let pool = PgPoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .min_connections(1)
@@ -85,12 +121,7 @@ impl PgStore {
             .connect_with(options)
             .await?;
         PG_MIGRATOR.run(&pool).await?;
-        let log = LogWriter::spawn(pool.clone(), opts.log_queue_events, opts.log_linger);
-        Ok(PgStore {
-            pool,
-            log,
-            single_node,
-        })
+        Ok(pool)
     }
 
     /// Where the event hub sends published events.
@@ -98,16 +129,28 @@ impl PgStore {
         self.log.log_sender()
     }
 
-    /// Applies pending migrations without keeping the store (the `migrate` command).
+    /// Applies pending migrations without keeping the store (the `migrate` command): no lock
+    /// beyond the migrator's, so that it can run beside the nodes of a fleet.
     pub async fn migrate(url: &str) -> StoreResult<()> {
-        let store = Self::open(url, NodeMode::Fleet).await?;
-        store.close().await;
+        if !is_postgres_url(url) {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        }
+        let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        Self::pool_migrated(options).await?.close().await;
         Ok(())
     }
 
-    /// Writes what the log writer holds, stops it, releases the single-node lock and closes the
-    /// pool.
+    /// Stops the heartbeat, writes what the log writer holds, stops it, releases the
+    /// single-node lock and closes the pool.
     pub async fn close(&self) {
+        let heartbeat = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(t) = heartbeat {
+            t.abort();
+        }
         self.log.shutdown().await;
         if let Some(lock) = &self.single_node {
             lock.release().await;

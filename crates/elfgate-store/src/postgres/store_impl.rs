@@ -12,7 +12,7 @@ use elfgate_core::{
     LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
     SessionId,
 };
-use sqlx::Row;
+use sqlx::{PgConnection, Row};
 
 /// The highest seq logged for a session ($1: the session). A merged row covers `seq..=last_seq`
 /// and rows never overlap, so the row with the highest first seq holds it.
@@ -23,12 +23,63 @@ fn ledger(e: StoreError) -> LedgerError {
     LedgerError(e.report(), e.is_transient())
 }
 
+/// A fleet node's lease checks around the writes below; nothing on a single node.
+impl PgStore {
+    /// Claims the session's lease in `tx` (a fleet node): the epoch to record once committed.
+    async fn claim(&self, tx: &mut PgConnection, session: SessionId) -> StoreResult<Option<i64>> {
+        match &self.fleet {
+            Some(m) => Ok(Some(m.claim(tx, session).await?)),
+            None => Ok(None),
+        }
+    }
+
+    fn claimed(&self, session: SessionId, lease: Option<i64>) {
+        if let (Some(m), Some(epoch)) = (&self.fleet, lease) {
+            m.claimed(session, epoch);
+        }
+    }
+
+    /// Refuses a write for a session whose lease this node lost.
+    async fn fence_check(&self, tx: &mut PgConnection, session: SessionId) -> StoreResult<()> {
+        match &self.fleet {
+            Some(m) => m.check(tx, session).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses to delete a session another live node is running.
+    async fn refuse_if_run_elsewhere(
+        &self,
+        tx: &mut PgConnection,
+        session: SessionId,
+    ) -> StoreResult<()> {
+        let Some(m) = &self.fleet else {
+            return Ok(());
+        };
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT node_id FROM session_leases WHERE session_id = $1 AND expires_at > now() \
+             FOR UPDATE",
+        )
+        .bind(session.to_string())
+        .fetch_optional(&mut *tx)
+        .await?;
+        match owner {
+            Some(node) if node != m.me.node_id => Err(StoreError::OwnedElsewhere {
+                session: session.to_string(),
+                node,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[async_trait]
 impl RunLedger for PgStore {
     async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
         let at = ts(&Utc::now());
         let run = async {
             let mut tx = self.pool.begin().await?;
+            self.fence_check(&mut tx, session_id).await?;
             statements::run_started(&mut tx, session_id, run_id, &at).await?;
             tx.commit().await?;
             Ok::<(), StoreError>(())
@@ -46,6 +97,7 @@ impl RunLedger for PgStore {
         let at = ts(&Utc::now());
         let run = async {
             let mut tx = self.pool.begin().await?;
+            self.fence_check(&mut tx, session_id).await?;
             if let Some(m) = answer {
                 statements::insert_message(&mut tx, m).await?;
             }
@@ -67,15 +119,18 @@ impl RunLedger for PgStore {
     ) -> Result<(), LedgerError> {
         let at = ts(&Utc::now());
         let run = async {
-            let mut conn = self.pool.acquire().await?;
+            let mut tx = self.pool.begin().await?;
+            self.fence_check(&mut tx, session_id).await?;
             statements::set_session_column(
-                &mut conn,
+                &mut tx,
                 session_id,
                 SessionColumn::CliSessionId,
                 cli_session_id,
                 &at,
             )
-            .await
+            .await?;
+            tx.commit().await?;
+            Ok::<(), StoreError>(())
         };
         run.await.map_err(ledger)
     }
@@ -96,11 +151,13 @@ impl Store for PgStore {
     ) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         statements::insert_session(&mut tx, s).await?;
+        let lease = self.claim(&mut tx, s.id).await?;
         statements::insert_run(&mut tx, first_run).await?;
         if let Some(m) = first_message {
             statements::insert_message(&mut tx, m).await?;
         }
         tx.commit().await?;
+        self.claimed(s.id, lease);
         Ok(())
     }
 
@@ -159,6 +216,7 @@ impl Store for PgStore {
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
         let sid = id.to_string();
+        self.refuse_if_run_elsewhere(&mut tx, id).await?;
         for sql in [
             "DELETE FROM events WHERE session_id = $1",
             "DELETE FROM messages WHERE session_id = $1",
@@ -192,8 +250,12 @@ impl Store for PgStore {
     }
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
-        let mut conn = self.pool.acquire().await?;
-        statements::insert_run(&mut conn, run).await
+        let mut tx = self.pool.begin().await?;
+        let lease = self.claim(&mut tx, run.session_id).await?;
+        statements::insert_run(&mut tx, run).await?;
+        tx.commit().await?;
+        self.claimed(run.session_id, lease);
+        Ok(())
     }
 
     async fn run_by_client_msg_id(
@@ -242,8 +304,15 @@ impl Store for PgStore {
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {
-        let mut conn = self.pool.acquire().await?;
-        statements::insert_message(&mut conn, m).await
+        if self.fleet.is_none() {
+            let mut conn = self.pool.acquire().await?;
+            return statements::insert_message(&mut conn, m).await;
+        }
+        let mut tx = self.pool.begin().await?;
+        self.fence_check(&mut tx, m.session_id).await?;
+        statements::insert_message(&mut tx, m).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {
@@ -314,6 +383,7 @@ impl Store for PgStore {
     async fn open_seq_range(&self, session_id: SessionId) -> StoreResult<(u64, u64)> {
         let sid = session_id.to_string();
         let mut tx = self.pool.begin().await?;
+        self.fence_check(&mut tx, session_id).await?;
         // The session's row locked first: two openers of one session take turns.
         let reserved: Option<i64> =
             sqlx::query_scalar("SELECT event_seq_reserved FROM sessions WHERE id = $1 FOR UPDATE")

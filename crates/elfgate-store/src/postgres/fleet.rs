@@ -1,0 +1,511 @@
+//! A node of a fleet: who owns which session, and what happens when an owner goes away.
+//!
+//! A session being run has one owner, held as a lease row (node, epoch, expiry by the database's
+//! clock). The node that creates a run claims the lease in the run's own transaction; its
+//! heartbeat renews every lease it holds; the lease ends in the transaction that logs the
+//! session's last `complete`. Every write the owner makes for the session (its runs, its
+//! messages, its event log) first takes the lease row FOR SHARE and checks that it still carries
+//! the owner's epoch: a node that adopts the session bumps the epoch (FOR UPDATE, so it waits for
+//! a write in flight and every later write sees the new epoch), and the old owner's writes are
+//! refused from then on (fencing). The heartbeat also finds sessions whose lease expired with
+//! runs unfinished, adopts them and ends those runs as `node_lost`.
+
+use super::PgStore;
+use crate::recovery_plan::{DAEMON_RESTART, Ending, NODE_LOST};
+use crate::rows::run_from_row;
+use crate::{RecoveredRun, StoreError, StoreResult};
+use elfgate_core::SessionId;
+use sqlx::PgConnection;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// This node as the fleet sees it.
+#[derive(Debug, Clone)]
+pub struct FleetMember {
+    /// The node's id (unique in the fleet).
+    pub node_id: String,
+    /// Where other nodes and operators reach it (`http://HOST:PORT`).
+    pub address: String,
+    /// The daemon's version.
+    pub version: String,
+    /// How long a lease lasts without renewal.
+    pub lease: Duration,
+    /// How often the node renews its leases and looks for sessions to adopt.
+    pub heartbeat: Duration,
+}
+
+/// A node of the fleet, as its heartbeat row says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    /// Its id.
+    pub id: String,
+    /// Where it is reached.
+    pub address: String,
+    /// Its version.
+    pub version: String,
+    /// Milliseconds since its last heartbeat, by the database's clock.
+    pub heartbeat_age_ms: u64,
+    /// Sessions it holds a lease on (runs it is running).
+    pub active_sessions: u64,
+    /// Whether it is draining (takes no new runs).
+    pub draining: bool,
+}
+
+/// A lease this node claimed.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: i64,
+    /// Taken over by another node: every write for the session is refused.
+    fenced: bool,
+}
+
+/// A node's share of the fleet: its identity, the leases it holds, and who hears of a lost one.
+#[derive(Debug)]
+pub(super) struct Membership {
+    pub(super) me: FleetMember,
+    held: Mutex<HashMap<SessionId, Held>>,
+    fenced: broadcast::Sender<SessionId>,
+}
+
+/// Seconds of a duration, as PostgreSQL's interval takes them.
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Membership {
+    pub(super) fn new(me: FleetMember) -> Membership {
+        let (fenced, _) = broadcast::channel(1024);
+        Membership {
+            me,
+            held: Mutex::new(HashMap::new()),
+            fenced,
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sessions whose lease this node lost, as they are found.
+    pub(super) fn subscribe_fenced(&self) -> broadcast::Receiver<SessionId> {
+        self.fenced.subscribe()
+    }
+
+    /// Claims the session's lease in the caller's transaction: free, expired or already this
+    /// node's. The epoch stays when this node holds it, and grows when the lease changes hands.
+    /// Call [`Self::claimed`] once the transaction has committed.
+    pub(super) async fn claim(
+        &self,
+        conn: &mut PgConnection,
+        session: SessionId,
+    ) -> StoreResult<i64> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
+             epoch = CASE WHEN session_leases.node_id = EXCLUDED.node_id \
+             THEN session_leases.epoch ELSE session_leases.epoch + 1 END, \
+             expires_at = EXCLUDED.expires_at \
+             WHERE session_leases.node_id = EXCLUDED.node_id OR session_leases.expires_at < now() \
+             RETURNING epoch",
+        )
+        .bind(session.to_string())
+        .bind(&self.me.node_id)
+        .bind(secs(self.me.lease))
+        .fetch_optional(&mut *conn)
+        .await?;
+        match epoch {
+            Some(e) => Ok(e),
+            None => Err(self.owned_elsewhere(conn, session).await),
+        }
+    }
+
+    /// The refusal of a write to a session another live node holds.
+    async fn owned_elsewhere(&self, conn: &mut PgConnection, session: SessionId) -> StoreError {
+        let node: Result<Option<String>, sqlx::Error> =
+            sqlx::query_scalar("SELECT node_id FROM session_leases WHERE session_id = $1")
+                .bind(session.to_string())
+                .fetch_optional(&mut *conn)
+                .await;
+        match node {
+            Ok(node) => StoreError::OwnedElsewhere {
+                session: session.to_string(),
+                node: node.unwrap_or_default(),
+            },
+            Err(e) => e.into(),
+        }
+    }
+
+    /// Records a lease claimed in a committed transaction.
+    pub(super) fn claimed(&self, session: SessionId, epoch: i64) {
+        self.held().insert(
+            session,
+            Held {
+                epoch,
+                fenced: false,
+            },
+        );
+    }
+
+    /// Before a write for `session` in the caller's transaction: refused when this node's lease
+    /// on it was taken over. Takes the lease row FOR SHARE, so an adoption waits for this
+    /// transaction. A session this node holds no lease on is not checked (it is not run here).
+    pub(super) async fn check(
+        &self,
+        conn: &mut PgConnection,
+        session: SessionId,
+    ) -> StoreResult<()> {
+        let Some(held) = self.held().get(&session).copied() else {
+            return Ok(());
+        };
+        if held.fenced {
+            return Err(StoreError::Fenced(session.to_string()));
+        }
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT node_id, epoch FROM session_leases WHERE session_id = $1 FOR SHARE",
+        )
+        .bind(session.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+        if row.is_some_and(|(node, epoch)| node == self.me.node_id && epoch == held.epoch) {
+            Ok(())
+        } else {
+            self.fence(session);
+            Err(StoreError::Fenced(session.to_string()))
+        }
+    }
+
+    /// The sessions of a log batch whose events must not be written: this node held them and
+    /// its lease was taken over. Takes their lease rows FOR SHARE in the batch's transaction.
+    pub(super) async fn fenced_of(
+        &self,
+        conn: &mut PgConnection,
+        sessions: &HashSet<SessionId>,
+    ) -> StoreResult<HashSet<SessionId>> {
+        let mine: Vec<(SessionId, Held)> = {
+            let held = self.held();
+            sessions
+                .iter()
+                .filter_map(|s| held.get(s).map(|h| (*s, *h)))
+                .collect()
+        };
+        if mine.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let ids: Vec<String> = mine.iter().map(|(s, _)| s.to_string()).collect();
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT session_id, node_id, epoch FROM session_leases \
+             WHERE session_id = ANY($1::text[]) FOR SHARE",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?;
+        let current: HashMap<String, (String, i64)> = rows
+            .into_iter()
+            .map(|(s, node, epoch)| (s, (node, epoch)))
+            .collect();
+        let mut fenced = HashSet::new();
+        for (session, held) in mine {
+            let ok = !held.fenced
+                && current
+                    .get(&session.to_string())
+                    .is_some_and(|(node, epoch)| *node == self.me.node_id && *epoch == held.epoch);
+            if !ok {
+                fenced.insert(session);
+            }
+        }
+        Ok(fenced)
+    }
+
+    /// In the transaction that logs a `complete` of `session`: ends this node's lease when the
+    /// session has no unfinished run left. Returns whether it did; call [`Self::released`] after
+    /// the commit.
+    pub(super) async fn release_if_idle(
+        &self,
+        conn: &mut PgConnection,
+        session: SessionId,
+    ) -> StoreResult<bool> {
+        let Some(held) = self.held().get(&session).copied() else {
+            return Ok(false);
+        };
+        let done = sqlx::query(
+            "DELETE FROM session_leases WHERE session_id = $1 AND node_id = $2 AND epoch = $3 \
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 \
+             AND status IN ('running', 'queued'))",
+        )
+        .bind(session.to_string())
+        .bind(&self.me.node_id)
+        .bind(held.epoch)
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Forgets leases ended in a committed transaction.
+    pub(super) fn released(&self, sessions: &[SessionId]) {
+        let mut held = self.held();
+        for s in sessions {
+            held.remove(s);
+        }
+    }
+
+    /// Marks a session's lease lost and tells whoever listens (the server stops its runs).
+    pub(super) fn fence(&self, session: SessionId) {
+        let newly = match self.held().get_mut(&session) {
+            Some(h) if !h.fenced => {
+                h.fenced = true;
+                true
+            }
+            _ => false,
+        };
+        if newly {
+            tracing::error!(node = %self.me.node_id, %session,
+                "this node's lease on the session was taken over by another node: its writes \
+                 are refused and its runs stop");
+            let _ = self.fenced.send(session);
+        }
+    }
+
+    /// At a fleet node's start, before its first heartbeat: the leases of its own earlier life
+    /// (a crash, a kill) have no runner any more, so they expire now and the first adoption ends
+    /// their runs as `daemon_restart`, rather than the heartbeat renewing them.
+    pub(super) async fn expire_earlier_life(&self, conn: &mut PgConnection) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE session_leases SET expires_at = now() - interval '1 second' \
+             WHERE node_id = $1",
+        )
+        .bind(&self.me.node_id)
+        .execute(&mut *conn)
+        .await?;
+        self.touch_node(conn).await
+    }
+
+    /// The node's own row: there, with a fresh heartbeat.
+    async fn touch_node(&self, conn: &mut PgConnection) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO nodes (id, address, version, started_at, heartbeat_at) \
+             VALUES ($1, $2, $3, now(), now()) ON CONFLICT (id) DO UPDATE SET \
+             address = EXCLUDED.address, version = EXCLUDED.version, heartbeat_at = now()",
+        )
+        .bind(&self.me.node_id)
+        .bind(&self.me.address)
+        .bind(&self.me.version)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    /// One heartbeat's renewal: the node's row, then every lease it holds. A lease that is no
+    /// longer this node's (or has another epoch) was taken over: it is fenced.
+    /// Only the leases this process claimed: one of its earlier life (still under its id) has
+    /// no runner and must expire, to be adopted.
+    async fn renew(&self, conn: &mut PgConnection) -> StoreResult<()> {
+        self.touch_node(conn).await?;
+        let ids: Vec<String> = self
+            .held()
+            .iter()
+            .filter(|(_, h)| !h.fenced)
+            .map(|(s, _)| s.to_string())
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let renewed: Vec<(String, i64)> = sqlx::query_as(
+            "UPDATE session_leases SET expires_at = now() + make_interval(secs => $2) \
+             WHERE node_id = $1 AND session_id = ANY($3::text[]) RETURNING session_id, epoch",
+        )
+        .bind(&self.me.node_id)
+        .bind(secs(self.me.lease))
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await?;
+        let renewed: HashMap<String, i64> = renewed.into_iter().collect();
+        let lost: Vec<SessionId> = self
+            .held()
+            .iter()
+            .filter(|(s, h)| !h.fenced && renewed.get(&s.to_string()) != Some(&h.epoch))
+            .map(|(s, _)| *s)
+            .collect();
+        for s in lost {
+            self.fence(s);
+        }
+        Ok(())
+    }
+}
+
+impl PgStore {
+    /// This node's fleet membership; an error for a single node.
+    fn membership(&self) -> StoreResult<&Membership> {
+        self.fleet
+            .as_deref()
+            .ok_or_else(|| StoreError::Database("not a node of a fleet".into()))
+    }
+
+    /// Sessions whose lease this node lost to another node, as they are found (a fleet node;
+    /// None for a single node). The runs of such a session must stop: their writes are refused.
+    pub fn fenced_sessions(&self) -> Option<broadcast::Receiver<SessionId>> {
+        self.fleet.as_ref().map(|m| m.subscribe_fenced())
+    }
+
+    /// The fleet's nodes, by id.
+    pub async fn nodes(&self) -> StoreResult<Vec<NodeInfo>> {
+        let rows: Vec<(String, String, String, f64, i64, bool)> = sqlx::query_as(
+            "SELECT n.id, n.address, n.version, \
+             EXTRACT(EPOCH FROM (now() - n.heartbeat_at))::float8 * 1000, \
+             (SELECT COUNT(*) FROM session_leases l WHERE l.node_id = n.id \
+             AND l.expires_at > now()), n.draining FROM nodes n ORDER BY n.id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, address, version, age, active, draining)| NodeInfo {
+                id,
+                address,
+                version,
+                heartbeat_age_ms: age.max(0.0) as u64,
+                active_sessions: active.max(0) as u64,
+                draining,
+            })
+            .collect())
+    }
+
+    /// Marks this node draining (it takes no new runs) or not, for the fleet to see.
+    pub async fn set_draining(&self, draining: bool) -> StoreResult<()> {
+        let m = self.membership()?;
+        sqlx::query("UPDATE nodes SET draining = $2 WHERE id = $1")
+            .bind(&m.me.node_id)
+            .bind(draining)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// One heartbeat: renews this node's row and leases, then adopts the sessions whose owner's
+    /// lease expired with runs unfinished and ends those runs (`node_lost`, or `daemon_restart`
+    /// for this node's own earlier life). Returns the runs it ended.
+    pub async fn heartbeat(&self) -> StoreResult<Vec<RecoveredRun>> {
+        let m = self.membership()?;
+        {
+            let mut conn = self.pool.acquire().await?;
+            m.renew(&mut conn).await?;
+        }
+        self.adopt_expired().await
+    }
+
+    /// Adopts every session with unfinished runs whose lease expired (or that has none).
+    pub(super) async fn adopt_expired(&self) -> StoreResult<Vec<RecoveredRun>> {
+        let m = self.membership()?;
+        let orphans: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT r.session_id FROM runs r \
+             LEFT JOIN session_leases l ON l.session_id = r.session_id \
+             WHERE r.status IN ('running', 'queued') \
+             AND (l.session_id IS NULL OR l.expires_at < now())",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut ended = Vec::new();
+        for sid in orphans {
+            let Ok(session) = sid.parse::<SessionId>() else {
+                continue;
+            };
+            if m.held().get(&session).is_some_and(|h| !h.fenced) {
+                // This node runs it (its heartbeat was late): the renewal above keeps it.
+                continue;
+            }
+            ended.extend(self.adopt(m, session).await?);
+        }
+        Ok(ended)
+    }
+
+    /// Takes over one session whose lease expired, ends its unfinished runs and logs the ends
+    /// of runs that ended without them, then gives the lease up.
+    async fn adopt(&self, m: &Membership, session: SessionId) -> StoreResult<Vec<RecoveredRun>> {
+        let sid = session.to_string();
+        let mut tx = self.pool.begin().await?;
+        // FOR UPDATE: waits for the old owner's write in flight, which then commits first.
+        let old: Option<(String, bool)> = sqlx::query_as(
+            "SELECT node_id, expires_at < now() FROM session_leases WHERE session_id = $1 \
+             FOR UPDATE",
+        )
+        .bind(&sid)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if old.as_ref().is_some_and(|(_, expired)| !expired) {
+            // Renewed or taken by another adopter meanwhile.
+            return Ok(Vec::new());
+        }
+        let ending: Ending = match &old {
+            Some((node, _)) if *node == m.me.node_id => DAEMON_RESTART,
+            _ => NODE_LOST,
+        };
+        let epoch: i64 = sqlx::query_scalar(
+            "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
+             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
+             epoch = session_leases.epoch + 1, expires_at = EXCLUDED.expires_at \
+             RETURNING epoch",
+        )
+        .bind(&sid)
+        .bind(&m.me.node_id)
+        .bind(secs(m.me.lease))
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        tracing::warn!(node = %m.me.node_id, session = %sid, previous = ?old.map(|o| o.0),
+            reason = ending.finish_reason.as_str(), "adopting a session whose owner's lease expired");
+
+        self.log_missing_ends_of(Some(&sid)).await?;
+        let runs = sqlx::query(
+            "SELECT * FROM runs WHERE session_id = $1 AND status IN ('running', 'queued') \
+             ORDER BY started_at, rid",
+        )
+        .bind(&sid)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(run_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+        let mut ended = Vec::new();
+        for run in &runs {
+            if let Some(r) = self.end_unfinished_run(run, ending).await? {
+                ended.push(r);
+            }
+        }
+        sqlx::query(
+            "DELETE FROM session_leases WHERE session_id = $1 AND node_id = $2 AND epoch = $3",
+        )
+        .bind(&sid)
+        .bind(&m.me.node_id)
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
+        Ok(ended)
+    }
+}
+
+/// Runs a fleet node's heartbeat until the store closes.
+pub(super) async fn heartbeat_loop(store: PgStore, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: the node's start has just renewed, and its restart recovery
+    // (`recover_unfinished_runs`) does the first adoption.
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match store.heartbeat().await {
+            Ok(ended) if !ended.is_empty() => {
+                tracing::warn!(
+                    runs = ended.len(),
+                    "ended runs of nodes that went away (node_lost)"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retried at the next beat"),
+        }
+    }
+}
