@@ -49,10 +49,14 @@ impl OpenStore {
             log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
         };
         if config.storage.is_postgres() {
-            if config.cluster.is_some() {
-                return Err(StartError::ClusterUnavailable);
-            }
-            let store = PgStore::open_with(&config.storage.url, NodeMode::Single, opts).await?;
+            let mode = match config.fleet_member()? {
+                Some(member) => {
+                    tracing::info!(node = %member.node_id, "running as a node of a fleet");
+                    NodeMode::Fleet(member)
+                }
+                None => NodeMode::Single,
+            };
+            let store = PgStore::open_with(&config.storage.url, mode, opts).await?;
             return Ok(OpenStore::Postgres(store));
         }
         Ok(OpenStore::Sqlite(
@@ -64,6 +68,14 @@ impl OpenStore {
         match self {
             OpenStore::Sqlite(s) => Arc::new(s.clone()),
             OpenStore::Postgres(s) => Arc::new(s.clone()),
+        }
+    }
+
+    /// The sessions whose lease this node lost (a fleet node on PostgreSQL).
+    fn fenced_sessions(&self) -> Option<tokio::sync::broadcast::Receiver<elfgate_core::SessionId>> {
+        match self {
+            OpenStore::Sqlite(_) => None,
+            OpenStore::Postgres(s) => s.fenced_sessions(),
         }
     }
 
@@ -106,12 +118,9 @@ pub enum StartError {
     /// The tinyelf engine refused its configuration.
     #[error(transparent)]
     TinyElf(#[from] elfgate_engines::TinyElfError),
-    /// `[cluster]` names a fleet, which this build cannot run yet.
-    #[error(
-        "[cluster]: running as one node of a fleet is not available in this build yet; remove \
-         [cluster] to run a single node on this PostgreSQL database (docs/scaling.md)"
-    )]
-    ClusterUnavailable,
+    /// The configuration cannot be used as it is.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
@@ -275,6 +284,31 @@ fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
     ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env)
 }
 
+/// Stops the runs of sessions whose lease this node lost to another node (it was paused or cut
+/// off past its lease, and the other node ended its runs as `node_lost`): their writes are
+/// refused already; this stops their engines, tools and processes too.
+async fn stop_fenced_runs(
+    mut fenced: tokio::sync::broadcast::Receiver<elfgate_core::SessionId>,
+    active: ActiveSessions,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match fenced.recv().await {
+            Ok(session) => {
+                if active.interrupt(session).is_some() {
+                    tracing::error!(%session,
+                        "stopped the run of a session another node has taken over (fenced)");
+                }
+            }
+            Err(RecvError::Lagged(missed)) => {
+                tracing::error!(missed, "missed fenced sessions: stopping every active run");
+                active.interrupt_all();
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
 impl Daemon {
     /// Opens the store, recovers runs a crash left behind, registers the engines.
     pub async fn build(mut config: Config) -> Result<Daemon, StartError> {
@@ -287,13 +321,16 @@ impl Daemon {
             tracing::info!(session = %r.session_id, run = %r.run_id, "run ended by daemon restart");
         }
         let metrics = Arc::new(Metrics::default());
-        for _ in &recovered {
-            metrics.run_finished(elfgate_core::FinishReason::DaemonRestart);
+        for r in &recovered {
+            metrics.run_finished(r.finish_reason);
         }
         let hub = EventHub::new(store.log_sender(), metrics.clone());
         let active = ActiveSessions::with_max_queued(config.server.max_queued_prompts_per_session);
         let ledger: Arc<dyn elfgate_core::RunLedger> = shared.clone();
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());
+        if let Some(fenced) = store.fenced_sessions() {
+            tokio::spawn(stop_fenced_runs(fenced, active.clone()));
+        }
         let registry = providers(&config)?;
         let chat = &config.engines.chat;
         let settings = ChatSettings {

@@ -359,6 +359,52 @@ impl Config {
             .map_err(|e| ConfigError::Invalid(format!("server.bind '{}': {e}", self.server.bind)))
     }
 
+    /// This daemon as a node of the fleet (`[cluster]`), None for a single node. The node id is
+    /// `cluster.node_id`, else the host name and the bound port (`HOST-PORT`); with port 0 (a
+    /// port the system picks) it must be given.
+    pub fn fleet_member(&self) -> Result<Option<elfgate_store::FleetMember>, ConfigError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        let bind = self.bind_addr()?;
+        let node_id = match &cluster.node_id {
+            Some(id) => id.clone(),
+            None if bind.port() == 0 => {
+                return Err(ConfigError::Invalid(
+                    "cluster.node_id is required when server.bind's port is 0 (the default id is \
+                     the host name and the port)"
+                        .into(),
+                ));
+            }
+            None => {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| {
+                        h.trim()
+                            .chars()
+                            .map(|c| {
+                                if c.is_ascii_alphanumeric() || c == '-' {
+                                    c
+                                } else {
+                                    '_'
+                                }
+                            })
+                            .collect::<String>()
+                    })
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "node".into());
+                format!("{host}-{}", bind.port())
+            }
+        };
+        Ok(Some(elfgate_store::FleetMember {
+            node_id,
+            address: format!("http://{bind}"),
+            version: env!("CARGO_PKG_VERSION").into(),
+            lease: std::time::Duration::from_secs(cluster.lease_secs),
+            heartbeat: std::time::Duration::from_secs(cluster.heartbeat_secs),
+        }))
+    }
+
     /// The store's URL and `[cluster]` fit together.
     fn validate_storage(&self) -> Result<(), ConfigError> {
         let url = &self.storage.url;

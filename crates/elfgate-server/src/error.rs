@@ -167,6 +167,9 @@ impl ApiError {
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Storage(StoreError::OwnedElsewhere { .. } | StoreError::Fenced(_)) => {
+                StatusCode::CONFLICT
+            }
             ApiError::Storage(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Storage(StoreError::Closed(_)) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -194,6 +197,7 @@ impl ApiError {
             ApiError::Internal(_) => ErrorCode::Internal,
             ApiError::Storage(_) => match self.status() {
                 StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+                StatusCode::CONFLICT => ErrorCode::Conflict,
                 _ => ErrorCode::Internal,
             },
         }
@@ -207,6 +211,10 @@ impl ApiError {
             ApiError::Internal(msg) => {
                 tracing::error!(error = %msg, "internal error");
                 self.to_string()
+            }
+            // Which node runs the session is what the client needs, and no driver text.
+            ApiError::Storage(e @ (StoreError::OwnedElsewhere { .. } | StoreError::Fenced(_))) => {
+                format!("{e}; send it to that node, or again once the run has ended")
             }
             ApiError::Storage(e) if e.is_transient() => {
                 format!("{}; try again later", storage_report(e))

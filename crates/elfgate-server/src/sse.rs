@@ -25,6 +25,9 @@ const COALESCE_BYTES: usize = 32 * 1024;
 
 /// Events read from the log per query while replaying.
 const REPLAY_PAGE: u32 = 1000;
+/// How often a fleet node reads the log for a session another node runs, while the NATS bus that
+/// will carry those events live is not built (docs/scaling.md).
+const FOLLOW_LOG_EVERY: Duration = Duration::from_millis(200);
 
 fn push_frame(out: &mut BytesMut, seq: u64, event_type: &str, json: &str) {
     out.reserve(json.len() + event_type.len() + 40);
@@ -123,6 +126,9 @@ struct Cursor {
     lagged: bool,
     phase: Phase,
     keepalive: Interval,
+    /// A fleet node: how often the log is read for the events of a session another node runs
+    /// (their events do not pass through this node's bus). None for a single node.
+    follow_log: Option<Interval>,
     /// Counts this client among the session's watchers while the stream lives.
     _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -182,6 +188,36 @@ impl Cursor {
             CoalesceEnd::Drained => {}
         }
         out
+    }
+
+    /// Queues the logged events after the cursor and before `before` (one page). On a failure,
+    /// the stream ends with a `reset` (returned) for the client to reload from its cursor.
+    async fn read_log_before(&mut self, before: u64) -> Result<(), Bytes> {
+        let after = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq);
+        match self
+            .state
+            .store
+            .events_after(self.session_id, after, REPLAY_PAGE)
+            .await
+        {
+            Ok(page) => {
+                self.buffer
+                    .extend(
+                        page.into_iter()
+                            .filter(|e| e.seq < before)
+                            .map(|e: StoredEvent| {
+                                let complete = e.event_type == "complete";
+                                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
+                            }),
+                    );
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the log of another node's run failed");
+                self.phase = Phase::Done;
+                Err(reset_frame(self.session_id, self.last + 1))
+            }
+        }
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
@@ -248,10 +284,31 @@ impl Cursor {
                         return Some(f);
                     }
                     let shutdown = self.state.shutdown.clone();
+                    let follow_log = async {
+                        match &mut self.follow_log {
+                            Some(every) => every.tick().await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         biased;
                         r = self.rx.recv() => match r {
                             Ok(e) if e.seq <= self.last => continue,
+                            // Events of another node's run came before this one: from the log
+                            // first, so that nothing is skipped.
+                            Ok(e) if self.follow_log.is_some() && e.seq > self.last + 1 => {
+                                if let Err(f) = self.read_log_before(e.seq).await {
+                                    return Some(f);
+                                }
+                                self.buffer.push_back((
+                                    e.seq,
+                                    e.event_type() == "complete",
+                                    frame(e.seq, e.event_type(), &e.json),
+                                ));
+                                self.log_exhausted = true;
+                                self.phase = Phase::Replay;
+                                continue;
+                            }
                             Ok(e) => {
                                 self.last = e.seq;
                                 return Some(self.coalesce_live(&e));
@@ -264,6 +321,20 @@ impl Cursor {
                             Err(broadcast::error::RecvError::Closed) => return None,
                         },
                         _ = shutdown.cancelled() => return None,
+                        _ = follow_log => {
+                            // A run of this node publishes on the bus, ahead of the log.
+                            if self.state.dispatcher.active().contains(self.session_id) {
+                                continue;
+                            }
+                            if let Err(f) = self.read_log_before(u64::MAX).await {
+                                return Some(f);
+                            }
+                            if !self.buffer.is_empty() {
+                                self.log_exhausted = true;
+                                self.phase = Phase::Replay;
+                            }
+                            continue;
+                        }
                         _ = self.keepalive.tick() => return Some(Bytes::from_static(b": keep-alive\n\n")),
                     }
                 }
@@ -326,6 +397,11 @@ pub async fn session_events(
     let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let follow_log = state.config.cluster.as_ref().map(|_| {
+        let mut every = tokio::time::interval(FOLLOW_LOG_EVERY);
+        every.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        every
+    });
     let mut cursor = Cursor {
         state,
         session_id,
@@ -339,6 +415,7 @@ pub async fn session_events(
         lagged: false,
         phase: Phase::Replay,
         keepalive,
+        follow_log,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).
         _watching: sub.bus.watch(),

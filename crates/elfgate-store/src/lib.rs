@@ -50,6 +50,8 @@ pub struct RecoveredRun {
     pub partial_text_chars: usize,
     /// Synthetic tool results added for tool calls left without one.
     pub synthetic_tool_results: usize,
+    /// How it was ended: `daemon_restart`, or `node_lost` when a fleet node adopted it.
+    pub finish_reason: elfgate_core::FinishReason,
 }
 
 /// A page of sessions, newest first.

@@ -9,6 +9,7 @@ mod connections;
 mod console;
 mod engine_config;
 mod errors;
+mod fleet;
 mod gateway;
 mod gateway_sdk;
 mod log_rows;

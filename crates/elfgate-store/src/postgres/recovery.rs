@@ -242,6 +242,7 @@ impl PgStore {
             run_id: run.id,
             partial_text_chars,
             synthetic_tool_results,
+            finish_reason: ending.finish_reason,
         }))
     }
 }

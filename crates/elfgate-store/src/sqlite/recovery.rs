@@ -205,6 +205,7 @@ impl SqliteStore {
             run_id: run.id,
             partial_text_chars,
             synthetic_tool_results,
+            finish_reason: ending.finish_reason,
         })
     }
 }

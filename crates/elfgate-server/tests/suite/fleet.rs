@@ -1,0 +1,115 @@
+//! Several daemons as one fleet on one PostgreSQL database (`[cluster]`): a session is run by one
+//! node, followed through another, and when its node dies another node ends the run as
+//! `node_lost`; the session then goes on from any node.
+
+use crate::common;
+
+use common::{Daemon, Opts, chat, text_of, types};
+use elfgate_mockllm::MockServer;
+use elfgate_test_support::services::postgres_database;
+use serde_json::json;
+
+const TOKEN: &str = "fleet-token";
+
+/// A node `id` of the fleet on `database`, its files in a directory of its own.
+fn node(mock: &MockServer, database: &str, id: &str) -> Daemon {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    Daemon::start_in(
+        dir.clone(),
+        mock,
+        Opts {
+            token: Some(TOKEN.into()),
+            extra_toml: format!(
+                "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
+                 heartbeat_secs = 1\n"
+            ),
+            env: vec![
+                ("ELFGATE_DATABASE_URL".into(), database.into()),
+                (
+                    "ELFGATE_STORAGE__DATA_DIR".into(),
+                    dir.display().to_string(),
+                ),
+            ],
+            ..Opts::default()
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_elsewhere() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let mut a = node(&mock, &database, "a");
+    let b = node(&mock, &database, "b");
+    let c = node(&mock, &database, "c");
+
+    // Started on A, followed through B (which reads it from the log).
+    let (sid, run1) = a.create(chat("first", "mock:tokens=400,delay_ms=25")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // While A runs it, another node refuses a prompt for it, naming the owner.
+    let (status, body) = c
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "not now", "model": "mock:tokens=2"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("being run by node a"),
+        "{body}"
+    );
+
+    // A dies mid-run: B or C adopts the session and ends the run; B's follower sees the end.
+    a.kill();
+    seen.extend(through_b.until_complete(&run1).await);
+    let complete = seen.last().unwrap();
+    assert_eq!(complete.event, "complete");
+    assert_eq!(
+        complete.data["finishReason"],
+        "node_lost",
+        "{:?}",
+        types(&seen)
+    );
+    assert_eq!(seen.iter().filter(|e| e.event == "complete").count(), 1);
+    for w in seen.windows(2) {
+        assert!(
+            w[1].seq() > w[0].seq(),
+            "out of order or duplicated: {:?}",
+            seen.iter()
+                .map(|e| (e.seq(), e.event.as_str()))
+                .collect::<Vec<_>>()
+        );
+    }
+    let (status, r) = c.get(&format!("/v1/sessions/{sid}/runs/{run1}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(r["status"], "interrupted");
+    assert_eq!(r["finishReason"], "node_lost");
+
+    // The session goes on from C, its history intact (the partial answer kept), and B's
+    // follower sees that run too.
+    let run2 = c
+        .send(&sid, json!({"prompt": "second", "model": "mock:tokens=3"}))
+        .await;
+    let second = through_b.until_complete(&run2).await;
+    assert_eq!(text_of(&second), "tok0 tok1 tok2 ");
+    assert!(second[0].seq() > complete.seq());
+    let (_, m) = b.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let msgs = m["messages"].as_array().unwrap();
+    let texts: Vec<&str> = msgs
+        .iter()
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(texts[0], "first");
+    assert!(texts[1].starts_with("tok0 tok1 tok2 "), "{texts:?}");
+    assert_eq!(texts[2], "second");
+    assert_eq!(texts[3], "tok0 tok1 tok2 ");
+}
