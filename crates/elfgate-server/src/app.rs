@@ -52,6 +52,12 @@ impl OpenStore {
             let mode = match config.fleet_member()? {
                 Some(member) => {
                     tracing::info!(node = %member.node_id, "running as a node of a fleet");
+                    tracing::warn!(
+                        "cluster.nats_url is not used by this build: the NATS bus is not built \
+                         yet, so a stream followed on another node than the run's is read from \
+                         the log (every 200 ms) and control requests are not forwarded \
+                         (docs/scaling.md)"
+                    );
                     NodeMode::Fleet(member)
                 }
                 None => NodeMode::Single,
