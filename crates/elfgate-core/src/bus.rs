@@ -106,6 +106,19 @@ impl SessionBus {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Moves the numbering above `last_seq` (and the reservation up to `reserved`) when it is
+    /// behind: events numbered elsewhere (another node of a fleet ran the session while this bus
+    /// only followed it) reached the log meanwhile. The events kept in memory no longer cover
+    /// every seq after them, so they are dropped: a subscriber then reads the log.
+    pub fn rebase(&self, last_seq: u64, reserved: u64) {
+        let mut st = self.lock();
+        if last_seq + 1 > st.next {
+            st.next = last_seq + 1;
+            st.recent.clear();
+        }
+        st.reserved = st.reserved.max(reserved);
+    }
+
     /// The session this bus serves.
     pub fn session_id(&self) -> SessionId {
         self.session_id

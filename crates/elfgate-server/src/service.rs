@@ -183,6 +183,22 @@ pub async fn open_bus(
     Ok(hub.open(session_id, last, reserved))
 }
 
+/// The bus a run of this node publishes on. On a fleet node, a bus opened earlier by a follower of
+/// another node's run numbers from where the log stood then: it is moved above what the log and
+/// the reservation hold now (the other node's events), so that no seq is handed out twice.
+async fn open_run_bus(
+    state: &AppState,
+    session_id: SessionId,
+) -> Result<Arc<SessionBus>, ApiError> {
+    let existed = state.dispatcher.hub().get(session_id).is_some();
+    let bus = open_bus(state, session_id).await?;
+    if existed && state.config.cluster.is_some() {
+        let (last, reserved) = state.store.open_seq_range(session_id).await?;
+        bus.rebase(last, reserved);
+    }
+    Ok(bus)
+}
+
 /// The prompt side of a run about to be built.
 struct Prompt {
     run_id: RunId,
@@ -509,7 +525,7 @@ pub async fn send_message(
         }
         return Err(e.into());
     }
-    let bus = open_bus(state, session_id).await?;
+    let bus = open_run_bus(state, session_id).await?;
     let prompt = Prompt {
         run_id: run.id,
         text: req.prompt,
@@ -701,7 +717,7 @@ pub async fn run_tool(
     }
     let run = new_run(session_id, None);
     state.store.create_run(&run).await?;
-    let bus = open_bus(state, session_id).await?;
+    let bus = open_run_bus(state, session_id).await?;
     let answer = state.tinyelf.await_tool_run(run.id);
     let prompt = Prompt {
         run_id: run.id,

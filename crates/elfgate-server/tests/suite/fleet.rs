@@ -113,3 +113,79 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
     assert_eq!(texts[2], "second");
     assert_eq!(texts[3], "tok0 tok1 tok2 ");
 }
+
+/// Sends `signal` (STOP, CONT) to a daemon.
+fn signal(d: &Daemon, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} failed");
+}
+
+#[tokio::test]
+async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let a = node(&mock, &database, "a");
+    let b = node(&mock, &database, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // A stalls past its lease: B adopts the session and ends the run.
+    signal(&a, "STOP");
+    seen.extend(through_b.until_complete(&run1).await);
+    let complete = seen.last().unwrap().clone();
+    assert_eq!(complete.data["finishReason"], "node_lost");
+
+    // A comes back, still streaming: it finds itself fenced and stops the run.
+    signal(&a, "CONT");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, s) = a.get(&format!("/v1/sessions/{sid}")).await;
+        assert_eq!(status, 200);
+        if s["status"] != "running" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the fenced node keeps running the session"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Nothing of A's landed after the adopter's complete, and the run stays node_lost.
+    let mut replay = b.events(&sid, None).await;
+    let logged = replay.until_complete(&run1).await;
+    assert_eq!(logged.last().unwrap().seq(), complete.seq());
+    let (_, events) = {
+        let resp = b
+            .http
+            .get(b.url(&format!("/v1/sessions/{sid}")))
+            .send()
+            .await
+            .unwrap();
+        (
+            resp.status(),
+            resp.json::<serde_json::Value>().await.unwrap(),
+        )
+    };
+    assert_eq!(events["status"], "idle");
+    let (_, r) = b.get(&format!("/v1/sessions/{sid}/runs/{run1}")).await;
+    assert_eq!(r["finishReason"], "node_lost", "{r}");
+    // The session goes on from B.
+    let run2 = b
+        .send(&sid, json!({"prompt": "again", "model": "mock:tokens=2"}))
+        .await;
+    let after = replay.until_complete(&run2).await;
+    assert_eq!(
+        after[0].seq(),
+        complete.seq() + 1,
+        "an event landed between the runs"
+    );
+    assert_eq!(text_of(&after), "tok0 tok1 ");
+}
