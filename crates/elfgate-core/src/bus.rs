@@ -51,7 +51,14 @@ pub struct SessionBus {
     metrics: Arc<Metrics>,
     /// Clients following the session's event stream (see [`SessionBus::watch`]).
     watchers: Arc<AtomicUsize>,
+    /// Where every published event is also handed, in order (a fleet node's NATS publisher).
+    relay: Option<EventRelay>,
 }
+
+/// A bounded queue that receives every event a hub's buses publish, in publication order (a
+/// fleet node relays them to the nodes that follow its sessions). When it is full the event is
+/// not queued: a follower finds the gap and reads it from the log.
+pub type EventRelay = tokio::sync::mpsc::Sender<Arc<EventRecord>>;
 
 /// A client following a session's events, counted while this lives (see [`SessionBus::watch`]).
 #[derive(Debug)]
@@ -84,6 +91,7 @@ impl SessionBus {
         reserved: u64,
         log: LogSender,
         metrics: Arc<Metrics>,
+        relay: Option<EventRelay>,
     ) -> Self {
         let (live, _) = broadcast::channel(SUBSCRIBER_BUFFER);
         SessionBus {
@@ -97,6 +105,7 @@ impl SessionBus {
             log,
             metrics,
             watchers: Arc::new(AtomicUsize::new(0)),
+            relay,
         }
     }
 
@@ -181,6 +190,10 @@ impl SessionBus {
         // A stopped writer means the daemon is shutting down; the event is still fanned out.
         room.append(record.clone());
         let _ = self.live.send(record.clone());
+        if let Some(relay) = &self.relay {
+            // Full: dropped here, read from the log by whoever follows (see EventRelay).
+            let _ = relay.try_send(record.clone());
+        }
         if st.recent.len() == RECENT_EVENTS {
             st.recent.pop_front();
         }
@@ -253,15 +266,22 @@ pub struct EventHub {
     buses: Arc<DashMap<SessionId, Arc<SessionBus>>>,
     log: LogSender,
     metrics: Arc<Metrics>,
+    relay: Option<EventRelay>,
 }
 
 impl EventHub {
     /// A hub whose events go to `log`.
     pub fn new(log: LogSender, metrics: Arc<Metrics>) -> Self {
+        Self::with_relay(log, metrics, None)
+    }
+
+    /// A hub whose events go to `log` and, each as it is published, to `relay`.
+    pub fn with_relay(log: LogSender, metrics: Arc<Metrics>, relay: Option<EventRelay>) -> Self {
         EventHub {
             buses: Arc::new(DashMap::new()),
             log,
             metrics,
+            relay,
         }
     }
 
@@ -283,6 +303,7 @@ impl EventHub {
                     reserved,
                     self.log.clone(),
                     self.metrics.clone(),
+                    self.relay.clone(),
                 ))
             })
             .clone()

@@ -23,8 +23,8 @@ pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
 pub use bus::{
-    EventEmitter, EventHub, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus, Subscription,
-    Watching,
+    EventEmitter, EventHub, EventRelay, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus,
+    Subscription, Watching,
 };
 pub use dispatcher::{
     DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,

@@ -52,12 +52,6 @@ impl OpenStore {
             let mode = match config.fleet_member()? {
                 Some(member) => {
                     tracing::info!(node = %member.node_id, "running as a node of a fleet");
-                    tracing::warn!(
-                        "cluster.nats_url is not used by this build: the NATS bus is not built \
-                         yet, so a stream followed on another node than the run's is read from \
-                         the log (every 200 ms) and control requests are not forwarded \
-                         (docs/scaling.md)"
-                    );
                     NodeMode::Fleet(member)
                 }
                 None => NodeMode::Single,
@@ -124,6 +118,9 @@ pub enum StartError {
     /// The tinyelf engine refused its configuration.
     #[error(transparent)]
     TinyElf(#[from] elfgate_engines::TinyElfError),
+    /// The NATS URL of `[cluster]` is not one the client can use.
+    #[error("cluster.nats_url: {0}")]
+    Nats(#[from] async_nats::ConnectError),
     /// The configuration cannot be used as it is.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -330,7 +327,16 @@ impl Daemon {
         for r in &recovered {
             metrics.run_finished(r.finish_reason);
         }
-        let hub = EventHub::new(store.log_sender(), metrics.clone());
+        let (fleet, relay) = match (&store, &config.cluster) {
+            (OpenStore::Postgres(pg), Some(cluster)) if pg.is_fleet_node() => {
+                let node_id = pg.node_id().unwrap_or_default().to_string();
+                let (fleet, relay) =
+                    crate::fleet::Fleet::start(node_id, pg.clone(), &cluster.nats_url).await?;
+                (Some(fleet), Some(relay))
+            }
+            _ => (None, None),
+        };
+        let hub = EventHub::with_relay(store.log_sender(), metrics.clone(), relay);
         let active = ActiveSessions::with_max_queued(config.server.max_queued_prompts_per_session);
         let ledger: Arc<dyn elfgate_core::RunLedger> = shared.clone();
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());
@@ -394,7 +400,7 @@ impl Daemon {
             mcp,
             permissions,
         };
-        let state = AppState::new(config, shared, dispatcher, registry, metrics, runs);
+        let state = AppState::new(config, shared, dispatcher, registry, metrics, runs, fleet);
         Ok(Daemon {
             state,
             token_source,
@@ -417,6 +423,12 @@ impl Daemon {
             .merge(openapi::routes())
             // Before the auth layer, so that a wrong method without a token is still 401.
             .method_not_allowed_fallback(method_not_allowed)
+            // Inside auth: a request is checked here before it is sent to another node (which
+            // checks it again).
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                crate::fleet::forward::to_owner,
+            ))
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
@@ -453,6 +465,9 @@ impl Daemon {
         signal: impl Future<Output = ()> + Send + 'static,
     ) {
         let app = self.router();
+        if let Some(fleet) = &self.state.fleet {
+            tokio::spawn(crate::fleet::forward::answer(fleet.clone(), app.clone()));
+        }
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         let settings = crate::listener::ConnectionSettings::from_config(&state.config.server);

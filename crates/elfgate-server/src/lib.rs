@@ -8,6 +8,7 @@ pub mod error;
 pub mod event_schema;
 pub mod extract;
 pub mod fdlimit;
+pub mod fleet;
 pub mod gateway;
 pub mod idempotency;
 pub mod keyed_lock;

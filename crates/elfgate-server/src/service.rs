@@ -183,16 +183,45 @@ pub async fn open_bus(
     Ok(hub.open(session_id, last, reserved))
 }
 
+/// The bus a client follows the session on. On a fleet node it reserves no seqs (it publishes
+/// nothing unless this node runs the session, and then [`open_run_bus`] reserves): a follower's
+/// reservation would make the next owner's numbering jump.
+pub async fn open_follow_bus(
+    state: &AppState,
+    session_id: SessionId,
+) -> Result<Arc<SessionBus>, ApiError> {
+    if state.fleet.is_none() {
+        return open_bus(state, session_id).await;
+    }
+    let hub = state.dispatcher.hub();
+    if let Some(bus) = hub.get(session_id) {
+        return Ok(bus);
+    }
+    if !hub.flush().await {
+        return Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
+            "events wait to be written".into(),
+        )));
+    }
+    let logged = state.store.last_seq(session_id).await?;
+    Ok(hub.open(session_id, logged, logged))
+}
+
 /// The bus a run of this node publishes on. On a fleet node, a bus opened earlier by a follower of
-/// another node's run numbers from where the log stood then: it is moved above what the log and
-/// the reservation hold now (the other node's events), so that no seq is handed out twice.
+/// another node's run numbers from where the log stood then: when the log has gone past it (the
+/// other node's events), it is moved above what the log and the reservation hold now, so that no
+/// seq is handed out twice. A bus that numbered the session's last events itself stays as it is.
 async fn open_run_bus(
     state: &AppState,
     session_id: SessionId,
 ) -> Result<Arc<SessionBus>, ApiError> {
     let existed = state.dispatcher.hub().get(session_id).is_some();
     let bus = open_bus(state, session_id).await?;
-    if existed && state.config.cluster.is_some() {
+    // A bus of this node's active run numbers on as it is (a queued prompt).
+    if existed
+        && state.fleet.is_some()
+        && !state.dispatcher.active().contains(session_id)
+        && state.store.last_seq(session_id).await? > bus.last_seq()
+    {
         let (last, reserved) = state.store.open_seq_range(session_id).await?;
         bus.rebase(last, reserved);
     }

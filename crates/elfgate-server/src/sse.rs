@@ -4,7 +4,7 @@
 //! already replayed.
 
 use crate::error::ApiError;
-use crate::service::open_bus;
+use crate::service::open_follow_bus;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
@@ -129,6 +129,9 @@ struct Cursor {
     /// A fleet node: how often the log is read for the events of a session another node runs
     /// (their events do not pass through this node's bus). None for a single node.
     follow_log: Option<Interval>,
+    /// A fleet node following a session another node runs: that node's events as it publishes
+    /// them on NATS (subscribed before the log was read).
+    remote: Option<async_nats::Subscriber>,
     /// Counts this client among the session's watchers while the stream lives.
     _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -188,6 +191,31 @@ impl Cursor {
             CoalesceEnd::Drained => {}
         }
         out
+    }
+
+    /// An event another node relayed: queued when it is the next one, after the logged events
+    /// before it when there is a gap (a lost or early message). When the log does not have them
+    /// yet, it waits for the next read of the log, which brings it too: nothing is skipped.
+    async fn take_relayed(&mut self, payload: &[u8]) {
+        let Some(e) = crate::fleet::relay::decode(payload) else {
+            return;
+        };
+        if e.seq <= self.last {
+            return;
+        }
+        if e.seq > self.last + 1 && self.read_log_before(e.seq).await.is_err() {
+            return;
+        }
+        let next = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq) + 1;
+        if e.seq == next {
+            let complete = e.event_type == "complete";
+            self.buffer
+                .push_back((e.seq, complete, frame(e.seq, &e.event_type, &e.json)));
+        }
+        if !self.buffer.is_empty() {
+            self.log_exhausted = true;
+            self.phase = Phase::Replay;
+        }
     }
 
     /// Queues the logged events after the cursor and before `before` (one page). On a failure,
@@ -290,8 +318,25 @@ impl Cursor {
                             None => std::future::pending().await,
                         }
                     };
+                    let remote = async {
+                        match &mut self.remote {
+                            Some(sub) => futures_util::StreamExt::next(sub).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         biased;
+                        m = remote => {
+                            match m {
+                                Some(m) => self.take_relayed(&m.payload).await,
+                                // NATS closed the subscription for good: the log remains.
+                                None => self.remote = None,
+                            }
+                            if matches!(self.phase, Phase::Done) {
+                                return Some(reset_frame(self.session_id, self.last + 1));
+                            }
+                            continue;
+                        }
                         r = self.rx.recv() => match r {
                             Ok(e) if e.seq <= self.last => continue,
                             // Events of another node's run came before this one: from the log
@@ -367,10 +412,21 @@ pub async fn session_events(
     };
     // Subscribe before reading the log; retry if the bus was closed between open and subscribe.
     let sub = loop {
-        open_bus(&state, session_id).await?;
+        open_follow_bus(&state, session_id).await?;
         if let Some(sub) = state.dispatcher.hub().subscribe_after(session_id, after) {
             break sub;
         }
+    };
+    // A session another node runs: its events come over NATS. Subscribed before the log is read
+    // (below), so that nothing published between the read and the subscription is missed.
+    let remote = match &state.fleet {
+        Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
+            .nats
+            .subscribe(crate::fleet::events_subject(session_id))
+            .await
+            .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
+            .ok(),
+        _ => None,
     };
     let mut buffer = VecDeque::new();
     let log_exhausted = match sub.recent {
@@ -416,6 +472,7 @@ pub async fn session_events(
         phase: Phase::Replay,
         keepalive,
         follow_log,
+        remote,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).
         _watching: sub.bus.watch(),

@@ -46,6 +46,8 @@ pub struct AppInner {
     pub gateway_limits: crate::gateway::limits::ProviderLimits,
     /// The agent engine, for what the API asks of it outside runs (skills, tool runs).
     pub tinyelf: Arc<TinyElfEngine>,
+    /// This node's fleet connections (`[cluster]`); None for a single node.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -67,6 +69,7 @@ impl AppState {
         providers: ProviderRegistry,
         metrics: Arc<Metrics>,
         runs: RunServices,
+        fleet: Option<Arc<crate::fleet::Fleet>>,
     ) -> Self {
         let RunServices {
             tinyelf,
@@ -108,6 +111,7 @@ impl AppState {
                 client_keys: Default::default(),
                 request_guard,
                 gateway_limits,
+                fleet,
             }),
         }
     }

@@ -140,6 +140,11 @@ impl Membership {
         }
     }
 
+    /// Whether this node holds the session's lease (and was not fenced).
+    pub(super) fn holds(&self, session: SessionId) -> bool {
+        self.held().get(&session).is_some_and(|h| !h.fenced)
+    }
+
     /// Records a lease claimed in a committed transaction.
     pub(super) fn claimed(&self, session: SessionId, epoch: i64) {
         self.held().insert(
@@ -242,7 +247,21 @@ impl Membership {
         .bind(held.epoch)
         .execute(&mut *conn)
         .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        // Every seq this node handed out is logged (this batch ends with the session's last
+        // `complete`): the next owner numbers on from the log, with no hole for this node's
+        // unused reservation.
+        sqlx::query(
+            "UPDATE sessions SET event_seq_reserved = COALESCE((SELECT COALESCE(e.last_seq, \
+             e.seq) FROM events e WHERE e.session_id = $1 ORDER BY e.seq DESC LIMIT 1), 0) \
+             WHERE id = $1",
+        )
+        .bind(session.to_string())
+        .execute(&mut *conn)
+        .await?;
+        Ok(true)
     }
 
     /// Forgets leases ended in a committed transaction.
@@ -349,6 +368,26 @@ impl PgStore {
     /// None for a single node). The runs of such a session must stop: their writes are refused.
     pub fn fenced_sessions(&self) -> Option<broadcast::Receiver<SessionId>> {
         self.fleet.as_ref().map(|m| m.subscribe_fenced())
+    }
+
+    /// Whether this store is a fleet node's.
+    pub fn is_fleet_node(&self) -> bool {
+        self.fleet.is_some()
+    }
+
+    /// This node's id in the fleet (None for a single node).
+    pub fn node_id(&self) -> Option<&str> {
+        self.fleet.as_deref().map(|m| m.me.node_id.as_str())
+    }
+
+    /// The node holding a live lease on the session (the node running it), if any.
+    pub async fn session_owner(&self, session: SessionId) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT node_id FROM session_leases WHERE session_id = $1 AND expires_at > now()",
+        )
+        .bind(session.to_string())
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// The fleet's nodes, by id.

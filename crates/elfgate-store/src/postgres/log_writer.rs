@@ -256,6 +256,14 @@ async fn write(
         {
             continue;
         }
+        // On a fleet node, only the owner's bus numbers a session: a bus that followed another
+        // node's run, or outlived this node's lease (whose end reset the reservation), must not
+        // lower what the owner reserved.
+        if let (Some(m), SeqUpdate::Release(s, _)) = (fleet, *u)
+            && !m.holds(s)
+        {
+            continue;
+        }
         match *u {
             SeqUpdate::Reserve(s, upto) => {
                 sqlx::query(

@@ -1,0 +1,90 @@
+//! This daemon as a node of a fleet (`[cluster]`): the PostgreSQL store's leases decide which node
+//! runs a session (see the store's `postgres::fleet`); NATS carries what the other nodes need
+//! live. Each event a node publishes goes out on its session's subject (`relay`), so that a
+//! client following the session through another node gets it at once; a control request (a
+//! prompt, an interrupt, a permission answer, a tool run, a delete) that reaches a node other than
+//! the session's owner is forwarded to the owner and answered by it (`forward`).
+//!
+//! NATS is a bus, never the record: the event log in PostgreSQL is. A follower dedupes by seq
+//! and fills any gap from the log, and reads the log on its own while NATS is away, so a lost or
+//! late message costs latency, never an event.
+
+pub(crate) mod forward;
+pub(crate) mod relay;
+
+use elfgate_core::{EventRelay, SessionId};
+use elfgate_store::PgStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a forwarded control request waits for the owner's answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
+const RELAY_QUEUE: usize = 16_384;
+
+/// The subject a session's events are published on.
+pub(crate) fn events_subject(session: SessionId) -> String {
+    format!("elfgate.events.{session}")
+}
+
+/// The subject a node answers forwarded control requests on.
+fn control_subject(node: &str) -> String {
+    format!("elfgate.node.{node}.http")
+}
+
+/// A fleet node's connections: the store (its leases) and NATS.
+pub struct Fleet {
+    /// This node's id.
+    pub node_id: String,
+    /// The store, for what only PostgreSQL knows (who owns a session, the nodes).
+    pub store: PgStore,
+    /// The NATS connection; it reconnects by itself.
+    pub nats: async_nats::Client,
+}
+
+impl Fleet {
+    /// Connects to NATS (in the background: a node starts while NATS is away, and catches up when
+    /// it is back) and starts relaying the events `relay` receives. Returns the fleet and the
+    /// relay's sender, for the event hub.
+    pub async fn start(
+        node_id: String,
+        store: PgStore,
+        nats_url: &str,
+    ) -> Result<(Arc<Fleet>, EventRelay), async_nats::ConnectError> {
+        let nats = async_nats::ConnectOptions::new()
+            .name(format!("elfgate-{node_id}"))
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .request_timeout(Some(FORWARD_TIMEOUT))
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
+                    async_nats::Event::Disconnected => tracing::warn!(
+                        "NATS is away: streams of other nodes' sessions are read from the log, \
+                         control requests for them answer 503, until it is back"
+                    ),
+                    other => tracing::debug!(event = %other, "NATS"),
+                }
+            })
+            .connect(nats_url)
+            .await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
+        tokio::spawn(relay::publish(nats.clone(), rx));
+        Ok((
+            Arc::new(Fleet {
+                node_id,
+                store,
+                nats,
+            }),
+            tx,
+        ))
+    }
+
+    /// Whether NATS is connected now.
+    pub fn nats_connected(&self) -> bool {
+        matches!(
+            self.nats.connection_state(),
+            async_nats::connection::State::Connected
+        )
+    }
+}
