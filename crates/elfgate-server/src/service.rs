@@ -171,16 +171,22 @@ pub async fn open_bus(
     if let Some(bus) = hub.get(session_id) {
         return Ok(bus);
     }
-    // Flush first: a bus closed moments ago may still have events and its release on their way
-    // to the log. While the log cannot be written, the seqs read back could be below events not
-    // yet written: refused, rather than numbered twice.
-    if !hub.flush().await {
-        return Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
-            "events wait to be written".into(),
-        )));
-    }
+    flush_before_open(state).await?;
     let (last, reserved) = state.store.open_seq_range(session_id).await?;
     Ok(hub.open(session_id, last, reserved))
+}
+
+/// Before a bus is opened from the log: a bus closed moments ago may still have events and its
+/// release on their way to the log. While the log cannot be written, the seqs read back could be
+/// below events not yet written: refused, rather than numbered twice.
+async fn flush_before_open(state: &AppState) -> Result<(), ApiError> {
+    if state.dispatcher.hub().flush().await {
+        Ok(())
+    } else {
+        Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
+            "events wait to be written".into(),
+        )))
+    }
 }
 
 /// The bus a client follows the session on. On a fleet node it reserves no seqs (it publishes
@@ -197,11 +203,7 @@ pub async fn open_follow_bus(
     if let Some(bus) = hub.get(session_id) {
         return Ok(bus);
     }
-    if !hub.flush().await {
-        return Err(ApiError::Storage(elfgate_store::StoreError::LogBehind(
-            "events wait to be written".into(),
-        )));
-    }
+    flush_before_open(state).await?;
     let logged = state.store.last_seq(session_id).await?;
     Ok(hub.open(session_id, logged, logged))
 }

@@ -417,6 +417,20 @@ impl Drop for Daemon {
     }
 }
 
+/// Asserts seqs increasing by one: no gap and no duplicate.
+pub fn assert_contiguous(evs: &[Ev]) {
+    for w in evs.windows(2) {
+        assert_eq!(
+            w[1].seq(),
+            w[0].seq() + 1,
+            "gap or duplicate: {:?}",
+            evs.iter()
+                .map(|e| (e.seq(), e.event.as_str()))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
 /// One SSE event as a client sees it.
 #[derive(Debug, Clone)]
 pub struct Ev {

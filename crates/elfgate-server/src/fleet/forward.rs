@@ -119,11 +119,7 @@ async fn forward(
     let envelope = Envelope {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
-        headers: parts
-            .headers
-            .iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
-            .collect(),
+        headers: header_pairs(&parts.headers),
         body,
     };
     let payload = serde_json::to_vec(&envelope)
@@ -214,11 +210,15 @@ async fn run_forwarded(fleet: &Fleet, router: axum::Router, payload: &[u8]) -> A
     };
     Answer {
         status: parts.status.as_u16(),
-        headers: parts
-            .headers
-            .iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
-            .collect(),
+        headers: header_pairs(&parts.headers),
         body,
     }
+}
+
+/// Headers as text pairs for an envelope (a header that is not text does not travel).
+fn header_pairs(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+        .collect()
 }

@@ -5,7 +5,7 @@
 use crate::common;
 
 use crate::scripted;
-use common::{Daemon, Opts, allow, chat, text_of, types};
+use common::{Daemon, Opts, allow, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
 use elfgate_test_support::services::postgres_database;
 use serde_json::json;
@@ -178,20 +178,6 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
         "an event landed between the runs"
     );
     assert_eq!(text_of(&after), "tok0 tok1 ");
-}
-
-/// Seqs 1..N with no gap and no duplicate.
-fn assert_contiguous(evs: &[common::Ev]) {
-    for w in evs.windows(2) {
-        assert_eq!(
-            w[1].seq(),
-            w[0].seq() + 1,
-            "gap or duplicate: {:?}",
-            evs.iter()
-                .map(|e| (e.seq(), e.event.as_str()))
-                .collect::<Vec<_>>()
-        );
-    }
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{Daemon, Opts, chat, text_of, types};
+use common::{Daemon, Opts, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
 use elfgate_test_support::services::{PrivatePostgres, postgres_database};
 use serde_json::json;
@@ -26,20 +26,6 @@ fn on_postgres(database: &str, dir: &std::path::Path) -> Opts {
 
 fn new_dir() -> PathBuf {
     tempfile::tempdir().unwrap().keep()
-}
-
-/// Seqs strictly increasing by one: the log has no gap and no duplicate.
-fn assert_contiguous(evs: &[common::Ev]) {
-    for w in evs.windows(2) {
-        assert_eq!(
-            w[1].seq(),
-            w[0].seq() + 1,
-            "gap or duplicate in {:?}",
-            evs.iter()
-                .map(|e| (e.seq(), e.event.as_str()))
-                .collect::<Vec<_>>()
-        );
-    }
 }
 
 #[tokio::test]
