@@ -230,6 +230,78 @@ impl Drop for PrivatePostgres {
     }
 }
 
+/// A NATS server of one test's own, for a test that stops and starts it under running daemons:
+/// `ELFGATE_TEST_NATS_BIN` (set by scripts/test.sh) on a free loopback port, killed when dropped.
+pub struct PrivateNats {
+    bin: std::path::PathBuf,
+    port: u16,
+    child: Option<std::process::Child>,
+    /// nats://127.0.0.1:PORT
+    pub url: String,
+}
+
+impl PrivateNats {
+    /// A new server, started; None (the test skips, saying so) without ELFGATE_TEST_NATS_BIN,
+    /// unless REQUIRE_CLUSTER_TESTS=require, which makes it a failure.
+    pub fn start() -> Option<PrivateNats> {
+        let Some(bin) = std::env::var_os("ELFGATE_TEST_NATS_BIN") else {
+            assert_ne!(
+                std::env::var("REQUIRE_CLUSTER_TESTS").as_deref(),
+                Ok("require"),
+                "ELFGATE_TEST_NATS_BIN is required (scripts/test.sh sets it when it starts NATS)"
+            );
+            eprintln!("NATS restart test skipped: ELFGATE_TEST_NATS_BIN is not set");
+            return None;
+        };
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut nats = PrivateNats {
+            bin: bin.into(),
+            port,
+            child: None,
+            url: format!("nats://127.0.0.1:{port}"),
+        };
+        nats.start_again();
+        Some(nats)
+    }
+
+    /// Kills the server (as a crash or a restart would).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the stopped server on the same port; returns once it accepts connections.
+    pub fn start_again(&mut self) {
+        let child = std::process::Command::new(&self.bin)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

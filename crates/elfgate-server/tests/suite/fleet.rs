@@ -7,16 +7,21 @@ use crate::common;
 use crate::scripted;
 use common::{Daemon, Opts, allow, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
-use elfgate_test_support::services::postgres_database;
+use elfgate_test_support::services::{PrivateNats, postgres_database};
 use serde_json::json;
 
 const TOKEN: &str = "fleet-token";
 
 /// A node `id` of the fleet on `database`, its files in a directory of its own.
 fn node(mock: &MockServer, database: &str, id: &str) -> Daemon {
-    let dir = tempfile::tempdir().unwrap().keep();
     let nats =
         std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    node_on(mock, database, &nats, id)
+}
+
+/// A node `id` of the fleet on `database` and the NATS server at `nats`.
+fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
+    let dir = tempfile::tempdir().unwrap().keep();
     Daemon::start_in(
         dir.clone(),
         mock,
@@ -254,4 +259,62 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
         types(&evs)
     );
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
+}
+
+/// Polls `via` until the session's state answers `want` (a NATS outage shows in its status).
+async fn until_state_status(via: &Daemon, sid: &str, want: u16) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, body) = via.get(&format!("/v1/sessions/{sid}")).await;
+        if status == want {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session's state never answered {want}: {status} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_nats_restart_mid_run_loses_nothing_and_control_answers_503_meanwhile() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let Some(mut nats) = PrivateNats::start() else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let a = node_on(&mock, &database, &nats.url, "a");
+    let b = node_on(&mock, &database, &nats.url, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=5000,delay_ms=10")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // NATS goes away: the run goes on on A, B's follower reads it from the log, and control for
+    // it through B answers 503.
+    nats.stop();
+    let refused = until_state_status(&b, &sid, 503).await;
+    assert_eq!(refused["error"]["code"], "unavailable", "{refused}");
+    let upto = text_of(&seen).split_whitespace().count();
+    let want: String = (upto..upto + 20).map(|i| format!("tok{i} ")).collect();
+    seen.extend(through_b.until_text(&want).await);
+
+    // NATS is back: control through B reaches A again, and the stream went on without a gap.
+    nats.start_again();
+    let state = until_state_status(&b, &sid, 200).await;
+    assert_eq!(state["status"], "running", "{state}");
+    let (status, body) = b
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    seen.extend(through_b.until_complete(&run1).await);
+    assert_eq!(seen.last().unwrap().data["finishReason"], "interrupted");
+    assert_eq!(seen[0].seq(), 1);
+    assert_contiguous(&seen);
+    let text = text_of(&seen);
+    let n = text.split_whitespace().count();
+    let expected: String = (0..n).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, expected, "tokens lost or repeated");
 }
