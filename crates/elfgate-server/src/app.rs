@@ -415,6 +415,7 @@ impl Daemon {
         let protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
+            .merge(routes::cluster::routes())
             .merge(routes::skills::routes())
             .merge(routes::tool_runs::routes())
             .merge(routes::mcp::routes())

@@ -4,7 +4,7 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{engines, gateway, health, mcp, sessions, skills, tool_runs};
+use crate::routes::{cluster, engines, gateway, health, mcp, sessions, skills, tool_runs};
 use crate::state::AppState;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -54,6 +54,7 @@ impl Modify for BearerScheme {
         sessions::run,
         sessions::permission,
         engines::list,
+        cluster::cluster,
         skills::list,
         tool_runs::run_tool,
         mcp::servers,
@@ -115,6 +116,8 @@ impl Modify for BearerScheme {
         elfgate_mcp::ReloadReport,
         mcp::ServerList,
         mcp::ReloadAnswer,
+        cluster::ClusterView,
+        cluster::NodeView,
     )),
     modifiers(&BearerScheme),
     tags(

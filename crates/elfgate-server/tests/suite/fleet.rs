@@ -83,6 +83,23 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
     assert_eq!(status, 200);
     assert_eq!(r["status"], "interrupted");
     assert_eq!(r["finishReason"], "node_lost");
+    // The fleet as B sees it: three nodes, A's heartbeat older than its lease, B on the bus.
+    let (status, cluster) = b.get("/v1/cluster").await;
+    assert_eq!(status, 200);
+    assert_eq!(cluster["nodeId"], "b");
+    assert_eq!(cluster["busConnected"], true);
+    let nodes = cluster["nodes"].as_array().unwrap();
+    let ids: Vec<&str> = nodes.iter().map(|n| n["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(
+        nodes[0]["heartbeatAgeMs"].as_u64().unwrap() >= 2000,
+        "{cluster}"
+    );
+    assert_eq!(nodes[0]["activeSessions"], 0);
+    assert!(
+        nodes[1]["heartbeatAgeMs"].as_u64().unwrap() < 2000,
+        "{cluster}"
+    );
 
     // The session goes on from C, its history intact (the partial answer kept), and B's
     // follower sees that run too.

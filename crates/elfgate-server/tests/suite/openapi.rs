@@ -157,6 +157,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("post", "/v1/sessions/{id}/tools/{name}"),
         ("get", "/v1/engines"),
+        ("get", "/v1/cluster"),
         ("get", "/v1/skills"),
         ("post", "/v1/mcp/reload"),
         ("get", "/v1/mcp/servers"),

@@ -104,6 +104,13 @@ async fn a_session_on_postgresql_streams_replays_and_recovers_after_a_crash() {
     assert_eq!(text_of(&more), "tok0 tok1 ");
     let (_, list) = d.get("/v1/sessions").await;
     assert_eq!(list["sessions"][0]["id"], sid.as_str());
+    // A single node is no fleet.
+    let (status, cluster) = d.get("/v1/cluster").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        cluster,
+        json!({"nodeId": null, "busConnected": null, "nodes": []})
+    );
 }
 
 #[tokio::test]
