@@ -83,6 +83,9 @@ pub struct EngineDispatcher {
     ledger: Arc<dyn RunLedger>,
     metrics: Arc<Metrics>,
     accepting: std::sync::atomic::AtomicBool,
+    /// The finish reason of runs the daemon's stop interrupts, when not `interrupted` (a fleet
+    /// node's drain ends what is left as `node_shutdown`).
+    stop_reason: std::sync::OnceLock<FinishReason>,
 }
 
 impl std::fmt::Debug for EngineDispatcher {
@@ -108,6 +111,7 @@ impl EngineDispatcher {
             ledger,
             metrics,
             accepting: std::sync::atomic::AtomicBool::new(true),
+            stop_reason: std::sync::OnceLock::new(),
         })
     }
 
@@ -234,6 +238,18 @@ impl EngineDispatcher {
         }
     }
 
+    /// Takes no new runs from now on; those running go on (a fleet node's drain).
+    pub fn stop_admitting(&self) {
+        self.accepting
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// [`Self::interrupt_all`], the runs ending with `reason` instead of `interrupted`.
+    pub fn interrupt_all_as(self: &Arc<Self>, reason: FinishReason) -> Vec<CancellationToken> {
+        let _ = self.stop_reason.set(reason);
+        self.interrupt_all()
+    }
+
     /// Stops taking runs and interrupts every run (shutdown); returns the tokens that fire when
     /// each running run has ended. Queued runs end right after, without running.
     pub fn interrupt_all(self: &Arc<Self>) -> Vec<CancellationToken> {
@@ -305,11 +321,16 @@ impl EngineDispatcher {
                 let started = Instant::now();
                 let log_failures = self.hub.log_failed_writes();
                 // A queued run cancelled before its turn ends without running.
-                let outcome = if ctx.cancel.is_cancelled() {
+                let mut outcome = if ctx.cancel.is_cancelled() {
                     RunOutcome::new(FinishReason::Interrupted)
                 } else {
                     self.run_one(engine.clone(), ctx.clone()).await
                 };
+                if outcome.finish_reason == FinishReason::Interrupted
+                    && let Some(reason) = self.stop_reason.get()
+                {
+                    outcome.finish_reason = *reason;
+                }
                 let outcome = self.record_end(&ctx, outcome, started, log_failures).await;
                 let (_, next) = ctx
                     .events

@@ -10,13 +10,14 @@ pub const TTFT_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-const REASONS: [FinishReason; 6] = [
+const REASONS: [FinishReason; 7] = [
     FinishReason::Stop,
     FinishReason::MaxIterations,
     FinishReason::Interrupted,
     FinishReason::Error,
     FinishReason::DaemonRestart,
     FinishReason::NodeLost,
+    FinishReason::NodeShutdown,
 ];
 
 /// Counters and histograms of the daemon.
@@ -24,7 +25,7 @@ const REASONS: [FinishReason; 6] = [
 pub struct Metrics {
     events_published: AtomicU64,
     runs_started: AtomicU64,
-    runs_finished: [AtomicU64; 6],
+    runs_finished: [AtomicU64; 7],
     ttft_buckets: [AtomicU64; 12],
     ttft_count: AtomicU64,
     ttft_sum_micros: AtomicU64,

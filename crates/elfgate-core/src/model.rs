@@ -259,6 +259,8 @@ pub enum FinishReason {
     /// The fleet node running it went away (killed, cut off or paused past its lease); another
     /// node ended it.
     NodeLost,
+    /// Its fleet node stopped (SIGTERM) and the run did not end within the node's drain time.
+    NodeShutdown,
 }
 
 impl FinishReason {
@@ -271,6 +273,7 @@ impl FinishReason {
             FinishReason::Error => "error",
             FinishReason::DaemonRestart => "daemon_restart",
             FinishReason::NodeLost => "node_lost",
+            FinishReason::NodeShutdown => "node_shutdown",
         }
     }
 
@@ -278,9 +281,10 @@ impl FinishReason {
     pub fn run_status(self) -> RunStatus {
         match self {
             FinishReason::Stop | FinishReason::MaxIterations => RunStatus::Completed,
-            FinishReason::Interrupted | FinishReason::DaemonRestart | FinishReason::NodeLost => {
-                RunStatus::Interrupted
-            }
+            FinishReason::Interrupted
+            | FinishReason::DaemonRestart
+            | FinishReason::NodeLost
+            | FinishReason::NodeShutdown => RunStatus::Interrupted,
             FinishReason::Error => RunStatus::Failed,
         }
     }
@@ -302,6 +306,7 @@ impl FromStr for FinishReason {
             "error" => Ok(FinishReason::Error),
             "daemon_restart" => Ok(FinishReason::DaemonRestart),
             "node_lost" => Ok(FinishReason::NodeLost),
+            "node_shutdown" => Ok(FinishReason::NodeShutdown),
             other => Err(format!("unknown finish reason '{other}'")),
         }
     }

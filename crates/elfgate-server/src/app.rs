@@ -118,9 +118,9 @@ pub enum StartError {
     /// The tinyelf engine refused its configuration.
     #[error(transparent)]
     TinyElf(#[from] elfgate_engines::TinyElfError),
-    /// The NATS URL of `[cluster]` is not one the client can use.
-    #[error("cluster.nats_url: {0}")]
-    Nats(#[from] async_nats::ConnectError),
+    /// The fleet's connections could not be set up.
+    #[error(transparent)]
+    Fleet(#[from] crate::fleet::FleetStartError),
     /// The configuration cannot be used as it is.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -285,6 +285,43 @@ async fn tinyelf_config(config: &Config) -> TinyElfConfig {
 /// which each server's `env` is added.
 fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
     ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env)
+}
+
+/// A fleet node's stop: it takes no new runs (readiness is already false), says so to the
+/// fleet, lets its active runs finish for `cluster.drain_secs`, then interrupts what is left
+/// with finish reason `node_shutdown`; their sessions go on from the other nodes.
+async fn drain(
+    state: &AppState,
+    fleet: &crate::fleet::Fleet,
+) -> Vec<tokio_util::sync::CancellationToken> {
+    state.dispatcher.stop_admitting();
+    if let Err(e) = fleet.store.set_draining(true).await {
+        tracing::warn!(error = %e, "could not mark this node draining in the store");
+    }
+    let secs = state.config.cluster.as_ref().map_or(0, |c| c.drain_secs);
+    let active = state.dispatcher.active().clone();
+    tracing::info!(
+        runs = active.len(),
+        drain_secs = secs,
+        "draining: active runs may finish"
+    );
+    let finished = async {
+        while !active.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(secs), finished)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            runs = active.len(),
+            "drain time over: interrupting the runs left (node_shutdown)"
+        );
+    }
+    state
+        .dispatcher
+        .interrupt_all_as(elfgate_core::FinishReason::NodeShutdown)
 }
 
 /// Stops the runs of sessions whose lease this node lost to another node (it was paused or cut
@@ -479,7 +516,10 @@ impl Daemon {
             signal.await;
             tracing::info!("shutting down");
             shutdown_state.begin_shutdown();
-            let done = shutdown_state.dispatcher.interrupt_all();
+            let done = match &shutdown_state.fleet {
+                Some(fleet) => drain(&shutdown_state, fleet).await,
+                None => shutdown_state.dispatcher.interrupt_all(),
+            };
             let wait_all = async {
                 for d in done {
                     d.cancelled().await;

@@ -109,7 +109,18 @@ pub struct ClusterConfig {
     /// Seconds between a node's heartbeats.
     #[serde(default = "default_heartbeat_secs")]
     pub heartbeat_secs: u64,
+    /// Seconds a stopping node (SIGTERM) lets its active runs finish before it interrupts the
+    /// rest with finish reason `node_shutdown`.
+    #[serde(default = "default_drain_secs")]
+    pub drain_secs: u64,
 }
+
+fn default_drain_secs() -> u64 {
+    30
+}
+
+/// The longest drain a node may be given.
+pub const MAX_DRAIN_SECS: u64 = 3600;
 
 fn default_lease_secs() -> u64 {
     5
@@ -441,6 +452,11 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "cluster.node_id '{id}' must be 1 to 64 letters, digits, '-' or '_' (it names \
                  the node's NATS subjects)"
+            )));
+        }
+        if cluster.drain_secs > MAX_DRAIN_SECS {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.drain_secs must be at most {MAX_DRAIN_SECS}"
             )));
         }
         if cluster.heartbeat_secs == 0 {

@@ -422,7 +422,7 @@ pub async fn session_events(
     let remote = match &state.fleet {
         Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
             .nats
-            .subscribe(crate::fleet::events_subject(session_id))
+            .subscribe(fleet.events_subject(session_id))
             .await
             .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
             .ok(),

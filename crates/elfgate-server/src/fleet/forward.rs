@@ -8,7 +8,7 @@
 //! reads (every node reads the same database), streams, and a request already forwarded once
 //! (the owner answers it itself, whatever it finds).
 
-use super::{Fleet, control_subject};
+use super::Fleet;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Body;
@@ -126,7 +126,7 @@ async fn forward(
         .map_err(|e| ApiError::Internal(format!("encoding a forwarded request: {e}")))?;
     let reply = fleet
         .nats
-        .request(control_subject(owner), Bytes::from(payload))
+        .request(fleet.control_subject(owner), Bytes::from(payload))
         .await
         .map_err(|e| match e.kind() {
             async_nats::RequestErrorKind::NoResponders => ApiError::Conflict(format!(
@@ -155,7 +155,11 @@ async fn forward(
 /// Answers the control requests other nodes forward to this one, through `router`, until NATS
 /// is gone for good.
 pub(crate) async fn answer(fleet: Arc<Fleet>, router: axum::Router) {
-    let mut requests = match fleet.nats.subscribe(control_subject(&fleet.node_id)).await {
+    let mut requests = match fleet
+        .nats
+        .subscribe(fleet.control_subject(&fleet.node_id))
+        .await
+    {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot take forwarded control requests: NATS refused");

@@ -22,20 +22,24 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
 const RELAY_QUEUE: usize = 16_384;
 
-/// The subject a session's events are published on.
-pub(crate) fn events_subject(session: SessionId) -> String {
-    format!("elfgate.events.{session}")
-}
-
-/// The subject a node answers forwarded control requests on.
-fn control_subject(node: &str) -> String {
-    format!("elfgate.node.{node}.http")
+/// Why a fleet node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetStartError {
+    /// The fleet's id could not be read from the store.
+    #[error(transparent)]
+    Store(#[from] elfgate_store::StoreError),
+    /// The NATS URL is not one the client can use.
+    #[error("cluster.nats_url: {0}")]
+    Nats(#[from] async_nats::ConnectError),
 }
 
 /// A fleet node's connections: the store (its leases) and NATS.
 pub struct Fleet {
     /// This node's id.
     pub node_id: String,
+    /// `elfgate.FLEET`: the start of every subject of this fleet (its id comes from the
+    /// database), so that fleets sharing a NATS server never hear each other.
+    subjects: String,
     /// The store, for what only PostgreSQL knows (who owns a session, the nodes).
     pub store: PgStore,
     /// The NATS connection; it reconnects by itself.
@@ -50,7 +54,8 @@ impl Fleet {
         node_id: String,
         store: PgStore,
         nats_url: &str,
-    ) -> Result<(Arc<Fleet>, EventRelay), async_nats::ConnectError> {
+    ) -> Result<(Arc<Fleet>, EventRelay), FleetStartError> {
+        let fleet_id = store.fleet_id().await?;
         let nats = async_nats::ConnectOptions::new()
             .name(format!("elfgate-{node_id}"))
             .retry_on_initial_connect()
@@ -68,16 +73,25 @@ impl Fleet {
             })
             .connect(nats_url)
             .await?;
+        let fleet = Arc::new(Fleet {
+            node_id,
+            subjects: format!("elfgate.{fleet_id}"),
+            store,
+            nats,
+        });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
-        tokio::spawn(relay::publish(nats.clone(), rx));
-        Ok((
-            Arc::new(Fleet {
-                node_id,
-                store,
-                nats,
-            }),
-            tx,
-        ))
+        tokio::spawn(relay::publish(fleet.clone(), rx));
+        Ok((fleet, tx))
+    }
+
+    /// The subject a session's events are published on.
+    pub(crate) fn events_subject(&self, session: SessionId) -> String {
+        format!("{}.events.{session}", self.subjects)
+    }
+
+    /// The subject a node answers forwarded control requests on.
+    fn control_subject(&self, node: &str) -> String {
+        format!("{}.node.{node}.http", self.subjects)
     }
 
     /// Whether NATS is connected now.

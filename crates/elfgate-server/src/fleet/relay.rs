@@ -11,14 +11,15 @@ use tokio::sync::mpsc;
 
 /// Publishes what the hub relays until the hub is gone. A publish that fails (NATS away and its
 /// client's buffer full) drops the event from the relay: followers fill it from the log.
-pub(crate) async fn publish(nats: async_nats::Client, mut rx: mpsc::Receiver<Arc<EventRecord>>) {
+pub(crate) async fn publish(fleet: Arc<super::Fleet>, mut rx: mpsc::Receiver<Arc<EventRecord>>) {
     let mut failures = 0u64;
     while let Some(e) = rx.recv().await {
         let mut msg = Vec::with_capacity(e.json.len() + 32);
         msg.extend_from_slice(format!("{} {}\n", e.seq, e.event_type()).as_bytes());
         msg.extend_from_slice(e.json.as_bytes());
-        if let Err(err) = nats
-            .publish(super::events_subject(e.session_id), Bytes::from(msg))
+        if let Err(err) = fleet
+            .nats
+            .publish(fleet.events_subject(e.session_id), Bytes::from(msg))
             .await
         {
             failures += 1;

@@ -21,6 +21,11 @@ fn node(mock: &MockServer, database: &str, id: &str) -> Daemon {
 
 /// A node `id` of the fleet on `database` and the NATS server at `nats`.
 fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
+    node_with(mock, database, nats, id, "")
+}
+
+/// A node with more `[cluster]` keys.
+fn node_with(mock: &MockServer, database: &str, nats: &str, id: &str, keys: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap().keep();
     Daemon::start_in(
         dir.clone(),
@@ -29,7 +34,7 @@ fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
             token: Some(TOKEN.into()),
             extra_toml: format!(
                 "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
-                 heartbeat_secs = 1\n"
+                 heartbeat_secs = 1\n{keys}\n"
             ),
             env: vec![
                 ("ELFGATE_DATABASE_URL".into(), database.into()),
@@ -334,4 +339,40 @@ async fn a_nats_restart_mid_run_loses_nothing_and_control_answers_503_meanwhile(
     let n = text.split_whitespace().count();
     let expected: String = (0..n).map(|i| format!("tok{i} ")).collect();
     assert_eq!(text, expected, "tokens lost or repeated");
+}
+
+#[tokio::test]
+async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mock = MockServer::start().await.unwrap();
+    let mut a = node_with(&mock, &database, &nats, "a", "drain_secs = 1");
+    let b = node(&mock, &database, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=5000,delay_ms=10")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // SIGTERM: the run outlives the drain and ends as node_shutdown; A exits cleanly.
+    let status = a.terminate();
+    assert!(status.success(), "{status:?}");
+    seen.extend(through_b.until_complete(&run1).await);
+    assert_eq!(seen.last().unwrap().data["finishReason"], "node_shutdown");
+    assert_contiguous(&seen);
+    let (_, r) = b.get(&format!("/v1/sessions/{sid}/runs/{run1}")).await;
+    assert_eq!(r["status"], "interrupted");
+    assert_eq!(r["finishReason"], "node_shutdown");
+    let (_, cluster) = b.get("/v1/cluster").await;
+    assert_eq!(cluster["nodes"][0]["id"], "a");
+    assert_eq!(cluster["nodes"][0]["draining"], true, "{cluster}");
+
+    // The session goes on from B, its seqs right after.
+    let run2 = b
+        .send(&sid, json!({"prompt": "again", "model": "mock:tokens=2"}))
+        .await;
+    let after = through_b.until_complete(&run2).await;
+    assert_eq!(text_of(&after), "tok0 tok1 ");
+    assert_eq!(after[0].seq(), seen.last().unwrap().seq() + 1);
 }

@@ -300,7 +300,13 @@ impl Membership {
         .bind(&self.me.node_id)
         .execute(&mut *conn)
         .await?;
-        self.touch_node(conn).await
+        self.touch_node(conn).await?;
+        // A new life: not draining (an earlier one may have stopped draining).
+        sqlx::query("UPDATE nodes SET draining = FALSE, started_at = now() WHERE id = $1")
+            .bind(&self.me.node_id)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 
     /// The node's own row: there, with a fresh heartbeat.
@@ -378,6 +384,13 @@ impl PgStore {
     /// This node's id in the fleet (None for a single node).
     pub fn node_id(&self) -> Option<&str> {
         self.fleet.as_deref().map(|m| m.me.node_id.as_str())
+    }
+
+    /// The fleet's id: one per database, the same for every node sharing it.
+    pub async fn fleet_id(&self) -> StoreResult<String> {
+        Ok(sqlx::query_scalar("SELECT id FROM fleet LIMIT 1")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     /// The node holding a live lease on the session (the node running it), if any.
