@@ -144,7 +144,16 @@ fn check_project_path(
             .tinyelf
             .check_project(std::path::Path::new(p))
             .map(drop)
-            .map_err(|e| ApiError::Unprocessable(format!("{field}: {e}"))),
+            .map_err(|e| match &state.fleet {
+                // Which node looked matters in a fleet: the path must exist on every node that
+                // may run the session.
+                Some(fleet) => ApiError::Unprocessable(format!(
+                    "{field}: {e} (on node {}: in a fleet, a project must be on storage every \
+                     node shares)",
+                    fleet.node_id
+                )),
+                None => ApiError::Unprocessable(format!("{field}: {e}")),
+            }),
     }
 }
 

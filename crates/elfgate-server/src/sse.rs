@@ -453,6 +453,15 @@ pub async fn session_events(
     let period = Duration::from_secs(state.config.server.keepalive_secs.max(1));
     let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // A cursor past what this node has seen is no error when another node runs the session: the
+    // client read it there (its newest events may not be in the log yet) and now reconnects here.
+    let cursor_from_elsewhere = match &state.fleet {
+        Some(fleet) if after > sub.last_seq => matches!(
+            fleet.store.session_owner(session_id).await,
+            Ok(Some(owner)) if owner != fleet.node_id
+        ),
+        _ => false,
+    };
     let follow_log = state.config.cluster.as_ref().map(|_| {
         let mut every = tokio::time::interval(FOLLOW_LOG_EVERY);
         every.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -479,7 +488,7 @@ pub async fn session_events(
         _close: close,
     };
     let mut first = None;
-    if after > sub.last_seq {
+    if after > sub.last_seq && !cursor_from_elsewhere {
         // The client claims events this session never had: it must reload.
         cursor.phase = Phase::Done;
         first = Some(reset_frame(session_id, 1));

@@ -281,6 +281,20 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
         types(&evs)
     );
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
+
+    // A project that is not on this node is refused by name, naming the node.
+    let (status, body) = c
+        .post(
+            "/v1/sessions",
+            scripted::session("x", "mock:tokens=1", &dir.join("only-elsewhere"), json!({})),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("projectPath") && message.contains("on node c"),
+        "{message}"
+    );
 }
 
 /// Polls `via` until the session's state answers `want` (a NATS outage shows in its status).
@@ -375,4 +389,29 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
     let after = through_b.until_complete(&run2).await;
     assert_eq!(text_of(&after), "tok0 tok1 ");
     assert_eq!(after[0].seq(), seen.last().unwrap().seq() + 1);
+}
+
+#[tokio::test]
+async fn a_client_reconnecting_to_another_node_with_its_cursor_misses_nothing() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let a = node(&mock, &database, "a");
+    let b = node(&mock, &database, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=300,delay_ms=10")).await;
+    // Followed on A, live (the newest events it saw may not be in the log yet)...
+    let mut on_a = a.events(&sid, None).await;
+    let mut seen = on_a.until_text("tok0 tok1 tok2 tok3 tok4 ").await;
+    drop(on_a);
+    // ...then on B from the last seq it saw: the rest, with no gap, no duplicate, no reset.
+    let cursor = seen.last().unwrap().seq();
+    let mut on_b = b.events(&sid, Some(cursor)).await;
+    let rest = on_b.until_complete(&run1).await;
+    assert_eq!(rest[0].seq(), cursor + 1, "{:?}", types(&rest));
+    seen.extend(rest);
+    assert_contiguous(&seen);
+    let text = text_of(&seen);
+    let expected: String = (0..300).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, expected);
 }
