@@ -420,13 +420,29 @@ pub async fn run_events(t: &Target, id: &str) -> anyhow::Result<reqwest::Respons
 /// Starts a session whose upstream stalls after one token, waits for that token on the stream,
 /// interrupts, and times the answer and the `complete` frame.
 pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
+    let base = t.daemon_base.clone();
+    interrupt_latency_via(t, &base, &base, &base).await
+}
+
+/// [`interrupt_latency`] with the session started on `start`, followed on `follow` and
+/// interrupted through `control` (daemons of one fleet, `http://ADDR` each).
+pub async fn interrupt_latency_via(
+    t: &Target,
+    start: &str,
+    follow: &str,
+    control: &str,
+) -> anyhow::Result<InterruptSample> {
     let body = json!({
         "engine": "api",
         "prompt": "bench",
         "model": "mock:tokens=100000,stall_after=1",
     });
-    let id = create_session(t, &body).await?;
-    let resp = run_events(t, &id).await?;
+    let on = |base: &str| Target {
+        daemon_base: base.to_string(),
+        ..t.clone()
+    };
+    let id = create_session(&on(start), &body).await?;
+    let resp = run_events(&on(follow), &id).await?;
     let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
     while memmem::find(&buf, b"event: streamDelta").is_none() {
@@ -436,7 +452,7 @@ pub async fn interrupt_latency(t: &Target) -> anyhow::Result<InterruptSample> {
     let sent = Instant::now();
     let answer = t
         .http
-        .post(format!("{}/v1/sessions/{id}/interrupt", t.daemon_base))
+        .post(format!("{control}/v1/sessions/{id}/interrupt"))
         .bearer_auth(&t.daemon_token)
         .json(&json!({"wait": true}))
         .send();

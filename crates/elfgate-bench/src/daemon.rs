@@ -111,6 +111,17 @@ pub async fn new_postgres_database(admin: &str) -> anyhow::Result<String> {
     })
 }
 
+/// A daemon as a node of a fleet (`--fleet`): its `[cluster]` keys and the fleet's token.
+#[derive(Debug, Clone)]
+pub struct FleetNode {
+    /// `cluster.nats_url`.
+    pub nats_url: String,
+    /// `cluster.node_id`.
+    pub node_id: String,
+    /// The token every node of the fleet takes (ELFGATE_TOKEN).
+    pub token: String,
+}
+
 impl Daemon {
     /// Starts the daemon on a free loopback port with a fresh database (a SQLite file, or
     /// `postgres`, an empty PostgreSQL database's URL), relaying to the mock provider at
@@ -119,6 +130,17 @@ impl Daemon {
         mock_base: &str,
         cpus: Option<&str>,
         postgres: Option<String>,
+    ) -> anyhow::Result<Daemon> {
+        Self::start_node(mock_base, cpus, postgres, None)
+    }
+
+    /// [`Daemon::start`], as a node of a fleet when `fleet` is given (then `postgres` is the
+    /// fleet's database, which may already be in use).
+    pub fn start_node(
+        mock_base: &str,
+        cpus: Option<&str>,
+        postgres: Option<String>,
+        fleet: Option<&FleetNode>,
     ) -> anyhow::Result<Daemon> {
         let bin = daemon_binary()?;
         let dir = tempfile::Builder::new().prefix("elfgate-bench").tempdir()?;
@@ -144,9 +166,14 @@ default_model = "mock"
 
 [defaults]
 provider = "mock"
-"#,
+{cluster}"#,
                 db = db.url(),
                 data = dir.path().display(),
+                cluster = fleet.map_or(String::new(), |f| format!(
+                    "\n[cluster]\nnats_url = \"{}\"\nnode_id = \"{}\"\nlease_secs = 2\n\
+                     heartbeat_secs = 1\n",
+                    f.nats_url, f.node_id
+                )),
             ),
         )?;
         let mut child = pinned(&bin, cpus)
@@ -155,6 +182,7 @@ provider = "mock"
             .arg(&config)
             .env("ELFGATE_LOG", "warn")
             .env_remove("ELFGATE_TOKEN")
+            .envs(fleet.map(|f| ("ELFGATE_TOKEN", f.token.clone())))
             .env_remove("ELFGATE_BIND")
             .env_remove("ELFGATE_DATABASE_URL")
             .stdin(Stdio::null())
@@ -173,11 +201,14 @@ provider = "mock"
             bail!("the daemon did not start (stdout: {line:?})");
         };
         let base = base.to_string();
-        // The daemon writes its token file before it listens.
-        let token = std::fs::read_to_string(dir.path().join("token"))
-            .context("reading the daemon's token file")?
-            .trim()
-            .to_string();
+        // The daemon writes its token file before it listens (a fleet's nodes take the same one).
+        let token = match fleet {
+            Some(f) => f.token.clone(),
+            None => std::fs::read_to_string(dir.path().join("token"))
+                .context("reading the daemon's token file")?
+                .trim()
+                .to_string(),
+        };
         // Keep draining stdout so the daemon can never block on a full pipe.
         std::thread::spawn(move || {
             let mut sink = Vec::new();

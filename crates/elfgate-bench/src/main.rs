@@ -11,6 +11,7 @@
 
 mod client;
 mod daemon;
+mod fleet;
 mod gateway_report;
 mod memory;
 mod nginx;
@@ -118,6 +119,13 @@ struct Cli {
     /// administrator's URL this is (postgres://USER@HOST:PORT/postgres), instead of SQLite.
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// After the scenarios: a fleet of two nodes on a new database of --postgres and the NATS
+    /// server at this URL: interrupt through another node, failover time after SIGKILL.
+    #[arg(long, value_name = "NATS_URL", requires = "postgres")]
+    fleet: Option<String>,
+    /// SIGKILLs measured in the fleet pass [default: 5].
+    #[arg(long, value_name = "K", default_value_t = 5)]
+    fleet_kills: usize,
     /// Print one line per pass.
     #[arg(short, long)]
     verbose: bool,
@@ -151,6 +159,8 @@ struct Opts {
     relay_cpus: Option<String>,
     /// The PostgreSQL server the daemon under test uses (`--postgres`); None: SQLite.
     postgres: Option<String>,
+    /// The fleet pass (`--fleet`).
+    fleet: Option<fleet::Settings>,
 }
 
 /// A command line that clap accepted but that makes no sense: said the way clap says its own
@@ -210,6 +220,14 @@ impl Opts {
             ratio_search: c.ratio_search,
             write_rate,
             relay_cpus: c.relay_cpus,
+            fleet: c
+                .fleet
+                .zip(c.postgres.clone())
+                .map(|(nats_url, postgres_admin)| fleet::Settings {
+                    nats_url,
+                    postgres_admin,
+                    kills: c.fleet_kills.max(1),
+                }),
             postgres: c.postgres,
         }
     }
@@ -882,6 +900,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(w) = &opts.write_rate {
         write_rate::run(&target, &daemon, opts.tokens, w).await?;
+    }
+    if let Some(f) = &opts.fleet {
+        fleet::run(&target, f).await?;
     }
     Ok(())
 }
