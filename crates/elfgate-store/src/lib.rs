@@ -8,6 +8,7 @@ mod codec;
 mod deltas;
 mod error;
 mod lock;
+mod log_batch;
 mod logrows;
 mod postgres;
 mod recovery_plan;

@@ -10,6 +10,7 @@
 //! carries many events of each session.
 
 use crate::StoreError;
+use crate::log_batch::{SeqUpdate, next_retry_delay};
 use crate::logrows::{self, SharedText};
 use crate::script::Script;
 use crate::statements::{
@@ -79,13 +80,6 @@ pub(crate) enum StoreOp {
 
 type Ack = oneshot::Sender<Result<(), StoreError>>;
 
-/// A change to a session's seq reservation, applied in the batch's transaction.
-#[derive(Debug, Clone, Copy)]
-enum SeqUpdate {
-    Reserve(SessionId, u64),
-    Release(SessionId, u64),
-}
-
 #[derive(Default)]
 struct Batch {
     events: Vec<Arc<EventRecord>>,
@@ -106,14 +100,9 @@ struct Batch {
 struct Retry {
     events: usize,
     at: tokio::time::Instant,
-    /// The pause before this retry; each failure doubles it, up to `MAX_RETRY_DELAY`.
+    /// The pause before this retry; each failure doubles it, up to `log_batch::MAX_RETRY_DELAY`.
     delay: Duration,
 }
-
-/// The first pause before a failed log commit is retried...
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
-/// ...and the longest: a full disk may take minutes to be freed, and each attempt costs little.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 impl Batch {
     fn take_log(&mut self, cmd: LogCommand) {
@@ -309,8 +298,7 @@ async fn run(
                     // Kept, in order, with everything after it: nobody waits for the log, but
                     // an accepted event is never dropped. Publishers wait once the queue is full.
                     log_rx.write_failed();
-                    let delay =
-                        retry.map_or(FIRST_RETRY_DELAY, |r| (r.delay * 2).min(MAX_RETRY_DELAY));
+                    let delay = next_retry_delay(retry.map(|r| r.delay));
                     tracing::error!(error = %e, events = end - start, retry_in = ?delay,
                         "event log write failed; it is retried until it succeeds");
                     batch.events.drain(..start);

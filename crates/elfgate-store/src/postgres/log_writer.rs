@@ -11,6 +11,7 @@
 use super::fleet::Membership;
 use crate::StoreError;
 use crate::codec::ts;
+use crate::log_batch::{SeqUpdate, next_retry_delay};
 use crate::logrows;
 use elfgate_core::{EventRecord, LogCommand, LogReceiver, LogSender, SessionId};
 use sqlx::postgres::PgPool;
@@ -22,11 +23,6 @@ use tokio::task::JoinHandle;
 
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 4096;
-/// The first pause before a failed log commit is retried...
-const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
-/// ...and the longest.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
-
 /// The handle of the writer task.
 #[derive(Debug, Clone)]
 pub(super) struct LogWriter {
@@ -65,13 +61,6 @@ impl LogWriter {
             t.abort();
         }
     }
-}
-
-/// A change to a session's seq reservation, applied in the batch's transaction, in order.
-#[derive(Debug, Clone, Copy)]
-enum SeqUpdate {
-    Reserve(SessionId, u64),
-    Release(SessionId, u64),
 }
 
 #[derive(Default)]
@@ -141,7 +130,7 @@ async fn run(pool: PgPool, mut rx: LogReceiver, linger: Duration, fleet: Option<
             }
             batch.drain_ready(&mut rx);
         }
-        let mut delay = FIRST_RETRY_DELAY;
+        let mut delay = None;
         // What arrives while a failed commit waits for its retry: the retry writes exactly the
         // failed batch again, since a commit reported failed may have landed (the connection
         // lost after the server committed) and a longer batch would group its deltas into other
@@ -149,18 +138,19 @@ async fn run(pool: PgPool, mut rx: LogReceiver, linger: Duration, fleet: Option<
         let mut next = Batch::default();
         while let Err(e) = write(&pool, fleet.as_deref(), &batch.events, &batch.seq_updates).await {
             rx.write_failed();
-            tracing::error!(error = %e, events = batch.events.len(), retry_in = ?delay,
+            let pause = next_retry_delay(delay);
+            delay = Some(pause);
+            tracing::error!(error = %e, events = batch.events.len(), retry_in = ?pause,
                 "event log write failed; it is retried until it succeeds");
             // A flush answers only when everything before it is durable: its waiter learns of
             // the failure now rather than wait for the server.
             batch.waiters.clear();
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_RETRY_DELAY);
+            tokio::time::sleep(pause).await;
             // Up to a batch's worth; past it, publishers wait for room in the queue.
             next.drain_ready(&mut rx);
             next.waiters.clear();
         }
-        if delay > FIRST_RETRY_DELAY {
+        if delay.is_some() {
             tracing::warn!("event log written again after failed attempts");
         }
         for w in batch.waiters.drain(..) {
@@ -201,9 +191,7 @@ async fn write(
         let sessions: HashSet<SessionId> = events
             .iter()
             .map(|e| e.session_id)
-            .chain(seq_updates.iter().map(|u| match *u {
-                SeqUpdate::Reserve(s, _) | SeqUpdate::Release(s, _) => s,
-            }))
+            .chain(seq_updates.iter().map(|u| u.session()))
             .collect();
         fenced = m.fenced_of(&mut tx, &sessions).await?;
         for s in &fenced {
@@ -251,9 +239,7 @@ async fn write(
         .await?;
     }
     for u in seq_updates {
-        if let SeqUpdate::Reserve(s, _) | SeqUpdate::Release(s, _) = *u
-            && fenced.contains(&s)
-        {
+        if fenced.contains(&u.session()) {
             continue;
         }
         // On a fleet node, only the owner's bus numbers a session: a bus that followed another
