@@ -658,6 +658,7 @@ mod tests {
             cancel: CancellationToken::new(),
             metrics: Arc::new(Metrics::default()),
             tool_run: None,
+            node: None,
         }
     }
 

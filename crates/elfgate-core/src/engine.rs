@@ -145,6 +145,8 @@ pub struct EngineSessionContext {
     /// Set when the run is one tool call without a model call (`POST
     /// /v1/sessions/{id}/tools/{name}`); the prompt is empty then.
     pub tool_run: Option<ToolRun>,
+    /// The fleet node that runs it (None on a single node).
+    pub node: Option<Arc<str>>,
 }
 
 /// One tool to run in a session outside a turn.
@@ -160,6 +162,21 @@ impl EngineSessionContext {
     /// The session id.
     pub fn session_id(&self) -> SessionId {
         self.session.id
+    }
+
+    /// An `init` event's facts: the engine's `facts` (a JSON object) and the daemon's own, its
+    /// version and, in a fleet, the node that runs the run.
+    pub fn system_info(&self, mut facts: serde_json::Value) -> serde_json::Value {
+        if let Some(map) = facts.as_object_mut() {
+            map.insert(
+                "daemonVersion".into(),
+                serde_json::Value::from(env!("CARGO_PKG_VERSION")),
+            );
+            if let Some(node) = &self.node {
+                map.insert("node".into(), serde_json::Value::from(node.as_ref()));
+            }
+        }
+        facts
     }
 }
 

@@ -189,12 +189,11 @@ impl ChatEngine {
         };
         ctx.events
             .emit(EventPayload::Init {
-                system_info: json!({
+                system_info: ctx.system_info(json!({
                     "engine": self.engine_type().as_str(),
                     "provider": provider_name,
                     "model": model,
-                    "daemonVersion": env!("CARGO_PKG_VERSION"),
-                }),
+                })),
             })
             .await;
 

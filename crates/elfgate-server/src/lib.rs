@@ -13,6 +13,7 @@ pub mod gateway;
 pub mod idempotency;
 pub mod keyed_lock;
 pub mod listener;
+pub mod log_node;
 pub mod openapi;
 pub mod origin;
 pub mod panic_guard;

@@ -134,7 +134,7 @@ fn init_logging() -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(std::io::stderr);
+        .with_writer(elfgate_server::log_node::NodeTaggedStderr);
     match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
         Err(_) | Ok("" | "text") => builder.init(),
         Ok("json") => builder
@@ -214,6 +214,9 @@ async fn run(job: DaemonJob) -> anyhow::Result<()> {
         DaemonJob::Serve(file) => {
             let config = Config::load(file.config.as_deref())?;
             let addr = config.bind_addr()?;
+            if let Some(member) = config.fleet_member()? {
+                elfgate_server::log_node::set_node(&member.node_id);
+            }
             // Processes that escape a command's group are re-parented to the daemon, which kills
             // them when the command ends, instead of to init, where they would live on.
             if let Err(e) = elfgate_tools::process::become_subreaper() {

@@ -292,6 +292,7 @@ fn build_ctx(
         cancel: CancellationToken::new(),
         metrics: state.metrics.clone(),
         tool_run: None,
+        node: state.fleet.as_ref().map(|f| f.node_id.clone()),
     }
 }
 

@@ -132,6 +132,8 @@ struct Cursor {
     /// A fleet node following a session another node runs: that node's events as it publishes
     /// them on NATS (subscribed before the log was read).
     remote: Option<async_nats::Subscriber>,
+    /// The last read of another node's run's log failed (said once in the daemon's log).
+    log_failing: bool,
     /// Counts this client among the session's watchers while the stream lives.
     _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -218,8 +220,8 @@ impl Cursor {
         }
     }
 
-    /// Queues the logged events after the cursor and before `before` (one page). On a failure,
-    /// the stream ends with a `reset` (returned) for the client to reload from its cursor.
+    /// Queues the logged events after the cursor and before `before` (one page). On a failure
+    /// the caller decides: wait for the next read, or end the stream with the `reset` returned.
     async fn read_log_before(&mut self, before: u64) -> Result<(), Bytes> {
         let after = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq);
         match self
@@ -229,6 +231,9 @@ impl Cursor {
             .await
         {
             Ok(page) => {
+                if std::mem::take(&mut self.log_failing) {
+                    tracing::info!("the log of another node's run can be read again");
+                }
                 self.buffer
                     .extend(
                         page.into_iter()
@@ -241,8 +246,10 @@ impl Cursor {
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the log of another node's run failed");
-                self.phase = Phase::Done;
+                if !std::mem::replace(&mut self.log_failing, true) {
+                    tracing::warn!(error = %e, "reading the log of another node's run failed; \
+                        read again at the next poll, events from the bus wait for it");
+                }
                 Err(reset_frame(self.session_id, self.last + 1))
             }
         }
@@ -332,9 +339,6 @@ impl Cursor {
                                 // NATS closed the subscription for good: the log remains.
                                 None => self.remote = None,
                             }
-                            if matches!(self.phase, Phase::Done) {
-                                return Some(reset_frame(self.session_id, self.last + 1));
-                            }
                             continue;
                         }
                         r = self.rx.recv() => match r {
@@ -343,6 +347,7 @@ impl Cursor {
                             // first, so that nothing is skipped.
                             Ok(e) if self.follow_log.is_some() && e.seq > self.last + 1 => {
                                 if let Err(f) = self.read_log_before(e.seq).await {
+                                    self.phase = Phase::Done;
                                     return Some(f);
                                 }
                                 self.buffer.push_back((
@@ -371,9 +376,9 @@ impl Cursor {
                             if self.state.dispatcher.active().contains(self.session_id) {
                                 continue;
                             }
-                            if let Err(f) = self.read_log_before(u64::MAX).await {
-                                return Some(f);
-                            }
+                            // A failed read (the database away) is read again at the next
+                            // tick; the bus's events wait for it rather than leave a gap.
+                            let _ = self.read_log_before(u64::MAX).await;
                             if !self.buffer.is_empty() {
                                 self.log_exhausted = true;
                                 self.phase = Phase::Replay;
@@ -458,7 +463,7 @@ pub async fn session_events(
     let cursor_from_elsewhere = match &state.fleet {
         Some(fleet) if after > sub.last_seq => matches!(
             fleet.store.session_owner(session_id).await,
-            Ok(Some(owner)) if owner != fleet.node_id
+            Ok(Some(owner)) if *owner != *fleet.node_id
         ),
         _ => false,
     };
@@ -482,6 +487,7 @@ pub async fn session_events(
         keepalive,
         follow_log,
         remote,
+        log_failing: false,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).
         _watching: sub.bus.watch(),

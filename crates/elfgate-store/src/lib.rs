@@ -20,7 +20,7 @@ mod statements;
 mod writer;
 
 pub use error::StoreError;
-pub use postgres::{FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
+pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
 pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;

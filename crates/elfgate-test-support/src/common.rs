@@ -328,6 +328,16 @@ impl Daemon {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// A GET whose answer is text (`/metrics`).
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let r = self
+            .auth(self.http.get(self.url(path)))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
     pub async fn delete(&self, path: &str) -> u16 {
         self.auth(self.http.delete(self.url(path)))
             .send()

@@ -201,15 +201,14 @@ impl CliEngine {
             .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
         ctx.events
             .emit(EventPayload::Init {
-                system_info: json!({
+                system_info: ctx.system_info(json!({
                     "engine": "cli",
                     "cliBackend": b.as_str(),
                     "binary": binary.display().to_string(),
                     "version": self.found.get(&b).and_then(|f| f.version.as_ref().ok()),
                     "provider": provider.as_ref().map(|(n, _)| n),
                     "model": model,
-                    "daemonVersion": env!("CARGO_PKG_VERSION"),
-                }),
+                })),
             })
             .await;
         let (user, _) = match store_user_message(self.store.as_ref(), &ctx).await {

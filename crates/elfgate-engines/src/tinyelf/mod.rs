@@ -330,7 +330,7 @@ impl TinyElfEngine {
         }
         ctx.events
             .emit(EventPayload::Init {
-                system_info: json!({
+                system_info: ctx.system_info(json!({
                     "engine": ctx.session.engine.as_str(),
                     "provider": provider_name,
                     "model": model,
@@ -338,8 +338,7 @@ impl TinyElfEngine {
                     "tools": tool_names,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "maxIterations": rs.max_iterations,
-                    "daemonVersion": env!("CARGO_PKG_VERSION"),
-                }),
+                })),
             })
             .await;
 

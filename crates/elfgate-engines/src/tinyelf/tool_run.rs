@@ -167,15 +167,14 @@ impl TinyElfEngine {
         };
         ctx.events
             .emit(EventPayload::Init {
-                system_info: json!({
+                system_info: ctx.system_info(json!({
                     "engine": EngineType::TinyElf.as_str(),
                     "provider": provider_name,
                     "model": model,
                     "projectPath": project.as_ref().map(|p| p.display().to_string()),
                     "toolRun": call.name,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
-                    "daemonVersion": env!("CARGO_PKG_VERSION"),
-                }),
+                })),
             })
             .await;
         let base = self

@@ -84,7 +84,7 @@ pub(crate) async fn to_owner(State(state): State<AppState>, req: Request, next: 
         return next.run(req).await;
     }
     let owner = match fleet.store.session_owner(session).await {
-        Ok(Some(owner)) if owner != fleet.node_id => owner,
+        Ok(Some(owner)) if *owner != *fleet.node_id => owner,
         Ok(_) => return next.run(req).await,
         Err(e) => return ApiError::Storage(e).into_response(),
     };
@@ -124,6 +124,10 @@ async fn forward(
     };
     let payload = serde_json::to_vec(&envelope)
         .map_err(|e| ApiError::Internal(format!("encoding a forwarded request: {e}")))?;
+    fleet
+        .counts
+        .requests_forwarded
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let reply = fleet
         .nats
         .request(fleet.control_subject(owner), Bytes::from(payload))
@@ -173,6 +177,10 @@ pub(crate) async fn answer(fleet: Arc<Fleet>, router: axum::Router) {
                 return;
             };
             let answer = run_forwarded(&fleet, router, &msg.payload).await;
+            fleet
+                .counts
+                .requests_served
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let payload = serde_json::to_vec(&answer).unwrap_or_default();
             if let Err(e) = fleet.nats.publish(reply_to, Bytes::from(payload)).await {
                 tracing::warn!(error = %e, "could not answer a forwarded request");
@@ -198,7 +206,7 @@ async fn run_forwarded(fleet: &Fleet, router: axum::Router, payload: &[u8]) -> A
     for (k, v) in &envelope.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
-    builder = builder.header(FORWARDED, fleet.node_id.as_str());
+    builder = builder.header(FORWARDED, &*fleet.node_id);
     let req = match builder.body(Body::from(envelope.body)) {
         Ok(r) => r,
         Err(e) => return bad(format!("a forwarded request that is not one: {e}")),

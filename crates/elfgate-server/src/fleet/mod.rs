@@ -14,7 +14,9 @@ pub(crate) mod relay;
 
 use elfgate_core::{EventRelay, SessionId};
 use elfgate_store::PgStore;
+use std::fmt::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a forwarded control request waits for the owner's answer.
@@ -36,7 +38,7 @@ pub enum FleetStartError {
 /// A fleet node's connections: the store (its leases) and NATS.
 pub struct Fleet {
     /// This node's id.
-    pub node_id: String,
+    pub node_id: Arc<str>,
     /// `elfgate.FLEET`: the start of every subject of this fleet (its id comes from the
     /// database), so that fleets sharing a NATS server never hear each other.
     subjects: String,
@@ -44,6 +46,21 @@ pub struct Fleet {
     pub store: PgStore,
     /// The NATS connection; it reconnects by itself.
     pub nats: async_nats::Client,
+    /// What went over the bus, for the node's metrics.
+    pub(crate) counts: BusCounts,
+}
+
+/// Counts of this node's traffic on the bus.
+#[derive(Debug, Default)]
+pub(crate) struct BusCounts {
+    /// Events published on their sessions' subjects.
+    pub(crate) events_relayed: AtomicU64,
+    /// Events the relay could not publish (followers fill them from the log).
+    pub(crate) relay_failures: AtomicU64,
+    /// Control requests sent to the node that owns their session.
+    pub(crate) requests_forwarded: AtomicU64,
+    /// Control requests other nodes sent here, answered.
+    pub(crate) requests_served: AtomicU64,
 }
 
 impl Fleet {
@@ -74,10 +91,11 @@ impl Fleet {
             .connect(nats_url)
             .await?;
         let fleet = Arc::new(Fleet {
-            node_id,
+            node_id: node_id.into(),
             subjects: format!("elfgate.{fleet_id}"),
             store,
             nats,
+            counts: BusCounts::default(),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
@@ -92,6 +110,73 @@ impl Fleet {
     /// The subject a node answers forwarded control requests on.
     fn control_subject(&self, node: &str) -> String {
         format!("{}.node.{node}.http", self.subjects)
+    }
+
+    /// The node's fleet metrics in the Prometheus text format, to follow the daemon's own.
+    pub fn render_prometheus(&self) -> String {
+        let store = self.store.fleet_counts().unwrap_or_default();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::with_capacity(1024);
+        let _ = writeln!(out, "# HELP elfgate_node_info This node of the fleet.");
+        let _ = writeln!(out, "# TYPE elfgate_node_info gauge");
+        let _ = writeln!(
+            out,
+            "elfgate_node_info{{node=\"{}\",version=\"{}\"}} 1",
+            self.node_id,
+            env!("CARGO_PKG_VERSION")
+        );
+        let gauges = [
+            (
+                "elfgate_fleet_bus_connected",
+                "Whether the node is connected to NATS (1) or not (0).",
+                u64::from(self.nats_connected()),
+            ),
+            (
+                "elfgate_fleet_leases_held",
+                "Sessions whose lease this node holds (runs it runs).",
+                store.leases_held,
+            ),
+        ];
+        let counters = [
+            (
+                "elfgate_fleet_events_relayed_total",
+                "Events published on the bus for other nodes' followers.",
+                load(&self.counts.events_relayed),
+            ),
+            (
+                "elfgate_fleet_relay_failures_total",
+                "Events the bus did not take (followers read them from the log).",
+                load(&self.counts.relay_failures),
+            ),
+            (
+                "elfgate_fleet_requests_forwarded_total",
+                "Control requests forwarded to the node that owns the session.",
+                load(&self.counts.requests_forwarded),
+            ),
+            (
+                "elfgate_fleet_requests_served_total",
+                "Control requests other nodes forwarded here, answered.",
+                load(&self.counts.requests_served),
+            ),
+            (
+                "elfgate_fleet_runs_adopted_total",
+                "Runs this node ended by adopting their sessions (node_lost, daemon_restart).",
+                store.runs_adopted,
+            ),
+            (
+                "elfgate_fleet_sessions_fenced_total",
+                "Sessions whose lease this node lost to another node.",
+                store.sessions_fenced,
+            ),
+        ];
+        for (kind, list) in [("gauge", &gauges[..]), ("counter", &counters[..])] {
+            for (name, help, value) in list {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} {kind}");
+                let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        out
     }
 
     /// Whether NATS is connected now.

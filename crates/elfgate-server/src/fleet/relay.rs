@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use elfgate_core::EventRecord;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
 
 /// Publishes what the hub relays until the hub is gone. A publish that fails (NATS away and its
@@ -14,6 +15,7 @@ use tokio::sync::mpsc;
 pub(crate) async fn publish(fleet: Arc<super::Fleet>, mut rx: mpsc::Receiver<Arc<EventRecord>>) {
     let mut failures = 0u64;
     while let Some(e) = rx.recv().await {
+        fleet.counts.events_relayed.fetch_add(1, Ordering::Relaxed);
         let mut msg = Vec::with_capacity(e.json.len() + 32);
         msg.extend_from_slice(format!("{} {}\n", e.seq, e.event_type()).as_bytes());
         msg.extend_from_slice(e.json.as_bytes());
@@ -22,6 +24,7 @@ pub(crate) async fn publish(fleet: Arc<super::Fleet>, mut rx: mpsc::Receiver<Arc
             .publish(fleet.events_subject(e.session_id), Bytes::from(msg))
             .await
         {
+            fleet.counts.relay_failures.fetch_add(1, Ordering::Relaxed);
             failures += 1;
             if failures == 1 || failures.is_power_of_two() {
                 tracing::warn!(error = %err, failures, "an event could not be relayed to NATS");

@@ -69,7 +69,7 @@ async fn cluster(State(state): State<AppState>) -> Result<Json<ClusterView>, Api
     };
     let nodes = fleet.store.nodes().await?;
     Ok(Json(ClusterView {
-        node_id: Some(fleet.node_id.clone()),
+        node_id: Some(fleet.node_id.to_string()),
         bus_connected: Some(fleet.nats_connected()),
         nodes: nodes
             .into_iter()

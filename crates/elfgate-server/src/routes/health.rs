@@ -79,10 +79,11 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, Api
     security(("bearer" = []))
 )]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state
-            .metrics
-            .render_prometheus(state.dispatcher.active().len()),
-    )
+    let mut text = state
+        .metrics
+        .render_prometheus(state.dispatcher.active().len());
+    if let Some(fleet) = &state.fleet {
+        text.push_str(&fleet.render_prometheus());
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

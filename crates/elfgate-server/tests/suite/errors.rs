@@ -328,23 +328,7 @@ async fn sessions_list_pages_and_delete() {
             .all(|e| e["activeSessions"] == 0)
     );
 
-    let (s, body) = (
-        d.http
-            .get(d.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
-        d.http
-            .get(d.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let (s, body) = d.get_text("/metrics").await;
     assert_eq!(s, 200);
     assert!(
         body.contains("elfgate_runs_total{finish_reason=\"stop\"} 3"),

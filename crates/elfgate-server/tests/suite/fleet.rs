@@ -7,7 +7,7 @@ use crate::common;
 use crate::scripted;
 use common::{Daemon, Opts, allow, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
-use elfgate_test_support::services::{PrivateNats, postgres_database};
+use elfgate_test_support::services::{PrivateNats, PrivatePostgres, postgres_database};
 use serde_json::json;
 
 const TOKEN: &str = "fleet-token";
@@ -27,25 +27,26 @@ fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
 /// A node with more `[cluster]` keys.
 fn node_with(mock: &MockServer, database: &str, nats: &str, id: &str, keys: &str) -> Daemon {
     let dir = tempfile::tempdir().unwrap().keep();
-    Daemon::start_in(
-        dir.clone(),
-        mock,
-        Opts {
-            token: Some(TOKEN.into()),
-            extra_toml: format!(
-                "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
-                 heartbeat_secs = 1\n{keys}\n"
+    Daemon::start_in(dir.clone(), mock, node_opts(&dir, database, nats, id, keys))
+}
+
+/// The options of a node `id` whose files are in `dir`.
+fn node_opts(dir: &std::path::Path, database: &str, nats: &str, id: &str, keys: &str) -> Opts {
+    Opts {
+        token: Some(TOKEN.into()),
+        extra_toml: format!(
+            "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
+             heartbeat_secs = 1\n{keys}\n"
+        ),
+        env: vec![
+            ("ELFGATE_DATABASE_URL".into(), database.into()),
+            (
+                "ELFGATE_STORAGE__DATA_DIR".into(),
+                dir.display().to_string(),
             ),
-            env: vec![
-                ("ELFGATE_DATABASE_URL".into(), database.into()),
-                (
-                    "ELFGATE_STORAGE__DATA_DIR".into(),
-                    dir.display().to_string(),
-                ),
-            ],
-            ..Opts::default()
-        },
-    )
+        ],
+        ..Opts::default()
+    }
 }
 
 #[tokio::test]
@@ -101,6 +102,10 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
         "{cluster}"
     );
     assert_eq!(nodes[0]["activeSessions"], 0);
+    // One of B and C adopted it, and says so in its metrics.
+    let adopted = metric(&b, "elfgate_fleet_runs_adopted_total").await
+        + metric(&c, "elfgate_fleet_runs_adopted_total").await;
+    assert_eq!(adopted, 1.0);
     assert!(
         nodes[1]["heartbeatAgeMs"].as_u64().unwrap() < 2000,
         "{cluster}"
@@ -129,6 +134,15 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
     );
     assert_eq!(texts[2], "second");
     assert_eq!(texts[3], "tok0 tok1 tok2 ");
+}
+
+/// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
+async fn metric(d: &Daemon, name: &str) -> f64 {
+    let (status, text) = d.get_text("/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
 /// Sends `signal` (STOP, CONT) to a daemon.
@@ -221,6 +235,8 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
     let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
     let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+    let init = seen.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(init.data["systemInfo"]["node"], "a", "{:?}", init.data);
     // A prompt sent to C is queued on A, the owner, and B reports the session as A sees it.
     let run2 = c
         .send(
@@ -241,6 +257,19 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
     assert_eq!(seen.last().unwrap().data["finishReason"], "interrupted");
     seen.extend(through_b.until_complete(&run2).await);
     assert_eq!(seen.last().unwrap().data["finishReason"], "interrupted");
+    // Each node's metrics say what went over the bus: C forwarded, A answered and relayed.
+    assert_eq!(
+        metric(&c, "elfgate_fleet_requests_forwarded_total").await,
+        2.0
+    );
+    assert!(metric(&a, "elfgate_fleet_requests_served_total").await >= 2.0);
+    assert!(metric(&a, "elfgate_fleet_events_relayed_total").await >= seen.len() as f64);
+    let info = format!(
+        "elfgate_node_info{{node=\"a\",version=\"{}\"}}",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(metric(&a, &info).await, 1.0);
+    assert_eq!(metric(&b, "elfgate_fleet_bus_connected").await, 1.0);
     // The idle session takes a prompt on any node; B's follower sees that run too.
     let run3 = c
         .send(&sid, json!({"prompt": "again", "model": "mock:tokens=3"}))
@@ -363,7 +392,13 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
     let nats =
         std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
-    let mut a = node_with(&mock, &database, &nats, "a", "drain_secs = 1");
+    let dir = tempfile::tempdir().unwrap().keep();
+    let log = dir.join("a.log");
+    let mut opts = node_opts(&dir, &database, &nats, "a", "drain_secs = 1");
+    opts.env.push(("ELFGATE_LOG_FORMAT".into(), "json".into()));
+    opts.env.push(("ELFGATE_LOG".into(), "info".into()));
+    opts.log_file = Some(log.clone());
+    let mut a = Daemon::start_in(dir.clone(), &mock, opts);
     let b = node(&mock, &database, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=5000,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
@@ -381,6 +416,22 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
     let (_, cluster) = b.get("/v1/cluster").await;
     assert_eq!(cluster["nodes"][0]["id"], "a");
     assert_eq!(cluster["nodes"][0]["draining"], true, "{cluster}");
+    // Every line A logged names it, the drain's among them.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect();
+    assert!(lines.len() > 3, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["node"], "a", "{line}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["message"].as_str().is_some_and(|m| m.contains("drain"))),
+        "{lines:?}"
+    );
 
     // The session goes on from B, its seqs right after.
     let run2 = b
@@ -414,4 +465,55 @@ async fn a_client_reconnecting_to_another_node_with_its_cursor_misses_nothing() 
     let text = text_of(&seen);
     let expected: String = (0..300).map(|i| format!("tok{i} ")).collect();
     assert_eq!(text, expected);
+}
+
+#[tokio::test]
+async fn a_postgresql_outage_longer_than_the_lease_adopts_nothing_and_loses_no_event() {
+    let Some(pg) = PrivatePostgres::start() else {
+        return;
+    };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mock = MockServer::start().await.unwrap();
+    let a = node_on(&mock, &pg.url, &nats, "a");
+    let b = node_on(&mock, &pg.url, &nats, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=400,delay_ms=20")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // The database goes away for longer than a lease (2 s): every lease expires by its clock.
+    pg.stop();
+    let (status, body) = b.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(status, 503, "{body}");
+    // The length of the outage is the scenario here, not a wait for something to happen.
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    pg.start_again();
+
+    // Back: A renews its lease before B may count it as lost, so the run is A's to the end and
+    // B's follower (on NATS the whole time) sees every event once, in order.
+    seen.extend(through_b.until_complete(&run1).await);
+    let complete = seen.last().unwrap();
+    assert_ne!(
+        complete.data["finishReason"],
+        "node_lost",
+        "{:?}",
+        types(&seen)
+    );
+    assert_eq!(seen.iter().filter(|e| e.event == "complete").count(), 1);
+    assert_eq!(seen[0].seq(), 1);
+    assert_contiguous(&seen);
+    let expected: String = (0..400).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text_of(&seen), expected, "tokens lost or repeated");
+    // The log has it all too, read through B.
+    let mut replay = b.events(&sid, None).await;
+    let logged = replay.until_complete(&run1).await;
+    assert_eq!(logged.len(), seen.len(), "{:?}", types(&logged));
+    assert_eq!(text_of(&logged), expected);
+    // And the fleet goes on: the session takes a prompt through B.
+    let run2 = b
+        .send(&sid, json!({"prompt": "again", "model": "mock:tokens=2"}))
+        .await;
+    let after = replay.until_complete(&run2).await;
+    assert_eq!(text_of(&after), "tok0 tok1 ");
+    assert_eq!(after[0].seq(), complete.seq() + 1);
 }

@@ -18,8 +18,10 @@ use elfgate_core::SessionId;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 /// This node as the fleet sees it.
 #[derive(Debug, Clone)]
@@ -53,6 +55,18 @@ pub struct NodeInfo {
     pub draining: bool,
 }
 
+/// What a node's share of the fleet has done so far, for its metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetCounts {
+    /// Leases it holds now (sessions it runs), fenced ones not counted.
+    pub leases_held: u64,
+    /// Runs it ended by adopting their sessions (`node_lost`, or `daemon_restart` for its own
+    /// earlier life).
+    pub runs_adopted: u64,
+    /// Sessions whose lease it lost to another node (it was paused or cut off past its lease).
+    pub sessions_fenced: u64,
+}
+
 /// A lease this node claimed.
 #[derive(Debug, Clone, Copy)]
 struct Held {
@@ -67,6 +81,8 @@ pub(super) struct Membership {
     pub(super) me: FleetMember,
     held: Mutex<HashMap<SessionId, Held>>,
     fenced: broadcast::Sender<SessionId>,
+    runs_adopted: AtomicU64,
+    sessions_fenced: AtomicU64,
 }
 
 /// Seconds of a duration, as PostgreSQL's interval takes them.
@@ -81,6 +97,8 @@ impl Membership {
             me,
             held: Mutex::new(HashMap::new()),
             fenced,
+            runs_adopted: AtomicU64::new(0),
+            sessions_fenced: AtomicU64::new(0),
         }
     }
 
@@ -282,6 +300,7 @@ impl Membership {
             _ => false,
         };
         if newly {
+            self.sessions_fenced.fetch_add(1, Ordering::Relaxed);
             tracing::error!(node = %self.me.node_id, %session,
                 "this node's lease on the session was taken over by another node: its writes \
                  are refused and its runs stop");
@@ -376,6 +395,15 @@ impl PgStore {
         self.fleet.as_ref().map(|m| m.subscribe_fenced())
     }
 
+    /// What this node's share of the fleet has done so far (None for a single node).
+    pub fn fleet_counts(&self) -> Option<FleetCounts> {
+        self.fleet.as_deref().map(|m| FleetCounts {
+            leases_held: m.held().values().filter(|h| !h.fenced).count() as u64,
+            runs_adopted: m.runs_adopted.load(Ordering::Relaxed),
+            sessions_fenced: m.sessions_fenced.load(Ordering::Relaxed),
+        })
+    }
+
     /// Whether this store is a fleet node's.
     pub fn is_fleet_node(&self) -> bool {
         self.fleet.is_some()
@@ -441,16 +469,19 @@ impl PgStore {
     /// lease expired with runs unfinished and ends those runs (`node_lost`, or `daemon_restart`
     /// for this node's own earlier life). Returns the runs it ended.
     pub async fn heartbeat(&self) -> StoreResult<Vec<RecoveredRun>> {
-        let m = self.membership()?;
-        {
-            let mut conn = self.pool.acquire().await?;
-            m.renew(&mut conn).await?;
-        }
+        self.renew_leases().await?;
         self.adopt_expired().await
     }
 
+    /// Renews this node's row and the leases it holds; a lease found taken over is fenced.
+    pub async fn renew_leases(&self) -> StoreResult<()> {
+        let m = self.membership()?;
+        let mut conn = self.pool.acquire().await?;
+        m.renew(&mut conn).await
+    }
+
     /// Adopts every session with unfinished runs whose lease expired (or that has none).
-    pub(super) async fn adopt_expired(&self) -> StoreResult<Vec<RecoveredRun>> {
+    pub async fn adopt_expired(&self) -> StoreResult<Vec<RecoveredRun>> {
         let m = self.membership()?;
         let orphans: Vec<String> = sqlx::query_scalar(
             "SELECT DISTINCT r.session_id FROM runs r \
@@ -469,7 +500,10 @@ impl PgStore {
                 // This node runs it (its heartbeat was late): the renewal above keeps it.
                 continue;
             }
-            ended.extend(self.adopt(m, session).await?);
+            let runs = self.adopt(m, session).await?;
+            m.runs_adopted
+                .fetch_add(runs.len() as u64, Ordering::Relaxed);
+            ended.extend(runs);
         }
         Ok(ended)
     }
@@ -541,15 +575,38 @@ impl PgStore {
 }
 
 /// Runs a fleet node's heartbeat until the store closes.
-pub(super) async fn heartbeat_loop(store: PgStore, every: Duration) {
+///
+/// A node adopts expired leases only once it has reached the store at every beat, each in time,
+/// for a whole lease: after an outage of the database, which every node saw, each owner then
+/// renews its own leases (which expired by the database's clock meanwhile) before another node
+/// may count them as lost. A node that really died during the outage is adopted one lease later.
+pub(super) async fn heartbeat_loop(store: PgStore, every: Duration, lease: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate: the node's start has just renewed, and its restart recovery
     // (`recover_unfinished_runs`) does the first adoption.
     tick.tick().await;
+    let mut reachable_since = Some(Instant::now());
     loop {
         tick.tick().await;
-        match store.heartbeat().await {
+        let started = Instant::now();
+        if let Err(e) = store.renew_leases().await {
+            if reachable_since.take().is_some() {
+                tracing::warn!(error = %e, "heartbeat failed: leases are not renewed and no \
+                    session is adopted until the store answers again");
+            }
+            continue;
+        }
+        let now = Instant::now();
+        if now.duration_since(started) > every {
+            // The beat waited for the store (a restart, a stall): it counts as a new start.
+            reachable_since = Some(now);
+        }
+        let since = *reachable_since.get_or_insert(now);
+        if now.duration_since(since) < lease {
+            continue;
+        }
+        match store.adopt_expired().await {
             Ok(ended) if !ended.is_empty() => {
                 tracing::warn!(
                     runs = ended.len(),
@@ -557,7 +614,9 @@ pub(super) async fn heartbeat_loop(store: PgStore, every: Duration) {
                 );
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retried at the next beat"),
+            Err(e) => {
+                tracing::warn!(error = %e, "adopting expired leases failed; retried at the next beat");
+            }
         }
     }
 }

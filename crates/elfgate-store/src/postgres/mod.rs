@@ -19,7 +19,7 @@ mod setup;
 mod statements;
 mod store_impl;
 
-pub use fleet::{FleetMember, NodeInfo};
+pub use fleet::{FleetCounts, FleetMember, NodeInfo};
 pub use setup::{NodeMode, is_postgres_url};
 
 use log_writer::LogWriter;

@@ -101,7 +101,11 @@ impl PgStore {
             heartbeat: Arc::new(std::sync::Mutex::new(None)),
         };
         if let Some(m) = &store.fleet {
-            let task = tokio::spawn(fleet::heartbeat_loop(store.clone(), m.me.heartbeat));
+            let task = tokio::spawn(fleet::heartbeat_loop(
+                store.clone(),
+                m.me.heartbeat,
+                m.me.lease,
+            ));
             *store
                 .heartbeat
                 .lock()
