@@ -34,6 +34,8 @@ pub struct Behavior {
     pub cache_write: Option<u64>,
     /// `context_limit=N`: refuse a prompt over N tokens as the provider does.
     pub context_limit: Option<u64>,
+    /// `gate=NAME`: a stream waits before its first token until the test opens the gate.
+    pub gate: Option<String>,
 }
 
 impl Default for Behavior {
@@ -53,6 +55,7 @@ impl Default for Behavior {
             cache_read: None,
             cache_write: None,
             context_limit: None,
+            gate: None,
         }
     }
 }
@@ -103,6 +106,7 @@ impl Behavior {
                 "cache_read" => b.cache_read = v.parse().ok().or(b.cache_read),
                 "cache_write" => b.cache_write = v.parse().ok().or(b.cache_write),
                 "context_limit" => b.context_limit = v.parse().ok().or(b.context_limit),
+                "gate" if !v.is_empty() => b.gate = Some(v.to_string()),
                 _ => {}
             }
         }

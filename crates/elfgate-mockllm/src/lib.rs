@@ -157,7 +157,16 @@ struct Inner {
     scripts: Mutex<HashMap<String, (Script, usize)>>,
     /// Prompt prefixes cached so far (see `cache`).
     cached_prefixes: Mutex<std::collections::HashSet<String>>,
+    /// Gates that streams of `gate=NAME` wait at (see [`MockServer::open_gate`]).
+    gates: Mutex<HashMap<String, Arc<Gate>>>,
     shutdown: CancellationToken,
+}
+
+/// A gate: streams wait at it before their first token until it opens.
+#[derive(Default)]
+struct Gate {
+    open: CancellationToken,
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -199,6 +208,14 @@ impl MockState {
     /// Register (or replace) a script under `name`; resets its response counter.
     pub fn set_script(&self, name: &str, script: Script) {
         lock(&self.inner.scripts).insert(name.to_string(), (script, 0));
+    }
+
+    /// The gate `name` (created closed on first use).
+    fn gate(&self, name: &str) -> Arc<Gate> {
+        lock(&self.inner.gates)
+            .entry(name.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Stop stalled streams (used on shutdown).
@@ -325,6 +342,16 @@ impl MockServer {
     /// Register a script under a name (replacing any previous one and resetting its counter).
     pub fn set_script(&self, name: &str, script: Script) {
         self.state.set_script(name, script);
+    }
+
+    /// Opens the gate `name`: the streams of `gate=NAME` waiting at it go on, later ones pass.
+    pub fn open_gate(&self, name: &str) {
+        self.state.gate(name).open.cancel();
+    }
+
+    /// How many streams wait at the gate `name` now.
+    pub fn waiting_at_gate(&self, name: &str) -> usize {
+        self.state.gate(name).waiting.load(Ordering::SeqCst)
     }
 
     /// The shared state behind this server.
@@ -743,6 +770,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         let body = Body::from_stream(body_stream(StreamState {
             frames: plan.frames.into_iter(),
             delay,
+            gate: behavior.gate.as_deref().map(|g| state.gate(g)),
             end: plan.end,
             guard,
             shutdown: state.inner.shutdown.clone(),
@@ -775,6 +803,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
             let body = Body::from_stream(body_stream(StreamState {
                 frames: Vec::new().into_iter(),
                 delay: None,
+                gate: None,
                 end,
                 guard,
                 shutdown: state.inner.shutdown.clone(),
@@ -797,6 +826,8 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
 struct StreamState {
     frames: std::vec::IntoIter<Frame>,
     delay: Option<Duration>,
+    /// Waited at before the first token (`gate=NAME`), then dropped.
+    gate: Option<Arc<Gate>>,
     end: End,
     guard: OutcomeGuard,
     shutdown: CancellationToken,
@@ -809,6 +840,16 @@ fn body_stream(st: StreamState) -> impl Stream<Item = Result<Bytes, std::io::Err
             return None;
         }
         if let Some(frame) = st.frames.next() {
+            if frame.delayed
+                && let Some(gate) = st.gate.take()
+            {
+                gate.waiting.fetch_add(1, Ordering::SeqCst);
+                tokio::select! {
+                    () = gate.open.cancelled() => {}
+                    () = st.shutdown.cancelled() => {}
+                }
+                gate.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
             if frame.delayed
                 && let Some(d) = st.delay
             {

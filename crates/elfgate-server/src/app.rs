@@ -51,7 +51,7 @@ impl OpenStore {
         if config.storage.is_postgres() {
             let mode = match config.fleet_member()? {
                 Some(member) => {
-                    tracing::info!(node = %member.node_id, "running as a node of a fleet");
+                    tracing::info!(fleet_node = %member.node_id, "running as a node of a fleet");
                     NodeMode::Fleet(member)
                 }
                 None => NodeMode::Single,

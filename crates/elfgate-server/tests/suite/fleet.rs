@@ -517,3 +517,135 @@ async fn a_postgresql_outage_longer_than_the_lease_adopts_nothing_and_loses_no_e
     assert_eq!(text_of(&after), "tok0 tok1 ");
     assert_eq!(after[0].seq(), complete.seq() + 1);
 }
+
+/// How many sessions the load test runs at once, over three nodes.
+const LOAD_SESSIONS: usize = 1000;
+
+/// One session of the load test: started on `runner`, followed through `follower` from its first
+/// event to its `complete`; what the follower saw, checked, or what went wrong.
+async fn one_followed_session(
+    runner: std::sync::Arc<Daemon>,
+    follower: std::sync::Arc<Daemon>,
+    i: usize,
+) -> Result<(), String> {
+    let (status, body) = runner
+        .post(
+            "/v1/sessions",
+            chat(&format!("load {i}"), "mock:tokens=10,delay_ms=20,gate=load"),
+        )
+        .await;
+    if status != 201 {
+        return Err(format!("session {i}: create answered {status}: {body}"));
+    }
+    let sid = body["sessionId"].as_str().unwrap_or_default().to_string();
+    let run = body["runId"].as_str().unwrap_or_default().to_string();
+    let mut sse = follower.events(&sid, None).await;
+    let seen = sse.until_complete(&run).await;
+    let seqs: Vec<u64> = seen.iter().map(common::Ev::seq).collect();
+    let expected_seqs: Vec<u64> = (1..=seqs.len() as u64).collect();
+    if seqs != expected_seqs {
+        return Err(format!(
+            "session {i} ({sid}): seqs {seqs:?}: {:?}",
+            seen.iter().map(|e| &e.data).collect::<Vec<_>>()
+        ));
+    }
+    let expected: String = (0..10).map(|t| format!("tok{t} ")).collect();
+    if text_of(&seen) != expected {
+        return Err(format!("session {i}: text {:?}", text_of(&seen)));
+    }
+    let completes = seen.iter().filter(|e| e.event == "complete").count();
+    let reason = &seen[seen.len() - 1].data["finishReason"];
+    if completes != 1 || reason != "stop" {
+        return Err(format!("session {i}: {completes} completes, last {reason}"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose_nothing() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    // This process holds two connections per session (its start and its stream).
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    assert!(
+        hard >= 4 * LOAD_SESSIONS as u64,
+        "open-file hard limit {hard}"
+    );
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    let mock = MockServer::start().await.unwrap();
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    // The default lease: three nodes starting a thousand runs on two shared cores are slow to
+    // answer, and a lease of 2 s (the other tests') is tighter than a loaded node's scheduling.
+    let nodes: Vec<std::sync::Arc<Daemon>> = ["a", "b", "c"]
+        .into_iter()
+        .map(|id| {
+            let dir = tempfile::tempdir().unwrap().keep();
+            let mut opts = node_opts(&dir, &database, &nats, id, "");
+            opts.extra_toml = opts.extra_toml.replace("lease_secs = 2", "lease_secs = 5");
+            std::sync::Arc::new(Daemon::start_in(dir, &mock, opts))
+        })
+        .collect();
+
+    // Every session started on one node and followed through the next one; each run opens its
+    // stream from the provider and waits at the gate, so all of them are live at once.
+    let mut sessions = tokio::task::JoinSet::new();
+    for i in 0..LOAD_SESSIONS {
+        let runner = nodes[i % 3].clone();
+        let follower = nodes[(i + 1) % 3].clone();
+        sessions.spawn(one_followed_session(runner, follower, i));
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
+    while mock.waiting_at_gate("load") < LOAD_SESSIONS {
+        assert!(
+            tokio::time::Instant::now() < deadline && !sessions.is_empty(),
+            "{} of {LOAD_SESSIONS} runs reached the provider",
+            mock.waiting_at_gate("load")
+        );
+        if let Some(done) = sessions.try_join_next() {
+            panic!("a session ended before the gate opened: {done:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut held = 0.0;
+    for n in &nodes {
+        let here = metric(n, "elfgate_fleet_leases_held").await;
+        assert!(here > 0.0, "a node runs none of them");
+        held += here;
+    }
+    assert_eq!(held, LOAD_SESSIONS as f64, "sessions run at once");
+    mock.open_gate("load");
+
+    let mut errors = Vec::new();
+    while let Some(done) = sessions.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(e) => errors.push(format!("a session's task failed: {e}")),
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "{} of {LOAD_SESSIONS} sessions went wrong, first ones: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    // Every lease ends with its session's complete, once that is in the log (a follower may see
+    // the complete on the bus first).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    for n in &nodes {
+        loop {
+            let held = metric(n, "elfgate_fleet_leases_held").await;
+            if held == 0.0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{held} leases still held"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

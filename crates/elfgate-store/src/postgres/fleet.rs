@@ -17,8 +17,8 @@ use crate::{RecoveredRun, StoreError, StoreResult};
 use elfgate_core::SessionId;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -79,10 +79,37 @@ struct Held {
 #[derive(Debug)]
 pub(super) struct Membership {
     pub(super) me: FleetMember,
+    /// The heartbeat's connections, apart from the store's pool.
+    beat: sqlx::PgPool,
     held: Mutex<HashMap<SessionId, Held>>,
+    /// Sessions with a claim in a transaction not yet recorded in `held` (how many each): not
+    /// adopted meanwhile, whatever the database says of their lease.
+    claiming: Mutex<HashMap<SessionId, usize>>,
     fenced: broadcast::Sender<SessionId>,
     runs_adopted: AtomicU64,
     sessions_fenced: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A claim of a session's lease in flight (see [`Membership::claiming`]).
+pub(super) struct Claiming {
+    membership: Arc<Membership>,
+    session: SessionId,
+}
+
+impl Drop for Claiming {
+    fn drop(&mut self) {
+        let mut claiming = lock(&self.membership.claiming);
+        if let Some(n) = claiming.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                claiming.remove(&self.session);
+            }
+        }
+    }
 }
 
 /// Seconds of a duration, as PostgreSQL's interval takes them.
@@ -91,11 +118,13 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl Membership {
-    pub(super) fn new(me: FleetMember) -> Membership {
+    pub(super) fn new(me: FleetMember, beat: sqlx::PgPool) -> Membership {
         let (fenced, _) = broadcast::channel(1024);
         Membership {
             me,
+            beat,
             held: Mutex::new(HashMap::new()),
+            claiming: Mutex::new(HashMap::new()),
             fenced,
             runs_adopted: AtomicU64::new(0),
             sessions_fenced: AtomicU64::new(0),
@@ -103,9 +132,7 @@ impl Membership {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.held)
     }
 
     /// Sessions whose lease this node lost, as they are found.
@@ -123,12 +150,13 @@ impl Membership {
     ) -> StoreResult<i64> {
         let epoch: Option<i64> = sqlx::query_scalar(
             "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3)) \
              ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
              epoch = CASE WHEN session_leases.node_id = EXCLUDED.node_id \
              THEN session_leases.epoch ELSE session_leases.epoch + 1 END, \
              expires_at = EXCLUDED.expires_at \
-             WHERE session_leases.node_id = EXCLUDED.node_id OR session_leases.expires_at < now() \
+             WHERE session_leases.node_id = EXCLUDED.node_id \
+             OR session_leases.expires_at < clock_timestamp() \
              RETURNING epoch",
         )
         .bind(session.to_string())
@@ -161,6 +189,27 @@ impl Membership {
     /// Whether this node holds the session's lease (and was not fenced).
     pub(super) fn holds(&self, session: SessionId) -> bool {
         self.held().get(&session).is_some_and(|h| !h.fenced)
+    }
+
+    /// Closes the heartbeat's connections.
+    pub(super) async fn close(&self) {
+        self.beat.close().await;
+    }
+
+    /// Marks a claim of `session`'s lease in flight until the guard drops (after
+    /// [`Self::claimed`]): between the commit and that record, the heartbeat must not take this
+    /// node's own fresh lease for an orphan.
+    pub(super) fn claiming(self: &Arc<Self>, session: SessionId) -> Claiming {
+        *lock(&self.claiming).entry(session).or_insert(0) += 1;
+        Claiming {
+            membership: self.clone(),
+            session,
+        }
+    }
+
+    /// Whether this node runs `session` or is claiming it.
+    fn runs_or_claims(&self, session: SessionId) -> bool {
+        self.holds(session) || lock(&self.claiming).contains_key(&session)
     }
 
     /// Records a lease claimed in a committed transaction.
@@ -301,7 +350,7 @@ impl Membership {
         };
         if newly {
             self.sessions_fenced.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(node = %self.me.node_id, %session,
+            tracing::error!(%session,
                 "this node's lease on the session was taken over by another node: its writes \
                  are refused and its runs stop");
             let _ = self.fenced.send(session);
@@ -349,17 +398,19 @@ impl Membership {
     /// no runner and must expire, to be adopted.
     async fn renew(&self, conn: &mut PgConnection) -> StoreResult<()> {
         self.touch_node(conn).await?;
-        let ids: Vec<String> = self
+        // The leases held now; the ones claimed while the renewal runs wait for the next beat.
+        let snapshot: HashMap<SessionId, i64> = self
             .held()
             .iter()
             .filter(|(_, h)| !h.fenced)
-            .map(|(s, _)| s.to_string())
+            .map(|(s, h)| (*s, h.epoch))
             .collect();
-        if ids.is_empty() {
+        if snapshot.is_empty() {
             return Ok(());
         }
+        let ids: Vec<String> = snapshot.keys().map(ToString::to_string).collect();
         let renewed: Vec<(String, i64)> = sqlx::query_as(
-            "UPDATE session_leases SET expires_at = now() + make_interval(secs => $2) \
+            "UPDATE session_leases SET expires_at = clock_timestamp() + make_interval(secs => $2) \
              WHERE node_id = $1 AND session_id = ANY($3::text[]) RETURNING session_id, epoch",
         )
         .bind(&self.me.node_id)
@@ -368,14 +419,34 @@ impl Membership {
         .fetch_all(&mut *conn)
         .await?;
         let renewed: HashMap<String, i64> = renewed.into_iter().collect();
-        let lost: Vec<SessionId> = self
-            .held()
+        let missing: Vec<String> = snapshot
             .iter()
-            .filter(|(s, h)| !h.fenced && renewed.get(&s.to_string()) != Some(&h.epoch))
-            .map(|(s, _)| *s)
+            .filter(|(s, epoch)| renewed.get(&s.to_string()) != Some(*epoch))
+            .map(|(s, _)| s.to_string())
             .collect();
-        for s in lost {
-            self.fence(s);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // Not renewed: taken over when another node or epoch holds the row now. No row means the
+        // lease ended with its session's last complete (this node's own release, which forgets
+        // the lease right after its commit), or an adopter ended the runs and gave it up: then
+        // the next write of a run still going here finds no lease and is fenced.
+        let holders: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT session_id, node_id, epoch FROM session_leases \
+             WHERE session_id = ANY($1::text[])",
+        )
+        .bind(&missing)
+        .fetch_all(&mut *conn)
+        .await?;
+        for (sid, node, epoch) in holders {
+            let Ok(session) = sid.parse::<SessionId>() else {
+                continue;
+            };
+            let ours = snapshot.get(&session).copied();
+            let still_held = self.held().get(&session).map(|h| h.epoch) == ours;
+            if still_held && (node != self.me.node_id || Some(epoch) != ours) {
+                self.fence(session);
+            }
         }
         Ok(())
     }
@@ -476,7 +547,7 @@ impl PgStore {
     /// Renews this node's row and the leases it holds; a lease found taken over is fenced.
     pub async fn renew_leases(&self) -> StoreResult<()> {
         let m = self.membership()?;
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = m.beat.acquire().await?;
         m.renew(&mut conn).await
     }
 
@@ -496,8 +567,9 @@ impl PgStore {
             let Ok(session) = sid.parse::<SessionId>() else {
                 continue;
             };
-            if m.held().get(&session).is_some_and(|h| !h.fenced) {
-                // This node runs it (its heartbeat was late): the renewal above keeps it.
+            if m.runs_or_claims(session) {
+                // This node runs it (its heartbeat was late: the renewal keeps it) or is
+                // claiming it right now.
                 continue;
             }
             let runs = self.adopt(m, session).await?;
@@ -531,7 +603,7 @@ impl PgStore {
         };
         let epoch: i64 = sqlx::query_scalar(
             "INSERT INTO session_leases (session_id, node_id, epoch, expires_at) \
-             VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+             VALUES ($1, $2, 1, clock_timestamp() + make_interval(secs => $3)) \
              ON CONFLICT (session_id) DO UPDATE SET node_id = EXCLUDED.node_id, \
              epoch = session_leases.epoch + 1, expires_at = EXCLUDED.expires_at \
              RETURNING epoch",
@@ -542,7 +614,7 @@ impl PgStore {
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
-        tracing::warn!(node = %m.me.node_id, session = %sid, previous = ?old.map(|o| o.0),
+        tracing::warn!(session = %sid, previous = ?old.map(|o| o.0),
             reason = ending.finish_reason.as_str(), "adopting a session whose owner's lease expired");
 
         self.log_missing_ends_of(Some(&sid)).await?;

@@ -81,8 +81,22 @@ impl PgStore {
             ),
             NodeMode::Fleet(member) => (None, Some(member)),
         };
-        let pool = Self::pool_migrated(options).await?;
-        let fleet = member.map(|m| Arc::new(Membership::new(m)));
+        let pool = Self::pool_migrated(options.clone()).await?;
+        let fleet = match member {
+            Some(m) => {
+                // The heartbeat's own connections: a node busy with requests (the main pool's
+                // connections all taken) still renews its leases in time, so that load alone
+                // never makes another node adopt its sessions.
+                let beat = PgPoolOptions::new()
+                    .max_connections(2)
+                    .min_connections(1)
+                    .acquire_timeout(m.lease)
+                    .connect_with(options)
+                    .await?;
+                Some(Arc::new(Membership::new(m, beat)))
+            }
+            None => None,
+        };
         if let Some(m) = &fleet {
             let mut conn = pool.acquire().await?;
             m.expire_earlier_life(&mut conn).await?;
@@ -158,6 +172,9 @@ impl PgStore {
         self.log.shutdown().await;
         if let Some(lock) = &self.single_node {
             lock.release().await;
+        }
+        if let Some(m) = &self.fleet {
+            m.close().await;
         }
         self.pool.close().await;
     }

@@ -149,6 +149,7 @@ impl Store for PgStore {
         first_run: &Run,
         first_message: Option<&Message>,
     ) -> StoreResult<()> {
+        let _claiming = self.fleet.as_ref().map(|m| m.claiming(s.id));
         let mut tx = self.pool.begin().await?;
         statements::insert_session(&mut tx, s).await?;
         let lease = self.claim(&mut tx, s.id).await?;
@@ -250,6 +251,7 @@ impl Store for PgStore {
     }
 
     async fn create_run(&self, run: &Run) -> StoreResult<()> {
+        let _claiming = self.fleet.as_ref().map(|m| m.claiming(run.session_id));
         let mut tx = self.pool.begin().await?;
         let lease = self.claim(&mut tx, run.session_id).await?;
         statements::insert_run(&mut tx, run).await?;
