@@ -66,6 +66,9 @@ pub struct Target {
     pub one_request: bool,
     /// `http://ADDR` of nginx in front of the mock, when it runs.
     pub nginx_base: Option<String>,
+    /// `http://ADDR` of the daemon whose event stream the client follows, when it is not
+    /// `daemon_base` (a fleet node that does not run the session).
+    pub follow_base: Option<String>,
 }
 
 /// The mock model string that streams `tokens` tokens with `delay_ms` between them.
@@ -291,7 +294,7 @@ pub async fn daemon(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sa
             .http
             .get(format!(
                 "{}/v1/sessions/{id}/events?until=complete",
-                t.daemon_base
+                t.follow_base.as_deref().unwrap_or(&t.daemon_base)
             ))
             .bearer_auth(&t.daemon_token)
             .send()

@@ -123,6 +123,10 @@ struct Cli {
     /// server at this URL: interrupt through another node, failover time after SIGKILL.
     #[arg(long, value_name = "NATS_URL", requires = "postgres")]
     fleet: Option<String>,
+    /// With --postgres: run the same scenarios (and the write-rate pass) on a second daemon on
+    /// SQLite in the same invocation, and print the two storages side by side.
+    #[arg(long, requires = "postgres")]
+    compare_sqlite: bool,
     /// SIGKILLs measured in the fleet pass [default: 5].
     #[arg(long, value_name = "K", default_value_t = 5)]
     fleet_kills: usize,
@@ -161,6 +165,8 @@ struct Opts {
     postgres: Option<String>,
     /// The fleet pass (`--fleet`).
     fleet: Option<fleet::Settings>,
+    /// The same scenarios on SQLite too, side by side (`--compare-sqlite`).
+    compare_sqlite: bool,
 }
 
 /// A command line that clap accepted but that makes no sense: said the way clap says its own
@@ -229,6 +235,7 @@ impl Opts {
                     kills: c.fleet_kills.max(1),
                 }),
             postgres: c.postgres,
+            compare_sqlite: c.compare_sqlite,
         }
     }
 }
@@ -390,7 +397,7 @@ impl Outcome {
 
 /// How a pass starts its sessions.
 #[derive(Debug, Clone, Copy)]
-enum Starts {
+pub(crate) enum Starts {
     /// All `c` at once: a burst of session starts.
     Burst,
     /// Session `i` of the `c` starts `i * spread / c` in, and its task runs a second session
@@ -852,6 +859,7 @@ async fn main() -> anyhow::Result<()> {
         daemon_token: daemon.token.clone(),
         one_request: opts.one_request,
         nginx_base: nginx.as_ref().map(|n| n.base.clone()),
+        follow_base: None,
     };
     if opts.idle_subscribers > 0 {
         return memory::idle_subscribers(
@@ -885,7 +893,7 @@ async fn main() -> anyhow::Result<()> {
         }));
     }
     let mut outcomes = Vec::new();
-    for sc in scenarios {
+    for &sc in &scenarios {
         outcomes.push(scenario(&target, &mock, &daemon, nginx.as_ref(), sc, &opts, clk_tck).await?);
     }
     // Idle again: give the daemon a moment to drop finished sessions' state.
@@ -901,8 +909,97 @@ async fn main() -> anyhow::Result<()> {
     if let Some(w) = &opts.write_rate {
         write_rate::run(&target, &daemon, opts.tokens, w).await?;
     }
+    if opts.compare_sqlite {
+        storage_comparison(
+            &target, &mock, &scenarios, &outcomes, &daemon, &opts, clk_tck,
+        )
+        .await?;
+    }
     if let Some(f) = &opts.fleet {
-        fleet::run(&target, f).await?;
+        fleet::run(&target, &mock, f).await?;
+    }
+    Ok(())
+}
+
+/// `--compare-sqlite`: the scenarios that ran on PostgreSQL, again on a daemon on SQLite, and
+/// both side by side (the write-rate pass too when it was asked for).
+async fn storage_comparison(
+    target: &Target,
+    mock: &elfgate_mockllm::MockServer,
+    scenarios: &[Scenario],
+    on_postgres: &[Outcome],
+    postgres_daemon: &Daemon,
+    opts: &Opts,
+    clk_tck: u64,
+) -> anyhow::Result<()> {
+    let daemon = Daemon::start(&mock.base_url(), opts.relay_cpus.as_deref(), None)?;
+    let on_sqlite_target = Target {
+        daemon_base: daemon.base.clone(),
+        daemon_token: daemon.token.clone(),
+        ..target.clone()
+    };
+    eprintln!(
+        "the same scenarios on SQLite: daemon pid {} at {}",
+        daemon.pid, daemon.base
+    );
+    let mut on_sqlite = Vec::with_capacity(scenarios.len());
+    for &sc in scenarios {
+        on_sqlite.push(scenario(&on_sqlite_target, mock, &daemon, None, sc, opts, clk_tck).await?);
+    }
+    let mut rows = Vec::new();
+    for (sq, pg) in on_sqlite.iter().zip(on_postgres) {
+        let per_session = |o: &Outcome| Outcome::us_per_session(o.daemon.daemon_cpu_ns, &o.daemon);
+        rows.push(vec![
+            sq.scenario.label(),
+            format!(
+                "{:+.2} / {:+.2}",
+                sq.daemon.ttft_ms(0.5) - sq.direct.ttft_ms(0.5),
+                pg.daemon.ttft_ms(0.5) - pg.direct.ttft_ms(0.5)
+            ),
+            format!(
+                "{:+.2} / {:+.2}",
+                sq.added_ttft_p99_ms(),
+                pg.added_ttft_p99_ms()
+            ),
+            format!(
+                "{:.1} / {:.1}",
+                sq.daemon_cpu_us_per_token(),
+                pg.daemon_cpu_us_per_token()
+            ),
+            format!("{:.0} / {:.0}", per_session(sq), per_session(pg)),
+            format!(
+                "{:.3} / {:.3}",
+                sq.throughput_ratio(),
+                pg.throughput_ratio()
+            ),
+            format!("{} / {}", sq.errors(), pg.errors()),
+        ]);
+    }
+    println!(
+        "storage side by side, one invocation (SQLite / PostgreSQL; PostgreSQL's own CPU not counted):"
+    );
+    print!(
+        "{}",
+        table(
+            &[
+                "scenario",
+                "added TTFT p50 ms",
+                "added TTFT p99 ms",
+                "daemon CPU us/token",
+                "daemon CPU us/session",
+                "relay ratio",
+                "errors",
+            ],
+            &rows
+        )
+    );
+    if let Some(w) = &opts.write_rate {
+        println!("event log write rate on SQLite:");
+        write_rate::run(&on_sqlite_target, &daemon, opts.tokens, w).await?;
+        println!(
+            "(on PostgreSQL: the write-rate pass above, daemon pid {})",
+            postgres_daemon.pid
+        );
     }
     Ok(())
 }
