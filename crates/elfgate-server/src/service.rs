@@ -157,6 +157,20 @@ fn check_project_path(
     }
 }
 
+/// In a fleet, a later run may land on a node other than the session's first: its project must
+/// be there too (shared storage), else a 422 naming the node, before anything is stored. (A
+/// single node checked it when the session was created.)
+fn check_project_here(state: &AppState, session: &Session) -> Result<(), ApiError> {
+    if state.fleet.is_none() {
+        return Ok(());
+    }
+    check_project_path(
+        state,
+        session.project_path.as_deref(),
+        "the session's projectPath",
+    )
+}
+
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
     if prompt.trim().is_empty() {
         return Err(ApiError::BadRequest("prompt must not be empty".into()));
@@ -507,6 +521,7 @@ pub async fn send_message(
             .as_deref()
             .or(session.provider_id.as_deref()),
     )?;
+    check_project_here(state, &session)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
     // waits, then finds the run, instead of being refused as busy because of it.
     let _key = match req.overrides.client_msg_id.as_deref() {
@@ -727,6 +742,7 @@ pub async fn run_tool(
             session.engine.as_str()
         )));
     }
+    check_project_here(state, &session)?;
     let project = session
         .project_path
         .as_deref()

@@ -311,6 +311,47 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
     );
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
 
+    // A tool run sent to B, once A's lease has ended (the complete may reach a follower before
+    // A's log commits it, and the lease ends with that commit): B runs it; seen through A.
+    until_no_session_is_run(&b).await;
+    let mut through_a = a.events(&sid, Some(evs.last().unwrap().seq())).await;
+    let (status, r) = b
+        .post(
+            &format!("/v1/sessions/{sid}/tools/read_file"),
+            json!({"arguments": {"path": "one.txt"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "success", "{r}");
+    let tool_run = r["runId"].as_str().unwrap();
+    let evs = through_a.until_complete(tool_run).await;
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(init.data["systemInfo"]["node"], "b", "{:?}", init.data);
+    assert!(
+        evs.iter().any(|e| e.event == "toolCallEnd"),
+        "{:?}",
+        types(&evs)
+    );
+
+    // Its project gone from the nodes' storage, a later prompt is refused by name, naming the
+    // node that was asked, before anything runs.
+    until_no_session_is_run(&b).await;
+    let moved = dir.with_extension("moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    let (status, body) = c
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "again", "model": "mock:script=fleet-perm"}),
+        )
+        .await;
+    std::fs::rename(&moved, &dir).unwrap();
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("projectPath") && message.contains("on node c"),
+        "{message}"
+    );
+
     // A project that is not on this node is refused by name, naming the node.
     let (status, body) = c
         .post(
@@ -324,6 +365,23 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
         message.contains("projectPath") && message.contains("on node c"),
         "{message}"
     );
+}
+
+/// Polls `via`'s view of the fleet until no node holds a session's lease.
+async fn until_no_session_is_run(via: &Daemon) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, cluster) = via.get("/v1/cluster").await;
+        let nodes = cluster["nodes"].as_array().unwrap();
+        if nodes.iter().all(|n| n["activeSessions"] == 0) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions still run: {cluster}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Polls `via` until the session's state answers `want` (a NATS outage shows in its status).
