@@ -2,9 +2,12 @@
 //! runner.rs).
 
 use super::pipeline::{self, CallResult};
-use super::runner::{Agent, LoopEnd, Runner};
+use super::runner::{Agent, BackgroundResult, LoopEnd, Runner};
 use crate::streaming::{RequestedToolCall, TurnOutput};
-use elfgate_core::{ContentBlock, EventPayload, FinishReason, Message, MessageId, Role};
+use elfgate_core::{
+    ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
+    Role,
+};
 use elfgate_llm::{LlmMessage, LlmRequest};
 use serde_json::Value;
 use std::sync::Arc;
@@ -159,40 +162,32 @@ pub(crate) async fn run_loop(
                 last_text = turn.text.clone();
             }
             if can_drain {
-                let Some(results) = runner.take_background(&agent.cancel).await else {
-                    return end(FinishReason::Interrupted, last_text, iterations, None);
+                let waited = tokio::time::timeout(
+                    runner.rs.background_wait,
+                    runner.take_background(&agent.cancel),
+                )
+                .await;
+                let results = match waited {
+                    Ok(Some(results)) => results,
+                    Ok(None) => return end(FinishReason::Interrupted, last_text, iterations, None),
+                    Err(_) => {
+                        // The answer stands; what is still running is said, and stops with the run.
+                        ctx.events
+                            .emit(EventPayload::Processing {
+                                message: format!(
+                                    "background agents still running after {:.0?}, the answer stands: {}",
+                                    runner.rs.background_wait,
+                                    runner.background_running().join(", ")
+                                ),
+                            })
+                            .await;
+                        return end(finish, last_text, iterations, turn.error);
+                    }
                 };
-                let text: String = results
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "[Background agent \"{}\" ({}) {}]\n{}",
-                            r.label,
-                            r.run_id,
-                            r.finish.as_str(),
-                            r.text
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
-                let note = Message::new(
-                    session_id,
-                    Some(ctx.run_id),
-                    last_id,
-                    Role::User,
-                    vec![ContentBlock::text(text)],
-                );
-                if let Err(e) = runner.persist(&note).await {
-                    return end(FinishReason::Error, last_text, iterations, Some(e));
+                match drain_into(&runner, ctx, &mut messages, &mut last_id, &results).await {
+                    Ok(()) => {}
+                    Err(e) => return end(FinishReason::Error, last_text, iterations, Some(e)),
                 }
-                last_id = Some(note.id);
-                messages.push(LlmMessage {
-                    role: Role::User,
-                    blocks: note.blocks.clone(),
-                });
-                ctx.events
-                    .emit(EventPayload::UserMessage { message: note })
-                    .await;
                 drains_in_row += 1;
                 free_iterations += 1;
                 continue;
@@ -269,10 +264,61 @@ pub(crate) async fn run_loop(
         if agent.cancel.is_cancelled() {
             return end(FinishReason::Interrupted, last_text, iterations, None);
         }
+        // Background results that came in meanwhile join the conversation after the tool
+        // results, rather than wait for an answer without tools.
+        if top {
+            let ready = runner.take_ready_background();
+            if !ready.is_empty()
+                && let Err(e) = drain_into(&runner, ctx, &mut messages, &mut last_id, &ready).await
+            {
+                return end(FinishReason::Error, last_text, iterations, Some(e));
+            }
+        }
         if yielded {
             return end(FinishReason::Stop, last_text, iterations, None);
         }
     }
+}
+
+/// Adds background sub-agents' results to the conversation as one user message (stored and
+/// announced): `[Background agent "label" (runId) outcome]` and the agent's answer, each.
+async fn drain_into(
+    runner: &Runner,
+    ctx: &EngineSessionContext,
+    messages: &mut Vec<LlmMessage>,
+    last_id: &mut Option<MessageId>,
+    results: &[BackgroundResult],
+) -> Result<(), ErrorInfo> {
+    let text: String = results
+        .iter()
+        .map(|r| {
+            format!(
+                "[Background agent \"{}\" ({}) {}]\n{}",
+                r.label,
+                r.run_id,
+                r.finish.as_str(),
+                r.text
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let note = Message::new(
+        ctx.session_id(),
+        Some(ctx.run_id),
+        *last_id,
+        Role::User,
+        vec![ContentBlock::text(text)],
+    );
+    runner.persist(&note).await?;
+    *last_id = Some(note.id);
+    messages.push(LlmMessage {
+        role: Role::User,
+        blocks: note.blocks.clone(),
+    });
+    ctx.events
+        .emit(EventPayload::UserMessage { message: note })
+        .await;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -29,6 +29,10 @@ pub(crate) struct LoopEnd {
     pub error: Option<ErrorInfo>,
 }
 
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A finished background sub-agent.
 #[derive(Debug, Clone)]
 pub(crate) struct BackgroundResult {
@@ -76,6 +80,8 @@ pub(crate) struct Runner {
     /// Background sub-agents started in this run (running or finished).
     bg_started: AtomicUsize,
     bg_handles: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// The background sub-agents running now: (run id, label), in their start order.
+    bg_labels: std::sync::Mutex<Vec<(String, String)>>,
     /// Fired when the run ends: stops background sub-agents still going.
     pub bg_cancel: CancellationToken,
 }
@@ -135,6 +141,7 @@ impl Runner {
             bg_ready: AtomicUsize::new(0),
             bg_started: AtomicUsize::new(0),
             bg_handles: std::sync::Mutex::new(Vec::new()),
+            bg_labels: std::sync::Mutex::new(Vec::new()),
             bg_cancel,
         })
     }
@@ -193,7 +200,8 @@ impl Runner {
             .is_ok()
     }
 
-    /// Starts a background sub-agent task.
+    /// Starts a background sub-agent task. Its end is announced (a `processing` event) once its
+    /// result is ready to be drained.
     pub(crate) fn start_background(
         self: &Arc<Self>,
         label: String,
@@ -201,10 +209,16 @@ impl Runner {
         fut: futures_util::future::BoxFuture<'static, LoopEnd>,
     ) {
         self.bg_running.fetch_add(1, Ordering::SeqCst);
+        lock(&self.bg_labels).push((run_id.clone(), label.clone()));
         let this = self.clone();
         let handle = tokio::spawn(
             async move {
                 let end = fut.await;
+                let said = format!(
+                    "[agent \"{label}\" ({run_id})] {} (in the background)",
+                    end.finish.as_str()
+                );
+                lock(&this.bg_labels).retain(|(id, _)| *id != run_id);
                 this.bg_ready.fetch_add(1, Ordering::SeqCst);
                 let _ = this.bg_tx.send(BackgroundResult {
                     label,
@@ -213,6 +227,10 @@ impl Runner {
                     text: super::spawn::outcome_text(end.finish, &end.text),
                 });
                 this.bg_running.fetch_sub(1, Ordering::SeqCst);
+                this.ctx
+                    .events
+                    .emit(EventPayload::Processing { message: said })
+                    .await;
             }
             // The run's span (session_id, run_id) follows the sub-agent into its task.
             .in_current_span(),
@@ -220,6 +238,27 @@ impl Runner {
         if let Ok(mut h) = self.bg_handles.lock() {
             h.push(handle);
         }
+    }
+
+    /// The background sub-agents running now, as `"label" (runId)`.
+    pub(super) fn background_running(&self) -> Vec<String> {
+        lock(&self.bg_labels)
+            .iter()
+            .map(|(id, label)| format!("\"{label}\" ({id})"))
+            .collect()
+    }
+
+    /// The background results ready now, without waiting (none while another waits for them).
+    pub(super) fn take_ready_background(&self) -> Vec<BackgroundResult> {
+        let Ok(mut rx) = self.bg_rx.try_lock() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            out.push(r);
+        }
+        self.bg_ready.fetch_sub(out.len(), Ordering::SeqCst);
+        out
     }
 
     /// Whether background results are ready or still coming.

@@ -66,6 +66,9 @@ pub struct TinyElfConfig {
     pub permission_timeout_secs: f64,
     /// Background sub-agent drains in a row before the loop stops anyway.
     pub max_background_drain_rounds: u32,
+    /// Seconds a plain answer waits for background sub-agents still running; past it the
+    /// answer stands and the agents still running are reported (and stopped with the run).
+    pub background_wait_secs: f64,
     /// History messages loaded on resume.
     pub default_max_history: u32,
     /// LLM iterations of a sub-agent.
@@ -130,6 +133,7 @@ impl Default for TinyElfConfig {
             tool_timeout_secs: 300.0,
             permission_timeout_secs: 300.0,
             max_background_drain_rounds: 3,
+            background_wait_secs: 300.0,
             default_max_history: 100,
             sub_agent_max_iterations: 20,
             max_background_agents: 8,
@@ -213,6 +217,7 @@ pub(crate) struct RunSettings {
     pub tool_timeout: Duration,
     pub permission_timeout: Duration,
     pub max_background_drain_rounds: u32,
+    pub background_wait: Duration,
     pub max_history: u32,
     pub thinking: ThinkingLevel,
     pub enabled_tools: Option<Vec<String>>,
@@ -283,6 +288,7 @@ impl RunSettings {
             max_background_drain_rounds: cfg
                 .max_background_drain_rounds
                 .unwrap_or(base.max_background_drain_rounds),
+            background_wait: secs(base.background_wait_secs),
             max_history: cfg.max_history.unwrap_or(base.default_max_history).max(1),
             thinking: thinking.or(cfg.thinking_level).unwrap_or_default(),
             enabled_tools: cfg

@@ -20,8 +20,16 @@ async fn background_and_foreground_sub_agents() {
     let d = Daemon::start(&mock, Opts::default());
     let dir = project();
 
-    // Background: its result is drained into the parent after the parent's plain answer.
-    script(&mock, "sub-bg", json!([{"text": "seven"}]));
+    // Background: its result is drained into the parent after the parent's plain answer (the
+    // agent waits for a permission given once that answer is out).
+    script(
+        &mock,
+        "sub-bg",
+        json!([
+            {"toolCalls": [call("g0", "shell", json!({"command": "true"}))]},
+            {"text": "seven"}
+        ]),
+    );
     script(
         &mock,
         "parent-bg",
@@ -31,16 +39,25 @@ async fn background_and_foreground_sub_agents() {
             {"text": "The counter said seven."}
         ]),
     );
-    let (sid, _, evs) = run(
-        &d,
-        session(
+    let (sid, run1) = d
+        .create(session(
             "count",
             "mock:script=parent-bg",
             &dir,
             json!({"engineConfig": {"subAgentModel": "mock:script=sub-bg"}}),
-        ),
-    )
-    .await;
+        ))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = Vec::new();
+    let rids = until_requests(&mut sse, 1, &mut evs).await;
+    while !evs.iter().any(|e| {
+        e.event == "assistantMessage"
+            && e.data["message"]["blocks"][0]["text"] == "Waiting for the counter."
+    }) {
+        evs.push(sse.next().await.expect("stream ended"));
+    }
+    allow(&d, &sid, &rids[0]).await;
+    evs.extend(sse.until_complete(&run1).await);
     assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
     let e = ends(&evs);
     assert_eq!(e[0].0, "success");
@@ -338,4 +355,131 @@ async fn a_real_tool_call_resets_the_drain_counter() {
     // row was all that was allowed.
     assert_eq!(msgs[9]["blocks"][0]["text"], "Giving up.");
     assert_eq!(bodies_for(&mock, "mock:script=parent-reset").len(), 5);
+}
+
+/// Reads events until the `processing` event that says background agent `label` ended.
+async fn until_background_end(sse: &mut Sse, label: &str, seen: &mut Vec<Ev>) {
+    let prefix = format!("[agent \"{label}\" (");
+    loop {
+        let ev = sse.next().await.expect("stream ended");
+        let done = ev.event == "processing"
+            && ev.data["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&prefix) && m.ends_with("(in the background)"));
+        seen.push(ev);
+        if done {
+            return;
+        }
+    }
+}
+
+/// The permission request among `seen` whose tool is `tool`.
+fn request_for(seen: &[Ev], tool: &str) -> String {
+    seen.iter()
+        .find(|e| e.event == "permissionRequest" && e.data["toolName"] == tool)
+        .and_then(|e| e.data["requestId"].as_str())
+        .unwrap_or_else(|| panic!("no permission request for {tool}: {:?}", types(seen)))
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_background_result_ready_at_the_end_of_a_tool_iteration_follows_its_tool_results() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    // The parent spawns a gated agent, then writes a file (which waits for its permission),
+    // then answers.
+    let (sid, run1, mut sse, mut seen, _) = fan_out(
+        &d,
+        &mock,
+        "tooldrain",
+        1,
+        vec![
+            json!({"toolCalls": [call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]}),
+            json!({"text": "done"}),
+        ],
+        json!({}),
+    )
+    .await;
+    until_requests(&mut sse, 1, &mut seen).await;
+    // The agent ends while the parent's tool call waits: its result is ready at the end of the
+    // tool iteration, not only when the model next answers without tools.
+    allow(&d, &sid, &request_for(&seen, "shell")).await;
+    until_background_end(&mut sse, "a1", &mut seen).await;
+    allow(&d, &sid, &request_for(&seen, "write_file")).await;
+    seen.extend(sse.until_complete(&run1).await);
+    assert_eq!(finish_of(&seen), "stop", "{:?}", types(&seen));
+
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(
+        roles(&msgs),
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "user",
+            "assistant"
+        ]
+    );
+    assert_eq!(msgs[3]["blocks"][0]["name"], "write_file");
+    let note = msgs[5]["blocks"][0]["text"].as_str().unwrap();
+    assert!(note.starts_with("[Background agent \"a1\" ("), "{note}");
+    assert!(note.contains(") stop]\nsub done"), "{note}");
+    // The model's third call had it right after the write's result.
+    let bodies = bodies_for(&mock, "mock:script=parent-tooldrain");
+    assert_eq!(bodies.len(), 3);
+    let sent = bodies[2]["messages"].as_array().unwrap();
+    let n = sent.len();
+    assert_eq!(sent[n - 2]["role"], "tool", "{sent:?}");
+    assert!(
+        sent[n - 1]
+            .to_string()
+            .contains("[Background agent \\\"a1\\\""),
+        "{sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_answer_waits_for_background_agents_only_as_long_as_configured() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[engines.tinyelf]\nbackground_wait_secs = 0.5\n".into(),
+            ..Opts::default()
+        },
+    );
+    // The agent waits for a permission nobody gives; the parent answers plainly.
+    let (sid, run1, mut sse, mut seen, rids) = fan_out(
+        &d,
+        &mock,
+        "bounded",
+        1,
+        vec![json!({"text": "Answer without it."})],
+        json!({}),
+    )
+    .await;
+    seen.extend(sse.until_complete(&run1).await);
+    // The answer stands, the agent still running is named, and it stopped with the run.
+    assert_eq!(finish_of(&seen), "stop", "{:?}", types(&seen));
+    let said: Vec<&str> = of(&seen, "processing")
+        .iter()
+        .filter_map(|e| e.data["message"].as_str())
+        .filter(|m| m.starts_with("background agents still running after"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", types(&seen));
+    assert!(
+        said[0].contains("the answer stands: \"a1\" ("),
+        "{}",
+        said[0]
+    );
+    let resolved = seen
+        .iter()
+        .find(|e| e.event == "permissionResolved" && e.data["requestId"] == rids[0].as_str())
+        .unwrap();
+    assert_eq!(resolved.data["decision"], "deny");
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(roles(&msgs), ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(msgs[3]["blocks"][0]["text"], "Answer without it.");
 }
