@@ -505,6 +505,10 @@ impl Daemon {
         let app = self.router();
         if let Some(fleet) = &self.state.fleet {
             tokio::spawn(crate::fleet::forward::answer(fleet.clone(), app.clone()));
+            tokio::spawn(crate::fleet::recent::answer(
+                fleet.clone(),
+                self.state.dispatcher.clone(),
+            ));
         }
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);

@@ -205,8 +205,11 @@ impl Cursor {
         if e.seq <= self.last {
             return;
         }
-        if e.seq > self.last + 1 && self.read_log_before(e.seq).await.is_err() {
-            return;
+        if e.seq > self.last + 1 && !self.fill_from_owner(e.seq).await {
+            // The owner did not answer: from the log, or at the next read of it.
+            if self.read_log_before(e.seq).await.is_err() {
+                return;
+            }
         }
         let next = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq) + 1;
         if e.seq == next {
@@ -218,6 +221,32 @@ impl Cursor {
             self.log_exhausted = true;
             self.phase = Phase::Replay;
         }
+    }
+
+    /// Queues the events after the cursor and before `before` from the memory of the node that
+    /// runs the session; whether it had them all.
+    async fn fill_from_owner(&mut self, before: u64) -> bool {
+        let Some(fleet) = self.state.fleet.clone() else {
+            return false;
+        };
+        let after = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq);
+        let Some(events) = fleet.recent_events(self.session_id, after).await else {
+            return false;
+        };
+        let mut next = after + 1;
+        for e in events
+            .into_iter()
+            .filter(|e| e.seq > after && e.seq < before)
+        {
+            if e.seq != next {
+                return false;
+            }
+            let complete = e.event_type == "complete";
+            self.buffer
+                .push_back((e.seq, complete, frame(e.seq, &e.event_type, &e.json)));
+            next += 1;
+        }
+        next == before
     }
 
     /// Queues the logged events after the cursor and before `before` (one page). On a failure

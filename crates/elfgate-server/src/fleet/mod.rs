@@ -10,6 +10,7 @@
 //! late message costs latency, never an event.
 
 pub(crate) mod forward;
+pub(crate) mod recent;
 pub(crate) mod relay;
 
 use elfgate_core::{EventRelay, SessionId};
@@ -61,6 +62,8 @@ pub(crate) struct BusCounts {
     pub(crate) requests_forwarded: AtomicU64,
     /// Control requests other nodes sent here, answered.
     pub(crate) requests_served: AtomicU64,
+    /// Requests of other nodes' followers for recent events, answered from memory.
+    pub(crate) recent_served: AtomicU64,
 }
 
 impl Fleet {
@@ -105,6 +108,17 @@ impl Fleet {
     /// The subject a session's events are published on.
     pub(crate) fn events_subject(&self, session: SessionId) -> String {
         format!("{}.events.{session}", self.subjects)
+    }
+
+    /// The subject asking for a session's recent events: the node that runs it answers from
+    /// memory.
+    pub(crate) fn recent_subject(&self, session: SessionId) -> String {
+        format!("{}.recent.{session}", self.subjects)
+    }
+
+    /// Every session's [`Self::recent_subject`].
+    fn recent_subject_all(&self) -> String {
+        format!("{}.recent.*", self.subjects)
     }
 
     /// The subject a node answers forwarded control requests on.
@@ -157,6 +171,11 @@ impl Fleet {
                 "elfgate_fleet_requests_served_total",
                 "Control requests other nodes forwarded here, answered.",
                 load(&self.counts.requests_served),
+            ),
+            (
+                "elfgate_fleet_recent_served_total",
+                "Other nodes' followers' requests for recent events, answered from memory.",
+                load(&self.counts.recent_served),
             ),
             (
                 "elfgate_fleet_runs_adopted_total",

@@ -33,6 +33,35 @@ pub(crate) async fn publish(fleet: Arc<super::Fleet>, mut rx: mpsc::Receiver<Arc
     }
 }
 
+/// Events as one message: each `SEQ TYPE\n` and its JSON envelope on one line (an envelope's JSON
+/// never holds a raw newline).
+pub(crate) fn encode_many(events: &[Arc<EventRecord>]) -> Bytes {
+    let mut msg = Vec::with_capacity(events.iter().map(|e| e.json.len() + 32).sum());
+    for e in events {
+        msg.extend_from_slice(format!("{} {}\n", e.seq, e.event_type()).as_bytes());
+        msg.extend_from_slice(e.json.as_bytes());
+        msg.push(b'\n');
+    }
+    Bytes::from(msg)
+}
+
+/// The events of [`encode_many`]'s message, in order; None when it is not one.
+pub(crate) fn decode_many(payload: &[u8]) -> Option<Vec<Relayed>> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut lines = text.lines();
+    let mut out = Vec::new();
+    while let Some(head) = lines.next() {
+        let json = lines.next()?;
+        let (seq, event_type) = head.split_once(' ')?;
+        out.push(Relayed {
+            seq: seq.parse().ok()?,
+            event_type: event_type.to_string(),
+            json: json.to_string(),
+        });
+    }
+    Some(out)
+}
+
 /// One relayed event: its seq, its type and its JSON envelope.
 pub(crate) struct Relayed {
     pub seq: u64,
@@ -64,5 +93,16 @@ mod tests {
         assert_eq!(e.json, "{\"a\":\"x\\ny\"}");
         assert!(decode(b"nonsense").is_none());
         assert!(decode(b"x streamDelta\n{}").is_none());
+    }
+
+    #[test]
+    fn several_events_decode_in_order() {
+        let many =
+            super::decode_many(b"3 init\n{\"a\":1}\n4 streamDelta\n{\"b\":\"x\\ny\"}\n").unwrap();
+        assert_eq!(many.len(), 2);
+        assert_eq!((many[0].seq, many[0].event_type.as_str()), (3, "init"));
+        assert_eq!(many[1].json, "{\"b\":\"x\\ny\"}");
+        assert!(super::decode_many(b"").unwrap().is_empty());
+        assert!(super::decode_many(b"3 init\n").is_none());
     }
 }

@@ -707,3 +707,38 @@ async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose
         }
     }
 }
+
+#[tokio::test]
+async fn a_follower_on_another_node_gets_what_it_missed_from_the_owners_memory() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mock = MockServer::start().await.unwrap();
+    // A's log lingers 10 s: what B did not hear on NATS is not in the log for a while.
+    let dir = tempfile::tempdir().unwrap().keep();
+    let mut opts = node_opts(&dir, &database, &nats, "a", "");
+    opts.env
+        .push(("ELFGATE_STORAGE__LOG_LINGER_MS".into(), "10000".into()));
+    let a = Daemon::start_in(dir, &mock, opts);
+    let b = node(&mock, &database, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
+    // Events were published before B's follower subscribes: it gets them from A's memory.
+    a.events(&sid, None)
+        .await
+        .until_text("tok0 tok1 tok2 ")
+        .await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 tok3 tok4 ").await;
+    assert_eq!(seen[0].seq(), 1);
+    assert_contiguous(&seen);
+    assert!(metric(&a, "elfgate_fleet_recent_served_total").await >= 1.0);
+    let (status, body) = b
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    seen.extend(through_b.until_complete(&run1).await);
+    assert_contiguous(&seen);
+    assert_eq!(seen.last().unwrap().data["finishReason"], "interrupted");
+}

@@ -1,0 +1,83 @@
+//! A session's recent events, from the memory of the node that runs it: a follower on another
+//! node that sees a gap before a relayed event (the events published before it subscribed, or a
+//! message NATS dropped) asks for them here instead of waiting for the owner's log to be written
+//! (its writes linger up to `storage.log_linger_ms`, and the follower reads the log every 200 ms).
+//!
+//! Every node listens on `elfgate.<fleet>.recent.*` and only the node running the session
+//! answers, and only when its bus still holds every event asked for; anyone else stays silent, so
+//! the asker falls back to the log after a short wait.
+
+use super::Fleet;
+use super::relay::{Relayed, decode_many, encode_many};
+use bytes::Bytes;
+use elfgate_core::{EngineDispatcher, SessionId};
+use futures_util::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a follower waits for the owner's answer before it reads the log instead.
+const ASK_TIMEOUT: Duration = Duration::from_millis(250);
+
+impl Fleet {
+    /// The events of `session` after seq `after` from the memory of the node that runs it; None
+    /// when no node answers in time (it is gone, or its memory no longer covers them).
+    pub(crate) async fn recent_events(
+        &self,
+        session: SessionId,
+        after: u64,
+    ) -> Option<Vec<Relayed>> {
+        let ask = self
+            .nats
+            .request(self.recent_subject(session), Bytes::from(after.to_string()));
+        let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()?.ok()?;
+        decode_many(&reply.payload)
+    }
+}
+
+/// Answers requests for recent events of the sessions this node runs, until NATS is gone.
+pub(crate) async fn answer(fleet: Arc<Fleet>, dispatcher: Arc<EngineDispatcher>) {
+    let subject = fleet.recent_subject_all();
+    let mut requests = match fleet.nats.subscribe(subject).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot answer for recent events: NATS refused");
+            return;
+        }
+    };
+    while let Some(msg) = requests.next().await {
+        let (Some(reply_to), Some(session)) = (
+            msg.reply,
+            msg.subject
+                .rsplit('.')
+                .next()
+                .and_then(|s| s.parse::<SessionId>().ok()),
+        ) else {
+            continue;
+        };
+        let Some(after) = std::str::from_utf8(&msg.payload)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if !dispatcher.active().contains(session) {
+            continue;
+        }
+        let Some(recent) = dispatcher
+            .hub()
+            .subscribe_after(session, after)
+            .and_then(|sub| sub.recent)
+        else {
+            continue;
+        };
+        match fleet.nats.publish(reply_to, encode_many(&recent)).await {
+            Ok(()) => {
+                fleet
+                    .counts
+                    .recent_served
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => tracing::debug!(error = %e, "could not answer for recent events"),
+        }
+    }
+}
