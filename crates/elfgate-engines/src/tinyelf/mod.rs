@@ -270,6 +270,13 @@ impl TinyElfEngine {
         }
         let inner = &self.inner;
         let session_id = ctx.session_id();
+        // The prompt is stored and announced first, as a session's first one is with the
+        // session: before `init`, the MCP servers and anything else that may fail or take time.
+        let (user, parent) =
+            match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
+                Ok(u) => u,
+                Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
+            };
         let Prepared {
             provider_name,
             provider,
@@ -342,11 +349,6 @@ impl TinyElfEngine {
             })
             .await;
 
-        let (user, parent) =
-            match crate::prompt::store_user_message(inner.store.as_ref(), &ctx).await {
-                Ok(u) => u,
-                Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
-            };
         let history = match parent {
             Some(leaf) => match inner.store.branch(session_id, leaf, rs.max_history).await {
                 Ok(h) => h,

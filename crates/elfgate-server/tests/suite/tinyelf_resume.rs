@@ -285,3 +285,29 @@ async fn anthropic_thinking_signatures_go_back_unchanged() {
     assert_eq!(anthropic_blocks(&m[1])[0], first);
     assert_eq!(anthropic_blocks(&m[3])[0], second);
 }
+
+#[tokio::test]
+async fn a_resumed_prompt_is_stored_and_announced_before_init_as_a_first_one_is() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    let (sid, run1) = d
+        .create(session("first", "mock:tokens=2", &dir, json!({})))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let first = sse.until_complete(&run1).await;
+    let order = |evs: &[common::Ev], run: &str| -> Vec<String> {
+        evs.iter()
+            .filter(|e| e.run() == run && (e.event == "init" || e.event == "userMessage"))
+            .map(|e| e.event.clone())
+            .collect()
+    };
+    assert_eq!(order(&first, &run1), ["userMessage", "init"]);
+    let run2 = d
+        .send(&sid, json!({"prompt": "second", "model": "mock:tokens=2"}))
+        .await;
+    let second = sse.until_complete(&run2).await;
+    assert_eq!(order(&second, &run2), ["userMessage", "init"]);
+    let msgs = stored(&d, &sid).await;
+    assert_eq!(msgs[2]["blocks"][0]["text"], "second");
+}
