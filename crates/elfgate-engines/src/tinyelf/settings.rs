@@ -309,3 +309,30 @@ impl RunSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The specification's constants, as a run gets them when neither the configuration nor the
+    /// session says otherwise.
+    #[test]
+    fn a_run_without_overrides_gets_the_specifications_defaults() {
+        let rs = RunSettings::resolve(
+            &TinyElfConfig::default(),
+            &ChildEnv::default(),
+            &EngineConfig::default(),
+            None,
+        );
+        assert_eq!(rs.max_iterations, 40);
+        assert!((rs.temperature - 0.1).abs() < f32::EPSILON);
+        assert_eq!(rs.max_tokens, 8192);
+        assert_eq!(rs.tool_result_max_chars, 50_000);
+        assert_eq!(rs.tool_timeout, Duration::from_secs(300));
+        assert_eq!(rs.permission_timeout, Duration::from_secs(300));
+        assert_eq!(rs.max_history, 100);
+        assert_eq!(rs.max_background_drain_rounds, 3);
+        assert_eq!(rs.background_wait, Duration::from_secs(300));
+        assert_eq!(rs.llm_retry.max_retries, 2);
+    }
+}
