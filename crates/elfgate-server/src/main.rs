@@ -266,6 +266,19 @@ async fn run(job: DaemonJob) -> anyhow::Result<()> {
                     .join(", ")
             );
             println!("  default provider: {:?}", config.defaults.provider);
+            match (config.fleet_member()?, &config.cluster) {
+                (Some(member), Some(cluster)) => println!(
+                    "  cluster: node {} of the fleet on {}, NATS {}, lease {} s, heartbeat {} s, \
+                     drain {} s",
+                    member.node_id,
+                    elfgate_server::config::redact_url(&config.storage.url),
+                    elfgate_server::config::redact_url(&cluster.nats_url),
+                    cluster.lease_secs,
+                    cluster.heartbeat_secs,
+                    cluster.drain_secs
+                ),
+                _ => println!("  cluster: none (a single node)"),
+            }
             println!(
                 "  mcp servers: {}",
                 config

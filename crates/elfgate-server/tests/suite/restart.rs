@@ -193,6 +193,26 @@ fn refuses_public_bind_without_auth_and_bad_config() {
     let (ok, out) = run_elfgate(&["config", "check"], &[("ELFGATE_DATABASE_URL", &db)]);
     assert!(ok, "{out}");
     assert!(out.contains("configuration is valid"), "{out}");
+    assert!(out.contains("cluster: none (a single node)"), "{out}");
+    // A fleet node's section is checked and shown (no database or NATS server is reached).
+    let (ok, out) = run_elfgate(
+        &["config", "check"],
+        &[
+            (
+                "ELFGATE_DATABASE_URL",
+                "postgres://elfgate:secret@db.invalid/elfgate",
+            ),
+            ("ELFGATE_CLUSTER__NATS_URL", "nats://nats.invalid:4222"),
+            ("ELFGATE_CLUSTER__NODE_ID", "n1"),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("cluster: node n1 of the fleet on postgres://elfgate:")
+            && out.contains("NATS nats://nats.invalid:4222, lease 5 s, heartbeat 1 s, drain 30 s")
+            && !out.contains("secret"),
+        "{out}"
+    );
 
     let (ok, out) = run_elfgate(&["migrate"], &[("ELFGATE_DATABASE_URL", &db)]);
     assert!(ok, "{out}");
