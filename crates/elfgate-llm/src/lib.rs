@@ -282,3 +282,23 @@ pub(crate) fn resolve_model<'a>(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| LlmError::Protocol("no model given and no default model configured".into()))
 }
+
+/// A sampling parameter kept as `f32` on the wire as its shortest decimal: `json!(0.1f32)` would
+/// widen it to f64 and send 0.10000000149011612.
+pub(crate) fn wire_f32(v: f32) -> serde_json::Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+#[cfg(test)]
+mod wire_f32_tests {
+    #[test]
+    fn a_temperature_goes_out_as_written() {
+        assert_eq!(super::wire_f32(0.1).to_string(), "0.1");
+        assert_eq!(super::wire_f32(0.7).to_string(), "0.7");
+        assert_eq!(super::wire_f32(1.0).to_string(), "1.0");
+    }
+}

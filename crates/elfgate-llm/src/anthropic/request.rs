@@ -57,7 +57,7 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if let Some(t) = req.temperature
         && budget.is_none()
     {
-        body.insert("temperature".into(), json!(t));
+        body.insert("temperature".into(), crate::wire_f32(t));
     }
     body.insert("stream".into(), Value::Bool(true));
     if !req.tools.is_empty() {

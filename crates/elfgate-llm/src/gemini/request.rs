@@ -87,7 +87,7 @@ pub(crate) fn build_body(req: &LlmRequest) -> Value {
         _ => {}
     }
     if let Some(t) = req.temperature {
-        gen_config.insert("temperature".into(), json!(t));
+        gen_config.insert("temperature".into(), crate::wire_f32(t));
     }
     if let Some(m) = req.max_tokens {
         gen_config.insert("maxOutputTokens".into(), json!(m));

@@ -11,7 +11,7 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({ "include_usage": true }));
     if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
+        body.insert("temperature".into(), crate::wire_f32(t));
     }
     if let Some(m) = req.max_tokens {
         body.insert("max_tokens".into(), json!(m));

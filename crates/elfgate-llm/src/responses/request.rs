@@ -20,7 +20,7 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if let Some(t) = req.temperature
         && req.thinking == ThinkingLevel::None
     {
-        body.insert("temperature".into(), json!(t));
+        body.insert("temperature".into(), crate::wire_f32(t));
     }
     if let Some(m) = req.max_tokens {
         body.insert("max_output_tokens".into(), json!(m));

@@ -389,3 +389,36 @@ async fn a_yielding_tool_stops_the_run_until_the_user_answers() {
     let this_run: Vec<Ev> = evs2.into_iter().filter(|e| e.run() == run2).collect();
     assert_eq!(text_of(&this_run), "Thanks, using a.txt.");
 }
+
+#[tokio::test]
+async fn a_reply_ending_in_error_with_nothing_in_it_is_retried_with_the_defaults() {
+    let mock = MockServer::start().await.unwrap();
+    // The default retry delay (1 s) is the specification's: left as it is.
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = project();
+    script(
+        &mock,
+        "empty-error",
+        json!([
+            {"finishReason": "error"},
+            {"text": "recovered"}
+        ]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session("hi", "mock:script=empty-error", &dir, json!({})),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    assert_eq!(of(&evs, "retry").len(), 1, "{:?}", types(&evs));
+    assert_eq!(text_of(&evs), "recovered");
+    let bodies = bodies_for(&mock, "mock:script=empty-error");
+    assert_eq!(bodies.len(), 2);
+    // The request carried the specification's defaults: temperature 0.1, 8192 output tokens.
+    assert_eq!(bodies[0]["temperature"], 0.1, "{}", bodies[0]);
+    let limit = bodies[0]
+        .get("max_completion_tokens")
+        .or_else(|| bodies[0].get("max_tokens"))
+        .cloned();
+    assert_eq!(limit, Some(json!(8192)), "{}", bodies[0]);
+}
