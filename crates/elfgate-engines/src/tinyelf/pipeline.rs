@@ -1,5 +1,5 @@
-//! The security pipeline every tool call goes through, in this order: abort check -> native-search
-//! skip -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
+//! The security pipeline every tool call goes through, in this order: abort check -> known tool
+//! -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
 //! execute with the tool timeout -> PostToolUse hooks (fire-and-forget).
 
 use super::runner::{Agent, Runner};
@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-/// Provider-native search tools: the provider runs them itself, so a call to one is not executed
-/// locally (unless a local tool of that name exists).
+/// The names of providers' own search tools. No run asks a provider to search yet, so a call to
+/// one (without a local tool of that name) is answered as what it is: not run, and why, rather
+/// than as a search that happened.
 const NATIVE_SEARCH_TOOLS: &[&str] = &["web_search", "web_search_preview", "google_search"];
 
 /// How long a tool gets to clean up after its timeout fired.
@@ -122,17 +123,19 @@ pub(crate) async fn run_call(
         return interrupted(runner, agent, call).await;
     }
     let tool = agent.tools.get(&call.name);
-    // 2. Native search: run by the provider, nothing to do here.
+    // 2. A provider's own search tool that no one asked the provider for: nothing searched.
     if tool.is_none() && NATIVE_SEARCH_TOOLS.contains(&call.name.as_str()) {
         return finish(
             runner,
             agent,
             call,
             format!(
-                "{} is run by the model provider itself; nothing was executed locally",
-                call.name
+                "Error: {} is a model provider's own search tool, and this run did not ask the \
+                 provider to search: nothing was searched. Available tools: {}",
+                call.name,
+                agent.tools.names().join(", ")
             ),
-            ToolCallStatus::Success,
+            ToolCallStatus::Error,
             false,
         )
         .await;

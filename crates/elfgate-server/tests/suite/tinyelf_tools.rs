@@ -330,7 +330,7 @@ async fn web_fetch_reaches_private_addresses_only_when_allowed() {
 }
 
 #[tokio::test]
-async fn native_search_calls_are_skipped_before_hooks_and_permissions() {
+async fn native_search_calls_nobody_asked_the_provider_for_are_errors_not_searches() {
     let mock = MockServer::start().await.unwrap();
     let extra = r#"
 [[engines.tinyelf.hooks]]
@@ -352,12 +352,11 @@ command = '''cat > /dev/null; echo '{"decision":"deny","reason":"hook says no"}'
     let (_, _, evs) = run(&d, session("s", "mock:script=search", &dir, json!({}))).await;
     assert_eq!(finish_of(&evs), "stop");
     let e = ends_by_id(&evs);
+    // No provider was asked to search: the model is told so, never that a search ran.
     for id in ["n1", "n2"] {
-        assert_eq!(e[id].0, "success", "{e:?}");
+        assert_eq!(e[id].0, "error", "{e:?}");
         assert!(
-            e[id]
-                .1
-                .contains("run by the model provider itself; nothing was executed locally"),
+            e[id].1.contains("did not ask the provider to search: nothing was searched"),
             "{}",
             e[id].1
         );
