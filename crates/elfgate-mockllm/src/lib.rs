@@ -21,6 +21,7 @@
 
 mod behavior;
 mod cache;
+mod search;
 mod wire;
 
 pub use wire::gemini::THOUGHT_SIGNATURE as GEMINI_THOUGHT_SIGNATURE;
@@ -394,6 +395,8 @@ pub fn router(state: MockState) -> Router {
         // A Gemini method is a `:` suffix of the model's path segment, which axum cannot route
         // on: the handler splits it off.
         .route("/v1beta/models/{*rest}", post(gemini_handler))
+        .route("/search", get(search::searxng).post(search::tavily))
+        .route("/res/v1/web/search", get(search::brave))
         .route("/_mock/requests", get(list_requests).delete(clear_requests))
         .route("/_mock/scripts/{name}", put(put_script))
         .route("/healthz", get(|| async { "ok" }))

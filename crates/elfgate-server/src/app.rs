@@ -253,10 +253,19 @@ pub fn data_dir(storage: &crate::config::StorageConfig) -> Option<std::path::Pat
 /// keys (never given to children) and whether this host can isolate a child's network.
 async fn tinyelf_config(config: &Config) -> TinyElfConfig {
     let mut c = config.engines.tinyelf.clone();
+    c.web_search = config.tools.web_search.clone();
+    // The providers' keys and the search backend's never reach a command.
     c.secret_env = config
         .providers
         .values()
         .filter_map(|p| p.api_key_env.clone())
+        .chain(
+            config
+                .tools
+                .web_search
+                .as_ref()
+                .and_then(|w| w.api_key_env.clone()),
+        )
         .collect();
     let probe = Isolation::probe().await;
     match (&probe, c.shell_network) {

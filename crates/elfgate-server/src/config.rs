@@ -94,6 +94,15 @@ impl StorageConfig {
 /// The shortest lease a node may hold, in seconds.
 pub const MIN_LEASE_SECS: u64 = 2;
 
+/// `[tools]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// `[tools.web_search]`: the web_search tool's backend; absent, there is no such tool.
+    #[serde(default)]
+    pub web_search: Option<elfgate_tools::search::WebSearchConfig>,
+}
+
 /// `[cluster]`: this daemon is one node of a fleet that shares a PostgreSQL store and a NATS bus.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -301,6 +310,9 @@ pub struct Config {
     /// `[cluster]`: absent for a single node.
     #[serde(default)]
     pub cluster: Option<ClusterConfig>,
+    /// `[tools]`: tools that need the operator's setup (`[tools.web_search]`).
+    #[serde(default)]
+    pub tools: ToolsConfig,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,

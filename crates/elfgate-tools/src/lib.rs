@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod permission;
 pub mod process;
 pub mod schema;
+pub mod search;
 pub mod session_tools;
 pub mod shell;
 pub mod tool;
@@ -54,6 +55,8 @@ pub struct BuiltinSettings {
     pub shell: shell::Shell,
     /// web_fetch's limits.
     pub web: web::WebFetch,
+    /// web_search and its backend; without one there is no web_search tool.
+    pub search: Option<search::WebSearch>,
 }
 
 /// A registry with every built-in tool (spawn is added by the engine).
@@ -67,6 +70,9 @@ pub fn builtin_registry(settings: &BuiltinSettings) -> ToolRegistry {
     r.register(Arc::new(fs_tools::Grep));
     r.register(Arc::new(settings.shell.clone()));
     r.register(Arc::new(settings.web.clone()));
+    if let Some(search) = &settings.search {
+        r.register(Arc::new(search.clone()));
+    }
     r.register(Arc::new(session_tools::ListSessions));
     r.register(Arc::new(session_tools::ReadSessionMessages));
     r.register(Arc::new(ask::AskUser));
@@ -113,5 +119,20 @@ mod tests {
             let tool = registry.get(name).unwrap();
             check(&tool.schema()).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+        // web_search is there when a backend is configured.
+        let search = search::WebSearch::new(&search::WebSearchConfig {
+            backend: search::SearchBackendKind::Searxng,
+            url: Some("http://127.0.0.1:9".into()),
+            api_key_env: None,
+            max_results: 5,
+            timeout_secs: 1.0,
+        })
+        .unwrap();
+        let registry = builtin_registry(&BuiltinSettings {
+            search: Some(search),
+            ..BuiltinSettings::default()
+        });
+        let tool = registry.get("web_search").unwrap();
+        check_args_schema::<search::SearchArgs>(&tool.schema()).unwrap();
     }
 }

@@ -50,6 +50,9 @@ pub enum TinyElfError {
     /// A tier override names an unknown tier.
     #[error("engines.tinyelf.tool_tiers: {0}")]
     Tier(String),
+    /// `[tools.web_search]` cannot be used.
+    #[error(transparent)]
+    Search(#[from] elfgate_tools::search::SearchConfigError),
 }
 
 /// What a run resolves before anything else (see `TinyElfEngine::prepare`).
@@ -136,6 +139,11 @@ impl TinyElfEngine {
                 max_bytes: config.web_fetch_max_bytes.max(1),
                 timeout: elfgate_tools::clamped_secs(config.web_fetch_timeout_secs, 0.1, 3600.0),
             },
+            search: config
+                .web_search
+                .as_ref()
+                .map(elfgate_tools::search::WebSearch::new)
+                .transpose()?,
         };
         let mut tools = elfgate_tools::builtin_registry(&builtin);
         for (name, tier) in &config.tool_tiers {

@@ -87,6 +87,9 @@ pub struct TinyElfConfig {
     pub shell_network: Network,
     /// Let web_fetch reach loopback and private addresses.
     pub web_fetch_allow_private: bool,
+    /// The web_search tool's backend, from the daemon's `[tools.web_search]` (None: no tool).
+    #[serde(skip)]
+    pub web_search: Option<elfgate_tools::search::WebSearchConfig>,
     /// Most bytes web_fetch reads.
     pub web_fetch_max_bytes: usize,
     /// Seconds web_fetch may take.
@@ -143,6 +146,7 @@ impl Default for TinyElfConfig {
             shell_env_passthrough: Vec::new(),
             shell_network: Network::Isolated,
             web_fetch_allow_private: false,
+            web_search: None,
             web_fetch_max_bytes: 2 * 1024 * 1024,
             web_fetch_timeout_secs: 30.0,
             deny_paths: Vec::new(),

@@ -4,12 +4,12 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, GUARD, Opts, text_of};
+use common::{Daemon, GUARD, Opts, text_of, types};
 use elfgate_mockllm::MockServer;
 use scripted::procs::{alive, live_in_group, read_pid, until_dead};
 use scripted::{
-    bodies_for, bypass, call, daemon_with, ends, ends_by_id, finish_of, of, project, roles, run,
-    script, session, stored, wait_for_file,
+    bodies_for, bypass, call, daemon_with, ends, ends_by_id, finish_of, of, offered_tools, project,
+    roles, run, script, session, stored, wait_for_file,
 };
 use serde_json::json;
 
@@ -356,7 +356,9 @@ command = '''cat > /dev/null; echo '{"decision":"deny","reason":"hook says no"}'
     for id in ["n1", "n2"] {
         assert_eq!(e[id].0, "error", "{e:?}");
         assert!(
-            e[id].1.contains("did not ask the provider to search: nothing was searched"),
+            e[id]
+                .1
+                .contains("did not ask the provider to search: nothing was searched"),
             "{}",
             e[id].1
         );
@@ -403,5 +405,119 @@ async fn a_session_without_a_project_runs_but_its_file_and_shell_tools_refuse() 
         msgs.last().unwrap()["blocks"][0]["text"],
         "done",
         "{msgs:?}"
+    );
+}
+
+#[tokio::test]
+async fn web_search_asks_the_configured_backend_and_answers_title_url_and_snippet() {
+    let mock = MockServer::start().await.unwrap();
+    let base = mock.base_url();
+    // SearXNG: the results of the query, through the pipeline like any tool.
+    let d = daemon_with(
+        &mock,
+        &format!("[tools.web_search]\nbackend = \"searxng\"\nurl = \"{base}\"\nmax_results = 2\n"),
+    );
+    let dir = project();
+    script(
+        &mock,
+        "searching",
+        json!([{"toolCalls": [
+            call("s1", "web_search", json!({"query": "rust async"})),
+            call("s2", "web_search", json!({"query": "fail"}))
+        ]}, {"text": "found"}]),
+    );
+    let (_, _, evs) = run(
+        &d,
+        session(
+            "look it up",
+            "mock:script=searching",
+            &dir,
+            bypass(json!({})),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let e = ends_by_id(&evs);
+    assert_eq!(e["s1"].0, "success", "{e:?}");
+    assert_eq!(
+        e["s1"].1,
+        "Results for \"rust async\":\n\n\
+         1. Result 1 for rust async\n   https://example.com/search/1?q=rust async\n   Snippet 1 about rust async\n\n\
+         2. Result 2 for rust async\n   https://example.com/search/2?q=rust async\n   Snippet 2 about rust async\n"
+    );
+    assert_eq!(e["s2"].0, "error");
+    assert!(e["s2"].1.contains("HTTP 500"), "{}", e["s2"].1);
+    // The model was offered the tool.
+    let bodies = bodies_for(&mock, "mock:script=searching");
+    assert!(offered_tools(&bodies[0]).contains(&"web_search"));
+
+    // Brave with its key from the daemon's environment; without the key, the call says which
+    // variable to set.
+    let brave = |key: Option<&str>| {
+        let mut env = Vec::new();
+        if let Some(k) = key {
+            env.push(("SEARCH_TEST_KEY".to_string(), k.to_string()));
+        }
+        Daemon::start(
+            &mock,
+            Opts {
+                extra_toml: format!(
+                    "[tools.web_search]\nbackend = \"brave\"\nurl = \"{base}\"\n\
+                     api_key_env = \"SEARCH_TEST_KEY\"\n"
+                ),
+                env,
+                ..Opts::default()
+            },
+        )
+    };
+    script(
+        &mock,
+        "brave",
+        json!([{"toolCalls": [call("b1", "web_search", json!({"query": "tokio", "max_results": 1}))]}, {"text": "ok"}]),
+    );
+    let d = brave(Some("k-123"));
+    let (_, _, evs) = run(
+        &d,
+        session("s", "mock:script=brave", &dir, bypass(json!({}))),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["b1"].0, "success", "{e:?}");
+    assert!(e["b1"].1.contains("1. Result 1 for tokio"), "{}", e["b1"].1);
+    assert!(!e["b1"].1.contains("2. "), "{}", e["b1"].1);
+    script(
+        &mock,
+        "brave-nokey",
+        json!([{"toolCalls": [call("b2", "web_search", json!({"query": "tokio"}))]}, {"text": "ok"}]),
+    );
+    let d = brave(None);
+    let (_, _, evs) = run(
+        &d,
+        session("s", "mock:script=brave-nokey", &dir, bypass(json!({}))),
+    )
+    .await;
+    let e = ends_by_id(&evs);
+    assert_eq!(e["b2"].0, "error");
+    assert!(e["b2"].1.contains("set SEARCH_TEST_KEY"), "{}", e["b2"].1);
+
+    // Without [tools.web_search] there is no such tool to offer.
+    let d = Daemon::start(&mock, Opts::default());
+    script(&mock, "plain", json!([{"text": "hi"}]));
+    run(&d, session("s", "mock:script=plain", &dir, json!({}))).await;
+    let bodies = bodies_for(&mock, "mock:script=plain");
+    assert!(!offered_tools(&bodies[0]).contains(&"web_search"));
+
+    // A backend that cannot be used stops the daemon at start, saying why.
+    let out = Daemon::start_refused(
+        &tempfile::tempdir().unwrap().keep(),
+        &mock,
+        Opts {
+            extra_toml: "[tools.web_search]\nbackend = \"searxng\"\n".into(),
+            ..Opts::default()
+        },
+    );
+    assert!(
+        out.contains("tools.web_search.url is required for the searxng backend"),
+        "{out}"
     );
 }
