@@ -171,6 +171,35 @@ fn check_project_here(state: &AppState, session: &Session) -> Result<(), ApiErro
     )
 }
 
+/// Secrets shorter than this are not looked for (a short value would match ordinary text).
+const MIN_SECRET_LEN: usize = 8;
+
+/// The built-in input scan: a prompt that carries the daemon's own API token or a configured
+/// provider's key is refused before anything is stored or sent, since a model provider (and the
+/// session's history) would get the secret. The answer names what was found, never the value.
+fn check_prompt_secrets(state: &AppState, prompt: &str) -> Result<(), ApiError> {
+    let carries = |secret: &str| secret.len() >= MIN_SECRET_LEN && prompt.contains(secret);
+    if state.config.token.as_deref().is_some_and(carries) {
+        return Err(ApiError::Unprocessable(
+            "prompt: it carries this daemon's API token, which is never sent to a model; remove \
+             it (and consider the token exposed if it was pasted from elsewhere)"
+                .into(),
+        ));
+    }
+    for (name, provider) in &state.config.providers {
+        let Some(var) = provider.api_key_env.as_deref() else {
+            continue;
+        };
+        if std::env::var(var).is_ok_and(|key| carries(&key)) {
+            return Err(ApiError::Unprocessable(format!(
+                "prompt: it carries the API key of provider '{name}' ({var}), which is never \
+                 sent to a model; remove it"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
     if prompt.trim().is_empty() {
         return Err(ApiError::BadRequest("prompt must not be empty".into()));
@@ -364,6 +393,7 @@ pub async fn create_session(
         )));
     }
     check_prompt(&req.prompt)?;
+    check_prompt_secrets(state, &req.prompt)?;
     let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
     check_project_path(state, req.project_path.as_deref(), project_field)?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
@@ -504,6 +534,7 @@ pub async fn send_message(
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
     check_prompt(&req.prompt)?;
+    check_prompt_secrets(state, &req.prompt)?;
     let own = check_overrides(state, session.engine, &req.overrides)?;
     // The session's channel permissions change only when a prompt sends new ones.
     let new_channel = own

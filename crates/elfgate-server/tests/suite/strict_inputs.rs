@@ -340,3 +340,56 @@ async fn one_project_path_check_holds_for_every_engine() {
         .await;
     assert_eq!(st, 201, "{v}");
 }
+
+#[tokio::test]
+async fn a_prompt_carrying_the_daemons_token_or_a_providers_key_is_refused_unsent() {
+    let mock = MockServer::start().await.unwrap();
+    let token = "daemon-token-7f3a9c2e";
+    let key = "sk-provider-key-5b8d1e";
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            token: Some(token.into()),
+            env: vec![("OPENAI_API_KEY".into(), key.into())],
+            ..Opts::default()
+        },
+    );
+    for (prompt, says) in [
+        (
+            format!("here is my token {token}, use it"),
+            "this daemon's API token".to_string(),
+        ),
+        (
+            format!("key={key}"),
+            "provider 'openai' (OPENAI_API_KEY)".to_string(),
+        ),
+    ] {
+        let (status, body) = d.post("/v1/sessions", chat(&prompt, "mock:tokens=2")).await;
+        assert_eq!(status, 422, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("prompt: ") && message.contains(&says),
+            "{message}"
+        );
+        assert!(
+            !message.contains(token) && !message.contains(key),
+            "{message}"
+        );
+    }
+    // Nothing was stored or sent upstream.
+    let (_, list) = d.get("/v1/sessions").await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 0, "{list}");
+    assert!(mock.requests().is_empty());
+    // A later prompt of a session is scanned too; an ordinary one goes through.
+    let (sid, run) = d.create(chat("hello", "mock:tokens=2")).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let (status, body) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": format!("again {token}")}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(msgs["messages"].as_array().unwrap().len(), 2, "{msgs}");
+}
