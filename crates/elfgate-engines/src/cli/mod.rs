@@ -109,6 +109,12 @@ impl CliEngine {
         self.config.state_dir.join(b.as_str())
     }
 
+    /// Where a fleet node notes the CLI sessions its backend's home holds (see
+    /// [`cli_session_marker`]); None on a single node, whose home is always the same.
+    fn markers(&self, ctx: &EngineSessionContext, b: CliBackend) -> Option<PathBuf> {
+        ctx.node.as_ref().map(|_| self.home(b).join(MARKERS_DIR))
+    }
+
     /// A run's environment: the allow-listed variables, the backend's configured ones, the
     /// session's (`engineConfig.shellEnv`), then the engine's own (home, provider URL and key),
     /// which neither overrides.
@@ -240,6 +246,21 @@ impl CliEngine {
             Ok(r) => r,
             Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
         };
+        // In a fleet the CLI's own session files are in the home of the node that ran it: a
+        // resume on a node that cannot see them would make the CLI fail or start afresh.
+        if let (Some(dir), Some(id)) = (self.markers(&ctx, b), resume.as_deref())
+            && !cli_session_marker(&dir, id).exists()
+        {
+            let why = format!(
+                "cannot resume {}'s session {id} on node {}: the CLI keeps its session files in \
+                 the home of the node that started it, and this node's ({}) does not have them; \
+                 in a fleet, the data directory's cli/ must be on storage every node shares",
+                b.as_str(),
+                ctx.node.as_deref().unwrap_or_default(),
+                self.home(b).display()
+            );
+            return fail(&ctx, ErrorCode::CliSetup, why).await;
+        }
         let cwd = match project_dir(&ctx) {
             Ok(d) => d,
             Err(why) => return fail(&ctx, ErrorCode::CliProjectPath, why.to_string()).await,
@@ -280,6 +301,7 @@ impl CliEngine {
             &ctx,
             Transcript::new(user.id, model.clone()),
             resume.clone(),
+            self.markers(&ctx, b),
         );
         let mut adapter = b.adapter();
         while let Some(line) = sup.next(&ctx.cancel).await {
@@ -368,6 +390,25 @@ impl CliEngine {
         };
         CliStartError::Unavailable { backend: b, why }
     }
+}
+
+/// The directory, in a backend's home, of a fleet node's notes of the CLI sessions there.
+const MARKERS_DIR: &str = ".elfgate-cli-sessions";
+
+/// The note that CLI session `id` was started with the home `dir` is in: seen by a node, it means
+/// the CLI's files are reachable there (the same node, or a home every node shares).
+pub(crate) fn cli_session_marker(dir: &std::path::Path, id: &str) -> PathBuf {
+    let safe: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(safe)
 }
 
 /// Why the cli engine refuses a request (a 422 for the client).

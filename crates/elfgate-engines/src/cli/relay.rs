@@ -22,6 +22,8 @@ pub(crate) struct Relay<'a> {
     turns: u32,
     /// What the CLI said went wrong.
     failure: Option<String>,
+    /// Where a fleet node notes the CLI sessions of this home (None on a single node).
+    markers: Option<std::path::PathBuf>,
     /// The CLI reported the run's end.
     finished: bool,
     /// A store failure, which ends the run.
@@ -34,16 +36,31 @@ impl<'a> Relay<'a> {
         ctx: &'a EngineSessionContext,
         transcript: Transcript,
         cli_session: Option<String>,
+        markers: Option<std::path::PathBuf>,
     ) -> Self {
         Relay {
             ctx,
             transcript,
             cli_session,
+            markers,
             tokens: TokenUsage::default(),
             turns: 0,
             failure: None,
             finished: false,
             storage: None,
+        }
+    }
+
+    /// Notes, in a fleet, that this home holds CLI session `id` (see `cli_session_marker`).
+    fn note_cli_session(&self, id: &str) {
+        let Some(dir) = &self.markers else {
+            return;
+        };
+        let noted = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(super::cli_session_marker(dir, id), b""));
+        if let Err(e) = noted {
+            tracing::warn!(error = %e, "cannot note the CLI session in its home: a resume of it \
+                will be refused");
         }
     }
 
@@ -81,7 +98,10 @@ impl<'a> Relay<'a> {
             AdapterEvent::SessionId(id) => {
                 if self.cli_session.as_deref() != Some(id.as_str()) {
                     match ctx.recorder.set_cli_session_id(&id).await {
-                        Ok(()) => self.cli_session = Some(id),
+                        Ok(()) => {
+                            self.note_cli_session(&id);
+                            self.cli_session = Some(id);
+                        }
                         Err(e) => self.storage = Some(ErrorInfo::new(ErrorCode::Storage, e.0)),
                     }
                 }

@@ -876,3 +876,82 @@ async fn the_cli_engine_refuses_a_protected_project_and_channel_permissions_it_c
     let (st, v) = c.d.post("/v1/sessions", body).await;
     assert_eq!(st, 201, "{v}");
 }
+
+/// Polls `via`'s view of the fleet until no node holds a session's lease (the last run's end is
+/// in the log).
+async fn until_no_session_is_run(via: &Daemon) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, cluster) = via.get("/v1/cluster").await;
+        if cluster["nodes"]
+            .as_array()
+            .is_some_and(|n| n.iter().all(|n| n["activeSessions"] == 0))
+        {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{cluster}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_started_afresh() {
+    let Some(database) = elfgate_test_support::services::postgres_database().await else {
+        return;
+    };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    // Two fleet nodes with the fakes, each with a data directory (and CLI homes) of its own.
+    let node = |id: &str| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let mut o = c.opts.clone();
+        o.token = Some("cli-fleet-token".into());
+        o.extra_toml.push_str(&format!(
+            "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
+             heartbeat_secs = 1\n"
+        ));
+        o.env
+            .push(("ELFGATE_DATABASE_URL".into(), database.clone()));
+        o.env.push((
+            "ELFGATE_STORAGE__DATA_DIR".into(),
+            dir.display().to_string(),
+        ));
+        Daemon::start_in(dir, &mock, o)
+    };
+    let a = node("a");
+    let b = node("b");
+    let (sid, run1) = a.create(c.session("codex", "text first")).await;
+    let mut sse = a.events(&sid, None).await;
+    assert_eq!(complete(&sse.until_complete(&run1).await), ["stop"]);
+    let (_, s) = a.get(&format!("/v1/sessions/{sid}")).await;
+    let id = s["cliSessionId"].as_str().unwrap().to_string();
+    until_no_session_is_run(&a).await;
+
+    // B runs the next prompt (no node holds the session), but its CLI home does not have the
+    // session: the run ends with an error saying so, and the CLI is not started afresh.
+    let run2 = b.send(&sid, json!({"prompt": "text on b"})).await;
+    let evs = sse.until_complete(&run2).await;
+    assert_eq!(complete(&evs), ["error"], "{:?}", types(&evs));
+    let error = evs.iter().find(|e| e.event == "error").unwrap();
+    assert_eq!(error.data["error"]["code"], "cli_setup", "{:?}", error.data);
+    let message = error.data["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("session {id} on node b"))
+            && message.contains("storage every node shares"),
+        "{message}"
+    );
+    assert!(
+        c.record("codex")
+            .is_none_or(|r| r.0["prompt"] != "text on b"),
+        "the CLI ran on b"
+    );
+    // On A, which has its files, the session resumes.
+    until_no_session_is_run(&a).await;
+    let run3 = a.send(&sid, json!({"prompt": "text again"})).await;
+    let evs = sse.until_complete(&run3).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", types(&evs));
+    let args = c.until_record("codex", "text again", false).await.args();
+    assert!(args.iter().any(|a| a == &id), "{args:?}");
+}
