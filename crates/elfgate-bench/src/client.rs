@@ -389,6 +389,25 @@ pub struct InterruptSample {
     pub complete_seen: Duration,
 }
 
+/// The value of the counter `name` on the daemon at `base`'s `/metrics`.
+pub async fn metric(t: &Target, base: &str, token: &str, name: &str) -> anyhow::Result<u64> {
+    let text = t
+        .http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .with_context(|| format!("no {name} in /metrics"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{name} is not a number"))
+}
+
 /// `POST /v1/sessions` with `body`; the new session's id.
 pub async fn create_session(t: &Target, body: &serde_json::Value) -> anyhow::Result<String> {
     let created: serde_json::Value = t

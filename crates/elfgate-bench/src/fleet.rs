@@ -295,19 +295,13 @@ async fn follow_comparison(t: &Target, a: &Daemon, b: &Daemon) -> anyhow::Result
 
 /// `elfgate_fleet_events_relayed_total` of `node`.
 async fn relayed_events(t: &Target, node: &Daemon) -> anyhow::Result<u64> {
-    let text = t
-        .http
-        .get(format!("{}/metrics", node.base))
-        .bearer_auth(&node.token)
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("elfgate_fleet_events_relayed_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .context("no elfgate_fleet_events_relayed_total in the node's metrics")
+    client::metric(
+        t,
+        &node.base,
+        &node.token,
+        "elfgate_fleet_events_relayed_total",
+    )
+    .await
 }
 
 /// A tinyelf run on `nodes[0]` asks to write a file; followed on `nodes[1]`, its permission

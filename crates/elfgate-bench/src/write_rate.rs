@@ -76,21 +76,13 @@ struct Snapshot {
 
 /// Reads the daemon's `elfgate_events_published_total`.
 async fn events_published(t: &Target) -> anyhow::Result<u64> {
-    let text = t
-        .http
-        .get(format!("{}/metrics", t.daemon_base))
-        .bearer_auth(&t.daemon_token)
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("elfgate_events_published_total "))
-        .context("no elfgate_events_published_total in /metrics")?
-        .trim()
-        .parse()
-        .context("elfgate_events_published_total is not a number")
+    client::metric(
+        t,
+        &t.daemon_base,
+        &t.daemon_token,
+        "elfgate_events_published_total",
+    )
+    .await
 }
 
 /// The events committed to the event log, counted as rows are added: a row holds one event, or

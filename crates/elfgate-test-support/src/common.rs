@@ -328,6 +328,26 @@ impl Daemon {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// Polls this fleet node's view of the fleet (`GET /v1/cluster`) until no node holds a
+    /// session's lease: the last run's end is in the log.
+    pub async fn until_no_session_is_run(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, cluster) = self.get("/v1/cluster").await;
+            if cluster["nodes"]
+                .as_array()
+                .is_some_and(|n| n.iter().all(|n| n["activeSessions"] == 0))
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "sessions still run: {cluster}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A GET whose answer is text (`/metrics`).
     pub async fn get_text(&self, path: &str) -> (u16, String) {
         let r = self

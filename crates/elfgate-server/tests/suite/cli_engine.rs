@@ -877,23 +877,6 @@ async fn the_cli_engine_refuses_a_protected_project_and_channel_permissions_it_c
     assert_eq!(st, 201, "{v}");
 }
 
-/// Polls `via`'s view of the fleet until no node holds a session's lease (the last run's end is
-/// in the log).
-async fn until_no_session_is_run(via: &Daemon) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (_, cluster) = via.get("/v1/cluster").await;
-        if cluster["nodes"]
-            .as_array()
-            .is_some_and(|n| n.iter().all(|n| n["activeSessions"] == 0))
-        {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{cluster}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_started_afresh() {
     let Some(database) = elfgate_test_support::services::postgres_database().await else {
@@ -927,7 +910,7 @@ async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_sta
     assert_eq!(complete(&sse.until_complete(&run1).await), ["stop"]);
     let (_, s) = a.get(&format!("/v1/sessions/{sid}")).await;
     let id = s["cliSessionId"].as_str().unwrap().to_string();
-    until_no_session_is_run(&a).await;
+    a.until_no_session_is_run().await;
 
     // B runs the next prompt (no node holds the session), but its CLI home does not have the
     // session: the run ends with an error saying so, and the CLI is not started afresh.
@@ -948,7 +931,7 @@ async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_sta
         "the CLI ran on b"
     );
     // On A, which has its files, the session resumes.
-    until_no_session_is_run(&a).await;
+    a.until_no_session_is_run().await;
     let run3 = a.send(&sid, json!({"prompt": "text again"})).await;
     let evs = sse.until_complete(&run3).await;
     assert_eq!(complete(&evs), ["stop"], "{:?}", types(&evs));
