@@ -127,13 +127,16 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
         .collect();
     assert_eq!(texts[0], "first");
     // The partial answer is what reached the log before the kill: what the follower saw, or a
-    // part of it (the last events may have lingered unwritten, as on a single node).
-    assert!(
-        texts[1].starts_with("tok0 ") && text_of(&seen).starts_with(texts[1]),
-        "{texts:?}"
-    );
-    assert_eq!(texts[2], "second");
-    assert_eq!(texts[3], "tok0 tok1 tok2 ");
+    // part of it (the last events may have lingered unwritten, as on a single node; the follower
+    // may have had them from A's memory). With nothing of the answer written, there is none.
+    let rest = match texts.len() {
+        4 => {
+            assert!(text_of(&seen).starts_with(texts[1]), "{texts:?}");
+            &texts[2..]
+        }
+        _ => &texts[1..],
+    };
+    assert_eq!(rest, ["second", "tok0 tok1 tok2 "], "{texts:?}");
 }
 
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
@@ -313,7 +316,7 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
 
     // A tool run sent to B, once A's lease has ended (the complete may reach a follower before
     // A's log commits it, and the lease ends with that commit): B runs it; seen through A.
-    until_no_session_is_run(&b).await;
+    b.until_no_session_is_run().await;
     let mut through_a = a.events(&sid, Some(evs.last().unwrap().seq())).await;
     let (status, r) = b
         .post(
@@ -335,7 +338,7 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
 
     // Its project gone from the nodes' storage, a later prompt is refused by name, naming the
     // node that was asked, before anything runs.
-    until_no_session_is_run(&b).await;
+    b.until_no_session_is_run().await;
     let moved = dir.with_extension("moved");
     std::fs::rename(&dir, &moved).unwrap();
     let (status, body) = c
@@ -365,23 +368,6 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
         message.contains("projectPath") && message.contains("on node c"),
         "{message}"
     );
-}
-
-/// Polls `via`'s view of the fleet until no node holds a session's lease.
-async fn until_no_session_is_run(via: &Daemon) {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (_, cluster) = via.get("/v1/cluster").await;
-        let nodes = cluster["nodes"].as_array().unwrap();
-        if nodes.iter().all(|n| n["activeSessions"] == 0) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sessions still run: {cluster}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 /// Polls `via` until the session's state answers `want` (a NATS outage shows in its status).
@@ -576,6 +562,33 @@ async fn a_postgresql_outage_longer_than_the_lease_adopts_nothing_and_loses_no_e
     assert_eq!(after[0].seq(), complete.seq() + 1);
 }
 
+/// Opens the session's stream on `node` as a client should: a 503 (the node's database pool is
+/// busy under the burst) is tried again after its Retry-After, a few times; nothing is lost by
+/// it, the stream starts from the first event.
+async fn follow_as_told(node: &Daemon, sid: &str) -> Result<common::Sse, String> {
+    for _ in 0..5 {
+        let resp = node
+            .http
+            .get(node.url(&format!("/v1/sessions/{sid}/events")))
+            .send()
+            .await
+            .map_err(|e| format!("session {sid}: events: {e}"))?;
+        match resp.status().as_u16() {
+            200 => return Ok(common::Sse::new(resp)),
+            503 => {
+                let wait = resp
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1);
+                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            }
+            other => return Err(format!("session {sid}: events answered {other}")),
+        }
+    }
+    Err(format!("session {sid}: events answered 503 five times"))
+}
+
 /// How many sessions the load test runs at once, over three nodes.
 const LOAD_SESSIONS: usize = 1000;
 
@@ -586,18 +599,28 @@ async fn one_followed_session(
     follower: std::sync::Arc<Daemon>,
     i: usize,
 ) -> Result<(), String> {
-    let (status, body) = runner
-        .post(
-            "/v1/sessions",
-            chat(&format!("load {i}"), "mock:tokens=10,delay_ms=20,gate=load"),
-        )
-        .await;
+    // A 503 (the database pool busy under the burst; nothing stored) is tried again, as a client
+    // should, after its Retry-After.
+    let mut tries = 0;
+    let (status, body) = loop {
+        let (status, body) = runner
+            .post(
+                "/v1/sessions",
+                chat(&format!("load {i}"), "mock:tokens=10,delay_ms=20,gate=load"),
+            )
+            .await;
+        tries += 1;
+        if status != 503 || tries == 5 {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
     if status != 201 {
         return Err(format!("session {i}: create answered {status}: {body}"));
     }
     let sid = body["sessionId"].as_str().unwrap_or_default().to_string();
     let run = body["runId"].as_str().unwrap_or_default().to_string();
-    let mut sse = follower.events(&sid, None).await;
+    let mut sse = follow_as_told(&follower, &sid).await?;
     let seen = sse.until_complete(&run).await;
     let seqs: Vec<u64> = seen.iter().map(common::Ev::seq).collect();
     let expected_seqs: Vec<u64> = (1..=seqs.len() as u64).collect();
@@ -635,14 +658,15 @@ async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose
     let mock = MockServer::start().await.unwrap();
     let nats =
         std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    // The default lease: three nodes starting a thousand runs on two shared cores are slow to
-    // answer, and a lease of 2 s (the other tests') is tighter than a loaded node's scheduling.
+    // A long lease: three nodes starting a thousand runs on two shared cores (beside other
+    // tests) can stall a heartbeat for seconds; adoption is not what this test is about
+    // (docs/scaling.md, "Leases under load").
     let nodes: Vec<std::sync::Arc<Daemon>> = ["a", "b", "c"]
         .into_iter()
         .map(|id| {
             let dir = tempfile::tempdir().unwrap().keep();
             let mut opts = node_opts(&dir, &database, &nats, id, "");
-            opts.extra_toml = opts.extra_toml.replace("lease_secs = 2", "lease_secs = 5");
+            opts.extra_toml = opts.extra_toml.replace("lease_secs = 2", "lease_secs = 10");
             std::sync::Arc::new(Daemon::start_in(dir, &mock, opts))
         })
         .collect();
