@@ -25,8 +25,9 @@ pub use firewall::{Confinement, ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
 pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
 pub use permission::{
-    Ask, DEFAULT_MAX_REMEMBERED_DECISIONS, Decision, PendingRequest, PermissionAnswer,
-    PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope, policy,
+    Ask, CallFacts, Caller, DEFAULT_MAX_REMEMBERED_DECISIONS, Decision, PendingRequest,
+    PermissionAnswer, PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope,
+    TierPolicy, TierPolicyError,
 };
 pub use tool::{
     BuiltinTool, FirewallTargets, PermissionTier, Tool, ToolContext, ToolDecl, ToolError, ToolKind,

@@ -89,44 +89,120 @@ pub enum PolicyDecision {
     Deny(String),
 }
 
-/// The permission policy: tier, permissionMode, channel `requireConfirmation` and what the client
-/// already decided for this session and tool.
-pub fn policy(
-    tier: PermissionTier,
-    kind: ToolKind,
-    mode: PermissionMode,
-    require_confirmation: bool,
-    remembered: Option<Decision>,
-) -> PolicyDecision {
-    if tier == PermissionTier::ManualOnly {
-        return PolicyDecision::Deny(
-            "this tool is manual_only: the model can never run it".to_string(),
-        );
+/// Who asked for a call: the model (inside a turn) or the client itself (the tool-run route,
+/// `POST /v1/sessions/{id}/tools/{name}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The model asked for it.
+    Model,
+    /// The client ran it itself: its request is the decision a manual_only tool waits for.
+    Client,
+}
+
+/// What the permission policy looks at for one call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts {
+    /// The tool's tier.
+    pub tier: PermissionTier,
+    /// What the tool does (acceptEdits lets `Edit` tools through).
+    pub kind: ToolKind,
+    /// The session's permissionMode.
+    pub mode: PermissionMode,
+    /// The channel's `requireConfirmation`: every call asks.
+    pub require_confirmation: bool,
+    /// What the client decided for this session and tool, if it is remembered.
+    pub remembered: Option<Decision>,
+    /// Who asked for the call.
+    pub caller: Caller,
+}
+
+/// The permission policy, the one place where tier x permissionMode x caller x channel x memory
+/// is decided (docs/tinyelf.md, "Permissions", has its table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierPolicy {
+    /// The permission modes in which always_confirm tools run without asking
+    /// (`always_confirm_skip_modes`; by default bypassPermissions only).
+    always_confirm_skip_modes: Vec<PermissionMode>,
+}
+
+impl Default for TierPolicy {
+    fn default() -> Self {
+        TierPolicy {
+            always_confirm_skip_modes: vec![PermissionMode::BypassPermissions],
+        }
     }
-    if mode == PermissionMode::Plan && tier != PermissionTier::ReadOnly {
-        return PolicyDecision::Deny(
-            "permissionMode is plan: only read-only tools may run; describe the change instead"
-                .to_string(),
-        );
+}
+
+/// A policy that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TierPolicyError {
+    /// plan denies every tool that is not read-only, so it cannot let always_confirm tools run.
+    #[error(
+        "always_confirm_skip_modes cannot hold plan: plan mode denies every tool that is not \
+         read_only"
+    )]
+    PlanSkips,
+}
+
+impl TierPolicy {
+    /// A policy whose always_confirm tools run unasked in `skip_modes`.
+    pub fn new(skip_modes: Vec<PermissionMode>) -> Result<Self, TierPolicyError> {
+        if skip_modes.contains(&PermissionMode::Plan) {
+            return Err(TierPolicyError::PlanSkips);
+        }
+        Ok(TierPolicy {
+            always_confirm_skip_modes: skip_modes,
+        })
     }
-    if remembered == Some(Decision::Deny) {
-        return PolicyDecision::Deny(
-            "the user denied this tool for the rest of the session".to_string(),
-        );
+
+    /// What to do with a call, first match wins.
+    pub fn decide(&self, c: &CallFacts) -> PolicyDecision {
+        use PermissionTier::*;
+        if c.tier == ManualOnly {
+            return match c.caller {
+                Caller::Model => PolicyDecision::Deny(
+                    "this tool is manual_only: only the client can run it (POST \
+                     /v1/sessions/{id}/tools/{name}), never the model"
+                        .to_string(),
+                ),
+                // The client's own request is the decision; a channel that wants every
+                // call confirmed still asks.
+                Caller::Client if c.require_confirmation => PolicyDecision::Ask,
+                Caller::Client => PolicyDecision::Allow,
+            };
+        }
+        if c.mode == PermissionMode::Plan && c.tier != ReadOnly {
+            return PolicyDecision::Deny(
+                "permissionMode is plan: only read-only tools may run; describe the change instead"
+                    .to_string(),
+            );
+        }
+        if c.remembered == Some(Decision::Deny) {
+            return PolicyDecision::Deny(
+                "the user denied this tool for the rest of the session".to_string(),
+            );
+        }
+        if c.require_confirmation {
+            return PolicyDecision::Ask;
+        }
+        match c.tier {
+            ReadOnly => PolicyDecision::Allow,
+            AlwaysConfirm if self.always_confirm_skip_modes.contains(&c.mode) => {
+                PolicyDecision::Allow
+            }
+            // Asks every time: an "allow for the session" is not remembered for it.
+            AlwaysConfirm => PolicyDecision::Ask,
+            ConfirmOnce
+                if c.mode == PermissionMode::BypassPermissions
+                    || (c.mode == PermissionMode::AcceptEdits && c.kind == ToolKind::Edit)
+                    || c.remembered == Some(Decision::Allow) =>
+            {
+                PolicyDecision::Allow
+            }
+            // manual_only was decided above.
+            ConfirmOnce | ManualOnly => PolicyDecision::Ask,
+        }
     }
-    if require_confirmation {
-        return PolicyDecision::Ask;
-    }
-    if mode == PermissionMode::BypassPermissions || tier == PermissionTier::ReadOnly {
-        return PolicyDecision::Allow;
-    }
-    if mode == PermissionMode::AcceptEdits && kind == ToolKind::Edit {
-        return PolicyDecision::Allow;
-    }
-    if remembered == Some(Decision::Allow) {
-        return PolicyDecision::Allow;
-    }
-    PolicyDecision::Ask
 }
 
 /// What to ask the client about.
@@ -423,67 +499,219 @@ mod tests {
         assert_eq!(none.remembered(s1, "write_file"), None);
     }
 
+    /// The table of docs/tinyelf.md ("Permissions"), cell by cell: tier x mode for the model's
+    /// calls, then the modifiers (memory, requireConfirmation, the client's own runs, the
+    /// configurable skip modes).
     #[test]
-    fn policy_combines_tier_mode_and_memory() {
+    fn the_tier_table_cell_by_cell() {
         use PermissionTier::*;
-        let p = |t, k, m: &str, r, mem| policy(t, k, m.parse().unwrap(), r, mem);
-        assert_eq!(
-            p(ReadOnly, ToolKind::Read, "default", false, None),
-            PolicyDecision::Allow
-        );
-        assert_eq!(
-            p(ConfirmOnce, ToolKind::Edit, "default", false, None),
-            PolicyDecision::Ask
-        );
-        assert_eq!(
-            p(
-                ConfirmOnce,
-                ToolKind::Edit,
-                "default",
+        const A: &str = "allow";
+        const K: &str = "ask";
+        const D: &str = "deny";
+        let cell = |policy: &TierPolicy,
+                    tier,
+                    kind,
+                    mode: &str,
+                    require_confirmation,
+                    remembered,
+                    caller| {
+            match policy.decide(&CallFacts {
+                tier,
+                kind,
+                mode: mode.parse().unwrap(),
+                require_confirmation,
+                remembered,
+                caller,
+            }) {
+                PolicyDecision::Allow => A,
+                PolicyDecision::Ask => K,
+                PolicyDecision::Deny(_) => D,
+            }
+        };
+        let p = TierPolicy::default();
+        let modes = ["default", "acceptEdits", "plan", "bypassPermissions"];
+        // (tier, kind, [default, acceptEdits, plan, bypassPermissions]) for the model's calls.
+        let table = [
+            (ReadOnly, ToolKind::Read, [A, A, A, A]),
+            (ConfirmOnce, ToolKind::Edit, [K, A, D, A]),
+            (ConfirmOnce, ToolKind::Network, [K, K, D, A]),
+            (AlwaysConfirm, ToolKind::Execute, [K, K, D, A]),
+            (ManualOnly, ToolKind::Execute, [D, D, D, D]),
+        ];
+        for (tier, kind, row) in table {
+            for (mode, want) in modes.iter().zip(row) {
+                assert_eq!(
+                    cell(&p, tier, kind, mode, false, None, Caller::Model),
+                    want,
+                    "{tier:?} {kind:?} in {mode}"
+                );
+            }
+        }
+        for mode in modes {
+            // A remembered allow skips confirm_once's question, never always_confirm's.
+            let plan = mode == "plan";
+            assert_eq!(
+                cell(
+                    &p,
+                    ConfirmOnce,
+                    ToolKind::Network,
+                    mode,
+                    false,
+                    Some(Decision::Allow),
+                    Caller::Model
+                ),
+                if plan { D } else { A },
+                "{mode}"
+            );
+            let ac = cell(
+                &p,
+                AlwaysConfirm,
+                ToolKind::Execute,
+                mode,
                 false,
-                Some(Decision::Allow)
-            ),
-            PolicyDecision::Allow
-        );
+                Some(Decision::Allow),
+                Caller::Model,
+            );
+            assert_eq!(
+                ac,
+                match mode {
+                    "plan" => D,
+                    "bypassPermissions" => A,
+                    _ => K,
+                },
+                "{mode}"
+            );
+            // A remembered deny denies every tier.
+            for tier in [ReadOnly, ConfirmOnce, AlwaysConfirm] {
+                assert_eq!(
+                    cell(
+                        &p,
+                        tier,
+                        ToolKind::Read,
+                        mode,
+                        false,
+                        Some(Decision::Deny),
+                        Caller::Model
+                    ),
+                    D,
+                    "{tier:?} {mode}"
+                );
+            }
+            // requireConfirmation asks for everything the mode does not deny.
+            for tier in [ReadOnly, ConfirmOnce, AlwaysConfirm] {
+                let want = if plan && tier != ReadOnly { D } else { K };
+                assert_eq!(
+                    cell(&p, tier, ToolKind::Edit, mode, true, None, Caller::Model),
+                    want,
+                    "{tier:?} {mode}"
+                );
+            }
+            // manual_only runs when the client runs it itself, in every mode, and asks when the
+            // channel wants every call confirmed.
+            assert_eq!(
+                cell(
+                    &p,
+                    ManualOnly,
+                    ToolKind::Execute,
+                    mode,
+                    false,
+                    None,
+                    Caller::Client
+                ),
+                A
+            );
+            assert_eq!(
+                cell(
+                    &p,
+                    ManualOnly,
+                    ToolKind::Execute,
+                    mode,
+                    true,
+                    None,
+                    Caller::Client
+                ),
+                K
+            );
+            // The client's runs of other tiers follow the model's table.
+            assert_eq!(
+                cell(
+                    &p,
+                    AlwaysConfirm,
+                    ToolKind::Execute,
+                    mode,
+                    false,
+                    None,
+                    Caller::Client
+                ),
+                cell(
+                    &p,
+                    AlwaysConfirm,
+                    ToolKind::Execute,
+                    mode,
+                    false,
+                    None,
+                    Caller::Model
+                ),
+            );
+        }
+        // The skip modes are configuration: none, or acceptEdits too.
+        let strict = TierPolicy::new(vec![]).unwrap();
         assert_eq!(
-            p(ConfirmOnce, ToolKind::Edit, "acceptEdits", false, None),
-            PolicyDecision::Allow
-        );
-        assert_eq!(
-            p(AlwaysConfirm, ToolKind::Execute, "acceptEdits", false, None),
-            PolicyDecision::Ask
-        );
-        assert_eq!(
-            p(
+            cell(
+                &strict,
                 AlwaysConfirm,
                 ToolKind::Execute,
                 "bypassPermissions",
                 false,
-                None
+                None,
+                Caller::Model
             ),
-            PolicyDecision::Allow
+            K
         );
-        assert!(matches!(
-            p(
-                ManualOnly,
-                ToolKind::Execute,
+        assert_eq!(
+            cell(
+                &strict,
+                ConfirmOnce,
+                ToolKind::Edit,
                 "bypassPermissions",
                 false,
-                None
+                None,
+                Caller::Model
             ),
-            PolicyDecision::Deny(_)
-        ));
-        assert!(matches!(
-            p(ConfirmOnce, ToolKind::Edit, "plan", false, None),
-            PolicyDecision::Deny(_)
-        ));
+            A
+        );
+        let loose = TierPolicy::new(vec![
+            PermissionMode::AcceptEdits,
+            PermissionMode::BypassPermissions,
+        ])
+        .unwrap();
         assert_eq!(
-            p(ReadOnly, ToolKind::Read, "plan", false, None),
-            PolicyDecision::Allow
+            cell(
+                &loose,
+                AlwaysConfirm,
+                ToolKind::Execute,
+                "acceptEdits",
+                false,
+                None,
+                Caller::Model
+            ),
+            A
         );
         assert_eq!(
-            p(ReadOnly, ToolKind::Read, "default", true, None),
-            PolicyDecision::Ask
+            cell(
+                &loose,
+                AlwaysConfirm,
+                ToolKind::Execute,
+                "default",
+                false,
+                None,
+                Caller::Model
+            ),
+            K
+        );
+        assert_eq!(
+            TierPolicy::new(vec![PermissionMode::Plan]),
+            Err(TierPolicyError::PlanSkips)
         );
     }
 }

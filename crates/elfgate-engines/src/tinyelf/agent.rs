@@ -205,12 +205,18 @@ pub(crate) async fn run_loop(
             .map(|(c, v, _)| (c.clone(), v.clone()))
             .collect();
         let blocks = assistant_blocks(&turn, &with_inputs);
-        let results: Vec<CallResult> = futures_util::future::join_all(
-            calls
-                .iter()
-                .map(|(c, v, bad)| pipeline::run_call(&runner, &agent, c, v, bad.as_deref())),
-        )
-        .await;
+        let results: Vec<CallResult> =
+            futures_util::future::join_all(calls.iter().map(|(c, v, bad)| {
+                pipeline::run_call(
+                    &runner,
+                    &agent,
+                    c,
+                    v,
+                    bad.as_deref(),
+                    elfgate_tools::Caller::Model,
+                )
+            }))
+            .await;
         let yielded = results.iter().any(|r| r.yield_run);
         let result_blocks: Vec<ContentBlock> = results.into_iter().map(|r| r.block).collect();
         if top {

@@ -47,6 +47,9 @@ pub enum TinyElfError {
     /// A hook setting is wrong.
     #[error(transparent)]
     Hooks(#[from] elfgate_tools::hooks::HookConfigError),
+    /// The permission policy's settings are wrong.
+    #[error("engines.tinyelf.{0}")]
+    Policy(#[from] elfgate_tools::TierPolicyError),
     /// A tier override names an unknown tier.
     #[error("engines.tinyelf.tool_tiers: {0}")]
     Tier(String),
@@ -75,6 +78,8 @@ pub(crate) struct Inner {
     pub(crate) providers: ProviderRegistry,
     pub(crate) config: TinyElfConfig,
     pub(crate) broker: Arc<PermissionBroker>,
+    /// Which calls run, ask or are denied (tier x mode x caller).
+    pub(crate) policy: elfgate_tools::TierPolicy,
     pub(crate) firewall: Arc<ExecutionFirewall>,
     pub(crate) hooks: Arc<Hooks>,
     pub(crate) tools: ToolRegistry,
@@ -150,8 +155,10 @@ impl TinyElfEngine {
             let t: PermissionTier = tier.parse().map_err(TinyElfError::Tier)?;
             tools.set_tier(name.clone(), t);
         }
+        let policy = config.tier_policy()?;
         Ok(TinyElfEngine {
             inner: Arc::new(Inner {
+                policy,
                 summaries: Default::default(),
                 tool_waiters: Default::default(),
                 store,

@@ -6,8 +6,8 @@ use super::runner::{Agent, Runner};
 use crate::streaming::RequestedToolCall;
 use elfgate_core::{ContentBlock, EventPayload, ToolCallStatus};
 use elfgate_tools::{
-    Ask, GuardianVerdict, HookEvent, HookVerdict, PermissionOutcome, PermissionTier,
-    PolicyDecision, ToolContext, ToolError, ToolOutput, policy, truncate_result,
+    Ask, CallFacts, Caller, GuardianVerdict, HookEvent, HookVerdict, PermissionOutcome,
+    PermissionTier, PolicyDecision, ToolContext, ToolError, ToolOutput, truncate_result,
 };
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -104,6 +104,7 @@ pub(crate) async fn run_call(
     call: &RequestedToolCall,
     input: &Value,
     bad_args: Option<&str>,
+    caller: Caller,
 ) -> CallResult {
     if agent.is_top() {
         runner
@@ -266,7 +267,15 @@ pub(crate) async fn run_call(
     };
     let remembered = runner.inner.broker.remembered(session_id, &call.name);
     let require = channel.is_some_and(|c| c.require_confirmation);
-    match policy(tier, tool.kind(), mode, require, remembered) {
+    let facts = CallFacts {
+        tier,
+        kind: tool.kind(),
+        mode,
+        require_confirmation: require,
+        remembered,
+        caller,
+    };
+    match runner.inner.policy.decide(&facts) {
         PolicyDecision::Allow => {}
         PolicyDecision::Deny(reason) => return denied(runner, agent, call, reason).await,
         PolicyDecision::Ask => {

@@ -1,7 +1,7 @@
 //! TinyElf's settings: the daemon-wide `[engines.tinyelf]` section and the per-run values after a
 //! session's `engineConfig` overrides.
 
-use elfgate_core::{EngineConfig, ThinkingLevel};
+use elfgate_core::{EngineConfig, PermissionMode, ThinkingLevel};
 use elfgate_llm::{Backoff, Jitter, RetryPolicy};
 use elfgate_tools::HookConfig;
 use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
@@ -100,6 +100,9 @@ pub struct TinyElfConfig {
     pub deny_commands: Vec<String>,
     /// Tier overrides by tool name: read_only, confirm_once, always_confirm, manual_only.
     pub tool_tiers: BTreeMap<String, String>,
+    /// The permission modes in which always_confirm tools run without asking (plan cannot be
+    /// one: it denies every tool that is not read_only).
+    pub always_confirm_skip_modes: Vec<PermissionMode>,
     /// Tools offered to the model (all built-in tools when absent).
     pub enabled_tools: Option<Vec<String>>,
     /// Folders whose subfolders are skills (each with a SKILL.md), on top of the project's
@@ -152,6 +155,7 @@ impl Default for TinyElfConfig {
             deny_paths: Vec::new(),
             deny_commands: Vec::new(),
             tool_tiers: BTreeMap::new(),
+            always_confirm_skip_modes: vec![PermissionMode::BypassPermissions],
             enabled_tools: None,
             skills_dirs: Vec::new(),
             project_context_max_bytes: 32 * 1024,
@@ -174,6 +178,9 @@ pub enum TinyElfConfigError {
         /// What is wrong with it.
         why: String,
     },
+    /// The permission policy's settings.
+    #[error("engines.tinyelf.{0}")]
+    Policy(#[from] elfgate_tools::TierPolicyError),
 }
 
 impl TinyElfConfig {
@@ -184,7 +191,15 @@ impl TinyElfConfig {
                 return Err(TinyElfConfigError::HookTimeout { index, why });
             }
         }
+        self.tier_policy()?;
         Ok(())
+    }
+
+    /// The permission policy these settings make.
+    pub(crate) fn tier_policy(
+        &self,
+    ) -> Result<elfgate_tools::TierPolicy, elfgate_tools::TierPolicyError> {
+        elfgate_tools::TierPolicy::new(self.always_confirm_skip_modes.clone())
     }
 
     /// The environment of shell commands and hooks, before a session's additions.

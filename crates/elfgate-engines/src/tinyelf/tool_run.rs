@@ -221,7 +221,15 @@ impl TinyElfEngine {
             name: call.name.clone(),
             arguments: call.arguments.to_string(),
         };
-        let result = pipeline::run_call(&runner, &agent, &requested, &call.arguments, None).await;
+        let result = pipeline::run_call(
+            &runner,
+            &agent,
+            &requested,
+            &call.arguments,
+            None,
+            elfgate_tools::Caller::Client,
+        )
+        .await;
 
         let session_id = ctx.session_id();
         let parent = match inner.store.latest_message(session_id).await {

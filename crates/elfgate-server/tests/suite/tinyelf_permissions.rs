@@ -4,7 +4,7 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, Opts, allow};
+use common::{Daemon, Ev, Opts, allow};
 use elfgate_mockllm::MockServer;
 use scripted::events::next_of;
 use scripted::{
@@ -242,4 +242,143 @@ async fn plan_mode_manual_only_and_channel_permissions() {
     let evs = sse.until_complete(&run1).await;
     assert_eq!(finish_of(&evs), "stop");
     assert!(dir.join("q.txt").exists());
+}
+
+/// Answers every permissionRequest of `run` with `decision` (scope `scope`) and returns the tools
+/// asked about, with the run's events.
+async fn answer_all(
+    d: &Daemon,
+    sid: &str,
+    run: &str,
+    decision: &str,
+    scope: &str,
+) -> (Vec<String>, Vec<Ev>) {
+    let mut sse = d.events(sid, None).await;
+    let mut asked = Vec::new();
+    let mut evs = Vec::new();
+    loop {
+        let ev = sse.next().await.expect("stream ended");
+        if ev.event == "permissionRequest" {
+            asked.push(ev.data["toolName"].as_str().unwrap().to_string());
+            let rid = ev.data["requestId"].as_str().unwrap();
+            let (s, v) = d
+                .post(
+                    &format!("/v1/sessions/{sid}/permissions/{rid}"),
+                    json!({"decision": decision, "scope": scope}),
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+        }
+        let done = ev.event == "complete" && ev.run() == run;
+        evs.push(ev);
+        if done {
+            return (asked, evs);
+        }
+    }
+}
+
+/// The tier table's cells that a run shows: always_confirm asks every time, even after an
+/// "allow for the session"; the configured skip modes decide where it runs unasked; a manual_only
+/// tool runs when the client runs it itself and never when the model asks.
+#[tokio::test]
+async fn always_confirm_asks_every_time_and_manual_only_is_the_clients() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon_with(
+        &mock,
+        "[engines.tinyelf]\nalways_confirm_skip_modes = [\"acceptEdits\"]\n\
+         [engines.tinyelf.tool_tiers]\nlist_dir = \"manual_only\"\n",
+    );
+    let dir = project();
+    let two_shells = json!([
+        {"toolCalls": [call("s1", "shell", json!({"command": "echo one"}))]},
+        {"toolCalls": [call("s2", "shell", json!({"command": "echo two"}))]},
+        {"toolCalls": [call("l", "list_dir", json!({}))]},
+        {"text": "ok"}
+    ]);
+    script(&mock, "twice", two_shells.clone());
+    let (sid, run1) = d
+        .create(session("go", "mock:script=twice", &dir, json!({})))
+        .await;
+    let (asked, evs) = answer_all(&d, &sid, &run1, "allow", "session").await;
+    assert_eq!(
+        asked,
+        ["shell", "shell"],
+        "asked again after a session allow"
+    );
+    let e = ends_by_id(&evs);
+    assert_eq!(e["s1"].0, "success");
+    assert_eq!(e["s2"].0, "success");
+    assert_eq!(e["l"].0, "denied");
+    assert!(e["l"].1.contains("manual_only"), "{}", e["l"].1);
+
+    // The client runs the manual_only tool itself: it runs, nobody is asked.
+    std::fs::write(dir.join("seen.txt"), "x").unwrap();
+    let (s, r) = d
+        .post(
+            &format!("/v1/sessions/{sid}/tools/list_dir"),
+            json!({"arguments": {}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{r}");
+    assert_eq!(r["status"], "success", "{r}");
+    assert!(r["content"].as_str().unwrap().contains("seen.txt"), "{r}");
+    let tool_run = r["runId"].as_str().unwrap();
+    let evs = d.events(&sid, None).await.until_complete(tool_run).await;
+    assert!(
+        !evs.iter()
+            .any(|e| e.event == "permissionRequest" && e.run() == tool_run),
+        "the client's own run asked"
+    );
+
+    // acceptEdits is a skip mode here: shell runs unasked. bypassPermissions is not: it asks.
+    script(&mock, "accept", two_shells.clone());
+    let (sid, run2) = d
+        .create(session(
+            "go",
+            "mock:script=accept",
+            &dir,
+            json!({"permissionMode": "acceptEdits"}),
+        ))
+        .await;
+    let (asked, evs) = answer_all(&d, &sid, &run2, "deny", "once").await;
+    assert!(asked.is_empty(), "{asked:?}");
+    assert_eq!(ends_by_id(&evs)["s2"].0, "success");
+    script(&mock, "bypass", two_shells);
+    let (sid, run3) = d
+        .create(session(
+            "go",
+            "mock:script=bypass",
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ))
+        .await;
+    let (asked, evs) = answer_all(&d, &sid, &run3, "deny", "once").await;
+    assert_eq!(asked, ["shell", "shell"]);
+    let e = ends_by_id(&evs);
+    assert_eq!(e["s1"].0, "denied");
+    assert_eq!(e["l"].0, "denied", "manual_only even in bypassPermissions");
+}
+
+/// plan cannot let always_confirm tools run: `config check` (and so `serve`) refuses it, naming
+/// the key.
+#[test]
+fn plan_as_a_skip_mode_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plan.toml");
+    std::fs::write(
+        &file,
+        "[engines.tinyelf]\nalways_confirm_skip_modes = [\"plan\"]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_elfgate"))
+        .args(["config", "check", "--config", file.to_str().unwrap()])
+        .env_remove("ELFGATE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("engines.tinyelf.always_confirm_skip_modes cannot hold plan"),
+        "{err}"
+    );
 }
