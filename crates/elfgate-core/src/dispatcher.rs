@@ -497,7 +497,7 @@ impl EngineDispatcher {
             .await;
         if matches!(
             outcome.finish_reason,
-            FinishReason::Stop | FinishReason::MaxIterations
+            FinishReason::Stop | FinishReason::MaxIterations | FinishReason::BudgetExhausted
         ) {
             outcome.finish_reason = FinishReason::Error;
         }

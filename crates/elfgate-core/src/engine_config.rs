@@ -78,6 +78,13 @@ pub struct EngineConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub channel_permissions: Option<ChannelPermissions>,
+    /// Tokens (input and output, every model call of the run, sub-agents included) one run may
+    /// spend (tinyelf); checked before each model call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_total_tokens: Option<u64>,
+    /// Tokens the session may spend over all its runs, this one included (tinyelf).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_session_tokens: Option<u64>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -102,6 +109,8 @@ pub mod bounds {
     pub const DRAIN_ROUNDS: (u32, u32) = (0, 1_000);
     /// maxHistory.
     pub const MAX_HISTORY: (u32, u32) = (1, 100_000);
+    /// maxTotalTokens and maxSessionTokens.
+    pub const TOKEN_BUDGET: (u64, u64) = (1, 1_000_000_000_000);
 }
 
 /// What a chat channel lets its user do (from the seed's channelUserPermissions).
@@ -200,6 +209,8 @@ impl EngineConfig {
             self.sub_agent_max_iterations,
             ITERATIONS,
         )?;
+        within("maxTotalTokens", self.max_total_tokens, TOKEN_BUDGET)?;
+        within("maxSessionTokens", self.max_session_tokens, TOKEN_BUDGET)?;
         Ok(())
     }
 
@@ -234,6 +245,8 @@ impl EngineConfig {
             mcp_config,
             cli_args,
             channel_permissions,
+            max_total_tokens,
+            max_session_tokens,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -256,6 +269,8 @@ impl EngineConfig {
             mcp_config: mcp_config.or_else(|| base.mcp_config.clone()),
             cli_args: cli_args.or_else(|| base.cli_args.clone()),
             channel_permissions: channel_permissions.or(base.channel_permissions),
+            max_total_tokens: max_total_tokens.or(base.max_total_tokens),
+            max_session_tokens: max_session_tokens.or(base.max_session_tokens),
         }
     }
 }

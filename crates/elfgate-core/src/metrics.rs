@@ -10,7 +10,7 @@ pub const TTFT_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-const REASONS: [FinishReason; 7] = [
+const REASONS: [FinishReason; 8] = [
     FinishReason::Stop,
     FinishReason::MaxIterations,
     FinishReason::Interrupted,
@@ -18,6 +18,7 @@ const REASONS: [FinishReason; 7] = [
     FinishReason::DaemonRestart,
     FinishReason::NodeLost,
     FinishReason::NodeShutdown,
+    FinishReason::BudgetExhausted,
 ];
 
 /// Counters and histograms of the daemon.
@@ -25,7 +26,7 @@ const REASONS: [FinishReason; 7] = [
 pub struct Metrics {
     events_published: AtomicU64,
     runs_started: AtomicU64,
-    runs_finished: [AtomicU64; 7],
+    runs_finished: [AtomicU64; 8],
     ttft_buckets: [AtomicU64; 12],
     ttft_count: AtomicU64,
     ttft_sum_micros: AtomicU64,

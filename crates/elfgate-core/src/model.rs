@@ -261,6 +261,9 @@ pub enum FinishReason {
     NodeLost,
     /// Its fleet node stopped (SIGTERM) and the run did not end within the node's drain time.
     NodeShutdown,
+    /// The next model call would have passed the run's or the session's token budget
+    /// (engineConfig `maxTotalTokens`, `maxSessionTokens`).
+    BudgetExhausted,
 }
 
 impl FinishReason {
@@ -274,13 +277,16 @@ impl FinishReason {
             FinishReason::DaemonRestart => "daemon_restart",
             FinishReason::NodeLost => "node_lost",
             FinishReason::NodeShutdown => "node_shutdown",
+            FinishReason::BudgetExhausted => "budget_exhausted",
         }
     }
 
     /// The run status this reason leaves behind.
     pub fn run_status(self) -> RunStatus {
         match self {
-            FinishReason::Stop | FinishReason::MaxIterations => RunStatus::Completed,
+            FinishReason::Stop | FinishReason::MaxIterations | FinishReason::BudgetExhausted => {
+                RunStatus::Completed
+            }
             FinishReason::Interrupted
             | FinishReason::DaemonRestart
             | FinishReason::NodeLost
@@ -307,6 +313,7 @@ impl FromStr for FinishReason {
             "daemon_restart" => Ok(FinishReason::DaemonRestart),
             "node_lost" => Ok(FinishReason::NodeLost),
             "node_shutdown" => Ok(FinishReason::NodeShutdown),
+            "budget_exhausted" => Ok(FinishReason::BudgetExhausted),
             other => Err(format!("unknown finish reason '{other}'")),
         }
     }

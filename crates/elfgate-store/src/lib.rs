@@ -24,7 +24,7 @@ pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_pos
 pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;
-use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId};
+use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId, TokenUsage};
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -115,6 +115,8 @@ pub trait Store: RunLedger + Send + Sync {
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()>;
     /// One run of a session.
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>>;
+    /// The tokens of a session's ended runs, summed (a session's token budget counts them).
+    async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage>;
 
     /// Stores a message.
     async fn insert_message(&self, message: &Message) -> StoreResult<()>;

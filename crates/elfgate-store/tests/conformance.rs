@@ -245,6 +245,11 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
     );
     assert_eq!(store.branch(s.id, answer.id, 1).await.unwrap().len(), 1);
 
+    // A run still going counts nothing towards the session's tokens yet.
+    assert_eq!(
+        store.session_usage(s.id).await.unwrap(),
+        TokenUsage::default()
+    );
     let outcome = RunOutcome {
         usage: TokenUsage {
             input_tokens: 3,
@@ -267,6 +272,8 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
         (2, 1)
     );
     assert!(done.ended_at.is_some());
+    let used = store.session_usage(s.id).await.unwrap();
+    assert_eq!((used.input_tokens, used.output_tokens), (3, 7));
 
     assert!(store.delete_session(s.id).await.unwrap());
     assert!(store.get_session(s.id).await.unwrap().is_none());

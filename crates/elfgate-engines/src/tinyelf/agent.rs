@@ -93,7 +93,7 @@ pub(crate) async fn run_loop(
                 None => return end(FinishReason::Interrupted, last_text, iterations, None),
             }
         }
-        let req = LlmRequest {
+        let mut req = LlmRequest {
             model: agent.model.clone(),
             system: Some(agent.system.text.clone()).filter(|s| !s.is_empty()),
             cache_prefix_len: agent.system.prefix_len,
@@ -104,6 +104,29 @@ pub(crate) async fn run_loop(
             tools: agent.tools.specs(),
             ..Default::default()
         };
+        // The token budget: a call whose request alone would use up what is left is not made;
+        // otherwise its answer may take at most what the request leaves.
+        if let Some(budget) = runner.budget_left() {
+            let input = runner
+                .predicted_input(&req)
+                .min(runner.rs.context_limit.unwrap_or(u64::MAX));
+            if input >= budget.left {
+                if top {
+                    ctx.events
+                        .emit(EventPayload::Processing {
+                            message: format!(
+                                "token budget exhausted ({} = {}): {} tokens left, and the next \
+                                 model call would send about {input}; the run stops here",
+                                budget.key, budget.max, budget.left
+                            ),
+                        })
+                        .await;
+                }
+                return end(FinishReason::BudgetExhausted, last_text, iterations, None);
+            }
+            let answer_room = u32::try_from(budget.left - input).unwrap_or(u32::MAX);
+            req.max_tokens = Some(runner.rs.max_tokens.min(answer_room));
+        }
         let turn = runner.call_fitted(&agent, &req).await;
         iterations += 1;
         let calls: Vec<(RequestedToolCall, Value, Option<String>)> = turn

@@ -270,6 +270,13 @@ impl TinyElfEngine {
             ctx.thinking_level,
         )
         .with_limits(&inner.providers.limits(&provider_name, &model));
+        let mut rs = rs;
+        if rs.max_session_tokens.is_some() {
+            match inner.store.session_usage(ctx.session_id()).await {
+                Ok(u) => rs.session_tokens_before = u.input_tokens + u.output_tokens,
+                Err(e) => return Err(fail(ctx, ErrorCode::Storage, e.report()).await),
+            }
+        }
         Ok(Prepared {
             provider_name,
             provider,
@@ -297,7 +304,7 @@ impl TinyElfEngine {
             provider,
             model,
             project,
-            rs,
+            mut rs,
         } = match self.prepare(&ctx, flavor).await {
             Ok(p) => p,
             Err(outcome) => return outcome,
@@ -371,6 +378,7 @@ impl TinyElfEngine {
             },
             None => Vec::new(),
         };
+        rs.last_input_tokens = history.iter().rev().find_map(|m| m.input_tokens);
         let mut messages = history::to_llm(&history);
         messages.push(elfgate_llm::LlmMessage {
             role: Role::User,

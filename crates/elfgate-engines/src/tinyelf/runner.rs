@@ -64,7 +64,7 @@ pub(crate) struct Runner {
     pub has_project: bool,
     pub guardian: Option<Guardian>,
     /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
-    pub(crate) token_ratio: std::sync::Mutex<f64>,
+    pub(crate) token_ratio: std::sync::Mutex<Option<f64>>,
     /// The run's token totals, sub-agents included.
     usage: std::sync::Mutex<TokenUsage>,
     /// Set once a call's output tokens were estimated from its streamed text.
@@ -109,6 +109,17 @@ impl Agent {
     }
 }
 
+/// What is left of a token budget.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// Tokens that may still be spent.
+    pub left: u64,
+    /// The budget.
+    pub max: u64,
+    /// Its engineConfig key.
+    pub key: &'static str,
+}
+
 impl Runner {
     pub(crate) fn new(
         inner: Arc<Inner>,
@@ -130,7 +141,7 @@ impl Runner {
             has_project: project.is_some(),
             project: work_dir(project.as_deref()),
             guardian,
-            token_ratio: std::sync::Mutex::new(1.0),
+            token_ratio: std::sync::Mutex::new(None),
             usage: std::sync::Mutex::new(TokenUsage::default()),
             output_estimated: std::sync::atomic::AtomicBool::new(false),
             input_estimated: std::sync::atomic::AtomicBool::new(false),
@@ -152,6 +163,27 @@ impl Runner {
             .usage
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The tokens the run may still spend under its own and its session's budgets, and the
+    /// budget that is the tighter one; None without a budget.
+    pub(crate) fn budget_left(&self) -> Option<Budget> {
+        let u = self.usage();
+        let used = u.input_tokens + u.output_tokens;
+        let run = self.rs.max_total_tokens.map(|max| Budget {
+            left: max.saturating_sub(used),
+            max,
+            key: "maxTotalTokens",
+        });
+        let session = self.rs.max_session_tokens.map(|max| Budget {
+            left: max.saturating_sub(self.rs.session_tokens_before + used),
+            max,
+            key: "maxSessionTokens",
+        });
+        match (run, session) {
+            (Some(r), Some(s)) => Some(if s.left < r.left { s } else { r }),
+            (r, s) => r.or(s),
+        }
     }
 
     /// Whether the (input, output) totals include an estimate (a call that ended before its

@@ -247,6 +247,15 @@ pub(crate) struct RunSettings {
     /// Tokens a request may take (the model's context window less the answer's reserve); None
     /// when the provider configures no window, and requests are sent as they are.
     pub context_limit: Option<u64>,
+    /// Tokens the run may spend (engineConfig maxTotalTokens).
+    pub max_total_tokens: Option<u64>,
+    /// Tokens the session may spend, and what its ended runs spent (engineConfig
+    /// maxSessionTokens; the spent part known once the store is asked).
+    pub max_session_tokens: Option<u64>,
+    pub session_tokens_before: u64,
+    /// The input tokens the provider reported for the session's latest model call before this
+    /// run (from the stored history), a floor for the first call's under a token budget.
+    pub last_input_tokens: Option<u64>,
 }
 
 impl RunSettings {
@@ -325,6 +334,12 @@ impl RunSettings {
             ),
             // Known once the provider and model are (RunSettings::with_limits).
             context_limit: None,
+            max_total_tokens: cfg.max_total_tokens,
+            max_session_tokens: cfg.max_session_tokens,
+            // Known once the store is asked (a session budget only).
+            session_tokens_before: 0,
+            // Known once the history is loaded.
+            last_input_tokens: None,
         }
     }
 }

@@ -350,7 +350,10 @@ impl Translate {
             EventPayload::Result { stats } => {
                 self.input_tokens = stats.usage.input_tokens;
                 self.output_tokens = stats.usage.output_tokens;
-                if stats.model_finish_reason == Some(ModelFinish::MaxTokens)
+                // Cut by a limit: the model's output limit, or a token budget that ended the
+                // run before its next call.
+                if (stats.model_finish_reason == Some(ModelFinish::MaxTokens)
+                    || stats.finish_reason == elfgate_core::FinishReason::BudgetExhausted)
                     && self.stop == Stop::End
                 {
                     self.stop = Stop::Length;

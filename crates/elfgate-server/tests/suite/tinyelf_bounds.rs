@@ -7,7 +7,10 @@ use crate::scripted;
 use common::Daemon;
 use elfgate_mockllm::MockServer;
 use scripted::events::drained_text;
-use scripted::{call, daemon_with, ends_by_id, finish_of, resume, script, session, spawn_bg};
+use scripted::{
+    bodies_for, call, daemon_with, ends_by_id, finish_of, processing_notes, resume, script,
+    session, spawn_bg,
+};
 use serde_json::json;
 
 fn daemon(mock: &MockServer, tinyelf_toml: &str) -> Daemon {
@@ -142,4 +145,124 @@ async fn past_the_memory_cap_the_oldest_allow_is_forgotten_and_asked_again() {
     }
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "3");
     assert_eq!(std::fs::read_to_string(dir.join("two.txt")).unwrap(), "2");
+}
+
+/// The tokens a run spent, from its record.
+async fn run_tokens(d: &Daemon, sid: &str, run: &str) -> u64 {
+    let (s, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(s, 200, "{r}");
+    r["inputTokens"].as_u64().unwrap() + r["outputTokens"].as_u64().unwrap()
+}
+
+/// maxTotalTokens bounds a run, maxSessionTokens a session's runs together: checked before each
+/// model call, a call that would pass the budget is not made, the run ends `budget_exhausted`
+/// with a processing event saying which budget, and the calls made under a budget ask for no
+/// more answer than it leaves.
+#[tokio::test]
+async fn token_budgets_end_runs_before_the_call_that_would_pass_them() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock, "");
+    let dir = tempfile::tempdir().unwrap().keep();
+    let looping = |n: usize| {
+        let mut steps: Vec<_> = (0..n)
+            .map(|i| json!({"toolCalls": [call(&format!("l{i}"), "list_dir", json!({}))]}))
+            .collect();
+        steps.push(json!({"text": "listed"}));
+        json!(steps)
+    };
+    // What two iterations of this loop cost, measured with an iteration limit.
+    script(&mock, "measure", looping(5));
+    let (sid, run, evs) = scripted::run(
+        &d,
+        session(
+            "list",
+            "mock:script=measure",
+            &dir,
+            json!({"engineConfig": {"maxIterations": 2}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "max_iterations");
+    let two_calls = run_tokens(&d, &sid, &run).await;
+
+    // A run budget a little above that: two calls are made, the third is not.
+    script(&mock, "budget", looping(5));
+    let budget = two_calls + 10;
+    let (sid, run, evs) = scripted::run(
+        &d,
+        session(
+            "list",
+            "mock:script=budget",
+            &dir,
+            json!({"engineConfig": {"maxTotalTokens": budget}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "budget_exhausted");
+    let bodies = bodies_for(&mock, "mock:script=budget");
+    assert_eq!(bodies.len(), 2, "calls made");
+    let note = processing_notes(&evs)
+        .into_iter()
+        .find(|m| m.contains("token budget exhausted"))
+        .expect("no budget event");
+    assert!(
+        note.contains(&format!("maxTotalTokens = {budget}")),
+        "{note}"
+    );
+    assert!(run_tokens(&d, &sid, &run).await <= budget);
+    // Under a budget, a call asks for no more answer than the budget leaves.
+    let asked = bodies[1]["max_tokens"].as_u64().unwrap();
+    assert!(asked < 8192, "max_tokens {asked}");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["finishReason"], "budget_exhausted");
+    assert_eq!(r["status"], "completed");
+
+    // A session budget counts the session's earlier runs: with room for one run's tokens and
+    // a few more, the first run fits, and the second, whose first call would send at least what
+    // the first one's did, is not started.
+    script(&mock, "one", json!([{"text": "first"}]));
+    let (sid, run1, _) = scripted::run(&d, session("hi", "mock:script=one", &dir, json!({}))).await;
+    let one_run = run_tokens(&d, &sid, &run1).await;
+    script(
+        &mock,
+        "sess",
+        json!([{"text": "first"}, {"text": "second"}]),
+    );
+    let (sid, run1, evs) = scripted::run(
+        &d,
+        session(
+            "hi",
+            "mock:script=sess",
+            &dir,
+            json!({"engineConfig": {"maxSessionTokens": one_run + 5}}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(run_tokens(&d, &sid, &run1).await, one_run);
+    let (_, evs) = resume(&d, &sid, json!({"prompt": "again"})).await;
+    assert_eq!(finish_of(&evs), "budget_exhausted");
+    assert_eq!(bodies_for(&mock, "mock:script=sess").len(), 1);
+    assert!(
+        processing_notes(&evs)
+            .iter()
+            .any(|m| m.contains("maxSessionTokens")),
+        "{:?}",
+        processing_notes(&evs)
+    );
+
+    // A budget is a positive number.
+    let (s, v) = d
+        .post(
+            "/v1/sessions",
+            session(
+                "x",
+                "mock:script=sess",
+                &dir,
+                json!({"engineConfig": {"maxTotalTokens": 0}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 422, "{v}");
+    assert!(v.to_string().contains("maxTotalTokens"), "{v}");
 }

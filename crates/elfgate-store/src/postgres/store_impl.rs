@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{
     LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
-    SessionId,
+    SessionId, TokenUsage,
 };
 use sqlx::{PgConnection, Row};
 
@@ -303,6 +303,21 @@ impl Store for PgStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage> {
+        let (input, output): (i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(input_tokens), 0)::BIGINT, COALESCE(SUM(output_tokens), 0)::BIGINT \
+             FROM runs WHERE session_id = $1 AND ended_at IS NOT NULL",
+        )
+        .bind(session_id.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(TokenUsage {
+            input_tokens: input.max(0) as u64,
+            output_tokens: output.max(0) as u64,
+            ..TokenUsage::default()
+        })
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {

@@ -70,7 +70,20 @@ struct Force {
 impl Runner {
     /// The run's current tokens-per-estimated-token ratio.
     fn ratio(&self) -> f64 {
-        self.token_ratio.lock().map_or(1.0, |r| *r)
+        self.token_ratio.lock().ok().and_then(|r| *r).unwrap_or(1.0)
+    }
+
+    /// The tokens the next call's request will take, for the token budget: the estimate once a
+    /// call of this run has taught the ratio of the provider's count to ours; before that, the
+    /// session's last reported request (a lower bound: the conversation only grew since), else
+    /// nothing (the spent tokens alone are checked).
+    pub(crate) fn predicted_input(&self, req: &LlmRequest) -> u64 {
+        let learned = self.token_ratio.lock().ok().and_then(|r| *r).is_some();
+        if learned {
+            self.estimate(req)
+        } else {
+            self.rs.last_input_tokens.unwrap_or(0)
+        }
     }
 
     /// The request's estimated tokens.
@@ -89,7 +102,7 @@ impl Runner {
         }
         let ratio = (turn.usage.input_tokens as f64 / raw as f64).clamp(0.1, 10.0);
         if let Ok(mut r) = self.token_ratio.lock() {
-            *r = ratio;
+            *r = Some(ratio);
         }
     }
 
