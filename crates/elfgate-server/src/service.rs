@@ -14,6 +14,7 @@ use elfgate_core::{
     EventPayload, HeadStart, MessageId, OnBusy, PermissionAnswers, PermissionMode, Run, RunId,
     RunStatus, Session, SessionBus, SessionId, StartRequest, ThinkingLevel, UnknownName,
 };
+use elfgate_tools::PromptVerdict;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,6 +199,40 @@ fn check_prompt_secrets(state: &AppState, prompt: &str) -> Result<(), ApiError> 
         }
     }
     Ok(())
+}
+
+/// The input scan's hook point: the UserPromptSubmit hooks see the prompt before anything of it
+/// is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
+/// prompt is the one stored, sent and scanned for secrets). None: the prompt stands as it came.
+async fn submit_prompt(
+    state: &AppState,
+    prompt: &str,
+    session_id: Option<SessionId>,
+    engine: EngineType,
+    project: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let payload = serde_json::json!({
+        "event": "UserPromptSubmit",
+        "sessionId": session_id,
+        "engine": engine.as_str(),
+        "projectPath": project,
+        "prompt": prompt,
+    });
+    match state
+        .tinyelf
+        .submit_prompt(&payload, project.map(std::path::Path::new))
+        .await
+    {
+        PromptVerdict::Keep => Ok(None),
+        PromptVerdict::Block(reason) => Err(ApiError::Unprocessable(format!(
+            "prompt: refused by a UserPromptSubmit hook: {reason}"
+        ))),
+        PromptVerdict::Rewrite(p) => {
+            check_prompt(&p)?;
+            check_prompt_secrets(state, &p)?;
+            Ok(Some(p))
+        }
+    }
 }
 
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
@@ -396,6 +431,18 @@ pub async fn create_session(
     check_prompt_secrets(state, &req.prompt)?;
     let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
     check_project_path(state, req.project_path.as_deref(), project_field)?;
+    let mut req = req;
+    if let Some(p) = submit_prompt(
+        state,
+        &req.prompt,
+        None,
+        engine,
+        req.project_path.as_deref(),
+    )
+    .await?
+    {
+        req.prompt = p;
+    }
     let mut checked = check_overrides(state, engine, &req.overrides)?;
     if let Some(mcp) = &req.mcp_config {
         checked.engine_config.mcp_config = Some(
@@ -536,6 +583,18 @@ pub async fn send_message(
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
     let own = check_overrides(state, session.engine, &req.overrides)?;
+    let mut req = req;
+    if let Some(p) = submit_prompt(
+        state,
+        &req.prompt,
+        Some(session_id),
+        session.engine,
+        session.project_path.as_deref(),
+    )
+    .await?
+    {
+        req.prompt = p;
+    }
     // The session's channel permissions change only when a prompt sends new ones.
     let new_channel = own
         .engine_config

@@ -23,6 +23,8 @@ pub enum HookEvent {
     SessionStart,
     /// When a run of the session ends.
     SessionEnd,
+    /// When a prompt arrives, before anything of it is stored (may block or rewrite it).
+    UserPromptSubmit,
 }
 
 impl HookEvent {
@@ -33,6 +35,7 @@ impl HookEvent {
             HookEvent::PostToolUse => "PostToolUse",
             HookEvent::SessionStart => "SessionStart",
             HookEvent::SessionEnd => "SessionEnd",
+            HookEvent::UserPromptSubmit => "UserPromptSubmit",
         }
     }
 }
@@ -81,6 +84,17 @@ pub enum HookVerdict {
     Allow,
     /// Stop, with a reason for the model.
     Deny(String),
+}
+
+/// What the UserPromptSubmit hooks did to a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptVerdict {
+    /// Go on with the prompt as it came.
+    Keep,
+    /// Go on with this prompt instead.
+    Rewrite(String),
+    /// Refuse the prompt, with the reason.
+    Block(String),
 }
 
 /// A hook configuration that cannot be used.
@@ -137,7 +151,7 @@ impl Hooks {
                 continue;
             }
             let verdict = run_one(c, event, payload, cwd, &self.child).await;
-            match verdict {
+            match verdict.map(|(v, _)| v) {
                 Ok(HookVerdict::Allow) => {}
                 Ok(HookVerdict::Deny(r)) => return HookVerdict::Deny(r),
                 Err(e) => {
@@ -152,15 +166,78 @@ impl Hooks {
         }
         HookVerdict::Allow
     }
+
+    /// Runs the UserPromptSubmit hooks in order on `payload` (whose `prompt` each hook sees as
+    /// the hooks before it left it). A hook blocks with any deny (fail closed, as for a tool);
+    /// it rewrites with a `prompt` string in its answer, or adds to the prompt with Claude
+    /// Code's `hookSpecificOutput.additionalContext` (a paragraph after it).
+    pub async fn submit_prompt(&self, payload: &Value, cwd: &Path) -> PromptVerdict {
+        let event = HookEvent::UserPromptSubmit;
+        let original = payload["prompt"].as_str().unwrap_or_default().to_string();
+        let mut payload = payload.clone();
+        let mut prompt = original.clone();
+        for (c, _) in self.hooks.iter().filter(|(c, _)| c.event == event) {
+            payload["prompt"] = Value::String(prompt.clone());
+            let said = match run_one(c, event, &payload, cwd, &self.child).await {
+                Ok((HookVerdict::Allow, said)) => said,
+                Ok((HookVerdict::Deny(r), _)) => return PromptVerdict::Block(r),
+                Err(e) => {
+                    tracing::warn!(hook = %c.command, event = event.as_str(), error = %e, "hook failed");
+                    return PromptVerdict::Block(format!(
+                        "the {} hook '{}' failed: {e}",
+                        event.as_str(),
+                        c.command
+                    ));
+                }
+            };
+            // An allow with output is a JSON object (read_answer checked it).
+            let Ok(answer @ Value::Object(_)) = serde_json::from_str::<Value>(&said) else {
+                continue;
+            };
+            match answer.get("prompt") {
+                None => {}
+                Some(Value::String(p)) if !p.trim().is_empty() => prompt = p.clone(),
+                Some(other) => {
+                    return PromptVerdict::Block(format!(
+                        "the {} hook '{}' answered prompt {other}, not a prompt (a non-empty \
+                         string)",
+                        event.as_str(),
+                        c.command
+                    ));
+                }
+            }
+            match answer.pointer("/hookSpecificOutput/additionalContext") {
+                Some(Value::String(extra)) if !extra.trim().is_empty() => {
+                    prompt = format!("{prompt}\n\n{extra}");
+                }
+                None | Some(Value::String(_)) => {}
+                Some(other) => {
+                    return PromptVerdict::Block(format!(
+                        "the {} hook '{}' answered hookSpecificOutput.additionalContext {other}, \
+                         not a string",
+                        event.as_str(),
+                        c.command
+                    ));
+                }
+            }
+        }
+        if prompt == original {
+            PromptVerdict::Keep
+        } else {
+            PromptVerdict::Rewrite(prompt)
+        }
+    }
 }
 
+/// Runs one hook: its verdict, with its answer (stdout, trimmed) for the events that read more
+/// than a decision from it.
 async fn run_one(
     c: &HookConfig,
     event: HookEvent,
     payload: &Value,
     cwd: &Path,
     child: &ChildSetup,
-) -> Result<HookVerdict, HookFailure> {
+) -> Result<(HookVerdict, String), HookFailure> {
     let mut spec = child.spec("bash", &["-c", &c.command], cwd);
     spec.stdin = Some(payload.to_string().into_bytes());
     spec.stdout_cap = ANSWER_MAX_BYTES;
@@ -193,6 +270,7 @@ async fn run_one(
             }
             v => v,
         })
+        .map(|v| (v, stdout.trim().to_string()))
         .map_err(|e| match status.code() {
             Some(_) => e,
             // Killed by a signal: no code to show, the status says which signal.
@@ -384,6 +462,54 @@ mod tests {
             ChildSetup::default(),
         )
         .unwrap()
+    }
+
+    /// Prompt hooks chain: each sees the prompt as the one before left it; an answer they
+    /// cannot read blocks, as an unreadable tool hook denies.
+    #[tokio::test]
+    async fn prompt_hooks_chain_and_fail_closed() {
+        let hooks = |cmds: &[&str]| {
+            Hooks::new(
+                cmds.iter()
+                    .map(|c| HookConfig {
+                        event: HookEvent::UserPromptSubmit,
+                        command: (*c).into(),
+                        matcher: None,
+                        timeout_secs: 10.0,
+                    })
+                    .collect(),
+                ChildSetup::default(),
+            )
+            .unwrap()
+        };
+        let dir = std::env::temp_dir();
+        let payload = json!({"event": "UserPromptSubmit", "prompt": "hello"});
+        let upper = r#"cat > /dev/null; echo '{"prompt": "HELLO"}'"#;
+        let echo = r#"python3 -c 'import json,sys; p=json.load(sys.stdin)["prompt"]; print(json.dumps({"prompt": p + "!"}))'"#;
+        assert_eq!(
+            hooks(&[upper, echo]).submit_prompt(&payload, &dir).await,
+            PromptVerdict::Rewrite("HELLO!".into())
+        );
+        assert_eq!(
+            hooks(&["cat > /dev/null"])
+                .submit_prompt(&payload, &dir)
+                .await,
+            PromptVerdict::Keep
+        );
+        for bad in [
+            r#"cat > /dev/null; echo '{"prompt": 5}'"#,
+            r#"cat > /dev/null; echo '{"prompt": ""}'"#,
+            "cat > /dev/null; echo not json",
+            "cat > /dev/null; exit 1",
+        ] {
+            assert!(
+                matches!(
+                    hooks(&[bad]).submit_prompt(&payload, &dir).await,
+                    PromptVerdict::Block(_)
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[tokio::test]

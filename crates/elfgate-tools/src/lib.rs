@@ -23,7 +23,7 @@ pub mod web;
 
 pub use firewall::{Confinement, ExecutionFirewall, FirewallError};
 pub use guardian::{Guardian, GuardianVerdict};
-pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks};
+pub use hooks::{HookConfig, HookEvent, HookVerdict, Hooks, PromptVerdict};
 pub use permission::{
     Ask, CallFacts, Caller, DEFAULT_MAX_REMEMBERED_DECISIONS, Decision, PendingRequest,
     PermissionAnswer, PermissionBroker, PermissionOutcome, PolicyDecision, ResolveError, Scope,

@@ -175,6 +175,21 @@ impl TinyElfEngine {
         })
     }
 
+    /// Runs the UserPromptSubmit hooks on a prompt that has just arrived, in `project` (the
+    /// daemon's working directory without one), before anything of it is stored; the API calls
+    /// this for every engine's prompts (docs/tinyelf.md, "Hooks").
+    pub async fn submit_prompt(
+        &self,
+        payload: &serde_json::Value,
+        project: Option<&std::path::Path>,
+    ) -> elfgate_tools::PromptVerdict {
+        if !self.inner.hooks.has(HookEvent::UserPromptSubmit) {
+            return elfgate_tools::PromptVerdict::Keep;
+        }
+        let cwd = runner::work_dir(project.filter(|p| p.is_dir()));
+        self.inner.hooks.submit_prompt(payload, &cwd).await
+    }
+
     /// The loop a chat session whose mcpConfig is set runs its prompts with (see docs/mcp.md).
     pub fn chat_tool_loop(&self) -> Arc<dyn ToolLoop> {
         Arc::new(ChatLoop(TinyElfEngine {

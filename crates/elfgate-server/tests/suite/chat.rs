@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use crate::scripted::user_prompts;
 use common::{Daemon, Opts, chat, poll_until, text_of, types};
 use elfgate_mockllm::{MockServer, Outcome};
 use serde_json::json;
@@ -613,18 +614,6 @@ async fn racing_retries_with_one_client_msg_id_start_one_session_and_one_run() {
     // One upstream call per distinct prompt; the history holds each prompt once.
     assert_eq!(mock.requests().len(), 2);
     assert_eq!(user_prompts(&d, &sid).await, ["once", "twice?"]);
-}
-
-/// The texts of a session's stored user messages, in order.
-async fn user_prompts(d: &Daemon, sid: &str) -> Vec<String> {
-    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
-    m["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["blocks"][0]["text"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// Reads a stream to its end; panics if it does not end within the guard time.

@@ -224,3 +224,106 @@ echo '{{"decision":"deny","reason":"too late"}}'
     let msgs = stored(&d, &sid).await;
     assert_eq!(msgs[2]["blocks"][0]["content"].as_str().unwrap(), e["p1"].1);
 }
+
+/// UserPromptSubmit hooks see every prompt before anything of it is stored: a deny refuses it
+/// (422 with the hook's reason; nothing stored, no session made), a `prompt` in the answer
+/// rewrites it and `hookSpecificOutput.additionalContext` adds to it (what is stored and sent
+/// is the result), for a first prompt and a later one, on tinyelf and on chat.
+#[tokio::test]
+async fn user_prompt_submit_hooks_block_and_rewrite_prompts() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "UserPromptSubmit"
+command = '''
+in=$(cat)
+printf '%s\n' "$in" >> "{m}/seen.jsonl"
+case "$in" in
+  *forbidden*) echo "no forbidden words" >&2; exit 2 ;;
+  *"rewrite me"*) echo '{{"prompt": "the rewritten prompt"}}' ;;
+  *"add context"*) echo '{{"hookSpecificOutput": {{"hookEventName": "UserPromptSubmit", "additionalContext": "Context from the hook."}}}}' ;;
+esac
+'''
+"#,
+        m = marks.path().display()
+    );
+    let d = daemon_with(&mock, &extra);
+    let dir = project();
+    script(
+        &mock,
+        "ps",
+        json!([{"text": "one"}, {"text": "two"}, {"text": "three"}]),
+    );
+
+    // A first prompt rewritten: the rewritten one is stored and sent.
+    let (sid, _, evs) = run(
+        &d,
+        session("please rewrite me", "mock:script=ps", &dir, json!({})),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(
+        scripted::user_prompts(&d, &sid).await,
+        ["the rewritten prompt"]
+    );
+    let sent = bodies_for(&mock, "mock:script=ps");
+    let last = sent[0]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(last.contains("the rewritten prompt"), "{last}");
+    assert!(!last.contains("please rewrite me"), "{last}");
+
+    // A later prompt blocked: 422 with the hook's reason, nothing stored.
+    let (s, v) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "say forbidden things"}),
+        )
+        .await;
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v.to_string()
+            .contains("UserPromptSubmit hook: no forbidden words"),
+        "{v}"
+    );
+    assert_eq!(scripted::user_prompts(&d, &sid).await.len(), 1);
+
+    // A later prompt added to.
+    let (_, evs) = scripted::resume(&d, &sid, json!({"prompt": "add context"})).await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(
+        scripted::user_prompts(&d, &sid).await[1],
+        "add context\n\nContext from the hook."
+    );
+
+    // A first prompt blocked makes no session, on chat as on tinyelf.
+    let (_, before) = d.get("/v1/sessions").await;
+    for engine in ["tinyelf", "chat"] {
+        let mut body = session("forbidden fruit", "mock:script=ps", &dir, json!({}));
+        body["engine"] = json!(engine);
+        let (s, v) = d.post("/v1/sessions", body).await;
+        assert_eq!(s, 422, "{engine}: {v}");
+        assert!(v.to_string().contains("no forbidden words"), "{v}");
+    }
+    let (_, after) = d.get("/v1/sessions").await;
+    assert_eq!(before["sessions"], after["sessions"]);
+
+    // What the hook was given: the event, the engine, the session (none yet for a first
+    // prompt) and the prompt.
+    let seen: Vec<Value> = std::fs::read_to_string(marks.path().join("seen.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen[0]["event"], "UserPromptSubmit");
+    assert_eq!(seen[0]["engine"], "tinyelf");
+    assert_eq!(seen[0]["sessionId"], Value::Null);
+    assert_eq!(seen[0]["prompt"], "please rewrite me");
+    assert_eq!(seen[1]["sessionId"], sid.as_str());
+    assert_eq!(seen.last().unwrap()["engine"], "chat");
+}

@@ -193,3 +193,15 @@ pub fn spawn_bg(id: &str, label: &str) -> Value {
         json!({"task": format!("job {label}"), "label": label, "background": true}),
     )
 }
+
+/// The texts of a session's stored user messages, in order.
+pub async fn user_prompts(d: &Daemon, sid: &str) -> Vec<String> {
+    let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["blocks"][0]["text"].as_str().unwrap().to_string())
+        .collect()
+}
