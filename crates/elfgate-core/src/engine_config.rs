@@ -85,6 +85,9 @@ pub struct EngineConfig {
     /// Tokens the session may spend over all its runs, this one included (tinyelf).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_session_tokens: Option<u64>,
+    /// The skills offered, by name (tinyelf): only these of the skills found; all when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -247,6 +250,7 @@ impl EngineConfig {
             channel_permissions,
             max_total_tokens,
             max_session_tokens,
+            skills,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -271,6 +275,7 @@ impl EngineConfig {
             channel_permissions: channel_permissions.or(base.channel_permissions),
             max_total_tokens: max_total_tokens.or(base.max_total_tokens),
             max_session_tokens: max_session_tokens.or(base.max_session_tokens),
+            skills: skills.or_else(|| base.skills.clone()),
         }
     }
 }

@@ -285,6 +285,41 @@ impl EnginesConfig {
     }
 }
 
+/// `[agents.NAME]`: a named agent profile. A session that names it with `agentId` starts with
+/// these settings wherever its own request is silent (docs/api.md, "Agent profiles").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentProfile {
+    /// The system prompt.
+    pub system_prompt: Option<String>,
+    /// The provider.
+    pub provider: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The permission mode.
+    pub permission_mode: Option<elfgate_core::PermissionMode>,
+    /// The tools offered (engineConfig enabledTools).
+    pub tools: Option<Vec<String>>,
+    /// The skills offered (engineConfig skills).
+    pub skills: Option<Vec<String>>,
+    /// Any other engineConfig keys, camelCase as in the API.
+    pub engine_config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl AgentProfile {
+    /// The profile's engineConfig: its own keys with tools and skills in it.
+    pub fn engine_config(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut cfg = self.engine_config.clone().unwrap_or_default();
+        if let Some(tools) = &self.tools {
+            cfg.insert("enabledTools".into(), serde_json::json!(tools));
+        }
+        if let Some(skills) = &self.skills {
+            cfg.insert("skills".into(), serde_json::json!(skills));
+        }
+        cfg
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -307,6 +342,9 @@ pub struct Config {
     /// `[aliases]`: model names of the gateway's front doors.
     #[serde(default)]
     pub aliases: BTreeMap<String, AliasTarget>,
+    /// `[agents.NAME]`: agent profiles a session selects with `agentId`.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentProfile>,
     /// `[cluster]`: absent for a single node.
     #[serde(default)]
     pub cluster: Option<ClusterConfig>,
@@ -521,6 +559,9 @@ impl Config {
         for (name, target) in &self.aliases {
             self.check_alias(name, target)?;
         }
+        for (name, profile) in &self.agents {
+            self.check_agent(name, profile)?;
+        }
         self.validate_storage()?;
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
@@ -566,6 +607,27 @@ impl Config {
     /// (routes do not nest, so a self-reference or a cycle could only fail at request time),
     /// and a chain made of provider routes only (an engine's run is not one call to fall back
     /// from, and its fallbacks would be dropped unseen).
+    fn check_agent(&self, name: &str, profile: &AgentProfile) -> Result<(), ConfigError> {
+        if let Some(p) = &profile.provider
+            && !self.providers.contains_key(p)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "agents.{name}.provider '{p}' is not a configured provider"
+            )));
+        }
+        if let Some(cfg) = &profile.engine_config
+            && (cfg.contains_key("enabledTools") && profile.tools.is_some()
+                || cfg.contains_key("skills") && profile.skills.is_some())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "agents.{name}: tools and skills are given twice (also in engine_config)"
+            )));
+        }
+        elfgate_core::EngineConfig::from_json(&serde_json::Value::Object(profile.engine_config()))
+            .map_err(|e| ConfigError::Invalid(format!("agents.{name}.{e}")))?;
+        Ok(())
+    }
+
     fn check_alias(&self, name: &str, target: &AliasTarget) -> Result<(), ConfigError> {
         let invalid = |why: String| Err(ConfigError::Invalid(format!("aliases.{name}: {why}")));
         let routes = target.routes();

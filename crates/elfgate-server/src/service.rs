@@ -201,6 +201,56 @@ fn check_prompt_secrets(state: &AppState, prompt: &str) -> Result<(), ApiError> 
     Ok(())
 }
 
+/// The agent profile a new session names (`agentId`, `[agents.NAME]`), applied wherever the
+/// request is silent: its system prompt, provider, model and permission mode, and its
+/// engineConfig keys (tools and skills among them) under the request's own keys. An unknown id
+/// is 422 naming the profiles there are.
+fn apply_agent_profile(state: &AppState, req: &mut CreateSessionRequest) -> Result<(), ApiError> {
+    let Some(id) = req.agent_id.as_deref() else {
+        return Ok(());
+    };
+    let profile = state.config.agents.get(id).ok_or_else(|| {
+        let known: Vec<&str> = state.config.agents.keys().map(String::as_str).collect();
+        ApiError::Unprocessable(format!(
+            "agentId: no agent profile '{id}' is configured (have: {})",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    })?;
+    let o = &mut req.overrides;
+    if o.system_prompt.is_none() {
+        o.system_prompt.clone_from(&profile.system_prompt);
+    }
+    if o.provider_id.is_none() {
+        o.provider_id.clone_from(&profile.provider);
+    }
+    if o.model.is_none() {
+        o.model.clone_from(&profile.model);
+    }
+    if o.permission_mode.is_none() {
+        o.permission_mode = profile.permission_mode.map(|m| m.as_str().to_string());
+    }
+    let mut cfg = profile.engine_config();
+    if !cfg.is_empty() {
+        match o.engine_config.take() {
+            None => {}
+            Some(serde_json::Value::Object(own)) => {
+                cfg.extend(own.into_iter().filter(|(_, v)| !v.is_null()));
+            }
+            // Not an object: left for check_overrides to refuse by name.
+            Some(other) => {
+                o.engine_config = Some(other);
+                return Ok(());
+            }
+        }
+        o.engine_config = Some(serde_json::Value::Object(cfg));
+    }
+    Ok(())
+}
+
 /// The input scan's hook point: the UserPromptSubmit hooks see the prompt before anything of it
 /// is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
 /// prompt is the one stored, sent and scanned for secrets). None: the prompt stands as it came.
@@ -443,6 +493,7 @@ pub async fn create_session(
     {
         req.prompt = p;
     }
+    apply_agent_profile(state, &mut req)?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
     if let Some(mcp) = &req.mcp_config {
         checked.engine_config.mcp_config = Some(

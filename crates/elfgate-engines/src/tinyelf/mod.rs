@@ -334,12 +334,17 @@ impl TinyElfEngine {
         // A chat session's tool loop gets its MCP tools only.
         let skills = Arc::new(match flavor {
             Flavor::Agent => {
-                context::skills::discover(
+                let mut found = context::skills::discover(
                     &inner.firewall,
                     &inner.config.skills_dirs,
                     project.as_deref(),
                 )
-                .await
+                .await;
+                // engineConfig skills (an agent profile's) narrows what is offered.
+                if let Some(names) = &ctx.engine_config.skills {
+                    found.skills.retain(|s| names.contains(&s.name));
+                }
+                found
             }
             Flavor::Chat => SkillSet::default(),
         });

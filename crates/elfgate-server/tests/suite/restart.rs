@@ -361,3 +361,38 @@ fn config_check_refuses_aliases_that_cannot_work() {
     );
     assert!(ok, "{out}");
 }
+
+/// `config check` (and so `serve`) refuses an agent profile that could only fail when a session
+/// names it, naming the profile and the key.
+#[test]
+fn config_check_refuses_agent_profiles_that_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "provider = \"nowhere\"",
+            "agents.a.provider 'nowhere' is not a configured provider",
+        ),
+        (
+            "engine_config = { maxIteration = 3 }",
+            "agents.a.engineConfig.maxIteration: unknown field",
+        ),
+        (
+            "tools = [\"grep\"]\nengine_config = { enabledTools = [\"grep\"] }",
+            "agents.a: tools and skills are given twice",
+        ),
+        (
+            "permission_mode = \"yolo\"",
+            "found `yolo`, expected `one of `default`",
+        ),
+    ];
+    for (profile, want) in cases {
+        let file = dir.path().join("agents.toml");
+        std::fs::write(&file, format!("[agents.a]\n{profile}\n")).unwrap();
+        let (ok, out) = run_elfgate(
+            &["config", "check", "--config", file.to_str().unwrap()],
+            &[],
+        );
+        assert!(!ok, "{profile}: accepted: {out}");
+        assert!(out.contains(want), "{profile}: {out}");
+    }
+}

@@ -8,8 +8,8 @@ use crate::scripted;
 use common::types;
 use elfgate_mockllm::MockServer;
 use scripted::{
-    bodies_for, call, daemon_with, ends_by_id, finish_of, of, processing_notes, project, run,
-    script, session,
+    bodies_for, call, daemon_with, ends_by_id, finish_of, of, offered_tools, processing_notes,
+    project, run, script, session,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -155,4 +155,84 @@ async fn skills_are_listed_loaded_and_read() {
         .clone();
     assert_eq!(last["role"], "tool");
     assert!(last["content"].as_str().unwrap().contains("Use the guide"));
+}
+
+/// An agent profile (`[agents.NAME]`, a session's `agentId`) gives the session its system
+/// prompt, model, permission mode, tools, skills and engineConfig wherever the request is
+/// silent; the request's own fields win; an unknown id is 422 naming the profiles.
+#[tokio::test]
+async fn agent_profiles_set_what_the_request_leaves_out() {
+    let mock = MockServer::start().await.unwrap();
+    let skills = tempfile::tempdir().unwrap();
+    skill(
+        skills.path(),
+        "review",
+        "---\nname: review\ndescription: How to review a change\n---\nRead the diff first.\n",
+    );
+    skill(
+        skills.path(),
+        "deploy",
+        "---\nname: deploy\ndescription: How to deploy\n---\nNever on Fridays.\n",
+    );
+    let d = daemon_with(
+        &mock,
+        &format!(
+            "[engines.tinyelf]\nskills_dirs = [\"{}\"]\n\n\
+             [agents.reviewer]\nsystem_prompt = \"You are the reviewer.\"\n\
+             model = \"mock:script=prof\"\npermission_mode = \"plan\"\n\
+             tools = [\"read_file\", \"list_dir\"]\nskills = [\"review\"]\n\
+             engine_config = {{ maxIterations = 3 }}\n",
+            skills.path().display()
+        ),
+    );
+    let dir = project();
+    script(&mock, "prof", json!([{"text": "one"}, {"text": "two"}]));
+    let body = json!({"engine": "tinyelf", "prompt": "review it", "agentId": "reviewer",
+                      "projectPath": dir.display().to_string()});
+    let (sid, run) = d.create(body.clone()).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    let sent = &bodies_for(&mock, "mock:script=prof")[0];
+    let system = sent["messages"][0]["content"].to_string();
+    assert!(system.contains("You are the reviewer."), "{system}");
+    assert!(system.contains("review"), "{system}");
+    assert!(!system.contains("How to deploy"), "{system}");
+    let mut tools = offered_tools(sent);
+    tools.retain(|t| !t.contains("skill"));
+    assert_eq!(tools, ["list_dir", "read_file"]);
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["agentId"], "reviewer", "{s}");
+    assert_eq!(s["permissionMode"], "plan", "{s}");
+    assert_eq!(s["engineConfig"]["maxIterations"], 3, "{s}");
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(init.data["systemInfo"]["maxIterations"], 3);
+
+    // The request's own fields win over the profile's, key by key.
+    let mut own = body.clone();
+    own["systemPrompt"] = json!("Mine.");
+    own["permissionMode"] = json!("default");
+    own["engineConfig"] = json!({"maxIterations": 5});
+    let (sid, run) = d.create(own).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let sent = &bodies_for(&mock, "mock:script=prof")[1];
+    let system = sent["messages"][0]["content"].to_string();
+    assert!(system.contains("Mine."), "{system}");
+    assert!(!system.contains("You are the reviewer."), "{system}");
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["permissionMode"], "default", "{s}");
+    assert_eq!(s["engineConfig"]["maxIterations"], 5, "{s}");
+    assert_eq!(
+        s["engineConfig"]["enabledTools"],
+        json!(["read_file", "list_dir"])
+    );
+
+    let mut unknown = body;
+    unknown["agentId"] = json!("nobody");
+    let (status, v) = d.post("/v1/sessions", unknown).await;
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v.to_string()
+            .contains("agentId: no agent profile 'nobody' is configured (have: reviewer)"),
+        "{v}"
+    );
 }
