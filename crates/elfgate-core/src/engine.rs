@@ -232,6 +232,8 @@ pub struct StartRequest<'a> {
     pub provider_id: Option<&'a str>,
     /// The channel permissions the run would have (the prompt's, else the session's).
     pub channel_permissions: Option<ChannelPermissions>,
+    /// `engineConfig.providerEnv` the run would have.
+    pub provider_env: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// Why an engine refuses a request before anything is stored ([`Engine::check_start`]): the

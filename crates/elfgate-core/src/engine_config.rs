@@ -88,6 +88,11 @@ pub struct EngineConfig {
     /// The skills offered, by name (tinyelf): only these of the skills found; all when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skills: Option<Vec<String>>,
+    /// Variables handed to the session's CLI (cli), on top of the ones the daemon gives it;
+    /// never one the daemon sets for the CLI's provider, an `ELFGATE_*` one or a provider's key
+    /// variable (422 naming it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_env: Option<BTreeMap<String, String>>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -251,6 +256,7 @@ impl EngineConfig {
             max_total_tokens,
             max_session_tokens,
             skills,
+            provider_env,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -276,6 +282,7 @@ impl EngineConfig {
             max_total_tokens: max_total_tokens.or(base.max_total_tokens),
             max_session_tokens: max_session_tokens.or(base.max_session_tokens),
             skills: skills.or_else(|| base.skills.clone()),
+            provider_env: provider_env.or_else(|| base.provider_env.clone()),
         }
     }
 }

@@ -128,6 +128,7 @@ fn check_engine(
         cli_args: checked.engine_config.cli_args.as_deref(),
         provider_id,
         channel_permissions: checked.engine_config.channel_permissions,
+        provider_env: checked.engine_config.provider_env.as_ref(),
     })
     .map_err(|e| ApiError::Unprocessable(e.to_string()))
 }

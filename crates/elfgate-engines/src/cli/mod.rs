@@ -88,7 +88,7 @@ impl CliEngine {
         }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
         let probes = CliBackend::ALL.iter().map(|&b| {
-            let env = engine.child_env(b, None, PermissionMode::Default, None);
+            let env = engine.child_env(b, None, PermissionMode::Default, [None, None]);
             let cfg = engine.config.backend(b).clone();
             async move { (b, availability::probe(b, &cfg, env, timeout).await) }
         });
@@ -123,12 +123,12 @@ impl CliEngine {
         b: CliBackend,
         provider: Option<&CliProvider>,
         mode: PermissionMode,
-        session: Option<&BTreeMap<String, String>>,
+        session: [Option<&BTreeMap<String, String>>; 2],
     ) -> ChildEnv {
         let home = self.home(b);
         let mut env = self.base_env.clone();
         env.extend(&self.config.backend(b).env);
-        if let Some(vars) = session {
+        for vars in session.into_iter().flatten() {
             env.extend(vars);
         }
         env.set("HOME", &home.display().to_string());
@@ -281,7 +281,10 @@ impl CliEngine {
             b,
             provider.as_ref().map(|(_, p)| p),
             inv.permission_mode,
-            ctx.engine_config.shell_env.as_ref(),
+            [
+                ctx.engine_config.shell_env.as_ref(),
+                ctx.engine_config.provider_env.as_ref(),
+            ],
         );
         let launch = Launch {
             spec,
@@ -456,6 +459,14 @@ pub enum CliStartError {
         /// The backend.
         backend: CliBackend,
     },
+    /// A providerEnv variable the session may not set.
+    #[error("engineConfig.providerEnv.{name}: {why}")]
+    ProviderEnv {
+        /// The variable.
+        name: String,
+        /// Why not.
+        why: &'static str,
+    },
 }
 
 fn backend_names() -> String {
@@ -543,9 +554,47 @@ impl CliEngine {
             return Err(self.unavailable(b));
         }
         self.check_args(b, req.cli_args.unwrap_or_default())?;
-        self.config
+        let provider = self
+            .config
             .provider_for(b, req.provider_id)
             .map_err(CliStartError::Provider)?;
+        if let Some(vars) = req.provider_env {
+            // What the daemon sets for the CLI's provider (its base URL, key, HOME...) stays
+            // the daemon's: a session that could point the CLI elsewhere would send the
+            // provider's key there.
+            let own: Vec<String> = PermissionMode::ALL
+                .iter()
+                .flat_map(|mode| {
+                    b.env(
+                        &self.home(b),
+                        provider.as_ref().map(|(_, p)| p),
+                        Some("-"),
+                        *mode,
+                    )
+                })
+                .map(|(k, _)| k.to_ascii_uppercase())
+                .chain(["HOME".to_string()])
+                .collect();
+            for (name, value) in vars {
+                let why = if !self.base_env.allowed(name) {
+                    Some(
+                        "the daemon's ELFGATE_* variables and providers' key variables never reach a CLI",
+                    )
+                } else if own.contains(&name.to_ascii_uppercase()) {
+                    Some("the daemon sets it for the CLI's provider; a session cannot change it")
+                } else if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                    Some("not a variable name and value")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return Err(CliStartError::ProviderEnv {
+                        name: name.clone(),
+                        why,
+                    });
+                }
+            }
+        }
         // The CLI runs its own tools, and runs some (its read-only ones) without asking: neither
         // "no tools" nor "ask before every tool" can be held to, so the run is refused rather
         // than started with a restriction that would not hold.

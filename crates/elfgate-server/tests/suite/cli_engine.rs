@@ -443,6 +443,48 @@ async fn a_cli_gets_its_own_provider_and_home_and_nothing_of_the_daemons_secrets
     }
 }
 
+/// engineConfig providerEnv hands variables to the session's CLI; one the daemon sets for the
+/// CLI's provider (which could point it, with the provider's key, elsewhere), an ELFGATE_* one or
+/// a provider's key variable is 422 naming it, before anything is stored.
+#[tokio::test]
+async fn provider_env_reaches_the_cli_and_cannot_redirect_it() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    let b = "claude-code";
+    let mut body = c.session(b, "text");
+    body["engineConfig"] = json!({"providerEnv": {"CLAUDE_CODE_FLAG": "on"}});
+    let (sid, run) = c.d.create(body).await;
+    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"]);
+    let r = c.until_record(b, "text", false).await;
+    assert_eq!(r.env("CLAUDE_CODE_FLAG"), Some("on"));
+    let (_, s) = c.d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["engineConfig"]["providerEnv"]["CLAUDE_CODE_FLAG"], "on");
+
+    let (_, before) = c.d.get("/v1/sessions").await;
+    for (name, why) in [
+        (
+            "ANTHROPIC_BASE_URL",
+            "the daemon sets it for the CLI's provider",
+        ),
+        ("HOME", "the daemon sets it"),
+        ("ELFGATE_TOKEN", "never reach a CLI"),
+        ("OPENAI_API_KEY", "never reach a CLI"),
+    ] {
+        let mut body = c.session(b, "text");
+        body["engineConfig"] = json!({"providerEnv": {name: "http://127.0.0.1:9/"}});
+        let (status, v) = c.d.post("/v1/sessions", body).await;
+        assert_eq!(status, 422, "{name}: {v}");
+        let text = v.to_string();
+        assert!(
+            text.contains(&format!("engineConfig.providerEnv.{name}")) && text.contains(why),
+            "{name}: {v}"
+        );
+    }
+    let (_, after) = c.d.get("/v1/sessions").await;
+    assert_eq!(before["sessions"], after["sessions"]);
+}
+
 /// Waits for the first words of a slow answer, interrupts, and checks the end and the processes.
 async fn interrupt_mid_run(c: &CliDaemon, b: &str, prompt: &str) {
     let (sid, run) = c.d.create(c.session(b, prompt)).await;
