@@ -70,6 +70,28 @@ pub struct RunOverrides {
     /// the session as engineConfig.cliArgs (over an engineConfig.cliArgs of the same request).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_args: Option<Vec<String>>,
+    /// The kind of chat channel this prompt came from (e.g. slack), stored on its run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_source: Option<String>,
+    /// The channel (a chat, a room) it came from, stored on its run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    /// Who sent it in that channel, stored on its run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_sender_id: Option<String>,
+}
+
+impl RunOverrides {
+    /// The chat channel the prompt came from (the three fields are written out here: serde
+    /// cannot nest a flattened struct in one that is flattened next to the unknown-field
+    /// catcher).
+    pub fn channel(&self) -> elfgate_core::ChannelOrigin {
+        elfgate_core::ChannelOrigin {
+            channel_source: self.channel_source.clone(),
+            channel_id: self.channel_id.clone(),
+            channel_sender_id: self.channel_sender_id.clone(),
+        }
+    }
 }
 
 /// Body of POST /v1/sessions.

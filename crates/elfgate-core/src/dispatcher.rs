@@ -659,6 +659,7 @@ mod tests {
             metrics: Arc::new(Metrics::default()),
             tool_run: None,
             node: None,
+            channel: Default::default(),
         }
     }
 

@@ -147,6 +147,8 @@ pub struct EngineSessionContext {
     pub tool_run: Option<ToolRun>,
     /// The fleet node that runs it (None on a single node).
     pub node: Option<Arc<str>>,
+    /// The chat channel the prompt came from.
+    pub channel: crate::ChannelOrigin,
 }
 
 /// One tool to run in a session outside a turn.

@@ -46,7 +46,9 @@ pub use log_queue::{
 };
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use metrics::Metrics;
-pub use model::{ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session};
+pub use model::{
+    ChannelOrigin, ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session,
+};
 pub use modes::{CliBackend, Decision, Network, PermissionMode, Scope, ThinkingLevel, UnknownName};
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;

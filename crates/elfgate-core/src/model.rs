@@ -319,6 +319,67 @@ impl FromStr for FinishReason {
     }
 }
 
+/// Where a run's prompt came from when a chat channel sent it (the specification's
+/// channelSource, channelId and channelSenderId): stored on the run, handed to hooks and the
+/// guardian, shown in the run's record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelOrigin {
+    /// The kind of channel (e.g. slack, telegram).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_source: Option<String>,
+    /// The channel (a chat, a room).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    /// Who sent the prompt in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_sender_id: Option<String>,
+}
+
+impl ChannelOrigin {
+    /// Longest value of each field, in characters.
+    pub const MAX_CHARS: usize = 256;
+
+    /// No field is set.
+    pub fn is_empty(&self) -> bool {
+        self.channel_source.is_none()
+            && self.channel_id.is_none()
+            && self.channel_sender_id.is_none()
+    }
+
+    /// The fields with their wire names.
+    pub fn fields(&self) -> [(&'static str, Option<&str>); 3] {
+        [
+            ("channelSource", self.channel_source.as_deref()),
+            ("channelId", self.channel_id.as_deref()),
+            ("channelSenderId", self.channel_sender_id.as_deref()),
+        ]
+    }
+
+    /// Adds the fields that are set to a hook's JSON object, under their wire names.
+    pub fn add_to(&self, payload: &mut serde_json::Value) {
+        if let serde_json::Value::Object(map) = payload {
+            for (name, v) in self.fields() {
+                if let Some(v) = v {
+                    map.insert(name.to_string(), serde_json::Value::String(v.to_string()));
+                }
+            }
+        }
+    }
+
+    /// The first field that is empty or longer than [`Self::MAX_CHARS`], with why.
+    pub fn problem(&self) -> Option<String> {
+        self.fields().into_iter().find_map(|(name, v)| match v {
+            Some(v) if v.trim().is_empty() => Some(format!("{name} must not be empty")),
+            Some(v) if v.chars().count() > Self::MAX_CHARS => Some(format!(
+                "{name} is longer than {} characters",
+                Self::MAX_CHARS
+            )),
+            _ => None,
+        })
+    }
+}
+
 /// One run of an engine for one prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -345,4 +406,7 @@ pub struct Run {
     /// The client's idempotency key of the prompt that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_msg_id: Option<String>,
+    /// The chat channel the prompt came from, if one sent it.
+    #[serde(flatten)]
+    pub channel: ChannelOrigin,
 }

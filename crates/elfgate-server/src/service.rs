@@ -252,8 +252,8 @@ fn apply_agent_profile(state: &AppState, req: &mut CreateSessionRequest) -> Resu
     Ok(())
 }
 
-/// The input scan's hook point: the UserPromptSubmit hooks see the prompt before anything of it
-/// is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
+/// The input scan's hook point (after the channel fields are checked, which the hooks see too):
+/// the UserPromptSubmit hooks see the prompt before anything of it is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
 /// prompt is the one stored, sent and scanned for secrets). None: the prompt stands as it came.
 async fn submit_prompt(
     state: &AppState,
@@ -261,14 +261,19 @@ async fn submit_prompt(
     session_id: Option<SessionId>,
     engine: EngineType,
     project: Option<&str>,
+    channel: &elfgate_core::ChannelOrigin,
 ) -> Result<Option<String>, ApiError> {
-    let payload = serde_json::json!({
+    if let Some(why) = channel.problem() {
+        return Err(ApiError::Unprocessable(why));
+    }
+    let mut payload = serde_json::json!({
         "event": "UserPromptSubmit",
         "sessionId": session_id,
         "engine": engine.as_str(),
         "projectPath": project,
         "prompt": prompt,
     });
+    channel.add_to(&mut payload);
     match state
         .tinyelf
         .submit_prompt(&payload, project.map(std::path::Path::new))
@@ -390,6 +395,7 @@ fn build_ctx(
         is_resume,
         parent_id,
     } = p;
+    let channel = o.channel();
     EngineSessionContext {
         session: session.clone(),
         run_id,
@@ -422,10 +428,15 @@ fn build_ctx(
         metrics: state.metrics.clone(),
         tool_run: None,
         node: state.fleet.as_ref().map(|f| f.node_id.clone()),
+        channel,
     }
 }
 
-fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
+fn new_run(
+    session_id: SessionId,
+    client_msg_id: Option<String>,
+    channel: elfgate_core::ChannelOrigin,
+) -> Run {
     Run {
         id: RunId::new(),
         session_id,
@@ -437,6 +448,7 @@ fn new_run(session_id: SessionId, client_msg_id: Option<String>) -> Run {
         ended_at: None,
         error: None,
         client_msg_id,
+        channel,
     }
 }
 
@@ -489,6 +501,7 @@ pub async fn create_session(
         None,
         engine,
         req.project_path.as_deref(),
+        &req.overrides.channel(),
     )
     .await?
     {
@@ -544,7 +557,11 @@ pub async fn create_session(
         created_at: now,
         updated_at: now,
     };
-    let mut run = new_run(session.id, req.overrides.client_msg_id.clone());
+    let mut run = new_run(
+        session.id,
+        req.overrides.client_msg_id.clone(),
+        req.overrides.channel(),
+    );
     // A new session has no other run: its first one starts at once, so it is stored as running.
     run.status = RunStatus::Running;
     // create_session stores the first seq reservation with the session.
@@ -642,6 +659,7 @@ pub async fn send_message(
         Some(session_id),
         session.engine,
         session.project_path.as_deref(),
+        &req.overrides.channel(),
     )
     .await?
     {
@@ -710,7 +728,11 @@ pub async fn send_message(
             .set_session_engine_config(session_id, &cfg)
             .await?;
     }
-    let run = new_run(session_id, req.overrides.client_msg_id.clone());
+    let run = new_run(
+        session_id,
+        req.overrides.client_msg_id.clone(),
+        req.overrides.channel(),
+    );
     if let Err(e) = state.store.create_run(&run).await {
         // The same key may have been stored a moment ago by a concurrent retry.
         if let Some(key) = req.overrides.client_msg_id.as_deref()
@@ -914,7 +936,7 @@ pub async fn run_tool(
             active_run_id: active.run_id,
         });
     }
-    let run = new_run(session_id, None);
+    let run = new_run(session_id, None, Default::default());
     state.store.create_run(&run).await?;
     let bus = open_run_bus(state, session_id).await?;
     let answer = state.tinyelf.await_tool_run(run.id);

@@ -28,3 +28,12 @@ where
 {
     s.map(|s| parse(what, &s)).transpose()
 }
+
+/// A run's channel as stored: a JSON object, or NULL for a run no channel sent.
+pub fn channel_text(channel: &elfgate_core::ChannelOrigin) -> Option<String> {
+    if channel.is_empty() {
+        return None;
+    }
+    // Three optional strings always serialize; None would only drop the origin.
+    serde_json::to_string(channel).ok()
+}

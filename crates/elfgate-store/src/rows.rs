@@ -76,6 +76,11 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
         ended_at: r.opt_text("ended_at")?.map(|s| parse_ts(&s)).transpose()?,
         error: r.opt_text("error")?,
         client_msg_id: r.opt_text("client_msg_id")?,
+        channel: match r.opt_text("channel")? {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| StoreError::Corrupt(format!("run channel: {e}")))?,
+            None => Default::default(),
+        },
     })
 }
 

@@ -65,7 +65,7 @@ pub(crate) fn push_insert_runs(script: &mut Script, runs: &[&Run]) {
         script
             .statement(
                 "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, \
-                 output_tokens, iterations, started_at, ended_at, error, client_msg_id) ",
+                 output_tokens, iterations, started_at, ended_at, error, client_msg_id, channel) ",
             )
             .push_values(chunk, |mut row, run| {
                 row.push_bind(run.id.to_string())
@@ -78,7 +78,8 @@ pub(crate) fn push_insert_runs(script: &mut Script, runs: &[&Run]) {
                     .push_bind(ts(&run.started_at))
                     .push_bind(run.ended_at.as_ref().map(ts))
                     .push_bind(run.error.clone())
-                    .push_bind(run.client_msg_id.clone());
+                    .push_bind(run.client_msg_id.clone())
+                    .push_bind(crate::codec::channel_text(&run.channel));
             });
     }
 }

@@ -159,13 +159,19 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         ended_at: None,
         error: None,
         client_msg_id: None,
+        channel: Default::default(),
     }
 }
 
 async fn sessions_runs_and_messages_round_trip(db: Db) {
     let store = db.open().await;
     let s = session();
-    let r = run(s.id, RunStatus::Queued);
+    let mut r = run(s.id, RunStatus::Queued);
+    r.channel = elfgate_core::ChannelOrigin {
+        channel_source: Some("slack".into()),
+        channel_id: None,
+        channel_sender_id: Some("U7".into()),
+    };
     store.create_session(&s, &r, None).await.unwrap();
     assert_eq!(
         store
@@ -186,10 +192,9 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
         serde_json::json!({"k": 2, "c": true})
     );
     store.run_started(s.id, r.id).await.unwrap();
-    assert_eq!(
-        store.get_run(s.id, r.id).await.unwrap().unwrap().status,
-        RunStatus::Running
-    );
+    let started = store.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(started.status, RunStatus::Running);
+    assert_eq!(started.channel, r.channel);
 
     let user = Message::new(
         s.id,

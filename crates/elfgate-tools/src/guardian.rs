@@ -81,15 +81,24 @@ impl Guardian {
         tool: &str,
         input: &Value,
         project: &str,
+        channel: &elfgate_core::ChannelOrigin,
         cancel: &CancellationToken,
     ) -> GuardianVerdict {
+        let mut about = format!("Project directory: {project}\n");
+        // Who asked, when a chat channel did: a call that fits a project's owner may not fit
+        // an anonymous sender of a public channel.
+        for (name, value) in channel.fields() {
+            if let Some(v) = value {
+                about.push_str(&format!("{name}: {v}\n"));
+            }
+        }
         let req = LlmRequest {
             model: self.model.clone(),
             system: Some(SYSTEM.to_string()),
             messages: vec![LlmMessage {
                 role: Role::User,
                 blocks: vec![ContentBlock::Text {
-                    text: format!("Project directory: {project}\nTool: {tool}\nInput: {input}"),
+                    text: format!("{about}Tool: {tool}\nInput: {input}"),
                 }],
             }],
             temperature: Some(0.0),

@@ -406,13 +406,15 @@ impl TinyElfEngine {
         });
 
         let hook_payload = |event: HookEvent| {
-            json!({
+            let mut payload = json!({
                 "event": event.as_str(),
                 "sessionId": session_id,
                 "runId": ctx.run_id,
                 "projectPath": project.as_ref().map(|p| p.display().to_string()),
                 "prompt": ctx.prompt,
-            })
+            });
+            ctx.channel.add_to(&mut payload);
+            payload
         };
         if inner.hooks.has(HookEvent::SessionStart) {
             let verdict = inner

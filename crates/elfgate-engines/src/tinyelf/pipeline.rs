@@ -202,7 +202,7 @@ pub(crate) async fn run_call(
     let hooks = runner.inner.hooks.clone();
     // 4. PreToolUse hooks.
     if hooks.has(HookEvent::PreToolUse) {
-        let payload = json!({
+        let mut payload = json!({
             "event": "PreToolUse",
             "sessionId": session_id,
             "runId": runner.ctx.run_id,
@@ -211,6 +211,7 @@ pub(crate) async fn run_call(
             "input": input,
             "projectPath": project,
         });
+        runner.ctx.channel.add_to(&mut payload);
         let verdict = tokio::select! {
             biased;
             _ = agent.cancel.cancelled() => return interrupted(runner, agent, call).await,
@@ -243,7 +244,16 @@ pub(crate) async fn run_call(
     if let Some(g) = &runner.guardian
         && (tier != PermissionTier::ReadOnly || runner.inner.config.guardian.review_read_only)
     {
-        match g.review(&call.name, input, &project, &agent.cancel).await {
+        match g
+            .review(
+                &call.name,
+                input,
+                &project,
+                &runner.ctx.channel,
+                &agent.cancel,
+            )
+            .await
+        {
             GuardianVerdict::Allow => {}
             GuardianVerdict::Block(_) if agent.cancel.is_cancelled() => {
                 return interrupted(runner, agent, call).await;
@@ -383,7 +393,7 @@ pub(crate) async fn run_call(
     };
     // 9. PostToolUse hooks, fire-and-forget.
     if hooks.has(HookEvent::PostToolUse) {
-        let payload = json!({
+        let mut payload = json!({
             "event": "PostToolUse",
             "sessionId": session_id,
             "runId": runner.ctx.run_id,
@@ -394,6 +404,7 @@ pub(crate) async fn run_call(
             "result": truncate_result(&content, runner.rs.tool_result_max_chars),
             "projectPath": project,
         });
+        runner.ctx.channel.add_to(&mut payload);
         let name = call.name.clone();
         let cwd = runner.project.clone();
         tokio::spawn(

@@ -327,3 +327,85 @@ esac
     assert_eq!(seen[1]["sessionId"], sid.as_str());
     assert_eq!(seen.last().unwrap()["engine"], "chat");
 }
+
+/// channelSource, channelId and channelSenderId are the run's: stored on it (its record shows
+/// them), handed to hooks and told to the guardian; a later prompt without them has none; an
+/// empty or overlong one is 422 naming it.
+#[tokio::test]
+async fn channel_fields_reach_the_run_record_hooks_and_guardian() {
+    let mock = MockServer::start().await.unwrap();
+    let marks = tempfile::tempdir().unwrap();
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+command = '''cat >> "{m}/pre.jsonl"; echo >> "{m}/pre.jsonl"; echo '{{"decision": "allow"}}' '''
+
+[engines.tinyelf.guardian]
+enabled = true
+provider = "mock"
+model = "mock:script=chan-guard"
+"#,
+        m = marks.path().display()
+    );
+    let d = daemon_with(&mock, &extra);
+    script(&mock, "chan-guard", json!([{"text": "SAFE"}]));
+    script(
+        &mock,
+        "chan",
+        json!([{"toolCalls": [call("w1", "write_file", json!({"path": "c.txt", "content": "x"}))]},
+               {"text": "ok"}, {"text": "again"}]),
+    );
+    let dir = project();
+    let (sid, run1, evs) = run(
+        &d,
+        session(
+            "w",
+            "mock:script=chan",
+            &dir,
+            json!({"permissionMode": "bypassPermissions", "channelSource": "slack",
+                   "channelId": "C1", "channelSenderId": "U7"}),
+        ),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    assert_eq!(ends(&evs)[0].0, "success");
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run1}")).await;
+    assert_eq!(
+        (&r["channelSource"], &r["channelId"], &r["channelSenderId"]),
+        (&json!("slack"), &json!("C1"), &json!("U7")),
+        "{r}"
+    );
+    let pre: Value = serde_json::from_str(
+        std::fs::read_to_string(marks.path().join("pre.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(pre["channelSenderId"], "U7", "{pre}");
+    assert_eq!(pre["channelSource"], "slack", "{pre}");
+    let asked = bodies_for(&mock, "mock:script=chan-guard")[0].to_string();
+    assert!(asked.contains("channelSenderId: U7"), "{asked}");
+
+    // The next prompt came from nowhere in particular: its run has no channel.
+    let (run2, _) = scripted::resume(&d, &sid, json!({"prompt": "more"})).await;
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run2}")).await;
+    assert!(r.get("channelSenderId").is_none(), "{r}");
+
+    for (field, value, why) in [
+        ("channelId", json!(""), "channelId must not be empty"),
+        (
+            "channelSenderId",
+            json!("x".repeat(300)),
+            "channelSenderId is longer than 256 characters",
+        ),
+    ] {
+        let mut body = session("w", "mock:script=chan", &dir, json!({}));
+        body[field] = value;
+        let (s, v) = d.post("/v1/sessions", body).await;
+        assert_eq!(s, 422, "{v}");
+        assert!(v.to_string().contains(why), "{v}");
+    }
+}

@@ -42,8 +42,8 @@ pub(super) async fn insert_session(conn: &mut PgConnection, s: &Session) -> Stor
 pub(super) async fn insert_run(conn: &mut PgConnection, run: &Run) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
-         iterations, started_at, ended_at, error, client_msg_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         iterations, started_at, ended_at, error, client_msg_id, channel) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(run.id.to_string())
     .bind(run.session_id.to_string())
@@ -56,6 +56,7 @@ pub(super) async fn insert_run(conn: &mut PgConnection, run: &Run) -> StoreResul
     .bind(run.ended_at.as_ref().map(ts))
     .bind(&run.error)
     .bind(&run.client_msg_id)
+    .bind(crate::codec::channel_text(&run.channel))
     .execute(conn)
     .await?;
     Ok(())
