@@ -93,6 +93,10 @@ pub struct EngineConfig {
     /// variable (422 naming it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_env: Option<BTreeMap<String, String>>,
+    /// Ask for the model's long context (tinyelf, chat, st-chat, api): Anthropic's context-1m
+    /// beta header, and the provider's extended_context_window_tokens for compaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_extended_context: Option<bool>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -257,6 +261,7 @@ impl EngineConfig {
             max_session_tokens,
             skills,
             provider_env,
+            use_extended_context,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -283,6 +288,7 @@ impl EngineConfig {
             max_session_tokens: max_session_tokens.or(base.max_session_tokens),
             skills: skills.or_else(|| base.skills.clone()),
             provider_env: provider_env.or_else(|| base.provider_env.clone()),
+            use_extended_context: use_extended_context.or(base.use_extended_context),
         }
     }
 }

@@ -434,6 +434,7 @@ impl ChatEngine {
                 .thinking_level
                 .or(cfg.thinking_level)
                 .unwrap_or_default(),
+            extended_context: cfg.use_extended_context.unwrap_or(false),
             ..Default::default()
         }
     }

@@ -23,6 +23,9 @@ pub struct ModelLimits {
     pub context_window_tokens: Option<u64>,
     /// Tokens of the window kept free for the answer.
     pub reserve_output_tokens: Option<u64>,
+    /// The larger window the model has when a session asks for it (engineConfig
+    /// useExtendedContext), e.g. 1,000,000 for Claude Sonnet 4 with Anthropic's context-1m beta.
+    pub extended_context_window_tokens: Option<u64>,
 }
 
 impl ModelLimits {
@@ -31,6 +34,9 @@ impl ModelLimits {
         ModelLimits {
             context_window_tokens: over.context_window_tokens.or(self.context_window_tokens),
             reserve_output_tokens: over.reserve_output_tokens.or(self.reserve_output_tokens),
+            extended_context_window_tokens: over
+                .extended_context_window_tokens
+                .or(self.extended_context_window_tokens),
         }
     }
 }

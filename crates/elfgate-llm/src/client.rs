@@ -20,7 +20,12 @@ pub(crate) trait Wire: Send + Sync + 'static {
     fn body(&self, req: &LlmRequest, model: &str) -> Value;
     /// Adds the format's own headers, and the API key when there is one (by default as
     /// `Authorization: Bearer`).
-    fn headers(&self, req: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+    fn headers(
+        &self,
+        req: reqwest::RequestBuilder,
+        _llm: &LlmRequest,
+        key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         match key {
             Some(key) => req.bearer_auth(key),
             None => req,
@@ -71,7 +76,7 @@ impl<W: Wire> LlmProvider for WireProvider<W> {
             .post(url.as_ref())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .json(&body);
-        let builder = self.wire.headers(builder, key);
+        let builder = self.wire.headers(builder, req, key);
         let resp = http::send(builder, self.cfg.request_timeout).await?;
         Ok(http::event_stream(
             resp,

@@ -125,6 +125,10 @@ pub struct LlmRequest {
     /// keeping what the internal form has no room for, such as `cache_control` marks). Other
     /// kinds ignore it. (Only the Anthropic client applies it so far.)
     pub passthrough: Option<(ProviderKind, serde_json::Map<String, serde_json::Value>)>,
+    /// Ask for the model's long context window where the provider kind has a switch for it
+    /// (Anthropic: the `anthropic-beta: context-1m-2025-08-07` header); the other kinds have
+    /// none, and send the request as usual.
+    pub extended_context: bool,
 }
 
 /// Which tool the model must call.

@@ -81,6 +81,8 @@ pub struct RecordedRequest {
     /// The credential the client sent: the `Authorization` header, or else `x-api-key`,
     /// `x-goog-api-key` or the `key` query parameter.
     pub authorization: Option<String>,
+    /// Anthropic's `anthropic-beta` header, when sent (the features the client opted into).
+    pub anthropic_beta: Option<String>,
     /// What has happened to this request so far (updated live).
     pub outcome: Outcome,
 }
@@ -450,6 +452,7 @@ struct Incoming {
     /// Path without the query.
     path: String,
     authorization: Option<String>,
+    anthropic_beta: Option<String>,
     /// The model, when the path names it (Gemini).
     model: Option<String>,
     /// Whether to stream, when the path says so (Gemini).
@@ -466,6 +469,7 @@ impl Incoming {
             format,
             path: uri.path().to_string(),
             authorization,
+            anthropic_beta: header_str(headers, "anthropic-beta"),
             model: None,
             stream: None,
         }
@@ -635,6 +639,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         format,
         path,
         authorization,
+        anthropic_beta,
         model: path_model,
         stream: path_stream,
     } = incoming;
@@ -652,6 +657,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
                 model: path_model.unwrap_or_default(),
                 body: Value::String(String::from_utf8_lossy(&raw).into_owned()),
                 authorization,
+                anthropic_beta,
                 outcome: Outcome::InProgress,
             });
             guard.finish(Outcome::Failed);
@@ -691,6 +697,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         model: model.clone(),
         body,
         authorization,
+        anthropic_beta,
         outcome: Outcome::InProgress,
     });
 

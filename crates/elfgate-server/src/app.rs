@@ -197,6 +197,7 @@ fn providers(config: &Config) -> Result<ProviderRegistry, StartError> {
                 provider: elfgate_engines::ModelLimits {
                     context_window_tokens: p.context_window_tokens,
                     reserve_output_tokens: p.reserve_output_tokens,
+                    extended_context_window_tokens: p.extended_context_window_tokens,
                 },
                 models: p.models.clone(),
             },

@@ -180,7 +180,10 @@ pub struct ProviderConfigSection {
     /// Tokens of the window kept for the answer (default: the request's max_tokens).
     #[serde(default)]
     pub reserve_output_tokens: Option<u64>,
-    /// Per model name: the same two keys, over the provider's.
+    /// The models' window when a session asks for the extended context (useExtendedContext).
+    #[serde(default)]
+    pub extended_context_window_tokens: Option<u64>,
+    /// Per model name: the same three keys, over the provider's.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
 }

@@ -53,8 +53,33 @@ impl StrictBody for elfgate_api::PermissionBody {}
 
 impl StrictBody for elfgate_api::InterruptRequest {}
 
+/// Fields of the specification's EngineSessionContext that have no meaning in this daemon, with
+/// what takes their place (docs/api.md, "Fields of the specification this daemon does not take").
+const NOT_HERE: &[(&str, &str)] = &[
+    (
+        "customAgentOptions",
+        "an engine's options are engineConfig keys here (docs/api.md, engineConfig), each checked \
+         by name; there is no free-form bag",
+    ),
+    (
+        "isOfficialProvider",
+        "whether a provider is official is the operator's configuration (its kind and base URL), \
+         never a client's claim",
+    ),
+    (
+        "onSessionEnd",
+        "there is no per-session callback; follow GET /v1/sessions/{id}/events to its `complete` \
+         (or the stream of POST /v1/sessions with Accept: text/event-stream)",
+    ),
+];
+
 fn unknown_field(name: &str) -> ApiError {
-    ApiError::Unprocessable(format!("unknown field `{name}` in the body"))
+    match NOT_HERE.iter().find(|(n, _)| *n == name) {
+        Some((_, instead)) => {
+            ApiError::Unprocessable(format!("`{name}` is not taken by this daemon: {instead}"))
+        }
+        None => ApiError::Unprocessable(format!("unknown field `{name}` in the body")),
+    }
 }
 
 /// Parses a body, naming the field at fault: 422 for one the type does not have, 400 otherwise.

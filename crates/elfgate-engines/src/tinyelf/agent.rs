@@ -102,6 +102,7 @@ pub(crate) async fn run_loop(
             max_tokens: Some(runner.rs.max_tokens),
             thinking: runner.rs.thinking,
             tools: agent.tools.specs(),
+            extended_context: runner.rs.extended_context,
             ..Default::default()
         };
         // The token budget: a call whose request alone would use up what is left is not made;

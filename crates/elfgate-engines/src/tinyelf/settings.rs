@@ -256,13 +256,22 @@ pub(crate) struct RunSettings {
     /// The input tokens the provider reported for the session's latest model call before this
     /// run (from the stored history), a floor for the first call's under a token budget.
     pub last_input_tokens: Option<u64>,
+    /// engineConfig useExtendedContext: the long context asked for, the larger window used.
+    pub extended_context: bool,
 }
 
 impl RunSettings {
     /// These settings with the context limit of the run's model: its window less the reserve for
     /// the answer (`reserve_output_tokens`, default the run's `max_tokens`).
     pub(crate) fn with_limits(mut self, limits: &crate::providers::ModelLimits) -> Self {
-        self.context_limit = limits.context_window_tokens.map(|window| {
+        let window = if self.extended_context {
+            limits
+                .extended_context_window_tokens
+                .or(limits.context_window_tokens)
+        } else {
+            limits.context_window_tokens
+        };
+        self.context_limit = window.map(|window| {
             let reserve = limits
                 .reserve_output_tokens
                 .unwrap_or(u64::from(self.max_tokens));
@@ -340,6 +349,7 @@ impl RunSettings {
             session_tokens_before: 0,
             // Known once the history is loaded.
             last_input_tokens: None,
+            extended_context: cfg.use_extended_context.unwrap_or(false),
         }
     }
 }

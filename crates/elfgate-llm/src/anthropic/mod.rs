@@ -34,6 +34,9 @@ impl AnthropicWire {
     }
 }
 
+/// The beta that opens a model's 1M-token context window (Claude Sonnet 4 and later).
+const EXTENDED_CONTEXT_BETA: &str = "context-1m-2025-08-07";
+
 impl Wire for AnthropicWire {
     const KIND: ProviderKind = ProviderKind::Anthropic;
     type Decoder = AnthropicDecoder;
@@ -46,8 +49,18 @@ impl Wire for AnthropicWire {
         build_body(req, model)
     }
 
-    fn headers(&self, req: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+    fn headers(
+        &self,
+        req: reqwest::RequestBuilder,
+        llm: &LlmRequest,
+        key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         let req = req.header("anthropic-version", ANTHROPIC_VERSION);
+        let req = if llm.extended_context {
+            req.header("anthropic-beta", EXTENDED_CONTEXT_BETA)
+        } else {
+            req
+        };
         match key {
             Some(key) => req.header("x-api-key", key),
             None => req,

@@ -53,7 +53,12 @@ impl Wire for GeminiWire {
         build_body(req)
     }
 
-    fn headers(&self, req: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+    fn headers(
+        &self,
+        req: reqwest::RequestBuilder,
+        _llm: &LlmRequest,
+        key: Option<&str>,
+    ) -> reqwest::RequestBuilder {
         match key {
             Some(key) => req.header("x-goog-api-key", key),
             None => req,

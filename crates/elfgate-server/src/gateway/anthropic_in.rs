@@ -212,6 +212,9 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
             // The caller's own cache marks travel in the passthrough (Anthropic callers).
             cache_prefix_len: 0,
             passthrough,
+            // A door's caller opts into betas with its own anthropic-beta header, which a door
+            // does not relay (docs/gateway.md).
+            extended_context: false,
         },
         prompt,
         stream,

@@ -182,6 +182,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
         // The caller's own cache marks travel in the passthrough (Anthropic callers).
         cache_prefix_len: 0,
         passthrough: None,
+        extended_context: false,
     };
     Ok((
         Inbound {

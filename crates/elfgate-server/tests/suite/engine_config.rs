@@ -47,7 +47,25 @@ async fn a_wrong_type_or_an_unknown_key_is_422_naming_it_and_stores_nothing() {
     // a name no engine understands.
     let mut chat_with_backend = chat("x", "mock:tokens=1");
     chat_with_backend["cliBackend"] = json!("aider");
+    // The specification's context fields that mean nothing here say what does instead.
+    let spec_field = |name: &str| {
+        let mut body = chat("x", "mock:tokens=1");
+        body[name] = json!(true);
+        body
+    };
     for (body, want) in [
+        (
+            spec_field("customAgentOptions"),
+            "`customAgentOptions` is not taken by this daemon: an engine's options are engineConfig keys",
+        ),
+        (
+            spec_field("isOfficialProvider"),
+            "`isOfficialProvider` is not taken by this daemon: whether a provider is official is the operator's",
+        ),
+        (
+            spec_field("onSessionEnd"),
+            "`onSessionEnd` is not taken by this daemon: there is no per-session callback",
+        ),
         (
             chat_with_backend,
             "cliBackend 'aider' is not one of codex, claude-code, gemini-cli",

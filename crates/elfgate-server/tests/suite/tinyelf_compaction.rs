@@ -311,3 +311,85 @@ async fn overflow_is_recovered_once_then_fails_clearly() {
     assert_eq!(mock.requests().len(), 2);
     assert!(of(&evs, "retry").is_empty());
 }
+
+/// engineConfig useExtendedContext: on an Anthropic-kind provider the request carries the
+/// context-1m beta header (and only then); for compaction the model's
+/// extended_context_window_tokens is the window, so a conversation that the normal window would
+/// have compacted goes whole.
+#[tokio::test]
+async fn extended_context_asks_anthropic_for_it_and_widens_the_compaction_window() {
+    let mock = MockServer::start().await.unwrap();
+    let (on, off) = ("mock:script=wide-on", "mock:script=wide-off");
+    // The test daemon's mock-anthropic provider speaks the Anthropic format to the mock.
+    let d = daemon_with(
+        &mock,
+        &format!(
+            "{}extended_context_window_tokens = 100000\n{}extended_context_window_tokens = 100000\n",
+            budget(on, 2600),
+            budget(off, 2600)
+        ),
+    );
+    let dir = project();
+    big_file(&dir, "big1.txt", 1500);
+    big_file(&dir, "big2.txt", 1500);
+    let mut notes = Vec::new();
+    for (model, extended) in [(on, true), (off, false)] {
+        script(
+            &mock,
+            model.trim_start_matches("mock:script="),
+            json!([
+                {"toolCalls": [call("c1", "read_file", json!({"path": "big1.txt"}))]},
+                {"toolCalls": [call("c2", "read_file", json!({"path": "big2.txt"}))]},
+                {"text": "Both read."}
+            ]),
+        );
+        let (_, _, evs) = run(
+            &d,
+            session(
+                "read both files",
+                model,
+                &dir,
+                json!({"engineConfig": {"enabledTools": ["read_file"],
+                                        "useExtendedContext": extended}}),
+            ),
+        )
+        .await;
+        assert_eq!(finish_of(&evs), "stop", "{:?}", processing_notes(&evs));
+        notes.push(processing_notes(&evs));
+    }
+    let sliced = |n: &Vec<String>| n.iter().any(|m| m.contains("boundary slice"));
+    assert!(
+        !sliced(&notes[0]),
+        "compacted with the extended window: {:?}",
+        notes[0]
+    );
+    assert!(
+        sliced(&notes[1]),
+        "not compacted with the normal window: {:?}",
+        notes[1]
+    );
+    let wide = main_requests(&mock, on);
+    assert!(
+        prompt_words(&wide[2].0) > 2600,
+        "{}",
+        prompt_words(&wide[2].0)
+    );
+
+    // The header, on an Anthropic-kind provider, when asked for and only then.
+    for extended in [true, false] {
+        let before = mock.requests().len();
+        let (sid, run_id) = d
+            .create(
+                json!({"engine": "chat", "providerId": "mock-anthropic", "model": "mock",
+                           "prompt": "hi", "engineConfig": {"useExtendedContext": extended}}),
+            )
+            .await;
+        d.all_events_until_complete_of(&sid, &run_id).await;
+        let sent = &mock.requests()[before];
+        assert_eq!(sent.format, elfgate_mockllm::Format::Anthropic);
+        assert_eq!(
+            sent.anthropic_beta.as_deref(),
+            extended.then_some("context-1m-2025-08-07"),
+        );
+    }
+}

@@ -329,6 +329,8 @@ model's context window; they are still stored.]",
             max_tokens: Some(SUMMARY_MAX_TOKENS),
             thinking: Default::default(),
             tools: Vec::new(),
+            // The transcript to summarize may need the long window as much as the run does.
+            extended_context: self.rs.extended_context,
             ..Default::default()
         };
         let turn = relay_turn(
