@@ -316,6 +316,14 @@ pub struct MessageList {
     pub messages: Vec<Message>,
 }
 
+/// A session's blocked tool calls (GET /v1/sessions/{id}/audit).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditList {
+    /// Oldest first.
+    pub audit: Vec<elfgate_core::AuditRecord>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

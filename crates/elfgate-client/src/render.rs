@@ -230,6 +230,24 @@ impl Renderer {
                     s.duration_ms
                 ));
             }
+            EventPayload::PostTurn { turn } => {
+                // Only what `result` did not say: blocked calls and the cost.
+                let mut said = Vec::new();
+                if !turn.denied.is_empty() {
+                    let gates: Vec<&str> = turn.denied.iter().map(|b| b.gate.as_str()).collect();
+                    said.push(format!(
+                        "{} blocked call(s): {}",
+                        turn.denied.len(),
+                        gates.join(", ")
+                    ));
+                }
+                if let Some(cost) = turn.cost_usd {
+                    said.push(format!("${cost:.4}"));
+                }
+                if !said.is_empty() {
+                    self.note(&format!("[{}]", said.join("; ")));
+                }
+            }
             EventPayload::Complete { finish_reason } => {
                 match finish_reason {
                     FinishReason::Stop => self.end_thinking(),

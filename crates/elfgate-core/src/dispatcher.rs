@@ -479,6 +479,12 @@ impl EngineDispatcher {
                 },
             })
             .await;
+        if let Some(mut turn) = outcome.turn.clone() {
+            // The run's end as stored, which a storage failure may have changed.
+            turn.finish_reason = outcome.finish_reason;
+            turn.usage = outcome.usage;
+            ctx.events.emit(EventPayload::PostTurn { turn }).await;
+        }
         outcome
     }
 

@@ -245,6 +245,13 @@ pub enum EventPayload {
         /// The figures.
         stats: RunStats,
     },
+    /// What the turn decided and used (tools called, blocked calls, tokens, cost): after
+    /// `result`, before `complete`, for the agent loop's runs.
+    #[schema(rename_all = "camelCase")]
+    PostTurn {
+        /// The record.
+        turn: crate::TurnRecord,
+    },
     /// The run ended; exactly one per run.
     #[schema(rename_all = "camelCase")]
     Complete {
@@ -291,6 +298,7 @@ impl EventPayload {
             EventPayload::PermissionRequest { .. } => "permissionRequest",
             EventPayload::PermissionResolved { .. } => "permissionResolved",
             EventPayload::Result { .. } => "result",
+            EventPayload::PostTurn { .. } => "postTurn",
             EventPayload::Complete { .. } => "complete",
             EventPayload::Error { .. } => "error",
             EventPayload::Retry { .. } => "retry",

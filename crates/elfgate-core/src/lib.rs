@@ -19,6 +19,7 @@ pub mod modes;
 pub mod outcome;
 pub mod recorder;
 pub mod timefmt;
+pub mod turn;
 pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
@@ -49,7 +50,10 @@ pub use metrics::Metrics;
 pub use model::{
     ChannelOrigin, ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session,
 };
-pub use modes::{CliBackend, Decision, Network, PermissionMode, Scope, ThinkingLevel, UnknownName};
+pub use modes::{
+    CliBackend, Decision, Gate, Network, PermissionMode, Scope, ThinkingLevel, UnknownName,
+};
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
+pub use turn::{AuditRecord, BlockedCall, CalledTool, TurnRecord};
 pub use usage::TokenUsage;

@@ -204,3 +204,24 @@ mod tests {
         );
     }
 }
+
+wire_enum! {
+    /// Which gate of the tool pipeline blocked a call (`gate` of an audit record).
+    pub enum Gate as "gate" {
+        /// The channel's user may not use tools (canUseTool false).
+        Channel = "channel",
+        /// The session has no projectPath for a file or shell tool.
+        Project = "project",
+        /// A PreToolUse hook denied it (or failed: fail closed).
+        Hook = "hook",
+        /// The ExecutionFirewall refused a path or a command.
+        Firewall = "firewall",
+        /// The guardian model judged it unsafe (or could not judge: fail closed).
+        Guardian = "guardian",
+        /// The permission policy denied it without asking (manual_only, plan mode, a
+        /// remembered deny).
+        Policy = "policy",
+        /// The client was asked and denied it, nobody answered in time, or nobody could.
+        Permission = "permission",
+    }
+}

@@ -28,6 +28,9 @@ pub struct RunOutcome {
     /// as the run's end and then announces it as `assistantMessage`, before `result`. One commit
     /// instead of two at the end of every run.
     pub answer: Option<Message>,
+    /// What the turn decided and used, for the `postTurn` event after `result` (the agent
+    /// loop's runs; None: no such event).
+    pub turn: Option<crate::TurnRecord>,
 }
 
 impl RunOutcome {
@@ -43,6 +46,7 @@ impl RunOutcome {
             iterations: 0,
             error: None,
             answer: None,
+            turn: None,
         }
     }
 

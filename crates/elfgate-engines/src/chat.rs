@@ -326,6 +326,7 @@ impl ChatEngine {
             iterations: 1,
             error: turn.error,
             answer,
+            turn: None,
         }
     }
 

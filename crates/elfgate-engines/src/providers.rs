@@ -16,7 +16,7 @@ pub enum ResolveError {
 }
 
 /// A model's context window, as configured (`[providers.NAME]` and its `models."MODEL"`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelLimits {
     /// Tokens the model reads at most (prompt and answer together).
@@ -26,6 +26,10 @@ pub struct ModelLimits {
     /// The larger window the model has when a session asks for it (engineConfig
     /// useExtendedContext), e.g. 1,000,000 for Claude Sonnet 4 with Anthropic's context-1m beta.
     pub extended_context_window_tokens: Option<u64>,
+    /// What the model costs, in US dollars per million input tokens (a turn's costUsd).
+    pub input_usd_per_mtok: Option<f64>,
+    /// What the model costs, in US dollars per million output tokens.
+    pub output_usd_per_mtok: Option<f64>,
 }
 
 impl ModelLimits {
@@ -37,12 +41,14 @@ impl ModelLimits {
             extended_context_window_tokens: over
                 .extended_context_window_tokens
                 .or(self.extended_context_window_tokens),
+            input_usd_per_mtok: over.input_usd_per_mtok.or(self.input_usd_per_mtok),
+            output_usd_per_mtok: over.output_usd_per_mtok.or(self.output_usd_per_mtok),
         }
     }
 }
 
 /// A provider's limits: its own, and per model.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContextLimits {
     /// For every model of the provider.
     pub provider: ModelLimits,

@@ -198,6 +198,8 @@ fn providers(config: &Config) -> Result<ProviderRegistry, StartError> {
                     context_window_tokens: p.context_window_tokens,
                     reserve_output_tokens: p.reserve_output_tokens,
                     extended_context_window_tokens: p.extended_context_window_tokens,
+                    input_usd_per_mtok: p.input_usd_per_mtok,
+                    output_usd_per_mtok: p.output_usd_per_mtok,
                 },
                 models: p.models.clone(),
             },

@@ -183,7 +183,13 @@ pub struct ProviderConfigSection {
     /// The models' window when a session asks for the extended context (useExtendedContext).
     #[serde(default)]
     pub extended_context_window_tokens: Option<u64>,
-    /// Per model name: the same three keys, over the provider's.
+    /// The models' price in US dollars per million input tokens (a turn's costUsd).
+    #[serde(default)]
+    pub input_usd_per_mtok: Option<f64>,
+    /// The models' price in US dollars per million output tokens.
+    #[serde(default)]
+    pub output_usd_per_mtok: Option<f64>,
+    /// Per model name: the same keys, over the provider's.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
 }

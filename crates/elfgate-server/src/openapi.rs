@@ -49,6 +49,7 @@ impl Modify for BearerScheme {
         sessions::remove,
         sessions::send,
         sessions::messages,
+        sessions::audit,
         sessions::events,
         sessions::interrupt,
         sessions::run,
@@ -337,6 +338,6 @@ mod tests {
         let reset = of("reset");
         assert_eq!(reset["required"], json!(["sessionId", "fromSeq", "type"]));
         assert!(reset["properties"].get("seq").is_none());
-        assert_eq!(variants.len(), 15);
+        assert_eq!(variants.len(), 16);
     }
 }

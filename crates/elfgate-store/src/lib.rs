@@ -24,7 +24,9 @@ pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_pos
 pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;
-use elfgate_core::{Message, MessageId, Run, RunId, RunLedger, Session, SessionId, TokenUsage};
+use elfgate_core::{
+    AuditRecord, Message, MessageId, Run, RunId, RunLedger, Session, SessionId, TokenUsage,
+};
 
 /// Shorthand for store results.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -115,6 +117,10 @@ pub trait Store: RunLedger + Send + Sync {
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()>;
     /// One run of a session.
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>>;
+    /// Keeps the record of a tool call a gate blocked.
+    async fn record_blocked(&self, record: &AuditRecord) -> StoreResult<()>;
+    /// A session's blocked calls, the latest `limit` of them, oldest first.
+    async fn list_audit(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<AuditRecord>>;
     /// The tokens of a session's ended runs, summed (a session's token budget counts them).
     async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage>;
 

@@ -84,6 +84,23 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
     })
 }
 
+pub(crate) fn audit_from_row(r: &impl RowRead) -> StoreResult<elfgate_core::AuditRecord> {
+    let input: String = r.text("input")?;
+    Ok(elfgate_core::AuditRecord {
+        session_id: parse("session id", &r.text("session_id")?)?,
+        run_id: parse("run id", &r.text("run_id")?)?,
+        call: elfgate_core::BlockedCall {
+            tool_use_id: r.text("tool_use_id")?,
+            tool_name: r.text("tool_name")?,
+            gate: parse("gate", &r.text("gate")?)?,
+            reason: r.text("reason")?,
+        },
+        input: serde_json::from_str(&input)
+            .map_err(|e| StoreError::Corrupt(format!("audit input: {e}")))?,
+        created_at: parse_ts(&r.text("created_at")?)?,
+    })
+}
+
 pub(crate) fn message_from_row(r: &impl RowRead) -> StoreResult<Message> {
     let blocks: String = r.text("blocks")?;
     Ok(Message {

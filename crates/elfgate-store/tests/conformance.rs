@@ -280,7 +280,47 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
     let used = store.session_usage(s.id).await.unwrap();
     assert_eq!((used.input_tokens, used.output_tokens), (3, 7));
 
+    // Blocked calls: kept in order, the latest `limit` of them, gone with the session.
+    for (i, gate) in [
+        elfgate_core::Gate::Firewall,
+        elfgate_core::Gate::Hook,
+        elfgate_core::Gate::Permission,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        store
+            .record_blocked(&elfgate_core::AuditRecord {
+                session_id: s.id,
+                run_id: r.id,
+                call: elfgate_core::BlockedCall {
+                    tool_use_id: format!("t{i}"),
+                    tool_name: "write_file".into(),
+                    gate,
+                    reason: format!("reason {i}"),
+                },
+                input: serde_json::json!({"path": "/etc/passwd", "n": i}),
+                created_at: chrono::Utc::now(),
+            })
+            .await
+            .unwrap();
+    }
+    let audit = store.list_audit(s.id, 100).await.unwrap();
+    assert_eq!(
+        audit.iter().map(|a| a.call.gate).collect::<Vec<_>>(),
+        [
+            elfgate_core::Gate::Firewall,
+            elfgate_core::Gate::Hook,
+            elfgate_core::Gate::Permission
+        ]
+    );
+    assert_eq!(audit[2].input["n"], 2);
+    assert_eq!(audit[1].call.reason, "reason 1");
+    let latest = store.list_audit(s.id, 2).await.unwrap();
+    assert_eq!(latest[0].call.tool_use_id, "t1");
+
     assert!(store.delete_session(s.id).await.unwrap());
+    assert!(store.list_audit(s.id, 100).await.unwrap().is_empty());
     assert!(store.get_session(s.id).await.unwrap().is_none());
     assert!(store.list_messages(s.id, 10).await.unwrap().is_empty());
     assert!(!store.delete_session(s.id).await.unwrap());

@@ -228,6 +228,7 @@ impl<'a> Relay<'a> {
             iterations: self.turns.max(1),
             error,
             answer,
+            turn: None,
         }
     }
 }

@@ -485,6 +485,7 @@ impl TinyElfEngine {
             error: end.error,
             // Each iteration's messages were stored as they came (tool results follow them).
             answer: None,
+            turn: Some(runner.turn_record(end.finish)),
         }
     }
 

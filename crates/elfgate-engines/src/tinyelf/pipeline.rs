@@ -4,7 +4,9 @@
 
 use super::runner::{Agent, Runner};
 use crate::streaming::RequestedToolCall;
-use elfgate_core::{ContentBlock, EventPayload, ToolCallStatus};
+use elfgate_core::{
+    AuditRecord, BlockedCall, CalledTool, ContentBlock, EventPayload, Gate, ToolCallStatus,
+};
 use elfgate_tools::{
     Ask, CallFacts, Caller, GuardianVerdict, HookEvent, HookVerdict, PermissionOutcome,
     PermissionTier, PolicyDecision, ToolContext, ToolError, ToolOutput, truncate_result,
@@ -46,6 +48,11 @@ async fn finish(
     yield_run: bool,
 ) -> CallResult {
     let content = truncate_result(&content, runner.rs.tool_result_max_chars);
+    runner.turn_called(CalledTool {
+        tool_use_id: call.id.clone(),
+        name: call.name.clone(),
+        status,
+    });
     let block = ContentBlock::ToolResult {
         tool_use_id: call.id.clone(),
         content,
@@ -68,12 +75,34 @@ async fn finish(
     }
 }
 
+/// A call a gate blocked: its result says why, the turn's record and the session's audit keep
+/// which gate it was.
 async fn denied(
     runner: &Runner,
     agent: &Agent,
     call: &RequestedToolCall,
+    gate: Gate,
     why: String,
 ) -> CallResult {
+    let blocked = BlockedCall {
+        tool_use_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        gate,
+        reason: why.clone(),
+    };
+    let record = AuditRecord {
+        session_id: runner.ctx.session_id(),
+        run_id: runner.ctx.run_id,
+        call: blocked.clone(),
+        input: serde_json::from_str(&call.arguments)
+            .unwrap_or_else(|_| Value::String(call.arguments.clone())),
+        created_at: chrono::Utc::now(),
+    };
+    runner.turn_blocked(blocked);
+    if let Err(e) = runner.inner.store.record_blocked(&record).await {
+        // The call stays blocked; only its audit line is missing, and the log says so.
+        tracing::warn!(error = %e, tool = %call.name, gate = gate.as_str(), "could not store the audit record of a blocked call");
+    }
     finish(
         runner,
         agent,
@@ -177,6 +206,7 @@ pub(crate) async fn run_call(
             runner,
             agent,
             call,
+            Gate::Channel,
             "this channel user may not use tools (canUseTool is false)".to_string(),
         )
         .await;
@@ -188,6 +218,7 @@ pub(crate) async fn run_call(
             runner,
             agent,
             call,
+            Gate::Project,
             format!(
                 "this session has no projectPath, so {} cannot run: the file and shell tools work \
                  only in a project (set projectPath when starting the session, or the \
@@ -222,6 +253,7 @@ pub(crate) async fn run_call(
                 runner,
                 agent,
                 call,
+                Gate::Hook,
                 format!("a PreToolUse hook refused it: {reason}"),
             )
             .await;
@@ -231,13 +263,27 @@ pub(crate) async fn run_call(
     let targets = tool.firewall_targets(input);
     for p in &targets.paths {
         if let Err(e) = runner.inner.firewall.resolve_path(&runner.project, p) {
-            return denied(runner, agent, call, format!("blocked by the firewall: {e}")).await;
+            return denied(
+                runner,
+                agent,
+                call,
+                Gate::Firewall,
+                format!("blocked by the firewall: {e}"),
+            )
+            .await;
         }
     }
     if let Some(cmd) = &targets.command
         && let Err(e) = runner.inner.firewall.check_command(cmd)
     {
-        return denied(runner, agent, call, format!("blocked by the firewall: {e}")).await;
+        return denied(
+            runner,
+            agent,
+            call,
+            Gate::Firewall,
+            format!("blocked by the firewall: {e}"),
+        )
+        .await;
     }
     let tier = agent.tools.tier_of(tool.as_ref());
     // 6. Guardian.
@@ -258,7 +304,9 @@ pub(crate) async fn run_call(
             GuardianVerdict::Block(_) if agent.cancel.is_cancelled() => {
                 return interrupted(runner, agent, call).await;
             }
-            GuardianVerdict::Block(reason) => return denied(runner, agent, call, reason).await,
+            GuardianVerdict::Block(reason) => {
+                return denied(runner, agent, call, Gate::Guardian, reason).await;
+            }
         }
     }
     // 7. Permission.
@@ -287,7 +335,9 @@ pub(crate) async fn run_call(
     };
     match runner.inner.policy.decide(&facts) {
         PolicyDecision::Allow => {}
-        PolicyDecision::Deny(reason) => return denied(runner, agent, call, reason).await,
+        PolicyDecision::Deny(reason) => {
+            return denied(runner, agent, call, Gate::Policy, reason).await;
+        }
         PolicyDecision::Ask => {
             let outcome = runner
                 .inner
@@ -309,7 +359,7 @@ pub(crate) async fn run_call(
                 return interrupted(runner, agent, call).await;
             }
             if let Some(why) = outcome.denial(runner.rs.permission_timeout) {
-                return denied(runner, agent, call, why).await;
+                return denied(runner, agent, call, Gate::Permission, why).await;
             }
         }
     }

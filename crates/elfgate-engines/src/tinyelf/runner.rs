@@ -65,6 +65,11 @@ pub(crate) struct Runner {
     pub guardian: Option<Guardian>,
     /// The provider's tokens per estimated token, learned from the last call (docs/context.md).
     pub(crate) token_ratio: std::sync::Mutex<Option<f64>>,
+    /// The turn's tool calls and blocked calls, in the order they ended (its postTurn record).
+    turn_log: std::sync::Mutex<(
+        Vec<elfgate_core::CalledTool>,
+        Vec<elfgate_core::BlockedCall>,
+    )>,
     /// The run's token totals, sub-agents included.
     usage: std::sync::Mutex<TokenUsage>,
     /// Set once a call's output tokens were estimated from its streamed text.
@@ -146,6 +151,7 @@ impl Runner {
             output_estimated: std::sync::atomic::AtomicBool::new(false),
             input_estimated: std::sync::atomic::AtomicBool::new(false),
             last_finish: std::sync::Mutex::new(None),
+            turn_log: std::sync::Mutex::new((Vec::new(), Vec::new())),
             bg_tx,
             bg_rx: Mutex::new(bg_rx),
             bg_running: AtomicUsize::new(0),
@@ -163,6 +169,35 @@ impl Runner {
             .usage
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a tool call's end for the turn's record.
+    pub(crate) fn turn_called(&self, called: elfgate_core::CalledTool) {
+        lock(&self.turn_log).0.push(called);
+    }
+
+    /// Notes a blocked call for the turn's record.
+    pub(crate) fn turn_blocked(&self, blocked: elfgate_core::BlockedCall) {
+        lock(&self.turn_log).1.push(blocked);
+    }
+
+    /// The turn's record so far: its tool calls and blocked calls, tokens and cost.
+    pub(crate) fn turn_record(
+        &self,
+        finish_reason: elfgate_core::FinishReason,
+    ) -> elfgate_core::TurnRecord {
+        let (tools_called, denied) = lock(&self.turn_log).clone();
+        let usage = self.usage();
+        elfgate_core::TurnRecord {
+            tools_called,
+            denied,
+            usage,
+            cost_usd: self.rs.prices.map(|(input, output)| {
+                (usage.input_tokens as f64 * input + usage.output_tokens as f64 * output)
+                    / 1_000_000.0
+            }),
+            finish_reason,
+        }
     }
 
     /// The tokens the run may still spend under its own and its session's budgets, and the

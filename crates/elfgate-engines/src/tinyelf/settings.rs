@@ -258,6 +258,9 @@ pub(crate) struct RunSettings {
     pub last_input_tokens: Option<u64>,
     /// engineConfig useExtendedContext: the long context asked for, the larger window used.
     pub extended_context: bool,
+    /// The model's prices in US dollars per million (input, output) tokens, when both are
+    /// configured.
+    pub prices: Option<(f64, f64)>,
 }
 
 impl RunSettings {
@@ -271,6 +274,7 @@ impl RunSettings {
         } else {
             limits.context_window_tokens
         };
+        self.prices = limits.input_usd_per_mtok.zip(limits.output_usd_per_mtok);
         self.context_limit = window.map(|window| {
             let reserve = limits
                 .reserve_output_tokens
@@ -350,6 +354,8 @@ impl RunSettings {
             // Known once the history is loaded.
             last_input_tokens: None,
             extended_context: cfg.use_extended_context.unwrap_or(false),
+            // Known once the provider and model are (RunSettings::with_limits).
+            prices: None,
         }
     }
 }

@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_api::{
-    CreateSessionRequest, CreateSessionResponse, InterruptRequest, InterruptResponse, MessageList,
-    PermissionAnswered, PermissionBody, SendMessageRequest, SendMessageResponse, SessionList,
-    SessionView,
+    AuditList, CreateSessionRequest, CreateSessionResponse, InterruptRequest, InterruptResponse,
+    MessageList, PermissionAnswered, PermissionBody, SendMessageRequest, SendMessageResponse,
+    SessionList, SessionView,
 };
 use elfgate_core::{Run, RunId, SessionId};
 use serde::Deserialize;
@@ -36,6 +36,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/sessions", post(create).get(list))
         .route("/v1/sessions/{id}", get(one).delete(remove))
         .route("/v1/sessions/{id}/messages", post(send).get(messages))
+        .route("/v1/sessions/{id}/audit", get(audit))
         .route("/v1/sessions/{id}/events", get(events))
         .route("/v1/sessions/{id}/interrupt", post(interrupt))
         .route("/v1/sessions/{id}/runs/{runId}", get(run))
@@ -349,6 +350,15 @@ struct MessagesQuery {
     limit: Option<u32>,
 }
 
+/// The id of a stored session, from a path; 404 for a malformed or unknown one.
+async fn stored_session_id(state: &AppState, id: &str) -> Result<SessionId, ApiError> {
+    let id = parse_session_id(id)?;
+    if state.store.get_session(id).await?.is_none() {
+        return Err(ApiError::NotFound(format!("unknown session '{id}'")));
+    }
+    Ok(id)
+}
+
 /// A session's persisted history.
 #[utoipa::path(
     get,
@@ -371,15 +381,51 @@ async fn messages(
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessageList>, ApiError> {
-    let id = parse_session_id(&id)?;
-    if state.store.get_session(id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("unknown session '{id}'")));
-    }
+    let id = stored_session_id(&state, &id).await?;
     let messages = state
         .store
         .list_messages(id, q.limit.unwrap_or(1000).clamp(1, 10_000))
         .await?;
     Ok(Json(MessageList { messages }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+struct AuditQuery {
+    /// At most this many records, the latest (default 100, 1..=1000).
+    limit: Option<u32>,
+}
+
+/// The tool calls a gate of the pipeline blocked in a session (hook, firewall, guardian,
+/// permission...), with the gate and the reason, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/audit",
+    operation_id = "listAudit",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id"), AuditQuery),
+    responses(
+        (status = 200, description = "The blocked calls", body = AuditList),
+        (status = 400, description = "Bad query", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+async fn audit(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<AuditQuery>,
+) -> Result<Json<AuditList>, ApiError> {
+    let id = stored_session_id(&state, &id).await?;
+    let audit = state
+        .store
+        .list_audit(id, q.limit.unwrap_or(100).clamp(1, 1000))
+        .await?;
+    Ok(Json(AuditList { audit }))
 }
 
 /// One run with its figures.

@@ -151,6 +151,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("delete", "/v1/sessions/{id}"),
         ("post", "/v1/sessions/{id}/messages"),
         ("get", "/v1/sessions/{id}/messages"),
+        ("get", "/v1/sessions/{id}/audit"),
         ("get", "/v1/sessions/{id}/events"),
         ("post", "/v1/sessions/{id}/interrupt"),
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
@@ -307,6 +308,8 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     }
     let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
     fits(&doc, "Run", &r);
+    let (_, audit) = d.get(&format!("/v1/sessions/{sid}/audit")).await;
+    fits(&doc, "AuditList", &audit);
     let (_, engines) = d.get("/v1/engines").await;
     fits(&doc, "EngineList", &engines);
     fits(&doc, "EngineInfo", &engines["engines"][0]);

@@ -409,3 +409,124 @@ model = "mock:script=chan-guard"
         assert!(v.to_string().contains(why), "{v}");
     }
 }
+
+/// After `result`, a `postTurn` event says what the turn decided and used: its tool calls, the
+/// blocked ones with the gate and the reason, its tokens and (prices configured) its cost; every
+/// blocked call is in the session's audit (GET /v1/sessions/{id}/audit) with its input.
+#[tokio::test]
+async fn post_turn_records_and_the_audit_list_blocked_calls_by_gate() {
+    let mock = MockServer::start().await.unwrap();
+    let model = "mock:script=audited";
+    let extra = format!(
+        r#"
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "write_file"
+command = '''cat > /dev/null; echo '{{"decision":"deny","reason":"no writes today"}}' '''
+
+[engines.tinyelf.tool_tiers]
+list_dir = "manual_only"
+
+[providers.mock.models."{model}"]
+input_usd_per_mtok = 2.0
+output_usd_per_mtok = 8.0
+"#
+    );
+    let d = daemon_with(&mock, &extra);
+    let dir = project();
+    script(
+        &mock,
+        "audited",
+        json!([
+            {"toolCalls": [call("w", "write_file", json!({"path": "x.txt", "content": "x"}))]},
+            {"toolCalls": [call("f", "read_file", json!({"path": "../../../etc/hostname"}))]},
+            {"toolCalls": [call("l", "list_dir", json!({}))]},
+            {"toolCalls": [call("r", "read_file", json!({"path": "a.txt"}))]},
+            {"text": "done"}
+        ]),
+    );
+    let (sid, _, evs) = run(
+        &d,
+        session(
+            "go",
+            model,
+            &dir,
+            json!({"permissionMode": "bypassPermissions"}),
+        ),
+    )
+    .await;
+    let t = common::types(&evs);
+    assert_eq!(
+        t[t.len() - 3..],
+        ["result", "postTurn", "complete"],
+        "{t:?}"
+    );
+    let result = &evs[evs.len() - 3].data["stats"];
+    let turn = &evs[evs.len() - 2].data["turn"];
+    let called: Vec<(&str, &str)> = turn["toolsCalled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        called,
+        [
+            ("write_file", "denied"),
+            ("read_file", "denied"),
+            ("list_dir", "denied"),
+            ("read_file", "success")
+        ]
+    );
+    let gates: Vec<&str> = turn["denied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["gate"].as_str().unwrap())
+        .collect();
+    assert_eq!(gates, ["hook", "firewall", "policy"]);
+    assert!(
+        turn["denied"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no writes today")
+    );
+    assert_eq!(turn["inputTokens"], result["inputTokens"]);
+    assert_eq!(turn["outputTokens"], result["outputTokens"]);
+    assert_eq!(turn["finishReason"], "stop");
+    let (input, output) = (
+        result["inputTokens"].as_f64().unwrap(),
+        result["outputTokens"].as_f64().unwrap(),
+    );
+    let cost = turn["costUsd"].as_f64().unwrap();
+    assert!(
+        (cost - (input * 2.0 + output * 8.0) / 1e6).abs() < 1e-12,
+        "{cost}"
+    );
+
+    let (s, a) = d.get(&format!("/v1/sessions/{sid}/audit")).await;
+    assert_eq!(s, 200, "{a}");
+    let audit = a["audit"].as_array().unwrap();
+    assert_eq!(
+        audit
+            .iter()
+            .map(|r| r["gate"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["hook", "firewall", "policy"]
+    );
+    assert_eq!(audit[1]["toolName"], "read_file");
+    assert_eq!(audit[1]["input"]["path"], "../../../etc/hostname");
+    assert!(
+        audit[1]["reason"].as_str().unwrap().contains("firewall"),
+        "{}",
+        audit[1]
+    );
+    assert_eq!(audit[2]["toolUseId"], "l");
+    let (s, a) = d.get(&format!("/v1/sessions/{sid}/audit?limit=1")).await;
+    assert_eq!(s, 200);
+    assert_eq!(a["audit"][0]["gate"], "policy");
+    let (s, _) = d
+        .get("/v1/sessions/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/audit")
+        .await;
+    assert_eq!(s, 404);
+}

@@ -9,8 +9,8 @@ use crate::{RecoveredRun, SessionPage, Store, StoreError, StoreResult, StoredEve
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{
-    LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
-    SessionId, TokenUsage,
+    AuditRecord, LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome,
+    SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
 use sqlx::{PgConnection, Row};
 
@@ -220,6 +220,7 @@ impl Store for PgStore {
         self.refuse_if_run_elsewhere(&mut tx, id).await?;
         for sql in [
             "DELETE FROM events WHERE session_id = $1",
+            "DELETE FROM audit WHERE session_id = $1",
             "DELETE FROM messages WHERE session_id = $1",
             "DELETE FROM runs WHERE session_id = $1",
         ] {
@@ -303,6 +304,36 @@ impl Store for PgStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn record_blocked(&self, a: &AuditRecord) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO audit (session_id, run_id, tool_use_id, tool_name, gate, reason, input, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(a.session_id.to_string())
+        .bind(a.run_id.to_string())
+        .bind(&a.call.tool_use_id)
+        .bind(&a.call.tool_name)
+        .bind(a.call.gate.as_str())
+        .bind(&a.call.reason)
+        .bind(a.input.to_string())
+        .bind(crate::codec::ts(&a.created_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn list_audit(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<AuditRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT * FROM audit WHERE session_id = $1 ORDER BY id DESC LIMIT $2) \
+             AS latest ORDER BY id ASC",
+        )
+        .bind(session_id.to_string())
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(crate::rows::audit_from_row).collect()
     }
 
     async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage> {

@@ -10,8 +10,8 @@ use crate::{RecoveredRun, SessionPage, Store, StoreResult, StoredEvent};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{
-    LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome, SEQ_RESERVE_BLOCK, Session,
-    SessionId, TokenUsage,
+    AuditRecord, LedgerError, Message, MessageId, Run, RunId, RunLedger, RunOutcome,
+    SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
 use sqlx::Row;
 
@@ -168,6 +168,10 @@ impl Store for SqliteStore {
             .bind(&sid)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM audit WHERE session_id = ?")
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM messages WHERE session_id = ?")
             .bind(&sid)
             .execute(&mut *tx)
@@ -246,6 +250,36 @@ impl Store for SqliteStore {
             .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(run_from_row).transpose()
+    }
+
+    async fn record_blocked(&self, a: &AuditRecord) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO audit (session_id, run_id, tool_use_id, tool_name, gate, reason, input, \
+             created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(a.session_id.to_string())
+        .bind(a.run_id.to_string())
+        .bind(&a.call.tool_use_id)
+        .bind(&a.call.tool_name)
+        .bind(a.call.gate.as_str())
+        .bind(&a.call.reason)
+        .bind(a.input.to_string())
+        .bind(crate::codec::ts(&a.created_at))
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    async fn list_audit(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<AuditRecord>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT * FROM audit WHERE session_id = ? ORDER BY id DESC LIMIT ?) \
+             AS latest ORDER BY id ASC",
+        )
+        .bind(session_id.to_string())
+        .bind(limit.max(1) as i64)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(crate::rows::audit_from_row).collect()
     }
 
     async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage> {

@@ -1,0 +1,14 @@
+-- Every tool call a gate of the pipeline blocked (GET /v1/sessions/{id}/audit): which call, which
+-- gate, why, and the call's input; kept until its session is deleted.
+CREATE TABLE audit (
+    id            BIGSERIAL PRIMARY KEY,
+    session_id    TEXT COLLATE "C" NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    run_id        TEXT COLLATE "C" NOT NULL,
+    tool_use_id   TEXT NOT NULL,
+    tool_name     TEXT NOT NULL,
+    gate          TEXT NOT NULL,
+    reason        TEXT NOT NULL,
+    input         TEXT NOT NULL,
+    created_at    TEXT NOT NULL
+);
+CREATE INDEX audit_by_session ON audit (session_id, id);
