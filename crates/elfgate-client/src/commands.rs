@@ -110,6 +110,9 @@ pub async fn show(conn: &Conn, sid: &str, json: bool) -> Result<u8, ClientError>
                     println!("⚙ {mark}: {content}");
                 }
                 ContentBlock::Image { .. } => println!("(image block)"),
+                ContentBlock::Document {
+                    media_type, name, ..
+                } => println!("(document {} {media_type})", name.as_deref().unwrap_or("")),
             }
         }
     }

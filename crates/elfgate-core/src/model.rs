@@ -84,6 +84,21 @@ pub enum ContentBlock {
         #[serde(default)]
         is_error: bool,
     },
+    /// A document (a PDF, or another file type a provider takes as such), inline (base64) or by
+    /// URL; each provider kind's client sends it the way its API takes files.
+    Document {
+        /// MIME type, e.g. application/pdf.
+        media_type: String,
+        /// The file's name, when the client gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        /// Base64 data, when inline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        /// A URL, when not inline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+    },
     /// An image, inline (base64) or by URL.
     Image {
         /// MIME type, e.g. image/png.

@@ -4,7 +4,8 @@
 use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Message, MessageId, Role};
 use elfgate_store::Store;
 
-/// The prompt's content blocks: the text, then images and text attachments.
+/// The prompt's content blocks: the text, then the attachments: images, text inline, other
+/// files as documents.
 pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
     let mut blocks = vec![ContentBlock::text(ctx.prompt.clone())];
     for a in &ctx.attachments {
@@ -19,6 +20,14 @@ pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
             blocks.push(ContentBlock::text(format!(
                 "<attachment name=\"{name}\">\n{text}\n</attachment>"
             )));
+        } else if a.data.is_some() || a.url.is_some() {
+            // Which provider kinds take which types was checked when the request came.
+            blocks.push(ContentBlock::Document {
+                media_type: a.media_type.clone(),
+                name: a.name.clone(),
+                data: a.data.clone(),
+                url: a.url.clone(),
+            });
         }
     }
     blocks

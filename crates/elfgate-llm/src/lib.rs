@@ -63,6 +63,38 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
         }
     }
+
+    /// Whether this kind's API takes a document of `media_type`, inline (`by_url` false) or by
+    /// URL; Err says what it takes instead. Images and text are not documents (every kind takes
+    /// images; text is sent inline as text).
+    pub fn takes_document(self, media_type: &str, by_url: bool) -> Result<(), &'static str> {
+        let m = media_type.to_ascii_lowercase();
+        let (ok, takes) = match self {
+            // Anthropic's document blocks: PDF and plain text, base64 or URL.
+            ProviderKind::Anthropic => (
+                m == "application/pdf" || m == "text/plain",
+                "application/pdf or text/plain, inline or by URL",
+            ),
+            // Chat Completions' file parts: PDF, inline only (a URL needs the Files API).
+            ProviderKind::Openai => (
+                m == "application/pdf" && !by_url,
+                "application/pdf, inline (base64) only",
+            ),
+            // The Responses API's input_file: PDF, inline or by URL.
+            ProviderKind::OpenaiResponses => {
+                (m == "application/pdf", "application/pdf, inline or by URL")
+            }
+            // Gemini's inlineData / fileData: documents, audio and video.
+            ProviderKind::Gemini => (
+                m == "application/pdf"
+                    || m.starts_with("audio/")
+                    || m.starts_with("video/")
+                    || m.starts_with("text/"),
+                "application/pdf, text/*, audio/* or video/*, inline or by URL",
+            ),
+        };
+        if ok { Ok(()) } else { Err(takes) }
+    }
 }
 
 impl std::fmt::Display for ProviderKind {

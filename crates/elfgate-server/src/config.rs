@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub bind: String,
     /// Largest request body, in bytes.
     pub body_limit_bytes: usize,
+    /// Largest attachment of a prompt, in bytes (decoded base64, or inline text).
+    #[serde(default = "default_attachment_max_bytes")]
+    pub attachment_max_bytes: usize,
     /// Seconds between SSE keep-alive comments.
     pub keepalive_secs: u64,
     /// Seconds to wait for runs and the log on shutdown.
@@ -192,6 +195,10 @@ pub struct ProviderConfigSection {
     /// Per model name: the same keys, over the provider's.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
+}
+
+fn default_attachment_max_bytes() -> usize {
+    10 * 1024 * 1024
 }
 
 fn default_max_queued() -> usize {

@@ -91,6 +91,9 @@ pub enum ApiError {
     /// Body over the limit (413).
     #[error("request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
+    /// An attachment over its limit (413), named with the limit's key.
+    #[error("{0}")]
+    AttachmentTooLarge(String),
     /// A body that is not declared as JSON (415).
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -160,7 +163,9 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PayloadTooLarge(_) | ApiError::AttachmentTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooManyQueued(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -188,7 +193,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::Busy { .. } => ErrorCode::Busy,
             ApiError::Conflict(_) => ErrorCode::Conflict,
-            ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::PayloadTooLarge(_) | ApiError::AttachmentTooLarge(_) => {
+                ErrorCode::PayloadTooLarge
+            }
             ApiError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
             ApiError::Unprocessable(_) => ErrorCode::Unprocessable,
             ApiError::TooManyQueued(_) => ErrorCode::TooManyQueued,

@@ -291,6 +291,90 @@ async fn submit_prompt(
     }
 }
 
+/// A prompt's attachments, checked before anything is stored: each has content (base64 data, an
+/// http(s) URL or text) within `server.attachment_max_bytes` (413 past it), and a file that is
+/// neither an image nor text is a type the run's provider kind takes as a document (422 naming
+/// the attachment and the provider). The cli engine passes none to its CLI: any is 422.
+fn check_attachments(
+    state: &AppState,
+    engine: EngineType,
+    provider_id: Option<&str>,
+    attachments: &[elfgate_core::Attachment],
+) -> Result<(), ApiError> {
+    if attachments.is_empty() {
+        return Ok(());
+    }
+    if engine == EngineType::Cli {
+        return Err(ApiError::Unprocessable(
+            "attachments: the cli engine cannot hand attachments to a CLI; put the files in the \
+             project and name them in the prompt"
+                .into(),
+        ));
+    }
+    let max = state.config.server.attachment_max_bytes;
+    for (i, a) in attachments.iter().enumerate() {
+        let what = format!(
+            "attachments[{i}] ({}{})",
+            a.name
+                .as_deref()
+                .map(|n| format!("{n}, "))
+                .unwrap_or_default(),
+            a.media_type
+        );
+        let size = match (&a.data, &a.url, &a.text) {
+            (Some(d), None, None) => base64_len(d)
+                .ok_or_else(|| ApiError::Unprocessable(format!("{what}: data is not base64")))?,
+            (None, Some(u), None) => {
+                if !(u.starts_with("https://") || u.starts_with("http://")) {
+                    return Err(ApiError::Unprocessable(format!(
+                        "{what}: url must be an http(s) URL"
+                    )));
+                }
+                0
+            }
+            (None, None, Some(t)) => t.len(),
+            _ => {
+                return Err(ApiError::Unprocessable(format!(
+                    "{what}: give exactly one of data (base64), url or text"
+                )));
+            }
+        };
+        if size > max {
+            return Err(ApiError::AttachmentTooLarge(format!(
+                "{what} is {size} bytes, more than server.attachment_max_bytes ({max})"
+            )));
+        }
+        let document = !a.media_type.starts_with("image/") && a.text.is_none();
+        if document {
+            let (name, provider) = state
+                .providers
+                .resolve(provider_id)
+                .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+            let kind = provider.kind();
+            kind.takes_document(&a.media_type, a.url.is_some())
+                .map_err(|takes| {
+                    ApiError::Unprocessable(format!(
+                        "{what}: provider '{name}' ({kind}) cannot take this file: it takes {takes}"
+                    ))
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// The decoded length of standard base64 text, None when it is not base64.
+fn base64_len(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let body = text.trim_end_matches('=');
+    let padding = bytes.len() - body.len();
+    let valid = bytes.len().is_multiple_of(4)
+        && padding <= 2
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
+    valid.then(|| bytes.len() / 4 * 3 - padding)
+}
+
 fn check_prompt(prompt: &str) -> Result<(), ApiError> {
     if prompt.trim().is_empty() {
         return Err(ApiError::BadRequest("prompt must not be empty".into()));
@@ -524,6 +608,12 @@ pub async fn create_session(
         &checked,
         req.overrides.provider_id.as_deref(),
     )?;
+    check_attachments(
+        state,
+        engine,
+        req.overrides.provider_id.as_deref(),
+        req.overrides.attachments.as_deref().unwrap_or_default(),
+    )?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match req.overrides.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),
@@ -680,6 +770,15 @@ pub async fn send_message(
             .provider_id
             .as_deref()
             .or(session.provider_id.as_deref()),
+    )?;
+    check_attachments(
+        state,
+        session.engine,
+        req.overrides
+            .provider_id
+            .as_deref()
+            .or(session.provider_id.as_deref()),
+        req.overrides.attachments.as_deref().unwrap_or_default(),
     )?;
     check_project_here(state, &session)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request

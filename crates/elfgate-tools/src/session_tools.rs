@@ -124,6 +124,9 @@ impl BuiltinTool for ReadSessionMessages {
                         out.push_str(&format!(" <tool_result {c}>"));
                     }
                     ContentBlock::Image { .. } => out.push_str(" <image>"),
+                    ContentBlock::Document { media_type, .. } => {
+                        out.push_str(&format!(" <document {media_type}>"));
+                    }
                 }
             }
             out.push('\n');

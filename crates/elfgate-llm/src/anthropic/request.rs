@@ -151,6 +151,24 @@ pub(super) fn map_block(block: &ContentBlock, role: Role) -> Option<Value> {
             (None, None) => None,
         },
         ContentBlock::Image { .. } => None,
+        ContentBlock::Document {
+            media_type,
+            name,
+            data,
+            url,
+        } if role != Role::Assistant => {
+            let source = match (data, url) {
+                (Some(d), _) => json!({ "type": "base64", "media_type": media_type, "data": d }),
+                (None, Some(u)) => json!({ "type": "url", "url": u }),
+                (None, None) => return None,
+            };
+            let mut doc = json!({ "type": "document", "source": source });
+            if let Some(n) = name {
+                doc["title"] = json!(n);
+            }
+            Some(doc)
+        }
+        ContentBlock::Document { .. } => None,
         // Only a signature Anthropic made: it verifies them.
         ContentBlock::Thinking {
             thinking,

@@ -173,6 +173,12 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
                     media_type,
                     data,
                     url,
+                }
+                | ContentBlock::Document {
+                    media_type,
+                    data,
+                    url,
+                    ..
                 } if role == "user" => {
                     match (data, url) {
                         (Some(d), _) => parts

@@ -121,10 +121,12 @@ pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
             Role::User => {
                 // Tool results must directly follow the assistant's tool calls.
                 push_tool_results(&msg.blocks, &mut out);
-                let has_image = msg
-                    .blocks
-                    .iter()
-                    .any(|b| matches!(b, ContentBlock::Image { .. }));
+                let has_image = msg.blocks.iter().any(|b| {
+                    matches!(
+                        b,
+                        ContentBlock::Image { .. } | ContentBlock::Document { .. }
+                    )
+                });
                 if has_image {
                     let mut parts = Vec::new();
                     for b in &msg.blocks {
@@ -144,6 +146,19 @@ pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
                                         json!({ "type": "image_url", "image_url": { "url": u } }),
                                     );
                                 }
+                            }
+                            // Chat Completions takes files inline only (the daemon refuses a
+                            // document by URL for this kind before the run).
+                            ContentBlock::Document {
+                                media_type,
+                                name,
+                                data: Some(d),
+                                ..
+                            } => {
+                                parts.push(json!({ "type": "file", "file": {
+                                    "filename": name.as_deref().unwrap_or("attachment"),
+                                    "file_data": format!("data:{media_type};base64,{d}"),
+                                }}));
                             }
                             _ => {}
                         }

@@ -134,6 +134,23 @@ pub(crate) fn map_input(req: &LlmRequest) -> Vec<Value> {
                     };
                     content.push(json!({ "type": "input_image", "image_url": url }));
                 }
+                ContentBlock::Document {
+                    media_type,
+                    name,
+                    data,
+                    url,
+                } if msg.role == Role::User => {
+                    let mut file = json!({ "type": "input_file" });
+                    match (data, url) {
+                        (Some(d), _) => {
+                            file["filename"] = json!(name.as_deref().unwrap_or("attachment"));
+                            file["file_data"] = json!(format!("data:{media_type};base64,{d}"));
+                        }
+                        (None, Some(u)) => file["file_url"] = json!(u),
+                        (None, None) => continue,
+                    }
+                    content.push(file);
+                }
                 ContentBlock::Thinking {
                     thinking,
                     signature: Some(sig),

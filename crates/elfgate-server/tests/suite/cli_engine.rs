@@ -481,6 +481,16 @@ async fn provider_env_reaches_the_cli_and_cannot_redirect_it() {
             "{name}: {v}"
         );
     }
+    // Attachments cannot be handed to a CLI: refused, not dropped.
+    let mut body = c.session(b, "text");
+    body["attachments"] = json!([{"mediaType": "text/plain", "text": "x"}]);
+    let (status, v) = c.d.post("/v1/sessions", body).await;
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v.to_string()
+            .contains("the cli engine cannot hand attachments to a CLI"),
+        "{v}"
+    );
     let (_, after) = c.d.get("/v1/sessions").await;
     assert_eq!(before["sessions"], after["sessions"]);
 }

@@ -428,3 +428,148 @@ async fn an_interrupt_closes_the_upstream_stream() {
         .await;
     }
 }
+
+/// A PDF's bytes in base64 (a PDF header and a line of text are enough for the wire).
+const PDF_B64: &str = "JVBERi0xLjQKJSBhIHNtYWxsIHRlc3QgZG9jdW1lbnQK";
+
+/// The last user turn of a request body in its own format's shape.
+fn last_user_parts(format: Format, body: &Value) -> Vec<Value> {
+    let turns = match format {
+        Format::OpenAiChat | Format::Anthropic => &body["messages"],
+        Format::OpenAiResponses => &body["input"],
+        Format::Gemini => &body["contents"],
+    };
+    let last = turns.as_array().unwrap().last().unwrap();
+    let parts = match format {
+        Format::Gemini => &last["parts"],
+        _ => &last["content"],
+    };
+    parts.as_array().cloned().unwrap_or_default()
+}
+
+/// Documents as well as images: a PDF attachment reaches each provider kind the way its API
+/// takes files (Chat Completions' file part, Anthropic's document block, the Responses API's
+/// input_file, Gemini's inlineData), a text file inline, and is stored as a document block; a
+/// type or form a kind cannot take is 422 naming the attachment and the provider, bad base64
+/// is 422, and an attachment over server.attachment_max_bytes is 413; nothing is stored then.
+#[tokio::test]
+async fn documents_reach_every_provider_kind_in_its_own_shape() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    let pdf = json!({"name": "report.pdf", "mediaType": "application/pdf", "data": PDF_B64});
+    let text = json!({"name": "notes.txt", "mediaType": "text/plain", "text": "line one"});
+    for (provider, format) in [
+        ("mock", Format::OpenAiChat),
+        ("mock-anthropic", Format::Anthropic),
+        ("mock-responses", Format::OpenAiResponses),
+        ("mock-gemini", Format::Gemini),
+    ] {
+        let before = mock.requests().len();
+        let mut body = chat_on(provider, "mock", "read these");
+        body["attachments"] = json!([pdf, text]);
+        let (sid, run) = d.create(body).await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        assert_eq!(finish_of(&evs), "stop", "{provider}: {:?}", types(&evs));
+        let sent = &mock.requests()[before];
+        assert_eq!(sent.format, format);
+        let parts = last_user_parts(format, &sent.body);
+        let data_url = format!("data:application/pdf;base64,{PDF_B64}");
+        let want = match format {
+            Format::OpenAiChat => json!({"type": "file",
+                "file": {"filename": "report.pdf", "file_data": data_url}}),
+            Format::Anthropic => json!({"type": "document", "title": "report.pdf",
+                "source": {"type": "base64", "media_type": "application/pdf", "data": PDF_B64}}),
+            Format::OpenAiResponses => json!({"type": "input_file", "filename": "report.pdf",
+                "file_data": data_url}),
+            Format::Gemini => {
+                json!({"inlineData": {"mimeType": "application/pdf", "data": PDF_B64}})
+            }
+        };
+        assert!(parts.contains(&want), "{provider}: {parts:?}");
+        let all = serde_json::to_string(&parts).unwrap();
+        assert!(all.contains("line one"), "{provider}: {all}");
+        let (_, m) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+        let blocks = &m["messages"][0]["blocks"];
+        assert!(
+            blocks
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["type"] == "document"
+                    && b["name"] == "report.pdf"
+                    && b["media_type"] == "application/pdf"),
+            "{blocks}"
+        );
+    }
+
+    let (_, before) = d.get("/v1/sessions").await;
+    let refused = |provider: &str, attachment: Value| {
+        let mut body = chat_on(provider, "mock", "read it");
+        body["attachments"] = json!([attachment]);
+        body
+    };
+    for (body, status, want) in [
+        (
+            refused(
+                "mock",
+                json!({"name": "r.pdf", "mediaType": "application/pdf",
+                                   "url": "https://example.com/r.pdf"}),
+            ),
+            422,
+            "attachments[0] (r.pdf, application/pdf): provider 'mock' (openai) cannot take this \
+             file: it takes application/pdf, inline (base64) only",
+        ),
+        (
+            refused(
+                "mock-anthropic",
+                json!({"name": "a.zip", "mediaType": "application/zip",
+                                             "data": "UEsDBA=="}),
+            ),
+            422,
+            "provider 'mock-anthropic' (anthropic) cannot take this file",
+        ),
+        (
+            refused(
+                "mock",
+                json!({"mediaType": "application/pdf", "data": "not base64!"}),
+            ),
+            422,
+            "attachments[0] (application/pdf): data is not base64",
+        ),
+        (
+            refused("mock", json!({"mediaType": "application/pdf"})),
+            422,
+            "give exactly one of data (base64), url or text",
+        ),
+    ] {
+        let (s, v) = d.post("/v1/sessions", body).await;
+        assert_eq!(s, status, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{v}"
+        );
+    }
+    let (_, after) = d.get("/v1/sessions").await;
+    assert_eq!(before["sessions"], after["sessions"]);
+
+    // Past the per-attachment limit: 413.
+    let small = Daemon::start(
+        &mock,
+        Opts {
+            server_toml: "attachment_max_bytes = 16".into(),
+            ..Default::default()
+        },
+    );
+    let (s, v) = small
+        .post("/v1/sessions", refused("mock", pdf.clone()))
+        .await;
+    assert_eq!(s, 413, "{v}");
+    assert_eq!(v["error"]["code"], "payload_too_large");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("attachments[0] (report.pdf, application/pdf) is 33 bytes, more than server.attachment_max_bytes (16)"),
+        "{v}"
+    );
+}

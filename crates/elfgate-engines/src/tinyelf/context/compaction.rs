@@ -23,6 +23,11 @@ fn block_bytes(b: &ContentBlock) -> u64 {
         ContentBlock::Text { text } => text.len() as u64,
         ContentBlock::Thinking { thinking, .. } => thinking.len() as u64,
         ContentBlock::Image { .. } => IMAGE_BYTES,
+        // A PDF is read as text and page images by the provider: its base64 size is the
+        // closest cheap guess (a URL's is not known: one image's worth).
+        ContentBlock::Document { data, .. } => {
+            data.as_ref().map_or(IMAGE_BYTES, |d| d.len() as u64)
+        }
         ContentBlock::ToolUse { id, name, input } => {
             (id.len() + name.len() + input.to_string().len()) as u64
         }
@@ -198,6 +203,14 @@ pub(crate) fn transcript(messages: &[LlmMessage], per_message: usize) -> String 
                 }
                 ContentBlock::ToolResult { content, .. } => {
                     text.push_str(&format!("[result] {content}"));
+                }
+                ContentBlock::Document {
+                    name, media_type, ..
+                } => {
+                    text.push_str(&format!(
+                        "[document {} {media_type}]",
+                        name.as_deref().unwrap_or("")
+                    ));
                 }
                 ContentBlock::Thinking { .. } | ContentBlock::Image { .. } => continue,
             }
