@@ -97,6 +97,10 @@ pub struct EngineConfig {
     /// beta header, and the provider's extended_context_window_tokens for compaction.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub use_extended_context: Option<bool>,
+    /// Search the web before answering (chat, st-chat, api): the prompt is the query, the
+    /// results go into the request's context (needs `[tools.web_search]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_orchestration: Option<bool>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -262,6 +266,7 @@ impl EngineConfig {
             skills,
             provider_env,
             use_extended_context,
+            search_orchestration,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -289,6 +294,7 @@ impl EngineConfig {
             skills: skills.or_else(|| base.skills.clone()),
             provider_env: provider_env.or_else(|| base.provider_env.clone()),
             use_extended_context: use_extended_context.or(base.use_extended_context),
+            search_orchestration: search_orchestration.or(base.search_orchestration),
         }
     }
 }

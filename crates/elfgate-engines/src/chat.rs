@@ -110,7 +110,17 @@ pub struct ChatEngine {
     providers: ProviderRegistry,
     settings: ChatSettings,
     tool_loop: Option<Arc<dyn ToolLoop>>,
+    /// The search backend of `[tools.web_search]`, for sessions with searchOrchestration.
+    search: Option<Arc<elfgate_tools::search::WebSearch>>,
 }
+
+/// Whether this run searches the web before answering (engineConfig searchOrchestration).
+fn searches(ctx: &EngineSessionContext) -> bool {
+    ctx.engine_config.search_orchestration == Some(true)
+}
+
+/// Most characters of a prompt sent to the search backend as its query.
+const SEARCH_QUERY_MAX_CHARS: usize = 400;
 
 impl ChatEngine {
     /// A chat engine of the given mode.
@@ -126,6 +136,7 @@ impl ChatEngine {
             providers,
             settings,
             tool_loop: None,
+            search: None,
         }
     }
 
@@ -133,6 +144,52 @@ impl ChatEngine {
     pub fn with_tool_loop(mut self, tool_loop: Arc<dyn ToolLoop>) -> Self {
         self.tool_loop = Some(tool_loop);
         self
+    }
+
+    /// This engine with the search backend searchOrchestration uses.
+    pub fn with_search(mut self, search: Option<Arc<elfgate_tools::search::WebSearch>>) -> Self {
+        self.search = search;
+        self
+    }
+
+    /// Search orchestration: the prompt (its first 400 characters) is searched for before the
+    /// call, and the results are added to the request's last user turn, not to the stored
+    /// prompt. A `processing` event says what was searched and what came back; a search that
+    /// fails leaves the request as it was and says why (the answer comes without results).
+    async fn search_first(&self, ctx: &EngineSessionContext, req: &mut LlmRequest) {
+        let query: String = ctx.prompt.chars().take(SEARCH_QUERY_MAX_CHARS).collect();
+        let note = |message: String| ctx.events.emit(EventPayload::Processing { message });
+        let Some(search) = &self.search else {
+            // The API refuses searchOrchestration without a backend; a session stored before
+            // the backend was removed from the configuration lands here.
+            note(
+                "searchOrchestration: no search backend is configured ([tools.web_search]); \
+                  answering without a search"
+                    .to_string(),
+            )
+            .await;
+            return;
+        };
+        let found = tokio::select! {
+            _ = ctx.cancel.cancelled() => return,
+            r = search.search_rendered(&query) => r,
+        };
+        match found {
+            Ok((n, results)) => {
+                note(format!("searched the web for the prompt: {n} results")).await;
+                if let Some(last) = req.messages.last_mut() {
+                    last.blocks.push(ContentBlock::text(format!(
+                        "[Web search results for this prompt, fetched before answering]\n{results}"
+                    )));
+                }
+            }
+            Err(why) => {
+                note(format!(
+                    "searchOrchestration: the search failed ({why}); answering without results"
+                ))
+                .await;
+            }
+        }
     }
 
     /// The tool loop, when this prompt's session set mcpConfig.
@@ -167,6 +224,15 @@ impl ChatEngine {
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
         if let Some(tool_loop) = self.tool_loop_for(&ctx) {
+            if searches(&ctx) {
+                ctx.events
+                    .emit(EventPayload::Processing {
+                        message: "searchOrchestration is not applied to a chat session that runs \
+                                  tools (mcpConfig): its tool loop answers without searching first"
+                            .to_string(),
+                    })
+                    .await;
+            }
             return tool_loop.run(ctx).await;
         }
         let session_id = ctx.session_id();
@@ -232,10 +298,11 @@ impl ChatEngine {
                     },
                     ChatMode::SingleTurn | ChatMode::Stateless => Vec::new(),
                 };
-                (
-                    Arc::new(self.request(&ctx, model.clone(), &history, &user)),
-                    None,
-                )
+                let mut req = self.request(&ctx, model.clone(), &history, &user);
+                if searches(&ctx) {
+                    self.search_first(&ctx, &mut req).await;
+                }
+                (Arc::new(req), None)
             }
         };
         let (turn, model) = if fallbacks.is_empty() {
@@ -479,8 +546,9 @@ impl Engine for ChatEngine {
     /// Only a first prompt stored with its session qualifies: it follows nothing, so the request
     /// does not depend on the store.
     fn head_start(&self, ctx: &EngineSessionContext) -> HeadStart {
-        // The tool loop makes its own calls, with the tools in them.
-        if self.tool_loop_for(ctx).is_some() {
+        // The tool loop makes its own calls, with the tools in them; a search comes before the
+        // call.
+        if self.tool_loop_for(ctx).is_some() || searches(ctx) {
             return HeadStart::default();
         }
         // A gateway caller's request is whole before anything is stored: its call opens now

@@ -425,12 +425,20 @@ impl Daemon {
             dir.clone(),
             Some(mcp.clone()),
         )?;
+        // The search backend of searchOrchestration (the configuration was checked at load).
+        let search = config
+            .tools
+            .web_search
+            .as_ref()
+            .and_then(|c| elfgate_tools::search::WebSearch::new(c).ok())
+            .map(Arc::new);
         for mode in [
             ChatMode::MultiTurn,
             ChatMode::SingleTurn,
             ChatMode::Stateless,
         ] {
-            let engine = ChatEngine::new(mode, shared.clone(), registry.clone(), settings.clone());
+            let engine = ChatEngine::new(mode, shared.clone(), registry.clone(), settings.clone())
+                .with_search(search.clone());
             // Only the multi-turn chat keeps a conversation a tool loop can go on in.
             let engine = match mode {
                 ChatMode::MultiTurn => engine.with_tool_loop(tinyelf.chat_tool_loop()),

@@ -74,6 +74,18 @@ fn check_overrides(
     o: &RunOverrides,
 ) -> Result<Checked, ApiError> {
     let bad = |e: UnknownName| ApiError::BadRequest(e.to_string());
+    let searches = o
+        .engine_config
+        .as_ref()
+        .and_then(|c| c.get("searchOrchestration"))
+        .is_some_and(|v| v == &serde_json::Value::Bool(true));
+    if searches && state.config.tools.web_search.is_none() {
+        return Err(ApiError::Unprocessable(
+            "engineConfig.searchOrchestration: no search backend is configured (the daemon's \
+             [tools.web_search])"
+                .into(),
+        ));
+    }
     let permission_mode = parse_name(o.permission_mode.as_deref()).map_err(bad)?;
     let thinking_level = parse_name(o.thinking_level.as_deref()).map_err(bad)?;
     let engine_config = match &o.engine_config {

@@ -139,6 +139,13 @@ impl WebSearch {
         }
     }
 
+    /// Searches for `query` with the configured number of results: how many came, and the
+    /// results as the tool renders them (numbered title, URL and snippet); or what went wrong.
+    pub async fn search_rendered(&self, query: &str) -> Result<(usize, String), String> {
+        let results = self.search(query, self.max_results).await?;
+        Ok((results.len(), render(query, &results)))
+    }
+
     /// Asks the backend; the results, or what went wrong in words for the model.
     async fn search(&self, query: &str, n: u32) -> Result<Vec<SearchResult>, String> {
         let client = reqwest::Client::builder()

@@ -913,3 +913,79 @@ first_token_timeout_secs = 1
         );
     }
 }
+
+/// engineConfig searchOrchestration on a chat session: the prompt is searched for before the
+/// call, the results are in the request (not in the stored prompt), a processing event says
+/// so; a failing search answers without results and says why; without a backend it is 422.
+#[tokio::test]
+async fn search_orchestration_searches_before_answering() {
+    let mock = MockServer::start().await.unwrap();
+    let base = mock.base_url();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                "[tools.web_search]\nbackend = \"searxng\"\nurl = \"{base}\"\nmax_results = 2\n"
+            ),
+            ..Default::default()
+        },
+    );
+    let mut body = chat("rust async", "mock:tokens=2");
+    body["engineConfig"] = json!({"searchOrchestration": true});
+    let (sid, run) = d.create(body).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    let notes: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.event == "processing")
+        .map(|e| e.data["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        notes.contains(&"searched the web for the prompt: 2 results"),
+        "{notes:?}"
+    );
+    let sent = mock
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/chat/completions"))
+        .unwrap();
+    let last = sent.body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(last.contains("Result 1 for rust async"), "{last}");
+    assert!(
+        last.contains("https://example.com/search/2?q=rust async"),
+        "{last}"
+    );
+    assert_eq!(user_prompts(&d, &sid).await, ["rust async"]);
+
+    // A search that fails: the answer comes without results, and says why.
+    let mut body = chat("fail", "mock:tokens=2");
+    body["engineConfig"] = json!({"searchOrchestration": true});
+    let (sid, run) = d.create(body).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    assert!(
+        evs.iter().any(|e| e.event == "processing"
+            && e.data["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("searchOrchestration: the search failed")),
+        "{:?}",
+        types(&evs)
+    );
+
+    // No backend configured: refused by name.
+    let plain = Daemon::start(&mock, Opts::default());
+    let mut body = chat("rust", "mock:tokens=2");
+    body["engineConfig"] = json!({"searchOrchestration": true});
+    let (s, v) = plain.post("/v1/sessions", body).await;
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v.to_string().contains("engineConfig.searchOrchestration"),
+        "{v}"
+    );
+}
