@@ -652,9 +652,8 @@ impl PgStore {
 /// for a whole lease: after an outage of the database, which every node saw, each owner then
 /// renews its own leases (which expired by the database's clock meanwhile) before another node
 /// may count them as lost. A node that really died during the outage is adopted one lease later.
-/// "In time" is within what an owner's renewal may be late before its lease expires (the lease
-/// less one beat): a beat slower than that could have let live owners' leases lapse, one merely
-/// slowed by load (a busy CPU, a busy pool) could not.
+/// "In time" is within one beat: a longer stall, whatever its cause, may have hidden an outage
+/// during which live owners' leases lapsed, and their renewals may land up to a beat after it.
 pub(super) async fn heartbeat_loop(store: PgStore, every: Duration, lease: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -662,7 +661,6 @@ pub(super) async fn heartbeat_loop(store: PgStore, every: Duration, lease: Durat
     // (`recover_unfinished_runs`) does the first adoption.
     tick.tick().await;
     let mut reachable_since = Some(Instant::now());
-    let in_time = lease.saturating_sub(every).max(every);
     loop {
         tick.tick().await;
         let started = Instant::now();
@@ -674,7 +672,7 @@ pub(super) async fn heartbeat_loop(store: PgStore, every: Duration, lease: Durat
             continue;
         }
         let now = Instant::now();
-        if now.duration_since(started) > in_time {
+        if now.duration_since(started) > every {
             // The beat waited for the store (a restart, a stall): it counts as a new start.
             reachable_since = Some(now);
         }

@@ -72,7 +72,17 @@ impl PgStore {
         if !is_postgres_url(url) {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
-        let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        let mut options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        if let NodeMode::Fleet(m) = &mode {
+            // A node paused (SIGSTOP, a stall) inside a transaction keeps its row locks, and an
+            // adopter's FOR UPDATE of the lease row would wait for them for ever: the server ends
+            // a transaction left idle for a whole lease. Its node was past its lease by then, so
+            // its writes are fenced anyway.
+            options = options.options([(
+                "idle_in_transaction_session_timeout",
+                m.lease.as_millis().to_string(),
+            )]);
+        }
         // Before migrations and before anyone reads or ends a run.
         let (single_node, member) = match mode {
             NodeMode::Single => (
