@@ -64,16 +64,28 @@ impl ProviderKind {
         }
     }
 
+    /// What is sent in place of a document this kind cannot take (one stored in the history
+    /// before the session moved to this provider): a note, so that the model knows a file was
+    /// there and nothing is left out unsaid.
+    pub fn document_note(self, name: Option<&str>, media_type: &str) -> String {
+        format!(
+            "[attachment {}({media_type}) not sent: this provider ({}) cannot take this file]",
+            name.map(|n| format!("{n} ")).unwrap_or_default(),
+            self.as_str()
+        )
+    }
+
     /// Whether this kind's API takes a document of `media_type`, inline (`by_url` false) or by
     /// URL; Err says what it takes instead. Images and text are not documents (every kind takes
     /// images; text is sent inline as text).
     pub fn takes_document(self, media_type: &str, by_url: bool) -> Result<(), &'static str> {
         let m = media_type.to_ascii_lowercase();
         let (ok, takes) = match self {
-            // Anthropic's document blocks: PDF and plain text, base64 or URL.
+            // Anthropic's base64 and URL document sources are for PDFs (plain text goes as an
+            // attachment's `text`, inline).
             ProviderKind::Anthropic => (
-                m == "application/pdf" || m == "text/plain",
-                "application/pdf or text/plain, inline or by URL",
+                m == "application/pdf",
+                "application/pdf, inline or by URL (send text as the attachment's text)",
             ),
             // Chat Completions' file parts: PDF, inline only (a URL needs the Files API).
             ProviderKind::Openai => (

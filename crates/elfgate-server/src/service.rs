@@ -246,21 +246,25 @@ fn apply_agent_profile(state: &AppState, req: &mut CreateSessionRequest) -> Resu
     if o.permission_mode.is_none() {
         o.permission_mode = profile.permission_mode.map(|m| m.as_str().to_string());
     }
-    let mut cfg = profile.engine_config();
-    if !cfg.is_empty() {
-        match o.engine_config.take() {
-            None => {}
-            Some(serde_json::Value::Object(own)) => {
-                cfg.extend(own.into_iter().filter(|(_, v)| !v.is_null()));
-            }
-            // Not an object: left for check_overrides to refuse by name.
-            Some(other) => {
-                o.engine_config = Some(other);
-                return Ok(());
-            }
-        }
-        o.engine_config = Some(serde_json::Value::Object(cfg));
+    // Both parsed, so that older key names (maxTurns, tools...) meet their current ones, and
+    // the request's keys go over the profile's one by one (EngineConfig::over).
+    let Ok(mut base) = EngineConfig::from_json(&serde_json::Value::Object(profile.engine_config()))
+    else {
+        // Checked at start; a profile that no longer parses adds nothing.
+        return Ok(());
+    };
+    if o.channel_permissions.is_some() {
+        // The request's top-level channelPermissions win over the profile's.
+        base.channel_permissions = None;
     }
+    o.engine_config = match o.engine_config.take() {
+        None => Some(base.to_json()),
+        Some(own) => match EngineConfig::from_json(&own) {
+            Ok(own) => Some(own.over(&base).to_json()),
+            // Left as it came, for check_overrides to refuse by name.
+            Err(_) => Some(own),
+        },
+    };
     Ok(())
 }
 
@@ -548,6 +552,36 @@ fn new_run(
     }
 }
 
+/// A prompt rewritten by a UserPromptSubmit hook, in the upstream request a gateway door built
+/// before the hooks ran: the last user turn's text becomes the rewritten prompt (its images and
+/// files stay), and the caller's own wire-format copy of the messages is dropped so that the
+/// rewritten request is the one sent.
+fn rewrite_gateway_prompt(gateway: &mut Option<GatewayCall>, prompt: &str) {
+    let Some(call) = gateway else {
+        return;
+    };
+    let Some(work) = &call.head_start else {
+        return;
+    };
+    let Some(mut turn) = work.take::<elfgate_engines::GatewayTurn>() else {
+        return;
+    };
+    if let Some(last) = turn
+        .request
+        .messages
+        .iter_mut()
+        .rev()
+        .find(|m| m.role == elfgate_core::Role::User)
+    {
+        last.blocks
+            .retain(|b| !matches!(b, elfgate_core::ContentBlock::Text { .. }));
+        last.blocks
+            .insert(0, elfgate_core::ContentBlock::text(prompt.to_string()));
+    }
+    turn.request.passthrough = None;
+    call.head_start = Some(HeadStart::new(turn));
+}
+
 /// What a gateway door hands to the run it starts.
 #[derive(Debug, Default)]
 pub struct GatewayCall {
@@ -591,18 +625,6 @@ pub async fn create_session(
     let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
     check_project_path(state, req.project_path.as_deref(), project_field)?;
     let mut req = req;
-    if let Some(p) = submit_prompt(
-        state,
-        &req.prompt,
-        None,
-        engine,
-        req.project_path.as_deref(),
-        &req.overrides.channel(),
-    )
-    .await?
-    {
-        req.prompt = p;
-    }
     apply_agent_profile(state, &mut req)?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
     if let Some(mcp) = &req.mcp_config {
@@ -640,6 +662,21 @@ pub async fn create_session(
             events_url: format!("/v1/sessions/{}/events", run.session_id),
             duplicate: true,
         });
+    }
+    // The prompt hooks last among the checks: a refused or repeated request runs none.
+    let mut gateway = gateway;
+    if let Some(p) = submit_prompt(
+        state,
+        &req.prompt,
+        None,
+        engine,
+        req.project_path.as_deref(),
+        &req.overrides.channel(),
+    )
+    .await?
+    {
+        rewrite_gateway_prompt(&mut gateway, &p);
+        req.prompt = p;
     }
     let now = Utc::now();
     let session = Session {
@@ -755,18 +792,6 @@ pub async fn send_message(
     check_prompt_secrets(state, &req.prompt)?;
     let own = check_overrides(state, session.engine, &req.overrides)?;
     let mut req = req;
-    if let Some(p) = submit_prompt(
-        state,
-        &req.prompt,
-        Some(session_id),
-        session.engine,
-        session.project_path.as_deref(),
-        &req.overrides.channel(),
-    )
-    .await?
-    {
-        req.prompt = p;
-    }
     // The session's channel permissions change only when a prompt sends new ones.
     let new_channel = own
         .engine_config
@@ -825,6 +850,21 @@ pub async fn send_message(
         return Err(ApiError::NotFound(format!(
             "unknown parent message '{parent}' in this session"
         )));
+    }
+    // The prompt hooks last among the checks: a refused or repeated request runs none.
+    let mut gateway = gateway;
+    if let Some(p) = submit_prompt(
+        state,
+        &req.prompt,
+        Some(session_id),
+        session.engine,
+        session.project_path.as_deref(),
+        &req.overrides.channel(),
+    )
+    .await?
+    {
+        rewrite_gateway_prompt(&mut gateway, &p);
+        req.prompt = p;
     }
     if let Some(p) = new_channel {
         let mut cfg = session.engine_config.clone();

@@ -414,6 +414,34 @@ pub(crate) fn cli_session_marker(dir: &std::path::Path, id: &str) -> PathBuf {
     dir.join(safe)
 }
 
+/// Whether a variable could redirect a CLI's traffic, weaken its TLS or load code into it: a
+/// session may not set it through providerEnv, whatever the provider (an `_BASE_URL` or
+/// `_API_BASE` of any provider, a proxy, a CA or TLS switch, a loader or Node option).
+fn redirects(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    const EXACT: &[&str] = &[
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "NODE_OPTIONS",
+        "NODE_TLS_REJECT_UNAUTHORIZED",
+        "NODE_EXTRA_CA_CERTS",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PATH",
+    ];
+    EXACT.contains(&n.as_str())
+        || n.ends_with("_BASE_URL")
+        || n.ends_with("_API_BASE")
+        || n.ends_with("_API_KEY")
+        || n.ends_with("_AUTH_TOKEN")
+}
+
 /// Why the cli engine refuses a request (a 422 for the client).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CliStartError {
@@ -579,6 +607,10 @@ impl CliEngine {
                 let why = if !self.base_env.allowed(name) {
                     Some(
                         "the daemon's ELFGATE_* variables and providers' key variables never reach a CLI",
+                    )
+                } else if redirects(name) {
+                    Some(
+                        "it could send the CLI's traffic (and its provider key) elsewhere or run code in it",
                     )
                 } else if own.contains(&name.to_ascii_uppercase()) {
                     Some("the daemon sets it for the CLI's provider; a session cannot change it")

@@ -126,7 +126,12 @@ pub(crate) async fn run_loop(
                 return end(FinishReason::BudgetExhausted, last_text, iterations, None);
             }
             let answer_room = u32::try_from(budget.left - input).unwrap_or(u32::MAX);
-            req.max_tokens = Some(runner.rs.max_tokens.min(answer_room));
+            if answer_room < runner.rs.max_tokens {
+                req.max_tokens = Some(answer_room);
+                // A provider's reasoning budget comes on top of max_tokens (Anthropic raises it
+                // to fit): near the end of a budget the call asks for no reasoning.
+                req.thinking = Default::default();
+            }
         }
         let turn = runner.call_fitted(&agent, &req).await;
         iterations += 1;

@@ -157,6 +157,13 @@ pub(super) fn map_block(block: &ContentBlock, role: Role) -> Option<Value> {
             data,
             url,
         } if role != Role::Assistant => {
+            if ProviderKind::Anthropic
+                .takes_document(media_type, data.is_none())
+                .is_err()
+            {
+                let note = ProviderKind::Anthropic.document_note(name.as_deref(), media_type);
+                return Some(json!({ "type": "text", "text": note }));
+            }
             let source = match (data, url) {
                 (Some(d), _) => json!({ "type": "base64", "media_type": media_type, "data": d }),
                 (None, Some(u)) => json!({ "type": "url", "url": u }),

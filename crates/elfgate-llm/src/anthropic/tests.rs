@@ -354,3 +354,31 @@ fn error_event() {
     assert!(matches!(&err, LlmError::Upstream(m) if m.contains("Overloaded")));
     assert!(err.is_retryable());
 }
+
+/// A document this kind cannot take (one kept in the history from another provider) goes as a
+/// note saying so, never dropped unsaid; a PDF goes as a document block.
+#[test]
+fn a_document_anthropic_cannot_take_becomes_a_note() {
+    let doc = |media_type: &str| ContentBlock::Document {
+        media_type: media_type.into(),
+        name: Some("f".into()),
+        data: Some("UEsDBA==".into()),
+        url: None,
+    };
+    let req = LlmRequest {
+        messages: vec![LlmMessage {
+            role: Role::User,
+            blocks: vec![doc("application/zip"), doc("application/pdf")],
+        }],
+        ..Default::default()
+    };
+    let body = build_body(&req, "m");
+    let content = &body["messages"][0]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "text",
+               "text": "[attachment f (application/zip) not sent: this provider (anthropic) cannot take this file]"})
+    );
+    assert_eq!(content[1]["type"], "document");
+    assert_eq!(content[1]["source"]["media_type"], "application/pdf");
+}

@@ -169,6 +169,20 @@ pub(crate) fn map_contents(req: &LlmRequest) -> Vec<Value> {
                 ContentBlock::Text { text } if !text.is_empty() => {
                     parts.push(json!({ "text": text }));
                 }
+                ContentBlock::Document {
+                    media_type,
+                    name,
+                    data,
+                    ..
+                } if role == "user"
+                    && ProviderKind::Gemini
+                        .takes_document(media_type, data.is_none())
+                        .is_err() =>
+                {
+                    parts.push(json!({
+                        "text": ProviderKind::Gemini.document_note(name.as_deref(), media_type)
+                    }));
+                }
                 ContentBlock::Image {
                     media_type,
                     data,

@@ -1,5 +1,6 @@
 //! Request encoding: the conversation and settings as the API's request body.
 
+use crate::ProviderKind;
 use crate::{ContentBlock, LlmRequest, Role, ThinkingLevel, ToolChoice};
 use serde_json::{Map, Value, json};
 
@@ -154,11 +155,21 @@ pub(crate) fn map_messages(req: &LlmRequest) -> Vec<Value> {
                                 name,
                                 data: Some(d),
                                 ..
-                            } => {
+                            } if ProviderKind::Openai
+                                .takes_document(media_type, false)
+                                .is_ok() =>
+                            {
                                 parts.push(json!({ "type": "file", "file": {
                                     "filename": name.as_deref().unwrap_or("attachment"),
                                     "file_data": format!("data:{media_type};base64,{d}"),
                                 }}));
+                            }
+                            ContentBlock::Document {
+                                media_type, name, ..
+                            } => {
+                                let note =
+                                    ProviderKind::Openai.document_note(name.as_deref(), media_type);
+                                parts.push(json!({ "type": "text", "text": note }));
                             }
                             _ => {}
                         }

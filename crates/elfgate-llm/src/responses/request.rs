@@ -140,6 +140,15 @@ pub(crate) fn map_input(req: &LlmRequest) -> Vec<Value> {
                     data,
                     url,
                 } if msg.role == Role::User => {
+                    if ProviderKind::OpenaiResponses
+                        .takes_document(media_type, data.is_none())
+                        .is_err()
+                    {
+                        let note = ProviderKind::OpenaiResponses
+                            .document_note(name.as_deref(), media_type);
+                        content.push(json!({ "type": text_type, "text": note }));
+                        continue;
+                    }
                     let mut file = json!({ "type": "input_file" });
                     match (data, url) {
                         (Some(d), _) => {

@@ -463,10 +463,10 @@ async fn provider_env_reaches_the_cli_and_cannot_redirect_it() {
 
     let (_, before) = c.d.get("/v1/sessions").await;
     for (name, why) in [
-        (
-            "ANTHROPIC_BASE_URL",
-            "the daemon sets it for the CLI's provider",
-        ),
+        ("ANTHROPIC_BASE_URL", "could send the CLI's traffic"),
+        ("OTHER_BASE_URL", "could send the CLI's traffic"),
+        ("https_proxy", "could send the CLI's traffic"),
+        ("NODE_OPTIONS", "run code in it"),
         ("HOME", "the daemon sets it"),
         ("ELFGATE_TOKEN", "never reach a CLI"),
         ("OPENAI_API_KEY", "never reach a CLI"),

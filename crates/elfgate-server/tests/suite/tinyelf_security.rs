@@ -326,6 +326,21 @@ esac
     assert_eq!(seen[0]["prompt"], "please rewrite me");
     assert_eq!(seen[1]["sessionId"], sid.as_str());
     assert_eq!(seen.last().unwrap()["engine"], "chat");
+
+    // Through a gateway door: the request the door built from the caller's messages is sent
+    // with the rewritten prompt, not the caller's.
+    let before = mock.requests().len();
+    let (s, v) = d
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "mock/mock:tokens=2", "messages": [
+                {"role": "user", "content": "door: please rewrite me"}]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let sent = mock.requests()[before].body.to_string();
+    assert!(sent.contains("the rewritten prompt"), "{sent}");
+    assert!(!sent.contains("door: please rewrite me"), "{sent}");
 }
 
 /// channelSource, channelId and channelSenderId are the run's: stored on it (its record shows

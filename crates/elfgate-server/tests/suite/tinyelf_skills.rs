@@ -226,6 +226,16 @@ async fn agent_profiles_set_what_the_request_leaves_out() {
         json!(["read_file", "list_dir"])
     );
 
+    // Older key names meet the profile's current ones and still win, key by key.
+    let mut older = body.clone();
+    older["engineConfig"] = json!({"maxTurns": 2, "tools": ["grep"]});
+    let (sid, run) = d.create(older).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let (_, s) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(s["engineConfig"]["maxIterations"], 2, "{s}");
+    assert_eq!(s["engineConfig"]["enabledTools"], json!(["grep"]), "{s}");
+    assert_eq!(s["engineConfig"]["skills"], json!(["review"]), "{s}");
+
     let mut unknown = body;
     unknown["agentId"] = json!("nobody");
     let (status, v) = d.post("/v1/sessions", unknown).await;
