@@ -101,6 +101,10 @@ pub struct EngineConfig {
     /// results go into the request's context (needs `[tools.web_search]`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search_orchestration: Option<bool>,
+    /// Ask the provider to search the web itself (tinyelf, chat, st-chat, api), where its kind
+    /// can: openai-responses and gemini; 422 on the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub native_search_enabled: Option<bool>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -267,6 +271,7 @@ impl EngineConfig {
             provider_env,
             use_extended_context,
             search_orchestration,
+            native_search_enabled,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -295,6 +300,7 @@ impl EngineConfig {
             provider_env: provider_env.or_else(|| base.provider_env.clone()),
             use_extended_context: use_extended_context.or(base.use_extended_context),
             search_orchestration: search_orchestration.or(base.search_orchestration),
+            native_search_enabled: native_search_enabled.or(base.native_search_enabled),
         }
     }
 }

@@ -503,6 +503,7 @@ impl ChatEngine {
                 .or(cfg.thinking_level)
                 .unwrap_or_default(),
             extended_context: cfg.use_extended_context.unwrap_or(false),
+            native_search: cfg.native_search_enabled == Some(true),
             ..Default::default()
         }
     }

@@ -64,6 +64,14 @@ impl ProviderKind {
         }
     }
 
+    /// Whether the daemon can ask this kind's API to search the web itself: the Responses API
+    /// (its `web_search` tool) and Gemini (Google Search grounding), whose answers carry the
+    /// results as text. Anthropic's server-side search returns blocks of its own that the stored
+    /// history cannot replay yet, and Chat Completions has search only on its search models.
+    pub fn searches_natively(self) -> bool {
+        matches!(self, ProviderKind::OpenaiResponses | ProviderKind::Gemini)
+    }
+
     /// What is sent in place of a document this kind cannot take (one stored in the history
     /// before the session moved to this provider): a note, so that the model knows a file was
     /// there and nothing is left out unsaid.
@@ -173,6 +181,10 @@ pub struct LlmRequest {
     /// (Anthropic: the `anthropic-beta: context-1m-2025-08-07` header); the other kinds have
     /// none, and send the request as usual.
     pub extended_context: bool,
+    /// Ask the provider to search the web itself, where this kind's API has a server-side
+    /// search (the Responses API's `web_search` tool, Gemini's Google Search grounding); see
+    /// [`ProviderKind::searches_natively`].
+    pub native_search: bool,
 }
 
 /// Which tool the model must call.

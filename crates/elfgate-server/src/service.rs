@@ -378,6 +378,38 @@ fn check_attachments(
     Ok(())
 }
 
+/// engineConfig nativeSearchEnabled needs a provider kind that can search itself: 422 naming the
+/// provider otherwise (the cli engine's CLIs search as they do, and are refused too).
+fn check_native_search(
+    state: &AppState,
+    engine: EngineType,
+    provider_id: Option<&str>,
+    cfg: &EngineConfig,
+) -> Result<(), ApiError> {
+    if cfg.native_search_enabled != Some(true) {
+        return Ok(());
+    }
+    let refused =
+        |why: String| ApiError::Unprocessable(format!("engineConfig.nativeSearchEnabled: {why}"));
+    if engine == EngineType::Cli {
+        return Err(refused(
+            "a CLI searches as it does; the cli engine cannot ask it".into(),
+        ));
+    }
+    let (name, provider) = state
+        .providers
+        .resolve(provider_id)
+        .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+    let kind = provider.kind();
+    if !kind.searches_natively() {
+        return Err(refused(format!(
+            "provider '{name}' ({kind}) cannot be asked to search itself here (openai-responses \
+             and gemini can); use the web_search tool ([tools.web_search]) instead"
+        )));
+    }
+    Ok(())
+}
+
 /// The decoded length of standard base64 text, None when it is not base64.
 fn base64_len(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
@@ -648,6 +680,12 @@ pub async fn create_session(
         req.overrides.provider_id.as_deref(),
         req.overrides.attachments.as_deref().unwrap_or_default(),
     )?;
+    check_native_search(
+        state,
+        engine,
+        req.overrides.provider_id.as_deref(),
+        &checked.engine_config,
+    )?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match req.overrides.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),
@@ -816,6 +854,15 @@ pub async fn send_message(
             .as_deref()
             .or(session.provider_id.as_deref()),
         req.overrides.attachments.as_deref().unwrap_or_default(),
+    )?;
+    check_native_search(
+        state,
+        session.engine,
+        req.overrides
+            .provider_id
+            .as_deref()
+            .or(session.provider_id.as_deref()),
+        &checked.engine_config,
     )?;
     check_project_here(state, &session)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request

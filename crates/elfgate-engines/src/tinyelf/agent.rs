@@ -93,6 +93,7 @@ pub(crate) async fn run_loop(
                 None => return end(FinishReason::Interrupted, last_text, iterations, None),
             }
         }
+        let native_search = runner.ctx.engine_config.native_search_enabled == Some(true);
         let mut req = LlmRequest {
             model: agent.model.clone(),
             system: Some(agent.system.text.clone()).filter(|s| !s.is_empty()),
@@ -101,8 +102,20 @@ pub(crate) async fn run_loop(
             temperature: Some(runner.rs.temperature),
             max_tokens: Some(runner.rs.max_tokens),
             thinking: runner.rs.thinking,
-            tools: agent.tools.specs(),
+            // With the provider searching itself, the daemon's own web_search tool is not offered
+            // beside it (one search, one name).
+            tools: if native_search {
+                agent
+                    .tools
+                    .specs()
+                    .into_iter()
+                    .filter(|t| t.name != "web_search")
+                    .collect()
+            } else {
+                agent.tools.specs()
+            },
             extended_context: runner.rs.extended_context,
+            native_search,
             ..Default::default()
         };
         // The token budget: a call whose request alone would use up what is left is not made;

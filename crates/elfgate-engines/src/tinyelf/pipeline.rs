@@ -159,12 +159,22 @@ pub(crate) async fn run_call(
             runner,
             agent,
             call,
-            format!(
-                "Error: {} is a model provider's own search tool, and this run did not ask the \
-                 provider to search: nothing was searched. Available tools: {}",
-                call.name,
-                agent.tools.names().join(", ")
-            ),
+            if runner.ctx.engine_config.native_search_enabled == Some(true) {
+                format!(
+                    "Error: {} is the provider's own search, which this run asked the provider \
+                     to run itself (nativeSearchEnabled); it came back as a call instead, and \
+                     nothing was searched here. Available tools: {}",
+                    call.name,
+                    agent.tools.names().join(", ")
+                )
+            } else {
+                format!(
+                    "Error: {} is a model provider's own search tool, and this run did not ask \
+                     the provider to search: nothing was searched. Available tools: {}",
+                    call.name,
+                    agent.tools.names().join(", ")
+                )
+            },
             ToolCallStatus::Error,
             false,
         )

@@ -48,6 +48,15 @@ pub(crate) fn build_body(req: &LlmRequest) -> Value {
             .collect();
         body.insert("tools".into(), json!([{ "functionDeclarations": decls }]));
     }
+    if req.native_search {
+        let grounding = json!({ "googleSearch": {} });
+        match body.get_mut("tools").and_then(Value::as_array_mut) {
+            Some(tools) => tools.push(grounding),
+            None => {
+                body.insert("tools".into(), json!([grounding]));
+            }
+        }
+    }
     if let Some(choice) = &req.tool_choice {
         let config = match choice {
             ToolChoice::Auto => json!({ "mode": "AUTO" }),

@@ -25,8 +25,8 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if let Some(m) = req.max_tokens {
         body.insert("max_output_tokens".into(), json!(m));
     }
-    if !req.tools.is_empty() {
-        let tools = req
+    if !req.tools.is_empty() || req.native_search {
+        let mut tools: Vec<Value> = req
             .tools
             .iter()
             .map(|t| {
@@ -38,6 +38,9 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
                 })
             })
             .collect();
+        if req.native_search {
+            tools.push(json!({ "type": "web_search" }));
+        }
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = &req.tool_choice {

@@ -215,6 +215,7 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
             // A door's caller opts into betas with its own anthropic-beta header, which a door
             // does not relay (docs/gateway.md).
             extended_context: false,
+            native_search: false,
         },
         prompt,
         stream,

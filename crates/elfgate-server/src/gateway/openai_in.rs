@@ -183,6 +183,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
         cache_prefix_len: 0,
         passthrough: None,
         extended_context: false,
+        native_search: false,
     };
     Ok((
         Inbound {

@@ -573,3 +573,54 @@ async fn documents_reach_every_provider_kind_in_its_own_shape() {
         "{v}"
     );
 }
+
+/// engineConfig nativeSearchEnabled asks a provider kind that can search itself to do so (the
+/// Responses API's web_search tool, Gemini's Google Search grounding), beside a tinyelf run's own
+/// tools; a kind that cannot is 422 naming the provider.
+#[tokio::test]
+async fn native_search_asks_the_providers_that_can() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    for (provider, want) in [
+        ("mock-responses", json!({"type": "web_search"})),
+        ("mock-gemini", json!({"googleSearch": {}})),
+    ] {
+        let before = mock.requests().len();
+        let mut body = chat_on(provider, "mock", "what is new");
+        body["engineConfig"] = json!({"nativeSearchEnabled": true});
+        let (sid, run) = d.create(body).await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        assert_eq!(finish_of(&evs), "stop", "{provider}");
+        let sent = &mock.requests()[before].body;
+        assert!(
+            sent["tools"].as_array().unwrap().contains(&want),
+            "{provider}: {sent}"
+        );
+
+        // A tinyelf run: its function tools, and the provider's search beside them.
+        let before = mock.requests().len();
+        let dir = project();
+        let mut body = session("look", "mock", &dir, json!({}));
+        body["providerId"] = json!(provider);
+        body["engineConfig"] = json!({"nativeSearchEnabled": true});
+        let (sid, run) = d.create(body).await;
+        let evs = d.all_events_until_complete_of(&sid, &run).await;
+        assert_eq!(finish_of(&evs), "stop", "{provider}");
+        let tools = mock.requests()[before].body["tools"].to_string();
+        assert!(tools.contains("read_file"), "{provider}: {tools}");
+        assert!(tools.contains(&want.to_string()), "{provider}: {tools}");
+    }
+    for provider in ["mock", "mock-anthropic"] {
+        let mut body = chat_on(provider, "mock", "what is new");
+        body["engineConfig"] = json!({"nativeSearchEnabled": true});
+        let (s, v) = d.post("/v1/sessions", body).await;
+        assert_eq!(s, 422, "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("provider '{provider}'")),
+            "{v}"
+        );
+    }
+}
