@@ -565,6 +565,27 @@ impl Config {
             )));
         }
         for (name, p) in &self.providers {
+            let prices = [(String::new(), p.input_usd_per_mtok, p.output_usd_per_mtok)]
+                .into_iter()
+                .chain(p.models.iter().map(|(m, l)| {
+                    (
+                        format!(".models.\"{m}\""),
+                        l.input_usd_per_mtok,
+                        l.output_usd_per_mtok,
+                    )
+                }));
+            for (at, input, output) in prices {
+                for (key, v) in [
+                    ("input_usd_per_mtok", input),
+                    ("output_usd_per_mtok", output),
+                ] {
+                    if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                        return Err(ConfigError::Invalid(format!(
+                            "providers.{name}{at}.{key} must be a finite number of dollars, 0 or more"
+                        )));
+                    }
+                }
+            }
             if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
                 return Err(ConfigError::Invalid(format!(
                     "providers.{name}.base_url '{}' must start with http:// or https://",
@@ -579,6 +600,11 @@ impl Config {
             self.check_agent(name, profile)?;
         }
         self.validate_storage()?;
+        if self.server.attachment_max_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "server.attachment_max_bytes must be positive".into(),
+            ));
+        }
         if self.server.body_limit_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit_bytes must be positive".into(),

@@ -396,3 +396,33 @@ fn config_check_refuses_agent_profiles_that_cannot_work() {
         assert!(out.contains(want), "{profile}: {out}");
     }
 }
+
+/// A model price that is no amount of dollars, or an attachment limit of nothing, is refused
+/// at start naming the key.
+#[test]
+fn config_check_refuses_bad_prices_and_attachment_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (toml, want) in [
+        (
+            "[providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\ninput_usd_per_mtok = -1.0\n",
+            "providers.p.input_usd_per_mtok must be a finite number of dollars",
+        ),
+        (
+            "[providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[providers.p.models.\"m\"]\noutput_usd_per_mtok = nan\n",
+            "providers.p.models.\"m\".output_usd_per_mtok must be a finite number",
+        ),
+        (
+            "[server]\nbind = \"127.0.0.1:0\"\nbody_limit_bytes = 1000\nkeepalive_secs = 15\nshutdown_grace_secs = 1\nattachment_max_bytes = 0\n",
+            "server.attachment_max_bytes must be positive",
+        ),
+    ] {
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, toml).unwrap();
+        let (ok, out) = run_elfgate(
+            &["config", "check", "--config", file.to_str().unwrap()],
+            &[],
+        );
+        assert!(!ok, "{toml}: accepted: {out}");
+        assert!(out.contains(want), "{toml}: {out}");
+    }
+}
