@@ -73,19 +73,10 @@ fn check_overrides(
     engine: EngineType,
     o: &RunOverrides,
 ) -> Result<Checked, ApiError> {
-    let bad = |e: UnknownName| ApiError::BadRequest(e.to_string());
-    let searches = o
-        .engine_config
-        .as_ref()
-        .and_then(|c| c.get("searchOrchestration"))
-        .is_some_and(|v| v == &serde_json::Value::Bool(true));
-    if searches && state.config.tools.web_search.is_none() {
-        return Err(ApiError::Unprocessable(
-            "engineConfig.searchOrchestration: no search backend is configured (the daemon's \
-             [tools.web_search])"
-                .into(),
-        ));
+    if let Some(why) = o.channel().problem() {
+        return Err(ApiError::Unprocessable(why));
     }
+    let bad = |e: UnknownName| ApiError::BadRequest(e.to_string());
     let permission_mode = parse_name(o.permission_mode.as_deref()).map_err(bad)?;
     let thinking_level = parse_name(o.thinking_level.as_deref()).map_err(bad)?;
     let engine_config = match &o.engine_config {
@@ -99,6 +90,13 @@ fn check_overrides(
             EngineConfig::from_json(cfg).map_err(|e| ApiError::Unprocessable(e.to_string()))?
         }
     };
+    if engine_config.search_orchestration == Some(true) && state.config.tools.web_search.is_none() {
+        return Err(ApiError::Unprocessable(
+            "engineConfig.searchOrchestration: no search backend is configured (the daemon's \
+             [tools.web_search])"
+                .into(),
+        ));
+    }
     let mut engine_config = engine_config;
     if let Some(args) = &o.cli_args {
         engine_config.cli_args = Some(args.clone());
@@ -268,8 +266,8 @@ fn apply_agent_profile(state: &AppState, req: &mut CreateSessionRequest) -> Resu
     Ok(())
 }
 
-/// The input scan's hook point (after the channel fields are checked, which the hooks see too):
-/// the UserPromptSubmit hooks see the prompt before anything of it is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
+/// The input scan's hook point: the UserPromptSubmit hooks see the prompt (and the checked
+/// channel fields) before anything of it is stored, and may refuse it (422 naming the hook's reason) or rewrite it (the rewritten
 /// prompt is the one stored, sent and scanned for secrets). None: the prompt stands as it came.
 async fn submit_prompt(
     state: &AppState,
@@ -279,9 +277,6 @@ async fn submit_prompt(
     project: Option<&str>,
     channel: &elfgate_core::ChannelOrigin,
 ) -> Result<Option<String>, ApiError> {
-    if let Some(why) = channel.problem() {
-        return Err(ApiError::Unprocessable(why));
-    }
     let mut payload = serde_json::json!({
         "event": "UserPromptSubmit",
         "sessionId": session_id,
@@ -828,6 +823,13 @@ pub async fn send_message(
     let (_pass, session) = enter_session(state, session_id).await?;
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
+    // The provider this run would use: the prompt's, else the session's.
+    let provider_id = req
+        .overrides
+        .provider_id
+        .clone()
+        .or_else(|| session.provider_id.clone());
+    let provider_id = provider_id.as_deref();
     let own = check_overrides(state, session.engine, &req.overrides)?;
     let mut req = req;
     // The session's channel permissions change only when a prompt sends new ones.
@@ -841,29 +843,15 @@ pub async fn send_message(
         session.engine,
         session.cli_backend,
         &checked,
-        req.overrides
-            .provider_id
-            .as_deref()
-            .or(session.provider_id.as_deref()),
+        provider_id,
     )?;
     check_attachments(
         state,
         session.engine,
-        req.overrides
-            .provider_id
-            .as_deref()
-            .or(session.provider_id.as_deref()),
+        provider_id,
         req.overrides.attachments.as_deref().unwrap_or_default(),
     )?;
-    check_native_search(
-        state,
-        session.engine,
-        req.overrides
-            .provider_id
-            .as_deref()
-            .or(session.provider_id.as_deref()),
-        &checked.engine_config,
-    )?;
+    check_native_search(state, session.engine, provider_id, &checked.engine_config)?;
     check_project_here(state, &session)?;
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
     // waits, then finds the run, instead of being refused as busy because of it.
