@@ -314,6 +314,12 @@ impl ToolRegistry {
         self.tools.keys().cloned().collect()
     }
 
+    /// The registry without the tools `keep` refuses (by name).
+    pub fn retain(mut self, keep: impl Fn(&str) -> bool) -> ToolRegistry {
+        self.tools.retain(|name, _| keep(name));
+        self
+    }
+
     /// A registry with only the named tools (unknown names are ignored).
     pub fn only(&self, names: &[String]) -> ToolRegistry {
         ToolRegistry {

@@ -47,6 +47,29 @@ fn assistant_blocks(turn: &TurnOutput, calls: &[(RequestedToolCall, Value)]) -> 
     blocks
 }
 
+/// The pending permission requests of the run's session, as the dynamic tail's note (None when
+/// there are none).
+fn pending_confirmations(runner: &Runner) -> Option<String> {
+    let pending = runner.inner.broker.pending_for(runner.ctx.session_id());
+    if pending.is_empty() {
+        return None;
+    }
+    let mut out = String::from(
+        "Pending confirmations: these tool calls wait for the user's answer; do not request them \
+again:",
+    );
+    for p in pending {
+        if let EventPayload::PermissionRequest {
+            tool_name, input, ..
+        } = &p.record.payload
+        {
+            let args: String = input.to_string().chars().take(200).collect();
+            out.push_str(&format!("\n- {tool_name} {args}"));
+        }
+    }
+    Some(out)
+}
+
 /// Runs the loop. The top-level agent (depth 0) persists every iteration and relays events; a
 /// sub-agent keeps its conversation in memory and reports through `processing` events.
 pub(crate) async fn run_loop(
@@ -89,14 +112,26 @@ pub(crate) async fn run_loop(
         }
         if let Some(mcp) = &agent.mcp {
             match mcp.tools(&base_tools, &agent.cancel).await {
-                Some(tools) => agent.tools = tools,
+                Some(tools) => {
+                    agent.tools = match &agent.tool_filter {
+                        Some(allowed) => tools.retain(|name| allowed.contains(name)),
+                        None => tools,
+                    }
+                }
                 None => return end(FinishReason::Interrupted, last_text, iterations, None),
             }
         }
         let native_search = runner.ctx.engine_config.native_search_enabled == Some(true);
+        // The dynamic tail's last line, for the top-level agent: permission requests still
+        // waiting for the client (a background sub-agent's), so the model does not ask twice.
+        let mut system = agent.system.text.clone();
+        if top && let Some(note) = pending_confirmations(&runner) {
+            system.push_str("\n\n");
+            system.push_str(&note);
+        }
         let mut req = LlmRequest {
             model: agent.model.clone(),
-            system: Some(agent.system.text.clone()).filter(|s| !s.is_empty()),
+            system: Some(system).filter(|s| !s.is_empty()),
             cache_prefix_len: agent.system.prefix_len,
             messages: messages.clone(),
             temperature: Some(runner.rs.temperature),

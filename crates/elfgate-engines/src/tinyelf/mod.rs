@@ -353,12 +353,32 @@ impl TinyElfEngine {
                 .as_ref()
                 .is_none_or(|names| names.iter().any(|n| n == name))
         });
+        // The router picks the turn's active skills; when they all declare their tools, the
+        // model is offered only those (and the skill tools) of what the session permits.
+        let routing = context::router::route(
+            &skills,
+            &ctx.prompt,
+            inner.config.max_active_skills,
+            inner.config.active_skills_max_tokens,
+        );
+        let tool_filter = routing.allowed_tools(&skills).map(|mut allowed| {
+            allowed.insert(context::skill_tools::LOAD_SKILL.to_string());
+            allowed.insert(context::skill_tools::READ_SKILL_FILE.to_string());
+            Arc::new(allowed)
+        });
+        let tools = match &tool_filter {
+            Some(allowed) => tools.retain(|name| allowed.contains(name)),
+            None => tools,
+        };
         // spawn is bound to the run (below), once there is one; the client sees it listed now.
         let spawn_on = flavor == Flavor::Agent
             && rs
                 .enabled_tools
                 .as_ref()
-                .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN));
+                .is_none_or(|names| names.iter().any(|n| n == spawn::SPAWN))
+            && tool_filter
+                .as_ref()
+                .is_none_or(|a| a.contains(spawn::SPAWN));
         // The servers start here, on first use; the loop asks again before each iteration.
         let mcp = inner
             .mcp
@@ -371,6 +391,10 @@ impl TinyElfEngine {
                 .await
                 .unwrap_or_else(|| tools.clone()),
             None => tools.clone(),
+        };
+        let first_tools = match &tool_filter {
+            Some(allowed) => first_tools.retain(|name| allowed.contains(name)),
+            None => first_tools,
         };
         let mut tool_names = first_tools.names();
         if spawn_on {
@@ -435,7 +459,10 @@ impl TinyElfEngine {
             Flavor::Chat => {
                 context::blocks::SystemPrompt::whole(ctx.system_prompt.clone().unwrap_or_default())
             }
-            Flavor::Agent => self.system_prompt(&ctx, project.as_deref(), &skills).await,
+            Flavor::Agent => {
+                self.system_prompt(&ctx, project.as_deref(), &skills, &routing)
+                    .await
+            }
         };
         let runner = Runner::new(
             inner.clone(),
@@ -455,6 +482,7 @@ impl TinyElfEngine {
             system,
             max_iterations: rs.max_iterations,
             mcp,
+            tool_filter,
         };
         let end = {
             let _running = Running::enter(inner, session_id);
@@ -496,6 +524,7 @@ impl TinyElfEngine {
         ctx: &EngineSessionContext,
         project: Option<&std::path::Path>,
         skills: &context::skills::SkillSet,
+        routing: &context::router::Routing,
     ) -> context::blocks::SystemPrompt {
         for p in &skills.problems {
             ctx.events
@@ -504,6 +533,15 @@ impl TinyElfEngine {
                 })
                 .await;
         }
+        if let Some(message) = routing.note() {
+            ctx.events.emit(EventPayload::Processing { message }).await;
+        }
+        let active_skills = routing
+            .active
+            .iter()
+            .filter_map(|a| skills.get(&a.name))
+            .map(context::skill_tools::skill_note)
+            .collect();
         let build = context::system_prompt(
             &self.inner.firewall,
             context::PromptParts {
@@ -512,6 +550,7 @@ impl TinyElfEngine {
                 project,
                 project_context_max_bytes: self.inner.config.project_context_max_bytes,
                 date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+                active_skills,
             },
         );
         // The project's files are opened non-blocking and only when regular, but a file system

@@ -106,6 +106,9 @@ pub(crate) struct Agent {
     /// The run's MCP servers (the top-level agent only): their tools join `tools` before each
     /// iteration.
     pub mcp: Option<Arc<super::mcp::McpRun>>,
+    /// The tools the turn's active skills allow (None: no narrowing); MCP tools joining before
+    /// each iteration are narrowed by it too.
+    pub tool_filter: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Agent {

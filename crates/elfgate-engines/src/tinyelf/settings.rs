@@ -108,6 +108,11 @@ pub struct TinyElfConfig {
     /// Folders whose subfolders are skills (each with a SKILL.md), on top of the project's
     /// `.elfgate/skills`.
     pub skills_dirs: Vec<String>,
+    /// Skills the router activates for one turn at most (0: no router; the model loads skills
+    /// itself from the catalogue).
+    pub max_active_skills: usize,
+    /// Estimated tokens the active skills' instructions may take together.
+    pub active_skills_max_tokens: u64,
     /// Most bytes of the project's AGENTS.md and ELFGATE.md put in the system prompt (together).
     pub project_context_max_bytes: usize,
     /// Hook commands.
@@ -158,6 +163,8 @@ impl Default for TinyElfConfig {
             always_confirm_skip_modes: vec![PermissionMode::BypassPermissions],
             enabled_tools: None,
             skills_dirs: Vec::new(),
+            max_active_skills: 3,
+            active_skills_max_tokens: 8000,
             project_context_max_bytes: 32 * 1024,
             hooks: Vec::new(),
             guardian: GuardianConfig::default(),

@@ -62,8 +62,9 @@ with the result only."
                 )
             }),
             max_iterations: rs.sub_agent_max_iterations,
-            // Sub-agents work with the built-in tools.
+            // Sub-agents work with the built-in tools (the parent's, narrowed as the parent's are).
             mcp: None,
+            tool_filter: None,
         }
     }
 }

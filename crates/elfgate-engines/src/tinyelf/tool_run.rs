@@ -214,6 +214,7 @@ impl TinyElfEngine {
             system: SystemPrompt::default(),
             max_iterations: 1,
             mcp,
+            tool_filter: None,
         };
         let id = format!("toolu_api_{}", uuid::Uuid::now_v7().simple());
         let requested = RequestedToolCall {

@@ -9,7 +9,7 @@ use common::types;
 use elfgate_mockllm::MockServer;
 use scripted::{
     bodies_for, call, daemon_with, ends_by_id, finish_of, of, offered_tools, processing_notes,
-    project, run, script, session,
+    project, resume, run, script, session,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -244,5 +244,153 @@ async fn agent_profiles_set_what_the_request_leaves_out() {
         v.to_string()
             .contains("agentId: no agent profile 'nobody' is configured (have: reviewer)"),
         "{v}"
+    );
+}
+
+/// The skill router: before each turn the skills are scored on their triggers against the
+/// prompt; the active ones are announced, their instructions are in the dynamic tail (after the
+/// stable prefix, which stays byte-identical), and when each declares its tools the model is
+/// offered only those (and the skill tools). A later turn routes anew; the count caps the set.
+#[tokio::test]
+async fn the_skill_router_activates_skills_by_trigger_and_narrows_tools() {
+    let mock = MockServer::start().await.unwrap();
+    let skills = tempfile::tempdir().unwrap();
+    skill(
+        skills.path(),
+        "pdf",
+        "---\nname: pdf\ndescription: Fill PDF forms\ntriggers:\n  keywords: [pdf, fill form]\n  files: ['*.pdf']\ntools: [read_file, glob]\n---\nPDF-STEPS: read the form first.\n",
+    );
+    skill(
+        skills.path(),
+        "deploy",
+        "---\nname: deploy\ndescription: Ship a release\ntriggers: [deploy, release]\n---\nDEPLOY-STEPS: never on Fridays.\n",
+    );
+    skill(
+        skills.path(),
+        "quiet",
+        "---\nname: quiet\ndescription: Loaded by the model only\n---\nQUIET-STEPS\n",
+    );
+    skill(
+        skills.path(),
+        "bad",
+        "---\nname: bad\ndescription: d\ntriggers:\n  patterns: ['(']\n---\nx\n",
+    );
+    let toml = format!(
+        "[engines.tinyelf]\nskills_dirs = [\"{}\"]\n",
+        skills.path().display()
+    );
+    let d = daemon_with(&mock, &toml);
+    let dir = project();
+    let model = "mock:script=router";
+    script(
+        &mock,
+        "router",
+        json!([{"text": "Filled."}, {"text": "Shipped."}, {"text": "Hi."}]),
+    );
+
+    // GET /v1/skills shows the triggers and tools; a pattern that does not compile is a problem.
+    let (_, list) = d.get("/v1/skills").await;
+    assert_eq!(names(&list), ["deploy", "pdf", "quiet"], "{list}");
+    assert_eq!(list["skills"][1]["triggers"]["files"], json!(["*.pdf"]));
+    assert_eq!(list["skills"][1]["tools"], json!(["read_file", "glob"]));
+    assert!(
+        list["problems"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("triggers.patterns"),
+        "{list}"
+    );
+
+    // Turn 1 meets pdf's triggers: announced, in the tail, and the tools narrowed.
+    let (sid, _, evs) = run(
+        &d,
+        session("Please fill in form.pdf for me", model, &dir, json!({})),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let notes = processing_notes(&evs);
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.starts_with("skills active: pdf (score 3: ")
+                && m.contains("keyword \"pdf\"")
+                && m.contains("file \"*.pdf\"")),
+        "{notes:?}"
+    );
+    let init = of(&evs, "init")[0];
+    assert_eq!(
+        init.data["systemInfo"]["tools"],
+        json!(["glob", "load_skill", "read_file", "read_skill_file"])
+    );
+    let bodies = bodies_for(&mock, model);
+    assert_eq!(
+        offered_tools(&bodies[0]),
+        ["glob", "load_skill", "read_file", "read_skill_file"]
+    );
+    let system1 = bodies[0]["messages"][0]["content"].as_str().unwrap();
+    let tail = system1.find("Date: ").unwrap();
+    let steps = system1.find("PDF-STEPS: read the form first.").unwrap();
+    assert!(steps > tail, "{system1}");
+    assert!(system1[tail..].contains("Active skills:"), "{system1}");
+    assert!(!system1.contains("DEPLOY-STEPS") && !system1.contains("QUIET-STEPS"));
+
+    // Turn 2 meets deploy's, which declares no tools: nothing narrowed; pdf is no longer there.
+    let (_, evs) = resume(&d, &sid, json!({"prompt": "now deploy the release"})).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let notes = processing_notes(&evs);
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.starts_with("skills active: deploy (score 2: ")),
+        "{notes:?}"
+    );
+    let bodies = bodies_for(&mock, model);
+    let offered = offered_tools(&bodies[1]);
+    assert!(
+        offered.contains(&"shell") && offered.contains(&"write_file"),
+        "{offered:?}"
+    );
+    let system2 = bodies[1]["messages"][0]["content"].as_str().unwrap();
+    assert!(system2.contains("DEPLOY-STEPS") && !system2.contains("PDF-STEPS"));
+    // The stable prefix (everything before the project context and the tail) did not change.
+    let prefix = &system1[..system1.find("\n\nDate: ").unwrap()];
+    assert!(system2.starts_with(prefix));
+
+    // Turn 3 meets nothing: no note, every tool, no active skills.
+    let (run3, evs) = resume(&d, &sid, json!({"prompt": "hello"})).await;
+    let evs: Vec<_> = evs
+        .into_iter()
+        .filter(|e| e.data["runId"] == run3.as_str())
+        .collect();
+    assert_eq!(finish_of(&evs), "stop");
+    assert!(
+        !processing_notes(&evs)
+            .iter()
+            .any(|m| m.starts_with("skills active")),
+    );
+    let bodies = bodies_for(&mock, model);
+    assert!(
+        !bodies[2]["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Active skills")
+    );
+
+    // With max_active_skills = 1, a prompt meeting both keeps the best and reports the other.
+    let d1 = daemon_with(&mock, &format!("{toml}max_active_skills = 1\n"));
+    script(&mock, "router1", json!([{"text": "ok"}]));
+    let (_, _, evs) = run(
+        &d1,
+        session("deploy a.pdf", "mock:script=router1", &dir, json!({})),
+    )
+    .await;
+    let notes = processing_notes(&evs);
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.starts_with("skills active: pdf (score 3")
+                && m.contains("left out by the budget")
+                && m.contains("deploy (score 1")),
+        "{notes:?}"
     );
 }

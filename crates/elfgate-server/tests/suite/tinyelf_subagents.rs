@@ -483,3 +483,56 @@ async fn a_plain_answer_waits_for_background_agents_only_as_long_as_configured()
     assert_eq!(roles(&msgs), ["user", "assistant", "tool", "assistant"]);
     assert_eq!(msgs[3]["blocks"][0]["text"], "Answer without it.");
 }
+
+/// The dynamic tail's pending confirmations: while a background agent's permission request
+/// waits for the client, the parent's model calls are told so (tool and arguments); once it is
+/// answered the note is gone.
+#[tokio::test]
+async fn the_dynamic_tail_lists_pending_confirmations() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run1, mut sse, mut seen, _) = fan_out(
+        &d,
+        &mock,
+        "pendingtail",
+        1,
+        vec![
+            json!({"toolCalls": [call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]}),
+            json!({"text": "waiting"}),
+            json!({"text": "done"}),
+        ],
+        json!({}),
+    )
+    .await;
+    until_requests(&mut sse, 1, &mut seen).await;
+    // The agent's shell request stays pending while the parent's write is allowed.
+    allow(&d, &sid, &request_for(&seen, "write_file")).await;
+    while !seen.iter().any(|e| {
+        e.event == "assistantMessage" && e.data["message"]["blocks"][0]["text"] == "waiting"
+    }) {
+        seen.push(sse.next().await.expect("stream ended"));
+    }
+    allow(&d, &sid, &request_for(&seen, "shell")).await;
+    seen.extend(sse.until_complete(&run1).await);
+    assert_eq!(finish_of(&seen), "stop", "{:?}", types(&seen));
+
+    let bodies = bodies_for(&mock, "mock:script=parent-pendingtail");
+    assert_eq!(bodies.len(), 4);
+    let system = |i: usize| {
+        bodies[i]["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let third = system(2);
+    let note = third
+        .find("Pending confirmations:")
+        .unwrap_or_else(|| panic!("{third}"));
+    assert!(third[note..].contains("\n- shell {"), "{third}");
+    // After the answer: no note.
+    assert!(
+        !system(3).contains("Pending confirmations"),
+        "{}",
+        system(3)
+    );
+}

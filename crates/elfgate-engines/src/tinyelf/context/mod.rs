@@ -5,6 +5,7 @@ pub(crate) mod blocks;
 pub(crate) mod compaction;
 pub(crate) mod fit;
 mod project;
+pub(crate) mod router;
 pub(crate) mod skill_tools;
 pub mod skills;
 
@@ -40,7 +41,13 @@ pub(crate) struct PromptParts<'a> {
     pub project_context_max_bytes: usize,
     /// Today's date (UTC), for the dynamic tail.
     pub date: String,
+    /// The notes of the skills the router activated for this turn (dynamic tail).
+    pub active_skills: Vec<String>,
 }
+
+/// Introduces the active skills in the dynamic tail.
+const ACTIVE_SKILLS: &str = "Active skills: the skill router chose these for this request from \
+their triggers; follow their instructions (they are loaded, load_skill is not needed for them).";
 
 /// Builds a run's system prompt; also returns notes about project files cut or refused (the
 /// caller reports them as `processing` events).
@@ -78,12 +85,21 @@ pub(crate) async fn system_prompt(
             text,
         });
     }
+    let mut tail = match parts.project {
+        Some(dir) => format!("Date: {}\nProject directory: {}", parts.date, dir.display()),
+        None => format!("Date: {}\n{NO_PROJECT}", parts.date),
+    };
+    if !parts.active_skills.is_empty() {
+        tail.push_str("\n\n");
+        tail.push_str(ACTIVE_SKILLS);
+        for note in &parts.active_skills {
+            tail.push_str("\n\n");
+            tail.push_str(note);
+        }
+    }
     blocks.push(Block {
         kind: BlockKind::DynamicTail,
-        text: match parts.project {
-            Some(dir) => format!("Date: {}\nProject directory: {}", parts.date, dir.display()),
-            None => format!("Date: {}\n{NO_PROJECT}", parts.date),
-        },
+        text: tail,
     });
     (assemble(blocks), notes)
 }

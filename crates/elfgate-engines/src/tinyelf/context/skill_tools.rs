@@ -2,7 +2,7 @@
 //! reads from then on; the system prompt is not rebuilt), `read_skill_file` one of its files,
 //! resolved by the firewall inside the skill's folder.
 
-use super::skills::{SKILL_FILE, SkillSet};
+use super::skills::{SKILL_FILE, Skill, SkillSet};
 use async_trait::async_trait;
 use elfgate_tools::confined::read_capped;
 use elfgate_tools::{
@@ -71,18 +71,24 @@ impl BuiltinTool for LoadSkill {
         let Some(skill) = self.0.get(&a.name) else {
             return Ok(unknown(&self.0, &a.name));
         };
-        let mut files = Vec::new();
-        list_files(&skill.path, &skill.path, &mut files);
-        files.sort();
-        let mut out = format!("[Skill \"{}\" loaded]\n{}", skill.name, skill.instructions);
-        if !files.is_empty() {
-            out.push_str(&format!(
-                "\n\n[Files of this skill, for read_skill_file: {}]",
-                files.join(", ")
-            ));
-        }
-        Ok(ToolOutput::ok(out))
+        Ok(ToolOutput::ok(skill_note(skill)))
     }
+}
+
+/// What the model reads of a loaded skill: its instructions and the list of its other files (the
+/// same whether the model loads it or the router activates it).
+pub(crate) fn skill_note(skill: &Skill) -> String {
+    let mut files = Vec::new();
+    list_files(&skill.path, &skill.path, &mut files);
+    files.sort();
+    let mut out = format!("[Skill \"{}\" loaded]\n{}", skill.name, skill.instructions);
+    if !files.is_empty() {
+        out.push_str(&format!(
+            "\n\n[Files of this skill, for read_skill_file: {}]",
+            files.join(", ")
+        ));
+    }
+    out
 }
 
 /// The regular files under `dir` (SKILL.md aside), relative to `root`; symlinks are not

@@ -1,11 +1,13 @@
-//! Skills: folders holding a SKILL.md (front matter `name` and `description`, then instructions)
-//! and optional files. They are found in the configured `skills_dirs` and in the project's
-//! `.elfgate/skills`; the model sees their catalogue in the stable prefix and loads one with a
-//! tool. A folder that is not a valid skill is reported with the reason, never fatal.
+//! Skills: folders holding a SKILL.md (YAML front matter: `name`, `description`, optional
+//! `triggers` and `tools`; then instructions) and optional files. They are found in the configured
+//! `skills_dirs` and in the project's `.elfgate/skills`; the model sees their catalogue in the
+//! stable prefix and loads one with a tool, and the router (router.rs) activates those whose
+//! triggers a prompt meets. A folder that is not a valid skill is reported with the reason, never
+//! fatal.
 
 use elfgate_tools::ExecutionFirewall;
 use elfgate_tools::confined::read_capped;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// The file that makes a folder a skill.
@@ -40,9 +42,36 @@ pub struct Skill {
     pub path: PathBuf,
     /// Where it comes from.
     pub source: SkillSource,
+    /// What makes the router activate it (front matter `triggers`; empty: only the model loads
+    /// it).
+    pub triggers: Triggers,
+    /// The tools it needs (front matter `tools`, or `allowed-tools`); while it is active the
+    /// model is offered only these (and the other active skills' ones) of the session's tools.
+    /// None: it narrows nothing.
+    pub tools: Option<Vec<String>>,
     /// The instructions after the front matter.
     #[serde(skip)]
     pub instructions: String,
+}
+
+/// A skill's triggers: the axes the router scores a prompt on (router.rs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Triggers {
+    /// Words or phrases: each one the prompt holds (case aside, as whole words) scores 1.
+    pub keywords: Vec<String>,
+    /// Regular expressions: each one that matches the prompt scores 2.
+    pub patterns: Vec<String>,
+    /// File globs (`*.pdf`, `docs/**/*.md`): each one that a path named in the prompt matches
+    /// scores 2.
+    pub files: Vec<String>,
+}
+
+impl Triggers {
+    /// Whether the skill has no trigger at all.
+    pub fn is_empty(&self) -> bool {
+        self.keywords.is_empty() && self.patterns.is_empty() && self.files.is_empty()
+    }
 }
 
 /// A folder that looked like a skill but is not usable.
@@ -73,9 +102,19 @@ pub enum SkillInvalid {
     /// The front matter has no closing line.
     #[error("the front matter is not closed by a '---' line")]
     Unclosed,
-    /// A front matter line of another shape.
-    #[error("front matter line is not 'key: value': {0:?}")]
+    /// The front matter is not a YAML mapping of `key: value`.
+    #[error("the front matter is not YAML 'key: value' lines: {0}")]
     NotKeyValue(String),
+    /// A trigger pattern or file glob that does not compile.
+    #[error("triggers.{field}: {value:?} is not valid: {why}")]
+    BadTrigger {
+        /// `patterns` or `files`.
+        field: &'static str,
+        /// The pattern or glob.
+        value: String,
+        /// Why.
+        why: String,
+    },
     /// No name.
     #[error("the front matter has no name")]
     NoName,
@@ -185,74 +224,138 @@ async fn load(
     if file.truncated() {
         return Err(SkillInvalid::TooLarge(file.total_bytes));
     }
-    let (name, description, instructions) = parse(&file.text)?;
+    let parsed = parse(&file.text)?;
     Ok(Skill {
-        name,
-        description,
+        name: parsed.name,
+        description: parsed.description,
         path: dir.to_path_buf(),
         source,
-        instructions,
+        triggers: parsed.triggers,
+        tools: parsed.tools,
+        instructions: parsed.instructions,
     })
 }
 
-/// Splits a SKILL.md into its front matter's `name` and `description` and the instructions.
-/// The front matter is the block between a first line `---` and the next `---` line, of
-/// `key: value` lines (values may be quoted; other keys are ignored).
-pub(crate) fn parse(text: &str) -> Result<(String, String, String), SkillInvalid> {
+/// A SKILL.md taken apart.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    pub name: String,
+    pub description: String,
+    pub triggers: Triggers,
+    pub tools: Option<Vec<String>>,
+    pub instructions: String,
+}
+
+/// The front matter's keys the daemon reads; others (`license`, `metadata`, …) are ignored.
+#[derive(Deserialize)]
+struct FrontMatter {
+    name: Option<String>,
+    description: Option<String>,
+    #[serde(default)]
+    triggers: Option<TriggerSpec>,
+    #[serde(default)]
+    tools: Option<ToolList>,
+    /// Agent Skills' own name for the tools a skill uses.
+    #[serde(default, rename = "allowed-tools")]
+    allowed_tools: Option<ToolList>,
+}
+
+/// `triggers:` as a list (keywords) or a mapping of the axes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TriggerSpec {
+    Keywords(Vec<String>),
+    Axes(Triggers),
+}
+
+/// `tools:` as a list, or one string of names separated by commas or spaces.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ToolList {
+    List(Vec<String>),
+    Text(String),
+}
+
+impl ToolList {
+    fn names(self) -> Vec<String> {
+        match self {
+            ToolList::List(v) => v,
+            ToolList::Text(t) => t
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+}
+
+/// Splits a SKILL.md into its front matter and the instructions. The front matter is the YAML
+/// block between a first line `---` and the next `---` line.
+pub(crate) fn parse(text: &str) -> Result<Parsed, SkillInvalid> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     if lines.next().map(str::trim_end) != Some("---") {
         return Err(SkillInvalid::NoFrontMatter);
     }
-    let mut name = None;
-    let mut description = None;
-    let mut consumed = text.find('\n').map_or(text.len(), |i| i + 1);
-    let mut closed = false;
+    let start = text.find('\n').map_or(text.len(), |i| i + 1);
+    let mut consumed = start;
+    let mut yaml_end = None;
     for line in lines {
-        consumed += line.len();
-        let l = line.trim_end();
-        if l == "---" {
-            closed = true;
+        if line.trim_end() == "---" {
+            yaml_end = Some(consumed);
+            consumed += line.len();
             break;
         }
-        if l.trim().is_empty() || l.trim_start().starts_with('#') {
-            continue;
-        }
-        let Some((k, v)) = l.split_once(':') else {
-            return Err(SkillInvalid::NotKeyValue(l.to_string()));
-        };
-        let v = unquote(v.trim());
-        match k.trim() {
-            "name" => name = Some(v),
-            "description" => description = Some(v),
-            _ => {}
-        }
+        consumed += line.len();
     }
-    if !closed {
-        return Err(SkillInvalid::Unclosed);
-    }
-    let name = name.filter(|n| !n.is_empty()).ok_or(SkillInvalid::NoName)?;
+    let yaml_end = yaml_end.ok_or(SkillInvalid::Unclosed)?;
+    let yaml = &text[start..yaml_end];
+    let front: FrontMatter = if yaml.trim().is_empty() {
+        FrontMatter {
+            name: None,
+            description: None,
+            triggers: None,
+            tools: None,
+            allowed_tools: None,
+        }
+    } else {
+        serde_yaml_ng::from_str(yaml).map_err(|e| SkillInvalid::NotKeyValue(e.to_string()))?
+    };
+    let name = front
+        .name
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .ok_or(SkillInvalid::NoName)?;
     if !name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
     {
         return Err(SkillInvalid::BadName(name));
     }
-    let description = description
+    let description = front
+        .description
+        .map(|d| d.trim().to_string())
         .filter(|d| !d.is_empty())
         .ok_or(SkillInvalid::NoDescription)?;
     let description: String = description.chars().take(DESCRIPTION_MAX_CHARS).collect();
+    let triggers = match front.triggers {
+        None => Triggers::default(),
+        Some(TriggerSpec::Keywords(keywords)) => Triggers {
+            keywords,
+            ..Default::default()
+        },
+        Some(TriggerSpec::Axes(t)) => t,
+    };
+    super::router::check_triggers(&triggers)?;
+    let tools = front.tools.or(front.allowed_tools).map(ToolList::names);
     let instructions = text[consumed.min(text.len())..].trim().to_string();
-    Ok((name, description, instructions))
-}
-
-fn unquote(v: &str) -> String {
-    for q in ['"', '\''] {
-        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
-            return v[1..v.len() - 1].to_string();
-        }
-    }
-    v.to_string()
+    Ok(Parsed {
+        name,
+        description,
+        triggers,
+        tools,
+        instructions,
+    })
 }
 
 #[cfg(test)]
@@ -261,13 +364,33 @@ mod tests {
 
     #[test]
     fn front_matter() {
-        let (n, d, i) =
+        let p =
             parse("---\nname: pdf\ndescription: \"Fill PDF forms\"\nlicense: x\n---\n\nStep 1.\n")
                 .unwrap();
         assert_eq!(
-            (n.as_str(), d.as_str(), i.as_str()),
+            (
+                p.name.as_str(),
+                p.description.as_str(),
+                p.instructions.as_str()
+            ),
             ("pdf", "Fill PDF forms", "Step 1.")
         );
+        assert!(p.triggers.is_empty() && p.tools.is_none());
+        // Triggers as a list (keywords) or as axes; tools as a list or Agent Skills' string.
+        let p = parse("---\nname: a\ndescription: d\ntriggers: [pdf, fill form]\nallowed-tools: read_file, glob\n---\n").unwrap();
+        assert_eq!(p.triggers.keywords, ["pdf", "fill form"]);
+        assert_eq!(p.tools.unwrap(), ["read_file", "glob"]);
+        let p = parse("---\nname: a\ndescription: d\ntriggers:\n  keywords: [deploy]\n  patterns: ['v\\d+']\n  files: ['*.pdf']\ntools:\n  - bash\n---\n").unwrap();
+        assert_eq!(p.triggers.patterns, ["v\\d+"]);
+        assert_eq!(p.triggers.files, ["*.pdf"]);
+        assert_eq!(p.tools.unwrap(), ["bash"]);
+        assert!(
+            parse("---\nname: a\ndescription: d\ntriggers:\n  patterns: ['(']\n---\n")
+                .unwrap_err()
+                .to_string()
+                .contains("triggers.patterns")
+        );
+        assert!(parse("---\nname: a\ndescription: d\ntriggers:\n  colors: [red]\n---\n").is_err());
         assert!(
             parse("no front matter")
                 .unwrap_err()
@@ -302,7 +425,7 @@ mod tests {
             parse("---\njunk\n---\n")
                 .unwrap_err()
                 .to_string()
-                .contains("key: value")
+                .contains("'key: value'")
         );
     }
 }
