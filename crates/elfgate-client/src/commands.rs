@@ -113,6 +113,9 @@ pub async fn show(conn: &Conn, sid: &str, json: bool) -> Result<u8, ClientError>
                 ContentBlock::Document {
                     media_type, name, ..
                 } => println!("(document {} {media_type})", name.as_deref().unwrap_or("")),
+                ContentBlock::ProviderBlock { block, .. } => {
+                    println!("(provider) {}", elfgate_core::provider_block_label(block));
+                }
             }
         }
     }

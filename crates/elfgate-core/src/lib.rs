@@ -49,6 +49,7 @@ pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConf
 pub use metrics::Metrics;
 pub use model::{
     ChannelOrigin, ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session,
+    provider_block_label,
 };
 pub use modes::{
     CliBackend, Decision, Gate, Network, PermissionMode, Scope, ThinkingLevel, UnknownName,

@@ -99,6 +99,16 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         url: Option<String>,
     },
+    /// A block of a provider's own server-side tool, kept verbatim: Anthropic's
+    /// `server_tool_use` (the search the model ran) and `web_search_tool_result` (what it found,
+    /// encrypted). Sent back unchanged to a provider of the same kind, which needs them to go on
+    /// from that turn; left out for other kinds, to which they mean nothing.
+    ProviderBlock {
+        /// The provider kind that wrote it (e.g. `anthropic`).
+        provider_kind: String,
+        /// The block as the provider sent it.
+        block: Value,
+    },
     /// An image, inline (base64) or by URL.
     Image {
         /// MIME type, e.g. image/png.
@@ -116,6 +126,16 @@ impl ContentBlock {
     /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
         ContentBlock::Text { text: text.into() }
+    }
+}
+
+/// A provider block as people read it: its type and what the tool was asked, e.g.
+/// `server_tool_use {"query":"rust"}` (a result's content is encrypted for the provider).
+pub fn provider_block_label(block: &Value) -> String {
+    let kind = block["type"].as_str().unwrap_or("provider_block");
+    match block.get("input") {
+        Some(input) => format!("{kind} {input}"),
+        None => kind.to_string(),
     }
 }
 

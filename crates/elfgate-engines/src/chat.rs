@@ -76,6 +76,9 @@ const LENGTH_NOTE: &str = "the answer was cut at the output token limit";
 /// request's stop sequences and the provider said which; the sequence follows, as it was given.
 /// Programs read `result.stats.stopSequence`.
 const STOP_SEQUENCE_NOTE: &str = "the answer ended at the stop sequence ";
+/// The `processing` note of an answer the provider paused (a chat run makes one call).
+const PAUSED_NOTE: &str = "the provider paused its turn (pause_turn): the answer so far is \
+stored; the session's next message lets it go on";
 
 /// Where a run's request goes.
 #[derive(Clone)]
@@ -338,6 +341,7 @@ impl ChatEngine {
         // Whatever was streamed is kept, also on interrupt or error.
         let mut blocks = Vec::new();
         blocks.extend(turn.thinking_block());
+        blocks.extend(turn.provider_blocks);
         if !turn.text.is_empty() {
             blocks.push(ContentBlock::text(turn.text));
         }
@@ -370,6 +374,7 @@ impl ChatEngine {
         let note = match &turn.finish {
             Some(LlmFinishReason::Length) => Some(LENGTH_NOTE.to_string()),
             Some(LlmFinishReason::StopSequence(seq)) => Some(format!("{STOP_SEQUENCE_NOTE}{seq}")),
+            Some(LlmFinishReason::Paused) => Some(PAUSED_NOTE.to_string()),
             _ => None,
         };
         if let Some(message) = note {

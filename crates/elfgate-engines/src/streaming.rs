@@ -37,6 +37,9 @@ pub struct TurnOutput {
     pub signature: Option<String>,
     /// Tool calls, in order.
     pub tool_calls: Vec<RequestedToolCall>,
+    /// Blocks of the provider's own tools (its web search), in order: stored with the answer
+    /// and sent back to that kind of provider.
+    pub provider_blocks: Vec<ContentBlock>,
     /// Tokens reported; the output's estimated when the call ended before its usage arrived.
     pub usage: TokenUsage,
     /// Set when `output_tokens` is an estimate from the streamed text, not the provider's.
@@ -78,6 +81,33 @@ impl TurnOutput {
             signature: self.signature.clone(),
         })
     }
+}
+
+/// What the client is told of a provider block: the search the provider ran, and the titles and
+/// URLs it found (the pages' content is encrypted for the provider).
+fn provider_block_note(block: &serde_json::Value) -> String {
+    let Some(results) = block.get("content").and_then(serde_json::Value::as_array) else {
+        return format!(
+            "the provider ran its own tool: {}",
+            elfgate_core::provider_block_label(block)
+        );
+    };
+    let found: Vec<String> = results
+        .iter()
+        .filter_map(|r| {
+            Some(format!(
+                "{} <{}>",
+                r.get("title")?.as_str()?,
+                r.get("url")?.as_str()?
+            ))
+        })
+        .collect();
+    format!(
+        "the provider's {} came back with {} results: {}",
+        block["type"].as_str().unwrap_or("tool result"),
+        found.len(),
+        found.join("; ")
+    )
 }
 
 /// How [`relay_turn`] relays a call.
@@ -358,6 +388,19 @@ pub(crate) async fn relay_turn(
                     name,
                     arguments,
                 }),
+                Ok(LlmEvent::ProviderBlock { kind, block }) => {
+                    if opts.relay_deltas {
+                        ctx.events
+                            .emit(EventPayload::Processing {
+                                message: provider_block_note(&block),
+                            })
+                            .await;
+                    }
+                    out.provider_blocks.push(ContentBlock::ProviderBlock {
+                        provider_kind: kind.as_str().to_string(),
+                        block,
+                    });
+                }
                 // Each report replaces the one before (see LlmEvent::Usage).
                 Ok(LlmEvent::Usage(usage)) => out.usage = usage,
                 Ok(LlmEvent::Finish(reason)) => out.finish = Some(reason),

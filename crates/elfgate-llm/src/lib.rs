@@ -65,11 +65,14 @@ impl ProviderKind {
     }
 
     /// Whether the daemon can ask this kind's API to search the web itself: the Responses API
-    /// (its `web_search` tool) and Gemini (Google Search grounding), whose answers carry the
-    /// results as text. Anthropic's server-side search returns blocks of its own that the stored
-    /// history cannot replay yet, and Chat Completions has search only on its search models.
+    /// (its `web_search` tool), Gemini (Google Search grounding), whose answers carry the results
+    /// as text, and Anthropic (its server-side `web_search` tool, whose blocks are stored and sent
+    /// back as they came). Chat Completions has search only on its search models.
     pub fn searches_natively(self) -> bool {
-        matches!(self, ProviderKind::OpenaiResponses | ProviderKind::Gemini)
+        matches!(
+            self,
+            ProviderKind::OpenaiResponses | ProviderKind::Gemini | ProviderKind::Anthropic
+        )
     }
 
     /// What is sent in place of a document this kind cannot take (one stored in the history
@@ -224,6 +227,14 @@ pub enum LlmEvent {
     Usage(TokenUsage),
     /// Why the model stopped.
     Finish(LlmFinishReason),
+    /// A complete block of the provider's own server-side tool (Anthropic's `server_tool_use`
+    /// and `web_search_tool_result`), to be stored and sent back unchanged.
+    ProviderBlock {
+        /// The kind of provider that sent it (the only kind it may be sent back to).
+        kind: ProviderKind,
+        /// The block as it came.
+        block: serde_json::Value,
+    },
 }
 
 /// Why the model stopped generating.
@@ -239,6 +250,9 @@ pub enum LlmFinishReason {
     ToolCalls,
     /// The output was filtered or refused.
     ContentFilter,
+    /// The provider paused a long turn of its own tools (Anthropic's `pause_turn`): sending the
+    /// answer so far back lets it go on.
+    Paused,
     /// Any other provider-specific reason.
     Other(String),
 }
@@ -253,7 +267,7 @@ impl LlmFinishReason {
             LlmFinishReason::Length => (ModelFinish::MaxTokens, None),
             LlmFinishReason::ToolCalls => (ModelFinish::ToolCalls, None),
             LlmFinishReason::ContentFilter => (ModelFinish::ContentFilter, None),
-            LlmFinishReason::Other(_) => (ModelFinish::Other, None),
+            LlmFinishReason::Paused | LlmFinishReason::Other(_) => (ModelFinish::Other, None),
         }
     }
 }

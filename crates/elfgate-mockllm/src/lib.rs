@@ -129,6 +129,10 @@ pub struct ScriptedResponse {
     pub finish_reason: Option<String>,
     /// After the text, send nothing more, forever.
     pub stall: bool,
+    /// The provider searches the web itself first, for this query (Anthropic: a
+    /// `server_tool_use` and its `web_search_tool_result` before the text), when the request
+    /// offers its web search tool.
+    pub server_search: Option<String>,
 }
 
 /// One scripted tool call.
@@ -610,6 +614,7 @@ fn content_from_behavior(b: &Behavior, format: Format, body: &Value) -> Content 
         finish: None,
         cut: behavior_cut(b),
         stop_sequence: None,
+        server_search: None,
     }
 }
 
@@ -630,6 +635,7 @@ fn content_from_script(r: ScriptedResponse, b: &Behavior) -> Content {
         finish: r.finish_reason,
         cut: min_cut(stall, behavior_cut(b)),
         stop_sequence: None,
+        server_search: r.server_search,
         text,
     }
 }
@@ -689,6 +695,14 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         None => Some(content_from_behavior(&behavior, format, &body)),
     };
 
+    // Anthropic's own checks of server tool blocks sent back, and whether it may search.
+    let (server_blocks_problem, offers_search) = match format {
+        Format::Anthropic => (
+            wire::anthropic::server_blocks_problem(&body),
+            wire::anthropic::offers_web_search(&body),
+        ),
+        _ => (None, false),
+    };
     let cached_prefix = cache::marked_prefix(format, &body);
     let stops = wire::stop_sequences(format, &body);
     let mut guard = state.record(RecordedRequest {
@@ -711,6 +725,11 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
             &format!("mock failure (HTTP {code}) for model '{model}'"),
             behavior.retry_after.as_deref(),
         );
+    }
+
+    if let Some(problem) = server_blocks_problem {
+        guard.finish(Outcome::Failed);
+        return error_response(format, 400, &problem, None);
     }
 
     if let Some(limit) = behavior.context_limit
@@ -752,6 +771,9 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         (None, None) => Content::default(),
     };
     let mut content = content;
+    if !offers_search {
+        content.server_search = None;
+    }
     content.stop_at(&stops);
 
     let delay = (behavior.delay_ms > 0).then(|| Duration::from_millis(behavior.delay_ms));

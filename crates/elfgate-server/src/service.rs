@@ -398,8 +398,8 @@ fn check_native_search(
     let kind = provider.kind();
     if !kind.searches_natively() {
         return Err(refused(format!(
-            "provider '{name}' ({kind}) cannot be asked to search itself here (openai-responses \
-             and gemini can); use the web_search tool ([tools.web_search]) instead"
+            "provider '{name}' ({kind}) cannot be asked to search itself here (openai-responses, \
+             anthropic and gemini can); use the web_search tool ([tools.web_search]) instead"
         )));
     }
     Ok(())

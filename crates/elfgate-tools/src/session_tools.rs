@@ -127,6 +127,9 @@ impl BuiltinTool for ReadSessionMessages {
                     ContentBlock::Document { media_type, .. } => {
                         out.push_str(&format!(" <document {media_type}>"));
                     }
+                    ContentBlock::ProviderBlock { block, .. } => {
+                        out.push_str(&format!(" <{}>", elfgate_core::provider_block_label(block)));
+                    }
                 }
             }
             out.push('\n');

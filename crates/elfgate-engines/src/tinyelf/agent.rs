@@ -8,7 +8,7 @@ use elfgate_core::{
     ContentBlock, EngineSessionContext, ErrorInfo, EventPayload, FinishReason, Message, MessageId,
     Role,
 };
-use elfgate_llm::{LlmMessage, LlmRequest};
+use elfgate_llm::{LlmFinishReason, LlmMessage, LlmRequest};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -34,6 +34,7 @@ pub(crate) fn parse_arguments(raw: &str) -> Result<Value, (Value, String)> {
 
 fn assistant_blocks(turn: &TurnOutput, calls: &[(RequestedToolCall, Value)]) -> Vec<ContentBlock> {
     let mut blocks: Vec<ContentBlock> = turn.thinking_block().into_iter().collect();
+    blocks.extend(turn.provider_blocks.iter().cloned());
     if !turn.text.is_empty() {
         blocks.push(ContentBlock::text(turn.text.clone()));
     }
@@ -237,6 +238,20 @@ pub(crate) async fn run_loop(
             }
             if !turn.text.is_empty() {
                 last_text = turn.text.clone();
+            }
+            // The provider paused a long turn of its own tools: the answer so far goes back to
+            // it as the conversation's last message, and it goes on (another iteration).
+            if finish == FinishReason::Stop && turn.finish == Some(LlmFinishReason::Paused) {
+                if top {
+                    ctx.events
+                        .emit(EventPayload::Processing {
+                            message:
+                                "the provider paused its turn (pause_turn); asking it to go on"
+                                    .into(),
+                        })
+                        .await;
+                }
+                continue;
             }
             if can_drain {
                 let waited = tokio::time::timeout(

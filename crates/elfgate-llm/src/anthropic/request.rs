@@ -4,6 +4,9 @@ use crate::signature;
 use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ThinkingLevel, ToolChoice};
 use serde_json::{Map, Value, json};
 
+/// The type of Anthropic's server-side web search tool.
+const WEB_SEARCH_TOOL: &str = "web_search_20250305";
+
 /// `max_tokens` when the request sets none (the API requires it).
 const DEFAULT_MAX_TOKENS: u32 = 8192;
 
@@ -60,8 +63,8 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
         body.insert("temperature".into(), crate::wire_f32(t));
     }
     body.insert("stream".into(), Value::Bool(true));
-    if !req.tools.is_empty() {
-        let tools = req
+    if !req.tools.is_empty() || req.native_search {
+        let mut tools: Vec<Value> = req
             .tools
             .iter()
             .map(|t| {
@@ -72,6 +75,9 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
                 })
             })
             .collect();
+        if req.native_search {
+            tools.push(json!({ "type": WEB_SEARCH_TOOL, "name": "web_search" }));
+        }
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = &req.tool_choice {
@@ -195,6 +201,13 @@ pub(super) fn map_block(block: &ContentBlock, role: Role) -> Option<Value> {
             "type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": is_error,
         })),
         ContentBlock::ToolResult { .. } => None,
+        ContentBlock::ProviderBlock {
+            provider_kind,
+            block,
+        } if role == Role::Assistant && provider_kind == ProviderKind::Anthropic.as_str() => {
+            Some(block.clone())
+        }
+        ContentBlock::ProviderBlock { .. } => None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Stream decoding: the API's stream events as [`LlmEvent`](crate::LlmEvent)s.
 
+use crate::ProviderKind;
 use crate::TokenUsage;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::text_template::TextTemplate;
@@ -97,6 +98,8 @@ struct Delta<'a> {
 }
 
 struct PendingToolUse {
+    /// A `server_tool_use`: run by the provider, stored as its block, never run here.
+    server: bool,
     id: String,
     name: String,
     json: String,
@@ -122,6 +125,7 @@ fn stop_reason(s: &str) -> LlmFinishReason {
         "max_tokens" => LlmFinishReason::Length,
         "tool_use" => LlmFinishReason::ToolCalls,
         "refusal" => LlmFinishReason::ContentFilter,
+        "pause_turn" => LlmFinishReason::Paused,
         other => LlmFinishReason::Other(other.to_string()),
     }
 }
@@ -189,10 +193,11 @@ impl Decoder for AnthropicDecoder {
                     ));
                 };
                 match block.kind.as_str() {
-                    "tool_use" | "server_tool_use" => {
+                    kind @ ("tool_use" | "server_tool_use") => {
                         self.tools.insert(
                             index,
                             PendingToolUse {
+                                server: kind == "server_tool_use",
                                 id: block.id.unwrap_or_default(),
                                 name: block.name.unwrap_or_default(),
                                 json: String::new(),
@@ -208,6 +213,18 @@ impl Decoder for AnthropicDecoder {
                     "thinking" => {
                         if let Some(t) = block.thinking {
                             http::push_delta(out, true, Text(t.into()));
+                        }
+                    }
+                    // A server tool's result (web_search_tool_result, …) comes whole at its
+                    // start: kept verbatim (its content is encrypted for the provider alone).
+                    kind if kind.ends_with("_tool_result") => {
+                        let whole: Value = serde_json::from_str(data)
+                            .map_err(|e| LlmError::Protocol(format!("invalid event JSON: {e}")))?;
+                        if let Some(b) = whole.get("content_block") {
+                            out.push_back(Ok(LlmEvent::ProviderBlock {
+                                kind: ProviderKind::Anthropic,
+                                block: b.clone(),
+                            }));
                         }
                     }
                     _ => {}
@@ -255,11 +272,25 @@ impl Decoder for AnthropicDecoder {
                             _ => "{}".to_string(),
                         }
                     };
-                    out.push_back(Ok(LlmEvent::ToolCall {
-                        id: tool.id,
-                        name: tool.name,
-                        arguments,
-                    }));
+                    if tool.server {
+                        let input = serde_json::from_str::<Value>(&arguments)
+                            .unwrap_or(Value::String(arguments));
+                        out.push_back(Ok(LlmEvent::ProviderBlock {
+                            kind: ProviderKind::Anthropic,
+                            block: json!({
+                                "type": "server_tool_use",
+                                "id": tool.id,
+                                "name": tool.name,
+                                "input": input,
+                            }),
+                        }));
+                    } else {
+                        out.push_back(Ok(LlmEvent::ToolCall {
+                            id: tool.id,
+                            name: tool.name,
+                            arguments,
+                        }));
+                    }
                 }
             }
             "message_delta" => {

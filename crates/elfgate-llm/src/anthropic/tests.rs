@@ -382,3 +382,68 @@ fn a_document_anthropic_cannot_take_becomes_a_note() {
     assert_eq!(content[1]["type"], "document");
     assert_eq!(content[1]["source"]["media_type"], "application/pdf");
 }
+
+/// A server tool's blocks come out whole, never as a tool call to run here; they go back to
+/// Anthropic in an assistant message, unchanged, and nowhere else; `pause_turn` is Paused; the
+/// request offers the server search tool when asked.
+#[test]
+fn server_tool_blocks_round_trip() {
+    let result = json!({"type": "web_search_tool_result", "tool_use_id": "srv1",
+                        "content": [{"type": "web_search_result", "url": "https://a", "title": "A",
+                                     "encrypted_content": "E"}]});
+    let start = json!({"type": "content_block_start", "index": 1, "content_block": result});
+    let frames = [
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srv1","name":"web_search","input":{}}}"#.to_string(),
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\":\"q\"}"}}"#.to_string(),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        start.to_string(),
+        r#"{"type":"content_block_stop","index":1}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"pause_turn"},"usage":{}}"#.to_string(),
+    ];
+    let mut d = AnthropicDecoder::default();
+    let mut q = VecDeque::new();
+    for f in &frames {
+        d.on_event("", f, &mut q).unwrap();
+    }
+    let got: Vec<LlmEvent> = q.into_iter().map(|e| e.unwrap()).collect();
+    let use_block = json!({"type": "server_tool_use", "id": "srv1", "name": "web_search",
+                           "input": {"query": "q"}});
+    assert_eq!(
+        got,
+        [
+            LlmEvent::ProviderBlock {
+                kind: ProviderKind::Anthropic,
+                block: use_block.clone()
+            },
+            LlmEvent::ProviderBlock {
+                kind: ProviderKind::Anthropic,
+                block: result
+            },
+            LlmEvent::Finish(LlmFinishReason::Paused),
+        ]
+    );
+    let stored = |kind: &str, block: &serde_json::Value| ContentBlock::ProviderBlock {
+        provider_kind: kind.into(),
+        block: block.clone(),
+    };
+    assert_eq!(
+        map_block(&stored("anthropic", &use_block), Role::Assistant),
+        Some(use_block.clone())
+    );
+    assert_eq!(
+        map_block(&stored("anthropic", &use_block), Role::User),
+        None
+    );
+    assert_eq!(
+        map_block(&stored("gemini", &use_block), Role::Assistant),
+        None
+    );
+    let req = LlmRequest {
+        native_search: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        build_body(&req, "m")["tools"],
+        json!([{"type": "web_search_20250305", "name": "web_search"}])
+    );
+}

@@ -1,7 +1,7 @@
 //! Wire-format encoders, one module per provider format. The formats share one plan of what
 //! to say ([`Content`]) and differ only in how they frame it.
 
-mod anthropic;
+pub(crate) mod anthropic;
 pub(crate) mod gemini;
 mod openai_chat;
 pub(crate) mod responses;
@@ -75,6 +75,8 @@ pub struct Content {
     pub cut: Option<(usize, Cut)>,
     /// The request's stop sequence the text was cut at (see [`Content::stop_at`]).
     pub stop_sequence: Option<String>,
+    /// The query of the provider's own web search, run before the text (Anthropic).
+    pub server_search: Option<String>,
 }
 
 impl Content {

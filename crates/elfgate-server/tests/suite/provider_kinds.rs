@@ -575,8 +575,8 @@ async fn documents_reach_every_provider_kind_in_its_own_shape() {
 }
 
 /// engineConfig nativeSearchEnabled asks a provider kind that can search itself to do so (the
-/// Responses API's web_search tool, Gemini's Google Search grounding), beside a tinyelf run's own
-/// tools; a kind that cannot is 422 naming the provider.
+/// Responses API's web_search tool, Gemini's Google Search grounding, Anthropic's server-side
+/// web_search), beside a tinyelf run's own tools; a kind that cannot is 422 naming the provider.
 #[tokio::test]
 async fn native_search_asks_the_providers_that_can() {
     let mock = MockServer::start().await.unwrap();
@@ -584,6 +584,10 @@ async fn native_search_asks_the_providers_that_can() {
     for (provider, want) in [
         ("mock-responses", json!({"type": "web_search"})),
         ("mock-gemini", json!({"googleSearch": {}})),
+        (
+            "mock-anthropic",
+            json!({"type": "web_search_20250305", "name": "web_search"}),
+        ),
     ] {
         let before = mock.requests().len();
         let mut body = chat_on(provider, "mock", "what is new");
@@ -610,7 +614,7 @@ async fn native_search_asks_the_providers_that_can() {
         assert!(tools.contains("read_file"), "{provider}: {tools}");
         assert!(tools.contains(&want.to_string()), "{provider}: {tools}");
     }
-    for provider in ["mock", "mock-anthropic"] {
+    for provider in ["mock"] {
         let mut body = chat_on(provider, "mock", "what is new");
         body["engineConfig"] = json!({"nativeSearchEnabled": true});
         let (s, v) = d.post("/v1/sessions", body).await;
@@ -623,4 +627,114 @@ async fn native_search_asks_the_providers_that_can() {
             "{v}"
         );
     }
+}
+
+/// Anthropic's server-side search: the blocks it answers with (`server_tool_use`,
+/// `web_search_tool_result`) are announced, stored with the answer and sent back unchanged on the
+/// next call (the mock refuses them out of place or altered, as the API does); a `pause_turn`
+/// makes the loop send the answer so far back so that the provider goes on; a provider of
+/// another kind is not sent them.
+#[tokio::test]
+async fn anthropic_server_search_blocks_are_stored_and_sent_back() {
+    let mock = MockServer::start().await.unwrap();
+    let d = daemon(&mock);
+    let dir = project();
+    script(
+        &mock,
+        "native-an",
+        json!([
+            {"serverSearch": "rust 2026", "text": "Searching took long.", "finishReason": "pause_turn"},
+            {"text": "Rust 2026 is out."},
+            {"text": "Yes, it is."}
+        ]),
+    );
+    let model = "mock:script=native-an";
+    let mut body = session("what is new in rust?", model, &dir, json!({}));
+    body["providerId"] = json!("mock-anthropic");
+    body["engineConfig"] = json!({"nativeSearchEnabled": true});
+    let (sid, _, evs) = run(&d, body).await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", types(&evs));
+    let notes: Vec<&str> = of(&evs, "processing")
+        .iter()
+        .map(|e| e.data["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.contains("server_tool_use {\"query\":\"rust 2026\"}")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|m| m.contains("2 results")
+            && m.contains("Result 1 for rust 2026 <https://search.mock/1?q=rust+2026>")),
+        "{notes:?}"
+    );
+    assert!(notes.iter().any(|m| m.contains("pause_turn")), "{notes:?}");
+
+    // Stored with the answer, as the provider sent them.
+    let msgs = stored(&d, &sid).await;
+    let first = &msgs[1]["blocks"];
+    assert_eq!(first[0]["type"], "provider_block", "{msgs:?}");
+    assert_eq!(first[0]["provider_kind"], "anthropic");
+    assert_eq!(first[0]["block"]["type"], "server_tool_use");
+    assert_eq!(first[1]["block"]["type"], "web_search_tool_result");
+    assert_eq!(first[2]["text"], "Searching took long.");
+
+    // The paused answer went back as the conversation's last message, blocks unchanged.
+    let sent: Vec<Value> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == model)
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(sent.len(), 2);
+    let last = sent[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["content"][0]["type"], "server_tool_use");
+    assert_eq!(last["content"][1]["type"], "web_search_tool_result");
+    assert_eq!(
+        last["content"][1]["content"][0]["encrypted_content"],
+        "mock-encrypted:rust 2026#1"
+    );
+
+    // A later turn on the same provider sends them again (accepted: the mock checks them) ...
+    let (_, evs) = scripted::resume(&d, &sid, json!({"prompt": "sure?"})).await;
+    assert_eq!(finish_of(&evs), "stop");
+    let outcomes: Vec<Outcome> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == model)
+        .map(|r| r.outcome)
+        .collect();
+    assert_eq!(outcomes.len(), 3);
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::Completed),
+        "{outcomes:?}"
+    );
+    // ... and a provider of another kind gets the text without them.
+    script(&mock, "native-oa", json!([{"text": "ok"}]));
+    let (_, evs) = scripted::resume(
+        &d,
+        &sid,
+        json!({"prompt": "and?", "providerId": "mock", "model": "mock:script=native-oa",
+               "engineConfig": {"nativeSearchEnabled": false}}),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop");
+    let oa = mock
+        .requests()
+        .into_iter()
+        .find(|r| r.model == "mock:script=native-oa")
+        .unwrap();
+    let text = oa.body.to_string();
+    assert!(
+        !text.contains("server_tool_use") && !text.contains("mock-encrypted"),
+        "{text}"
+    );
+    assert!(text.contains("Searching took long."), "{text}");
 }

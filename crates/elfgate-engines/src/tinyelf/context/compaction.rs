@@ -36,6 +36,7 @@ fn block_bytes(b: &ContentBlock) -> u64 {
             content,
             ..
         } => (tool_use_id.len() + content.len()) as u64,
+        ContentBlock::ProviderBlock { block, .. } => block.to_string().len() as u64,
     }
 }
 
@@ -211,6 +212,9 @@ pub(crate) fn transcript(messages: &[LlmMessage], per_message: usize) -> String 
                         "[document {} {media_type}]",
                         name.as_deref().unwrap_or("")
                     ));
+                }
+                ContentBlock::ProviderBlock { block, .. } => {
+                    text.push_str(&format!("[{}]", elfgate_core::provider_block_label(block)));
                 }
                 ContentBlock::Thinking { .. } | ContentBlock::Image { .. } => continue,
             }
