@@ -659,6 +659,7 @@ mod tests {
             permission_mode: None,
             cli_backend: None,
             attachments: Vec::new(),
+            stored_input: None,
             permission_answers: Default::default(),
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),

@@ -134,6 +134,10 @@ pub struct EngineSessionContext {
     pub cli_backend: Option<crate::CliBackend>,
     /// Files and images sent with the prompt.
     pub attachments: Vec<Attachment>,
+    /// The blocks stored as the run's user message instead of the prompt's text and attachments
+    /// (a gateway door whose call's new input is more than text: the Responses API's
+    /// function_call_output items continuing a stored response).
+    pub stored_input: Option<Vec<crate::ContentBlock>>,
     /// Who can answer the run's permission requests.
     pub permission_answers: PermissionAnswers,
     /// Where the run reports.

@@ -5,8 +5,11 @@ use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Message, Me
 use elfgate_store::Store;
 
 /// The prompt's content blocks: the text, then the attachments: images, text inline, other
-/// files as documents.
+/// files as documents (or what a gateway door gave to store instead).
 pub(crate) fn user_blocks(ctx: &EngineSessionContext) -> Vec<ContentBlock> {
+    if let Some(blocks) = &ctx.stored_input {
+        return blocks.clone();
+    }
     let mut blocks = vec![ContentBlock::text(ctx.prompt.clone())];
     for a in &ctx.attachments {
         if a.media_type.starts_with("image/") {

@@ -178,7 +178,8 @@ pub struct LlmRequest {
     /// the ones built from this request when the provider is of that kind (the gateway relays
     /// an Anthropic caller's `system`, `messages` and `tools` this way to an Anthropic provider,
     /// keeping what the internal form has no room for, such as `cache_control` marks). Other
-    /// kinds ignore it. (Only the Anthropic client applies it so far.)
+    /// kinds ignore it. (The Anthropic and Responses clients apply it; the Responses door relays a
+    /// caller's built-in tools this way.)
     pub passthrough: Option<(ProviderKind, serde_json::Map<String, serde_json::Value>)>,
     /// Ask for the model's long context window where the provider kind has a switch for it
     /// (Anthropic: the `anthropic-beta: context-1m-2025-08-07` header); the other kinds have

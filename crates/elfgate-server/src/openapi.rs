@@ -61,6 +61,7 @@ impl Modify for BearerScheme {
         mcp::servers,
         mcp::reload,
         gateway::chat_completions,
+        gateway::responses,
         gateway::messages,
         gateway::models,
         health::healthz,

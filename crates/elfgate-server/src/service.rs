@@ -549,6 +549,7 @@ fn build_ctx(
         permission_mode: checked.permission_mode,
         cli_backend: session.cli_backend,
         attachments: o.attachments.unwrap_or_default(),
+        stored_input: None,
         permission_answers: Default::default(),
         events: EventEmitter::new(bus, run_id),
         cancel: CancellationToken::new(),
@@ -616,6 +617,8 @@ pub struct GatewayCall {
     pub head_start: Option<HeadStart>,
     /// How the door's caller gave the project path (its header), for the refusal to name.
     pub project_field: &'static str,
+    /// What the run stores as its user message, when more than the prompt's text.
+    pub stored_input: Option<Vec<elfgate_core::ContentBlock>>,
 }
 
 impl GatewayCall {
@@ -624,6 +627,9 @@ impl GatewayCall {
     fn apply(self, ctx: &mut EngineSessionContext) {
         if let Some(work) = self.head_start {
             ctx.head_start = work;
+        }
+        if self.stored_input.is_some() {
+            ctx.stored_input = self.stored_input;
         }
         ctx.permission_answers = PermissionAnswers::WatchersOnly;
     }

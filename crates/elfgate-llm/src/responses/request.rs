@@ -56,6 +56,11 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if let Some(format) = req.response_format.as_ref().and_then(text_format) {
         body.insert("text".into(), json!({ "format": format }));
     }
+    if let Some((ProviderKind::OpenaiResponses, fields)) = &req.passthrough {
+        for (k, v) in fields {
+            body.insert(k.clone(), v.clone());
+        }
+    }
     let effort = match req.thinking {
         ThinkingLevel::None => None,
         ThinkingLevel::Low => Some("low"),

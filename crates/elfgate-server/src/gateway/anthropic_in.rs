@@ -219,6 +219,7 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
         },
         prompt,
         stream,
+        stored_input: None,
     })
 }
 

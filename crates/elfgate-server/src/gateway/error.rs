@@ -110,7 +110,7 @@ pub fn anthropic_body(e: &ApiError) -> serde_json::Value {
 /// A front door: whose wire format its answers, errors included, are written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
-    /// OpenAI's chat completions (and its model list).
+    /// OpenAI's chat completions and Responses (and its model list).
     OpenAi,
     /// Anthropic's Messages.
     Anthropic,
@@ -120,7 +120,7 @@ impl Door {
     /// The door a request path belongs to, if any.
     pub fn of_path(path: &str) -> Option<Door> {
         match path.trim_end_matches('/') {
-            "/v1/chat/completions" | "/v1/models" => Some(Door::OpenAi),
+            "/v1/chat/completions" | "/v1/responses" | "/v1/models" => Some(Door::OpenAi),
             "/v1/messages" => Some(Door::Anthropic),
             _ => None,
         }

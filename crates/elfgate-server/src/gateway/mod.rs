@@ -1,4 +1,4 @@
-//! The gateway: OpenAI- and Anthropic-compatible front doors onto the daemon's sessions. Each
+//! The gateway: OpenAI- (chat completions, Responses) and Anthropic-compatible front doors onto the daemon's sessions. Each
 //! front door parses its wire format into the internal form ([`Inbound`]: elfgate-llm's request
 //! and the prompt stored with the session), runs it as a session like any other ([`run`]), and
 //! writes the run's events back in its own format.
@@ -10,6 +10,9 @@ pub mod error;
 pub mod limits;
 pub mod openai_in;
 pub mod openai_out;
+pub mod responses;
+pub mod responses_in;
+pub mod responses_out;
 pub mod route;
 pub mod run;
 
@@ -36,6 +39,9 @@ pub struct Inbound {
     pub prompt: String,
     /// Whether the caller asked for a stream.
     pub stream: bool,
+    /// What the session stores as the call's user message when it is more than the prompt's
+    /// text (the Responses door's new input items); None: the prompt.
+    pub stored_input: Option<Vec<elfgate_core::ContentBlock>>,
 }
 
 /// Why a finished run stopped, in the terms both front doors map to their own.

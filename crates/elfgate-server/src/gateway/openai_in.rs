@@ -191,6 +191,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
             request,
             prompt,
             stream,
+            stored_input: None,
         },
         include_usage,
     ))

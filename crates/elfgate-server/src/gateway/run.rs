@@ -203,6 +203,7 @@ pub async fn start(
                 Some(GatewayCall {
                     head_start: prepared,
                     project_field: super::PROJECT_HEADER,
+                    stored_input: inbound.stored_input,
                 }),
             )
             .await?;
@@ -240,6 +241,7 @@ pub async fn start(
                 Some(GatewayCall {
                     head_start: prepared,
                     project_field: super::PROJECT_HEADER,
+                    stored_input: inbound.stored_input,
                 }),
             )
             .await?;

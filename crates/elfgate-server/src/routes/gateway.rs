@@ -1,12 +1,12 @@
-//! The gateway's front doors: POST /v1/chat/completions (OpenAI), POST /v1/messages (Anthropic),
-//! GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
+//! The gateway's front doors: POST /v1/chat/completions and POST /v1/responses (OpenAI), POST
+//! /v1/messages (Anthropic), GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
 
 use crate::error::ApiError;
 use crate::gateway::error::Door;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
 use crate::gateway::{
     Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, anthropic_in, anthropic_out,
-    body, openai_in, openai_out, route,
+    body, openai_in, openai_out, responses, responses_in, responses_out, route,
 };
 use crate::state::AppState;
 use axum::Router;
@@ -25,6 +25,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1/models", get(models))
 }
 
@@ -238,6 +239,104 @@ pub(crate) async fn messages(
         let (items, end) = run::collect(&mut handle).await?;
         let body = anthropic_out::message_json(&id, &model, &items, &end);
         Ok(with_session(axum::Json(body).into_response(), &handle))
+    };
+    answer.await.unwrap_or_else(|e| door.error(&e))
+}
+
+/// Deletes a `store: false` call's session once its answer is over (or its caller gone): the
+/// deletion waits for the run to end.
+struct DeleteWhenDone {
+    state: AppState,
+    session_id: elfgate_core::SessionId,
+}
+
+impl Drop for DeleteWhenDone {
+    fn drop(&mut self) {
+        let state = self.state.clone();
+        let id = self.session_id;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = crate::service::delete_session(&state, id).await {
+                    tracing::warn!(session = %id, error = %e, "a store: false session was not deleted");
+                }
+            });
+        }
+    }
+}
+
+/// OpenAI-compatible Responses (stream or not), run as a session.
+///
+/// The body is the Responses API's; `model` routes as for chat completions; `previous_response_id`
+/// continues the stored session of that response; `store: false` deletes the call's session once
+/// it is answered. Errors use OpenAI's shape; a stream that fails ends with `response.failed`.
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    operation_id = "responses",
+    tag = "gateway",
+    request_body(content = serde_json::Value, description = "An OpenAI Responses request"),
+    params(
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+        ("x-elfgate-permission-mode" = Option<String>, Header, description = "default, acceptEdits, bypassPermissions or plan: the permission mode of the call's run (elfgate:tinyelf, elfgate:cli)"),
+    ),
+    responses(
+        (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong bearer token", body = serde_json::Value),
+        (status = 404, description = "Unknown model (model_not_found) or previous_response_id", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
+        (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+        (status = 503, description = "The daemon is shutting down, or its store is busy", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn responses(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let door = Door::OpenAi;
+    let answer = async {
+        let value = read_body(&state, &headers, bytes)?;
+        let mut r = responses_in::parse(&value)?;
+        let route = route::resolve(&state, &r.inbound.model)?;
+        responses::apply_builtin_tools(&state, &route, &mut r)?;
+        let mut cont = continuation(&headers)?;
+        if let Some(sid) = responses::continue_previous(&state, &mut r).await? {
+            cont.session_id = Some(sid);
+        }
+        let echo = responses_out::Echo {
+            model: r.inbound.model.clone(),
+            previous_response_id: r.previous_response_id.clone(),
+            store: r.store,
+            include_encrypted_reasoning: r.include_encrypted_reasoning,
+        };
+        let stream = r.inbound.stream;
+        let mut handle = run::start(&state, route, r.inbound, cont).await?;
+        let cleanup = (!r.store).then(|| DeleteWhenDone {
+            state: state.clone(),
+            session_id: handle.session_id,
+        });
+        let id = responses::response_id(handle.session_id, handle.run_id);
+        let mut b = responses_out::ResponseBuilder::new(id, echo);
+        if stream {
+            let first = first_item(&mut handle).await?;
+            return Ok(sse(handle, first, move |item| {
+                let _cleanup = &cleanup;
+                b.frames(item)
+            }));
+        }
+        let (items, end) = run::collect(&mut handle).await?;
+        for item in items.iter().chain(std::iter::once(&end)) {
+            b.frames(item);
+        }
+        let resp = with_session(axum::Json(b.response()).into_response(), &handle);
+        drop(handle);
+        drop(cleanup);
+        Ok(resp)
     };
     answer.await.unwrap_or_else(|e| door.error(&e))
 }

@@ -481,3 +481,110 @@ async fn claude_code_answers_through_the_gateway_from_an_openai_kind_provider() 
     let msgs = stored(&d, sid).await;
     assert!(msgs[0].contains("what is the answer"), "{msgs:?}");
 }
+
+/// The Responses door with the openai SDK's `responses.create` (plain and streamed), a function
+/// call answered through `previous_response_id` (the conversation served from the stored
+/// session), `store: false` (nothing kept to continue from), and errors in OpenAI's shape.
+#[tokio::test]
+async fn openai_sdk_drives_the_responses_door() {
+    let Some(py) = python() else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let cases = "openai_responses_cases.py";
+
+    let c = sdk(&d, &py, cases, &["create", "mock/mock:tokens=3"], &[]).await;
+    assert_eq!(c["text"], "tok0 tok1 tok2 ", "{c}");
+    assert_eq!(c["status"], "completed");
+    assert_eq!(c["output_types"], json!(["message"]));
+    assert_eq!(c["usage"]["output_tokens"], 3);
+    assert!(c["id"].as_str().unwrap().starts_with("resp_"));
+    let sid = c["session"].as_str().unwrap();
+    assert_eq!(
+        stored(&d, sid).await,
+        ["user: hello", "assistant: tok0 tok1 tok2 "]
+    );
+    let sent = &mock.requests()[0].body;
+    assert_eq!(sent["max_tokens"], 50, "{sent}");
+    assert_eq!(sent["messages"][0]["content"], "be brief", "{sent}");
+
+    let s = sdk(&d, &py, cases, &["stream", "mock/mock:tokens=4"], &[]).await;
+    assert_eq!(s["text"], "tok0 tok1 tok2 tok3 ", "{s}");
+    assert_eq!(s["final_text"], s["text"]);
+    assert_eq!(s["status"], "completed");
+    let types: Vec<&str> = s["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(types.first(), Some(&"response.created"));
+    assert_eq!(types.last(), Some(&"response.completed"));
+    for t in [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_item.done",
+    ] {
+        assert!(types.contains(&t), "{t} missing: {types:?}");
+    }
+
+    crate::scripted::script(
+        &mock,
+        "resp-tools",
+        json!([
+            {"toolCalls": [{"id": "call_7", "name": "lookup", "arguments": "{\"q\":\"x\"}"}]},
+            {"text": "It is 42."}
+        ]),
+    );
+    let t = sdk(
+        &d,
+        &py,
+        cases,
+        &["tools", "mock/mock:script=resp-tools"],
+        &[],
+    )
+    .await;
+    assert_eq!(t["call"]["name"], "lookup", "{t}");
+    assert_eq!(t["call"]["arguments"], json!({"q": "x"}));
+    assert_eq!(t["text"], "It is 42.");
+    assert_eq!(t["previous"], t["first_id"]);
+    // The second call sent the stored conversation: the question, the call and its output.
+    let second = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == "mock:script=resp-tools")
+        .nth(1)
+        .unwrap()
+        .body;
+    let msgs = second["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{second}");
+    assert_eq!(msgs[0]["content"], "find it");
+    assert_eq!(msgs[1]["tool_calls"][0]["id"], "call_7");
+    assert_eq!(msgs[2]["tool_call_id"], "call_7");
+    assert_eq!(msgs[2]["content"], "42");
+
+    let f = sdk(&d, &py, cases, &["store_false", "mock/mock:tokens=2"], &[]).await;
+    assert_eq!(f["text"], "tok0 tok1 ", "{f}");
+    assert_eq!(f["later"]["status"], 404, "{f}");
+    assert_eq!(f["later"]["class"], "NotFoundError");
+
+    let e = sdk(&d, &py, cases, &["errors"], &[]).await;
+    assert_eq!(e["unknown_model"]["status"], 404, "{e}");
+    assert_eq!(e["unknown_model"]["body"]["code"], "model_not_found");
+    assert_eq!(e["bad_input"]["status"], 400);
+    assert_eq!(e["bad_input"]["body"]["param"], "input");
+    assert_eq!(e["builtin"]["status"], 400);
+    assert!(
+        e["builtin"]["body"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("file_search"),
+        "{e}"
+    );
+    assert_eq!(e["upstream_429"]["status"], 429);
+    assert_eq!(e["upstream_429"]["body"]["type"], "rate_limit_error");
+    assert_eq!(e["upstream_500"]["status"], 502);
+    assert_eq!(e["upstream_500"]["body"]["type"], "server_error");
+}

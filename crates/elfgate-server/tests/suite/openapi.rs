@@ -164,6 +164,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/mcp/servers"),
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
+        ("post", "/v1/responses"),
         ("get", "/v1/models"),
         ("get", "/healthz"),
         ("get", "/readyz"),
