@@ -164,7 +164,27 @@ pub fn parse(body: &Value) -> Result<ResponsesInbound, ApiError> {
     let mut tools = Vec::new();
     let mut builtin_tools = Vec::new();
     let raw_tools = body.get("tools").filter(|t| !t.is_null()).cloned();
+    // A namespace groups function tools (codex's sub-agent tools): its tools are offered as
+    // plain function tools, under their own names.
+    let mut flat = Vec::new();
     for (i, t) in r.tools.unwrap_or_default().into_iter().enumerate() {
+        match t.get("type").and_then(Value::as_str) {
+            Some("namespace") => {
+                for inner in t
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Value::Object(o) = inner {
+                        flat.push((i, o.clone()));
+                    }
+                }
+            }
+            _ => flat.push((i, t)),
+        }
+    }
+    for (i, t) in flat {
         let kind = t.get("type").and_then(Value::as_str).unwrap_or("function");
         if kind != "function" {
             builtin_tools.push(kind.to_string());

@@ -637,3 +637,104 @@ async fn claude_code_interrupt_during_a_shell_command_leaves_nothing_behind() {
 async fn gemini_cli_interrupt_during_a_shell_command_leaves_nothing_behind() {
     interrupt_during_a_shell_command(GEMINI).await;
 }
+
+/// codex pointed by hand at the daemon's Responses door as its provider (`-c model_providers…`,
+/// the daemon's token as its key), on a Chat Completions provider behind it: the model asks for a
+/// shell command, codex runs it and sends the output back through the door, and the answer comes.
+#[tokio::test]
+async fn codex_uses_the_daemons_responses_door_as_its_provider() {
+    let Some(bin) = installed(CODEX) else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = tempfile::tempdir().unwrap();
+    // codex refuses a CODEX_HOME under /tmp.
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "check_for_update_on_startup = false\n\n[model_providers.elfgate]\nname = \
+             \"elfgate\"\nbase_url = \"{}/v1\"\nenv_key = \"ELFGATE_DOOR_KEY\"\nwire_api = \
+             \"responses\"\n",
+            d.base
+        ),
+    )
+    .unwrap();
+    scripted::script(
+        &mock,
+        "codex-door",
+        json!([
+            {"text": "Running it.", "toolCalls": [scripted::call("call_d1", "exec_command",
+                json!({"cmd": "echo door-ok > out.txt && echo written"}))]},
+            {"text": "Done through the door."}
+        ]),
+    );
+    let out = tokio::process::Command::new(&bin)
+        .args([
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "-c",
+            "model_provider=\"elfgate\"",
+            // A Chat Completions provider has no web search for codex's built-in tool.
+            "-c",
+            "web_search=\"disabled\"",
+            "-m",
+            "mock/mock:script=codex-door",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--",
+            "write the file",
+        ])
+        .current_dir(project.path())
+        .env("CODEX_HOME", home.path())
+        .env("ELFGATE_DOOR_KEY", d.token.clone().unwrap_or_default())
+        .env_remove("OPENAI_API_KEY")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "codex failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Done through the door."), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
+        "door-ok\n"
+    );
+    // Behind the door, a Chat Completions provider: the second call carries the command's output
+    // as the tool message answering the call.
+    let calls: Vec<Value> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == "mock:script=codex-door")
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let msgs = calls[1]["messages"].as_array().unwrap();
+    let tool = msgs
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message: {msgs:?}"));
+    assert_eq!(tool["tool_call_id"], "call_d1");
+    assert!(
+        tool["content"].as_str().unwrap().contains("written"),
+        "{tool}"
+    );
+    // codex sends `store: false`: each call's session is deleted once it is answered.
+    assert!(
+        mock.requests()
+            .iter()
+            .all(|r| r.model != "mock:script=codex-door" || r.outcome == Outcome::Completed)
+    );
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, list) = d.get("/v1/sessions").await;
+        if list["sessions"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "store: false kept {list}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
