@@ -45,7 +45,9 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
                 .then(|| req.headers().get("x-api-key"))
                 .flatten()
                 .and_then(|v| v.to_str().ok())
-        });
+        })
+        // Gemini's clients send theirs as x-goog-api-key, or as `?key=` in the URL.
+        .or_else(|| gemini_key(&req));
     let refused = match given {
         None => ApiError::Unauthorized,
         Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => {
@@ -58,6 +60,22 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         Some(door) => door.error(&refused),
         None => refused.into_response(),
     }
+}
+
+/// The Gemini door's key: `x-goog-api-key`, else the query's `key` (its clients' two ways).
+fn gemini_key(req: &Request) -> Option<&str> {
+    let path = req.uri().path();
+    // GET /v1/models is both APIs' model list (the google-genai SDK's with a base URL of its own).
+    if !crate::gateway::is_gemini_path(path) && path != "/v1/models" {
+        return None;
+    }
+    if let Some(v) = req.headers().get("x-goog-api-key") {
+        return v.to_str().ok();
+    }
+    req.uri()
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("key="))
 }
 
 #[cfg(test)]

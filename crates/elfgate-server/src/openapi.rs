@@ -62,6 +62,8 @@ impl Modify for BearerScheme {
         mcp::reload,
         gateway::chat_completions,
         gateway::responses,
+        gateway::gemini_call,
+        gateway::gemini_models,
         gateway::messages,
         gateway::models,
         health::healthz,

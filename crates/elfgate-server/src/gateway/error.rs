@@ -114,6 +114,8 @@ pub enum Door {
     OpenAi,
     /// Anthropic's Messages.
     Anthropic,
+    /// The Gemini API (`/v1beta/...`).
+    Gemini,
 }
 
 impl Door {
@@ -122,6 +124,7 @@ impl Door {
         match path.trim_end_matches('/') {
             "/v1/chat/completions" | "/v1/responses" | "/v1/models" => Some(Door::OpenAi),
             "/v1/messages" => Some(Door::Anthropic),
+            p if super::is_gemini_path(p) => Some(Door::Gemini),
             _ => None,
         }
     }
@@ -131,6 +134,7 @@ impl Door {
         match self {
             Door::OpenAi => e.answer(openai_body(e)),
             Door::Anthropic => e.answer(anthropic_body(e)),
+            Door::Gemini => e.answer(super::gemini_out::error_body(e)),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The gateway: OpenAI- (chat completions, Responses) and Anthropic-compatible front doors onto the daemon's sessions. Each
+//! The gateway: OpenAI- (chat completions, Responses), Anthropic- and Gemini-compatible front doors onto the daemon's sessions. Each
 //! front door parses its wire format into the internal form ([`Inbound`]: elfgate-llm's request
 //! and the prompt stored with the session), runs it as a session like any other ([`run`]), and
 //! writes the run's events back in its own format.
@@ -7,6 +7,8 @@ pub mod anthropic_in;
 pub mod anthropic_out;
 pub mod body;
 pub mod error;
+pub mod gemini_in;
+pub mod gemini_out;
 pub mod limits;
 pub mod openai_in;
 pub mod openai_out;
@@ -27,6 +29,12 @@ pub const SESSION_HEADER: &str = "x-elfgate-session-id";
 pub const PROJECT_HEADER: &str = "x-elfgate-project-path";
 /// Header setting the permission mode of the call's run (an engine route's session).
 pub const PERMISSION_MODE_HEADER: &str = "x-elfgate-permission-mode";
+
+/// Whether a request path is the Gemini door's: `/v1beta/...`, or a method call under `/v1/models/`
+/// (the google-genai SDK uses `v1` with a custom base URL).
+pub fn is_gemini_path(path: &str) -> bool {
+    path.starts_with("/v1beta/") || path.starts_with("/v1/models/")
+}
 
 /// A front door's request in the internal form.
 #[derive(Debug, Clone)]

@@ -1,18 +1,20 @@
 //! The gateway's front doors: POST /v1/chat/completions and POST /v1/responses (OpenAI), POST
-//! /v1/messages (Anthropic), GET /v1/models. Thin: parsing, routing and running are in crate::gateway.
+//! /v1/messages (Anthropic), POST /v1beta/models/{model}:generateContent and its kin (Gemini),
+//! GET /v1/models and GET /v1beta/models. Thin: parsing, routing and running are in crate::gateway.
 
 use crate::error::ApiError;
 use crate::gateway::error::Door;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
 use crate::gateway::{
     Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, anthropic_in, anthropic_out,
-    body, openai_in, openai_out, responses, responses_in, responses_out, route,
+    body, gemini_in, gemini_out, openai_in, openai_out, responses, responses_in, responses_out,
+    route,
 };
 use crate::state::AppState;
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,6 +28,10 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
         .route("/v1/responses", post(responses))
+        .route("/v1beta/models", get(gemini_models))
+        .route("/v1beta/models/{*call}", post(gemini_call))
+        // The google-genai SDK calls `v1` when given a base URL of its own.
+        .route("/v1/models/{*call}", post(gemini_call))
         .route("/v1/models", get(models))
 }
 
@@ -341,6 +347,193 @@ pub(crate) async fn responses(
     answer.await.unwrap_or_else(|e| door.error(&e))
 }
 
+/// The Gemini API: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`
+/// (`?alt=sse`: SSE; without it one JSON array) and `:countTokens`, run as a session (counting
+/// runs nothing).
+///
+/// `model` routes as for chat completions (`PROVIDER/MODEL`, an alias, `elfgate:ENGINE`); the
+/// token comes as `x-goog-api-key`, `?key=` or a bearer token. Errors use Google's shape
+/// `{"error":{"code","message","status"}}`.
+#[utoipa::path(
+    post,
+    path = "/v1beta/models/{call}",
+    operation_id = "geminiGenerateContent",
+    tag = "gateway",
+    params(
+        ("call" = String, Path, description = "MODEL:generateContent, MODEL:streamGenerateContent or MODEL:countTokens"),
+        ("alt" = Option<String>, Query, description = "sse: stream as server-sent events"),
+        ("x-elfgate-session-id" = Option<String>, Header, description = "Continue this session"),
+        ("x-elfgate-project-path" = Option<String>, Header, description = "A new session's project directory"),
+    ),
+    request_body(content = serde_json::Value, description = "A Gemini generateContent (or countTokens) request"),
+    responses(
+        (status = 200, description = "A GenerateContentResponse, SSE chunks of them, or {totalTokens}; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 400, description = "Bad request (Google's error shape)", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong key", body = serde_json::Value),
+        (status = 404, description = "Unknown model or method", body = serde_json::Value),
+        (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
+        (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
+        (status = 503, description = "The daemon is shutting down, or its store is busy", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn gemini_call(
+    State(state): State<AppState>,
+    Path(call): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let door = Door::Gemini;
+    let answer = async {
+        let (model, method) = call.rsplit_once(':').ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "'{call}' names no method (MODEL:generateContent, :streamGenerateContent, \
+                 :countTokens)"
+            ))
+        })?;
+        let model = model.strip_prefix("models/").unwrap_or(model).to_string();
+        let value = read_body(&state, &headers, bytes)?;
+        let stream = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            "countTokens" => return Ok(count_tokens(&value)),
+            other => {
+                return Err(ApiError::NotFound(format!(
+                    "unknown method '{other}' (generateContent, streamGenerateContent, \
+                     countTokens)"
+                )));
+            }
+        };
+        let sse_wanted = query
+            .as_deref()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+        let mut g = gemini_in::parse(&model, &value, stream)?;
+        let route = route::resolve(&state, &model)?;
+        gemini_builtin_tools(&state, &route, &mut g)?;
+        let mut handle = run::start(&state, route, g.inbound, continuation(&headers)?).await?;
+        let mut b = gemini_out::GeminiBuilder::new(handle.run_id.to_string(), model);
+        if stream && sse_wanted {
+            let first = first_item(&mut handle).await?;
+            return Ok(sse(handle, first, move |item| b.frames(item)));
+        }
+        let (items, end) = run::collect(&mut handle).await?;
+        for item in items.iter().chain(std::iter::once(&end)) {
+            b.frames(item);
+        }
+        // Without alt=sse a stream is one JSON array of responses: here, the whole answer.
+        let body = if stream {
+            json!([b.response()])
+        } else {
+            b.response()
+        };
+        Ok(with_session(axum::Json(body).into_response(), &handle))
+    };
+    answer.await.unwrap_or_else(|e| door.error(&e))
+}
+
+/// `web_search`'s Gemini names become the provider's native search where its kind has one;
+/// other built-in tools (`codeExecution`, `urlContext`, …) are refused, naming them.
+fn gemini_builtin_tools(
+    state: &AppState,
+    route: &route::Route,
+    g: &mut gemini_in::GeminiInbound,
+) -> Result<(), ApiError> {
+    for t in &g.builtin_tools {
+        let kind = match route {
+            route::Route::Provider { provider, .. } => state
+                .providers
+                .resolve(Some(provider))
+                .ok()
+                .map(|(_, p)| p.kind()),
+            route::Route::Engine { .. } => None,
+        };
+        match kind {
+            Some(k) if gemini_in::SEARCH_TOOLS.contains(&t.as_str()) && k.searches_natively() => {
+                g.inbound.request.native_search = true;
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    Some("tools".to_string()),
+                    format!(
+                        "'tools': the built-in tool '{t}' is not available on this route; only \
+                         functionDeclarations are (and googleSearch on gemini, anthropic and \
+                         openai-responses providers)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `countTokens`: an estimate (4 bytes a token) of the request's text, without a provider call.
+fn count_tokens(body: &serde_json::Value) -> Response {
+    let request = body.get("generateContentRequest").unwrap_or(body);
+    let mut bytes = 0usize;
+    let mut add = |v: &serde_json::Value| {
+        for c in v.as_array().into_iter().flatten() {
+            for p in c["parts"].as_array().into_iter().flatten() {
+                bytes += p["text"].as_str().map_or(0, str::len);
+                if let Some(call) = p.get("functionCall").or_else(|| p.get("functionResponse")) {
+                    bytes += call.to_string().len();
+                }
+            }
+        }
+    };
+    add(&request["contents"]);
+    if let Some(s) = request.get("systemInstruction") {
+        add(&json!([s]));
+    }
+    axum::Json(json!({"totalTokens": bytes.div_ceil(4)})).into_response()
+}
+
+/// The gateway's model names in the Gemini API's list shape.
+#[utoipa::path(
+    get,
+    path = "/v1beta/models",
+    operation_id = "geminiListModels",
+    tag = "gateway",
+    responses(
+        (status = 200, description = "{\"models\":[{\"name\":\"models/ID\",\"displayName\",\"supportedGenerationMethods\"}]}", body = serde_json::Value),
+        (status = 401, description = "Missing key (Google's error shape)", body = serde_json::Value),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn gemini_models(State(state): State<AppState>) -> Response {
+    let models: Vec<serde_json::Value> = model_ids(&state)
+        .into_iter()
+        .map(|(id, _)| {
+            json!({"name": format!("models/{id}"), "displayName": id,
+                   "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]})
+        })
+        .collect();
+    axum::Json(json!({"models": models})).into_response()
+}
+
+/// Every model name a door routes: each provider's `PROVIDER/DEFAULT_MODEL`, each alias, each
+/// `elfgate:ENGINE`, with its owner.
+fn model_ids(state: &AppState) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, p) in &state.config.providers {
+        if let Some(m) = &p.default_model {
+            out.push((format!("{name}/{m}"), name.clone()));
+        }
+    }
+    for name in state.config.aliases.keys() {
+        out.push((name.clone(), "elfgate".to_string()));
+    }
+    for e in EngineType::ALL {
+        if state.dispatcher.has_engine(e) {
+            out.push((
+                format!("{}{}", route::ENGINE_PREFIX, e.as_str()),
+                "elfgate".to_string(),
+            ));
+        }
+    }
+    out
+}
+
 /// The gateway's model names: providers' default models, aliases and engines, in OpenAI's list
 /// shape.
 #[utoipa::path(
@@ -354,24 +547,14 @@ pub(crate) async fn responses(
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn models(State(state): State<AppState>) -> Response {
-    let mut data = Vec::new();
-    let model = |id: String, owner: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": owner});
-    for (name, p) in &state.config.providers {
-        if let Some(m) = &p.default_model {
-            data.push(model(format!("{name}/{m}"), name));
-        }
+pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    // A Gemini client (the google-genai SDK with a base URL of its own) asks here too.
+    if headers.contains_key("x-goog-api-key") {
+        return gemini_models(State(state)).await;
     }
-    for name in state.config.aliases.keys() {
-        data.push(model(name.clone(), "elfgate"));
-    }
-    for e in EngineType::ALL {
-        if state.dispatcher.has_engine(e) {
-            data.push(model(
-                format!("{}{}", route::ENGINE_PREFIX, e.as_str()),
-                "elfgate",
-            ));
-        }
-    }
+    let data: Vec<serde_json::Value> = model_ids(&state)
+        .into_iter()
+        .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
+        .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }

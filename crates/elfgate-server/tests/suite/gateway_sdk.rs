@@ -588,3 +588,88 @@ async fn openai_sdk_drives_the_responses_door() {
     assert_eq!(e["upstream_500"]["status"], 502);
     assert_eq!(e["upstream_500"]["body"]["type"], "server_error");
 }
+
+/// The Gemini door with the google-genai SDK: generate_content (plain and streamed) with the
+/// token as its API key, a function call answered in the next request, count_tokens, the model
+/// list, and errors in Google's shape (unknown model, the provider's 429 and 5xx, a wrong key).
+#[tokio::test]
+async fn genai_sdk_drives_the_gemini_door() {
+    let Some(py) = python() else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let cases = "genai_cases.py";
+
+    let g = sdk(&d, &py, cases, &["generate", "mock/mock:tokens=3"], &[]).await;
+    assert_eq!(g["text"], "tok0 tok1 tok2 ", "{g}");
+    assert_eq!(g["finish"], "STOP");
+    assert_eq!(g["usage"]["candidates_token_count"], 3);
+    let sid = g["session"].as_str().unwrap();
+    assert_eq!(
+        stored(&d, sid).await,
+        ["user: hello", "assistant: tok0 tok1 tok2 "]
+    );
+    let sent = &mock.requests()[0].body;
+    assert_eq!(sent["max_tokens"], 50, "{sent}");
+    assert_eq!(sent["messages"][0]["content"], "be brief", "{sent}");
+
+    let s = sdk(&d, &py, cases, &["stream", "mock/mock:tokens=4"], &[]).await;
+    assert_eq!(s["text"], "tok0 tok1 tok2 tok3 ", "{s}");
+    assert_eq!(s["finish"], "STOP");
+
+    crate::scripted::script(
+        &mock,
+        "genai-tools",
+        json!([
+            {"toolCalls": [{"id": "call_g1", "name": "lookup", "arguments": "{\"q\":\"x\"}"}]},
+            {"text": "It is 42."}
+        ]),
+    );
+    let t = sdk(
+        &d,
+        &py,
+        cases,
+        &["tools", "mock/mock:script=genai-tools"],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        t["call"],
+        json!({"name": "lookup", "args": {"q": "x"}}),
+        "{t}"
+    );
+    assert_eq!(t["text"], "It is 42.");
+    let second = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == "mock:script=genai-tools")
+        .nth(1)
+        .unwrap()
+        .body;
+    let msgs = second["messages"].as_array().unwrap();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{second}");
+    assert_eq!(msgs[1]["tool_calls"][0]["function"]["name"], "lookup");
+    assert_eq!(msgs[2]["tool_call_id"], msgs[1]["tool_calls"][0]["id"]);
+    assert_eq!(msgs[2]["content"], "42");
+
+    let c = sdk(&d, &py, cases, &["count"], &[]).await;
+    assert_eq!(c["total"], 3, "{c}");
+    let m = sdk(&d, &py, cases, &["models"], &[]).await;
+    assert!(
+        m["names"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("models/elfgate:chat")),
+        "{m}"
+    );
+
+    let e = sdk(&d, &py, cases, &["errors"], &[]).await;
+    assert_eq!(e["unknown_model"]["code"], 404, "{e}");
+    assert_eq!(e["unknown_model"]["status"], "NOT_FOUND");
+    assert_eq!(e["upstream_429"]["code"], 429);
+    assert_eq!(e["upstream_429"]["status"], "RESOURCE_EXHAUSTED");
+    assert_eq!(e["upstream_500"]["code"], 502);
+    let k = sdk(&d, &py, cases, &["bad_key"], &[]).await;
+    assert_eq!(k["error"]["code"], 403, "{k}");
+    assert_eq!(k["error"]["status"], "PERMISSION_DENIED");
+}

@@ -165,6 +165,8 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
         ("post", "/v1/responses"),
+        ("post", "/v1beta/models/{call}"),
+        ("get", "/v1beta/models"),
         ("get", "/v1/models"),
         ("get", "/healthz"),
         ("get", "/readyz"),
