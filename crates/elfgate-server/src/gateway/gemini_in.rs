@@ -279,7 +279,7 @@ pub fn parse(model: &str, body: &Value, stream: bool) -> Result<GeminiInbound, A
             (Some("low" | "LOW" | "minimal" | "MINIMAL"), _) => ThinkingLevel::Low,
             (Some("medium" | "MEDIUM"), _) => ThinkingLevel::Medium,
             (Some("high" | "HIGH"), _) => ThinkingLevel::High,
-            (_, Some(0)) | (_, None) => ThinkingLevel::default(),
+            (_, Some(0) | None) => ThinkingLevel::default(),
             (_, Some(b)) if b < 0 => ThinkingLevel::Medium,
             (_, Some(b)) if b < 4096 => ThinkingLevel::Low,
             (_, Some(b)) if b < 16384 => ThinkingLevel::Medium,
