@@ -18,6 +18,7 @@ pub mod model;
 pub mod modes;
 pub mod outcome;
 pub mod recorder;
+pub mod run_tokens;
 pub mod timefmt;
 pub mod turn;
 pub mod usage;
@@ -56,5 +57,6 @@ pub use modes::{
 };
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
+pub use run_tokens::{ProxyDoor, RunGrant, RunToken, RunTokens};
 pub use turn::{AuditRecord, BlockedCall, CalledTool, TurnRecord};
 pub use usage::TokenUsage;

@@ -450,12 +450,15 @@ impl Daemon {
         dispatcher.register_engine(tinyelf.clone());
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
-        let cli = CliEngine::new(shared.clone(), cli, permissions.clone()).await;
+        let run_tokens = elfgate_core::RunTokens::new();
+        let cli =
+            CliEngine::new(shared.clone(), cli, permissions.clone(), run_tokens.clone()).await;
         dispatcher.register_engine(Arc::new(cli));
         let runs = crate::state::RunServices {
             tinyelf,
             mcp,
             permissions,
+            run_tokens,
         };
         let state = AppState::new(config, shared, dispatcher, registry, metrics, runs, fleet);
         Ok(Daemon {
@@ -523,6 +526,18 @@ impl Daemon {
         signal: impl Future<Output = ()> + Send + 'static,
     ) {
         let app = self.router();
+        // Where a CLI run through the daemon's own door reaches it: loopback on the bound port.
+        if let Ok(addr) = listener.local_addr() {
+            let host = match addr.ip() {
+                std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+                std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            self.state
+                .run_tokens
+                .set_url(format!("http://{host}:{}", addr.port()));
+        }
         if let Some(fleet) = &self.state.fleet {
             tokio::spawn(crate::fleet::forward::answer(fleet.clone(), app.clone()));
             tokio::spawn(crate::fleet::recent::answer(

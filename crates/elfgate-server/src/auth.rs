@@ -7,6 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use elfgate_core::ProxyDoor;
 
 /// Compares two byte strings in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -48,17 +49,37 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         })
         // Gemini's clients send theirs as x-goog-api-key, or as `?key=` in the URL.
         .or_else(|| gemini_key(&req));
-    let refused = match given {
+    let refused = match given.map(str::trim) {
         None => ApiError::Unauthorized,
-        Some(t) if constant_time_eq(t.trim().as_bytes(), expected.as_bytes()) => {
+        Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
             return next.run(req).await;
         }
-        Some(_) => ApiError::Forbidden,
+        // A CLI's run token (the proxy): its own door only; the door checks the route.
+        Some(t) => match state.run_tokens.check(t) {
+            Some(grant) if opens(grant.door, req.method(), req.uri().path()) => {
+                let mut req = req;
+                req.extensions_mut().insert(grant);
+                return next.run(req).await;
+            }
+            _ => ApiError::Forbidden,
+        },
     };
     // A front door's SDK reads its refusal in its own API's shape.
     match Door::of_path(req.uri().path()) {
         Some(door) => door.error(&refused),
         None => refused.into_response(),
+    }
+}
+
+/// Whether a run token for `door` opens this request: the door's own calls, nothing else.
+fn opens(door: ProxyDoor, method: &axum::http::Method, path: &str) -> bool {
+    if method != axum::http::Method::POST {
+        return false;
+    }
+    match door {
+        ProxyDoor::Responses => path == "/v1/responses",
+        ProxyDoor::Messages => path == "/v1/messages",
+        ProxyDoor::Gemini => crate::gateway::is_gemini_path(path),
     }
 }
 

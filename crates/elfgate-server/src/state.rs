@@ -48,6 +48,8 @@ pub struct AppInner {
     pub tinyelf: Arc<TinyElfEngine>,
     /// This node's fleet connections (`[cluster]`); None for a single node.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// Run tokens of CLIs going through the daemon's doors (the proxy), and its address.
+    pub run_tokens: Arc<elfgate_core::RunTokens>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -58,6 +60,8 @@ pub struct RunServices {
     pub mcp: McpManager,
     /// Where permission requests wait for their answers; the engines that ask hold the same one.
     pub permissions: Arc<PermissionBroker>,
+    /// Run tokens of CLIs going through the daemon's doors; the cli engine holds the same one.
+    pub run_tokens: Arc<elfgate_core::RunTokens>,
 }
 
 impl AppState {
@@ -75,6 +79,7 @@ impl AppState {
             tinyelf,
             mcp,
             permissions,
+            run_tokens,
         } = runs;
         let bind = config
             .bind_addr()
@@ -112,6 +117,7 @@ impl AppState {
                 request_guard,
                 gateway_limits,
                 fleet,
+                run_tokens,
             }),
         }
     }

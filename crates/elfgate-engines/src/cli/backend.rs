@@ -3,7 +3,7 @@
 
 use super::adapter::{Adapter, CliProvider, Invocation};
 use super::{claude_code, codex, gemini_cli};
-use elfgate_core::{CliBackend, PermissionMode};
+use elfgate_core::{CliBackend, PermissionMode, ProxyDoor};
 use elfgate_llm::ProviderKind;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -22,6 +22,13 @@ pub(crate) trait BackendProgram: Copy {
     fn speaks(self, kind: ProviderKind) -> bool {
         self.provider_kinds().contains(&kind)
     }
+    /// The daemon's door for the CLI's own wire format.
+    fn proxy_door(self) -> ProxyDoor;
+    /// That door as the CLI's provider, the daemon listening at `url`.
+    fn proxy_provider(self, url: &str) -> CliProvider;
+    /// Arguments a run through the door needs (codex: the door's provider table; its built-in
+    /// web search off when the provider behind the door cannot search).
+    fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String>;
     /// How it is asked to stop before SIGTERM.
     fn polite_stop(self) -> Polite;
     /// The answer to a `PermissionAsk`, for its stdin (None: it cannot ask).
@@ -75,6 +82,36 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => &[ProviderKind::OpenaiResponses],
             CliBackend::ClaudeCode => &[ProviderKind::Anthropic],
             CliBackend::GeminiCli => &[ProviderKind::Gemini],
+        }
+    }
+
+    fn proxy_door(self) -> ProxyDoor {
+        match self {
+            CliBackend::Codex => ProxyDoor::Responses,
+            CliBackend::ClaudeCode => ProxyDoor::Messages,
+            CliBackend::GeminiCli => ProxyDoor::Gemini,
+        }
+    }
+
+    fn proxy_provider(self, url: &str) -> CliProvider {
+        let url = url.trim_end_matches('/');
+        let (kind, base_url) = match self {
+            CliBackend::Codex => (ProviderKind::OpenaiResponses, format!("{url}/v1")),
+            CliBackend::ClaudeCode => (ProviderKind::Anthropic, url.to_string()),
+            CliBackend::GeminiCli => (ProviderKind::Gemini, url.to_string()),
+        };
+        CliProvider {
+            kind,
+            base_url,
+            api_key_env: Some(PROXY_KEY_VAR.to_string()),
+            default_model: None,
+        }
+    }
+
+    fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String> {
+        match self {
+            CliBackend::Codex => codex::proxy_args(PROXY_PROVIDER, door, searches),
+            CliBackend::ClaudeCode | CliBackend::GeminiCli => Vec::new(),
         }
     }
 
@@ -151,6 +188,12 @@ impl BackendProgram for CliBackend {
         }
     }
 }
+
+/// The name of the daemon's door as a CLI's provider (codex selects providers by name).
+pub(crate) const PROXY_PROVIDER: &str = "elfgate-door";
+/// The variable holding a run token where a CLI reads its key from a variable of our choosing
+/// (not `ELFGATE_*`: those never reach a CLI).
+const PROXY_KEY_VAR: &str = "CLI_DOOR_TOKEN";
 
 /// How a backend is asked to stop first.
 #[derive(Debug, Clone)]

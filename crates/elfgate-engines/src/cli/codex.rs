@@ -43,6 +43,25 @@ pub(crate) fn args(inv: &Invocation<'_>, extra: &[String]) -> Vec<String> {
     a
 }
 
+/// The daemon's door as codex's provider, given on the command line (`-c`, a TOML inline
+/// table) rather than in config.toml, whose provider list is written before the daemon listens;
+/// and codex's own web search off when the provider behind the door cannot search.
+pub(crate) fn proxy_args(name: &str, door: &CliProvider, searches: bool) -> Vec<String> {
+    let mut a = vec![
+        "-c".to_string(),
+        format!(
+            "model_providers.{name}={{name={}, base_url={}, env_key={}, wire_api=\"responses\"}}",
+            toml_str(name),
+            toml_str(&door.base_url),
+            toml_str(&key_var(door)),
+        ),
+    ];
+    if !searches {
+        a.extend(["-c".to_string(), "web_search=\"disabled\"".to_string()]);
+    }
+    a
+}
+
 /// A TOML basic string.
 fn toml_str(s: &str) -> String {
     Value::String(s.to_string()).to_string()

@@ -18,7 +18,8 @@ mod transcript;
 pub use adapter::CliProvider;
 use backend::BackendProgram;
 pub use elfgate_core::CliBackend;
-pub use settings::{BackendConfig, CliConfig, ProviderRefused};
+use settings::CliRoute;
+pub use settings::{BackendConfig, CliConfig, ProviderRefused, ProxyMode};
 
 use crate::prompt::store_user_message;
 use crate::streaming::fail;
@@ -29,6 +30,7 @@ use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
     PermissionMode, RunOutcome, StartRefused, StartRequest,
 };
+use elfgate_core::{RunGrant, RunToken, RunTokens};
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups};
 use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
@@ -54,6 +56,8 @@ pub struct CliEngine {
     limits: Limits,
     /// The daemon's allow-listed variables, without any provider's key.
     base_env: ChildEnv,
+    /// Run tokens for CLIs that go through the daemon's own door, and where it listens.
+    tokens: Arc<RunTokens>,
 }
 
 impl CliEngine {
@@ -62,6 +66,7 @@ impl CliEngine {
         store: Arc<dyn Store>,
         config: CliConfig,
         broker: Arc<PermissionBroker>,
+        tokens: Arc<RunTokens>,
     ) -> CliEngine {
         // Runs a crashed daemon left behind would go on working (and spending) unseen.
         for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
@@ -79,6 +84,7 @@ impl CliEngine {
             found: BTreeMap::new(),
             limits,
             base_env,
+            tokens,
         };
         // Each backend's home exists before it is asked for its version.
         for &b in CliBackend::ALL {
@@ -88,7 +94,7 @@ impl CliEngine {
         }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
         let probes = CliBackend::ALL.iter().map(|&b| {
-            let env = engine.child_env(b, None, PermissionMode::Default, [None, None]);
+            let env = engine.child_env(b, None, None, PermissionMode::Default, [None, None]);
             let cfg = engine.config.backend(b).clone();
             async move { (b, availability::probe(b, &cfg, env, timeout).await) }
         });
@@ -122,6 +128,7 @@ impl CliEngine {
         &self,
         b: CliBackend,
         provider: Option<&CliProvider>,
+        key: Option<&str>,
         mode: PermissionMode,
         session: [Option<&BTreeMap<String, String>>; 2],
     ) -> ChildEnv {
@@ -132,11 +139,7 @@ impl CliEngine {
             env.extend(vars);
         }
         env.set("HOME", &home.display().to_string());
-        let key = provider
-            .and_then(|p| p.api_key_env.as_deref())
-            .and_then(|var| std::env::var(var).ok())
-            .filter(|k| !k.is_empty());
-        for (k, v) in b.env(&home, provider, key.as_deref(), mode) {
+        for (k, v) in b.env(&home, provider, key, mode) {
             env.grant(&k, &v);
         }
         env
@@ -197,14 +200,24 @@ impl CliEngine {
             let why = self.unavailable(b);
             return fail(&ctx, ErrorCode::CliUnavailable, why.to_string()).await;
         };
-        let provider = match self.config.provider_for(b, ctx.provider_id.as_deref()) {
-            Ok(p) => p,
+        let route = match self.config.route_for(b, ctx.provider_id.as_deref()) {
+            Ok(r) => r,
             Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why.to_string()).await,
         };
+        let provider = route.as_ref().map(|r| (r.name.clone(), r.provider.clone()));
         let model = ctx
             .model
             .clone()
             .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
+        // Through the daemon's own door: the CLI gets the door's address, a token for this run
+        // only (revoked when `proxy` drops, at the end of the run) and the route as its model.
+        let proxy = match route.as_ref().filter(|r| r.proxied) {
+            Some(r) => match self.proxy_for(&ctx, b, r, model.as_deref()) {
+                Ok(p) => Some(p),
+                Err(why) => return fail(&ctx, ErrorCode::CliSetup, why).await,
+            },
+            None => None,
+        };
         ctx.events
             .emit(EventPayload::Init {
                 system_info: ctx.system_info(json!({
@@ -214,6 +227,7 @@ impl CliEngine {
                     "version": self.found.get(&b).and_then(|f| f.version.as_ref().ok()),
                     "provider": provider.as_ref().map(|(n, _)| n),
                     "model": model,
+                    "proxied": proxy.is_some(),
                 })),
             })
             .await;
@@ -267,19 +281,38 @@ impl CliEngine {
         };
         let inv = Invocation {
             prompt: &ctx.prompt,
-            model: model.as_deref(),
+            model: match &proxy {
+                Some(p) => Some(p.route.as_str()),
+                None => model.as_deref(),
+            },
             resume: resume.as_deref(),
             permission_mode: ctx.permission_mode.unwrap_or_default(),
-            provider_name: provider.as_ref().map(|(n, _)| n.as_str()),
+            provider_name: match &proxy {
+                Some(_) => Some(backend::PROXY_PROVIDER),
+                None => provider.as_ref().map(|(n, _)| n.as_str()),
+            },
         };
         let cfg = self.config.backend(b);
-        let mut extra = cfg.args.clone();
+        let mut extra = match &proxy {
+            Some(p) => b.proxy_args(&p.provider, p.searches),
+            None => Vec::new(),
+        };
+        extra.extend(cfg.args.clone());
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
         let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
         spec.args = b.args(&inv, &extra);
+        let (cli_provider, key) = match &proxy {
+            Some(p) => (Some(p.provider.clone()), Some(p.token.value().to_string())),
+            None => {
+                let p = provider.as_ref().map(|(_, p)| p.clone());
+                let key = p.as_ref().and_then(provider_key);
+                (p, key)
+            }
+        };
         spec.env = self.child_env(
             b,
-            provider.as_ref().map(|(_, p)| p),
+            cli_provider.as_ref(),
+            key.as_deref(),
             inv.permission_mode,
             [
                 ctx.engine_config.shell_env.as_ref(),
@@ -386,6 +419,51 @@ impl CliEngine {
             .or_else(|| ctx.session.cli_session_id.clone()))
     }
 
+    /// The provider as the CLI is given it: the provider itself, or the daemon's door for the
+    /// CLI's own format when the run goes through it (its key then a run token).
+    fn cli_provider(&self, b: CliBackend, route: &CliRoute) -> CliProvider {
+        match (route.proxied, self.tokens.url()) {
+            (true, Some(url)) => b.proxy_provider(url),
+            _ => route.provider.clone(),
+        }
+    }
+
+    /// Sets up a run through the daemon's door: its run token (scoped to this run, the door of
+    /// the CLI's format and the route) and the door as the CLI's provider.
+    fn proxy_for(
+        &self,
+        ctx: &EngineSessionContext,
+        b: CliBackend,
+        route: &CliRoute,
+        model: Option<&str>,
+    ) -> Result<Proxy, String> {
+        let Some(url) = self.tokens.url() else {
+            return Err("the daemon's own front door is not listening yet".to_string());
+        };
+        let Some(model) = model else {
+            return Err(format!(
+                "{} goes through the daemon's door to provider '{}' ({}), which needs a model: \
+                 set the session's model or the provider's default_model",
+                b.as_str(),
+                route.name,
+                route.provider.kind
+            ));
+        };
+        let route_name = format!("{}/{model}", route.name);
+        let token = self.tokens.issue(RunGrant {
+            session_id: ctx.session_id(),
+            run_id: ctx.run_id,
+            door: b.proxy_door(),
+            route: route_name.clone(),
+        });
+        Ok(Proxy {
+            provider: b.proxy_provider(url),
+            token,
+            route: route_name,
+            searches: route.provider.kind.searches_natively(),
+        })
+    }
+
     fn unavailable(&self, b: CliBackend) -> CliStartError {
         let why = match self.found.get(&b).map(|f| &f.version) {
             Some(Err(why)) => why.to_string(),
@@ -393,6 +471,26 @@ impl CliEngine {
         };
         CliStartError::Unavailable { backend: b, why }
     }
+}
+
+/// A run that goes through the daemon's door.
+struct Proxy {
+    /// The door as the CLI's provider.
+    provider: CliProvider,
+    /// The run's token, revoked when this drops (the run's end).
+    token: RunToken,
+    /// The route the CLI names as its model: `PROVIDER/MODEL`.
+    route: String,
+    /// Whether the provider behind the door searches the web itself.
+    searches: bool,
+}
+
+/// A provider's key, from the daemon's environment.
+fn provider_key(p: &CliProvider) -> Option<String> {
+    p.api_key_env
+        .as_deref()
+        .and_then(|var| std::env::var(var).ok())
+        .filter(|k| !k.is_empty())
 }
 
 /// The directory, in a backend's home, of a fleet node's notes of the CLI sessions there.
@@ -582,24 +680,18 @@ impl CliEngine {
             return Err(self.unavailable(b));
         }
         self.check_args(b, req.cli_args.unwrap_or_default())?;
-        let provider = self
+        let route = self
             .config
-            .provider_for(b, req.provider_id)
+            .route_for(b, req.provider_id)
             .map_err(CliStartError::Provider)?;
+        let provider = route.as_ref().map(|r| self.cli_provider(b, r));
         if let Some(vars) = req.provider_env {
             // What the daemon sets for the CLI's provider (its base URL, key, HOME...) stays
             // the daemon's: a session that could point the CLI elsewhere would send the
             // provider's key there.
             let own: Vec<String> = PermissionMode::ALL
                 .iter()
-                .flat_map(|mode| {
-                    b.env(
-                        &self.home(b),
-                        provider.as_ref().map(|(_, p)| p),
-                        Some("-"),
-                        *mode,
-                    )
-                })
+                .flat_map(|mode| b.env(&self.home(b), provider.as_ref(), Some("-"), *mode))
                 .map(|(k, _)| k.to_ascii_uppercase())
                 .chain(["HOME".to_string()])
                 .collect();

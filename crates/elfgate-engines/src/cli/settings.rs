@@ -46,6 +46,10 @@ pub struct CliConfig {
     pub version_timeout_secs: u64,
     /// Seconds a CLI's permission question waits for the client; no answer denies it.
     pub permission_timeout_secs: u64,
+    /// When a CLI goes through the daemon's own door for its wire format instead of straight
+    /// to the provider: `auto` (when the provider's kind is not the CLI's own), `always` (so
+    /// that aliases, fallback and limits apply to CLIs too), `never`.
+    pub proxy: ProxyMode,
     /// `[engines.cli.codex]`.
     pub codex: BackendConfig,
     /// `[engines.cli.claude-code]`.
@@ -75,6 +79,7 @@ impl Default for CliConfig {
             max_line_bytes: 4 * 1024 * 1024,
             version_timeout_secs: 10,
             permission_timeout_secs: 300,
+            proxy: ProxyMode::Auto,
             codex: BackendConfig::default(),
             claude_code: BackendConfig::default(),
             gemini_cli: BackendConfig::default(),
@@ -103,7 +108,8 @@ pub enum ProviderRefused {
     Unknown(String),
     /// A provider of a wire format the CLI does not speak.
     #[error(
-        "provider '{name}' is of kind '{kind}', which {} does not speak (it needs {})",
+        "provider '{name}' is of kind '{kind}', which {} does not speak (it needs {}), and \
+         [engines.cli] proxy = \"never\" keeps it from going through the daemon's door",
         backend.as_str(),
         backend.provider_kinds().iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" or ")
     )]
@@ -115,6 +121,31 @@ pub enum ProviderRefused {
         /// The CLI.
         backend: CliBackend,
     },
+}
+
+/// `[engines.cli] proxy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyMode {
+    /// Through the daemon's door only when the provider's kind is not the CLI's own.
+    #[default]
+    Auto,
+    /// Always through the daemon's door.
+    Always,
+    /// Never: a provider of another kind is refused.
+    Never,
+}
+
+/// How a run reaches its provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CliRoute {
+    /// The provider's name.
+    pub name: String,
+    /// The provider.
+    pub provider: CliProvider,
+    /// Whether the CLI goes through the daemon's own door (with a run token) instead of
+    /// straight to the provider.
+    pub proxied: bool,
 }
 
 /// The durations of the supervisor.
@@ -145,47 +176,65 @@ impl CliConfig {
         }
     }
 
-    /// Checks what parses but cannot work: a default provider that is not configured or of a
-    /// kind the backend does not speak.
+    /// Checks what parses but cannot work: a default provider that is not configured, or of a
+    /// kind the backend does not speak while `proxy = "never"`.
     pub fn validate(&self) -> Result<(), CliConfigError> {
         for &backend in CliBackend::ALL {
             if let Some(name) = &self.backend(backend).provider {
-                self.provider_for(backend, Some(name))
+                self.route_for(backend, Some(name))
                     .map_err(|source| CliConfigError { backend, source })?;
             }
         }
         Ok(())
     }
 
-    /// The provider a run of `backend` uses: `requested` (the session's providerId), else the
-    /// backend's configured one, else the first provider of a kind it speaks. Errors are for the
-    /// client.
-    pub(crate) fn provider_for(
+    /// The provider a run of `backend` uses and how: `requested` (the session's providerId),
+    /// else the backend's configured one, else the first provider of a kind it speaks (else,
+    /// unless `proxy = "never"`, the first provider, through the daemon's door). Errors are for
+    /// the client.
+    pub(crate) fn route_for(
         &self,
         backend: CliBackend,
         requested: Option<&str>,
-    ) -> Result<Option<(String, CliProvider)>, ProviderRefused> {
-        let name = match requested.or(self.backend(backend).provider.as_deref()) {
-            Some(n) => n.to_string(),
-            None => {
-                return Ok(self
-                    .providers
-                    .iter()
-                    .find(|(_, p)| backend.speaks(p.kind))
-                    .map(|(n, p)| (n.clone(), p.clone())));
+    ) -> Result<Option<CliRoute>, ProviderRefused> {
+        let pick = |name: &str, p: &CliProvider| {
+            let speaks = backend.speaks(p.kind);
+            let proxied = match self.proxy {
+                ProxyMode::Always => true,
+                ProxyMode::Never => false,
+                ProxyMode::Auto => !speaks,
+            };
+            if !speaks && !proxied {
+                return Err(ProviderRefused::WrongKind {
+                    name: name.to_string(),
+                    kind: p.kind,
+                    backend,
+                });
             }
+            Ok(Some(CliRoute {
+                name: name.to_string(),
+                provider: p.clone(),
+                proxied,
+            }))
         };
-        let p = self
-            .providers
-            .get(&name)
-            .ok_or_else(|| ProviderRefused::Unknown(name.clone()))?;
-        if !backend.speaks(p.kind) {
-            return Err(ProviderRefused::WrongKind {
-                name,
-                kind: p.kind,
-                backend,
-            });
+        match requested.or(self.backend(backend).provider.as_deref()) {
+            Some(name) => {
+                let p = self
+                    .providers
+                    .get(name)
+                    .ok_or_else(|| ProviderRefused::Unknown(name.to_string()))?;
+                pick(name, p)
+            }
+            None => {
+                let own = self.providers.iter().find(|(_, p)| backend.speaks(p.kind));
+                let any = (self.proxy != ProxyMode::Never)
+                    .then(|| self.providers.iter().next())
+                    .flatten();
+                match own.or(any) {
+                    Some((name, p)) => pick(name, p),
+                    None => Ok(None),
+                }
+            }
         }
-        Ok(Some((name, p.clone())))
     }
 }

@@ -14,11 +14,11 @@ use crate::state::AppState;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use elfgate_core::{EngineType, PermissionMode};
+use elfgate_core::{EngineType, PermissionMode, RunGrant};
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -88,6 +88,17 @@ async fn begin(
 ) -> Result<RunHandle, ApiError> {
     let route = route::resolve(state, &inbound.model)?;
     run::start(state, route, inbound, continuation(headers)?).await
+}
+
+/// A CLI's run token (the proxy) names one route: any other `model` is refused.
+fn check_grant(grant: &Option<Extension<RunGrant>>, model: &str) -> Result<(), ApiError> {
+    match grant {
+        Some(Extension(g)) if g.route != model => Err(ApiError::Refused(format!(
+            "this run token is valid only for model '{}' (run {} of session {})",
+            g.route, g.run_id, g.session_id
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn with_session(mut resp: Response, handle: &RunHandle) -> Response {
@@ -226,6 +237,7 @@ pub(crate) async fn chat_completions(
 )]
 pub(crate) async fn messages(
     State(state): State<AppState>,
+    grant: Option<Extension<RunGrant>>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -233,6 +245,7 @@ pub(crate) async fn messages(
     let answer = async {
         let value = read_body(&state, &headers, bytes)?;
         let inbound = anthropic_in::parse(&value)?;
+        check_grant(&grant, &inbound.model)?;
         let stream = inbound.stream;
         let mut handle = begin(&state, &headers, inbound).await?;
         let id = format!("msg_{}", handle.run_id);
@@ -301,6 +314,7 @@ impl Drop for DeleteWhenDone {
 )]
 pub(crate) async fn responses(
     State(state): State<AppState>,
+    grant: Option<Extension<RunGrant>>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -308,6 +322,7 @@ pub(crate) async fn responses(
     let answer = async {
         let value = read_body(&state, &headers, bytes)?;
         let mut r = responses_in::parse(&value)?;
+        check_grant(&grant, &r.inbound.model)?;
         let route = route::resolve(&state, &r.inbound.model)?;
         responses::apply_builtin_tools(&state, &route, &mut r)?;
         let mut cont = continuation(&headers)?;
@@ -379,6 +394,7 @@ pub(crate) async fn responses(
 )]
 pub(crate) async fn gemini_call(
     State(state): State<AppState>,
+    grant: Option<Extension<RunGrant>>,
     Path(call): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -393,6 +409,7 @@ pub(crate) async fn gemini_call(
             ))
         })?;
         let model = model.strip_prefix("models/").unwrap_or(model).to_string();
+        check_grant(&grant, &model)?;
         let value = read_body(&state, &headers, bytes)?;
         let stream = match method {
             "generateContent" => false,

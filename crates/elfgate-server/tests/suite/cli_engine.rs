@@ -674,12 +674,18 @@ async fn requests_a_backend_cannot_serve_are_refused_before_anything_is_stored()
         e.contains("'--dangerously-skip-permissions' is not allowed"),
         "{e}"
     );
-    let mut body = c.session("codex", "text");
-    body["providerId"] = json!("cli-anthropic");
-    let e = refused(body).await;
-    assert!(e.contains("openai-responses"), "{e}");
     let (_, list) = c.d.get("/v1/sessions").await;
     assert_eq!(list["sessions"].as_array().unwrap().len(), 0, "{list}");
+    // A provider of another kind goes through the daemon's door, unless proxy = "never".
+    let never = start(&mock, "proxy = \"never\"", "");
+    let mut body = never.session("codex", "text");
+    body["providerId"] = json!("cli-anthropic");
+    let (status, e) = never.d.post("/v1/sessions", body).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(
+        e.to_string().contains("openai-responses") && e.to_string().contains("never"),
+        "{e}"
+    );
 
     // An allowed argument reaches the CLI; a later prompt's arguments are checked too.
     let mut body = c.session("claude-code", "text");

@@ -126,6 +126,11 @@ kind = "gemini"
 base_url = "{base}"
 api_key_env = "CLIREAL_GEMINI_KEY"
 
+[providers.real-openai]
+kind = "openai"
+base_url = "{base}/v1"
+api_key_env = "CLIREAL_OPENAI_KEY"
+
 [engines.cli.{backend}]
 binary = "{bin}"
 provider = "{provider}"
@@ -141,6 +146,7 @@ env = {{ {MARKER} = "{marker}" }}
             ("CLIREAL_RESPONSES_KEY", "sk-responses"),
             ("CLIREAL_ANTHROPIC_KEY", "sk-anthropic"),
             ("CLIREAL_GEMINI_KEY", "sk-gemini"),
+            ("CLIREAL_OPENAI_KEY", "sk-openai"),
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .to_vec(),
@@ -737,4 +743,134 @@ async fn codex_uses_the_daemons_responses_door_as_its_provider() {
         assert!(Instant::now() < deadline, "store: false kept {list}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// Finds the run token in the environment of the probe or of its nearest ancestor that has it
+/// (a CLI may keep its key from its tools' environment), writes it to token.txt, and tries it on
+/// another route and on its own door with another model: probe.json has both statuses.
+const TOKEN_PROBE: &str = r#"
+const fs = require("fs");
+const [varName, base, doorPath, body] = process.argv.slice(2);
+let pid = process.pid, token = null;
+while (pid > 1 && !token) {
+  try {
+    const env = fs.readFileSync(`/proc/${pid}/environ`, "utf8").split("\0");
+    const hit = env.find((e) => e.startsWith(varName + "="));
+    if (hit) token = hit.slice(varName.length + 1);
+  } catch (e) {}
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  pid = parseInt(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+}
+fs.writeFileSync("token.txt", token || "");
+(async () => {
+  const headers = { authorization: "Bearer " + token, "content-type": "application/json" };
+  const other = await fetch(base + "/v1/sessions", { headers });
+  const wrong = await fetch(base + doorPath, { method: "POST", headers, body });
+  fs.writeFileSync("probe.json", JSON.stringify({ other: other.status, wrong_route: wrong.status }));
+  console.log("probed");
+})();
+"#;
+
+/// The variable a CLI reads its provider key from, where the daemon puts the run token when it
+/// runs the CLI through its own door; that door's path and a body naming another model.
+fn door_of(cli: Cli) -> (&'static str, &'static str, Value) {
+    match cli.backend {
+        "codex" => (
+            "CLI_DOOR_TOKEN",
+            "/v1/responses",
+            json!({"model": "real-openai/other", "input": "hi"}),
+        ),
+        "claude-code" => (
+            "ANTHROPIC_API_KEY",
+            "/v1/messages",
+            json!({"model": "real-openai/other", "max_tokens": 5,
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        _ => (
+            "GEMINI_API_KEY",
+            "/v1beta/models/real-openai/other:generateContent",
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+        ),
+    }
+}
+
+/// A cli session on a provider of another wire format than the CLI's (`provider`, of `format`)
+/// goes through the daemon's own door for the CLI's format, with a token scoped to the run: the
+/// model's shell command runs, its output goes back through the door to the provider (which sees
+/// the daemon's key, never the CLI's), the token works for nothing else while the run lasts and
+/// for nothing at all after it.
+async fn runs_through_the_door(cli: Cli, provider: &str, format: Format, key: &str) {
+    let Some(r) = start(cli).await else { return };
+    let b = cli.backend;
+    let (var, door, wrong) = door_of(cli);
+    std::fs::write(r.project.path().join("probe.js"), TOKEN_PROBE).unwrap();
+    let command = format!("node probe.js {var} {} '{door}' '{wrong}'", r.d.base);
+    let mut body = r.shell_session("Probe with a command.", &command);
+    body["providerId"] = json!(provider);
+    let (sid, run) = r.d.create(body).await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{b}: {:?}", errors(&evs));
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(
+        init.data["systemInfo"]["proxied"], true,
+        "{b}: {}",
+        init.data
+    );
+    let ends: Vec<&Ev> = evs.iter().filter(|e| e.event == "toolCallEnd").collect();
+    assert_eq!(ends.len(), 1, "{b}: {:?}", types(&evs));
+    assert!(
+        ends[0].data["block"]["content"]
+            .to_string()
+            .contains("probed"),
+        "{b}: {}",
+        ends[0].data
+    );
+    assert!(text_of(&evs).ends_with("Done."), "{b}: {:?}", text_of(&evs));
+    // The provider saw the daemon's key for it, in its own format, and the command's output.
+    let calls: Vec<RecordedRequest> = r
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|c| c.format == format)
+        .collect();
+    assert_eq!(calls.len(), 2, "{b}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.authorization.as_deref().unwrap_or_default().contains(key)),
+        "{b}: {:?}",
+        calls.iter().map(|c| &c.authorization).collect::<Vec<_>>()
+    );
+    assert!(calls[1].body.to_string().contains("probed"), "{b}");
+    // The token: a run token, refused elsewhere during the run, and everywhere after it.
+    let token = std::fs::read_to_string(r.project.path().join("token.txt")).unwrap();
+    assert!(token.starts_with("elfgate-run-"), "{b}: {token:?}");
+    let probe: Value = serde_json::from_str(
+        &std::fs::read_to_string(r.project.path().join("probe.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(probe, json!({"other": 403, "wrong_route": 403}), "{b}");
+    let after = reqwest::Client::new()
+        .post(format!("{}{door}", r.d.base))
+        .bearer_auth(&token)
+        .json(&wrong)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), 403, "{b}");
+}
+
+#[tokio::test]
+async fn codex_runs_on_an_anthropic_provider_through_the_responses_door() {
+    runs_through_the_door(CODEX, "real-anthropic", Format::Anthropic, "sk-anthropic").await;
+}
+
+#[tokio::test]
+async fn gemini_cli_runs_on_an_openai_provider_through_the_gemini_door() {
+    runs_through_the_door(GEMINI, "real-openai", Format::OpenAiChat, "sk-openai").await;
+}
+
+#[tokio::test]
+async fn claude_code_runs_on_an_openai_provider_through_the_messages_door() {
+    runs_through_the_door(CLAUDE, "real-openai", Format::OpenAiChat, "sk-openai").await;
 }
