@@ -996,3 +996,64 @@ async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_sta
     let args = c.until_record("codex", "text again", false).await.args();
     assert!(args.iter().any(|a| a == &id), "{args:?}");
 }
+
+/// `[engines.cli] proxy = "always"`: even a provider of the CLI's own kind is reached through the
+/// daemon's door, so the CLI gets the door's address, a run token and the route as its model,
+/// never the provider's URL or key; the token is revoked when the run ends.
+#[tokio::test]
+async fn proxy_always_sends_every_cli_through_the_daemons_door() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "proxy = \"always\"", "");
+    for (b, key_var, model) in [
+        ("codex", "CLI_DOOR_TOKEN", "cli-responses/gpt-fake"),
+        (
+            "claude-code",
+            "ANTHROPIC_API_KEY",
+            "cli-anthropic/claude-fake",
+        ),
+        ("gemini-cli", "GEMINI_API_KEY", "cli-gemini/gemini-fake"),
+    ] {
+        let mut body = c.session(b, "text");
+        if b == "claude-code" {
+            body["model"] = json!("claude-fake");
+        }
+        let (sid, run) = c.d.create(body).await;
+        let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+        assert_eq!(complete(&evs), ["stop"], "{b}: {:?}", errors(&evs));
+        let init = evs.iter().find(|e| e.event == "init").unwrap();
+        assert_eq!(init.data["systemInfo"]["proxied"], true, "{b}");
+        let rec = c.until_record(b, "text", false).await;
+        let token = rec
+            .env(key_var)
+            .unwrap_or_else(|| panic!("{b}: no {key_var}"));
+        assert!(token.starts_with("elfgate-run-"), "{b}: {token}");
+        let args = rec.args();
+        assert!(
+            args.windows(2)
+                .any(|w| (w[0] == "-m" || w[0] == "--model") && w[1] == model),
+            "{b}: {args:?}"
+        );
+        // No provider key, no provider URL: only the door's.
+        for (name, value) in rec.envs() {
+            let v = value.as_str().unwrap_or_default();
+            assert!(!v.starts_with("sk-"), "{b}: {name} carries a provider key");
+            assert!(
+                !v.contains(&mock.base_url()),
+                "{b}: {name} points at the provider"
+            );
+        }
+        assert!(
+            args.iter().all(|a| !a.contains(&mock.base_url())),
+            "{b}: {args:?}"
+        );
+        // Revoked with the run's end.
+        let after = reqwest::Client::new()
+            .post(format!("{}/v1/responses", c.d.base))
+            .bearer_auth(token)
+            .json(&json!({"model": model, "input": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(after.status(), 403, "{b}");
+    }
+}
