@@ -22,17 +22,27 @@ pub enum EngineType {
     /// A coding CLI run as a supervised subprocess.
     #[serde(rename = "cli")]
     Cli,
+    /// claude-code driven over its SDK protocol, always through the daemon's door.
+    #[serde(rename = "claude-sdk")]
+    ClaudeSdk,
 }
 
 impl EngineType {
     /// Every engine type, in a stable order.
-    pub const ALL: [EngineType; 5] = [
+    pub const ALL: [EngineType; 6] = [
         EngineType::TinyElf,
         EngineType::Chat,
         EngineType::StChat,
         EngineType::Api,
         EngineType::Cli,
+        EngineType::ClaudeSdk,
     ];
+
+    /// Whether it runs a coding CLI (the cli engine and claude-sdk): the provider is the CLI's
+    /// business, attachments cannot be handed over, providerEnv applies.
+    pub fn runs_a_cli(self) -> bool {
+        matches!(self, EngineType::Cli | EngineType::ClaudeSdk)
+    }
 
     /// The wire name, as used in JSON and in the database.
     pub fn as_str(self) -> &'static str {
@@ -42,6 +52,7 @@ impl EngineType {
             EngineType::StChat => "st-chat",
             EngineType::Api => "api",
             EngineType::Cli => "cli",
+            EngineType::ClaudeSdk => "claude-sdk",
         }
     }
 }

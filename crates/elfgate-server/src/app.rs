@@ -451,9 +451,14 @@ impl Daemon {
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
         let run_tokens = elfgate_core::RunTokens::new();
-        let cli =
-            CliEngine::new(shared.clone(), cli, permissions.clone(), run_tokens.clone()).await;
-        dispatcher.register_engine(Arc::new(cli));
+        cli.mcp_servers = config.mcp.servers.clone();
+        let cli = Arc::new(
+            CliEngine::new(shared.clone(), cli, permissions.clone(), run_tokens.clone()).await,
+        );
+        dispatcher.register_engine(cli.clone());
+        dispatcher.register_engine(Arc::new(elfgate_engines::cli::sdk::ClaudeSdkEngine::new(
+            cli,
+        )));
         let runs = crate::state::RunServices {
             tinyelf,
             mcp,

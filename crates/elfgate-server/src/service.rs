@@ -109,7 +109,7 @@ fn check_overrides(
         }
         engine_config.channel_permissions = Some(p);
     }
-    if engine != EngineType::Cli {
+    if !engine.runs_a_cli() {
         state
             .providers
             .resolve(o.provider_id.as_deref())
@@ -315,7 +315,7 @@ fn check_attachments(
     if attachments.is_empty() {
         return Ok(());
     }
-    if engine == EngineType::Cli {
+    if engine.runs_a_cli() {
         return Err(ApiError::Unprocessable(
             "attachments: the cli engine cannot hand attachments to a CLI; put the files in the \
              project and name them in the prompt"
@@ -386,7 +386,7 @@ fn check_native_search(
     }
     let refused =
         |why: String| ApiError::Unprocessable(format!("engineConfig.nativeSearchEnabled: {why}"));
-    if engine == EngineType::Cli {
+    if engine.runs_a_cli() {
         return Err(refused(
             "a CLI searches as it does; the cli engine cannot ask it".into(),
         ));

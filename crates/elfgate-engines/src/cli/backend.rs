@@ -26,6 +26,11 @@ pub(crate) trait BackendProgram: Copy {
     fn proxy_door(self) -> ProxyDoor;
     /// That door as the CLI's provider, the daemon listening at `url`.
     fn proxy_provider(self, url: &str) -> CliProvider;
+    /// Arguments that hand `servers` (the session's MCP servers) to the CLI (claude-code only).
+    fn mcp_args(
+        self,
+        servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
+    ) -> Vec<String>;
     /// Arguments a run through the door needs (codex: the door's provider table; its built-in
     /// web search off when the provider behind the door cannot search).
     fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String>;
@@ -105,6 +110,16 @@ impl BackendProgram for CliBackend {
             base_url,
             api_key_env: Some(PROXY_KEY_VAR.to_string()),
             default_model: None,
+        }
+    }
+
+    fn mcp_args(
+        self,
+        servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
+    ) -> Vec<String> {
+        match self {
+            CliBackend::ClaudeCode => claude_code::mcp_args(servers),
+            CliBackend::Codex | CliBackend::GeminiCli => Vec::new(),
         }
     }
 

@@ -91,6 +91,37 @@ pub(crate) fn interrupt_request() -> Vec<u8> {
     }))
 }
 
+/// `--mcp-config` with the servers (enabled ones) in claude-code's own format, and
+/// `--strict-mcp-config` so that only these are used; nothing without servers.
+pub(crate) fn mcp_args(
+    servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
+) -> Vec<String> {
+    let mut out = serde_json::Map::new();
+    for (name, s) in servers.iter().filter(|(_, s)| s.enabled) {
+        let entry = match (&s.command, &s.url) {
+            (Some(command), _) => {
+                let mut e = json!({"type": "stdio", "command": command, "args": s.args,
+                                   "env": s.env});
+                if let Some(cwd) = &s.cwd {
+                    e["cwd"] = json!(cwd);
+                }
+                e
+            }
+            (None, Some(url)) => json!({"type": "http", "url": url, "headers": s.headers}),
+            (None, None) => continue,
+        };
+        out.insert(name.clone(), entry);
+    }
+    if out.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        "--mcp-config".to_string(),
+        json!({ "mcpServers": out }).to_string(),
+        "--strict-mcp-config".to_string(),
+    ]
+}
+
 pub(crate) fn env(
     provider: Option<&CliProvider>,
     key: Option<&str>,

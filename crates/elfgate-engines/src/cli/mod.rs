@@ -11,6 +11,7 @@ mod gemini_cli;
 mod limits;
 mod lines;
 mod relay;
+pub mod sdk;
 pub mod settings;
 mod supervisor;
 mod transcript;
@@ -26,6 +27,7 @@ use crate::streaming::fail;
 use adapter::{AdapterEvent, Invocation};
 use async_trait::async_trait;
 use availability::Found;
+use elfgate_core::mcp_config::McpSessionConfig;
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
     PermissionMode, RunOutcome, StartRefused, StartRequest,
@@ -187,6 +189,16 @@ impl CliEngine {
     }
 
     async fn run(&self, ctx: EngineSessionContext) -> RunOutcome {
+        self.run_with(ctx, RunPolicy::default()).await
+    }
+
+    /// Runs a prompt under `policy` (the claude-sdk engine's: claude-code through the door, with
+    /// the session's MCP servers).
+    pub(crate) async fn run_with(
+        &self,
+        ctx: EngineSessionContext,
+        policy: RunPolicy,
+    ) -> RunOutcome {
         let b = match Self::backend_of(ctx.cli_backend) {
             Ok(b) => b,
             Err(why) => return fail(&ctx, ErrorCode::CliBackend, why.to_string()).await,
@@ -201,7 +213,10 @@ impl CliEngine {
             return fail(&ctx, ErrorCode::CliUnavailable, why.to_string()).await;
         };
         let route = match self.config.route_for(b, ctx.provider_id.as_deref()) {
-            Ok(r) => r,
+            Ok(r) => r.map(|mut r| {
+                r.proxied |= policy.through_door;
+                r
+            }),
             Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why.to_string()).await,
         };
         let provider = route.as_ref().map(|r| (r.name.clone(), r.provider.clone()));
@@ -297,6 +312,12 @@ impl CliEngine {
             Some(p) => b.proxy_args(&p.provider, p.searches),
             None => Vec::new(),
         };
+        if policy.mcp {
+            extra.extend(b.mcp_args(&McpSessionConfig::merged(
+                ctx.engine_config.mcp_config.as_ref(),
+                &self.config.mcp_servers,
+            )));
+        }
         extra.extend(cfg.args.clone());
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
         let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
@@ -471,6 +492,15 @@ impl CliEngine {
         };
         CliStartError::Unavailable { backend: b, why }
     }
+}
+
+/// How the engine runs a prompt beyond its configuration (the claude-sdk engine's differences).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RunPolicy {
+    /// Through the daemon's door whatever the provider's kind.
+    pub through_door: bool,
+    /// Hand the session's MCP servers to the CLI.
+    pub mcp: bool,
 }
 
 /// A run that goes through the daemon's door.

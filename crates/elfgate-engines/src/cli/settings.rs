@@ -61,6 +61,10 @@ pub struct CliConfig {
     /// The configured providers, by name (set by the daemon, not read from the section).
     #[serde(skip)]
     pub providers: BTreeMap<String, CliProvider>,
+    /// The daemon's MCP servers (`[mcp.servers]`), which claude-sdk hands to claude-code with the
+    /// session's own (set by the daemon).
+    #[serde(skip)]
+    pub mcp_servers: BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
     /// Every provider's key variable: none reaches a CLI but its own provider's (set by the
     /// daemon).
     #[serde(skip)]
@@ -84,6 +88,7 @@ impl Default for CliConfig {
             claude_code: BackendConfig::default(),
             gemini_cli: BackendConfig::default(),
             providers: BTreeMap::new(),
+            mcp_servers: BTreeMap::new(),
             secret_env: BTreeSet::new(),
             state_dir: std::env::temp_dir().join("elfgate-cli"),
         }

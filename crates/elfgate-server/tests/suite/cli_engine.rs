@@ -1057,3 +1057,51 @@ async fn proxy_always_sends_every_cli_through_the_daemons_door() {
         assert_eq!(after.status(), 403, "{b}");
     }
 }
+
+/// claude-sdk hands the session's MCP servers to claude-code (`--mcp-config`, claude's own
+/// format, `--strict-mcp-config`) and runs it through the daemon's door even on an Anthropic
+/// provider; the plain cli engine does neither.
+#[tokio::test]
+async fn claude_sdk_hands_the_sessions_mcp_servers_to_claude_code() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "", "");
+    let mcp = json!({"servers": {
+        "files": {"command": "node", "args": ["files.js"], "env": {"ROOT": "/srv"}},
+        "remote": {"url": "http://127.0.0.1:9/mcp"}
+    }});
+    let mut body = c.session("claude-code", "text");
+    body["engine"] = json!("claude-sdk");
+    body.as_object_mut().unwrap().remove("cliBackend");
+    body["mcpConfig"] = mcp.clone();
+    body["model"] = json!("claude-fake");
+    let (sid, run) = c.d.create(body).await;
+    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    let rec = c.until_record("claude-code", "text", false).await;
+    let args = rec.args();
+    let at = args.iter().position(|a| a == "--mcp-config").unwrap();
+    let handed: Value = serde_json::from_str(&args[at + 1]).unwrap();
+    assert_eq!(
+        handed,
+        json!({"mcpServers": {
+            "files": {"type": "stdio", "command": "node", "args": ["files.js"],
+                      "env": {"ROOT": "/srv"}},
+            "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {}}
+        }})
+    );
+    assert!(args.iter().any(|a| a == "--strict-mcp-config"));
+    assert!(
+        rec.env("ANTHROPIC_API_KEY")
+            .is_some_and(|k| k.starts_with("elfgate-run-")),
+        "through the door even on an Anthropic provider"
+    );
+
+    // The cli engine's claude-code gets neither.
+    let mut body = c.session("claude-code", "again");
+    body["mcpConfig"] = mcp;
+    let (sid, run) = c.d.create(body).await;
+    c.d.events(&sid, None).await.until_complete(&run).await;
+    let rec = c.until_record("claude-code", "again", false).await;
+    assert!(!rec.args().iter().any(|a| a == "--mcp-config"));
+    assert_eq!(rec.env("ANTHROPIC_API_KEY"), Some("sk-anthropic"));
+}

@@ -874,3 +874,128 @@ async fn gemini_cli_runs_on_an_openai_provider_through_the_gemini_door() {
 async fn claude_code_runs_on_an_openai_provider_through_the_messages_door() {
     runs_through_the_door(CLAUDE, "real-openai", Format::OpenAiChat, "sk-openai").await;
 }
+
+/// `engine: "claude-sdk"`: claude-code over its SDK protocol, through the daemon's Anthropic door
+/// to a Chat Completions provider: an answer, a permission asked and denied (the command does not
+/// run, the model is told why), a resume of claude's own session, an interrupt; listed by
+/// GET /v1/engines; the session's MCP servers handed to claude-code.
+#[tokio::test]
+async fn claude_sdk_runs_claude_code_on_any_provider() {
+    let Some(r) = start(CLAUDE).await else { return };
+    let sdk_session = |prompt: &str, model: &str| {
+        json!({"engine": "claude-sdk", "prompt": prompt, "model": model,
+               "providerId": "real-openai",
+               "projectPath": r.project.path().display().to_string()})
+    };
+    let (_, engines) = r.d.get("/v1/engines").await;
+    let sdk = engines["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "claude-sdk")
+        .unwrap_or_else(|| panic!("{engines}"));
+    assert_eq!(sdk["backends"][0]["name"], "claude-code", "{sdk}");
+    assert_eq!(sdk["backends"][0]["available"], true, "{sdk}");
+
+    // An answer, then a resume of claude's own session.
+    scripted::script(
+        &r.mock,
+        "sdk-resume",
+        json!([
+            {"text": "The word to keep is marigold."},
+            {"text": "You asked me to keep marigold."}
+        ]),
+    );
+    let (sid, run) =
+        r.d.create(sdk_session(
+            "Keep the word marigold.",
+            "mock:script=sdk-resume",
+        ))
+        .await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert_eq!(text_of(&evs), "The word to keep is marigold.");
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(init.data["systemInfo"]["proxied"], true, "{}", init.data);
+    let first = r.cli_session_id(&sid).await;
+    let evs = r.send(&sid, "Which word did I ask you to keep?").await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert_eq!(text_of(&evs), "You asked me to keep marigold.");
+    assert_eq!(r.cli_session_id(&sid).await, first);
+    let chat: Vec<RecordedRequest> = r
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|c| c.format == Format::OpenAiChat && c.model == "mock:script=sdk-resume")
+        .collect();
+    assert_eq!(chat.len(), 2);
+    assert!(
+        chat[1]
+            .body
+            .to_string()
+            .contains("The word to keep is marigold.")
+    );
+    assert!(
+        chat.iter()
+            .all(|c| c.authorization.as_deref() == Some("Bearer sk-openai"))
+    );
+
+    // A permission asked and denied.
+    scripted::script(
+        &r.mock,
+        "sdk-deny",
+        json!([
+            {"text": "Creating it.", "toolCalls": [scripted::call("toolu_d1", "Bash",
+                json!({"command": "touch sdk-made", "description": "create a file"}))]},
+            {"text": "Finished."}
+        ]),
+    );
+    let (sid, run) =
+        r.d.create(sdk_session("Create the file.", "mock:script=sdk-deny"))
+            .await;
+    let mut sse = r.d.events(&sid, None).await;
+    let mut evs = sse.until_n("permissionRequest", 1).await;
+    let ask = evs.last().unwrap().data.clone();
+    assert_eq!(ask["toolName"], "Bash", "{ask}");
+    let id = ask["requestId"].as_str().unwrap();
+    let (code, body) =
+        r.d.post(
+            &format!("/v1/sessions/{sid}/permissions/{id}"),
+            json!({"decision": "deny", "message": "not in this repository"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert!(!r.project.path().join("sdk-made").exists());
+    let denied = r
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|c| c.model == "mock:script=sdk-deny")
+        .nth(1)
+        .unwrap();
+    assert!(denied.body.to_string().contains("not in this repository"));
+
+    // An interrupt in the middle of a slow stream.
+    let (sid, run) =
+        r.d.create(sdk_session("Count slowly.", "mock:tokens=200,delay_ms=100"))
+            .await;
+    let mut sse = r.d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 ").await;
+    let (status, body) =
+        r.d.post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+            .await;
+    assert_eq!(status, 200, "{body}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["interrupted"], "{:?}", types(&evs));
+    let left = until_dead(|| r.processes()).await;
+    assert!(left.is_empty(), "{left:?} still alive");
+
+    // Another backend is refused.
+    let mut body = sdk_session("hi", "mock:tokens=1");
+    body["cliBackend"] = json!("codex");
+    let (status, e) = r.d.post("/v1/sessions", body).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(e.to_string().contains("claude-code only"), "{e}");
+}
