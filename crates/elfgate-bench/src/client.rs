@@ -37,6 +37,8 @@ pub enum Path {
     /// The direct request, through the daemon's gateway: `POST /v1/chat/completions` with the
     /// model routed to the provider `mock` (`mock/MODEL`).
     Gateway,
+    /// The same, through the daemon's Responses door: `POST /v1/responses`, streamed.
+    Responses,
 }
 
 impl Path {
@@ -47,6 +49,7 @@ impl Path {
             Path::Daemon => "daemon",
             Path::Nginx => "nginx",
             Path::Gateway => "gateway",
+            Path::Responses => "responses",
         }
     }
 }
@@ -204,6 +207,39 @@ pub async fn gateway(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<S
     chat_completion(t, &t.daemon_base, Some(&t.daemon_token), routed, tokens).await
 }
 
+/// The same session through the daemon's Responses door (`POST /v1/responses`, streamed, to the
+/// same provider): tokens counted in `response.output_text.delta` events, until
+/// `response.completed`.
+pub async fn responses(t: &Target, tokens: u32, delay_ms: u64) -> anyhow::Result<Sample> {
+    let routed = format!("{GATEWAY_PROVIDER}/{}", model(tokens, delay_ms));
+    let body = json!({"model": routed, "stream": true, "input": "bench"});
+    let started = Instant::now();
+    let resp = t
+        .http
+        .post(format!("{}/v1/responses", t.daemon_base))
+        .bearer_auth(&t.daemon_token)
+        .json(&body)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        bail!("the Responses door answered {}", resp.status());
+    }
+    let mut p = Progress::new(started);
+    read_sse(resp, |frame| match event_type(frame) {
+        Some(b"response.output_text.delta") => {
+            p.add_tokens(count_tokens(frame));
+            Ok(false)
+        }
+        Some(b"response.completed") => Ok(true),
+        Some(b"response.failed" | b"response.incomplete") => {
+            bail!("stream error: {}", String::from_utf8_lossy(frame))
+        }
+        _ => Ok(false),
+    })
+    .await?;
+    p.finish(tokens)
+}
+
 /// One streamed chat completion of `model` at `base`, checked to carry exactly `tokens` tokens
 /// before `data: [DONE]`.
 async fn chat_completion(
@@ -341,6 +377,7 @@ pub async fn run(t: &Target, path: Path, tokens: u32, delay_ms: u64) -> anyhow::
             direct(t, base, tokens, delay_ms).await
         }
         Path::Gateway => gateway(t, tokens, delay_ms).await,
+        Path::Responses => responses(t, tokens, delay_ms).await,
     }
 }
 

@@ -71,6 +71,7 @@ pub fn print(outcomes: &[Outcome]) -> bool {
             println!("  CPU per session at D=0, {}", o.cpu_split());
         }
     }
+    print_responses(outcomes);
     // For reference only: nginx relays the same request without parsing or storing it.
     let _ = nginx_report::print(outcomes);
     let errors: usize = outcomes.iter().map(Outcome::errors).sum();
@@ -87,4 +88,35 @@ pub fn print(outcomes: &[Outcome]) -> bool {
         }
     );
     all_pass
+}
+
+/// The Responses door beside the chat-completions door, per scenario (`--responses`): its added
+/// TTFT p99 over the direct request and over the chat door, its relay ratio, and the daemon's
+/// CPU per token on each door.
+fn print_responses(outcomes: &[Outcome]) {
+    for o in outcomes {
+        let Some(r) = &o.responses else { continue };
+        let cpu_per_token = |ticks: u64, tokens: u64| {
+            if tokens > 0 {
+                ticks as f64 / o.clk_tck as f64 * 1e6 / tokens as f64
+            } else {
+                f64::NAN
+            }
+        };
+        let d = o.direct.tokens_per_sec();
+        println!(
+            "responses door {}: added TTFT p99 {:+.2} ms (chat door {:+.2} ms, responses - chat \
+             {:+.2} ms); relay ratio {:.3} (chat door {:.3}); daemon CPU {:.1} µs/token (chat \
+             door {:.1}); {} errors",
+            o.scenario.label(),
+            r.ttft_ms(0.99) - o.direct.ttft_ms(0.99),
+            o.added_ttft_p99_ms(),
+            r.ttft_ms(0.99) - o.daemon.ttft_ms(0.99),
+            if d > 0.0 { r.tokens_per_sec() / d } else { f64::NAN },
+            o.throughput_ratio(),
+            cpu_per_token(r.daemon_cpu_ticks, r.tokens),
+            o.daemon_cpu_us_per_token(),
+            r.errors
+        );
+    }
 }

@@ -80,6 +80,10 @@ struct Cli {
     /// gateway's targets.
     #[arg(long, conflicts_with = "one_request")]
     gateway: bool,
+    /// With --gateway: the same sessions through the Responses door (POST /v1/responses) as a
+    /// third path in the same run, set against the chat-completions door.
+    #[arg(long, requires = "gateway")]
+    responses: bool,
     /// Instead of the scenarios: N idle SSE subscribers over --idle-sessions sessions; RSS
     /// before/with/after and /healthz latency meanwhile (needs ulimit -n > N).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -149,6 +153,8 @@ struct Opts {
     stagger: bool,
     /// The daemon path is the gateway's `POST /v1/chat/completions` (see `gateway_report`).
     gateway: bool,
+    /// The Responses door as a third path (with `gateway`).
+    responses: bool,
     verbose: bool,
     idle_subscribers: usize,
     idle_sessions: usize,
@@ -218,6 +224,7 @@ impl Opts {
             one_request: c.one_request,
             stagger: c.stagger,
             gateway: c.gateway,
+            responses: c.responses,
             verbose: c.verbose,
             idle_subscribers: c.idle_subscribers,
             idle_sessions: c.idle_sessions,
@@ -332,6 +339,8 @@ struct Outcome {
     daemon: PathStats,
     /// The direct request through nginx, when nginx runs.
     nginx: Option<PathStats>,
+    /// The same sessions through the Responses door, when asked (`--responses`).
+    responses: Option<PathStats>,
     clk_tck: u64,
 }
 
@@ -371,7 +380,10 @@ impl Outcome {
         }
     }
     fn errors(&self) -> usize {
-        self.direct.errors + self.daemon.errors + self.nginx.as_ref().map_or(0, |n| n.errors)
+        self.direct.errors
+            + self.daemon.errors
+            + self.nginx.as_ref().map_or(0, |n| n.errors)
+            + self.responses.as_ref().map_or(0, |r| r.errors)
     }
     /// CPU microseconds per session of `ns` over `path`'s sessions.
     fn us_per_session(ns: u64, path: &PathStats) -> f64 {
@@ -478,6 +490,9 @@ async fn scenario(
     if nginx.is_some() {
         paths.push(Path::Nginx);
     }
+    if opts.responses {
+        paths.push(Path::Responses);
+    }
     for &path in &paths {
         let (_, _, errors, _) = pass(
             target,
@@ -502,6 +517,7 @@ async fn scenario(
     let mut direct = PathStats::default();
     let mut via = PathStats::default();
     let mut proxied = PathStats::default();
+    let mut responses = PathStats::default();
     for round in 0..rounds {
         // Every path goes first in turn: with two paths the order alternates.
         let mut order = paths.clone();
@@ -540,6 +556,7 @@ async fn scenario(
                 Path::Direct => &mut direct,
                 Path::Daemon | Path::Gateway => &mut via,
                 Path::Nginx => &mut proxied,
+                Path::Responses => &mut responses,
             };
             st.tokens += (samples.len() + unsampled) as u64 * u64::from(sc.tokens);
             st.samples.extend(samples);
@@ -560,6 +577,7 @@ async fn scenario(
         direct,
         daemon: via,
         nginx: nginx.is_some().then_some(proxied),
+        responses: opts.responses.then_some(responses),
         clk_tck,
     };
     eprintln!(
