@@ -112,7 +112,11 @@ fn print_responses(outcomes: &[Outcome]) {
             r.ttft_ms(0.99) - o.direct.ttft_ms(0.99),
             o.added_ttft_p99_ms(),
             r.ttft_ms(0.99) - o.daemon.ttft_ms(0.99),
-            if d > 0.0 { r.tokens_per_sec() / d } else { f64::NAN },
+            if d > 0.0 {
+                r.tokens_per_sec() / d
+            } else {
+                f64::NAN
+            },
             o.throughput_ratio(),
             cpu_per_token(r.daemon_cpu_ticks, r.tokens),
             o.daemon_cpu_us_per_token(),
