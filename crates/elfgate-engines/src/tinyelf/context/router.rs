@@ -4,7 +4,7 @@
 //! offered). See docs/context.md, "The skill router".
 
 use super::compaction::BYTES_PER_TOKEN;
-use super::skills::{Skill, SkillInvalid, SkillSet, Triggers};
+use super::skills::{Skill, SkillSet};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use regex::Regex;
 use std::collections::BTreeSet;
@@ -15,25 +15,6 @@ const KEYWORD_SCORE: u32 = 1;
 const PATTERN_SCORE: u32 = 2;
 /// What a file glob matching a path named in the prompt adds.
 const FILE_SCORE: u32 = 2;
-
-/// Refuses triggers whose patterns or globs do not compile (the skill is left out, saying why).
-pub(crate) fn check_triggers(t: &Triggers) -> Result<(), SkillInvalid> {
-    for p in &t.patterns {
-        Regex::new(p).map_err(|e| SkillInvalid::BadTrigger {
-            field: "patterns",
-            value: p.clone(),
-            why: e.to_string(),
-        })?;
-    }
-    for f in &t.files {
-        Glob::new(f).map_err(|e| SkillInvalid::BadTrigger {
-            field: "files",
-            value: f.clone(),
-            why: e.to_string(),
-        })?;
-    }
-    Ok(())
-}
 
 /// A skill the router scored above zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +182,7 @@ fn path_words(prompt: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tinyelf::context::skills::SkillSource;
+    use crate::tinyelf::context::skills::{SkillSource, Triggers};
 
     fn skill(name: &str, triggers: Triggers, tools: Option<&[&str]>, instr: usize) -> Skill {
         Skill {

@@ -7,6 +7,8 @@
 
 use elfgate_tools::ExecutionFirewall;
 use elfgate_tools::confined::read_capped;
+use globset::Glob;
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -346,7 +348,7 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, SkillInvalid> {
         },
         Some(TriggerSpec::Axes(t)) => t,
     };
-    super::router::check_triggers(&triggers)?;
+    check_triggers(&triggers)?;
     let tools = front.tools.or(front.allowed_tools).map(ToolList::names);
     let instructions = text[consumed.min(text.len())..].trim().to_string();
     Ok(Parsed {
@@ -356,6 +358,25 @@ pub(crate) fn parse(text: &str) -> Result<Parsed, SkillInvalid> {
         tools,
         instructions,
     })
+}
+
+/// Refuses triggers whose patterns or globs do not compile (the skill is left out, saying why).
+fn check_triggers(t: &Triggers) -> Result<(), SkillInvalid> {
+    for p in &t.patterns {
+        Regex::new(p).map_err(|e| SkillInvalid::BadTrigger {
+            field: "patterns",
+            value: p.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    for f in &t.files {
+        Glob::new(f).map_err(|e| SkillInvalid::BadTrigger {
+            field: "files",
+            value: f.clone(),
+            why: e.to_string(),
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
