@@ -181,7 +181,10 @@ async fn st_chat_sends_no_history_and_api_leaves_nothing_active() {
         .iter()
         .map(|e| e["type"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["api", "chat", "claude-sdk", "cli", "st-chat", "tinyelf"]);
+    assert_eq!(
+        names,
+        ["api", "chat", "claude-sdk", "cli", "st-chat", "tinyelf"]
+    );
 }
 
 #[tokio::test]
