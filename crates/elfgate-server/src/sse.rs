@@ -430,8 +430,28 @@ pub async fn session_events(
     after: u64,
     until_complete: bool,
 ) -> Result<Response, ApiError> {
-    // An open bus means a live session: no need to ask the database.
-    if state.dispatcher.hub().get(session_id).is_none()
+    // A session another node runs: its events come over NATS. Subscribed before anything is
+    // read (the owner's memory or the log, below), so that nothing published in between is
+    // missed.
+    let remote = match &state.fleet {
+        Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
+            .nats
+            .subscribe(fleet.events_subject(session_id))
+            .await
+            .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
+            .ok(),
+        _ => None,
+    };
+    // Its events after the cursor from the owner's memory: while it runs the session, the first
+    // frames need neither the database nor the owner's log writes (which linger). Only when no
+    // node answers (nobody runs it, or its memory no longer reaches the cursor) is the log read.
+    let from_owner = match (&state.fleet, &remote) {
+        (Some(fleet), Some(_)) => fleet.events_from_owner(session_id, after).await,
+        _ => None,
+    };
+    // An open bus, or an owner's answer, means a live session: no need to ask the database.
+    if from_owner.is_none()
+        && state.dispatcher.hub().get(session_id).is_none()
         && state.store.get_session(session_id).await?.is_none()
     {
         return Err(ApiError::NotFound(format!(
@@ -445,34 +465,43 @@ pub async fn session_events(
         session_id,
     };
     // Subscribe before reading the log; retry if the bus was closed between open and subscribe.
+    // The owner's newest seq: this node's bus for the session (it publishes nothing on it unless
+    // it runs the session later) numbers from there, as it would from the log.
+    let owner_last = from_owner
+        .as_ref()
+        .map(|events| events.last().map_or(after, |e| e.seq));
     let sub = loop {
-        open_follow_bus(&state, session_id).await?;
+        match owner_last {
+            Some(last) => {
+                state.dispatcher.hub().open(session_id, last, last);
+            }
+            None => {
+                open_follow_bus(&state, session_id).await?;
+            }
+        }
         if let Some(sub) = state.dispatcher.hub().subscribe_after(session_id, after) {
             break sub;
         }
     };
-    // A session another node runs: its events come over NATS. Subscribed before the log is read
-    // (below), so that nothing published between the read and the subscription is missed.
-    let remote = match &state.fleet {
-        Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
-            .nats
-            .subscribe(fleet.events_subject(session_id))
-            .await
-            .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
-            .ok(),
-        _ => None,
-    };
     let mut buffer = VecDeque::new();
-    let log_exhausted = match sub.recent {
+    let log_exhausted = match (from_owner, sub.recent) {
+        // The owner's memory holds every event after the cursor: no log read.
+        (Some(events), _) => {
+            buffer.extend(events.into_iter().filter(|e| e.seq > after).map(|e| {
+                let complete = e.event_type == "complete";
+                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
+            }));
+            true
+        }
         // The bus still holds every event after the cursor: no log read, no flush.
-        Some(recent) => {
+        (None, Some(recent)) => {
             buffer.extend(recent.iter().map(|e| {
                 let complete = e.event_type() == "complete";
                 (e.seq, complete, frame(e.seq, e.event_type(), &e.json))
             }));
             true
         }
-        None => {
+        (None, None) => {
             // Everything published before the subscription is now in the log; unless it cannot
             // be written now, when a replay would skip the events still waiting: refused
             // (503, Retry-After) rather than served with a gap.
@@ -489,7 +518,10 @@ pub async fn session_events(
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // A cursor past what this node has seen is no error when another node runs the session: the
     // client read it there (its newest events may not be in the log yet) and now reconnects here.
+    // The owner's memory is the newest there is: a cursor past it is wrong everywhere.
+    let known_last = owner_last.unwrap_or(sub.last_seq);
     let cursor_from_elsewhere = match &state.fleet {
+        _ if owner_last.is_some() => false,
         Some(fleet) if after > sub.last_seq => matches!(
             fleet.store.session_owner(session_id).await,
             Ok(Some(owner)) if *owner != *fleet.node_id
@@ -523,7 +555,7 @@ pub async fn session_events(
         _close: close,
     };
     let mut first = None;
-    if after > sub.last_seq && !cursor_from_elsewhere {
+    if after > known_last && !cursor_from_elsewhere {
         // The client claims events this session never had: it must reload.
         cursor.phase = Phase::Done;
         first = Some(reset_frame(session_id, 1));

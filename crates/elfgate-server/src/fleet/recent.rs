@@ -32,6 +32,27 @@ impl Fleet {
         let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()?.ok()?;
         decode_many(&reply.payload)
     }
+
+    /// For a follower that opens a stream: the events after `after` from the memory of the node
+    /// that runs the session now, asked at once rather than after the log is read. The store's
+    /// lease is looked up beside the question, so that a session nobody runs (no node answers)
+    /// costs one query instead of the whole wait for an answer.
+    pub(crate) async fn events_from_owner(
+        &self,
+        session: SessionId,
+        after: u64,
+    ) -> Option<Vec<Relayed>> {
+        let ask = self.recent_events(session, after);
+        let owner = self.store.session_owner(session);
+        tokio::pin!(ask, owner);
+        tokio::select! {
+            got = &mut ask => got,
+            owner = &mut owner => match owner {
+                Ok(Some(node)) if *node != *self.node_id => ask.await,
+                _ => None,
+            },
+        }
+    }
 }
 
 /// Answers requests for recent events of the sessions this node runs, until NATS is gone.
