@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 /// Interrupts measured per path.
 const INTERRUPTS: usize = 20;
 
-/// The follow comparison: sessions at once, tokens each, mock delay before each, rounds.
-const FOLLOW_C: usize = 50;
+/// The follow comparison: tokens each, mock delay before each, rounds (sessions at once:
+/// `Settings::follow_concurrency`).
 const FOLLOW_TOKENS: u32 = 100;
 const FOLLOW_DELAY_MS: u64 = 10;
 const FOLLOW_ROUNDS: usize = 3;
@@ -35,6 +35,8 @@ pub struct Settings {
     pub postgres_admin: String,
     /// SIGKILLs of a node mid-run.
     pub kills: usize,
+    /// Sessions at once in the follow comparison, one comparison per value.
+    pub follow_concurrency: Vec<usize>,
 }
 
 fn node(s: &Settings, id: &str) -> FleetNode {
@@ -121,7 +123,9 @@ pub async fn run(
         percentile_ms(perm_other.iter().copied(), 0.99),
     );
 
-    follow_comparison(&on_fleet, &a, &b).await?;
+    for &c in &s.follow_concurrency {
+        follow_comparison(&on_fleet, &a, &b, c.max(1)).await?;
+    }
 
     let mut failovers = Vec::with_capacity(s.kills);
     for k in 0..s.kills {
@@ -204,7 +208,12 @@ struct FollowStats {
 }
 
 /// Paced sessions started on A: the mock called directly, followed on A, followed on B.
-async fn follow_comparison(t: &Target, a: &Daemon, b: &Daemon) -> anyhow::Result<()> {
+async fn follow_comparison(
+    t: &Target,
+    a: &Daemon,
+    b: &Daemon,
+    concurrency: usize,
+) -> anyhow::Result<()> {
     let same = Target {
         daemon_base: a.base.clone(),
         follow_base: None,
@@ -221,7 +230,7 @@ async fn follow_comparison(t: &Target, a: &Daemon, b: &Daemon) -> anyhow::Result
     ];
     for (label, path, target) in paths {
         let (_, _, errors, _) =
-            crate::pass(target, path, FOLLOW_C, 20, 0, crate::Starts::Burst).await;
+            crate::pass(target, path, concurrency, 20, 0, crate::Starts::Burst).await;
         if let Some(e) = errors.first() {
             bail!("warmup of {label} failed: {e}");
         }
@@ -237,7 +246,7 @@ async fn follow_comparison(t: &Target, a: &Daemon, b: &Daemon) -> anyhow::Result
             let (samples, _, errors, wall) = crate::pass(
                 target,
                 path,
-                FOLLOW_C,
+                concurrency,
                 FOLLOW_TOKENS,
                 FOLLOW_DELAY_MS,
                 crate::Starts::Burst,
@@ -257,7 +266,7 @@ async fn follow_comparison(t: &Target, a: &Daemon, b: &Daemon) -> anyhow::Result
         }
     }
     println!(
-        "fleet of 2 nodes, paced streams at C={FOLLOW_C} ({FOLLOW_TOKENS} tokens, {FOLLOW_DELAY_MS} \
+        "fleet of 2 nodes, paced streams at C={concurrency} ({FOLLOW_TOKENS} tokens, {FOLLOW_DELAY_MS} \
          ms apart, {FOLLOW_ROUNDS} rounds):"
     );
     for (i, (label, _, _)) in paths.iter().enumerate() {

@@ -131,6 +131,10 @@ struct Cli {
     /// SQLite in the same invocation, and print the two storages side by side.
     #[arg(long, requires = "postgres")]
     compare_sqlite: bool,
+    /// Sessions at once in the fleet pass's follow comparison (followed on the node that runs
+    /// them against through the other node), comma-separated: one comparison each.
+    #[arg(long, value_name = "C,...", value_delimiter = ',', default_value = "50")]
+    fleet_follow_concurrency: Vec<usize>,
     /// SIGKILLs measured in the fleet pass [default: 5].
     #[arg(long, value_name = "K", default_value_t = 5)]
     fleet_kills: usize,
@@ -240,6 +244,7 @@ impl Opts {
                     nats_url,
                     postgres_admin,
                     kills: c.fleet_kills.max(1),
+                    follow_concurrency: c.fleet_follow_concurrency,
                 }),
             postgres: c.postgres,
             compare_sqlite: c.compare_sqlite,
