@@ -133,7 +133,12 @@ struct Cli {
     compare_sqlite: bool,
     /// Sessions at once in the fleet pass's follow comparison (followed on the node that runs
     /// them against through the other node), comma-separated: one comparison each.
-    #[arg(long, value_name = "C,...", value_delimiter = ',', default_value = "50")]
+    #[arg(
+        long,
+        value_name = "C,...",
+        value_delimiter = ',',
+        default_value = "50"
+    )]
     fleet_follow_concurrency: Vec<usize>,
     /// SIGKILLs measured in the fleet pass [default: 5].
     #[arg(long, value_name = "K", default_value_t = 5)]
