@@ -2,7 +2,8 @@
 //! tools: the path is resolved by the firewall inside a root directory and outside the deny zones,
 //! and the file is opened without following a last-component symlink and refused when it has
 //! several hard links. The agent's prompt is built from such files (a project's AGENTS.md, a
-//! skill's SKILL.md), so they must not become a way around the firewall.
+//! skill's SKILL.md), so they must not become a way around the firewall. An agent the daemon
+//! serves files to (an ACP agent's fs/* requests) reads and writes through the same rules.
 
 use crate::file_access::{self, Access};
 use crate::firewall::ExecutionFirewall;
@@ -23,6 +24,23 @@ impl CappedText {
     pub fn truncated(&self) -> bool {
         (self.text.len() as u64) < self.total_bytes
     }
+}
+
+/// Writes `content` as the whole of `path` (relative to `root`, or absolute) through the
+/// firewall, creating it and its directories when missing, as the write_file tool does.
+pub async fn write_confined(
+    firewall: &ExecutionFirewall,
+    root: &Path,
+    path: &str,
+    content: &str,
+) -> Result<(), ToolError> {
+    let resolved = firewall.resolve_path(root, path)?;
+    if let Some(parent) = resolved.parent() {
+        tokio::fs::create_dir_all(parent).await?;
+    }
+    let (mut file, _) = file_access::open(&resolved, path, Access::Create).await?;
+    crate::fs_tools::replace_contents(&mut file, content.as_bytes()).await?;
+    Ok(())
 }
 
 /// Reads `path` (relative to `root`, or absolute) through the firewall, at most `max_bytes` of it.

@@ -177,7 +177,10 @@ impl BuiltinTool for WriteFile {
 }
 
 /// Replaces everything in `file` (opened for writing) with `bytes`.
-async fn replace_contents(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) async fn replace_contents(
+    file: &mut tokio::fs::File,
+    bytes: &[u8],
+) -> std::io::Result<()> {
     file.set_len(0).await?;
     file.rewind().await?;
     file.write_all(bytes).await?;

@@ -197,6 +197,12 @@ impl TinyElfEngine {
         }))
     }
 
+    /// The firewall of the engine's tools, for other engines that act in a project on an
+    /// agent's behalf (the cli engine serving an ACP agent's file requests).
+    pub fn firewall(&self) -> Arc<ExecutionFirewall> {
+        self.inner.firewall.clone()
+    }
+
     /// A session's projectPath checked as the firewall sees it (see
     /// [`ExecutionFirewall::check_project`]); the daemon applies it to every engine's sessions.
     pub fn check_project(
