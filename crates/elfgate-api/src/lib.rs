@@ -122,6 +122,10 @@ pub struct CreateSessionRequest {
     #[schema(value_type = Option<elfgate_core::McpSessionConfig>)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_config: Option<Value>,
+    /// The configured ACP agent of a `cliBackend: "acp"` session (`[engines.cli.acp.agents]`);
+    /// stored with the session's engineConfig (as its acpAgent key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acp_agent: Option<String>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,

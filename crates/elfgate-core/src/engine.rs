@@ -224,6 +224,9 @@ pub struct BackendInfo {
     pub reason: Option<String>,
     /// Runs it executes at once; more wait in line.
     pub max_concurrent: usize,
+    /// The configured agents a session can name (the acp backend's `acpAgent`), each usable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
 }
 
 /// What a request to start a session (or send a prompt) asks of an engine, checked before
@@ -240,6 +243,8 @@ pub struct StartRequest<'a> {
     pub channel_permissions: Option<ChannelPermissions>,
     /// `engineConfig.providerEnv` the run would have.
     pub provider_env: Option<&'a std::collections::BTreeMap<String, String>>,
+    /// The ACP agent the run would talk to (`acpAgent`).
+    pub acp_agent: Option<&'a str>,
 }
 
 /// Why an engine refuses a request before anything is stored ([`Engine::check_start`]): the

@@ -105,6 +105,10 @@ pub struct EngineConfig {
     /// can: openai-responses and gemini; 422 on the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native_search_enabled: Option<bool>,
+    /// The configured ACP agent a `cliBackend: "acp"` session talks to
+    /// (`[engines.cli.acp.agents.NAME]`); also accepted as the request's top-level `acpAgent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acp_agent: Option<String>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -272,6 +276,7 @@ impl EngineConfig {
             use_extended_context,
             search_orchestration,
             native_search_enabled,
+            acp_agent,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -301,6 +306,7 @@ impl EngineConfig {
             use_extended_context: use_extended_context.or(base.use_extended_context),
             search_orchestration: search_orchestration.or(base.search_orchestration),
             native_search_enabled: native_search_enabled.or(base.native_search_enabled),
+            acp_agent: acp_agent.or_else(|| base.acp_agent.clone()),
         }
     }
 }

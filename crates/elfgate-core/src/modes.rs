@@ -131,6 +131,9 @@ wire_enum! {
         ClaudeCode = "claude-code",
         /// Google's `gemini -p` with stream-json out.
         GeminiCli = "gemini-cli",
+        /// An agent spoken to with the Agent Client Protocol over its stdio (the session's
+        /// `acpAgent`, configured under `[engines.cli.acp.agents]`).
+        Acp = "acp",
     }
 }
 

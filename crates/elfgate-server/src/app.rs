@@ -453,7 +453,14 @@ impl Daemon {
         let run_tokens = elfgate_core::RunTokens::new();
         cli.mcp_servers = config.mcp.servers.clone();
         let cli = Arc::new(
-            CliEngine::new(shared.clone(), cli, permissions.clone(), run_tokens.clone()).await,
+            CliEngine::new(
+                shared.clone(),
+                cli,
+                permissions.clone(),
+                run_tokens.clone(),
+                tinyelf.firewall(),
+            )
+            .await,
         );
         dispatcher.register_engine(cli.clone());
         dispatcher.register_engine(Arc::new(elfgate_engines::cli::sdk::ClaudeSdkEngine::new(

@@ -139,6 +139,7 @@ fn check_engine(
         provider_id,
         channel_permissions: checked.engine_config.channel_permissions,
         provider_env: checked.engine_config.provider_env.as_ref(),
+        acp_agent: checked.engine_config.acp_agent.as_deref(),
     })
     .map_err(|e| ApiError::Unprocessable(e.to_string()))
 }
@@ -665,6 +666,16 @@ pub async fn create_session(
             elfgate_core::McpSessionConfig::from_json(mcp)
                 .map_err(|e| ApiError::Unprocessable(e.to_string()))?,
         );
+    }
+    if let Some(agent) = &req.acp_agent {
+        match &checked.engine_config.acp_agent {
+            Some(other) if other != agent => {
+                return Err(ApiError::Unprocessable(format!(
+                    "acpAgent: '{agent}' differs from engineConfig.acpAgent '{other}'; give one"
+                )));
+            }
+            _ => checked.engine_config.acp_agent = Some(agent.clone()),
+        }
     }
     let cli_backend = parse_name(req.cli_backend.as_deref())
         .map_err(|e| ApiError::Unprocessable(e.to_string()))?;

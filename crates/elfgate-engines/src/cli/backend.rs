@@ -22,8 +22,9 @@ pub(crate) trait BackendProgram: Copy {
     fn speaks(self, kind: ProviderKind) -> bool {
         self.provider_kinds().contains(&kind)
     }
-    /// The daemon's door for the CLI's own wire format.
-    fn proxy_door(self) -> ProxyDoor;
+    /// The daemon's door for the CLI's own wire format (None: an ACP agent, whose provider
+    /// set-up is another backend's).
+    fn proxy_door(self) -> Option<ProxyDoor>;
     /// That door as the CLI's provider, the daemon listening at `url`.
     fn proxy_provider(self, url: &str) -> CliProvider;
     /// Arguments that hand `servers` (the session's MCP servers) to the CLI (claude-code only).
@@ -71,6 +72,7 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => "codex",
             CliBackend::ClaudeCode => "claude",
             CliBackend::GeminiCli => "gemini",
+            CliBackend::Acp => "acp-agent",
         }
     }
 
@@ -79,6 +81,7 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => "@openai/codex",
             CliBackend::ClaudeCode => "@anthropic-ai/claude-code",
             CliBackend::GeminiCli => "@google/gemini-cli",
+            CliBackend::Acp => "an ACP agent of your choice",
         }
     }
 
@@ -87,14 +90,17 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => &[ProviderKind::OpenaiResponses],
             CliBackend::ClaudeCode => &[ProviderKind::Anthropic],
             CliBackend::GeminiCli => &[ProviderKind::Gemini],
+            // An ACP agent's provider is its `provider_setup` backend's (acp.rs).
+            CliBackend::Acp => &[],
         }
     }
 
-    fn proxy_door(self) -> ProxyDoor {
+    fn proxy_door(self) -> Option<ProxyDoor> {
         match self {
-            CliBackend::Codex => ProxyDoor::Responses,
-            CliBackend::ClaudeCode => ProxyDoor::Messages,
-            CliBackend::GeminiCli => ProxyDoor::Gemini,
+            CliBackend::Codex => Some(ProxyDoor::Responses),
+            CliBackend::ClaudeCode => Some(ProxyDoor::Messages),
+            CliBackend::GeminiCli => Some(ProxyDoor::Gemini),
+            CliBackend::Acp => None,
         }
     }
 
@@ -103,7 +109,7 @@ impl BackendProgram for CliBackend {
         let (kind, base_url) = match self {
             CliBackend::Codex => (ProviderKind::OpenaiResponses, format!("{url}/v1")),
             CliBackend::ClaudeCode => (ProviderKind::Anthropic, url.to_string()),
-            CliBackend::GeminiCli => (ProviderKind::Gemini, url.to_string()),
+            CliBackend::GeminiCli | CliBackend::Acp => (ProviderKind::Gemini, url.to_string()),
         };
         CliProvider {
             kind,
@@ -119,21 +125,21 @@ impl BackendProgram for CliBackend {
     ) -> Vec<String> {
         match self {
             CliBackend::ClaudeCode => claude_code::mcp_args(servers),
-            CliBackend::Codex | CliBackend::GeminiCli => Vec::new(),
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => Vec::new(),
         }
     }
 
     fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String> {
         match self {
             CliBackend::Codex => codex::proxy_args(PROXY_PROVIDER, door, searches),
-            CliBackend::ClaudeCode | CliBackend::GeminiCli => Vec::new(),
+            CliBackend::ClaudeCode | CliBackend::GeminiCli | CliBackend::Acp => Vec::new(),
         }
     }
 
     fn polite_stop(self) -> Polite {
         match self {
             CliBackend::ClaudeCode => Polite::Stdin(claude_code::interrupt_request()),
-            CliBackend::Codex | CliBackend::GeminiCli => Polite::Sigint,
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => Polite::Sigint,
         }
     }
 
@@ -147,14 +153,14 @@ impl BackendProgram for CliBackend {
             CliBackend::ClaudeCode => {
                 Some(claude_code::permission_answer(request_id, input, denied))
             }
-            CliBackend::Codex | CliBackend::GeminiCli => None,
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => None,
         }
     }
 
     fn stdin(self, inv: &Invocation<'_>) -> Option<Vec<u8>> {
         match self {
             CliBackend::ClaudeCode => Some(claude_code::user_message(inv.prompt)),
-            CliBackend::Codex | CliBackend::GeminiCli => None,
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => None,
         }
     }
 
@@ -163,6 +169,7 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => codex::args(inv, extra),
             CliBackend::ClaudeCode => claude_code::args(inv, extra),
             CliBackend::GeminiCli => gemini_cli::args(inv, extra),
+            CliBackend::Acp => extra.to_vec(),
         }
     }
 
@@ -177,6 +184,7 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => codex::env(home, provider, key),
             CliBackend::ClaudeCode => claude_code::env(provider, key, mode),
             CliBackend::GeminiCli => gemini_cli::env(provider, key),
+            CliBackend::Acp => BTreeMap::new(),
         }
     }
 
@@ -185,6 +193,7 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => codex::files(providers),
             CliBackend::ClaudeCode => claude_code::files(),
             CliBackend::GeminiCli => gemini_cli::files(),
+            CliBackend::Acp => Vec::new(),
         }
     }
 
@@ -193,13 +202,14 @@ impl BackendProgram for CliBackend {
             CliBackend::Codex => Box::new(codex::CodexAdapter::default()),
             CliBackend::ClaudeCode => Box::new(claude_code::ClaudeAdapter::default()),
             CliBackend::GeminiCli => Box::new(gemini_cli::GeminiAdapter::default()),
+            CliBackend::Acp => Box::new(super::acp::AcpAdapter::default()),
         }
     }
 
     fn exit_meaning(self, code: i32) -> Option<&'static str> {
         match self {
             CliBackend::GeminiCli => gemini_cli::exit_meaning(code),
-            CliBackend::Codex | CliBackend::ClaudeCode => None,
+            CliBackend::Codex | CliBackend::ClaudeCode | CliBackend::Acp => None,
         }
     }
 }

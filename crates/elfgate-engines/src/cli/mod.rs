@@ -2,6 +2,8 @@
 //! directory as a supervised subprocess, its own event stream mapped to Elfgate's events and
 //! stored messages. See docs/cli.md.
 
+mod acp;
+mod acp_run;
 mod adapter;
 mod availability;
 pub mod backend;
@@ -16,6 +18,7 @@ pub mod settings;
 mod supervisor;
 mod transcript;
 
+pub use acp_run::AcpStartError;
 pub use adapter::CliProvider;
 use backend::BackendProgram;
 pub use elfgate_core::CliBackend;
@@ -30,7 +33,7 @@ use availability::Found;
 use elfgate_core::mcp_config::McpSessionConfig;
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
-    PermissionMode, RunOutcome, StartRefused, StartRequest,
+    Message, PermissionMode, RunOutcome, StartRefused, StartRequest,
 };
 use elfgate_core::{RunGrant, RunToken, RunTokens};
 use elfgate_store::Store;
@@ -38,11 +41,12 @@ use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups
 use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
 use limits::{Limits, Slot};
 use relay::Relay;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use supervisor::{Launch, Supervised};
+use tokio::sync::OwnedSemaphorePermit;
 use transcript::Transcript;
 
 /// The directory under the state directory where running CLI groups are noted.
@@ -60,6 +64,12 @@ pub struct CliEngine {
     base_env: ChildEnv,
     /// Run tokens for CLIs that go through the daemon's own door, and where it listens.
     tokens: Arc<RunTokens>,
+    /// The tools' firewall, through which an ACP agent's file requests are served.
+    firewall: Arc<elfgate_tools::ExecutionFirewall>,
+    /// The configured ACP agents' programs, found at start.
+    acp_programs: acp_run::AgentPrograms,
+    /// ACP agent processes kept between a session's prompts.
+    acp_kept: Arc<acp_run::KeptAgents>,
 }
 
 impl CliEngine {
@@ -69,6 +79,7 @@ impl CliEngine {
         config: CliConfig,
         broker: Arc<PermissionBroker>,
         tokens: Arc<RunTokens>,
+        firewall: Arc<elfgate_tools::ExecutionFirewall>,
     ) -> CliEngine {
         // Runs a crashed daemon left behind would go on working (and spending) unseen.
         for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
@@ -78,7 +89,8 @@ impl CliEngine {
             );
         }
         let base_env = ChildEnv::from_daemon(&BTreeMap::new(), &[], &config.secret_env);
-        let limits = Limits::new(|b| config.backend(b).max_concurrent.unwrap_or(4));
+        let limits = Limits::new(|b| config.max_concurrent(b));
+        let acp_programs = acp_run::find_agents(&config.acp.agents);
         let mut engine = CliEngine {
             store,
             broker,
@@ -87,6 +99,9 @@ impl CliEngine {
             limits,
             base_env,
             tokens,
+            firewall,
+            acp_programs,
+            acp_kept: Arc::default(),
         };
         // Each backend's home exists before it is asked for its version.
         for &b in CliBackend::ALL {
@@ -95,8 +110,10 @@ impl CliEngine {
             }
         }
         let timeout = std::time::Duration::from_secs(engine.config.version_timeout_secs.max(1));
-        let probes = CliBackend::ALL.iter().map(|&b| {
-            let env = engine.child_env(b, None, None, PermissionMode::Default, [None, None]);
+        // An ACP backend is its agents (found above), not one program with a version.
+        let programs = CliBackend::ALL.iter().filter(|b| **b != CliBackend::Acp);
+        let probes = programs.map(|&b| {
+            let env = engine.child_env(b, None, None, PermissionMode::Default, [None; 3]);
             let cfg = engine.config.backend(b).clone();
             async move { (b, availability::probe(b, &cfg, env, timeout).await) }
         });
@@ -124,7 +141,7 @@ impl CliEngine {
     }
 
     /// A run's environment: the allow-listed variables, the backend's configured ones, the
-    /// session's (`engineConfig.shellEnv`), then the engine's own (home, provider URL and key),
+    /// ACP agent's and the session's (`engineConfig.shellEnv`, `providerEnv`), then the engine's own (home, provider URL and key),
     /// which neither overrides.
     fn child_env(
         &self,
@@ -132,7 +149,7 @@ impl CliEngine {
         provider: Option<&CliProvider>,
         key: Option<&str>,
         mode: PermissionMode,
-        session: [Option<&BTreeMap<String, String>>; 2],
+        session: [Option<&BTreeMap<String, String>>; 3],
     ) -> ChildEnv {
         let home = self.home(b);
         let mut env = self.base_env.clone();
@@ -200,6 +217,7 @@ impl CliEngine {
         policy: RunPolicy,
     ) -> RunOutcome {
         let b = match Self::backend_of(ctx.cli_backend) {
+            Ok(CliBackend::Acp) => return self.run_acp(ctx).await,
             Ok(b) => b,
             Err(why) => return fail(&ctx, ErrorCode::CliBackend, why.to_string()).await,
         };
@@ -219,61 +237,21 @@ impl CliEngine {
             }),
             Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why.to_string()).await,
         };
-        let provider = route.as_ref().map(|r| (r.name.clone(), r.provider.clone()));
-        let model = ctx
-            .model
-            .clone()
-            .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
-        // Through the daemon's own door: the CLI gets the door's address, a token for this run
-        // only (revoked when `proxy` drops, at the end of the run) and the route as its model.
-        let proxy = match route.as_ref().filter(|r| r.proxied) {
-            Some(r) => match self.proxy_for(&ctx, b, r, model.as_deref()) {
-                Ok(p) => Some(p),
-                Err(why) => return fail(&ctx, ErrorCode::CliSetup, why).await,
-            },
-            None => None,
-        };
-        ctx.events
-            .emit(EventPayload::Init {
-                system_info: ctx.system_info(json!({
-                    "engine": "cli",
-                    "cliBackend": b.as_str(),
-                    "binary": binary.display().to_string(),
-                    "version": self.found.get(&b).and_then(|f| f.version.as_ref().ok()),
-                    "provider": provider.as_ref().map(|(n, _)| n),
-                    "model": model,
-                    "proxied": proxy.is_some(),
-                })),
-            })
-            .await;
-        let (user, _) = match store_user_message(self.store.as_ref(), &ctx).await {
-            Ok(u) => u,
-            Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
-        };
-        let _slot = match self
-            .limits
-            .acquire(b, &ctx.cancel, async |ahead| {
-                let message = format!(
-                    "queued behind {ahead} {} run{} (max_concurrent = {})",
-                    b.as_str(),
-                    if ahead == 1 { "" } else { "s" },
-                    self.limits.max(b)
-                );
-                ctx.events.emit(EventPayload::Processing { message }).await;
-            })
-            .await
-        {
-            Slot::Granted(p) => p,
-            Slot::Cancelled => return RunOutcome::new(FinishReason::Interrupted),
-        };
-        if let Err(e) = self.write_files(b) {
-            let why = format!("cannot write {}'s configuration: {e}", b.as_str());
-            return fail(&ctx, ErrorCode::CliSetup, why).await;
-        }
-        // A queued run's context was built before the run ahead of it stored its CLI session.
-        let resume = match self.resume_id(&ctx).await {
-            Ok(r) => r,
-            Err(e) => return fail(&ctx, ErrorCode::Storage, e).await,
+        let info = json!({
+            "cliBackend": b.as_str(),
+            "binary": binary.display().to_string(),
+            "version": self.found.get(&b).and_then(|f| f.version.as_ref().ok()),
+        });
+        let Begun {
+            provider,
+            model,
+            proxy,
+            user,
+            slot: _slot,
+            resume,
+        } = match self.begin(&ctx, (b, b), route, info).await {
+            Ok(begun) => begun,
+            Err(outcome) => return *outcome,
         };
         // In a fleet the CLI's own session files are in the home of the node that ran it: a
         // resume on a node that cannot see them would make the CLI fail or start afresh.
@@ -336,6 +314,7 @@ impl CliEngine {
             key.as_deref(),
             inv.permission_mode,
             [
+                None,
                 ctx.engine_config.shell_env.as_ref(),
                 ctx.engine_config.provider_env.as_ref(),
             ],
@@ -451,6 +430,85 @@ impl CliEngine {
 
     /// Sets up a run through the daemon's door: its run token (scoped to this run, the door of
     /// the CLI's format and the route) and the door as the CLI's provider.
+    /// What every run sets up before its process, in this order: its provider and model, the
+    /// daemon's door when the run goes through it, the `init` event (`info` plus those), the
+    /// user's message stored, a place among `limit`'s runs at once (queued runs told so), the
+    /// backend's configuration files, and the CLI session to resume. A failure is the run's
+    /// outcome, its error emitted.
+    async fn begin(
+        &self,
+        ctx: &EngineSessionContext,
+        (b, limit): (CliBackend, CliBackend),
+        route: Option<CliRoute>,
+        info: Value,
+    ) -> Result<Begun, Box<RunOutcome>> {
+        let provider = route.as_ref().map(|r| (r.name.clone(), r.provider.clone()));
+        let model = ctx
+            .model
+            .clone()
+            .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
+        // Through the daemon's own door: the CLI gets the door's address, a token for this run
+        // only (revoked when `proxy` drops, at the end of the run) and the route as its model.
+        let proxy = match route.as_ref().filter(|r| r.proxied) {
+            Some(r) => match self.proxy_for(ctx, b, r, model.as_deref()) {
+                Ok(p) => Some(p),
+                Err(why) => return Err(Box::new(fail(ctx, ErrorCode::CliSetup, why).await)),
+            },
+            None => None,
+        };
+        let mut system_info = json!({
+            "engine": "cli",
+            "provider": provider.as_ref().map(|(n, _)| n),
+            "model": model,
+            "proxied": proxy.is_some(),
+        });
+        if let (Some(all), Value::Object(own)) = (system_info.as_object_mut(), info) {
+            all.extend(own);
+        }
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: ctx.system_info(system_info),
+            })
+            .await;
+        let (user, _) = match store_user_message(self.store.as_ref(), ctx).await {
+            Ok(u) => u,
+            Err(e) => return Err(Box::new(fail(ctx, ErrorCode::Storage, e).await)),
+        };
+        let slot = match self
+            .limits
+            .acquire(limit, &ctx.cancel, async |ahead| {
+                let message = format!(
+                    "queued behind {ahead} {} run{} (max_concurrent = {})",
+                    limit.as_str(),
+                    if ahead == 1 { "" } else { "s" },
+                    self.limits.max(limit)
+                );
+                ctx.events.emit(EventPayload::Processing { message }).await;
+            })
+            .await
+        {
+            Slot::Granted(p) => p,
+            Slot::Cancelled => return Err(Box::new(RunOutcome::new(FinishReason::Interrupted))),
+        };
+        if let Err(e) = self.write_files(b) {
+            let why = format!("cannot write {}'s configuration: {e}", b.as_str());
+            return Err(Box::new(fail(ctx, ErrorCode::CliSetup, why).await));
+        }
+        // A queued run's context was built before the run ahead of it stored its CLI session.
+        let resume = match self.resume_id(ctx).await {
+            Ok(r) => r,
+            Err(e) => return Err(Box::new(fail(ctx, ErrorCode::Storage, e).await)),
+        };
+        Ok(Begun {
+            provider,
+            model,
+            proxy,
+            user,
+            slot,
+            resume,
+        })
+    }
+
     fn proxy_for(
         &self,
         ctx: &EngineSessionContext,
@@ -470,11 +528,14 @@ impl CliEngine {
                 route.provider.kind
             ));
         };
+        let Some(door) = b.proxy_door() else {
+            return Err(format!("{} has no door of its own", b.as_str()));
+        };
         let route_name = format!("{}/{model}", route.name);
         let token = self.tokens.issue(RunGrant {
             session_id: ctx.session_id(),
             run_id: ctx.run_id,
-            door: b.proxy_door(),
+            door,
             route: route_name.clone(),
         });
         Ok(Proxy {
@@ -504,6 +565,22 @@ pub(crate) struct RunPolicy {
 }
 
 /// A run that goes through the daemon's door.
+/// What `begin` set up for a run.
+struct Begun {
+    /// The provider's name and the provider, when the run has one.
+    provider: Option<(String, CliProvider)>,
+    /// The session's model, else the provider's default.
+    model: Option<String>,
+    /// The daemon's door, when the run goes through it.
+    proxy: Option<Proxy>,
+    /// The user's message, stored.
+    user: Message,
+    /// The run's place among the backend's runs at once, held until it ends.
+    slot: OwnedSemaphorePermit,
+    /// The CLI session to resume.
+    resume: Option<String>,
+}
+
 struct Proxy {
     /// The door as the CLI's provider.
     provider: CliProvider,
@@ -615,6 +692,9 @@ pub enum CliStartError {
         /// The backend.
         backend: CliBackend,
     },
+    /// An ACP session that cannot start.
+    #[error(transparent)]
+    Acp(AcpStartError),
     /// A providerEnv variable the session may not set.
     #[error("engineConfig.providerEnv.{name}: {why}")]
     ProviderEnv {
@@ -680,6 +760,9 @@ impl Engine for CliEngine {
             CliBackend::ALL
                 .iter()
                 .map(|&b| {
+                    if b == CliBackend::Acp {
+                        return self.acp_backend_info();
+                    }
                     let found = self.found.get(&b);
                     BackendInfo {
                         name: b.as_str().to_string(),
@@ -691,6 +774,7 @@ impl Engine for CliEngine {
                         reason: found
                             .and_then(|f| f.version.as_ref().err().map(ToString::to_string)),
                         max_concurrent: self.limits.max(b),
+                        agents: None,
                     }
                 })
                 .collect(),
@@ -706,6 +790,9 @@ impl Engine for CliEngine {
 impl CliEngine {
     fn start_problem(&self, req: &StartRequest<'_>) -> Result<(), CliStartError> {
         let b = Self::backend_of(req.cli_backend)?;
+        if b == CliBackend::Acp {
+            return self.acp_start_problem(req).map_err(CliStartError::Acp);
+        }
         if self.found.get(&b).and_then(Found::usable).is_none() {
             return Err(self.unavailable(b));
         }

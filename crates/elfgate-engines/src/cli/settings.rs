@@ -30,6 +30,59 @@ pub struct BackendConfig {
     pub provider: Option<String>,
 }
 
+/// `[engines.cli.acp]`: agents spoken to with the Agent Client Protocol.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AcpConfig {
+    /// Prompts to ACP agents at once; more wait in line (0 is taken as 1).
+    pub max_concurrent: Option<usize>,
+    /// Seconds a session's agent process is kept after a prompt, for the session's next one
+    /// (an ACP agent holds its conversation in memory); 0 ends it after each prompt.
+    pub keep_alive_secs: u64,
+    /// The agents, by the name a session gives as `acpAgent`.
+    pub agents: BTreeMap<String, AcpAgentConfig>,
+}
+
+impl Default for AcpConfig {
+    fn default() -> Self {
+        AcpConfig {
+            max_concurrent: None,
+            keep_alive_secs: 600,
+            agents: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[engines.cli.acp.agents.NAME]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AcpAgentConfig {
+    /// The program: a path (with a slash), or a name looked up in the project's
+    /// `tools/cli/node_modules/.bin/` and then in PATH.
+    pub command: String,
+    /// Its arguments (e.g. `["--acp"]`).
+    pub args: Vec<String>,
+    /// Variables set for it (never a provider's key variable nor `ELFGATE_*`).
+    pub env: BTreeMap<String, String>,
+    /// The argument that names the model, followed by the session's model when it has one
+    /// (e.g. `"-m"`); none: the agent picks its model itself.
+    pub model_arg: Option<String>,
+    /// The cli backend this agent is a mode of (e.g. `gemini-cli` for `gemini --acp`): the agent
+    /// gets that backend's home and configuration files and its provider set-up (the provider's
+    /// variables, or the daemon's door with a run token), as that backend's runs do.
+    pub provider_setup: Option<CliBackend>,
+    /// The provider of its sessions that name none (else `provider_setup`'s backend's default).
+    pub provider: Option<String>,
+    /// Answer a read of a file that does not exist with empty content instead of the protocol's
+    /// "resource not found" error (gemini-cli 0.61 reads a file before it writes it and takes
+    /// that error for a failure, so it could not create files).
+    pub missing_file_as_empty: bool,
+    /// Milliseconds of silence that end what the agent replays of a loaded session after its
+    /// answer to `session/load` (the protocol has the replay come before the answer, so 0 by
+    /// default; gemini-cli 0.61 sends it after, and needs a few hundred).
+    pub load_replay_settle_ms: u64,
+}
+
 /// `[engines.cli]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -58,6 +111,11 @@ pub struct CliConfig {
     /// `[engines.cli.gemini-cli]`.
     #[serde(rename = "gemini-cli")]
     pub gemini_cli: BackendConfig,
+    /// `[engines.cli.acp]`.
+    pub acp: AcpConfig,
+    /// What an ACP run shares with the other backends' tables (none of it is configured).
+    #[serde(skip)]
+    pub acp_backend: BackendConfig,
     /// The configured providers, by name (set by the daemon, not read from the section).
     #[serde(skip)]
     pub providers: BTreeMap<String, CliProvider>,
@@ -87,6 +145,8 @@ impl Default for CliConfig {
             codex: BackendConfig::default(),
             claude_code: BackendConfig::default(),
             gemini_cli: BackendConfig::default(),
+            acp: AcpConfig::default(),
+            acp_backend: BackendConfig::default(),
             providers: BTreeMap::new(),
             mcp_servers: BTreeMap::new(),
             secret_env: BTreeSet::new(),
@@ -97,7 +157,7 @@ impl Default for CliConfig {
 
 /// A backend's configured default provider that cannot serve it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("engines.cli.{}.provider: {source}", backend.as_str())]
+#[error("engines.cli.{}.{}: {source}", backend.as_str(), key(source))]
 pub struct CliConfigError {
     /// The backend.
     pub backend: CliBackend,
@@ -105,9 +165,25 @@ pub struct CliConfigError {
     pub source: ProviderRefused,
 }
 
+/// The key under `[engines.cli.<backend>]` a refusal is about.
+fn key(refused: &ProviderRefused) -> &'static str {
+    match refused {
+        ProviderRefused::AcpAgent { .. } => "agents",
+        ProviderRefused::Unknown(_) | ProviderRefused::WrongKind { .. } => "provider",
+    }
+}
+
 /// Why a provider cannot serve a CLI.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderRefused {
+    /// An ACP agent's table cannot work.
+    #[error("{name}: {why}")]
+    AcpAgent {
+        /// The agent.
+        name: String,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// No provider of that name.
     #[error("unknown provider '{0}'")]
     Unknown(String),
@@ -169,7 +245,17 @@ impl CliConfig {
             CliBackend::Codex => &self.codex,
             CliBackend::ClaudeCode => &self.claude_code,
             CliBackend::GeminiCli => &self.gemini_cli,
+            CliBackend::Acp => &self.acp_backend,
         }
+    }
+
+    /// Runs of a backend at once.
+    pub(crate) fn max_concurrent(&self, b: CliBackend) -> usize {
+        match b {
+            CliBackend::Acp => self.acp.max_concurrent,
+            b => self.backend(b).max_concurrent,
+        }
+        .unwrap_or(4)
     }
 
     pub(crate) fn timeouts(&self) -> Timeouts {
@@ -184,6 +270,44 @@ impl CliConfig {
     /// Checks what parses but cannot work: a default provider that is not configured, or of a
     /// kind the backend does not speak while `proxy = "never"`.
     pub fn validate(&self) -> Result<(), CliConfigError> {
+        for (name, agent) in &self.acp.agents {
+            let why = if agent.command.trim().is_empty() {
+                Some("command is empty")
+            } else if agent.provider_setup == Some(CliBackend::Acp) {
+                Some(
+                    "provider_setup names a backend of its own kind: codex, claude-code or gemini-cli",
+                )
+            } else if agent.provider.is_some() && agent.provider_setup.is_none() {
+                Some("provider needs provider_setup (the backend whose provider set-up it takes)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(CliConfigError {
+                    backend: CliBackend::Acp,
+                    source: ProviderRefused::AcpAgent {
+                        name: name.clone(),
+                        why,
+                    },
+                });
+            }
+        }
+        for (name, agent) in &self.acp.agents {
+            if let (Some(b), Some(provider)) = (agent.provider_setup, &agent.provider)
+                && let Err(source) = self.route_for(b, Some(provider))
+            {
+                return Err(CliConfigError {
+                    backend: CliBackend::Acp,
+                    source: ProviderRefused::AcpAgent {
+                        name: name.clone(),
+                        why: match source {
+                            ProviderRefused::Unknown(_) => "provider is not configured",
+                            _ => "provider is of a kind its provider_setup backend cannot use",
+                        },
+                    },
+                });
+            }
+        }
         for &backend in CliBackend::ALL {
             if let Some(name) = &self.backend(backend).provider {
                 self.route_for(backend, Some(name))

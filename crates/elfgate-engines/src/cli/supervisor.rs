@@ -232,9 +232,52 @@ impl Supervised {
         self.last_output = Instant::now();
     }
 
+    /// Sets how it is asked to stop first (an ACP agent's cancel names the session it opened).
+    pub(crate) fn set_polite(&mut self, polite: Polite) {
+        self.polite = polite;
+    }
+
+    /// Whether it still runs and listens: a process kept between runs (an ACP agent's) is
+    /// reused only then.
+    pub(crate) fn listening(&self) -> bool {
+        !self.done && !self.eof && self.exit.is_none() && self.stdin.is_some()
+    }
+
+    /// Readies a process kept from an earlier run for the next one: its interrupt ladder and
+    /// idle clock start over.
+    pub(crate) fn rearm(&mut self) {
+        self.interrupted = false;
+        self.escalate_at = None;
+        self.last_output = Instant::now();
+    }
+
+    /// How a run ended that leaves the process running for the next (an ACP agent that
+    /// answered the prompt).
+    pub(crate) fn ended_alive(&self) -> Ended {
+        use std::os::unix::process::ExitStatusExt;
+        Ended {
+            exit: Some(ExitStatus::from_raw(0)),
+            interrupted: self.interrupted,
+            idle_timed_out: false,
+            stderr_tail: Vec::new(),
+            garbage: self.garbage,
+        }
+    }
+
     /// Closes the CLI's stdin (it then ends once its work is done).
     pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
+    }
+
+    /// Closes the CLI's stdin and gives its leader up to `grace` to exit by itself (an agent
+    /// that saves its session on the way out), before `finish` stops what is left.
+    pub(crate) async fn close_and_wait(&mut self, grace: Duration) {
+        self.stdin = None;
+        if self.exit.is_none()
+            && let Ok(Ok(status)) = tokio::time::timeout(grace, self.group.wait()).await
+        {
+            self.exit = Some(status);
+        }
     }
 
     /// Ends the group (SIGTERM, the grace, SIGKILL, unless its leader exited by itself; SIGKILL

@@ -197,6 +197,7 @@ pub async fn start(
                     cli_backend: None,
                     agent_id: None,
                     mcp_config: None,
+                    acp_agent: None,
                     overrides,
                     unknown: Default::default(),
                 },

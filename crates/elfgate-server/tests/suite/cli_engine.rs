@@ -642,10 +642,20 @@ async fn requests_a_backend_cannot_serve_are_refused_before_anything_is_stored()
 
     // The fakes answer --version like the real CLIs.
     let cli = cli_engine_info(&c.d).await;
-    let versions: Vec<&str> = cli["backends"]
-        .as_array()
-        .unwrap()
+    let backends = cli["backends"].as_array().unwrap();
+    // ACP agents are listed apart: none is configured here.
+    let acp = backends.iter().find(|b| b["name"] == "acp").unwrap();
+    assert_eq!(acp["available"], false, "{acp}");
+    assert!(
+        acp["reason"]
+            .as_str()
+            .unwrap()
+            .contains("[engines.cli.acp.agents]"),
+        "{acp}"
+    );
+    let versions: Vec<&str> = backends
         .iter()
+        .filter(|b| b["name"] != "acp")
         .map(|b| {
             assert_eq!(b["available"], true, "{b}");
             b["version"].as_str().unwrap()

@@ -18,11 +18,11 @@ use std::time::Instant;
 
 /// One backend as the tests drive it.
 #[derive(Clone, Copy)]
-struct Cli {
+pub(super) struct Cli {
     /// `cliBackend`.
     backend: &'static str,
     /// The program in tools/cli/node_modules/.bin/.
-    program: &'static str,
+    pub(super) program: &'static str,
     /// Its version as scripts/install-cli-tools.sh pins it.
     version: &'static str,
     /// The wire format it speaks to its provider.
@@ -53,7 +53,7 @@ const CLAUDE: Cli = Cli {
     provider: "real-anthropic",
     key: "sk-anthropic",
 };
-const GEMINI: Cli = Cli {
+pub(super) const GEMINI: Cli = Cli {
     backend: "gemini-cli",
     program: "gemini",
     version: "0.61.0",
@@ -64,10 +64,10 @@ const GEMINI: Cli = Cli {
 };
 
 /// The variable whose value marks every process of one test's CLI runs (they inherit it).
-const MARKER: &str = "CLIREAL_MARKER";
+pub(super) const MARKER: &str = "CLIREAL_MARKER";
 
 /// The installed program, or None (with a notice) when it is missing and not required.
-fn installed(cli: Cli) -> Option<PathBuf> {
+pub(super) fn installed(cli: Cli) -> Option<PathBuf> {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/cli/node_modules/.bin")
         .join(cli.program);
@@ -238,26 +238,26 @@ impl Real {
     }
 }
 
-fn complete(evs: &[Ev]) -> Vec<&str> {
+pub(super) fn complete(evs: &[Ev]) -> Vec<&str> {
     evs.iter()
         .filter(|e| e.event == "complete")
         .map(|e| e.data["finishReason"].as_str().unwrap())
         .collect()
 }
 
-fn errors(evs: &[Ev]) -> Vec<&Value> {
+pub(super) fn errors(evs: &[Ev]) -> Vec<&Value> {
     evs.iter()
         .filter(|e| e.event == "error")
         .map(|e| &e.data["error"])
         .collect()
 }
 
-fn roles(msgs: &[Value]) -> Vec<&str> {
+pub(super) fn roles(msgs: &[Value]) -> Vec<&str> {
     msgs.iter().map(|m| m["role"].as_str().unwrap()).collect()
 }
 
 /// The text blocks of a stored message, joined.
-fn stored_text(m: &Value) -> String {
+pub(super) fn stored_text(m: &Value) -> String {
     m["blocks"]
         .as_array()
         .unwrap()
@@ -743,6 +743,92 @@ async fn codex_uses_the_daemons_responses_door_as_its_provider() {
         assert!(Instant::now() < deadline, "store: false kept {list}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// gemini-cli pointed by hand at the daemon's Gemini door (`GOOGLE_GEMINI_BASE_URL`, the
+/// daemon's token as its key), on a Chat Completions provider behind it: the model asks for a
+/// shell command, gemini runs it and sends the output back through the door, and the answer comes.
+#[tokio::test]
+async fn gemini_cli_uses_the_daemons_gemini_door_as_its_provider() {
+    let Some(bin) = installed(GEMINI) else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    std::fs::write(
+        home.path().join(".gemini/settings.json"),
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+               "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+               "privacy": {"usageStatisticsEnabled": false},
+               "telemetry": {"enabled": false}})
+        .to_string(),
+    )
+    .unwrap();
+    scripted::script(
+        &mock,
+        "gemini-door",
+        json!([
+            {"text": "Running it.", "toolCalls": [scripted::call("call_g1", "run_shell_command",
+                json!({"command": "echo door-ok > out.txt && echo written"}))]},
+            {"text": "Done through the door."}
+        ]),
+    );
+    let out = tokio::process::Command::new(&bin)
+        .args([
+            "--prompt=write the file",
+            "--output-format",
+            "json",
+            "--skip-trust",
+            "--approval-mode",
+            "yolo",
+            "-m",
+            "mock/mock:script=gemini-door",
+        ])
+        .current_dir(project.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("GEMINI_CLI_NO_RELAUNCH", "true")
+        .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+        .env("GOOGLE_GEMINI_BASE_URL", &d.base)
+        .env("GEMINI_API_KEY", d.token.clone().unwrap_or_default())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gemini failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Done through the door."), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
+        "door-ok\n"
+    );
+    // Behind the door, a Chat Completions provider: the second call carries the command's output
+    // as the tool message answering the call.
+    let calls: Vec<Value> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == "mock:script=gemini-door")
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let msgs = calls[1]["messages"].as_array().unwrap();
+    let tool = msgs
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message: {msgs:?}"));
+    assert!(
+        tool["content"].as_str().unwrap().contains("written"),
+        "{tool}"
+    );
+    // Each call through the door is a stored session.
+    let (_, list) = d.get("/v1/sessions").await;
+    assert!(!list["sessions"].as_array().unwrap().is_empty(), "{list}");
 }
 
 /// Finds the run token in the environment of the probe or of its nearest ancestor that has it

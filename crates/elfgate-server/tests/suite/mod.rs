@@ -1,5 +1,6 @@
 //! One module per area of the suite.
 
+mod acp_agent;
 mod browser;
 mod chat;
 mod child_processes;

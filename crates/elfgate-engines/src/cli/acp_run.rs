@@ -1,0 +1,768 @@
+//! A prompt to an ACP agent (the `acp` cli backend): the agent process found or started, the
+//! protocol's handshake, the prompt's turn relayed into the run's events, the agent's calls to
+//! the client served (permissions through the daemon's prompts, files through the tools'
+//! firewall), and the process kept for the session's next prompt. The wire messages are in
+//! acp.rs; see docs/cli.md, "ACP agents".
+
+use super::acp::{self, AcpAdapter, Incoming};
+use super::adapter::{AdapterEvent, str_of};
+use super::backend::Polite;
+use super::relay::Relay;
+use super::settings::AcpAgentConfig;
+use super::supervisor::{Launch, Supervised};
+use super::transcript::Transcript;
+use super::{Begun, CliEngine, RUNNING, cli_session_marker, project_dir, provider_key};
+use crate::streaming::fail;
+use elfgate_core::{
+    CliBackend, EngineSessionContext, ErrorCode, FinishReason, PermissionMode, RunOutcome,
+    SessionId,
+};
+use elfgate_tools::ExecutionFirewall;
+use elfgate_tools::confined::{read_capped, write_confined};
+use elfgate_tools::process::{GroupNote, ProcessSpec};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Largest file an agent may read through the client (fs/read_text_file), in bytes.
+const MAX_READ_BYTES: usize = 10 * 1024 * 1024;
+/// The JSON-RPC id of the handshake's `initialize`.
+const INITIALIZE_ID: u64 = 1;
+/// The JSON-RPC id of the handshake's `session/new` or `session/load`.
+const OPEN_ID: u64 = 2;
+
+/// A session's agent process with its conversation open.
+pub(crate) struct AcpConn {
+    sup: Supervised,
+    /// The configured agent's name.
+    agent: String,
+    /// The directory it was opened in.
+    cwd: PathBuf,
+    /// The model it was started with (its `model_arg`): a prompt for another model needs
+    /// another process.
+    model: Option<String>,
+    /// The agent's session id.
+    session: String,
+    /// The next JSON-RPC id of ours.
+    next_id: u64,
+    /// The agent's `missing_file_as_empty`.
+    missing_empty: bool,
+    /// Removed when the process ends; left behind only by a daemon that died.
+    _note: Option<GroupNote>,
+}
+
+/// The agent processes kept between a session's prompts.
+#[derive(Default)]
+pub(crate) struct KeptAgents {
+    conns: Mutex<HashMap<SessionId, (u64, AcpConn)>>,
+    generation: AtomicU64,
+}
+
+impl KeptAgents {
+    /// Takes the session's kept process, if any.
+    fn take(&self, session: SessionId) -> Option<AcpConn> {
+        self.conns
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(&session))
+            .map(|(_, c)| c)
+    }
+
+    /// Keeps `conn` for the session's next prompt; it is ended after `keep` unless taken.
+    fn keep(self: &Arc<Self>, session: SessionId, conn: AcpConn, keep: Duration) {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut m) = self.conns.lock() else {
+            return;
+        };
+        m.insert(session, (generation, conn));
+        drop(m);
+        let kept = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(keep).await;
+            let Some(kept) = kept.upgrade() else {
+                return;
+            };
+            let conn = kept.conns.lock().ok().and_then(|mut m| {
+                match m.get(&session) {
+                    Some((g, _)) if *g == generation => m.remove(&session),
+                    _ => None,
+                }
+                .map(|(_, c)| c)
+            });
+            if let Some(conn) = conn {
+                tracing::debug!(agent = %conn.agent, "ending an ACP agent kept past keep_alive_secs");
+                conn.sup.finish().await;
+            }
+        });
+    }
+}
+
+/// Why an ACP session cannot start (a 422).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AcpStartError {
+    /// No agent named.
+    #[error(
+        "acpAgent: cliBackend 'acp' needs the name of a configured agent ({})",
+        configured(.0)
+    )]
+    NoAgent(Vec<String>),
+    /// An agent that is not configured.
+    #[error("acpAgent: no agent '{name}' is configured ({})", configured(.known))]
+    UnknownAgent {
+        /// The name given.
+        name: String,
+        /// The configured ones.
+        known: Vec<String>,
+    },
+    /// The agent's program cannot be found.
+    #[error("acpAgent: agent '{name}' is not available: {why}")]
+    Unavailable {
+        /// The agent.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// cliArgs on an ACP session.
+    #[error(
+        "cliArgs: an ACP agent's arguments are its configuration's (engines.cli.acp.agents.NAME.args)"
+    )]
+    CliArgs,
+    /// A provider for an agent that sets its provider up itself.
+    #[error(
+        "providerId: agent '{0}' has no provider_setup in engines.cli.acp.agents: it picks its \
+         provider itself"
+    )]
+    NoProviderSetup(String),
+    /// The provider cannot serve the agent's provider set-up.
+    #[error(transparent)]
+    Provider(super::ProviderRefused),
+}
+
+fn configured(names: &[String]) -> String {
+    if names.is_empty() {
+        "none is configured under [engines.cli.acp.agents]".to_string()
+    } else {
+        format!("configured: {}", names.join(", "))
+    }
+}
+
+/// A configured agent's program: found once at start.
+pub(crate) type AgentPrograms = std::collections::BTreeMap<String, Result<PathBuf, String>>;
+
+/// Finds each configured agent's program (a path, or a name in the project's CLI folder or PATH).
+pub(crate) fn find_agents(
+    agents: &std::collections::BTreeMap<String, AcpAgentConfig>,
+) -> AgentPrograms {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let path = std::env::var("PATH").ok();
+    agents
+        .iter()
+        .map(|(name, a)| {
+            let found = super::availability::resolve(
+                CliBackend::Acp,
+                Some(&a.command),
+                &cwd,
+                path.as_deref(),
+            )
+            .map_err(|e| e.to_string());
+            match &found {
+                Ok(p) => {
+                    tracing::info!(agent = %name, program = %p.display(), "ACP agent available");
+                }
+                Err(why) => tracing::info!(agent = %name, %why, "ACP agent not available"),
+            }
+            (name.clone(), found)
+        })
+        .collect()
+}
+
+impl CliEngine {
+    /// The agent a request names, checked: configured and its program found.
+    pub(crate) fn acp_agent(
+        &self,
+        name: Option<&str>,
+    ) -> Result<(&AcpAgentConfig, &Path), AcpStartError> {
+        let known = || self.config.acp.agents.keys().cloned().collect::<Vec<_>>();
+        let name = name.ok_or_else(|| AcpStartError::NoAgent(known()))?;
+        let agent =
+            self.config
+                .acp
+                .agents
+                .get(name)
+                .ok_or_else(|| AcpStartError::UnknownAgent {
+                    name: name.to_string(),
+                    known: known(),
+                })?;
+        match self.acp_programs.get(name) {
+            Some(Ok(p)) => Ok((agent, p.as_path())),
+            Some(Err(why)) => Err(AcpStartError::Unavailable {
+                name: name.to_string(),
+                why: why.clone(),
+            }),
+            None => Err(AcpStartError::Unavailable {
+                name: name.to_string(),
+                why: "it was not looked for".to_string(),
+            }),
+        }
+    }
+
+    /// The acp backend as GET /v1/engines lists it: available when one of its agents is, with
+    /// the agents that are, and why the others are not.
+    pub(crate) fn acp_backend_info(&self) -> elfgate_core::BackendInfo {
+        let usable: Vec<String> = self
+            .acp_programs
+            .iter()
+            .filter(|(_, p)| p.is_ok())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let unusable: Vec<String> = self
+            .acp_programs
+            .iter()
+            .filter_map(|(n, p)| p.as_ref().err().map(|why| format!("{n}: {why}")))
+            .collect();
+        let reason = if self.acp_programs.is_empty() {
+            Some("no agent is configured under [engines.cli.acp.agents]".to_string())
+        } else if unusable.is_empty() {
+            None
+        } else {
+            Some(unusable.join("; "))
+        };
+        elfgate_core::BackendInfo {
+            name: CliBackend::Acp.as_str().to_string(),
+            available: !usable.is_empty(),
+            binary: None,
+            version: None,
+            reason,
+            max_concurrent: self.limits.max(CliBackend::Acp),
+            agents: Some(usable),
+        }
+    }
+
+    /// Refuses what an ACP session cannot have.
+    pub(crate) fn acp_start_problem(
+        &self,
+        req: &elfgate_core::StartRequest<'_>,
+    ) -> Result<(), AcpStartError> {
+        let (agent, _) = self.acp_agent(req.acp_agent)?;
+        if req.cli_args.is_some_and(|a| !a.is_empty()) {
+            return Err(AcpStartError::CliArgs);
+        }
+        match agent.provider_setup {
+            None if req.provider_id.is_some() => Err(AcpStartError::NoProviderSetup(
+                req.acp_agent.unwrap_or_default().to_string(),
+            )),
+            None => Ok(()),
+            Some(b) => self
+                .config
+                .route_for(b, req.provider_id.or(agent.provider.as_deref()))
+                .map(|_| ())
+                .map_err(AcpStartError::Provider),
+        }
+    }
+
+    /// Runs one prompt on an ACP agent.
+    pub(crate) async fn run_acp(&self, ctx: EngineSessionContext) -> RunOutcome {
+        let name = ctx.engine_config.acp_agent.clone();
+        let (agent, program) = match self.acp_agent(name.as_deref()) {
+            Ok((a, p)) => (a.clone(), p.to_path_buf()),
+            Err(why) => return fail(&ctx, ErrorCode::CliUnavailable, why.to_string()).await,
+        };
+        let name = name.unwrap_or_default();
+        // The backend whose home, files and provider set-up the agent shares (gemini-cli for
+        // `gemini --acp`), else the acp backend's own home and no provider.
+        let setup = agent.provider_setup.unwrap_or(CliBackend::Acp);
+        let route = match agent.provider_setup {
+            Some(b) => match self
+                .config
+                .route_for(b, ctx.provider_id.as_deref().or(agent.provider.as_deref()))
+            {
+                Ok(r) => r,
+                Err(why) => return fail(&ctx, ErrorCode::UnknownProvider, why.to_string()).await,
+            },
+            None => None,
+        };
+        let info = json!({
+            "cliBackend": CliBackend::Acp.as_str(),
+            "acpAgent": name,
+            "binary": program.display().to_string(),
+        });
+        // The door, the files and the queue are the set-up backend's (gemini-cli's for
+        // `gemini --acp`); ACP prompts at once are limited apart.
+        let Begun {
+            provider,
+            model,
+            proxy,
+            user,
+            slot: _slot,
+            resume,
+        } = match self
+            .begin(&ctx, (setup, CliBackend::Acp), route, info)
+            .await
+        {
+            Ok(begun) => begun,
+            Err(outcome) => return *outcome,
+        };
+        let cwd = match project_dir(&ctx) {
+            Ok(d) => d,
+            Err(why) => return fail(&ctx, ErrorCode::CliProjectPath, why.to_string()).await,
+        };
+        let model_arg = match &proxy {
+            Some(p) => Some(p.route.clone()),
+            None => model.clone(),
+        };
+        let model_arg = agent.model_arg.as_ref().and(model_arg);
+        // A kept process for another agent, directory or model is ended (dropped: its group
+        // is killed) and the conversation loaded into a new one.
+        let kept = self.acp_kept.take(ctx.session_id()).filter(|c| {
+            c.agent == name && c.cwd == cwd && c.model == model_arg && c.sup.listening()
+        });
+        let mut conn = match kept {
+            Some(mut c) => {
+                c.sup.rearm();
+                c
+            }
+            None => {
+                if let (Some(dir), Some(id)) = (self.markers(&ctx, setup), resume.as_deref())
+                    && !cli_session_marker(&dir, id).exists()
+                {
+                    let why = format!(
+                        "cannot load ACP agent '{name}''s session {id} on node {}: the agent \
+                         keeps its sessions in the home of the node that started it, which this \
+                         node ({}) cannot see",
+                        ctx.node.as_deref().unwrap_or_default(),
+                        self.home(setup).display()
+                    );
+                    return fail(&ctx, ErrorCode::CliSetup, why).await;
+                }
+                let mut args = agent.args.clone();
+                if let (Some(flag), Some(m)) = (&agent.model_arg, &model_arg) {
+                    args.extend([flag.clone(), m.clone()]);
+                }
+                let mut spec = ProcessSpec::new(program.display().to_string(), &cwd);
+                spec.args = args;
+                let (cli_provider, key) = match &proxy {
+                    Some(p) => (Some(p.provider.clone()), Some(p.token.value().to_string())),
+                    None => {
+                        let p = provider.as_ref().map(|(_, p)| p.clone());
+                        let key = p.as_ref().and_then(provider_key);
+                        (p, key)
+                    }
+                };
+                spec.env = self.child_env(
+                    setup,
+                    cli_provider.as_ref(),
+                    key.as_deref(),
+                    ctx.permission_mode.unwrap_or_default(),
+                    [
+                        Some(&agent.env),
+                        ctx.engine_config.shell_env.as_ref(),
+                        ctx.engine_config.provider_env.as_ref(),
+                    ],
+                );
+                match self
+                    .open_acp(
+                        &ctx,
+                        spec,
+                        (&name, &agent),
+                        &cwd,
+                        model_arg.clone(),
+                        resume.as_deref(),
+                    )
+                    .await
+                {
+                    Ok(c) => c,
+                    Err(outcome) => return *outcome,
+                }
+            }
+        };
+        let mut run = Relay::new(
+            &ctx,
+            Transcript::new(user.id, model.clone()),
+            resume.clone(),
+            self.markers(&ctx, setup),
+        );
+        run.apply(AdapterEvent::SessionId(conn.session.clone()))
+            .await;
+        let answered = self.prompt_acp(&ctx, &mut conn, &mut run).await;
+        // A process that answered and still listens is kept for the session's next prompt,
+        // unless its provider is the daemon's door (its run token ends with this run).
+        let keep = Duration::from_secs(self.config.acp.keep_alive_secs);
+        if answered && conn.sup.listening() {
+            let ended = conn.sup.ended_alive();
+            if keep.is_zero() || proxy.is_some() {
+                // Ended by the daemon after a full answer: how it dies is not the run's outcome.
+                conn.sup
+                    .close_and_wait(Duration::from_millis(self.config.kill_grace_ms))
+                    .await;
+                conn.sup.finish().await;
+                run.end(CliBackend::Acp, ended, &self.config).await
+            } else {
+                let outcome = run.end(CliBackend::Acp, ended, &self.config).await;
+                self.acp_kept.keep(ctx.session_id(), conn, keep);
+                outcome
+            }
+        } else {
+            let ended = conn.sup.finish().await;
+            run.end(CliBackend::Acp, ended, &self.config).await
+        }
+    }
+
+    /// Starts the agent and opens its session: `initialize`, then `session/new`, or
+    /// `session/load` of `resume`. The failure is the run's outcome (its error emitted).
+    async fn open_acp(
+        &self,
+        ctx: &EngineSessionContext,
+        spec: ProcessSpec,
+        (name, agent): (&str, &AcpAgentConfig),
+        cwd: &Path,
+        model: Option<String>,
+        resume: Option<&str>,
+    ) -> Result<AcpConn, Box<RunOutcome>> {
+        let replay_settle = Duration::from_millis(agent.load_replay_settle_ms);
+        let launch = Launch {
+            spec,
+            stdin: Some(acp::initialize(INITIALIZE_ID)),
+            polite: Polite::Sigint,
+            timeouts: self.config.timeouts(),
+            label: CliBackend::Acp.as_str(),
+        };
+        let mut sup = match Supervised::start(launch).await {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(Box::new(
+                    fail(ctx, ErrorCode::CliSpawn, e.to_string()).await,
+                ));
+            }
+        };
+        let note = GroupNote::new(&self.config.state_dir.join(RUNNING), sup.pgid());
+        let cwd_text = cwd.display().to_string();
+        let mut session = None;
+        let failure = loop {
+            let Some(line) = sup.next(&ctx.cancel).await else {
+                break None;
+            };
+            tracing::trace!(%line, "from the ACP agent (handshake)");
+            match acp::classify(&line) {
+                Incoming::Answer {
+                    id: INITIALIZE_ID,
+                    result,
+                } => {
+                    let result = match result {
+                        Ok(r) => r,
+                        Err(why) => break Some(format!("initialize failed: {why}")),
+                    };
+                    let open = match resume {
+                        Some(id) => {
+                            let loads = result
+                                .get("agentCapabilities")
+                                .and_then(|c| c.get("loadSession"))
+                                .and_then(Value::as_bool)
+                                .unwrap_or(false);
+                            if !loads {
+                                break Some(format!(
+                                    "agent '{name}' cannot load its earlier session {id} (it does \
+                                     not offer loadSession) and its process is no longer kept; \
+                                     start a new session"
+                                ));
+                            }
+                            acp::load_session(OPEN_ID, id, &cwd_text)
+                        }
+                        None => acp::new_session(OPEN_ID, &cwd_text),
+                    };
+                    sup.send(&open).await;
+                }
+                Incoming::Answer {
+                    id: OPEN_ID,
+                    result,
+                } => match (result, resume) {
+                    (Ok(_), Some(id)) => {
+                        session = Some(id.to_string());
+                        drain_replay(&mut sup, ctx, replay_settle).await;
+                        break None;
+                    }
+                    (Ok(r), None) => match str_of(r, "sessionId") {
+                        Some(id) => {
+                            session = Some(id.to_string());
+                            break None;
+                        }
+                        None => break Some("session/new answered no sessionId".to_string()),
+                    },
+                    (Err(why), Some(id)) => {
+                        break Some(format!(
+                            "agent '{name}' could not load its earlier session {id}: {why}; \
+                             nothing was sent to it (start a new session to go on)"
+                        ));
+                    }
+                    (Err(why), None) => break Some(format!("session/new failed: {why}")),
+                },
+                // A loaded session's history, replayed as updates: already stored.
+                Incoming::Update(_) | Incoming::Other | Incoming::Answer { .. } => {}
+                Incoming::Call { id, method, .. } => {
+                    sup.send(&acp::error_response(
+                        id,
+                        acp::METHOD_NOT_FOUND,
+                        &format!("{method} is not served before a session is open"),
+                    ))
+                    .await;
+                }
+            }
+        };
+        match (session, failure) {
+            (Some(session), None) => {
+                sup.set_polite(Polite::Stdin(acp::cancel(&session)));
+                Ok(AcpConn {
+                    sup,
+                    agent: name.to_string(),
+                    cwd: cwd.to_path_buf(),
+                    model,
+                    session,
+                    next_id: OPEN_ID + 1,
+                    missing_empty: agent.missing_file_as_empty,
+                    _note: note,
+                })
+            }
+            (_, Some(why)) => {
+                let ended = sup.finish().await;
+                let why = if ended.stderr_tail.is_empty() {
+                    why
+                } else {
+                    format!("{why}; stderr:\n{}", ended.stderr_tail.join("\n"))
+                };
+                Err(Box::new(fail(ctx, ErrorCode::CliSetup, why).await))
+            }
+            (None, None) => {
+                let ended = sup.finish().await;
+                if ended.interrupted {
+                    return Err(Box::new(RunOutcome::new(FinishReason::Interrupted)));
+                }
+                let why = format!(
+                    "agent '{name}' ended before its session was open{}",
+                    if ended.stderr_tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; stderr:\n{}", ended.stderr_tail.join("\n"))
+                    }
+                );
+                Err(Box::new(fail(ctx, ErrorCode::CliFailed, why).await))
+            }
+        }
+    }
+
+    /// Sends the prompt and relays the agent's turn until it answers it; true when it did.
+    async fn prompt_acp(
+        &self,
+        ctx: &EngineSessionContext,
+        conn: &mut AcpConn,
+        run: &mut Relay<'_>,
+    ) -> bool {
+        let prompt_id = conn.next_id;
+        conn.next_id += 1;
+        let prompt = acp::prompt(prompt_id, &conn.session, &ctx.prompt);
+        tracing::trace!(line = %String::from_utf8_lossy(&prompt), "to the ACP agent");
+        conn.sup.send(&prompt).await;
+        let mut adapter = AcpAdapter::default();
+        while let Some(line) = conn.sup.next(&ctx.cancel).await {
+            tracing::trace!(%line, "from the ACP agent");
+            match acp::classify(&line) {
+                Incoming::Update(u) => {
+                    for ev in adapter.on_update(u) {
+                        run.apply(ev).await;
+                    }
+                }
+                Incoming::Answer { id, result } if id == prompt_id => {
+                    match result {
+                        Ok(r) => {
+                            if let Some(u) = acp::usage_of(r) {
+                                run.apply(AdapterEvent::Usage(u)).await;
+                            }
+                            match str_of(r, "stopReason").unwrap_or("end_turn") {
+                                "refusal" => {
+                                    run.apply(AdapterEvent::Failed(
+                                        "the agent refused to go on (stopReason refusal)".into(),
+                                    ))
+                                    .await;
+                                }
+                                reason @ ("max_tokens" | "max_turn_requests") => {
+                                    run.apply(AdapterEvent::Notice(format!(
+                                        "the agent stopped its turn: {reason}"
+                                    )))
+                                    .await;
+                                }
+                                _ => {}
+                            }
+                        }
+                        Err(why) => run.apply(AdapterEvent::Failed(why)).await,
+                    }
+                    run.apply(AdapterEvent::Finished).await;
+                    return !run.storage_failed();
+                }
+                Incoming::Answer { .. } | Incoming::Other => {}
+                Incoming::Call { id, method, params } => {
+                    let answer = match method {
+                        "session/request_permission" => {
+                            let mut answer = None;
+                            for ev in adapter.on_permission(id, params) {
+                                match ev {
+                                    AdapterEvent::PermissionAsk {
+                                        request_id,
+                                        tool_name,
+                                        input,
+                                    } => {
+                                        let denied =
+                                            self.acp_permission(ctx, &tool_name, &input).await;
+                                        answer = adapter
+                                            .permission_answer(&request_id, denied.is_some());
+                                    }
+                                    ev => run.apply(ev).await,
+                                }
+                            }
+                            conn.sup.touch();
+                            answer
+                        }
+                        "fs/read_text_file" => Some(
+                            read_text_file(
+                                &self.firewall,
+                                &conn.cwd,
+                                id,
+                                params,
+                                conn.missing_empty,
+                            )
+                            .await,
+                        ),
+                        "fs/write_text_file" => {
+                            Some(write_text_file(&self.firewall, &conn.cwd, id, params).await)
+                        }
+                        other => Some(acp::error_response(
+                            id,
+                            acp::METHOD_NOT_FOUND,
+                            &format!("the client does not offer {other}"),
+                        )),
+                    };
+                    if let Some(answer) = answer {
+                        conn.sup.send(&answer).await;
+                    }
+                }
+            }
+            if run.storage_failed() {
+                break;
+            }
+        }
+        false
+    }
+
+    /// Whether the agent may run a tool: the session's mode where it decides (bypassPermissions
+    /// allows all; acceptEdits allows edits; plan denies all but reads), else the client's
+    /// answer. Returns why not, or None.
+    async fn acp_permission(
+        &self,
+        ctx: &EngineSessionContext,
+        tool_name: &str,
+        input: &Value,
+    ) -> Option<String> {
+        match (ctx.permission_mode.unwrap_or_default(), tool_name) {
+            (PermissionMode::BypassPermissions, _) => None,
+            (PermissionMode::AcceptEdits, "edit") => None,
+            (PermissionMode::Plan, "read" | "search" | "fetch" | "think") => None,
+            (PermissionMode::Plan, _) => {
+                Some("the session is in plan mode: only reading is allowed".to_string())
+            }
+            _ => self.ask(ctx, tool_name, input).await,
+        }
+    }
+}
+
+/// Drops what an agent replays of a loaded session after answering `session/load` (the protocol
+/// has the replay come before the answer; gemini-cli 0.61 sends most of it after): lines until
+/// the agent has been silent for `settle`. The history is already stored.
+async fn drain_replay(sup: &mut Supervised, ctx: &EngineSessionContext, settle: Duration) {
+    if settle.is_zero() {
+        return;
+    }
+    while let Ok(Some(line)) = tokio::time::timeout(settle, sup.next(&ctx.cancel)).await {
+        tracing::trace!(%line, "from the ACP agent (replay)");
+        if let Incoming::Call { id, method, .. } = acp::classify(&line) {
+            sup.send(&acp::error_response(
+                id,
+                acp::METHOD_NOT_FOUND,
+                &format!("{method} is not served while a session loads"),
+            ))
+            .await;
+        }
+    }
+}
+
+/// Serves `fs/read_text_file` inside `cwd` through the firewall: the text, from `line`
+/// (1-based) for `limit` lines when given.
+async fn read_text_file(
+    firewall: &ExecutionFirewall,
+    cwd: &Path,
+    id: &Value,
+    params: &Value,
+    missing_empty: bool,
+) -> Vec<u8> {
+    let Some(path) = str_of(params, "path") else {
+        return acp::error_response(id, acp::INVALID_PARAMS, "path: a string is required");
+    };
+    // A file that is not there, where the firewall would allow it: the protocol's not-found,
+    // or empty content for an agent configured to take it so.
+    if let Ok(resolved) = firewall.resolve_path(cwd, path)
+        && tokio::fs::symlink_metadata(&resolved)
+            .await
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return if missing_empty {
+            acp::response(id, json!({"content": ""}))
+        } else {
+            acp::error_response(
+                id,
+                acp::RESOURCE_NOT_FOUND,
+                &format!("Resource not found: {path}"),
+            )
+        };
+    }
+    match read_capped(firewall, cwd, path, MAX_READ_BYTES).await {
+        Ok(capped) => {
+            let line = params.get("line").and_then(Value::as_u64).unwrap_or(1);
+            let limit = params.get("limit").and_then(Value::as_u64);
+            let text = if line <= 1 && limit.is_none() {
+                capped.text
+            } else {
+                let skip = usize::try_from(line.saturating_sub(1)).unwrap_or(usize::MAX);
+                let take = limit
+                    .and_then(|l| usize::try_from(l).ok())
+                    .unwrap_or(usize::MAX);
+                capped
+                    .text
+                    .split_inclusive('\n')
+                    .skip(skip)
+                    .take(take)
+                    .collect()
+            };
+            acp::response(id, json!({"content": text}))
+        }
+        Err(e) => acp::error_response(id, acp::INTERNAL_ERROR, &e.to_string()),
+    }
+}
+
+/// Serves `fs/write_text_file` inside `cwd` through the firewall.
+async fn write_text_file(
+    firewall: &ExecutionFirewall,
+    cwd: &Path,
+    id: &Value,
+    params: &Value,
+) -> Vec<u8> {
+    let (Some(path), Some(content)) = (str_of(params, "path"), str_of(params, "content")) else {
+        return acp::error_response(
+            id,
+            acp::INVALID_PARAMS,
+            "path and content: strings are required",
+        );
+    };
+    match write_confined(firewall, cwd, path, content).await {
+        Ok(()) => acp::response(id, Value::Null),
+        Err(e) => acp::error_response(id, acp::INTERNAL_ERROR, &e.to_string()),
+    }
+}

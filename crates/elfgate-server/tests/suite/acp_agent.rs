@@ -1,0 +1,403 @@
+//! The cli engine's `acp` backend with a real ACP agent: gemini-cli 0.61.0 started with `--acp`,
+//! its provider the mock (Gemini's wire format). The daemon is the protocol's client: a
+//! permission the agent asks is answered through the API, its file writes are served through the
+//! tools' firewall (a deny zone holds), an interrupt is the protocol's cancel, and a session's
+//! second prompt reaches the same agent and conversation.
+
+use crate::common;
+use crate::scripted;
+use crate::suite::cli_real::{GEMINI, MARKER, complete, errors, installed, roles, stored_text};
+
+use common::{Daemon, Ev, Opts, poll_until, text_of, types};
+use elfgate_mockllm::{Format, MockServer, Outcome, RecordedRequest};
+use scripted::procs::live_with_env;
+use serde_json::{Value, json};
+
+/// A daemon with gemini-cli configured as the ACP agent `gemini`.
+struct Acp {
+    mock: MockServer,
+    d: Daemon,
+    opts: Opts,
+    project: tempfile::TempDir,
+    marker: String,
+}
+
+async fn start(extra: &str) -> Option<Acp> {
+    let bin = installed(GEMINI)?;
+    let mock = MockServer::start().await.unwrap();
+    let base = mock.base_url();
+    let project = tempfile::tempdir().unwrap();
+    let marker = format!(
+        "acp-{}-{}",
+        std::process::id(),
+        project.path().file_name().unwrap().to_string_lossy()
+    );
+    let toml = format!(
+        r#"
+[providers.real-gemini]
+kind = "gemini"
+base_url = "{base}"
+api_key_env = "ACP_GEMINI_KEY"
+
+[engines.cli.acp.agents.gemini]
+command = "{bin}"
+args = ["--acp"]
+model_arg = "-m"
+provider_setup = "gemini-cli"
+provider = "real-gemini"
+missing_file_as_empty = true
+load_replay_settle_ms = 300
+env = {{ {MARKER} = "{marker}", GEMINI_CLI_TRUST_WORKSPACE = "true" }}
+{extra}
+"#,
+        bin = bin.display(),
+    );
+    let opts = Opts {
+        extra_toml: toml,
+        env: vec![("ACP_GEMINI_KEY".to_string(), "sk-gemini".to_string())],
+        ..Opts::default()
+    };
+    let d = Daemon::start(&mock, opts.clone());
+    Some(Acp {
+        mock,
+        d,
+        opts,
+        project,
+        marker,
+    })
+}
+
+impl Acp {
+    fn session(&self, prompt: &str, model: &str) -> Value {
+        json!({"engine": "cli", "cliBackend": "acp", "acpAgent": "gemini", "prompt": prompt,
+               "model": model, "projectPath": self.project.path().display().to_string()})
+    }
+
+    /// The model calls the agent made.
+    fn calls(&self) -> Vec<RecordedRequest> {
+        self.mock
+            .requests()
+            .into_iter()
+            .filter(|r| r.format == Format::Gemini && r.model.starts_with("mock:"))
+            .collect()
+    }
+
+    /// Live processes of this daemon's agents.
+    fn processes(&self) -> Vec<i32> {
+        let mut p = live_with_env(MARKER, &self.marker);
+        p.sort_unstable();
+        p
+    }
+
+    async fn cli_session_id(&self, sid: &str) -> String {
+        let (status, s) = self.d.get(&format!("/v1/sessions/{sid}")).await;
+        assert_eq!(status, 200, "{s}");
+        s["cliSessionId"].as_str().unwrap().to_string()
+    }
+
+    async fn messages(&self, sid: &str) -> Vec<Value> {
+        let (status, m) = self.d.get(&format!("/v1/sessions/{sid}/messages")).await;
+        assert_eq!(status, 200, "{m}");
+        m["messages"].as_array().unwrap().clone()
+    }
+}
+
+fn tool_ends(evs: &[Ev]) -> Vec<&Value> {
+    evs.iter()
+        .filter(|e| e.event == "toolCallEnd")
+        .map(|e| &e.data)
+        .collect()
+}
+
+/// The agent asks before it writes a file; the client allows it through the API; the agent
+/// writes through the daemon (fs/write_text_file); a second prompt goes on in the same agent
+/// process and conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_asks_writes_and_goes_on_in_the_same_conversation() {
+    let Some(r) = start("").await else { return };
+    let (status, engines) = r.d.get("/v1/engines").await;
+    assert_eq!(status, 200, "{engines}");
+    let acp = engines["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "cli")
+        .flat_map(|e| e["backends"].as_array().unwrap())
+        .find(|x| x["name"] == "acp")
+        .unwrap();
+    assert_eq!(acp["available"], true, "{acp}");
+    assert_eq!(acp["agents"], json!(["gemini"]), "{acp}");
+
+    let target = r.project.path().join("hello.txt");
+    scripted::script(
+        &r.mock,
+        "acp-write",
+        json!([
+            {"text": "Writing it.", "toolCalls": [scripted::call("c1", "write_file",
+                json!({"file_path": target.display().to_string(), "content": "hello from acp"}))]},
+            {"text": "Written."},
+            {"text": "You asked for hello.txt."}
+        ]),
+    );
+    let (sid, run) =
+        r.d.create(r.session("Write hello.txt.", "mock:script=acp-write"))
+            .await;
+    let mut sse = r.d.events(&sid, None).await;
+    let mut evs = sse.until_n("permissionRequest", 1).await;
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(
+        init.data["systemInfo"]["cliBackend"], "acp",
+        "{}",
+        init.data
+    );
+    assert_eq!(
+        init.data["systemInfo"]["acpAgent"], "gemini",
+        "{}",
+        init.data
+    );
+    let ask = evs.last().unwrap().data.clone();
+    assert_eq!(ask["toolName"], "edit", "{ask}");
+    assert!(ask["input"].to_string().contains("hello.txt"), "{ask}");
+    assert!(!target.exists(), "nothing written before the answer");
+    let id = ask["requestId"].as_str().unwrap();
+    let (code, body) =
+        r.d.post(
+            &format!("/v1/sessions/{sid}/permissions/{id}"),
+            json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert!(errors(&evs).is_empty(), "{:?}", errors(&evs));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello from acp");
+    let ends = tool_ends(&evs);
+    assert_eq!(ends.len(), 1, "{:?}", types(&evs));
+    assert_eq!(ends[0]["status"], "success", "{}", ends[0]);
+    assert!(text_of(&evs).contains("Written."), "{:?}", text_of(&evs));
+    let calls = r.calls();
+    assert_eq!(calls.len(), 2, "a call, then its result");
+    assert!(calls[0].body.to_string().contains("Write hello.txt."));
+    // The agent got the provider's key from the daemon (gemini-cli's own set-up).
+    let key = calls[0].authorization.as_deref().unwrap_or_default();
+    assert!(key.ends_with("sk-gemini"), "{key:?}");
+    let first = r.cli_session_id(&sid).await;
+    let agent = r.processes();
+    assert!(!agent.is_empty(), "the agent is kept for the next prompt");
+
+    // The second prompt: the same agent process, the same ACP session, the earlier turn in the
+    // model's context.
+    let run2 =
+        r.d.send(&sid, json!({"prompt": "Which file did you write?"}))
+            .await;
+    let mut evs2 = sse.until_complete(&run2).await;
+    evs2.retain(|e| e.run() == run2);
+    assert_eq!(complete(&evs2), ["stop"], "{:?}", errors(&evs2));
+    assert_eq!(text_of(&evs2), "You asked for hello.txt.");
+    assert_eq!(r.cli_session_id(&sid).await, first, "the same ACP session");
+    assert_eq!(r.processes(), agent, "the same agent process");
+    let calls = r.calls();
+    assert_eq!(calls.len(), 3);
+    let history = calls[2].body.to_string();
+    for earlier in [
+        "Write hello.txt.",
+        "hello from acp",
+        "Which file did you write?",
+    ] {
+        assert!(
+            history.contains(earlier),
+            "the resumed call lacks {earlier:?}"
+        );
+    }
+    let msgs = r.messages(&sid).await;
+    let prompts: Vec<String> = msgs
+        .iter()
+        .zip(roles(&msgs))
+        .filter(|(_, role)| *role == "user")
+        .map(|(m, _)| stored_text(m))
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert_eq!(prompts, ["Write hello.txt.", "Which file did you write?"]);
+    assert_eq!(roles(&msgs).last(), Some(&"assistant"));
+    assert_eq!(
+        stored_text(msgs.last().unwrap()),
+        "You asked for hello.txt."
+    );
+}
+
+/// A write into a deny zone of the project is refused by the daemon's firewall even though the
+/// session allows every tool: the agent's fs/write_text_file gets the firewall's error, nothing
+/// is written, and the model is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_cannot_write_into_a_deny_zone() {
+    let zone = tempfile::tempdir().unwrap();
+    let secret = zone.path().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let Some(r) = start(&format!(
+        "[engines.tinyelf]\ndeny_paths = [\"{}\"]\n",
+        secret.display()
+    ))
+    .await
+    else {
+        return;
+    };
+    let target = secret.join("key.txt");
+    scripted::script(
+        &r.mock,
+        "acp-deny",
+        json!([
+            {"text": "Writing it.", "toolCalls": [scripted::call("c1", "write_file",
+                json!({"file_path": target.display().to_string(), "content": "leak"}))]},
+            {"text": "Could not."}
+        ]),
+    );
+    let mut body = r.session("Write the key.", "mock:script=acp-deny");
+    // The project holds the deny zone.
+    body["projectPath"] = json!(zone.path().display().to_string());
+    body["permissionMode"] = json!("bypassPermissions");
+    let (sid, run) = r.d.create(body).await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert!(
+        evs.iter().all(|e| e.event != "permissionRequest"),
+        "bypassPermissions answers the agent's question: {:?}",
+        types(&evs)
+    );
+    assert!(!target.exists(), "the firewall refused the write");
+    let ends = tool_ends(&evs);
+    assert_eq!(ends.len(), 1, "{:?}", types(&evs));
+    assert_eq!(ends[0]["status"], "error", "{}", ends[0]);
+    let calls = r.calls();
+    assert_eq!(calls.len(), 2);
+    let result = calls[1].body.to_string();
+    assert!(result.contains("protected location"), "{result}");
+}
+
+/// An interrupt in the middle of the agent's stream is the protocol's cancel: the run ends as
+/// interrupted with its partial answer kept, the provider's stream is cut, and the session's
+/// agent answers the next prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_is_interrupted_by_cancel_and_answers_the_next_prompt() {
+    let Some(r) = start("").await else { return };
+    let (sid, run) =
+        r.d.create(r.session("Count slowly.", "mock:tokens=100,delay_ms=30"))
+            .await;
+    let mut sse = r.d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 ").await;
+    let (status, body) =
+        r.d.post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+            .await;
+    assert_eq!(status, 200, "{body}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["interrupted"], "{:?}", types(&evs));
+    assert!(errors(&evs).is_empty(), "{:?}", errors(&evs));
+    poll_until("the model call cut", || {
+        let calls = r.calls();
+        calls
+            .iter()
+            .all(|c| c.outcome != Outcome::InProgress)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(r.calls()[0].outcome, Outcome::ClientDisconnected);
+    let msgs = r.messages(&sid).await;
+    assert!(stored_text(&msgs[1]).starts_with("tok0 "), "{}", msgs[1]);
+
+    let agent = r.processes();
+    assert!(!agent.is_empty(), "the agent outlives the cancelled prompt");
+    let run2 = r.d.send(&sid, json!({"prompt": "Count again."})).await;
+    let mut evs2 = sse.until_complete(&run2).await;
+    evs2.retain(|e| e.run() == run2);
+    assert_eq!(complete(&evs2), ["stop"], "{:?}", errors(&evs2));
+    assert!(
+        text_of(&evs2).starts_with("tok0 tok1 "),
+        "{}",
+        text_of(&evs2)
+    );
+    assert_eq!(r.processes(), agent, "the same agent answered");
+}
+
+/// Requests the backend cannot serve are refused before anything starts, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_sessions_name_a_configured_agent() {
+    let Some(r) = start("").await else { return };
+    let base = json!({"engine": "cli", "cliBackend": "acp", "prompt": "hi",
+        "projectPath": r.project.path().display().to_string()});
+    for (patch, field) in [
+        (json!({}), "acpAgent"),
+        (json!({"acpAgent": "nobody"}), "acpAgent"),
+        (
+            json!({"acpAgent": "gemini", "cliArgs": ["--yolo"]}),
+            "cliArgs",
+        ),
+    ] {
+        let mut body = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (status, answer) = r.d.post("/v1/sessions", body.clone()).await;
+        assert_eq!(status, 422, "{body}: {answer}");
+        assert!(answer.to_string().contains(field), "{body}: {answer}");
+    }
+    let (status, sessions) = r.d.get("/v1/sessions").await;
+    assert_eq!(status, 200);
+    assert_eq!(sessions["sessions"], json!([]), "nothing stored");
+}
+
+/// A restart: the session's next prompt, on a new daemon, starts a new agent that loads the ACP
+/// session it had (`session/load`): the same `cliSessionId`, the earlier turn in the model's
+/// context. With `keep_alive_secs = 0` the agent ends after each prompt, with its run `stop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_resumes_its_session_after_a_restart() {
+    let Some(mut r) = start("[engines.cli.acp]\nkeep_alive_secs = 0\n").await else {
+        return;
+    };
+    let (sid, run) =
+        r.d.create(r.session("Remember the word heron.", "mock:tokens=3"))
+            .await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    let written_in = minute();
+    let first = r.cli_session_id(&sid).await;
+    poll_until("the agent ended after its prompt", || {
+        r.processes().is_empty().then_some(())
+    })
+    .await;
+    r.d.terminate();
+    // gemini-cli 0.61 names its session files by the minute and, loading a session in the
+    // minute it was written, overwrites the file it then reads (docs/cli.md, "ACP agents"): the
+    // restart waits for the next minute, as any real one comes later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(75);
+    while minute() == written_in {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock stands still"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    r.d = Daemon::start_in(r.d.dir.clone(), &r.mock, r.opts.clone());
+    let run2 = r.d.send(&sid, json!({"prompt": "Which word?"})).await;
+    let evs2 = r.d.events(&sid, None).await.until_complete(&run2).await;
+    let evs2: Vec<Ev> = evs2.into_iter().filter(|e| e.run() == run2).collect();
+    assert_eq!(complete(&evs2), ["stop"], "{:?}", errors(&evs2));
+    assert_eq!(text_of(&evs2), "tok0 tok1 tok2 ");
+    assert_eq!(r.cli_session_id(&sid).await, first, "the same ACP session");
+    let calls = r.calls();
+    assert_eq!(calls.len(), 2);
+    let history = calls[1].body.to_string();
+    for earlier in ["Remember the word heron.", "tok0 tok1 tok2", "Which word?"] {
+        assert!(
+            history.contains(earlier),
+            "the resumed call lacks {earlier:?}"
+        );
+    }
+}
+
+/// The wall clock's minute.
+fn minute() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60
+}
