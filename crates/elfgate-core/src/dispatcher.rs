@@ -124,6 +124,20 @@ impl EngineDispatcher {
         map.insert(engine.engine_type(), engine);
     }
 
+    /// Has every engine let go of what it keeps for a deleted session.
+    pub async fn forget_session(&self, session_id: SessionId) {
+        let engines: Vec<Arc<dyn Engine>> = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for engine in engines {
+            engine.forget_session(session_id).await;
+        }
+    }
+
     /// The engine of a type.
     pub fn get_engine(&self, engine: EngineType) -> Option<Arc<dyn Engine>> {
         let map = self

@@ -289,6 +289,10 @@ pub trait Engine: Send + Sync {
         false
     }
 
+    /// Lets go of what the engine keeps for a session between its runs (an ACP agent's process)
+    /// once the session is deleted. Default: nothing is kept.
+    async fn forget_session(&self, _session_id: SessionId) {}
+
     /// The engine's backends and their availability, for GET /v1/engines (None: it has none).
     fn backends(&self) -> Option<Vec<BackendInfo>> {
         None

@@ -1087,6 +1087,7 @@ async fn delete_stopped_session(state: &AppState, session_id: SessionId) -> Resu
     state.store.delete_session(session_id).await?;
     state.dispatcher.hub().remove(session_id);
     state.permissions.forget_session(session_id);
+    state.dispatcher.forget_session(session_id).await;
     Ok(())
 }
 

@@ -71,6 +71,14 @@ impl KeptAgents {
             .map(|(_, c)| c)
     }
 
+    /// Ends the session's kept process, if any (the session was deleted).
+    pub(crate) async fn end(&self, session: SessionId) {
+        if let Some(conn) = self.take(session) {
+            tracing::debug!(agent = %conn.agent, "ending the ACP agent of a deleted session");
+            conn.sup.finish().await;
+        }
+    }
+
     /// Keeps `conn` for the session's next prompt; it is ended after `keep` unless taken.
     fn keep(self: &Arc<Self>, session: SessionId, conn: AcpConn, keep: Duration) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);

@@ -33,7 +33,7 @@ use availability::Found;
 use elfgate_core::mcp_config::McpSessionConfig;
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
-    Message, PermissionMode, RunOutcome, StartRefused, StartRequest,
+    Message, PermissionMode, RunOutcome, SessionId, StartRefused, StartRequest,
 };
 use elfgate_core::{RunGrant, RunToken, RunTokens};
 use elfgate_store::Store;
@@ -753,6 +753,10 @@ impl Engine for CliEngine {
 
     async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
         self.run(ctx).await
+    }
+
+    async fn forget_session(&self, session_id: SessionId) {
+        self.acp_kept.end(session_id).await;
     }
 
     fn backends(&self) -> Option<Vec<BackendInfo>> {

@@ -218,6 +218,13 @@ async fn gemini_over_acp_asks_writes_and_goes_on_in_the_same_conversation() {
         .filter(|t| !t.is_empty())
         .collect();
     assert_eq!(prompts, ["Write hello.txt.", "Which file did you write?"]);
+
+    // Deleting the session ends the agent kept for it.
+    assert_eq!(r.d.delete(&format!("/v1/sessions/{sid}")).await, 204);
+    poll_until("the deleted session's agent ended", || {
+        r.processes().is_empty().then_some(())
+    })
+    .await;
     assert_eq!(roles(&msgs).last(), Some(&"assistant"));
     assert_eq!(
         stored_text(msgs.last().unwrap()),
