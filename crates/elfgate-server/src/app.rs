@@ -490,6 +490,7 @@ impl Daemon {
             .merge(routes::cluster::routes())
             .merge(routes::skills::routes())
             .merge(routes::tool_runs::routes())
+            .merge(routes::workflows::routes())
             .merge(routes::mcp::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())

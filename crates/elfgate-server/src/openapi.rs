@@ -4,7 +4,9 @@
 
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
-use crate::routes::{cluster, engines, gateway, health, mcp, sessions, skills, tool_runs};
+use crate::routes::{
+    cluster, engines, gateway, health, mcp, sessions, skills, tool_runs, workflows,
+};
 use crate::state::AppState;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -58,6 +60,11 @@ impl Modify for BearerScheme {
         cluster::cluster,
         skills::list,
         tool_runs::run_tool,
+        workflows::create,
+        workflows::list,
+        workflows::one,
+        workflows::replace,
+        workflows::remove,
         mcp::servers,
         mcp::reload,
         gateway::chat_completions,
@@ -122,12 +129,26 @@ impl Modify for BearerScheme {
         mcp::ReloadAnswer,
         cluster::ClusterView,
         cluster::NodeView,
+        workflows::WorkflowView,
+        workflows::WorkflowList,
+        elfgate_workflow::WorkflowDefinition,
+        elfgate_workflow::InputSpec,
+        elfgate_workflow::InputType,
+        elfgate_workflow::Schedule,
+        elfgate_workflow::Missed,
+        elfgate_workflow::Unattended,
+        elfgate_workflow::Step,
+        elfgate_workflow::Otherwise,
+        elfgate_workflow::Retries,
+        elfgate_workflow::ModelStep,
+        elfgate_workflow::AgentStep,
     )),
     modifiers(&BearerScheme),
     tags(
         (name = "sessions", description = "Sessions, runs, messages and the event stream"),
         (name = "engines", description = "Engines and tools"),
         (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
+        (name = "workflows", description = "Workflows: steps run without a model deciding them"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
 )]

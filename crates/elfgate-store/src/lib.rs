@@ -57,6 +57,30 @@ pub struct RecoveredRun {
     pub finish_reason: elfgate_core::FinishReason,
 }
 
+/// One stored version of a workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredWorkflow {
+    /// Its name.
+    pub name: String,
+    /// Its version: 1, then one more for each change.
+    pub version: u32,
+    /// The definition, as JSON.
+    pub definition: serde_json::Value,
+    /// When this version was stored.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When the workflow was deleted (its versions are kept for the runs that name them).
+    pub deleted_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// What storing a workflow version requires of what is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowWrite {
+    /// No live workflow of that name: version 1, or one past a deleted one's versions.
+    Create,
+    /// A live workflow of that name: one past its latest version.
+    Replace,
+}
+
 /// A page of sessions, newest first.
 #[derive(Debug, Clone)]
 pub struct SessionPage {
@@ -160,4 +184,24 @@ pub trait Store: RunLedger + Send + Sync {
 
     /// Ends runs a crash left running or queued (`interrupted`, finish reason `daemon_restart`).
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>>;
+
+    /// Stores a new version of workflow `name` as `write` requires; None when what is stored
+    /// does not allow it (a live workflow of that name for `Create`, none for `Replace`). Two
+    /// writers racing for one version: one of them gets [`StoreError::Constraint`].
+    async fn put_workflow(
+        &self,
+        name: &str,
+        definition: &serde_json::Value,
+        write: WorkflowWrite,
+    ) -> StoreResult<Option<StoredWorkflow>>;
+    /// A version of workflow `name` (None: its latest), deleted or not.
+    async fn get_workflow(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> StoreResult<Option<StoredWorkflow>>;
+    /// The latest version of every workflow that is not deleted, by name.
+    async fn list_workflows(&self) -> StoreResult<Vec<StoredWorkflow>>;
+    /// Marks workflow `name` deleted; false when there was no live one.
+    async fn delete_workflow(&self, name: &str) -> StoreResult<bool>;
 }

@@ -101,6 +101,23 @@ pub(crate) fn audit_from_row(r: &impl RowRead) -> StoreResult<elfgate_core::Audi
     })
 }
 
+pub(crate) fn workflow_from_row(r: &impl RowRead) -> StoreResult<crate::StoredWorkflow> {
+    let definition: String = r.text("definition")?;
+    let version = r.int("version")?;
+    Ok(crate::StoredWorkflow {
+        name: r.text("name")?,
+        version: u32::try_from(version)
+            .map_err(|_| StoreError::Corrupt(format!("workflow version {version}")))?,
+        definition: serde_json::from_str(&definition)
+            .map_err(|e| StoreError::Corrupt(format!("workflow definition: {e}")))?,
+        created_at: parse_ts(&r.text("created_at")?)?,
+        deleted_at: r
+            .opt_text("deleted_at")?
+            .map(|s| parse_ts(&s))
+            .transpose()?,
+    })
+}
+
 pub(crate) fn message_from_row(r: &impl RowRead) -> StoreResult<Message> {
     let blocks: String = r.text("blocks")?;
     Ok(Message {

@@ -12,7 +12,7 @@ use elfgate_core::{
     ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
     RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
-use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions};
+use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions, WorkflowWrite};
 use std::sync::Arc;
 
 #[path = "conformance/fleet.rs"]
@@ -126,6 +126,7 @@ on_both_backends!(
     a_runs_answer_is_stored_with_its_end_in_one_commit,
     a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte,
     a_second_single_node_on_one_database_is_refused,
+    workflows_keep_every_version_and_their_deletion,
 );
 
 fn session() -> Session {
@@ -324,6 +325,114 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
     assert!(store.get_session(s.id).await.unwrap().is_none());
     assert!(store.list_messages(s.id, 10).await.unwrap().is_empty());
     assert!(!store.delete_session(s.id).await.unwrap());
+}
+
+/// A workflow is created once, replaced by new versions, read by version, listed at its latest,
+/// and deleted with its versions kept; a new one of that name goes on counting.
+async fn workflows_keep_every_version_and_their_deletion(db: Db) {
+    let store = db.open().await;
+    let def = |n: u32| serde_json::json!({"name": "w", "steps": [{"id": format!("s{n}")}]});
+    assert_eq!(store.get_workflow("w", None).await.unwrap(), None);
+    // Replacing what is not there, creating what is: refused.
+    assert_eq!(
+        store
+            .put_workflow("w", &def(0), WorkflowWrite::Replace)
+            .await
+            .unwrap(),
+        None
+    );
+    let v1 = store
+        .put_workflow("w", &def(1), WorkflowWrite::Create)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (v1.name.as_str(), v1.version, v1.deleted_at),
+        ("w", 1, None)
+    );
+    assert_eq!(v1.definition, def(1));
+    assert_eq!(
+        store
+            .put_workflow("w", &def(9), WorkflowWrite::Create)
+            .await
+            .unwrap(),
+        None
+    );
+    let v2 = store
+        .put_workflow("w", &def(2), WorkflowWrite::Replace)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v2.version, 2);
+    store
+        .put_workflow("a", &def(1), WorkflowWrite::Create)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .get_workflow("w", None)
+            .await
+            .unwrap()
+            .unwrap()
+            .definition,
+        def(2)
+    );
+    assert_eq!(
+        store
+            .get_workflow("w", Some(1))
+            .await
+            .unwrap()
+            .unwrap()
+            .definition,
+        def(1)
+    );
+    assert_eq!(store.get_workflow("w", Some(3)).await.unwrap(), None);
+    let listed: Vec<(String, u32)> = store
+        .list_workflows()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.name, w.version))
+        .collect();
+    assert_eq!(listed, [("a".to_string(), 1), ("w".to_string(), 2)]);
+
+    assert!(store.delete_workflow("w").await.unwrap());
+    assert!(!store.delete_workflow("w").await.unwrap());
+    let gone = store.get_workflow("w", None).await.unwrap().unwrap();
+    assert!(
+        gone.deleted_at.is_some(),
+        "its versions are kept, marked deleted"
+    );
+    assert!(store.get_workflow("w", Some(1)).await.unwrap().is_some());
+    assert_eq!(store.list_workflows().await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .put_workflow("w", &def(3), WorkflowWrite::Replace)
+            .await
+            .unwrap(),
+        None
+    );
+    let again = store
+        .put_workflow("w", &def(3), WorkflowWrite::Create)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.version, 3, "versions are never reused");
+    // Reopened, all of it is still there.
+    store.close().await;
+    drop(store);
+    let store = db.open().await;
+    assert_eq!(
+        store
+            .get_workflow("w", Some(2))
+            .await
+            .unwrap()
+            .unwrap()
+            .definition,
+        def(2)
+    );
+    assert_eq!(store.list_workflows().await.unwrap().len(), 2);
 }
 
 async fn event_log_is_written_in_order_and_survives_reopen(db: Db) {

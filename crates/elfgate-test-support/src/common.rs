@@ -318,6 +318,16 @@ impl Daemon {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    pub async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .auth(self.http.put(self.url(path)).json(&body))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let r = self
             .auth(self.http.get(self.url(path)))

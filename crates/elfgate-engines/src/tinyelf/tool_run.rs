@@ -81,6 +81,24 @@ impl TinyElfEngine {
         skill_tools::with_skill_tools(builtin, &skills, is_on)
     }
 
+    /// Whether a workflow may name tool `name`: a built-in or skill tool (of `project`, when
+    /// given), or `mcp__SERVER__TOOL` of a server in the configuration (its tools are known once
+    /// it runs: a tool it does not have fails the step then).
+    pub async fn knows_tool(&self, project: Option<&Path>, name: &str) -> bool {
+        if let Some(rest) = name.strip_prefix("mcp__") {
+            let server = rest.split("__").next().unwrap_or_default();
+            return self.inner.mcp.as_ref().is_some_and(|m| {
+                m.statuses()
+                    .iter()
+                    .any(|s| s.scope == "global" && s.name == server)
+            });
+        }
+        self.tool_run_registry(project, None)
+            .await
+            .get(name)
+            .is_some()
+    }
+
     /// The run's enabledTools: the session's engineConfig over the daemon's `enabled_tools`.
     fn enabled_tools<'a>(&'a self, session_cfg: Option<&'a [String]>) -> Option<&'a [String]> {
         session_cfg.or(self.inner.config.enabled_tools.as_deref())

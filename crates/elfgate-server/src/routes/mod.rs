@@ -8,3 +8,4 @@ pub mod mcp;
 pub mod sessions;
 pub mod skills;
 pub mod tool_runs;
+pub mod workflows;

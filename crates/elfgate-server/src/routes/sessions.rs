@@ -22,7 +22,7 @@ use utoipa::IntoParams;
 
 /// Runs a state-changing operation to its end even if the client goes away mid-request: once a
 /// write is queued, the matching dispatch (or clean-up) must happen too.
-async fn detached<T: Send + 'static>(
+pub(crate) async fn detached<T: Send + 'static>(
     op: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::spawn(op)

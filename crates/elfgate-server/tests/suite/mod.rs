@@ -41,3 +41,4 @@ mod tool_firewall;
 mod tool_hardening;
 mod tool_schemas;
 mod web_security;
+mod workflows;

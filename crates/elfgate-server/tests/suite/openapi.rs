@@ -157,6 +157,11 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("post", "/v1/sessions/{id}/tools/{name}"),
+        ("post", "/v1/workflows"),
+        ("get", "/v1/workflows"),
+        ("get", "/v1/workflows/{name}"),
+        ("put", "/v1/workflows/{name}"),
+        ("delete", "/v1/workflows/{name}"),
         ("get", "/v1/engines"),
         ("get", "/v1/cluster"),
         ("get", "/v1/skills"),
@@ -329,6 +334,22 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     fits(&doc, "ErrorBody", &err);
     let (_, health) = d.get("/healthz").await;
     fits(&doc, "HealthStatus", &health);
+    let (status, workflow) = d
+        .post(
+            "/v1/workflows",
+            json!({"name": "w", "inputs": {"n": {"type": "integer", "default": 3}},
+                   "schedule": {"cron": "0 7 * * *"},
+                   "steps": [{"id": "a", "tool": "glob", "arguments": {"pattern": "*"},
+                              "retries": {"max": 2}},
+                             {"id": "b", "model": {"prompt": "{{ steps.a.output }}"}},
+                             {"id": "c", "if": "{{ inputs.n > 2 }}", "otherwise": "skipNext"},
+                             {"id": "d", "agent": {"prompt": "go", "permissionMode": "plan"}}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{workflow}");
+    fits(&doc, "WorkflowView", &workflow);
+    let (_, workflows) = d.get("/v1/workflows").await;
+    fits(&doc, "WorkflowList", &workflows);
     let (_, servers) = d.get("/v1/mcp/servers").await;
     assert_eq!(servers["servers"][0]["status"], "disabled", "{servers}");
     fits(&doc, "ServerList", &servers);

@@ -18,6 +18,7 @@ mod recovery;
 mod setup;
 mod statements;
 mod store_impl;
+mod workflows;
 
 pub use fleet::{FleetCounts, FleetMember, NodeInfo};
 pub use setup::{NodeMode, is_postgres_url};

@@ -488,4 +488,29 @@ impl Store for PgStore {
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>> {
         self.recover_unfinished_runs_now().await
     }
+
+    async fn put_workflow(
+        &self,
+        name: &str,
+        definition: &serde_json::Value,
+        write: crate::WorkflowWrite,
+    ) -> StoreResult<Option<crate::StoredWorkflow>> {
+        self.put_workflow_row(name, definition, write).await
+    }
+
+    async fn get_workflow(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> StoreResult<Option<crate::StoredWorkflow>> {
+        self.get_workflow_row(name, version).await
+    }
+
+    async fn list_workflows(&self) -> StoreResult<Vec<crate::StoredWorkflow>> {
+        self.list_workflow_rows().await
+    }
+
+    async fn delete_workflow(&self, name: &str) -> StoreResult<bool> {
+        self.delete_workflow_rows(name).await
+    }
 }

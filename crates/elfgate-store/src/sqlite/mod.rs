@@ -9,6 +9,7 @@ mod recovery;
 mod rows;
 mod setup;
 mod store_impl;
+mod workflows;
 
 pub use setup::StoreOptions;
 

@@ -1,0 +1,283 @@
+//! /v1/workflows: workflow definitions, created, listed, read (any version), replaced (a new
+//! version) and deleted; each checked before it is stored (see docs/workflows.md).
+
+use super::sessions::detached;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use elfgate_store::{StoredWorkflow, WorkflowWrite};
+use elfgate_workflow::{StepKind, WorkflowDefinition};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use utoipa::{IntoParams, ToSchema};
+
+/// The routes of this module.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/workflows", get(list).post(create))
+        .route("/v1/workflows/{name}", get(one).put(replace).delete(remove))
+}
+
+impl StrictBody for WorkflowDefinition {}
+
+/// A stored version of a workflow.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WorkflowView {
+    /// Its name.
+    name: String,
+    /// This version: 1, then one more for each replacement.
+    version: u32,
+    /// When this version was stored (RFC 3339).
+    created_at: String,
+    /// The definition.
+    definition: WorkflowDefinition,
+}
+
+impl TryFrom<StoredWorkflow> for WorkflowView {
+    type Error = ApiError;
+    fn try_from(w: StoredWorkflow) -> Result<Self, ApiError> {
+        let definition = serde_json::from_value(w.definition).map_err(|e| {
+            ApiError::Internal(format!("stored workflow '{}' v{}: {e}", w.name, w.version))
+        })?;
+        Ok(WorkflowView {
+            name: w.name,
+            version: w.version,
+            created_at: elfgate_core::timefmt::rfc3339_millis(&w.created_at),
+            definition,
+        })
+    }
+}
+
+/// The workflows.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WorkflowList {
+    /// The latest version of each, by name.
+    workflows: Vec<WorkflowView>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct VersionQuery {
+    /// A version (default: the latest).
+    version: Option<u32>,
+}
+
+/// Checks a definition: the tools it names are looked up in the registry (built-in and skill
+/// tools, and the configured MCP servers), then everything else (see `elfgate_workflow::validate`).
+async fn check(state: &AppState, def: &WorkflowDefinition) -> Result<(), ApiError> {
+    let project = def
+        .project_path
+        .as_deref()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.is_dir());
+    let mut named: Vec<&str> = Vec::new();
+    for step in &def.steps {
+        match step.kind() {
+            Ok(StepKind::Tool(t, _)) => named.push(t),
+            Ok(StepKind::Agent(a)) => {
+                named.extend(a.enabled_tools.iter().flatten().map(String::as_str));
+            }
+            _ => {}
+        }
+    }
+    let mut known = HashSet::new();
+    for name in named {
+        if state.tinyelf.knows_tool(project.as_deref(), name).await {
+            known.insert(name.to_string());
+        }
+    }
+    elfgate_workflow::validate(def, |t| known.contains(t))
+        .map_err(|e| ApiError::Unprocessable(e.to_string()))
+}
+
+/// Creates a workflow (version 1, or one past the versions of a deleted one of that name).
+#[utoipa::path(
+    post,
+    path = "/v1/workflows",
+    operation_id = "createWorkflow",
+    tag = "workflows",
+    request_body = WorkflowDefinition,
+    responses(
+        (status = 201, description = "Stored", body = WorkflowView),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 409, description = "A workflow of that name exists (PUT replaces it)", body = ErrorBody),
+        (status = 422, description = "A field that is wrong, named with its step (unknown tools, references to later or unknown steps, bad templates or cron expressions)", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn create(
+    State(state): State<AppState>,
+    ApiJson(def): ApiJson<WorkflowDefinition>,
+) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
+    check(&state, &def).await?;
+    let name = def.name.clone();
+    let stored = put(state, def, WorkflowWrite::Create)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "workflow '{name}' exists; PUT /v1/workflows/{name} stores a new version"
+            ))
+        })?;
+    Ok((StatusCode::CREATED, Json(stored.try_into()?)))
+}
+
+/// Replaces a workflow: its definition is stored as a new version (runs keep theirs).
+#[utoipa::path(
+    put,
+    path = "/v1/workflows/{name}",
+    operation_id = "replaceWorkflow",
+    tag = "workflows",
+    params(("name" = String, Path, description = "The workflow's name")),
+    request_body = WorkflowDefinition,
+    responses(
+        (status = 200, description = "Stored as a new version", body = WorkflowView),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 409, description = "Another node stored a version at the same moment; try again", body = ErrorBody),
+        (status = 422, description = "A field that is wrong (the body's name must be the path's)", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn replace(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(def): ApiJson<WorkflowDefinition>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    if def.name != name {
+        return Err(ApiError::Unprocessable(format!(
+            "name: the body names '{}', the path '{name}' (a workflow keeps its name)",
+            def.name
+        )));
+    }
+    check(&state, &def).await?;
+    let stored = put(state, def, WorkflowWrite::Replace)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;
+    Ok(Json(stored.try_into()?))
+}
+
+/// Stores a checked definition; two writers of one version at once: the second is a conflict.
+async fn put(
+    state: AppState,
+    def: WorkflowDefinition,
+    write: WorkflowWrite,
+) -> Result<Option<StoredWorkflow>, ApiError> {
+    let json = serde_json::to_value(&def)
+        .map_err(|e| ApiError::Internal(format!("workflow definition: {e}")))?;
+    detached(async move {
+        match state.store.put_workflow(&def.name, &json, write).await {
+            Err(elfgate_store::StoreError::Constraint(_)) => Err(ApiError::Conflict(format!(
+                "workflow '{}' was changed at the same moment; read it and try again",
+                def.name
+            ))),
+            other => Ok(other?),
+        }
+    })
+    .await
+}
+
+/// Lists the workflows, each at its latest version.
+#[utoipa::path(
+    get,
+    path = "/v1/workflows",
+    operation_id = "listWorkflows",
+    tag = "workflows",
+    responses(
+        (status = 200, description = "The workflows, by name", body = WorkflowList),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<WorkflowList>, ApiError> {
+    let workflows = state
+        .store
+        .list_workflows()
+        .await?
+        .into_iter()
+        .map(WorkflowView::try_from)
+        .collect::<Result<_, _>>()?;
+    Ok(Json(WorkflowList { workflows }))
+}
+
+/// One workflow: its latest version, or the one asked for.
+#[utoipa::path(
+    get,
+    path = "/v1/workflows/{name}",
+    operation_id = "getWorkflow",
+    tag = "workflows",
+    params(("name" = String, Path, description = "The workflow's name"), VersionQuery),
+    responses(
+        (status = 200, description = "The workflow", body = WorkflowView),
+        (status = 400, description = "Bad query", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such workflow or version (a deleted workflow has none)", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn one(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<VersionQuery>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let found = state
+        .store
+        .get_workflow(&name, q.version)
+        .await?
+        .filter(|w| w.deleted_at.is_none());
+    match (found, q.version) {
+        (Some(w), _) => Ok(Json(w.try_into()?)),
+        (None, Some(v)) => Err(ApiError::NotFound(format!(
+            "workflow '{name}' has no version {v}"
+        ))),
+        (None, None) => Err(ApiError::NotFound(format!("unknown workflow '{name}'"))),
+    }
+}
+
+/// Deletes a workflow (its versions are kept for the runs that name them; a new workflow of that
+/// name goes on from its last version).
+#[utoipa::path(
+    delete,
+    path = "/v1/workflows/{name}",
+    operation_id = "deleteWorkflow",
+    tag = "workflows",
+    params(("name" = String, Path, description = "The workflow's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 503, description = "The store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn remove(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    let gone = detached({
+        let name = name.clone();
+        async move { Ok(state.store.delete_workflow(&name).await?) }
+    })
+    .await?;
+    if gone {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("unknown workflow '{name}'")))
+    }
+}

@@ -1,0 +1,13 @@
+//! Workflows: named, versioned sequences of steps (a registry tool, one model call, an agent
+//! run, a condition) whose arguments and prompts are templates over the workflow's inputs and
+//! earlier steps' outputs. This crate holds the definition, as clients send it and the store
+//! keeps it, and the checks a definition passes before it is stored; see docs/workflows.md.
+
+pub mod definition;
+pub mod validate;
+
+pub use definition::{
+    AgentStep, InputSpec, InputType, Missed, ModelStep, Otherwise, Retries, Schedule, Step,
+    StepKind, Unattended, WorkflowDefinition,
+};
+pub use validate::{DefinitionError, validate};
