@@ -211,6 +211,21 @@ impl Renderer {
                 ));
             }
             EventPayload::Processing { message } => self.note(message),
+            EventPayload::StepStart { step_id, kind, .. } => {
+                self.note(&format!("[step {step_id}: {kind}]"));
+            }
+            EventPayload::StepEnd {
+                step_id,
+                status,
+                error,
+                ..
+            } => {
+                let status = format!("{status:?}").to_lowercase();
+                match error {
+                    Some(why) => self.error(&format!("[step {step_id} {status}: {why}]")),
+                    None => self.note(&format!("[step {step_id} {status}]")),
+                }
+            }
             EventPayload::Error { error } => {
                 self.error(&format!(
                     "error ({}): {}",

@@ -109,6 +109,10 @@ pub struct EngineConfig {
     /// (`[engines.cli.acp.agents.NAME]`); also accepted as the request's top-level `acpAgent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acp_agent: Option<String>,
+    /// The workflow a `workflow` session runs: set by the daemon when it starts a workflow's
+    /// run, never taken from a client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowRef>,
 }
 
 /// The bounds of engineConfig's numbers, inclusive: a value outside them is refused (422) when
@@ -135,6 +139,19 @@ pub mod bounds {
     pub const MAX_HISTORY: (u32, u32) = (1, 100_000);
     /// maxTotalTokens and maxSessionTokens.
     pub const TOKEN_BUDGET: (u64, u64) = (1, 1_000_000_000_000);
+}
+
+/// The workflow version a `workflow` session runs, with the run's inputs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkflowRef {
+    /// The workflow's name.
+    pub name: String,
+    /// The version the run started with.
+    pub version: u32,
+    /// The inputs, defaults filled in.
+    #[schema(value_type = Object)]
+    pub inputs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a chat channel lets its user do (from the seed's channelUserPermissions).
@@ -277,6 +294,7 @@ impl EngineConfig {
             search_orchestration,
             native_search_enabled,
             acp_agent,
+            workflow,
         } = self;
         EngineConfig {
             max_iterations: max_iterations.or(base.max_iterations),
@@ -307,6 +325,7 @@ impl EngineConfig {
             search_orchestration: search_orchestration.or(base.search_orchestration),
             native_search_enabled: native_search_enabled.or(base.native_search_enabled),
             acp_agent: acp_agent.or_else(|| base.acp_agent.clone()),
+            workflow: workflow.or_else(|| base.workflow.clone()),
         }
     }
 }

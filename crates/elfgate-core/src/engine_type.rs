@@ -25,17 +25,21 @@ pub enum EngineType {
     /// claude-code driven over its SDK protocol, always through the daemon's door.
     #[serde(rename = "claude-sdk")]
     ClaudeSdk,
+    /// A workflow's run: its steps in order (started by POST /v1/workflows/{name}/runs).
+    #[serde(rename = "workflow")]
+    Workflow,
 }
 
 impl EngineType {
     /// Every engine type, in a stable order.
-    pub const ALL: [EngineType; 6] = [
+    pub const ALL: [EngineType; 7] = [
         EngineType::TinyElf,
         EngineType::Chat,
         EngineType::StChat,
         EngineType::Api,
         EngineType::Cli,
         EngineType::ClaudeSdk,
+        EngineType::Workflow,
     ];
 
     /// Whether it runs a coding CLI (the cli engine and claude-sdk): the provider is the CLI's
@@ -53,6 +57,7 @@ impl EngineType {
             EngineType::Api => "api",
             EngineType::Cli => "cli",
             EngineType::ClaudeSdk => "claude-sdk",
+            EngineType::Workflow => "workflow",
         }
     }
 }

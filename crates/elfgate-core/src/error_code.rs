@@ -91,6 +91,8 @@ pub enum ErrorCode {
     CliExit,
     /// The CLI was killed by a signal or stopped answering.
     CliCrashed,
+    /// A workflow's step failed (the message names it).
+    WorkflowStep,
     /// A code this daemon does not know (an event stored by another version).
     #[serde(other)]
     Other,
@@ -139,6 +141,7 @@ impl ErrorCode {
         ErrorCode::CliNoResult,
         ErrorCode::CliExit,
         ErrorCode::CliCrashed,
+        ErrorCode::WorkflowStep,
         ErrorCode::Other,
     ];
 
@@ -186,6 +189,7 @@ impl ErrorCode {
             CliNoResult => "cli_no_result",
             CliExit => "cli_exit",
             CliCrashed => "cli_crashed",
+            WorkflowStep => "workflow_step",
             Other => "other",
         }
     }

@@ -154,6 +154,20 @@ impl ErrorInfo {
     }
 }
 
+/// How a workflow's step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StepStatus {
+    /// It did its work.
+    Success,
+    /// It failed (the run ends, unless the step says continueOnError).
+    Error,
+    /// An `if` before it was false and said skipNext.
+    Skipped,
+    /// The run was interrupted during it.
+    Interrupted,
+}
+
 /// A retry about to happen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -270,6 +284,32 @@ pub enum EventPayload {
         /// When and why.
         retry: RetryInfo,
     },
+    /// A workflow's step starts.
+    #[schema(rename_all = "camelCase")]
+    StepStart {
+        /// The step's id.
+        step_id: String,
+        /// Its position in the workflow, from 0.
+        index: u32,
+        /// What it does: tool, model, agent or if.
+        kind: String,
+        /// Its try, from 1 (more with the step's retries).
+        attempt: u32,
+    },
+    /// A workflow's step ended.
+    #[schema(rename_all = "camelCase")]
+    StepEnd {
+        /// The step's id.
+        step_id: String,
+        /// How it ended.
+        status: StepStatus,
+        /// Its output (a tool's result text, a model's answer, an if's value): what later
+        /// steps' templates see as `steps.ID.output`.
+        output: Value,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A progress note.
     #[schema(rename_all = "camelCase")]
     Processing {
@@ -302,6 +342,8 @@ impl EventPayload {
             EventPayload::Complete { .. } => "complete",
             EventPayload::Error { .. } => "error",
             EventPayload::Retry { .. } => "retry",
+            EventPayload::StepStart { .. } => "stepStart",
+            EventPayload::StepEnd { .. } => "stepEnd",
             EventPayload::Processing { .. } => "processing",
             EventPayload::Reset { .. } => "reset",
         }

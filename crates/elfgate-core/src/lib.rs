@@ -35,12 +35,12 @@ pub use engine::{
     Attachment, BackendInfo, Engine, EngineInfo, EngineSessionContext, HeadStart,
     PermissionAnswers, StartRefused, StartRequest, ToolRun,
 };
-pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError};
+pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError, WorkflowRef};
 pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{
     Delta, DeltaKind, ErrorInfo, EventEnvelope, EventPayload, EventRecord, ModelFinish, RetryInfo,
-    RunStats, ToolCallStatus,
+    RunStats, StepStatus, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use log_queue::{

@@ -10,6 +10,7 @@ pub mod providers;
 mod streaming;
 mod think;
 pub mod tinyelf;
+pub mod workflow;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings, GatewayTurn};
 pub use cli::{CliConfig, CliEngine};

@@ -448,6 +448,12 @@ impl Daemon {
         }
         let tinyelf = Arc::new(tinyelf);
         dispatcher.register_engine(tinyelf.clone());
+        dispatcher.register_engine(Arc::new(elfgate_engines::workflow::WorkflowEngine::new(
+            shared.clone(),
+            tinyelf.clone(),
+            registry.clone(),
+            settings.retry.clone(),
+        )));
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
         let run_tokens = elfgate_core::RunTokens::new();

@@ -90,6 +90,13 @@ fn check_overrides(
             EngineConfig::from_json(cfg).map_err(|e| ApiError::Unprocessable(e.to_string()))?
         }
     };
+    if engine_config.workflow.is_some() {
+        return Err(ApiError::Unprocessable(
+            "engineConfig.workflow: set by the daemon; a workflow's run is started with POST \
+             /v1/workflows/{name}/runs"
+                .into(),
+        ));
+    }
     if engine_config.search_orchestration == Some(true) && state.config.tools.web_search.is_none() {
         return Err(ApiError::Unprocessable(
             "engineConfig.searchOrchestration: no search backend is configured (the daemon's \
@@ -642,6 +649,26 @@ pub async fn create_session(
     req: CreateSessionRequest,
     gateway: Option<GatewayCall>,
 ) -> Result<CreateSessionResponse, ApiError> {
+    create_session_running(state, req, gateway, None).await
+}
+
+/// Starts a run of a workflow's version: a new session of the `workflow` engine.
+pub async fn start_workflow_run(
+    state: &AppState,
+    req: CreateSessionRequest,
+    workflow: elfgate_core::WorkflowRef,
+) -> Result<CreateSessionResponse, ApiError> {
+    create_session_running(state, req, None, Some(workflow)).await
+}
+
+/// A new session and its first run; `workflow` is the workflow a `workflow` session runs (only
+/// the daemon names one).
+async fn create_session_running(
+    state: &AppState,
+    req: CreateSessionRequest,
+    gateway: Option<GatewayCall>,
+    workflow: Option<elfgate_core::WorkflowRef>,
+) -> Result<CreateSessionResponse, ApiError> {
     check_serving(state)?;
     let engine: EngineType =
         req.engine
@@ -661,6 +688,14 @@ pub async fn create_session(
     let mut req = req;
     apply_agent_profile(state, &mut req)?;
     let mut checked = check_overrides(state, engine, &req.overrides)?;
+    match (engine, workflow) {
+        (EngineType::Workflow, None) => {
+            return Err(ApiError::Unprocessable(
+                "engine: a workflow's run is started with POST /v1/workflows/{name}/runs".into(),
+            ));
+        }
+        (_, workflow) => checked.engine_config.workflow = workflow,
+    }
     if let Some(mcp) = &req.mcp_config {
         checked.engine_config.mcp_config = Some(
             elfgate_core::McpSessionConfig::from_json(mcp)
@@ -838,6 +873,13 @@ pub async fn send_message(
 ) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
+    if session.engine == EngineType::Workflow {
+        return Err(ApiError::Unprocessable(
+            "a workflow's session takes no prompts: start another run with POST \
+             /v1/workflows/{name}/runs"
+                .into(),
+        ));
+    }
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
     // The provider this run would use: the prompt's, else the session's.

@@ -167,19 +167,13 @@ impl TinyElfEngine {
 
     /// The run of one tool.
     pub(super) async fn run_tool(&self, ctx: EngineSessionContext, call: ToolRun) -> RunOutcome {
-        let inner = &self.inner;
-        let waiter = inner
+        let waiter = self
+            .inner
             .tool_waiters
             .lock()
             .ok()
             .and_then(|mut w| w.remove(&ctx.run_id));
-        let Prepared {
-            provider_name,
-            provider,
-            model,
-            project,
-            rs,
-        } = match self.prepare(&ctx, Flavor::Agent).await {
+        let prepared = match self.prepare(&ctx, Flavor::Agent).await {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
@@ -187,14 +181,56 @@ impl TinyElfEngine {
             .emit(EventPayload::Init {
                 system_info: ctx.system_info(json!({
                     "engine": EngineType::TinyElf.as_str(),
-                    "provider": provider_name,
-                    "model": model,
-                    "projectPath": project.as_ref().map(|p| p.display().to_string()),
+                    "provider": prepared.provider_name,
+                    "model": prepared.model,
+                    "projectPath": prepared.project.as_ref().map(|p| p.display().to_string()),
                     "toolRun": call.name,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                 })),
             })
             .await;
+        let answer = match self.call_tool(&ctx, prepared, call).await {
+            Ok(a) => a,
+            Err(outcome) => return outcome,
+        };
+        let finish = if answer.status == ToolCallStatus::Interrupted {
+            FinishReason::Interrupted
+        } else {
+            FinishReason::Stop
+        };
+        if let Some(tx) = waiter {
+            let _ = tx.send(answer);
+        }
+        RunOutcome::new(finish)
+    }
+
+    /// Runs one tool through the pipeline as a step of another engine's run (a workflow's tool
+    /// step): recorded in the session's history and its events as a tool run is, without an
+    /// `init` of its own. Err: the run's outcome (a failure already reported).
+    pub async fn run_step_tool(
+        &self,
+        ctx: &EngineSessionContext,
+        call: ToolRun,
+    ) -> Result<ToolRunAnswer, RunOutcome> {
+        let prepared = self.prepare(ctx, Flavor::Agent).await?;
+        self.call_tool(ctx, prepared, call).await
+    }
+
+    /// Calls `call` through the pipeline and records it (a tool_use and its tool_result).
+    async fn call_tool(
+        &self,
+        ctx: &EngineSessionContext,
+        prepared: Prepared,
+        call: ToolRun,
+    ) -> Result<ToolRunAnswer, RunOutcome> {
+        let inner = &self.inner;
+        let Prepared {
+            provider_name: _,
+            provider,
+            model,
+            project,
+            rs,
+        } = prepared;
         let base = self
             .tool_run_registry(
                 project.as_deref(),
@@ -205,15 +241,15 @@ impl TinyElfEngine {
         let mcp = inner
             .mcp
             .as_ref()
-            .map(|m| Arc::new(mcp::McpRun::new(m, &ctx)));
+            .map(|m| Arc::new(mcp::McpRun::new(m, ctx)));
         let tools = match &mcp {
             Some(m) => match m.tools(&base, &ctx.cancel).await {
                 Some(t) => t,
-                None => return RunOutcome::new(FinishReason::Interrupted),
+                None => return Err(RunOutcome::new(FinishReason::Interrupted)),
             },
             None => base,
         };
-        let guardian = self.guardian(&ctx, &provider, &model).await;
+        let guardian = self.guardian(ctx, &provider, &model).await;
         let runner = Runner::new(
             inner.clone(),
             ctx.clone(),
@@ -253,7 +289,9 @@ impl TinyElfEngine {
         let session_id = ctx.session_id();
         let parent = match inner.store.latest_message(session_id).await {
             Ok(m) => m.map(|m| m.id),
-            Err(e) => return crate::streaming::fail(&ctx, ErrorCode::Storage, e.report()).await,
+            Err(e) => {
+                return Err(crate::streaming::fail(ctx, ErrorCode::Storage, e.report()).await);
+            }
         };
         let use_msg = Message::new(
             session_id,
@@ -275,30 +313,23 @@ impl TinyElfEngine {
         );
         for m in [&use_msg, &tool_msg] {
             if let Err(e) = ctx.recorder.add_message(m).await {
-                return crate::streaming::fail(&ctx, ErrorCode::Storage, e.0).await;
+                return Err(crate::streaming::fail(ctx, ErrorCode::Storage, e.0).await);
             }
         }
         ctx.events
             .emit(EventPayload::AssistantMessage { message: use_msg })
             .await;
-        if let (
-            Some(tx),
+        let (content, is_error) = match &result.block {
             ContentBlock::ToolResult {
                 content, is_error, ..
-            },
-        ) = (waiter, &result.block)
-        {
-            let _ = tx.send(ToolRunAnswer {
-                tool_use_id: id,
-                status: result.status,
-                content: content.clone(),
-                is_error: *is_error,
-            });
-        }
-        RunOutcome::new(if result.status == ToolCallStatus::Interrupted {
-            FinishReason::Interrupted
-        } else {
-            FinishReason::Stop
+            } => (content.clone(), *is_error),
+            _ => (String::new(), true),
+        };
+        Ok(ToolRunAnswer {
+            tool_use_id: id,
+            status: result.status,
+            content,
+            is_error,
         })
     }
 }

@@ -7,11 +7,13 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
+use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
 use elfgate_store::{StoredWorkflow, WorkflowWrite};
-use elfgate_workflow::{StepKind, WorkflowDefinition};
+use elfgate_workflow::{StepKind, Unattended, WorkflowDefinition};
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use utoipa::{IntoParams, ToSchema};
 
@@ -20,6 +22,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/workflows", get(list).post(create))
         .route("/v1/workflows/{name}", get(one).put(replace).delete(remove))
+        .route("/v1/workflows/{name}/runs", post(start_run))
 }
 
 impl StrictBody for WorkflowDefinition {}
@@ -280,4 +283,132 @@ pub(crate) async fn remove(
     } else {
         Err(ApiError::NotFound(format!("unknown workflow '{name}'")))
     }
+}
+
+/// Body of a workflow's run.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WorkflowRunRequest {
+    /// The inputs, by name (those with a default may be left out).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    inputs: Map<String, Value>,
+}
+
+impl StrictBody for WorkflowRunRequest {}
+
+/// The inputs of a run: each one declared and of its type, the missing ones from their
+/// defaults; else the 422 naming the input.
+fn resolve_inputs(
+    def: &WorkflowDefinition,
+    given: Map<String, Value>,
+) -> Result<Map<String, Value>, ApiError> {
+    if let Some(unknown) = given.keys().find(|k| !def.inputs.contains_key(*k)) {
+        return Err(ApiError::Unprocessable(format!(
+            "inputs.{unknown}: workflow '{}' has no such input",
+            def.name
+        )));
+    }
+    let mut inputs = Map::new();
+    for (name, spec) in &def.inputs {
+        let value = match given.get(name).or(spec.default.as_ref()) {
+            Some(v) => v.clone(),
+            None => {
+                return Err(ApiError::Unprocessable(format!(
+                    "inputs.{name}: required (a {})",
+                    spec.kind.as_str()
+                )));
+            }
+        };
+        if !spec.kind.admits(&value) {
+            return Err(ApiError::Unprocessable(format!(
+                "inputs.{name}: {value} is not of type {}",
+                spec.kind.as_str()
+            )));
+        }
+        inputs.insert(name.clone(), value);
+    }
+    Ok(inputs)
+}
+
+/// Starts a run of a workflow's latest version: a session of the `workflow` engine whose steps
+/// run in order, followed like any session (its events, messages, interrupt and delete).
+#[utoipa::path(
+    post,
+    path = "/v1/workflows/{name}/runs",
+    operation_id = "startWorkflowRun",
+    tag = "workflows",
+    params(("name" = String, Path, description = "The workflow's name")),
+    request_body = WorkflowRunRequest,
+    responses(
+        (status = 201, description = "The run's session started", body = CreateSessionResponse),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 422, description = "An input that is unknown, missing or of another type (named), a projectPath that is not a directory here, or a step of a kind that does not run yet", body = ErrorBody),
+        (status = 503, description = "Shutting down, or the store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn start_run(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<WorkflowRunRequest>,
+) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
+    let stored = state
+        .store
+        .get_workflow(&name, None)
+        .await?
+        .filter(|w| w.deleted_at.is_none())
+        .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;
+    let version = stored.version;
+    let def: WorkflowDefinition = serde_json::from_value(stored.definition)
+        .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
+    if let Some((i, step)) = def
+        .steps
+        .iter()
+        .enumerate()
+        .find(|(_, s)| matches!(s.kind(), Ok(StepKind::Agent(_))))
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "steps[{i}] ({}).agent: agent steps do not run yet; the workflow's other kinds do \
+             (docs/workflows.md)",
+            step.id
+        )));
+    }
+    let inputs = resolve_inputs(&def, body.inputs)?;
+    let mut overrides = RunOverrides {
+        permission_mode: def.permission_mode.map(|m| m.as_str().to_string()),
+        ..RunOverrides::default()
+    };
+    // Nobody to ask: a tool call that would ask is denied at once (its request expires as it
+    // is made).
+    if def.unattended == Some(Unattended::Deny) {
+        overrides.engine_config = Some(json!({"permissionTimeout": 1}));
+    }
+    let req = CreateSessionRequest {
+        engine: elfgate_core::EngineType::Workflow.as_str().to_string(),
+        prompt: format!(
+            "Run workflow {name} v{version} with inputs {}",
+            Value::Object(inputs.clone())
+        ),
+        title: Some(format!("{name} v{version}")),
+        project_path: def.project_path.clone(),
+        cli_backend: None,
+        agent_id: None,
+        mcp_config: None,
+        acp_agent: None,
+        overrides,
+        unknown: Default::default(),
+    };
+    let workflow = elfgate_core::WorkflowRef {
+        name,
+        version,
+        inputs,
+    };
+    let started =
+        detached(async move { crate::service::start_workflow_run(&state, req, workflow).await })
+            .await?;
+    Ok((StatusCode::CREATED, Json(started)))
 }

@@ -162,6 +162,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/workflows/{name}"),
         ("put", "/v1/workflows/{name}"),
         ("delete", "/v1/workflows/{name}"),
+        ("post", "/v1/workflows/{name}/runs"),
         ("get", "/v1/engines"),
         ("get", "/v1/cluster"),
         ("get", "/v1/skills"),

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{Daemon, Opts};
+use common::{Daemon, Ev, Opts};
 use elfgate_mockllm::MockServer;
 use serde_json::{Value, json};
 
@@ -216,4 +216,415 @@ async fn a_wrong_definition_is_refused_naming_its_step_and_field_and_nothing_is_
     assert_eq!(status, 422, "{e}");
     assert!(e.to_string().contains("argumnets"), "{e}");
     assert_eq!(names(&d).await, [], "nothing was stored");
+}
+
+/// A workflow's run through the API: 201 with the session, its events until `complete`.
+async fn run_workflow(d: &Daemon, name: &str, inputs: Value) -> (String, String, Vec<Ev>) {
+    let (status, started) = d
+        .post(
+            &format!("/v1/workflows/{name}/runs"),
+            json!({"inputs": inputs}),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap().to_string();
+    let run = started["runId"].as_str().unwrap().to_string();
+    assert_eq!(started["eventsUrl"], format!("/v1/sessions/{sid}/events"));
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    (sid, run, evs)
+}
+
+async fn create(d: &Daemon, def: Value) {
+    let (status, w) = d.post("/v1/workflows", def).await;
+    assert_eq!(status, 201, "{w}");
+}
+
+fn complete(evs: &[Ev]) -> &str {
+    evs.iter()
+        .find(|e| e.event == "complete")
+        .and_then(|e| e.data["finishReason"].as_str())
+        .unwrap()
+}
+
+/// (stepId, status) of each stepEnd, in order.
+fn step_ends(evs: &[Ev]) -> Vec<(String, String)> {
+    evs.iter()
+        .filter(|e| e.event == "stepEnd")
+        .map(|e| {
+            (
+                e.data["stepId"].as_str().unwrap().to_string(),
+                e.data["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn step_output<'a>(evs: &'a [Ev], id: &str) -> &'a Value {
+    &evs.iter()
+        .rfind(|e| e.event == "stepEnd" && e.data["stepId"] == id)
+        .unwrap_or_else(|| panic!("no stepEnd of {id}"))
+        .data["output"]
+}
+
+/// Tool steps run through the registry without any model call: templates over inputs (a
+/// default filled in) and earlier outputs, a true `if` goes on, a false one ends the run as a
+/// success before the step after it.
+#[tokio::test]
+async fn a_workflow_of_tool_steps_runs_without_a_model() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "notes", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "inputs": {"day": {"type": "string"}, "n": {"type": "integer", "default": 2}},
+         "steps": [
+           {"id": "write", "tool": "write_file",
+            "arguments": {"path": "note-{{ inputs.day }}.md", "content": "day {{ inputs.day }} x{{ inputs.n }}"}},
+           {"id": "read", "tool": "read_file", "arguments": {"path": "note-{{ inputs.day }}.md"}},
+           {"id": "check", "if": "{{ 'x2' in steps.read.output }}"},
+           {"id": "list", "tool": "glob", "arguments": {"pattern": "*.md"}},
+           {"id": "enough", "if": "{{ inputs.n > 5 }}"},
+           {"id": "never", "tool": "write_file", "arguments": {"path": "never.md", "content": "no"}}
+         ]}),
+    )
+    .await;
+    let (sid, _, evs) = run_workflow(&d, "notes", json!({"day": "mon"})).await;
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [
+            ("write".to_string(), "success".to_string()),
+            ("read".to_string(), "success".to_string()),
+            ("check".to_string(), "success".to_string()),
+            ("list".to_string(), "success".to_string()),
+            ("enough".to_string(), "success".to_string()),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("note-mon.md")).unwrap(),
+        "day mon x2"
+    );
+    assert!(
+        step_output(&evs, "read")
+            .as_str()
+            .unwrap()
+            .contains("day mon x2")
+    );
+    assert_eq!(step_output(&evs, "check"), &json!(true));
+    assert!(
+        step_output(&evs, "list")
+            .as_str()
+            .unwrap()
+            .contains("note-mon.md")
+    );
+    assert_eq!(step_output(&evs, "enough"), &json!(false));
+    assert!(
+        !dir.path().join("never.md").exists(),
+        "the false if ended the run"
+    );
+    // Each tool call is a tool call of the session, between its step's start and end.
+    let calls: Vec<&str> = evs
+        .iter()
+        .filter(|e| e.event == "toolCallStart")
+        .map(|e| e.data["block"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, ["write_file", "read_file", "glob"]);
+    assert!(mock.requests().is_empty(), "no model was asked");
+    let (_, session) = d.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(session["engine"], "workflow", "{session}");
+    // The history: the run's prompt, each call and its result, the outputs at the end.
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let roles: Vec<&str> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    let last = &msgs["messages"][7]["blocks"][0]["text"];
+    let outputs: Value = serde_json::from_str(last.as_str().unwrap()).unwrap();
+    assert_eq!(outputs["enough"]["output"], false, "{outputs}");
+    // A workflow's session takes no prompts.
+    let (status, e) = d
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "again"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+}
+
+/// A model step is one call of the provider, its prompt rendered from earlier outputs, its
+/// answer streamed between the step's start and end and handed to the next step; the run's
+/// tokens are the call's.
+#[tokio::test]
+async fn a_model_step_calls_the_provider_once_with_the_rendered_prompt() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "hello workflow").unwrap();
+    create(
+        &d,
+        json!({"name": "brief", "projectPath": dir.path().display().to_string(),
+        "permissionMode": "bypassPermissions",
+        "steps": [
+          {"id": "read", "tool": "read_file", "arguments": {"path": "a.txt"}},
+          {"id": "sum", "model": {"model": "mock:tokens=3",
+            "prompt": "Summarize: {{ steps.read.output }}", "systemPrompt": "Be brief."}},
+          {"id": "save", "tool": "write_file",
+           "arguments": {"path": "summary.md", "content": "{{ steps.sum.output }}"}}
+        ]}),
+    )
+    .await;
+    let (_, _, evs) = run_workflow(&d, "brief", json!({})).await;
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    let calls = mock.requests();
+    assert_eq!(calls.len(), 1, "one model step, one call");
+    let body = calls[0].body.to_string();
+    assert!(
+        body.contains("Summarize:") && body.contains("hello workflow"),
+        "{body}"
+    );
+    assert!(body.contains("Be brief."), "{body}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("summary.md")).unwrap(),
+        "tok0 tok1 tok2 "
+    );
+    // The answer streamed inside its step.
+    let at = |kind: &str, id: &str| {
+        evs.iter()
+            .position(|e| e.event == kind && e.data["stepId"] == id)
+            .unwrap()
+    };
+    let first_delta = evs.iter().position(|e| e.event == "streamDelta").unwrap();
+    assert!(at("stepStart", "sum") < first_delta && first_delta < at("stepEnd", "sum"));
+    let result = evs.iter().find(|e| e.event == "result").unwrap();
+    assert_eq!(result.data["stats"]["outputTokens"], 3, "{}", result.data);
+}
+
+/// A failing step ends the run with the step named, unless it says continueOnError; retries
+/// try it again after their backoff, each try announced.
+#[tokio::test]
+async fn a_failing_step_is_retried_then_ends_the_run_naming_it() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "fragile", "projectPath": dir.path().display().to_string(),
+        "permissionMode": "bypassPermissions",
+        "steps": [
+          {"id": "optional", "tool": "read_file", "arguments": {"path": "nope.txt"},
+           "continueOnError": true},
+          {"id": "noted", "tool": "write_file",
+           "arguments": {"path": "noted.txt", "content": "{{ steps.optional.status }}"}},
+          {"id": "needed", "tool": "read_file", "arguments": {"path": "nope.txt"},
+           "retries": {"max": 2, "backoffMs": 1}},
+          {"id": "after", "tool": "write_file", "arguments": {"path": "after.txt", "content": "x"}}
+        ]}),
+    )
+    .await;
+    let (sid, run, evs) = run_workflow(&d, "fragile", json!({})).await;
+    assert_eq!(complete(&evs), "error", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [
+            ("optional".to_string(), "error".to_string()),
+            ("noted".to_string(), "success".to_string()),
+            ("needed".to_string(), "error".to_string()),
+            ("needed".to_string(), "error".to_string()),
+            ("needed".to_string(), "error".to_string()),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("noted.txt")).unwrap(),
+        "error"
+    );
+    assert!(!dir.path().join("after.txt").exists());
+    let attempts: Vec<u64> = evs
+        .iter()
+        .filter(|e| e.event == "stepStart" && e.data["stepId"] == "needed")
+        .map(|e| e.data["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    assert_eq!(evs.iter().filter(|e| e.event == "retry").count(), 2);
+    let error = evs.iter().find(|e| e.event == "error").unwrap();
+    assert_eq!(
+        error.data["error"]["code"], "workflow_step",
+        "{}",
+        error.data
+    );
+    assert!(
+        error.data["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("step 'needed' failed"),
+        "{}",
+        error.data
+    );
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["finishReason"], "error", "{r}");
+}
+
+/// A tool that asks: the run's permission request is answered through the API like any
+/// session's; with `unattended: deny` it is denied at once and the step fails.
+#[tokio::test]
+async fn a_step_that_asks_waits_for_the_client_unless_the_workflow_denies_unattended() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    let def = |name: &str| {
+        json!({"name": name, "projectPath": dir.path().display().to_string(),
+         "steps": [{"id": "write", "tool": "write_file",
+                    "arguments": {"path": "{{ inputs.file }}", "content": "asked"}}],
+         "inputs": {"file": {"type": "string"}}})
+    };
+    create(&d, def("asks")).await;
+    let (status, started) = d
+        .post(
+            "/v1/workflows/asks/runs",
+            json!({"inputs": {"file": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap();
+    let run = started["runId"].as_str().unwrap();
+    let mut sse = d.events(sid, None).await;
+    let asked = sse.until_n("permissionRequest", 1).await;
+    let ask = &asked.last().unwrap().data;
+    assert_eq!(ask["toolName"], "write_file", "{ask}");
+    common::allow(&d, sid, ask["requestId"].as_str().unwrap()).await;
+    let evs = sse.until_complete(run).await;
+    assert_eq!(complete(&evs), "stop");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "asked"
+    );
+
+    let mut deny = def("denies");
+    deny["unattended"] = json!("deny");
+    create(&d, deny).await;
+    let (_, _, evs) = run_workflow(&d, "denies", json!({"file": "b.txt"})).await;
+    assert_eq!(complete(&evs), "error", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [("write".to_string(), "error".to_string())]
+    );
+    assert!(!dir.path().join("b.txt").exists());
+}
+
+/// A run's inputs are checked against the definition before anything starts; a workflow's
+/// session cannot be made or steered through the sessions API.
+#[tokio::test]
+async fn a_runs_inputs_are_checked_and_workflow_sessions_come_only_from_workflows() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    create(&d, morning_notes()).await;
+    let mut agent = morning_notes();
+    agent["name"] = json!("with-agent");
+    agent["steps"][1] = json!({"id": "sum", "agent": {"prompt": "sum up"}});
+    create(&d, agent).await;
+    for (name, inputs, status, want) in [
+        ("morning-notes", json!({}), 422, "inputs.day: required"),
+        (
+            "morning-notes",
+            json!({"day": 7}),
+            422,
+            "inputs.day: 7 is not of type string",
+        ),
+        (
+            "morning-notes",
+            json!({"day": "mon", "month": "may"}),
+            422,
+            "inputs.month:",
+        ),
+        (
+            "with-agent",
+            json!({"day": "mon"}),
+            422,
+            "steps[1] (sum).agent",
+        ),
+        ("nobody", json!({}), 404, "unknown workflow 'nobody'"),
+    ] {
+        let (got, e) = d
+            .post(
+                &format!("/v1/workflows/{name}/runs"),
+                json!({"inputs": inputs}),
+            )
+            .await;
+        assert_eq!(got, status, "{name} {inputs}: {e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(want),
+            "{message:?} should start with {want:?}"
+        );
+    }
+    let (status, e) = d
+        .post(
+            "/v1/sessions",
+            json!({"engine": "workflow", "prompt": "go"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+    let (status, e) = d
+        .post(
+            "/v1/sessions",
+            json!({"engine": "tinyelf", "prompt": "go",
+                   "engineConfig": {"workflow": {"name": "morning-notes", "version": 1, "inputs": {}}}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{e}");
+    assert!(e.to_string().contains("engineConfig.workflow"), "{e}");
+    let (_, list) = d.get("/v1/sessions").await;
+    assert_eq!(list["sessions"], json!([]), "nothing started");
+}
+
+/// An interrupt in the middle of a model step ends the step and the run as interrupted; the
+/// steps after it do not run.
+#[tokio::test]
+async fn an_interrupt_ends_the_step_under_way_and_the_run() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "slow", "projectPath": dir.path().display().to_string(),
+        "permissionMode": "bypassPermissions",
+        "steps": [
+          {"id": "talk", "model": {"model": "mock:tokens=200,delay_ms=50", "prompt": "Count."}},
+          {"id": "after", "tool": "write_file", "arguments": {"path": "after.txt", "content": "x"}}
+        ]}),
+    )
+    .await;
+    let (status, started) = d.post("/v1/workflows/slow/runs", json!({})).await;
+    assert_eq!(status, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap();
+    let run = started["runId"].as_str().unwrap();
+    let mut sse = d.events(sid, None).await;
+    let mut evs = sse.until_text("tok0 ").await;
+    let (status, body) = d
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    evs.extend(sse.until_complete(run).await);
+    assert_eq!(complete(&evs), "interrupted", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [("talk".to_string(), "interrupted".to_string())]
+    );
+    assert!(!dir.path().join("after.txt").exists());
 }

@@ -1,0 +1,432 @@
+//! The `workflow` engine: a workflow's run is a session of its own, and its steps run in order
+//! inside the session's run. A tool step calls a registry tool through the agent loop's
+//! pipeline (hooks, firewall, guardian, permission tiers; recorded in the history like a tool
+//! run), without a model; a model step makes one model call; an `if` step ends the run or skips
+//! the next step. Each step is announced by `stepStart` and closed by `stepEnd` with its output,
+//! which later steps' templates read as `steps.ID.output`. See docs/workflows.md.
+
+use crate::providers::ProviderRegistry;
+use crate::streaming::{TurnOptions, fail, relay_turn};
+use crate::tinyelf::TinyElfEngine;
+use async_trait::async_trait;
+use elfgate_core::{
+    ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
+    Message, RetryInfo, Role, RunOutcome, StepStatus, TokenUsage, ToolCallStatus, ToolRun,
+    WorkflowRef,
+};
+use elfgate_llm::{LlmMessage, LlmRequest, RetryPolicy};
+use elfgate_store::Store;
+use elfgate_workflow::{ModelStep, Otherwise, StepKind, WorkflowDefinition};
+use minijinja::Environment;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The workflow engine.
+pub struct WorkflowEngine {
+    store: Arc<dyn Store>,
+    tinyelf: Arc<TinyElfEngine>,
+    providers: ProviderRegistry,
+    retry: RetryPolicy,
+}
+
+impl WorkflowEngine {
+    /// The engine, its tool steps run by `tinyelf`'s pipeline and its model steps on
+    /// `providers` with `retry` for each call.
+    pub fn new(
+        store: Arc<dyn Store>,
+        tinyelf: Arc<TinyElfEngine>,
+        providers: ProviderRegistry,
+        retry: RetryPolicy,
+    ) -> Self {
+        WorkflowEngine {
+            store,
+            tinyelf,
+            providers,
+            retry,
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for WorkflowEngine {
+    fn engine_type(&self) -> EngineType {
+        EngineType::Workflow
+    }
+
+    fn description(&self) -> &'static str {
+        "A workflow's steps in order: registry tools without a model, model calls where a step asks"
+    }
+
+    fn capabilities(&self) -> Vec<&'static str> {
+        vec!["tool-steps", "model-steps", "conditions", "retries"]
+    }
+
+    async fn run_prompt(&self, ctx: EngineSessionContext) -> RunOutcome {
+        let Some(wref) = ctx.engine_config.workflow.clone() else {
+            let why = "a workflow session is started by POST /v1/workflows/{name}/runs";
+            return fail(&ctx, ErrorCode::Unprocessable, why.to_string()).await;
+        };
+        let def = match self
+            .store
+            .get_workflow(&wref.name, Some(wref.version))
+            .await
+        {
+            Ok(Some(stored)) => {
+                match serde_json::from_value::<WorkflowDefinition>(stored.definition) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let why = format!("workflow '{}' v{}: {e}", wref.name, wref.version);
+                        return fail(&ctx, ErrorCode::Storage, why).await;
+                    }
+                }
+            }
+            Ok(None) => {
+                let why = format!("workflow '{}' has no version {}", wref.name, wref.version);
+                return fail(&ctx, ErrorCode::NotFound, why).await;
+            }
+            Err(e) => return fail(&ctx, ErrorCode::Storage, e.report()).await,
+        };
+        ctx.events
+            .emit(EventPayload::Init {
+                system_info: ctx.system_info(json!({
+                    "engine": EngineType::Workflow.as_str(),
+                    "workflow": wref.name,
+                    "version": wref.version,
+                    "steps": def.steps.len(),
+                    "projectPath": ctx.project_path,
+                    "permissionMode": ctx.permission_mode.unwrap_or_default(),
+                })),
+            })
+            .await;
+        Run {
+            engine: self,
+            ctx: &ctx,
+            env: elfgate_workflow::validate::templates(),
+            outputs: Map::new(),
+            usage: TokenUsage::default(),
+        }
+        .steps(&def, &wref)
+        .await
+    }
+}
+
+/// How a step went.
+enum Done {
+    /// Its output.
+    Output(Value),
+    /// An `if`'s value.
+    Condition(bool),
+}
+
+/// Why a step did not.
+enum Failure {
+    /// What went wrong (it may be tried again).
+    Failed(String),
+    /// The run was interrupted.
+    Interrupted,
+    /// The run cannot go on (its error already reported): its outcome.
+    Fatal(Box<RunOutcome>),
+}
+
+/// One run of a workflow.
+struct Run<'a> {
+    engine: &'a WorkflowEngine,
+    ctx: &'a EngineSessionContext,
+    env: Environment<'static>,
+    /// `steps` of the templates: each ended step's `{output}`.
+    outputs: Map<String, Value>,
+    usage: TokenUsage,
+}
+
+impl Run<'_> {
+    async fn steps(mut self, def: &WorkflowDefinition, wref: &WorkflowRef) -> RunOutcome {
+        let ctx = self.ctx;
+        let mut skip_next = false;
+        for (index, step) in def.steps.iter().enumerate() {
+            if ctx.cancel.is_cancelled() {
+                return self.outcome(FinishReason::Interrupted);
+            }
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            if std::mem::take(&mut skip_next) {
+                self.end(&step.id, StepStatus::Skipped, Value::Null, None)
+                    .await;
+                continue;
+            }
+            let Ok(kind) = step.kind() else {
+                let why = format!("step '{}' says no single thing to do", step.id);
+                return self.fatal(ErrorCode::Unprocessable, why).await;
+            };
+            let tries = 1 + step.retries.map_or(0, |r| r.max);
+            let mut attempt = 1;
+            let done = loop {
+                ctx.events
+                    .emit(EventPayload::StepStart {
+                        step_id: step.id.clone(),
+                        index,
+                        kind: kind_name(&kind).to_string(),
+                        attempt,
+                    })
+                    .await;
+                match self.step(&kind, wref).await {
+                    Ok(done) => break Ok(done),
+                    Err(Failure::Interrupted) => {
+                        self.end(&step.id, StepStatus::Interrupted, Value::Null, None)
+                            .await;
+                        return self.outcome(FinishReason::Interrupted);
+                    }
+                    Err(Failure::Fatal(outcome)) => return *outcome,
+                    Err(Failure::Failed(why)) if attempt < tries => {
+                        self.end(&step.id, StepStatus::Error, Value::Null, Some(why.clone()))
+                            .await;
+                        let backoff = step.retries.map_or(0, |r| r.backoff_ms);
+                        let delay = backoff.saturating_mul(1u64 << (attempt - 1).min(20));
+                        ctx.events
+                            .emit(EventPayload::Retry {
+                                retry: RetryInfo {
+                                    attempt,
+                                    max_attempts: tries - 1,
+                                    delay_ms: delay,
+                                    reason: format!("step '{}': {why}", step.id),
+                                },
+                            })
+                            .await;
+                        tokio::select! {
+                            () = ctx.cancel.cancelled() => {
+                                return self.outcome(FinishReason::Interrupted);
+                            }
+                            () = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                        }
+                        attempt += 1;
+                    }
+                    Err(Failure::Failed(why)) => break Err(why),
+                }
+            };
+            match done {
+                Ok(Done::Output(output)) => {
+                    self.end(&step.id, StepStatus::Success, output, None).await;
+                }
+                Ok(Done::Condition(holds)) => {
+                    self.end(&step.id, StepStatus::Success, Value::Bool(holds), None)
+                        .await;
+                    match (holds, step.otherwise.unwrap_or_default()) {
+                        (true, _) => {}
+                        (false, Otherwise::End) => return self.finish(FinishReason::Stop).await,
+                        (false, Otherwise::SkipNext) => skip_next = true,
+                    }
+                }
+                Err(why) if step.continue_on_error => {
+                    self.end(
+                        &step.id,
+                        StepStatus::Error,
+                        Value::String(why.clone()),
+                        Some(why),
+                    )
+                    .await;
+                }
+                Err(why) => {
+                    self.end(&step.id, StepStatus::Error, Value::Null, Some(why.clone()))
+                        .await;
+                    let why = format!("step '{}' failed: {why}", step.id);
+                    return self.fatal(ErrorCode::WorkflowStep, why).await;
+                }
+            }
+        }
+        self.finish(FinishReason::Stop).await
+    }
+
+    /// Runs one try of a step.
+    async fn step(&mut self, kind: &StepKind<'_>, wref: &WorkflowRef) -> Result<Done, Failure> {
+        let scope = json!({"inputs": wref.inputs, "steps": self.outputs});
+        match *kind {
+            StepKind::Tool(name, arguments) => {
+                let arguments = match arguments {
+                    Some(a) => self.render_value(a, &scope, "arguments")?,
+                    None => Value::Object(Map::new()),
+                };
+                self.tool(name, arguments).await
+            }
+            StepKind::Model(m) => self.model(m, &scope).await,
+            StepKind::If(condition, _) => {
+                let text = self.render(condition, &scope, "if")?;
+                match text.trim() {
+                    "true" | "True" => Ok(Done::Condition(true)),
+                    "false" | "False" | "" | "none" | "None" => Ok(Done::Condition(false)),
+                    other => Err(Failure::Failed(format!(
+                        "if: renders to '{other}', not true or false"
+                    ))),
+                }
+            }
+            StepKind::Agent(_) => Err(Failure::Failed(
+                "agent steps do not run yet (docs/workflows.md)".to_string(),
+            )),
+        }
+    }
+
+    async fn tool(&mut self, name: &str, arguments: Value) -> Result<Done, Failure> {
+        let call = ToolRun {
+            name: name.to_string(),
+            arguments,
+        };
+        match self.engine.tinyelf.run_step_tool(self.ctx, call).await {
+            Ok(a) if a.status == ToolCallStatus::Interrupted => Err(Failure::Interrupted),
+            Ok(a) if a.is_error || a.status != ToolCallStatus::Success => {
+                Err(Failure::Failed(format!("{name}: {}", a.content)))
+            }
+            Ok(a) => Ok(Done::Output(Value::String(a.content))),
+            Err(outcome) if outcome.finish_reason == FinishReason::Interrupted => {
+                Err(Failure::Interrupted)
+            }
+            Err(outcome) => Err(Failure::Fatal(Box::new(outcome))),
+        }
+    }
+
+    async fn model(&mut self, m: &ModelStep, scope: &Value) -> Result<Done, Failure> {
+        let prompt = self.render(&m.prompt, scope, "model.prompt")?;
+        let system = match &m.system_prompt {
+            Some(s) => Some(self.render(s, scope, "model.systemPrompt")?),
+            None => None,
+        };
+        let (provider_name, provider) = self
+            .engine
+            .providers
+            .resolve(m.provider_id.as_deref())
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let model = m
+            .model
+            .clone()
+            .or_else(|| provider.default_model().map(str::to_string))
+            .ok_or_else(|| {
+                Failure::Failed(format!(
+                    "no model given and provider '{provider_name}' has no default model"
+                ))
+            })?;
+        let req = LlmRequest {
+            model,
+            system,
+            messages: vec![LlmMessage {
+                role: Role::User,
+                blocks: vec![ContentBlock::Text { text: prompt }],
+            }],
+            max_tokens: m.max_tokens,
+            response_format: m.output_schema.as_ref().map(|schema| {
+                json!({"type": "json_schema",
+                       "json_schema": {"name": "output", "schema": schema}})
+            }),
+            ..LlmRequest::default()
+        };
+        let opts = TurnOptions {
+            report_errors: false,
+            ..TurnOptions::default()
+        };
+        let out = relay_turn(
+            provider.as_ref(),
+            &req,
+            &self.engine.retry,
+            self.ctx,
+            Instant::now(),
+            opts,
+            None,
+        )
+        .await;
+        self.usage += out.usage;
+        if out.interrupted {
+            return Err(Failure::Interrupted);
+        }
+        if let Some(e) = out.error {
+            return Err(Failure::Failed(format!("{provider_name}: {}", e.message)));
+        }
+        match &m.output_schema {
+            Some(_) => serde_json::from_str(out.text.trim())
+                .map(Done::Output)
+                .map_err(|e| Failure::Failed(format!("the answer is not the JSON asked for: {e}"))),
+            None => Ok(Done::Output(Value::String(out.text))),
+        }
+    }
+
+    /// Renders `src` over `scope`; a failure names `field`.
+    fn render(&self, src: &str, scope: &Value, field: &str) -> Result<String, Failure> {
+        self.env
+            .render_str(src, scope)
+            .map_err(|e| Failure::Failed(format!("{field}: {e}")))
+    }
+
+    /// `v` with every string in it rendered.
+    fn render_value(&self, v: &Value, scope: &Value, field: &str) -> Result<Value, Failure> {
+        Ok(match v {
+            Value::String(s) => Value::String(self.render(s, scope, field)?),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| self.render_value(x, scope, &format!("{field}[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, x)| {
+                        self.render_value(x, scope, &format!("{field}.{k}"))
+                            .map(|x| (k.clone(), x))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+
+    /// Closes a step: its `stepEnd`, and its output for the steps after it.
+    async fn end(&mut self, id: &str, status: StepStatus, output: Value, error: Option<String>) {
+        self.outputs
+            .insert(id.to_string(), json!({"output": output, "status": status}));
+        self.ctx
+            .events
+            .emit(EventPayload::StepEnd {
+                step_id: id.to_string(),
+                status,
+                output,
+                error,
+            })
+            .await;
+    }
+
+    /// The run's end, with the step outputs as its answer (an assistant message of JSON).
+    async fn finish(self, reason: FinishReason) -> RunOutcome {
+        let ctx = self.ctx;
+        let parent = match self.engine.store.latest_message(ctx.session_id()).await {
+            Ok(m) => m.map(|m| m.id),
+            Err(e) => return fail(ctx, ErrorCode::Storage, e.report()).await,
+        };
+        let text = Value::Object(self.outputs.clone()).to_string();
+        let mut outcome = self.outcome(reason);
+        outcome.answer = Some(Message::new(
+            ctx.session_id(),
+            Some(ctx.run_id),
+            parent,
+            Role::Assistant,
+            vec![ContentBlock::Text { text }],
+        ));
+        outcome
+    }
+
+    fn outcome(&self, reason: FinishReason) -> RunOutcome {
+        let mut outcome = RunOutcome::new(reason);
+        outcome.usage = self.usage;
+        outcome
+    }
+
+    /// Ends the run with an error, its tokens kept.
+    async fn fatal(&self, code: ErrorCode, why: String) -> RunOutcome {
+        let mut outcome = fail(self.ctx, code, why).await;
+        outcome.usage = self.usage;
+        outcome
+    }
+}
+
+fn kind_name(kind: &StepKind<'_>) -> &'static str {
+    match kind {
+        StepKind::Tool(..) => "tool",
+        StepKind::Model(_) => "model",
+        StepKind::Agent(_) => "agent",
+        StepKind::If(..) => "if",
+    }
+}
