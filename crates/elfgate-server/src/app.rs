@@ -512,6 +512,8 @@ impl Daemon {
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
+            // Signed by the sender instead of a token (docs/workflows.md, "Inbound webhooks").
+            .merge(routes::hooks::routes())
             // The web console's static files: no data in them, so no token (docs/console.md).
             .merge(crate::console::routes())
             .merge(protected)
@@ -564,6 +566,7 @@ impl Daemon {
                 self.state.dispatcher.clone(),
             ));
         }
+        tokio::spawn(crate::workflow_runs::schedule(self.state.clone()));
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         let settings = crate::listener::ConnectionSettings::from_config(&state.config.server);

@@ -301,6 +301,18 @@ impl EnginesConfig {
     }
 }
 
+/// `[workflow_hooks.NAME]`: an inbound webhook. `POST /v1/hooks/NAME` with a body signed by
+/// HMAC-SHA256 under the secret starts a run of the workflow, the body as its `payload` input
+/// (docs/workflows.md, "Inbound webhooks").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowHook {
+    /// The workflow a delivery runs (its latest version).
+    pub workflow: String,
+    /// The variable holding the shared secret (never the secret itself in the file).
+    pub secret_env: String,
+}
+
 /// `[agents.NAME]`: a named agent profile. A session that names it with `agentId` starts with
 /// these settings wherever its own request is silent (docs/api.md, "Agent profiles").
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -367,6 +379,9 @@ pub struct Config {
     /// `[tools]`: tools that need the operator's setup (`[tools.web_search]`).
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// `[workflow_hooks.NAME]`: inbound webhooks (`POST /v1/hooks/NAME`) that start a workflow.
+    #[serde(default)]
+    pub workflow_hooks: BTreeMap<String, WorkflowHook>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,

@@ -67,6 +67,9 @@ pub enum ApiError {
     /// No or malformed credentials (401).
     #[error("missing or malformed bearer token")]
     Unauthorized,
+    /// An inbound webhook's delivery without a valid signature (401).
+    #[error("{0}")]
+    Unsigned(String),
     /// Wrong credentials (403).
     #[error("invalid token")]
     Forbidden,
@@ -158,7 +161,7 @@ impl ApiError {
             ApiError::UnknownModel { .. } => StatusCode::NOT_FOUND,
             ApiError::ProviderQueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Upstream(e) => upstream_status(e),
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::Unsigned(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -187,7 +190,7 @@ impl ApiError {
             ApiError::UnknownModel { .. } => ErrorCode::NotFound,
             ApiError::ProviderQueueFull { .. } => ErrorCode::TooManyQueued,
             ApiError::Upstream(e) => e.code,
-            ApiError::Unauthorized => ErrorCode::Unauthorized,
+            ApiError::Unauthorized | ApiError::Unsigned(_) => ErrorCode::Unauthorized,
             ApiError::Forbidden | ApiError::Refused(_) => ErrorCode::Forbidden,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,

@@ -25,6 +25,7 @@ pub mod session_gate;
 pub mod sse;
 pub mod state;
 pub mod token_file;
+pub mod workflow_runs;
 
 pub use app::{Daemon, StartError};
 pub use config::Config;

@@ -5,7 +5,7 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    cluster, engines, gateway, health, mcp, sessions, skills, tool_runs, workflows,
+    cluster, engines, gateway, health, hooks, mcp, sessions, skills, tool_runs, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -66,6 +66,7 @@ impl Modify for BearerScheme {
         workflows::replace,
         workflows::remove,
         workflows::start_run,
+        hooks::deliver,
         mcp::servers,
         mcp::reload,
         gateway::chat_completions,

@@ -204,4 +204,11 @@ pub trait Store: RunLedger + Send + Sync {
     async fn list_workflows(&self) -> StoreResult<Vec<StoredWorkflow>>;
     /// Marks workflow `name` deleted; false when there was no live one.
     async fn delete_workflow(&self, name: &str) -> StoreResult<bool>;
+    /// Claims fire time `at` of workflow `name`'s schedule: true for the one caller (of every
+    /// node, across restarts) that claims it first, when no later or equal one was claimed.
+    async fn claim_workflow_fire(
+        &self,
+        name: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool>;
 }

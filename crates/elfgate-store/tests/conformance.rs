@@ -419,10 +419,53 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
         .unwrap()
         .unwrap();
     assert_eq!(again.version, 3, "versions are never reused");
+    // A schedule's fire time is claimed once: never again, never an earlier one; of claims made
+    // at once, one wins.
+    let t = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&Utc)
+    };
+    assert!(
+        store
+            .claim_workflow_fire("w", t("2026-12-06T07:00:00Z"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_workflow_fire("w", t("2026-12-06T07:00:00Z"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_workflow_fire("w", t("2026-12-06T06:59:58Z"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_workflow_fire("a", t("2026-12-06T07:00:00Z"))
+            .await
+            .unwrap()
+    );
+    let at = t("2026-12-06T07:00:02Z");
+    let claims = futures_util::future::join_all((0..8).map(|_| store.claim_workflow_fire("w", at)))
+        .await
+        .into_iter()
+        .filter(|won| *won.as_ref().unwrap())
+        .count();
+    assert_eq!(claims, 1, "one of eight simultaneous claims wins");
+
     // Reopened, all of it is still there.
     store.close().await;
     drop(store);
     let store = db.open().await;
+    assert!(
+        !store.claim_workflow_fire("w", at).await.unwrap(),
+        "a claim survives a restart"
+    );
     assert_eq!(
         store
             .get_workflow("w", Some(2))

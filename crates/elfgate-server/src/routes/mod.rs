@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod engines;
 pub mod gateway;
 pub mod health;
+pub mod hooks;
 pub mod mcp;
 pub mod sessions;
 pub mod skills;

@@ -9,11 +9,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
+use elfgate_api::CreateSessionResponse;
 use elfgate_store::{StoredWorkflow, WorkflowWrite};
-use elfgate_workflow::{StepKind, Unattended, WorkflowDefinition};
+use elfgate_workflow::{StepKind, WorkflowDefinition};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::HashSet;
 use utoipa::{IntoParams, ToSchema};
 
@@ -297,40 +297,6 @@ pub(crate) struct WorkflowRunRequest {
 
 impl StrictBody for WorkflowRunRequest {}
 
-/// The inputs of a run: each one declared and of its type, the missing ones from their
-/// defaults; else the 422 naming the input.
-fn resolve_inputs(
-    def: &WorkflowDefinition,
-    given: Map<String, Value>,
-) -> Result<Map<String, Value>, ApiError> {
-    if let Some(unknown) = given.keys().find(|k| !def.inputs.contains_key(*k)) {
-        return Err(ApiError::Unprocessable(format!(
-            "inputs.{unknown}: workflow '{}' has no such input",
-            def.name
-        )));
-    }
-    let mut inputs = Map::new();
-    for (name, spec) in &def.inputs {
-        let value = match given.get(name).or(spec.default.as_ref()) {
-            Some(v) => v.clone(),
-            None => {
-                return Err(ApiError::Unprocessable(format!(
-                    "inputs.{name}: required (a {})",
-                    spec.kind.as_str()
-                )));
-            }
-        };
-        if !spec.kind.admits(&value) {
-            return Err(ApiError::Unprocessable(format!(
-                "inputs.{name}: {value} is not of type {}",
-                spec.kind.as_str()
-            )));
-        }
-        inputs.insert(name.clone(), value);
-    }
-    Ok(inputs)
-}
-
 /// Starts a run of a workflow's latest version: a session of the `workflow` engine whose steps
 /// run in order, followed like any session (its events, messages, interrupt and delete).
 #[utoipa::path(
@@ -362,53 +328,15 @@ pub(crate) async fn start_run(
         .await?
         .filter(|w| w.deleted_at.is_none())
         .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;
-    let version = stored.version;
-    let def: WorkflowDefinition = serde_json::from_value(stored.definition)
-        .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
-    if let Some((i, step)) = def
-        .steps
-        .iter()
-        .enumerate()
-        .find(|(_, s)| matches!(s.kind(), Ok(StepKind::Agent(_))))
-    {
-        return Err(ApiError::Unprocessable(format!(
-            "steps[{i}] ({}).agent: agent steps do not run yet; the workflow's other kinds do \
-             (docs/workflows.md)",
-            step.id
-        )));
-    }
-    let inputs = resolve_inputs(&def, body.inputs)?;
-    let mut overrides = RunOverrides {
-        permission_mode: def.permission_mode.map(|m| m.as_str().to_string()),
-        ..RunOverrides::default()
-    };
-    // Nobody to ask: a tool call that would ask is denied at once (its request expires as it
-    // is made).
-    if def.unattended == Some(Unattended::Deny) {
-        overrides.engine_config = Some(json!({"permissionTimeout": 1}));
-    }
-    let req = CreateSessionRequest {
-        engine: elfgate_core::EngineType::Workflow.as_str().to_string(),
-        prompt: format!(
-            "Run workflow {name} v{version} with inputs {}",
-            Value::Object(inputs.clone())
-        ),
-        title: Some(format!("{name} v{version}")),
-        project_path: def.project_path.clone(),
-        cli_backend: None,
-        agent_id: None,
-        mcp_config: None,
-        acp_agent: None,
-        overrides,
-        unknown: Default::default(),
-    };
-    let workflow = elfgate_core::WorkflowRef {
-        name,
-        version,
-        inputs,
-    };
-    let started =
-        detached(async move { crate::service::start_workflow_run(&state, req, workflow).await })
-            .await?;
+    let started = detached(async move {
+        crate::workflow_runs::start(
+            &state,
+            stored,
+            body.inputs,
+            crate::workflow_runs::Trigger::Manual,
+        )
+        .await
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(started)))
 }

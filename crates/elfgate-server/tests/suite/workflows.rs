@@ -628,3 +628,163 @@ async fn an_interrupt_ends_the_step_under_way_and_the_run() {
     );
     assert!(!dir.path().join("after.txt").exists());
 }
+
+/// The fire times of `name`'s scheduled runs so far, from the sessions' first prompts.
+async fn fire_times(d: &Daemon, name: &str) -> Vec<String> {
+    let (status, list) = d.get("/v1/sessions?limit=1000").await;
+    assert_eq!(status, 200, "{list}");
+    let prefix = format!("Run workflow {name} v1 on schedule at ");
+    let mut times: Vec<String> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["firstPrompt"].as_str()?.strip_prefix(prefix.as_str()))
+        .map(|rest| rest.split(' ').next().unwrap().to_string())
+        .collect();
+    times.sort();
+    times
+}
+
+/// Polls `fire_times` until there are at least `n` (a schedule every two seconds: a few
+/// seconds at most).
+async fn until_fired(d: &Daemon, name: &str, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let times = fire_times(d, name).await;
+        if times.len() >= n {
+            return times;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} fired {times:?} only"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A schedule with seconds fires its tool-only workflow at each fire time, once: two fire times
+/// observed, then a restart, then two more, none doubled and each on the schedule's grid.
+#[tokio::test]
+async fn a_schedule_fires_each_time_once_across_a_restart() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "tick", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "schedule": {"cron": "*/2 * * * * *", "timezone": "Europe/Berlin"},
+         "steps": [{"id": "mark", "tool": "write_file",
+                    "arguments": {"path": "fired.txt", "content": "fired"}}]}),
+    )
+    .await;
+    let before = until_fired(&d, "tick", 2).await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("fired.txt")).unwrap(),
+        "fired"
+    );
+    d.terminate();
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let all = until_fired(&d, "tick", before.len() + 2).await;
+    let mut unique = all.clone();
+    unique.dedup();
+    assert_eq!(unique, all, "a fire time ran twice");
+    for t in &all {
+        // …T07:00:02.000Z: every two seconds, on the second.
+        let seconds: u32 = t[17..19].parse().unwrap();
+        assert!(
+            seconds.is_multiple_of(2) && t.ends_with(".000Z"),
+            "{t} is off the schedule"
+        );
+    }
+    assert!(mock.requests().is_empty(), "no model was asked");
+}
+
+/// HMAC-SHA256 of `body` under `secret`, as the hook's header carries it.
+fn signature(secret: &str, body: &[u8]) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// An inbound webhook starts its workflow with the body as the payload input, only when the
+/// body is signed with the hook's secret: a missing or wrong signature is 401 and starts nothing.
+#[tokio::test]
+async fn an_inbound_webhook_starts_its_workflow_only_when_signed() {
+    let mock = MockServer::start().await.unwrap();
+    let opts = Opts {
+        extra_toml: "[workflow_hooks.deploy]\nworkflow = \"on-deploy\"\nsecret_env = \"DEPLOY_HOOK_SECRET\"\n"
+            .to_string(),
+        env: vec![("DEPLOY_HOOK_SECRET".to_string(), "s3cret".to_string())],
+        ..Opts::default()
+    };
+    let d = Daemon::start(&mock, opts);
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "on-deploy", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "inputs": {"payload": {"type": "object"}},
+         "steps": [{"id": "note", "tool": "write_file",
+                    "arguments": {"path": "{{ inputs.payload.ref }}.txt",
+                                  "content": "{{ inputs.payload.sha }}"}}]}),
+    )
+    .await;
+    let body = br#"{"ref": "main", "sha": "abc123"}"#.to_vec();
+    let http = reqwest::Client::new();
+    let deliver = |name: &str, header: Option<(&str, String)>| {
+        let mut req = http
+            .post(d.url(&format!("/v1/hooks/{name}")))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        if let Some((h, v)) = header {
+            req = req.header(h, v);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, e) = deliver("deploy", None).await;
+    assert_eq!(status, 401, "{e}");
+    let (status, e) = deliver(
+        "deploy",
+        Some(("x-elfgate-signature-256", signature("wrong", &body))),
+    )
+    .await;
+    assert_eq!(status, 401, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing started"),
+        "{e}"
+    );
+    let (status, e) = deliver(
+        "nobody",
+        Some(("x-elfgate-signature-256", signature("s3cret", &body))),
+    )
+    .await;
+    assert_eq!(status, 404, "{e}");
+    let (_, list) = d.get("/v1/sessions").await;
+    assert_eq!(list["sessions"], json!([]), "nothing started");
+
+    let (status, started) = deliver(
+        "deploy",
+        Some(("x-hub-signature-256", signature("s3cret", &body))),
+    )
+    .await;
+    assert_eq!(status, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap();
+    let run = started["runId"].as_str().unwrap();
+    let evs = d.all_events_until_complete_of(sid, run).await;
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("main.txt")).unwrap(),
+        "abc123"
+    );
+}

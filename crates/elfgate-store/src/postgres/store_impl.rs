@@ -513,4 +513,12 @@ impl Store for PgStore {
     async fn delete_workflow(&self, name: &str) -> StoreResult<bool> {
         self.delete_workflow_rows(name).await
     }
+
+    async fn claim_workflow_fire(
+        &self,
+        name: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool> {
+        self.claim_fire_row(name, at).await
+    }
 }

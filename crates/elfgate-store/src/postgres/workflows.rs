@@ -87,4 +87,23 @@ impl PgStore {
         .await?;
         Ok(done.rows_affected() > 0)
     }
+
+    /// One statement: an insert, or an update only past the stored fire time (the text
+    /// timestamps are of one fixed width in UTC, so they compare as the times do).
+    pub(super) async fn claim_fire_row(
+        &self,
+        name: &str,
+        at: chrono::DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO workflow_fires (name, last_fire) VALUES ($1, $2) ON CONFLICT (name) DO \
+             UPDATE SET last_fire = excluded.last_fire WHERE workflow_fires.last_fire < \
+             excluded.last_fire",
+        )
+        .bind(name)
+        .bind(ts(&at))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
 }

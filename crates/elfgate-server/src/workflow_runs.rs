@@ -1,0 +1,269 @@
+//! Starting a workflow's run, whatever started it (a client, its schedule, an inbound webhook),
+//! and the scheduler that fires schedules: every node looks for due fire times and claims each
+//! in the store before it runs it, so that a fire time runs once, on one node, across restarts
+//! (see docs/workflows.md, "Schedules").
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use chrono::{DateTime, Utc};
+use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
+use elfgate_store::StoredWorkflow;
+use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
+use serde_json::{Map, Value, json};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// What started a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// `POST /v1/workflows/{name}/runs`.
+    Manual,
+    /// The workflow's schedule, at this fire time.
+    Schedule(DateTime<Utc>),
+    /// The inbound webhook of this name.
+    Hook(String),
+}
+
+impl Trigger {
+    fn describe(&self) -> String {
+        match self {
+            Trigger::Manual => "by request".to_string(),
+            Trigger::Schedule(at) => format!(
+                "on schedule at {}",
+                elfgate_core::timefmt::rfc3339_millis(at)
+            ),
+            Trigger::Hook(name) => format!("by webhook {name}"),
+        }
+    }
+}
+
+/// How often the scheduler looks for due fire times.
+const TICK: Duration = Duration::from_millis(250);
+
+/// A fire time first seen later than this after it passed was missed (the daemon was down): the
+/// schedule's `missed` policy decides.
+const LATE: Duration = Duration::from_secs(60);
+
+/// Starts a run of `stored` with `given` inputs: a session of the `workflow` engine.
+pub async fn start(
+    state: &AppState,
+    stored: StoredWorkflow,
+    given: Map<String, Value>,
+    trigger: Trigger,
+) -> Result<CreateSessionResponse, ApiError> {
+    let name = stored.name;
+    let version = stored.version;
+    let def: WorkflowDefinition = serde_json::from_value(stored.definition)
+        .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
+    if let Some((i, step)) = def
+        .steps
+        .iter()
+        .enumerate()
+        .find(|(_, s)| matches!(s.kind(), Ok(StepKind::Agent(_))))
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "steps[{i}] ({}).agent: agent steps do not run yet; the workflow's other kinds do \
+             (docs/workflows.md)",
+            step.id
+        )));
+    }
+    let inputs = resolve_inputs(&def, given)?;
+    let mut overrides = RunOverrides {
+        permission_mode: def.permission_mode.map(|m| m.as_str().to_string()),
+        ..RunOverrides::default()
+    };
+    // Nobody to ask: a tool call that would ask is denied at once (its request expires as it
+    // is made).
+    if def.unattended == Some(Unattended::Deny) {
+        overrides.engine_config = Some(json!({"permissionTimeout": 1}));
+    }
+    let req = CreateSessionRequest {
+        engine: elfgate_core::EngineType::Workflow.as_str().to_string(),
+        prompt: format!(
+            "Run workflow {name} v{version} {} with inputs {}",
+            trigger.describe(),
+            Value::Object(inputs.clone())
+        ),
+        title: Some(format!("{name} v{version}")),
+        project_path: def.project_path.clone(),
+        cli_backend: None,
+        agent_id: None,
+        mcp_config: None,
+        acp_agent: None,
+        overrides,
+        unknown: Default::default(),
+    };
+    let workflow = elfgate_core::WorkflowRef {
+        name,
+        version,
+        inputs,
+    };
+    crate::service::start_workflow_run(state, req, workflow).await
+}
+
+/// The inputs of a run: each one declared and of its type, the missing ones from their
+/// defaults; else the 422 naming the input.
+fn resolve_inputs(
+    def: &WorkflowDefinition,
+    given: Map<String, Value>,
+) -> Result<Map<String, Value>, ApiError> {
+    if let Some(unknown) = given.keys().find(|k| !def.inputs.contains_key(*k)) {
+        return Err(ApiError::Unprocessable(format!(
+            "inputs.{unknown}: workflow '{}' has no such input",
+            def.name
+        )));
+    }
+    let mut inputs = Map::new();
+    for (name, spec) in &def.inputs {
+        let value = match given.get(name).or(spec.default.as_ref()) {
+            Some(v) => v.clone(),
+            None => {
+                return Err(ApiError::Unprocessable(format!(
+                    "inputs.{name}: required (a {})",
+                    spec.kind.as_str()
+                )));
+            }
+        };
+        if !spec.kind.admits(&value) {
+            return Err(ApiError::Unprocessable(format!(
+                "inputs.{name}: {value} is not of type {}",
+                spec.kind.as_str()
+            )));
+        }
+        inputs.insert(name.clone(), value);
+    }
+    Ok(inputs)
+}
+
+/// The latest fire time of `schedule` at or before `now` (None: the expression or the time zone
+/// does not parse, which the checks at create rule out).
+fn latest_fire(schedule: &Schedule, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let cron = elfgate_workflow::validate::check_cron(&schedule.cron).ok()?;
+    let tz = match &schedule.timezone {
+        Some(tz) => chrono_tz::Tz::from_str(tz).ok()?,
+        None => chrono_tz::UTC,
+    };
+    // On the second: the expression's finest unit (croner keeps the fraction it is given).
+    let now = chrono::SubsecRound::trunc_subsecs(now, 0);
+    cron.find_previous_occurrence(&now.with_timezone(&tz), true)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The fire time due at `now` of a schedule stored at `since` (a version fires only the times
+/// after it was stored), and whether it was missed (first seen more than [`LATE`] after it).
+fn due(
+    schedule: &Schedule,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<(DateTime<Utc>, bool)> {
+    let due = latest_fire(schedule, now).filter(|due| *due >= since)?;
+    Some((due, (now - due).to_std().is_ok_and(|late| late > LATE)))
+}
+
+/// Runs the scheduler until the daemon stops taking work.
+pub async fn schedule(state: AppState) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if state.is_shutting_down() {
+            return;
+        }
+        fire_due(&state, Utc::now()).await;
+    }
+}
+
+/// Starts the run of every schedule's fire time that is due and not yet claimed.
+async fn fire_due(state: &AppState, now: DateTime<Utc>) {
+    let workflows = match state.store.list_workflows().await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e.report(), "the scheduler cannot list the workflows");
+            return;
+        }
+    };
+    for stored in workflows {
+        let Some(schedule) = stored
+            .definition
+            .get("schedule")
+            .and_then(|s| serde_json::from_value::<Schedule>(s.clone()).ok())
+        else {
+            continue;
+        };
+        let Some((due, missed)) = due(&schedule, stored.created_at, now) else {
+            continue;
+        };
+        match state.store.claim_workflow_fire(&stored.name, due).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(workflow = %stored.name, error = %e.report(), "cannot claim a fire time");
+                continue;
+            }
+        }
+        let name = stored.name.clone();
+        if missed && schedule.missed == Missed::Skip {
+            tracing::info!(workflow = %name, at = %due, "skipped a fire time missed while no node ran");
+            continue;
+        }
+        match start(state, stored, Map::new(), Trigger::Schedule(due)).await {
+            Ok(started) => tracing::info!(
+                workflow = %name,
+                at = %due,
+                session_id = %started.session_id,
+                "started a scheduled run"
+            ),
+            Err(e) => {
+                tracing::warn!(workflow = %name, at = %due, error = %e, "a scheduled run could not start");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default()
+    }
+
+    fn at_seven(timezone: Option<&str>) -> Schedule {
+        Schedule {
+            cron: "0 0 7 * * *".into(),
+            timezone: timezone.map(str::to_string),
+            missed: Missed::Skip,
+        }
+    }
+
+    #[test]
+    fn a_fire_time_is_in_the_schedules_time_zone_and_late_ones_are_missed() {
+        let berlin = at_seven(Some("Europe/Berlin"));
+        let since = t("2026-12-01T00:00:00Z");
+        // 07:00 in Berlin is 06:00 UTC in December.
+        assert_eq!(
+            due(&berlin, since, t("2026-12-06T06:00:30.250Z")),
+            Some((t("2026-12-06T06:00:00Z"), false))
+        );
+        assert_eq!(
+            due(&berlin, since, t("2026-12-06T06:05:00Z")),
+            Some((t("2026-12-06T06:00:00Z"), true))
+        );
+        assert_eq!(
+            due(&at_seven(None), since, t("2026-12-06T06:30:00Z")),
+            Some((t("2026-12-05T07:00:00Z"), true))
+        );
+        // A version stored after the latest fire time waits for the next.
+        assert_eq!(
+            due(
+                &berlin,
+                t("2026-12-06T06:00:01Z"),
+                t("2026-12-06T06:00:30Z")
+            ),
+            None
+        );
+    }
+}
