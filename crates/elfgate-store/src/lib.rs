@@ -72,6 +72,59 @@ pub struct StoredWorkflow {
     pub deleted_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// One signed POST to a webhook target (when a run ended), with its attempts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    /// Its id, sent with it (a receiver may drop one it saw).
+    pub id: String,
+    /// The configured target's name.
+    pub target: String,
+    /// Where it goes.
+    pub url: String,
+    /// What is sent.
+    pub body: serde_json::Value,
+    /// Where it stands.
+    pub status: DeliveryStatus,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When the next attempt is due (pending ones).
+    pub next_attempt_at: chrono::DateTime<chrono::Utc>,
+    /// The HTTP status of the last attempt, when it got one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    /// Why the last attempt failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When it was queued.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// When it last changed.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where a webhook delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DeliveryStatus {
+    /// Waiting for its next attempt.
+    Pending,
+    /// The target answered 2xx.
+    Delivered,
+    /// Every attempt failed.
+    Failed,
+}
+
+impl DeliveryStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
 /// What storing a workflow version requires of what is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkflowWrite {
@@ -211,4 +264,25 @@ pub trait Store: RunLedger + Send + Sync {
         name: &str,
         at: chrono::DateTime<chrono::Utc>,
     ) -> StoreResult<bool>;
+
+    /// Queues a webhook delivery, unless `max_pending` deliveries already wait (then false).
+    async fn enqueue_delivery(&self, d: &WebhookDelivery, max_pending: u32) -> StoreResult<bool>;
+    /// Pending deliveries due at `now`, oldest first, at most `limit`.
+    async fn due_deliveries(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>>;
+    /// Claims the attempt of delivery `id` that was due at `due` (true for one caller of every
+    /// node): its next attempt moves to `until`, so that no other worker takes it meanwhile.
+    async fn claim_delivery(
+        &self,
+        id: &str,
+        due: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool>;
+    /// Records an attempt's result: the delivery's status, attempts, next attempt and last answer.
+    async fn record_delivery(&self, d: &WebhookDelivery) -> StoreResult<()>;
+    /// The latest deliveries, newest first, at most `limit`.
+    async fn list_deliveries(&self, limit: u32) -> StoreResult<Vec<WebhookDelivery>>;
 }

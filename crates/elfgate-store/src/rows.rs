@@ -118,6 +118,32 @@ pub(crate) fn workflow_from_row(r: &impl RowRead) -> StoreResult<crate::StoredWo
     })
 }
 
+pub(crate) fn delivery_from_row(r: &impl RowRead) -> StoreResult<crate::WebhookDelivery> {
+    let body: String = r.text("body")?;
+    let status = match r.text("status")?.as_str() {
+        "pending" => crate::DeliveryStatus::Pending,
+        "delivered" => crate::DeliveryStatus::Delivered,
+        "failed" => crate::DeliveryStatus::Failed,
+        other => return Err(StoreError::Corrupt(format!("delivery status '{other}'"))),
+    };
+    Ok(crate::WebhookDelivery {
+        id: r.text("id")?,
+        target: r.text("target")?,
+        url: r.text("url")?,
+        body: serde_json::from_str(&body)
+            .map_err(|e| StoreError::Corrupt(format!("delivery body: {e}")))?,
+        status,
+        attempts: u32::try_from(r.int("attempts")?).unwrap_or(u32::MAX),
+        next_attempt_at: parse_ts(&r.text("next_attempt_at")?)?,
+        last_status: r
+            .opt_int("last_status")?
+            .and_then(|s| u16::try_from(s).ok()),
+        last_error: r.opt_text("last_error")?,
+        created_at: parse_ts(&r.text("created_at")?)?,
+        updated_at: parse_ts(&r.text("updated_at")?)?,
+    })
+}
+
 pub(crate) fn message_from_row(r: &impl RowRead) -> StoreResult<Message> {
     let blocks: String = r.text("blocks")?;
     Ok(Message {

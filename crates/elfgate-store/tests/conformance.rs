@@ -12,7 +12,10 @@ use elfgate_core::{
     ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
     RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
-use elfgate_store::{NodeMode, PgStore, SqliteStore, Store, StoreOptions, WorkflowWrite};
+use elfgate_store::{
+    DeliveryStatus, NodeMode, PgStore, SqliteStore, Store, StoreOptions, WebhookDelivery,
+    WorkflowWrite,
+};
 use std::sync::Arc;
 
 #[path = "conformance/fleet.rs"]
@@ -127,6 +130,7 @@ on_both_backends!(
     a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte,
     a_second_single_node_on_one_database_is_refused,
     workflows_keep_every_version_and_their_deletion,
+    webhook_deliveries_queue_claim_and_record,
 );
 
 fn session() -> Session {
@@ -476,6 +480,67 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
         def(2)
     );
     assert_eq!(store.list_workflows().await.unwrap().len(), 2);
+}
+
+/// Webhook deliveries: queued up to a bound of pending ones, due in order of their next attempt,
+/// each attempt claimed once, recorded, listed newest first, and kept across a restart.
+async fn webhook_deliveries_queue_claim_and_record(db: Db) {
+    let store = db.open().await;
+    let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+    let delivery = |id: &str, at: &str| WebhookDelivery {
+        id: id.to_string(),
+        target: "ops".into(),
+        url: "https://hooks.example/elfgate".into(),
+        body: serde_json::json!({"id": id}),
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        next_attempt_at: t(at),
+        last_status: None,
+        last_error: None,
+        created_at: t(at),
+        updated_at: t(at),
+    };
+    assert!(store.enqueue_delivery(&delivery("d1", "2026-12-06T07:00:01Z"), 2).await.unwrap());
+    assert!(store.enqueue_delivery(&delivery("d2", "2026-12-06T07:00:00Z"), 2).await.unwrap());
+    assert!(
+        !store.enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2).await.unwrap(),
+        "two wait already: the third is refused"
+    );
+    let due = store.due_deliveries(t("2026-12-06T07:00:01Z"), 10).await.unwrap();
+    let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["d2", "d1"], "oldest attempt first");
+    assert!(store.due_deliveries(t("2026-12-06T06:59:59Z"), 10).await.unwrap().is_empty());
+    // One claim of an attempt wins.
+    let lease = t("2026-12-06T07:00:30Z");
+    let first = due[0].clone();
+    assert!(store.claim_delivery("d2", first.next_attempt_at, lease).await.unwrap());
+    assert!(!store.claim_delivery("d2", first.next_attempt_at, lease).await.unwrap());
+    assert_eq!(store.due_deliveries(t("2026-12-06T07:00:10Z"), 10).await.unwrap().len(), 1);
+    let mut failed_once = first;
+    failed_once.attempts = 1;
+    failed_once.last_status = Some(500);
+    failed_once.last_error = Some("HTTP 500".into());
+    failed_once.next_attempt_at = t("2026-12-06T07:00:05Z");
+    failed_once.updated_at = t("2026-12-06T07:00:01Z");
+    store.record_delivery(&failed_once).await.unwrap();
+    let mut delivered = delivery("d1", "2026-12-06T07:00:01Z");
+    delivered.status = DeliveryStatus::Delivered;
+    delivered.attempts = 1;
+    delivered.last_status = Some(204);
+    store.record_delivery(&delivered).await.unwrap();
+    assert!(
+        store.enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2).await.unwrap(),
+        "one waits now"
+    );
+    store.close().await;
+    drop(store);
+    let store = db.open().await;
+    let listed = store.list_deliveries(10).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["d3", "d1", "d2"], "newest first");
+    assert_eq!(listed[2], failed_once);
+    assert_eq!(listed[1].status, DeliveryStatus::Delivered);
+    assert_eq!(listed[1].last_status, Some(204));
 }
 
 async fn event_log_is_written_in_order_and_survives_reopen(db: Db) {

@@ -12,6 +12,7 @@
 //! writer had to arrange itself. The event log is written in batches by one task, many rows per
 //! statement.
 
+mod deliveries;
 mod fleet;
 mod log_writer;
 mod recovery;

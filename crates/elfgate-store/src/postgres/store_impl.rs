@@ -521,4 +521,37 @@ impl Store for PgStore {
     ) -> StoreResult<bool> {
         self.claim_fire_row(name, at).await
     }
+
+    async fn enqueue_delivery(
+        &self,
+        d: &crate::WebhookDelivery,
+        max_pending: u32,
+    ) -> StoreResult<bool> {
+        self.enqueue_delivery_row(d, max_pending).await
+    }
+
+    async fn due_deliveries(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<crate::WebhookDelivery>> {
+        self.due_delivery_rows(now, limit).await
+    }
+
+    async fn claim_delivery(
+        &self,
+        id: &str,
+        due: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool> {
+        self.claim_delivery_row(id, due, until).await
+    }
+
+    async fn record_delivery(&self, d: &crate::WebhookDelivery) -> StoreResult<()> {
+        self.record_delivery_row(d).await
+    }
+
+    async fn list_deliveries(&self, limit: u32) -> StoreResult<Vec<crate::WebhookDelivery>> {
+        self.list_delivery_rows(limit).await
+    }
 }

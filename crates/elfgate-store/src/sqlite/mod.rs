@@ -5,6 +5,7 @@
 //! (`recovery`). The SQL shared with the writer lives outside, in `statements`, so that this
 //! module depends on the writer and never the other way round.
 
+mod deliveries;
 mod recovery;
 mod rows;
 mod setup;

@@ -1,0 +1,96 @@
+//! Webhook deliveries on SQLite: the queue of signed POSTs when runs end (see the Store trait's
+//! delivery methods). Text timestamps of one fixed width in UTC compare as the times do.
+
+use super::SqliteStore;
+use crate::codec::ts;
+use crate::rows::delivery_from_row;
+use crate::{StoreResult, WebhookDelivery};
+use chrono::{DateTime, Utc};
+
+impl SqliteStore {
+    pub(super) async fn enqueue_delivery_row(
+        &self,
+        d: &WebhookDelivery,
+        max_pending: u32,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
+             next_attempt_at, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE \
+             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending') < ?",
+        )
+        .bind(&d.id)
+        .bind(&d.target)
+        .bind(&d.url)
+        .bind(d.body.to_string())
+        .bind(d.status.as_str())
+        .bind(i64::from(d.attempts))
+        .bind(ts(&d.next_attempt_at))
+        .bind(ts(&d.created_at))
+        .bind(ts(&d.updated_at))
+        .bind(i64::from(max_pending))
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub(super) async fn due_delivery_rows(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>> {
+        let rows = sqlx::query(
+            "SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ? \
+             ORDER BY next_attempt_at LIMIT ?",
+        )
+        .bind(ts(&now))
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    pub(super) async fn claim_delivery_row(
+        &self,
+        id: &str,
+        due: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ? AND status = \
+             'pending' AND next_attempt_at = ?",
+        )
+        .bind(ts(&until))
+        .bind(id)
+        .bind(ts(&due))
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub(super) async fn record_delivery_row(&self, d: &WebhookDelivery) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, \
+             last_status = ?, last_error = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(d.status.as_str())
+        .bind(i64::from(d.attempts))
+        .bind(ts(&d.next_attempt_at))
+        .bind(d.last_status.map(i64::from))
+        .bind(&d.last_error)
+        .bind(ts(&d.updated_at))
+        .bind(&d.id)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn list_delivery_rows(&self, limit: u32) -> StoreResult<Vec<WebhookDelivery>> {
+        let rows = sqlx::query(
+            "SELECT * FROM webhook_deliveries ORDER BY created_at DESC, id DESC LIMIT ?",
+        )
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+}
