@@ -86,7 +86,32 @@ pub struct EngineDispatcher {
     /// The finish reason of runs the daemon's stop interrupts, when not `interrupted` (a fleet
     /// node's drain ends what is left as `node_shutdown`).
     stop_reason: std::sync::OnceLock<FinishReason>,
+    /// Where each run's end is told, once its `complete` is out (see [`RunEnded`]).
+    run_ends: std::sync::OnceLock<tokio::sync::mpsc::Sender<RunEnded>>,
 }
+
+/// A run that ended, as told to what watches run ends (workflows triggered by them): after its
+/// `complete`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEnded {
+    /// Its session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// The session's engine.
+    pub engine: EngineType,
+    /// How it ended.
+    pub finish_reason: FinishReason,
+    /// Its tokens.
+    pub usage: crate::TokenUsage,
+    /// The error that ended it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// How many ended runs may wait for their watcher before more are dropped (with a warning).
+const RUN_ENDS_QUEUE: usize = 1024;
 
 impl std::fmt::Debug for EngineDispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +137,14 @@ impl EngineDispatcher {
             metrics,
             accepting: std::sync::atomic::AtomicBool::new(true),
             stop_reason: std::sync::OnceLock::new(),
+            run_ends: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The ends of runs from now on, for one watcher (None: one already watches).
+    pub fn watch_run_ends(&self) -> Option<tokio::sync::mpsc::Receiver<RunEnded>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(RUN_ENDS_QUEUE);
+        self.run_ends.set(tx).ok().map(|()| rx)
     }
 
     /// Adds (or replaces) an engine.
@@ -357,6 +389,21 @@ impl EngineDispatcher {
                         || self.active.finish(session_id, run_id),
                     )
                     .await;
+                if let Some(tx) = self.run_ends.get() {
+                    let ended = RunEnded {
+                        session_id,
+                        run_id,
+                        engine: ctx.session.engine,
+                        finish_reason: outcome.finish_reason,
+                        usage: outcome.usage,
+                        error: outcome.error.clone(),
+                    };
+                    if tx.try_send(ended).is_err() {
+                        tracing::warn!(
+                            "a run's end was not told to its watcher (its queue is full)"
+                        );
+                    }
+                }
                 next
             }
             .instrument(span)

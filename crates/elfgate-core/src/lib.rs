@@ -29,7 +29,8 @@ pub use bus::{
     Subscription, Watching,
 };
 pub use dispatcher::{
-    DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunLedger,
+    DispatchError, DispatchStatus, EngineDispatcher, InterruptResult, LedgerError, RunEnded,
+    RunLedger,
 };
 pub use engine::{
     Attachment, BackendInfo, Engine, EngineInfo, EngineSessionContext, HeadStart,

@@ -567,6 +567,10 @@ impl Daemon {
             ));
         }
         tokio::spawn(crate::workflow_runs::schedule(self.state.clone()));
+        if let Some(ends) = self.state.dispatcher.watch_run_ends() {
+            crate::workflow_runs::refresh_triggers(&self.state).await;
+            tokio::spawn(crate::workflow_runs::on_run_ends(self.state.clone(), ends));
+        }
         let state = self.state.clone();
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         let settings = crate::listener::ConnectionSettings::from_config(&state.config.server);

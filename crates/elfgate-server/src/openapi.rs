@@ -365,6 +365,6 @@ mod tests {
         let reset = of("reset");
         assert_eq!(reset["required"], json!(["sessionId", "fromSeq", "type"]));
         assert!(reset["properties"].get("seq").is_none());
-        assert_eq!(variants.len(), 16);
+        assert_eq!(variants.len(), 18);
     }
 }

@@ -50,6 +50,8 @@ pub struct AppInner {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// Run tokens of CLIs going through the daemon's doors (the proxy), and its address.
     pub run_tokens: Arc<elfgate_core::RunTokens>,
+    /// The workflows a run's end may start, as last read from the store.
+    pub run_end_triggers: crate::workflow_runs::RunEndTriggers,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -118,6 +120,7 @@ impl AppState {
                 gateway_limits,
                 fleet,
                 run_tokens,
+                run_end_triggers: Default::default(),
             }),
         }
     }

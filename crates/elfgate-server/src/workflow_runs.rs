@@ -7,8 +7,9 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::{DateTime, Utc};
 use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
+use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
-use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
+use elfgate_workflow::{Missed, RunEndTrigger, Schedule, StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
 use std::str::FromStr;
 use std::time::Duration;
@@ -22,6 +23,8 @@ pub enum Trigger {
     Schedule(DateTime<Utc>),
     /// The inbound webhook of this name.
     Hook(String),
+    /// The end of this run.
+    RunEnd(elfgate_core::RunId),
 }
 
 impl Trigger {
@@ -33,6 +36,7 @@ impl Trigger {
                 elfgate_core::timefmt::rfc3339_millis(at)
             ),
             Trigger::Hook(name) => format!("by webhook {name}"),
+            Trigger::RunEnd(run) => format!("on the end of run {run}"),
         }
     }
 }
@@ -161,6 +165,82 @@ fn due(
     Some((due, (now - due).to_std().is_ok_and(|late| late > LATE)))
 }
 
+/// The workflows with an `onRunEnd` trigger, by name, as last read from the store: by the
+/// scheduler on each tick (so another node's changes arrive within one) and by this node's
+/// workflow writes at once. A run's end then looks here, not in the store.
+#[derive(Default)]
+pub struct RunEndTriggers(std::sync::RwLock<Vec<(String, RunEndTrigger)>>);
+
+impl RunEndTriggers {
+    fn set(&self, workflows: &[StoredWorkflow]) {
+        let triggers = workflows
+            .iter()
+            .filter_map(|w| {
+                let t = w.definition.get("onRunEnd")?;
+                Some((w.name.clone(), serde_json::from_value(t.clone()).ok()?))
+            })
+            .collect();
+        if let Ok(mut held) = self.0.write() {
+            *held = triggers;
+        }
+    }
+
+    fn matching(&self, ended: &RunEnded) -> Vec<String> {
+        self.0
+            .read()
+            .map(|held| {
+                held.iter()
+                    .filter(|(_, t)| t.matches(ended.engine, ended.finish_reason))
+                    .map(|(name, _)| name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Reads the run-end triggers again (after this node changed a workflow).
+pub async fn refresh_triggers(state: &AppState) {
+    match state.store.list_workflows().await {
+        Ok(w) => state.run_end_triggers.set(&w),
+        Err(e) => {
+            tracing::warn!(error = %e.report(), "cannot read the workflows' run-end triggers");
+        }
+    }
+}
+
+/// Starts the workflows each ended run triggers (its record as their `run` input), until the
+/// daemon stops.
+pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<RunEnded>) {
+    while let Some(ended) = ends.recv().await {
+        if state.is_shutting_down() {
+            return;
+        }
+        for name in state.run_end_triggers.matching(&ended) {
+            let stored = match state.store.get_workflow(&name, None).await {
+                Ok(Some(w)) if w.deleted_at.is_none() => w,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(workflow = %name, error = %e.report(), "cannot read a triggered workflow");
+                    continue;
+                }
+            };
+            let run = serde_json::to_value(&ended).unwrap_or(Value::Null);
+            let inputs = Map::from_iter([("run".to_string(), run)]);
+            match start(&state, stored, inputs, Trigger::RunEnd(ended.run_id)).await {
+                Ok(started) => tracing::info!(
+                    workflow = %name,
+                    run_id = %ended.run_id,
+                    session_id = %started.session_id,
+                    "started a run triggered by a run's end"
+                ),
+                Err(e) => {
+                    tracing::warn!(workflow = %name, run_id = %ended.run_id, error = %e, "a triggered run could not start");
+                }
+            }
+        }
+    }
+}
+
 /// Runs the scheduler until the daemon stops taking work.
 pub async fn schedule(state: AppState) {
     let mut tick = tokio::time::interval(TICK);
@@ -183,6 +263,7 @@ async fn fire_due(state: &AppState, now: DateTime<Utc>) {
             return;
         }
     };
+    state.run_end_triggers.set(&workflows);
     for stored in workflows {
         let Some(schedule) = stored
             .definition

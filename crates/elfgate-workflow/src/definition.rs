@@ -1,7 +1,7 @@
 //! A workflow's definition: the JSON a client sends to `POST /v1/workflows` and the store keeps,
 //! one version per change.
 
-use elfgate_core::PermissionMode;
+use elfgate_core::{EngineType, FinishReason, PermissionMode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -29,6 +29,10 @@ pub struct WorkflowDefinition {
     /// When it runs by itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// Runs it when a run of another session ends, as the filters say; the ended run's record
+    /// is its `run` input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_run_end: Option<RunEndTrigger>,
     /// What a tool call that would ask a person does in a run nobody watches: `ask` (a
     /// permission request through the API, waiting up to the permission timeout) or `deny`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +113,30 @@ pub struct Schedule {
     /// What happens to fire times missed while no daemon ran; default `skip`.
     #[serde(default)]
     pub missed: Missed,
+}
+
+/// Which ended runs start a workflow (each filter absent: any).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunEndTrigger {
+    /// The engines of the sessions whose runs count (never `workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engines: Option<Vec<EngineType>>,
+    /// The finish reasons that count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reasons: Option<Vec<FinishReason>>,
+}
+
+impl RunEndTrigger {
+    /// Whether a run of an `engine` session that ended with `reason` counts.
+    pub fn matches(&self, engine: EngineType, reason: FinishReason) -> bool {
+        engine != EngineType::Workflow
+            && self.engines.as_ref().is_none_or(|e| e.contains(&engine))
+            && self
+                .finish_reasons
+                .as_ref()
+                .is_none_or(|r| r.contains(&reason))
+    }
 }
 
 /// What happens to a schedule's fire times missed while no daemon ran.

@@ -7,7 +7,7 @@ pub mod definition;
 pub mod validate;
 
 pub use definition::{
-    AgentStep, InputSpec, InputType, Missed, ModelStep, Otherwise, Retries, Schedule, Step,
-    StepKind, Unattended, WorkflowDefinition,
+    AgentStep, InputSpec, InputType, Missed, ModelStep, Otherwise, Retries, RunEndTrigger,
+    Schedule, Step, StepKind, Unattended, WorkflowDefinition,
 };
 pub use validate::{DefinitionError, validate};

@@ -64,6 +64,27 @@ pub fn validate(
             })?;
         }
     }
+    if let Some(t) = &def.on_run_end {
+        if t.engines
+            .as_ref()
+            .is_some_and(|e| e.contains(&elfgate_core::EngineType::Workflow))
+        {
+            return Err(error(
+                "onRunEnd.engines",
+                "workflow runs do not trigger workflows (a workflow could trigger itself)",
+            ));
+        }
+        if def
+            .inputs
+            .get("run")
+            .is_none_or(|i| i.kind != crate::InputType::Object)
+        {
+            return Err(error(
+                "onRunEnd",
+                "the workflow must declare an input 'run' of type object (the ended run's record)",
+            ));
+        }
+    }
     if def.steps.is_empty() {
         return Err(error("steps", "a workflow has at least one step"));
     }
@@ -393,6 +414,16 @@ mod tests {
                 json!({"steps": [{"id": "a", "model": {"prompt": "p"}, "arguments": {}}]}),
                 "steps[0] (a).arguments",
                 "only a tool step",
+            ),
+            (
+                json!({"onRunEnd": {"engines": ["chat"]}}),
+                "onRunEnd",
+                "an input 'run' of type object",
+            ),
+            (
+                json!({"onRunEnd": {"engines": ["workflow"]}, "inputs": {"run": {"type": "object"}}}),
+                "onRunEnd.engines",
+                "could trigger itself",
             ),
         ];
         for (patch, field, why) in cases {

@@ -180,13 +180,17 @@ async fn put(
     let json = serde_json::to_value(&def)
         .map_err(|e| ApiError::Internal(format!("workflow definition: {e}")))?;
     detached(async move {
-        match state.store.put_workflow(&def.name, &json, write).await {
-            Err(elfgate_store::StoreError::Constraint(_)) => Err(ApiError::Conflict(format!(
-                "workflow '{}' was changed at the same moment; read it and try again",
-                def.name
-            ))),
-            other => Ok(other?),
-        }
+        let stored = match state.store.put_workflow(&def.name, &json, write).await {
+            Err(elfgate_store::StoreError::Constraint(_)) => {
+                return Err(ApiError::Conflict(format!(
+                    "workflow '{}' was changed at the same moment; read it and try again",
+                    def.name
+                )));
+            }
+            other => other?,
+        };
+        crate::workflow_runs::refresh_triggers(&state).await;
+        Ok(stored)
     })
     .await
 }
@@ -275,7 +279,11 @@ pub(crate) async fn remove(
 ) -> Result<StatusCode, ApiError> {
     let gone = detached({
         let name = name.clone();
-        async move { Ok(state.store.delete_workflow(&name).await?) }
+        async move {
+            let gone = state.store.delete_workflow(&name).await?;
+            crate::workflow_runs::refresh_triggers(&state).await;
+            Ok(gone)
+        }
     })
     .await?;
     if gone {

@@ -183,7 +183,15 @@ async fn st_chat_sends_no_history_and_api_leaves_nothing_active() {
         .collect();
     assert_eq!(
         names,
-        ["api", "chat", "claude-sdk", "cli", "st-chat", "tinyelf"]
+        [
+            "api",
+            "chat",
+            "claude-sdk",
+            "cli",
+            "st-chat",
+            "tinyelf",
+            "workflow"
+        ]
     );
 }
 

@@ -76,27 +76,41 @@ async fn the_fuzzer_finds_no_server_error_and_no_response_outside_the_document()
     )
     .unwrap();
     let token = d.token.clone().expect("the daemon has a token");
-    let out = tokio::time::timeout(
-        Duration::from_secs(300),
-        tokio::process::Command::new(&fuzzer)
-            .current_dir(work.path())
-            .args(["run", &d.url("/openapi.json")])
-            .args(["--header", &format!("Authorization: Bearer {token}")])
-            .args(["--checks", CHECKS])
-            .args(["--max-examples", MAX_EXAMPLES])
-            .args(exclusions)
-            .args(["--phases", "examples,coverage,fuzzing"])
-            .args(["--seed", "1"])
-            .args(["--workers", "2"])
-            .args(["--request-timeout", "20"])
-            .args(["--generation-database", "none"])
-            .arg("--no-color")
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("the fuzzer did not finish within 5 minutes")
-    .unwrap();
+    let exclusions: Vec<String> = exclusions.collect();
+    let fuzz = || {
+        tokio::time::timeout(
+            Duration::from_secs(300),
+            tokio::process::Command::new(&fuzzer)
+                .current_dir(work.path())
+                .args(["run", &d.url("/openapi.json")])
+                .args(["--header", &format!("Authorization: Bearer {token}")])
+                .args(["--checks", CHECKS])
+                .args(["--max-examples", MAX_EXAMPLES])
+                .args(&exclusions)
+                .args(["--phases", "examples,coverage,fuzzing"])
+                .args(["--seed", "1"])
+                .args(["--workers", "2"])
+                .args(["--request-timeout", "20"])
+                .args(["--generation-database", "none"])
+                .arg("--no-color")
+                .kill_on_drop(true)
+                .output(),
+        )
+    };
+    let mut out = fuzz()
+        .await
+        .expect("the fuzzer did not finish within 5 minutes")
+        .unwrap();
+    // Hypothesis' cache of lambda sources is not safe across the fuzzer's two worker threads: it
+    // sometimes fails a case inside the fuzzer itself (a KeyError in lambda_sources.py, reported
+    // as a flaky runtime error), with no request behind it. That, and only that, is run again.
+    if !out.status.success() && String::from_utf8_lossy(&out.stdout).contains("lambda_sources.py") {
+        eprintln!("schema fuzz: the fuzzer failed inside hypothesis (lambda_sources); run again");
+        out = fuzz()
+            .await
+            .expect("the fuzzer did not finish within 5 minutes")
+            .unwrap();
+    }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The counts go to the terminal even when the test harness captures output, so that a CI

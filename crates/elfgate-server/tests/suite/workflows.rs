@@ -788,3 +788,62 @@ async fn an_inbound_webhook_starts_its_workflow_only_when_signed() {
         "abc123"
     );
 }
+
+/// A run's end starts the workflows whose filters it passes, the ended run's record as their
+/// `run` input; a run of another engine starts none.
+#[tokio::test]
+async fn a_runs_end_starts_the_workflows_whose_filters_it_passes() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "after-chat", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "inputs": {"run": {"type": "object"}},
+         "onRunEnd": {"engines": ["chat"], "finishReasons": ["stop"]},
+         "steps": [{"id": "note", "tool": "write_file",
+                    "arguments": {"path": "{{ inputs.run.sessionId }}.txt",
+                                  "content": "{{ inputs.run.finishReason }} {{ inputs.run.usage.outputTokens }}"}}]}),
+    )
+    .await;
+    let mut st = common::chat("hi", "mock:tokens=2");
+    st["engine"] = json!("st-chat");
+    let (other, other_run) = d.create(st).await;
+    d.all_events_until_complete_of(&other, &other_run).await;
+    let (sid, run) = d.create(common::chat("hi", "mock:tokens=2")).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let note = dir.path().join(format!("{sid}.txt"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !note.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the chat run's end started nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Ended runs are handled in order: the st-chat run's came first and started nothing.
+    assert!(!dir.path().join(format!("{other}.txt")).exists());
+    let (_, list) = d.get("/v1/sessions").await;
+    let triggered: Vec<&str> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["engine"] == "workflow")
+        .map(|s| s["firstPrompt"].as_str().unwrap())
+        .collect();
+    assert_eq!(triggered.len(), 1, "{triggered:?}");
+    assert!(
+        triggered[0].contains(&format!("on the end of run {run}")),
+        "{triggered:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&note).unwrap_or_default();
+        if text == "stop 2" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
