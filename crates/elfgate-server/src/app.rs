@@ -497,6 +497,7 @@ impl Daemon {
             .merge(routes::skills::routes())
             .merge(routes::tool_runs::routes())
             .merge(routes::workflows::routes())
+            .merge(routes::webhooks::routes())
             .merge(routes::mcp::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
@@ -567,6 +568,7 @@ impl Daemon {
             ));
         }
         tokio::spawn(crate::workflow_runs::schedule(self.state.clone()));
+        tokio::spawn(crate::webhooks::deliver(self.state.clone()));
         if let Some(ends) = self.state.dispatcher.watch_run_ends() {
             crate::workflow_runs::refresh_triggers(&self.state).await;
             tokio::spawn(crate::workflow_runs::on_run_ends(self.state.clone(), ends));

@@ -301,6 +301,60 @@ impl EnginesConfig {
     }
 }
 
+/// `[webhooks]`: a signed POST to each matching target when a run ends (docs/workflows.md,
+/// "Webhooks when runs end").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Attempts of a delivery before it is given up (at least 1).
+    pub max_attempts: u32,
+    /// Milliseconds before the first retry; doubled for each next one, with up to a quarter
+    /// more at random (jitter).
+    pub backoff_ms: u64,
+    /// The longest wait between two attempts, in milliseconds.
+    pub max_backoff_ms: u64,
+    /// Seconds an attempt may take.
+    pub timeout_secs: u64,
+    /// Deliveries that may wait at once; a run's end past it is dropped (logged).
+    pub max_pending: u32,
+    /// Allow targets at loopback, private and other non-public addresses (as web_fetch's).
+    pub allow_private_addresses: bool,
+    /// The targets.
+    pub targets: Vec<WebhookTarget>,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            max_attempts: 8,
+            backoff_ms: 1000,
+            max_backoff_ms: 300_000,
+            timeout_secs: 10,
+            max_pending: 10_000,
+            allow_private_addresses: false,
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// `[[webhooks.targets]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookTarget {
+    /// Its name, in the deliveries' records.
+    pub name: String,
+    /// Where the POST goes (http or https).
+    pub url: String,
+    /// The variable holding the secret the body is signed with.
+    pub secret_env: String,
+    /// The engines whose runs it hears of (absent: all).
+    #[serde(default)]
+    pub engines: Option<Vec<elfgate_core::EngineType>>,
+    /// The finish reasons it hears of (absent: all).
+    #[serde(default)]
+    pub finish_reasons: Option<Vec<elfgate_core::FinishReason>>,
+}
+
 /// `[workflow_hooks.NAME]`: an inbound webhook. `POST /v1/hooks/NAME` with a body signed by
 /// HMAC-SHA256 under the secret starts a run of the workflow, the body as its `payload` input
 /// (docs/workflows.md, "Inbound webhooks").
@@ -382,6 +436,9 @@ pub struct Config {
     /// `[workflow_hooks.NAME]`: inbound webhooks (`POST /v1/hooks/NAME`) that start a workflow.
     #[serde(default)]
     pub workflow_hooks: BTreeMap<String, WorkflowHook>,
+    /// `[webhooks]`: signed POSTs to configured targets when runs end.
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -498,6 +555,34 @@ impl Config {
     }
 
     /// The store's URL and `[cluster]` fit together.
+    fn validate_webhooks(&self) -> Result<(), ConfigError> {
+        let w = &self.webhooks;
+        if w.max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "webhooks.max_attempts: at least 1".into(),
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for t in &w.targets {
+            if !names.insert(t.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "webhooks.targets: two targets are named '{}'",
+                    t.name
+                )));
+            }
+            match reqwest::Url::parse(&t.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "webhooks.targets '{}': url '{}' is not an http or https URL",
+                        t.name, t.url
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn validate_storage(&self) -> Result<(), ConfigError> {
         let url = &self.storage.url;
         let sqlite = url.starts_with("sqlite:");
@@ -556,6 +641,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_webhooks()?;
         let addr = self.bind_addr()?;
         if !addr.ip().is_loopback() && self.server.auth == AuthMode::None {
             return Err(ConfigError::Invalid(format!(

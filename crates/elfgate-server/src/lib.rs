@@ -20,11 +20,13 @@ pub mod panic_guard;
 pub mod request_guard;
 pub mod request_id;
 pub mod routes;
+pub mod run_end_triggers;
 pub mod service;
 pub mod session_gate;
 pub mod sse;
 pub mod state;
 pub mod token_file;
+pub mod webhooks;
 pub mod workflow_runs;
 
 pub use app::{Daemon, StartError};

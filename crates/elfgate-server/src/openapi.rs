@@ -5,7 +5,7 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    cluster, engines, gateway, health, hooks, mcp, sessions, skills, tool_runs, workflows,
+    cluster, engines, gateway, health, hooks, mcp, sessions, skills, tool_runs, webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -67,6 +67,7 @@ impl Modify for BearerScheme {
         workflows::remove,
         workflows::start_run,
         hooks::deliver,
+        webhooks::deliveries,
         mcp::servers,
         mcp::reload,
         gateway::chat_completions,
@@ -134,6 +135,8 @@ impl Modify for BearerScheme {
         workflows::WorkflowView,
         workflows::WorkflowList,
         workflows::WorkflowRunRequest,
+        webhooks::DeliveryView,
+        webhooks::DeliveryList,
         elfgate_workflow::WorkflowDefinition,
         elfgate_workflow::InputSpec,
         elfgate_workflow::InputType,

@@ -51,7 +51,7 @@ pub struct AppInner {
     /// Run tokens of CLIs going through the daemon's doors (the proxy), and its address.
     pub run_tokens: Arc<elfgate_core::RunTokens>,
     /// The workflows a run's end may start, as last read from the store.
-    pub run_end_triggers: crate::workflow_runs::RunEndTriggers,
+    pub run_end_triggers: crate::run_end_triggers::RunEndTriggers,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
 use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
-use elfgate_workflow::{Missed, RunEndTrigger, Schedule, StepKind, Unattended, WorkflowDefinition};
+use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
 use std::str::FromStr;
 use std::time::Duration;
@@ -165,39 +165,6 @@ fn due(
     Some((due, (now - due).to_std().is_ok_and(|late| late > LATE)))
 }
 
-/// The workflows with an `onRunEnd` trigger, by name, as last read from the store: by the
-/// scheduler on each tick (so another node's changes arrive within one) and by this node's
-/// workflow writes at once. A run's end then looks here, not in the store.
-#[derive(Default)]
-pub struct RunEndTriggers(std::sync::RwLock<Vec<(String, RunEndTrigger)>>);
-
-impl RunEndTriggers {
-    fn set(&self, workflows: &[StoredWorkflow]) {
-        let triggers = workflows
-            .iter()
-            .filter_map(|w| {
-                let t = w.definition.get("onRunEnd")?;
-                Some((w.name.clone(), serde_json::from_value(t.clone()).ok()?))
-            })
-            .collect();
-        if let Ok(mut held) = self.0.write() {
-            *held = triggers;
-        }
-    }
-
-    fn matching(&self, ended: &RunEnded) -> Vec<String> {
-        self.0
-            .read()
-            .map(|held| {
-                held.iter()
-                    .filter(|(_, t)| t.matches(ended.engine, ended.finish_reason))
-                    .map(|(name, _)| name.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
 /// Reads the run-end triggers again (after this node changed a workflow).
 pub async fn refresh_triggers(state: &AppState) {
     match state.store.list_workflows().await {
@@ -208,13 +175,14 @@ pub async fn refresh_triggers(state: &AppState) {
     }
 }
 
-/// Starts the workflows each ended run triggers (its record as their `run` input), until the
-/// daemon stops.
+/// For each ended run, until the daemon stops: queues its webhook deliveries and starts the
+/// workflows it triggers (its record as their `run` input).
 pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<RunEnded>) {
     while let Some(ended) = ends.recv().await {
         if state.is_shutting_down() {
             return;
         }
+        crate::webhooks::enqueue(&state, &ended).await;
         for name in state.run_end_triggers.matching(&ended) {
             let stored = match state.store.get_workflow(&name, None).await {
                 Ok(Some(w)) if w.deleted_at.is_none() => w,

@@ -486,7 +486,11 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
 /// each attempt claimed once, recorded, listed newest first, and kept across a restart.
 async fn webhook_deliveries_queue_claim_and_record(db: Db) {
     let store = db.open().await;
-    let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+    let t = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .with_timezone(&Utc)
+    };
     let delivery = |id: &str, at: &str| WebhookDelivery {
         id: id.to_string(),
         target: "ops".into(),
@@ -500,22 +504,61 @@ async fn webhook_deliveries_queue_claim_and_record(db: Db) {
         created_at: t(at),
         updated_at: t(at),
     };
-    assert!(store.enqueue_delivery(&delivery("d1", "2026-12-06T07:00:01Z"), 2).await.unwrap());
-    assert!(store.enqueue_delivery(&delivery("d2", "2026-12-06T07:00:00Z"), 2).await.unwrap());
     assert!(
-        !store.enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2).await.unwrap(),
+        store
+            .enqueue_delivery(&delivery("d1", "2026-12-06T07:00:01Z"), 2)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .enqueue_delivery(&delivery("d2", "2026-12-06T07:00:00Z"), 2)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2)
+            .await
+            .unwrap(),
         "two wait already: the third is refused"
     );
-    let due = store.due_deliveries(t("2026-12-06T07:00:01Z"), 10).await.unwrap();
+    let due = store
+        .due_deliveries(t("2026-12-06T07:00:01Z"), 10)
+        .await
+        .unwrap();
     let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, ["d2", "d1"], "oldest attempt first");
-    assert!(store.due_deliveries(t("2026-12-06T06:59:59Z"), 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .due_deliveries(t("2026-12-06T06:59:59Z"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // One claim of an attempt wins.
     let lease = t("2026-12-06T07:00:30Z");
     let first = due[0].clone();
-    assert!(store.claim_delivery("d2", first.next_attempt_at, lease).await.unwrap());
-    assert!(!store.claim_delivery("d2", first.next_attempt_at, lease).await.unwrap());
-    assert_eq!(store.due_deliveries(t("2026-12-06T07:00:10Z"), 10).await.unwrap().len(), 1);
+    assert!(
+        store
+            .claim_delivery("d2", first.next_attempt_at, lease)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_delivery("d2", first.next_attempt_at, lease)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .due_deliveries(t("2026-12-06T07:00:10Z"), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     let mut failed_once = first;
     failed_once.attempts = 1;
     failed_once.last_status = Some(500);
@@ -529,7 +572,10 @@ async fn webhook_deliveries_queue_claim_and_record(db: Db) {
     delivered.last_status = Some(204);
     store.record_delivery(&delivered).await.unwrap();
     assert!(
-        store.enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2).await.unwrap(),
+        store
+            .enqueue_delivery(&delivery("d3", "2026-12-06T07:00:02Z"), 2)
+            .await
+            .unwrap(),
         "one waits now"
     );
     store.close().await;

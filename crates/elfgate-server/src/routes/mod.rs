@@ -9,4 +9,5 @@ pub mod mcp;
 pub mod sessions;
 pub mod skills;
 pub mod tool_runs;
+pub mod webhooks;
 pub mod workflows;

@@ -164,6 +164,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("delete", "/v1/workflows/{name}"),
         ("post", "/v1/workflows/{name}/runs"),
         ("post", "/v1/hooks/{name}"),
+        ("get", "/v1/webhooks/deliveries"),
         ("get", "/v1/engines"),
         ("get", "/v1/cluster"),
         ("get", "/v1/skills"),

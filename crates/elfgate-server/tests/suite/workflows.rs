@@ -847,3 +847,126 @@ async fn a_runs_end_starts_the_workflows_whose_filters_it_passes() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// A test receiver of webhooks: answers 500 to the first `failures` POSTs, then 204; keeps each
+/// request's headers and body.
+struct Receiver {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>,
+}
+
+async fn receiver(failures: usize) -> Receiver {
+    use axum::http::StatusCode;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>> =
+        Default::default();
+    let kept = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let kept = kept.clone();
+            async move {
+                let mut seen = kept.lock().unwrap();
+                seen.push((headers, body));
+                if seen.len() <= failures {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::NO_CONTENT
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Receiver { url, seen }
+}
+
+fn webhook_opts(url: &str, extra: &str) -> Opts {
+    Opts {
+        extra_toml: format!(
+            "[webhooks]\nbackoff_ms = 20\n{extra}\n[[webhooks.targets]]\nname = \"ops\"\nurl = \"{url}\"\n\
+             secret_env = \"OPS_WEBHOOK_SECRET\"\n"
+        ),
+        env: vec![("OPS_WEBHOOK_SECRET".to_string(), "hush".to_string())],
+        ..Opts::default()
+    }
+}
+
+/// Polls the deliveries until the first is no longer pending.
+async fn settled_delivery(d: &Daemon) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, list) = d.get("/v1/webhooks/deliveries").await;
+        assert_eq!(status, 200, "{list}");
+        if let Some(first) = list["deliveries"].as_array().unwrap().first()
+            && first["status"] != "pending"
+        {
+            return first.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "{list}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A run's end is sent to the webhook target as a signed POST with the run's record; a target
+/// that fails twice gets it a third time, and the delivery is listed delivered after three
+/// attempts.
+#[tokio::test]
+async fn a_runs_end_is_posted_signed_to_the_webhook_target_until_it_accepts() {
+    let mock = MockServer::start().await.unwrap();
+    let r = receiver(2).await;
+    let d = Daemon::start(
+        &mock,
+        webhook_opts(&r.url, "allow_private_addresses = true"),
+    );
+    let (sid, run) = d.create(common::chat("hi", "mock:tokens=2")).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let delivery = settled_delivery(&d).await;
+    assert_eq!(delivery["status"], "delivered", "{delivery}");
+    assert_eq!(delivery["attempts"], 3, "{delivery}");
+    assert_eq!(delivery["lastStatus"], 204, "{delivery}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "two failures, then the delivery");
+    let id = delivery["id"].as_str().unwrap();
+    for (headers, body) in &seen {
+        assert_eq!(
+            headers["x-elfgate-webhook-id"], id,
+            "one id for every attempt"
+        );
+        let ts = headers["x-elfgate-webhook-timestamp"].to_str().unwrap();
+        let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(b"hush").unwrap();
+        hmac::Mac::update(&mut mac, format!("{ts}.{body}").as_bytes());
+        let want = format!(
+            "sha256={}",
+            hex::encode(hmac::Mac::finalize(mac).into_bytes())
+        );
+        assert_eq!(headers["x-elfgate-signature-256"], want.as_str());
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["type"], "run.ended");
+        assert_eq!(body["sessionId"], sid);
+        assert_eq!(body["engine"], "chat");
+        assert_eq!(body["run"]["id"], run, "{body}");
+        assert_eq!(body["run"]["finishReason"], "stop", "{body}");
+    }
+}
+
+/// A target at a loopback address is refused unless allowed: the delivery fails with the reason
+/// and nothing reaches it.
+#[tokio::test]
+async fn a_webhook_target_at_a_private_address_is_refused_unless_allowed() {
+    let mock = MockServer::start().await.unwrap();
+    let r = receiver(0).await;
+    let d = Daemon::start(&mock, webhook_opts(&r.url, "max_attempts = 1"));
+    let (sid, run) = d.create(common::chat("hi", "mock:tokens=2")).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let delivery = settled_delivery(&d).await;
+    assert_eq!(delivery["status"], "failed", "{delivery}");
+    assert!(
+        delivery["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("non-public address"),
+        "{delivery}"
+    );
+    assert!(r.seen.lock().unwrap().is_empty());
+}
