@@ -152,6 +152,22 @@ pub struct WorkflowRef {
     /// The inputs, defaults filled in.
     #[schema(value_type = Object)]
     pub inputs: serde_json::Map<String, serde_json::Value>,
+    /// A resume of a run that failed: where it goes on and what the steps before had given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<WorkflowResume>,
+}
+
+/// Where a resumed workflow run goes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkflowResume {
+    /// The run it resumes.
+    pub run_id: crate::RunId,
+    /// The index of the first step it runs.
+    pub from_step: u32,
+    /// The earlier steps' `{output, status}` by id, as the resumed run ended them.
+    #[schema(value_type = Object)]
+    pub outputs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a chat channel lets its user do (from the seed's channelUserPermissions).

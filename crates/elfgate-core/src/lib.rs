@@ -36,7 +36,9 @@ pub use engine::{
     Attachment, BackendInfo, Engine, EngineInfo, EngineSessionContext, HeadStart,
     PermissionAnswers, StartRefused, StartRequest, ToolRun,
 };
-pub use engine_config::{ChannelPermissions, EngineConfig, EngineConfigError, WorkflowRef};
+pub use engine_config::{
+    ChannelPermissions, EngineConfig, EngineConfigError, WorkflowRef, WorkflowResume,
+};
 pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{

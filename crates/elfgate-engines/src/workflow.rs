@@ -67,6 +67,10 @@ impl Engine for WorkflowEngine {
             let why = "a workflow session is started by POST /v1/workflows/{name}/runs";
             return fail(&ctx, ErrorCode::Unprocessable, why.to_string()).await;
         };
+        // A resume's prompt is stored here; a first run's was stored with its session.
+        if let Err(e) = crate::prompt::store_user_message(self.store.as_ref(), &ctx).await {
+            return fail(&ctx, ErrorCode::Storage, e).await;
+        }
         let def = match self
             .store
             .get_workflow(&wref.name, Some(wref.version))
@@ -94,6 +98,10 @@ impl Engine for WorkflowEngine {
                     "workflow": wref.name,
                     "version": wref.version,
                     "steps": def.steps.len(),
+                    "resumes": wref.resume.as_ref().map(|r| r.run_id),
+                    "fromStep": wref.resume.as_ref()
+                        .and_then(|r| def.steps.get(r.from_step as usize))
+                        .map(|s| s.id.clone()),
                     "projectPath": ctx.project_path,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                 })),
@@ -103,7 +111,11 @@ impl Engine for WorkflowEngine {
             engine: self,
             ctx: &ctx,
             env: elfgate_workflow::validate::templates(),
-            outputs: Map::new(),
+            outputs: wref
+                .resume
+                .as_ref()
+                .map(|r| r.outputs.clone())
+                .unwrap_or_default(),
             usage: TokenUsage::default(),
         }
         .steps(&def, &wref)
@@ -143,7 +155,8 @@ impl Run<'_> {
     async fn steps(mut self, def: &WorkflowDefinition, wref: &WorkflowRef) -> RunOutcome {
         let ctx = self.ctx;
         let mut skip_next = false;
-        for (index, step) in def.steps.iter().enumerate() {
+        let from = wref.resume.as_ref().map_or(0, |r| r.from_step as usize);
+        for (index, step) in def.steps.iter().enumerate().skip(from) {
             if ctx.cancel.is_cancelled() {
                 return self.outcome(FinishReason::Interrupted);
             }

@@ -66,6 +66,7 @@ impl Modify for BearerScheme {
         workflows::replace,
         workflows::remove,
         workflows::start_run,
+        workflows::resume_run,
         hooks::deliver,
         webhooks::deliveries,
         mcp::servers,

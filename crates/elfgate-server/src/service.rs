@@ -871,9 +871,31 @@ pub async fn send_message(
     req: SendMessageRequest,
     gateway: Option<GatewayCall>,
 ) -> Result<SendMessageResponse, ApiError> {
+    send_message_running(state, session_id, req, gateway, None).await
+}
+
+/// A resumed run of a workflow's session (`workflow` says where it goes on).
+pub async fn resume_workflow_run(
+    state: &AppState,
+    session_id: SessionId,
+    req: SendMessageRequest,
+    workflow: elfgate_core::WorkflowRef,
+) -> Result<SendMessageResponse, ApiError> {
+    send_message_running(state, session_id, req, None, Some(workflow)).await
+}
+
+/// A later run of a session; `workflow` is the resumed workflow run a `workflow` session's run
+/// is (only the daemon names one).
+async fn send_message_running(
+    state: &AppState,
+    session_id: SessionId,
+    req: SendMessageRequest,
+    gateway: Option<GatewayCall>,
+    workflow: Option<elfgate_core::WorkflowRef>,
+) -> Result<SendMessageResponse, ApiError> {
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
-    if session.engine == EngineType::Workflow {
+    if session.engine == EngineType::Workflow && workflow.is_none() {
         return Err(ApiError::Unprocessable(
             "a workflow's session takes no prompts: start another run with POST \
              /v1/workflows/{name}/runs"
@@ -896,7 +918,10 @@ pub async fn send_message(
         .engine_config
         .channel_permissions
         .filter(|p| stored_channel(&session) != Some(*p));
-    let checked = own.over_session(&session)?;
+    let mut checked = own.over_session(&session)?;
+    if workflow.is_some() {
+        checked.engine_config.workflow = workflow;
+    }
     check_engine(
         state,
         session.engine,

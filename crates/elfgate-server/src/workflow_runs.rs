@@ -101,8 +101,131 @@ pub async fn start(
         name,
         version,
         inputs,
+        resume: None,
     };
     crate::service::start_workflow_run(state, req, workflow).await
+}
+
+/// Resumes run `run_id` of workflow `name`, which failed or was interrupted: a new run of its
+/// session that starts at the step the run ended in (or the one after, when that one ended
+/// well), with the outputs the earlier steps had, as the session's runs ended them.
+pub async fn resume(
+    state: &AppState,
+    name: &str,
+    run_id: elfgate_core::RunId,
+) -> Result<CreateSessionResponse, ApiError> {
+    let not_ours = || ApiError::NotFound(format!("workflow '{name}' has no run '{run_id}'"));
+    let run = state.store.find_run(run_id).await?.ok_or_else(not_ours)?;
+    let session = state
+        .store
+        .get_session(run.session_id)
+        .await?
+        .ok_or_else(not_ours)?;
+    let wref = elfgate_core::EngineConfig::from_json(&session.engine_config)
+        .ok()
+        .and_then(|c| c.workflow)
+        .filter(|w| session.engine == elfgate_core::EngineType::Workflow && w.name == name)
+        .ok_or_else(not_ours)?;
+    match run.finish_reason {
+        None => {
+            return Err(ApiError::Conflict(format!(
+                "run '{run_id}' has not ended; interrupt it first"
+            )));
+        }
+        Some(elfgate_core::FinishReason::Stop) => {
+            return Err(ApiError::Conflict(format!(
+                "run '{run_id}' ended well (stop); there is nothing to resume"
+            )));
+        }
+        Some(_) => {}
+    }
+    let stored = state
+        .store
+        .get_workflow(name, Some(wref.version))
+        .await?
+        .ok_or_else(not_ours)?;
+    let def: WorkflowDefinition = serde_json::from_value(stored.definition).map_err(|e| {
+        ApiError::Internal(format!("stored workflow '{name}' v{}: {e}", wref.version))
+    })?;
+    // The run's last events must be in the log before it is read.
+    state.dispatcher.hub().flush().await;
+    // Each step's last end over the session's runs, and the last step the run ended.
+    let mut ends: std::collections::HashMap<String, (Value, elfgate_core::StepStatus)> =
+        std::collections::HashMap::new();
+    let mut touched = None;
+    let mut after = 0;
+    loop {
+        let page = state.store.events_after(session.id, after, 10_000).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for e in &page {
+            if e.event_type != "stepEnd" {
+                continue;
+            }
+            let Ok(env) = serde_json::from_str::<elfgate_core::EventEnvelope>(&e.json) else {
+                continue;
+            };
+            if let elfgate_core::EventPayload::StepEnd {
+                step_id,
+                status,
+                output,
+                ..
+            } = env.payload
+            {
+                if env.run_id == Some(run_id) {
+                    touched = def.steps.iter().position(|s| s.id == step_id);
+                }
+                ends.insert(step_id, (output, status));
+            }
+        }
+    }
+    let from = match touched {
+        None => 0,
+        Some(i) => match ends.get(&def.steps[i].id) {
+            Some((_, elfgate_core::StepStatus::Success | elfgate_core::StepStatus::Skipped)) => {
+                i + 1
+            }
+            _ => i,
+        },
+    };
+    let Some(first) = def.steps.get(from) else {
+        return Err(ApiError::Conflict(format!(
+            "every step of run '{run_id}' ended; there is nothing to resume"
+        )));
+    };
+    let outputs = def.steps[..from]
+        .iter()
+        .filter_map(|s| {
+            let (output, status) = ends.get(&s.id)?;
+            Some((s.id.clone(), json!({"output": output, "status": status})))
+        })
+        .collect();
+    let prompt = format!(
+        "Resume run {run_id} of workflow {name} v{} from step {}",
+        wref.version, first.id
+    );
+    let workflow = elfgate_core::WorkflowRef {
+        resume: Some(elfgate_core::WorkflowResume {
+            run_id,
+            from_step: u32::try_from(from).unwrap_or(u32::MAX),
+            outputs,
+        }),
+        ..wref
+    };
+    let req = elfgate_api::SendMessageRequest {
+        prompt,
+        on_busy: elfgate_core::OnBusy::Reject,
+        parent_id: None,
+        overrides: RunOverrides::default(),
+        unknown: Default::default(),
+    };
+    let resumed = crate::service::resume_workflow_run(state, session.id, req, workflow).await?;
+    Ok(CreateSessionResponse {
+        session_id: session.id,
+        run_id: resumed.run_id,
+        events_url: format!("/v1/sessions/{}/events", session.id),
+        duplicate: false,
+    })
 }
 
 /// The inputs of a run: each one declared and of its type, the missing ones from their

@@ -194,6 +194,8 @@ pub trait Store: RunLedger + Send + Sync {
     async fn delete_run(&self, run_id: RunId) -> StoreResult<()>;
     /// One run of a session.
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>>;
+    /// A run by its id alone.
+    async fn find_run(&self, run_id: RunId) -> StoreResult<Option<Run>>;
     /// Keeps the record of a tool call a gate blocked.
     async fn record_blocked(&self, record: &AuditRecord) -> StoreResult<()>;
     /// A session's blocked calls, the latest `limit` of them, oldest first.

@@ -97,6 +97,8 @@ pub enum Caller {
     Model,
     /// The client ran it itself: its request is the decision a manual_only tool waits for.
     Client,
+    /// A workflow's tool step: nobody decided this one call, so a manual_only tool never runs.
+    Workflow,
 }
 
 /// What the permission policy looks at for one call.
@@ -169,6 +171,11 @@ impl TierPolicy {
                 // call confirmed still asks.
                 Caller::Client if c.require_confirmation => PolicyDecision::Ask,
                 Caller::Client => PolicyDecision::Allow,
+                Caller::Workflow => PolicyDecision::Deny(
+                    "this tool is manual_only: only the client can run it (POST \
+                     /v1/sessions/{id}/tools/{name}), never a workflow"
+                        .to_string(),
+                ),
             };
         }
         if c.mode == PermissionMode::Plan && c.tier != ReadOnly {

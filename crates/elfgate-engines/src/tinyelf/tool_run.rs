@@ -189,7 +189,10 @@ impl TinyElfEngine {
                 })),
             })
             .await;
-        let answer = match self.call_tool(&ctx, prepared, call).await {
+        let answer = match self
+            .call_tool(&ctx, prepared, call, elfgate_tools::Caller::Client)
+            .await
+        {
             Ok(a) => a,
             Err(outcome) => return outcome,
         };
@@ -213,7 +216,8 @@ impl TinyElfEngine {
         call: ToolRun,
     ) -> Result<ToolRunAnswer, RunOutcome> {
         let prepared = self.prepare(ctx, Flavor::Agent).await?;
-        self.call_tool(ctx, prepared, call).await
+        self.call_tool(ctx, prepared, call, elfgate_tools::Caller::Workflow)
+            .await
     }
 
     /// Calls `call` through the pipeline and records it (a tool_use and its tool_result).
@@ -222,6 +226,7 @@ impl TinyElfEngine {
         ctx: &EngineSessionContext,
         prepared: Prepared,
         call: ToolRun,
+        caller: elfgate_tools::Caller,
     ) -> Result<ToolRunAnswer, RunOutcome> {
         let inner = &self.inner;
         let Prepared {
@@ -276,15 +281,8 @@ impl TinyElfEngine {
             name: call.name.clone(),
             arguments: call.arguments.to_string(),
         };
-        let result = pipeline::run_call(
-            &runner,
-            &agent,
-            &requested,
-            &call.arguments,
-            None,
-            elfgate_tools::Caller::Client,
-        )
-        .await;
+        let result =
+            pipeline::run_call(&runner, &agent, &requested, &call.arguments, None, caller).await;
 
         let session_id = ctx.session_id();
         let parent = match inner.store.latest_message(session_id).await {

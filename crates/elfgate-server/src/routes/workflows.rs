@@ -23,6 +23,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/workflows", get(list).post(create))
         .route("/v1/workflows/{name}", get(one).put(replace).delete(remove))
         .route("/v1/workflows/{name}/runs", post(start_run))
+        .route("/v1/workflows/{name}/runs/{runId}/resume", post(resume_run))
 }
 
 impl StrictBody for WorkflowDefinition {}
@@ -347,4 +348,39 @@ pub(crate) async fn start_run(
     })
     .await?;
     Ok((StatusCode::CREATED, Json(started)))
+}
+
+/// Resumes a run that failed or was interrupted: a new run of the same session that starts at
+/// the step the run ended in, with the earlier steps' outputs as they were (docs/workflows.md,
+/// "Resuming a run").
+#[utoipa::path(
+    post,
+    path = "/v1/workflows/{name}/runs/{runId}/resume",
+    operation_id = "resumeWorkflowRun",
+    tag = "workflows",
+    params(
+        ("name" = String, Path, description = "The workflow's name"),
+        ("runId" = elfgate_core::RunId, Path, description = "A run of it that failed or was interrupted"),
+    ),
+    responses(
+        (status = 201, description = "The resumed run started", body = CreateSessionResponse),
+        (status = 400, description = "Malformed run id", body = ErrorBody),
+        (status = 401, description = "Missing bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such run of this workflow", body = ErrorBody),
+        (status = 409, description = "The run has not ended, ended well, or every step ended; or a run of the session is going on", body = ErrorBody),
+        (status = 503, description = "Shutting down, or the store is unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn resume_run(
+    State(state): State<AppState>,
+    ApiPath((name, run_id)): ApiPath<(String, String)>,
+) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
+    let run_id: elfgate_core::RunId = run_id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("'{run_id}' is not a run id")))?;
+    let resumed =
+        detached(async move { crate::workflow_runs::resume(&state, &name, run_id).await }).await?;
+    Ok((StatusCode::CREATED, Json(resumed)))
 }

@@ -163,6 +163,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("put", "/v1/workflows/{name}"),
         ("delete", "/v1/workflows/{name}"),
         ("post", "/v1/workflows/{name}/runs"),
+        ("post", "/v1/workflows/{name}/runs/{runId}/resume"),
         ("post", "/v1/hooks/{name}"),
         ("get", "/v1/webhooks/deliveries"),
         ("get", "/v1/engines"),

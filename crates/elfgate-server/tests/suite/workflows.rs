@@ -970,3 +970,196 @@ async fn a_webhook_target_at_a_private_address_is_refused_unless_allowed() {
     );
     assert!(r.seen.lock().unwrap().is_empty());
 }
+
+/// A run that failed is resumed from the step it failed in: a new run of the same session that
+/// does not run the earlier steps again and reads their outputs as they were; a run that ended
+/// well, or of another workflow, is not resumed.
+#[tokio::test]
+async fn a_failed_run_is_resumed_from_its_failed_step_with_the_earlier_outputs() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "fragile-chain", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "steps": [
+           {"id": "stamp", "tool": "write_file", "arguments": {"path": "stamp.txt", "content": "first"}},
+           {"id": "count", "tool": "glob", "arguments": {"pattern": "*.txt"}},
+           {"id": "need", "tool": "read_file", "arguments": {"path": "later.txt"}},
+           {"id": "sum", "tool": "write_file",
+            "arguments": {"path": "sum.txt", "content": "{{ steps.count.output }} / {{ steps.need.output }}"}}
+         ]}),
+    )
+    .await;
+    let (sid, failed, evs) = run_workflow(&d, "fragile-chain", json!({})).await;
+    assert_eq!(complete(&evs), "error");
+    // The first run counted one file; the resume must not count again.
+    std::fs::write(dir.path().join("later.txt"), "arrived").unwrap();
+    let (status, e) = d
+        .post(
+            &format!("/v1/workflows/notes/runs/{failed}/resume"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 404, "{e}");
+    let (status, resumed) = d
+        .post(
+            &format!("/v1/workflows/fragile-chain/runs/{failed}/resume"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 201, "{resumed}");
+    assert_eq!(resumed["sessionId"], sid.as_str(), "the same session");
+    let run = resumed["runId"].as_str().unwrap().to_string();
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    let evs: Vec<Ev> = evs.into_iter().filter(|e| e.run() == run).collect();
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [
+            ("need".to_string(), "success".to_string()),
+            ("sum".to_string(), "success".to_string()),
+        ]
+    );
+    let init = evs.iter().find(|e| e.event == "init").unwrap();
+    assert_eq!(
+        init.data["systemInfo"]["resumes"],
+        failed.as_str(),
+        "{}",
+        init.data
+    );
+    assert_eq!(init.data["systemInfo"]["fromStep"], "need", "{}", init.data);
+    let sum = std::fs::read_to_string(dir.path().join("sum.txt")).unwrap();
+    assert!(
+        sum.contains("stamp.txt") && !sum.contains("later.txt /"),
+        "{sum}"
+    );
+    assert!(sum.ends_with("arrived"), "{sum}");
+    // A run that ended well has nothing to resume.
+    let (status, e) = d
+        .post(
+            &format!("/v1/workflows/fragile-chain/runs/{run}/resume"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 409, "{e}");
+}
+
+/// A daemon killed in the middle of a step: at restart the run has ended as interrupted, and its
+/// resume runs that step again, after the steps that had ended.
+#[tokio::test]
+async fn a_run_cut_by_a_crash_ends_interrupted_and_resumes_at_the_step_it_was_in() {
+    let mock = MockServer::start().await.unwrap();
+    let mut d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "long", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "steps": [
+           {"id": "before", "tool": "write_file", "arguments": {"path": "before.txt", "content": "x"}},
+           {"id": "talk", "model": {"model": "mock:tokens=60,delay_ms=50", "prompt": "Count."}}
+         ]}),
+    )
+    .await;
+    let (status, started) = d.post("/v1/workflows/long/runs", json!({})).await;
+    assert_eq!(status, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap().to_string();
+    let run = started["runId"].as_str().unwrap().to_string();
+    d.events(&sid, None).await.until_text("tok0 ").await;
+    d.kill();
+    let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
+    let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+    let (status, resumed) = d
+        .post(&format!("/v1/workflows/long/runs/{run}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 201, "{resumed}");
+    let run2 = resumed["runId"].as_str().unwrap().to_string();
+    let evs: Vec<Ev> = d
+        .all_events_until_complete_of(&sid, &run2)
+        .await
+        .into_iter()
+        .filter(|e| e.run() == run2)
+        .collect();
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(
+        step_ends(&evs),
+        [("talk".to_string(), "success".to_string())]
+    );
+}
+
+/// A model step with an output schema: its answer is parsed as JSON, the schema is sent as the
+/// request's response format, and a tool step reads the fields.
+#[tokio::test]
+async fn a_model_steps_json_output_feeds_a_tool_step() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    crate::scripted::script(
+        &mock,
+        "plan",
+        json!([{"text": "{\"file\": \"plan.txt\", \"body\": \"from the model\"}"}]),
+    );
+    create(
+        &d,
+        json!({"name": "planned", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "steps": [
+           {"id": "plan", "model": {"model": "mock:script=plan", "prompt": "Plan a file.",
+             "outputSchema": {"type": "object", "properties": {"file": {"type": "string"},
+                              "body": {"type": "string"}}, "required": ["file", "body"]}}},
+           {"id": "write", "tool": "write_file",
+            "arguments": {"path": "{{ steps.plan.output.file }}", "content": "{{ steps.plan.output.body }}"}}
+         ]}),
+    )
+    .await;
+    let (_, _, evs) = run_workflow(&d, "planned", json!({})).await;
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(step_output(&evs, "plan")["file"], "plan.txt");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("plan.txt")).unwrap(),
+        "from the model"
+    );
+    let calls = mock.requests();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].body["response_format"]["json_schema"]["schema"]["required"],
+        json!(["file", "body"]),
+        "{}",
+        calls[0].body
+    );
+}
+
+/// A manual_only tool never runs from a workflow, whatever its permission mode: the step fails
+/// naming the tier, and nothing is written.
+#[tokio::test]
+async fn a_manual_only_tool_never_runs_from_a_workflow() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[engines.tinyelf.tool_tiers]\nwrite_file = \"manual_only\"\n".into(),
+            ..Opts::default()
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "manual", "projectPath": dir.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "steps": [{"id": "write", "tool": "write_file",
+                    "arguments": {"path": "no.txt", "content": "no"}}]}),
+    )
+    .await;
+    let (_, _, evs) = run_workflow(&d, "manual", json!({})).await;
+    assert_eq!(complete(&evs), "error", "{:?}", common::types(&evs));
+    let end = evs.iter().find(|e| e.event == "stepEnd").unwrap();
+    assert!(
+        end.data["error"].as_str().unwrap().contains("manual_only"),
+        "{}",
+        end.data
+    );
+    assert!(!dir.path().join("no.txt").exists());
+}

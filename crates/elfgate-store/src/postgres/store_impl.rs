@@ -297,6 +297,14 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn find_run(&self, run_id: RunId) -> StoreResult<Option<Run>> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
         let row = sqlx::query("SELECT * FROM runs WHERE id = $1 AND session_id = $2")
             .bind(run_id.to_string())

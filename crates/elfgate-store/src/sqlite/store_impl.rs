@@ -243,6 +243,14 @@ impl Store for SqliteStore {
         self.writer.run(StoreOp::DeleteRun(run_id)).await
     }
 
+    async fn find_run(&self, run_id: RunId) -> StoreResult<Option<Run>> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+            .bind(run_id.to_string())
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
         let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
             .bind(run_id.to_string())
