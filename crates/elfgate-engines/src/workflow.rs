@@ -16,7 +16,7 @@ use elfgate_core::{
 };
 use elfgate_llm::{LlmMessage, LlmRequest, RetryPolicy};
 use elfgate_store::Store;
-use elfgate_workflow::{ModelStep, Otherwise, StepKind, WorkflowDefinition};
+use elfgate_workflow::{AgentStep, ModelStep, Otherwise, StepKind, WorkflowDefinition};
 use minijinja::Environment;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -270,9 +270,7 @@ impl Run<'_> {
                     ))),
                 }
             }
-            StepKind::Agent(_) => Err(Failure::Failed(
-                "agent steps do not run yet (docs/workflows.md)".to_string(),
-            )),
+            StepKind::Agent(a) => self.agent(a, &scope).await,
         }
     }
 
@@ -354,6 +352,68 @@ impl Run<'_> {
                 .map(Done::Output)
                 .map_err(|e| Failure::Failed(format!("the answer is not the JSON asked for: {e}"))),
             None => Ok(Done::Output(Value::String(out.text))),
+        }
+    }
+
+    /// A run of the agent loop inside the step: its own prompt (stored and announced as a user
+    /// message of the session), tools, model and permission mode, over the session's history;
+    /// its answer is stored and is the step's output.
+    async fn agent(&mut self, a: &AgentStep, scope: &Value) -> Result<Done, Failure> {
+        let ctx = self.ctx;
+        let prompt = self.render(&a.prompt, scope, "agent.prompt")?;
+        let system = match &a.system_prompt {
+            Some(s) => Some(self.render(s, scope, "agent.systemPrompt")?),
+            None => ctx.system_prompt.clone(),
+        };
+        let ledger: Arc<dyn elfgate_core::RunLedger> = self.engine.store.clone();
+        let recorder = elfgate_core::RunRecorder::new(ledger, ctx.session_id(), ctx.run_id);
+        let mut sub = ctx.clone();
+        sub.prompt = prompt;
+        sub.is_resume = true;
+        sub.parent_id = None;
+        sub.user_message_id = elfgate_core::MessageId::new();
+        sub.recorder = recorder.clone();
+        sub.system_prompt = system;
+        sub.provider_id = a.provider_id.clone().or_else(|| ctx.provider_id.clone());
+        sub.model = a.model.clone().or_else(|| ctx.model.clone());
+        sub.permission_mode = a.permission_mode.or(ctx.permission_mode);
+        if a.enabled_tools.is_some() {
+            sub.engine_config.enabled_tools = a.enabled_tools.clone();
+        }
+        sub.tool_run = None;
+        sub.head_start = elfgate_core::HeadStart::default();
+        let outcome = self.engine.tinyelf.run_prompt(sub).await;
+        self.usage += outcome.usage;
+        // Its closing message: handed back to be stored (as a run's is), or stored by the loop.
+        let text = match &outcome.answer {
+            Some(answer) => answer.text(),
+            None => match self.engine.store.latest_message(ctx.session_id()).await {
+                Ok(Some(m)) if m.role == Role::Assistant && m.run_id == Some(ctx.run_id) => {
+                    m.text()
+                }
+                Ok(_) => String::new(),
+                Err(e) => {
+                    let out = fail(ctx, ErrorCode::Storage, e.report()).await;
+                    return Err(Failure::Fatal(Box::new(out)));
+                }
+            },
+        };
+        if let Some(answer) = outcome.answer {
+            if let Err(e) = recorder.add_message(&answer).await {
+                let out = fail(ctx, ErrorCode::Storage, e.0).await;
+                return Err(Failure::Fatal(Box::new(out)));
+            }
+            ctx.events
+                .emit(EventPayload::AssistantMessage { message: answer })
+                .await;
+        }
+        match outcome.finish_reason {
+            FinishReason::Stop => Ok(Done::Output(Value::String(text))),
+            FinishReason::Interrupted => Err(Failure::Interrupted),
+            other => Err(Failure::Failed(match outcome.error {
+                Some(e) => format!("the agent ended with {}: {}", other.as_str(), e.message),
+                None => format!("the agent ended with {}", other.as_str()),
+            })),
         }
     }
 

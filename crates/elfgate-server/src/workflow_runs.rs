@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
 use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
-use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
+use elfgate_workflow::{Missed, Schedule, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
 use std::str::FromStr;
 use std::time::Duration;
@@ -59,18 +59,6 @@ pub async fn start(
     let version = stored.version;
     let def: WorkflowDefinition = serde_json::from_value(stored.definition)
         .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
-    if let Some((i, step)) = def
-        .steps
-        .iter()
-        .enumerate()
-        .find(|(_, s)| matches!(s.kind(), Ok(StepKind::Agent(_))))
-    {
-        return Err(ApiError::Unprocessable(format!(
-            "steps[{i}] ({}).agent: agent steps do not run yet; the workflow's other kinds do \
-             (docs/workflows.md)",
-            step.id
-        )));
-    }
     let inputs = resolve_inputs(&def, given)?;
     let mut overrides = RunOverrides {
         permission_mode: def.permission_mode.map(|m| m.as_str().to_string()),

@@ -780,3 +780,55 @@ async fn a_follower_on_another_node_gets_what_it_missed_from_the_owners_memory()
     assert_contiguous(&seen);
     assert_eq!(seen.last().unwrap().data["finishReason"], "interrupted");
 }
+
+/// A workflow's schedule on a fleet: every node runs the scheduler, and each fire time is run by
+/// exactly one of them (its claim in the shared database).
+#[tokio::test]
+async fn a_schedule_fires_once_per_time_across_the_fleet() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let nodes = [
+        node(&mock, &database, "a"),
+        node(&mock, &database, "b"),
+        node(&mock, &database, "c"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (status, w) = nodes[0]
+        .post(
+            "/v1/workflows",
+            json!({"name": "every-second", "projectPath": dir.path().display().to_string(),
+                   "permissionMode": "bypassPermissions",
+                   "schedule": {"cron": "* * * * * *"},
+                   "steps": [{"id": "look", "tool": "glob", "arguments": {"pattern": "*"}}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{w}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let times = loop {
+        let (status, list) = nodes[1].get("/v1/sessions?limit=1000").await;
+        assert_eq!(status, 200, "{list}");
+        let mut times: Vec<String> = list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| {
+                s["firstPrompt"]
+                    .as_str()?
+                    .strip_prefix("Run workflow every-second v1 on schedule at ")
+                    .map(|rest| rest.split(' ').next().unwrap_or_default().to_string())
+            })
+            .collect();
+        times.sort();
+        if times.len() >= 5 {
+            break times;
+        }
+        assert!(std::time::Instant::now() < deadline, "fired {times:?} only");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let mut unique = times.clone();
+    unique.dedup();
+    assert_eq!(unique, times, "a fire time ran on two nodes");
+    assert!(mock.requests().is_empty());
+}

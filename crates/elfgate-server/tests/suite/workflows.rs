@@ -534,10 +534,6 @@ async fn a_runs_inputs_are_checked_and_workflow_sessions_come_only_from_workflow
     let mock = MockServer::start().await.unwrap();
     let d = Daemon::start(&mock, Opts::default());
     create(&d, morning_notes()).await;
-    let mut agent = morning_notes();
-    agent["name"] = json!("with-agent");
-    agent["steps"][1] = json!({"id": "sum", "agent": {"prompt": "sum up"}});
-    create(&d, agent).await;
     for (name, inputs, status, want) in [
         ("morning-notes", json!({}), 422, "inputs.day: required"),
         (
@@ -552,11 +548,12 @@ async fn a_runs_inputs_are_checked_and_workflow_sessions_come_only_from_workflow
             422,
             "inputs.month:",
         ),
+        // The documented example's project is not on this machine.
         (
-            "with-agent",
+            "morning-notes",
             json!({"day": "mon"}),
             422,
-            "steps[1] (sum).agent",
+            "projectPath: project directory /srv/notes is not usable",
         ),
         ("nobody", json!({}), 404, "unknown workflow 'nobody'"),
     ] {
@@ -1162,4 +1159,62 @@ async fn a_manual_only_tool_never_runs_from_a_workflow() {
         end.data
     );
     assert!(!dir.path().join("no.txt").exists());
+}
+
+/// An agent step is a run of the agent loop inside the workflow's run: its prompt rendered from
+/// earlier outputs, its model calls and tool calls, its answer the step's output for the next.
+#[tokio::test]
+async fn an_agent_step_runs_the_agent_loop_and_hands_on_its_answer() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("task.txt"), "write agent.txt").unwrap();
+    crate::scripted::script(
+        &mock,
+        "agent-step",
+        json!([
+            {"text": "Writing.", "toolCalls": [crate::scripted::call("c1", "write_file",
+                json!({"path": "agent.txt", "content": "by the agent"}))]},
+            {"text": "Done by the agent."}
+        ]),
+    );
+    create(
+        &d,
+        json!({"name": "delegate", "projectPath": dir.path().display().to_string(),
+        "permissionMode": "bypassPermissions",
+        "steps": [
+          {"id": "task", "tool": "read_file", "arguments": {"path": "task.txt"}},
+          {"id": "work", "agent": {"model": "mock:script=agent-step",
+            "prompt": "Do this: {{ steps.task.output }}", "enabledTools": ["write_file"]}},
+          {"id": "report", "tool": "write_file",
+           "arguments": {"path": "report.txt", "content": "{{ steps.work.output }}"}}
+        ]}),
+    )
+    .await;
+    let (sid, _, evs) = run_workflow(&d, "delegate", json!({})).await;
+    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("agent.txt")).unwrap(),
+        "by the agent"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.txt")).unwrap(),
+        "Done by the agent."
+    );
+    let calls = mock.requests();
+    assert_eq!(calls.len(), 2, "the agent's call, then its tool's result");
+    assert!(calls[0].body.to_string().contains("write agent.txt"));
+    // Its prompt and answer are in the session's history.
+    let (_, msgs) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let texts: Vec<String> = msgs["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("Do this: ")), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("Done by the agent.")),
+        "{texts:?}"
+    );
 }
