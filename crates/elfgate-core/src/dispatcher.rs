@@ -534,6 +534,7 @@ impl EngineDispatcher {
                     input_tokens_estimated: outcome.input_tokens_estimated,
                     model_finish_reason: outcome.model_finish,
                     stop_sequence: outcome.stop_sequence.clone(),
+                    steps: outcome.steps.clone(),
                     iterations: outcome.iterations,
                     duration_ms: started.elapsed().as_millis() as u64,
                     finish_reason: outcome.finish_reason,

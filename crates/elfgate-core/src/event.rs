@@ -102,6 +102,24 @@ pub struct RunStats {
     /// The stop sequence the last answer ended at, when the provider says which.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequence: Option<String>,
+    /// A workflow's run: the tokens and cost of each step that ended, in order (absent for the
+    /// other engines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepUsage>,
+}
+
+/// What one workflow step spent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepUsage {
+    /// The step's id.
+    pub step_id: String,
+    /// Its tokens (none for tool and if steps).
+    #[serde(flatten)]
+    pub usage: TokenUsage,
+    /// Its cost, where the model's prices are configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// Why a model stopped an answer, in the daemon's words (each door maps it to its API's own:

@@ -43,7 +43,7 @@ pub use engine_type::EngineType;
 pub use error_code::ErrorCode;
 pub use event::{
     Delta, DeltaKind, ErrorInfo, EventEnvelope, EventPayload, EventRecord, ModelFinish, RetryInfo,
-    RunStats, StepStatus, ToolCallStatus,
+    RunStats, StepStatus, StepUsage, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use log_queue::{

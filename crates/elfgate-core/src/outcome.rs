@@ -31,6 +31,8 @@ pub struct RunOutcome {
     /// What the turn decided and used, for the `postTurn` event after `result` (the agent
     /// loop's runs; None: no such event).
     pub turn: Option<crate::TurnRecord>,
+    /// A workflow's run: what each step spent, for `result`.
+    pub steps: Vec<crate::StepUsage>,
 }
 
 impl RunOutcome {
@@ -47,6 +49,7 @@ impl RunOutcome {
             error: None,
             answer: None,
             turn: None,
+            steps: Vec::new(),
         }
     }
 

@@ -399,6 +399,7 @@ impl ChatEngine {
             error: turn.error,
             answer,
             turn: None,
+            steps: Vec::new(),
         }
     }
 

@@ -11,8 +11,8 @@ use crate::tinyelf::TinyElfEngine;
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
-    Message, RetryInfo, Role, RunOutcome, StepStatus, TokenUsage, ToolCallStatus, ToolRun,
-    WorkflowRef,
+    Message, RetryInfo, Role, RunOutcome, StepStatus, StepUsage, TokenUsage, ToolCallStatus,
+    ToolRun, WorkflowRef,
 };
 use elfgate_llm::{LlmMessage, LlmRequest, RetryPolicy};
 use elfgate_store::Store;
@@ -117,6 +117,8 @@ impl Engine for WorkflowEngine {
                 .map(|r| r.outputs.clone())
                 .unwrap_or_default(),
             usage: TokenUsage::default(),
+            spent: Vec::new(),
+            step_cost: None,
         }
         .steps(&def, &wref)
         .await
@@ -149,6 +151,10 @@ struct Run<'a> {
     /// `steps` of the templates: each ended step's `{output}`.
     outputs: Map<String, Value>,
     usage: TokenUsage,
+    /// What each ended step spent, for `result`.
+    spent: Vec<StepUsage>,
+    /// The cost of the step under way, where its model's prices are known.
+    step_cost: Option<f64>,
 }
 
 impl Run<'_> {
@@ -170,6 +176,8 @@ impl Run<'_> {
                 let why = format!("step '{}' says no single thing to do", step.id);
                 return self.fatal(ErrorCode::Unprocessable, why).await;
             };
+            let before = self.usage;
+            self.step_cost = None;
             let tries = 1 + step.retries.map_or(0, |r| r.max);
             let mut attempt = 1;
             let done = loop {
@@ -215,6 +223,11 @@ impl Run<'_> {
                     Err(Failure::Failed(why)) => break Err(why),
                 }
             };
+            self.spent.push(StepUsage {
+                step_id: step.id.clone(),
+                usage: since(before, self.usage),
+                cost_usd: self.step_cost.take(),
+            });
             match done {
                 Ok(Done::Output(output)) => {
                     self.end(&step.id, StepStatus::Success, output, None).await;
@@ -341,6 +354,14 @@ impl Run<'_> {
         )
         .await;
         self.usage += out.usage;
+        let limits = self.engine.providers.limits(&provider_name, &req.model);
+        if let (Some(input), Some(output)) = (limits.input_usd_per_mtok, limits.output_usd_per_mtok)
+        {
+            let cost = (out.usage.input_tokens as f64 * input
+                + out.usage.output_tokens as f64 * output)
+                / 1_000_000.0;
+            *self.step_cost.get_or_insert(0.0) += cost;
+        }
         if out.interrupted {
             return Err(Failure::Interrupted);
         }
@@ -384,6 +405,9 @@ impl Run<'_> {
         sub.head_start = elfgate_core::HeadStart::default();
         let outcome = self.engine.tinyelf.run_prompt(sub).await;
         self.usage += outcome.usage;
+        if let Some(cost) = outcome.turn.as_ref().and_then(|t| t.cost_usd) {
+            *self.step_cost.get_or_insert(0.0) += cost;
+        }
         // Its closing message: handed back to be stored (as a run's is), or stored by the loop.
         let text = match &outcome.answer {
             Some(answer) => answer.text(),
@@ -484,6 +508,7 @@ impl Run<'_> {
     fn outcome(&self, reason: FinishReason) -> RunOutcome {
         let mut outcome = RunOutcome::new(reason);
         outcome.usage = self.usage;
+        outcome.steps = self.spent.clone();
         outcome
     }
 
@@ -491,7 +516,22 @@ impl Run<'_> {
     async fn fatal(&self, code: ErrorCode, why: String) -> RunOutcome {
         let mut outcome = fail(self.ctx, code, why).await;
         outcome.usage = self.usage;
+        outcome.steps = self.spent.clone();
         outcome
+    }
+}
+
+/// The tokens spent between `before` and `now`.
+fn since(before: TokenUsage, now: TokenUsage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: now.input_tokens.saturating_sub(before.input_tokens),
+        output_tokens: now.output_tokens.saturating_sub(before.output_tokens),
+        cache_read_tokens: now
+            .cache_read_tokens
+            .saturating_sub(before.cache_read_tokens),
+        cache_write_tokens: now
+            .cache_write_tokens
+            .saturating_sub(before.cache_write_tokens),
     }
 }
 

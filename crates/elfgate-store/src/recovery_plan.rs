@@ -142,6 +142,7 @@ pub(crate) fn run_end_events(
             finish_reason,
             model_finish_reason: None,
             stop_sequence: None,
+            steps: Vec::new(),
         };
         events.push(EventRecord::build(
             run.session_id,

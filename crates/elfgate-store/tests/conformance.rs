@@ -757,6 +757,7 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost(db: Db) {
                 finish_reason: FinishReason::Stop,
                 model_finish_reason: None,
                 stop_sequence: None,
+                steps: Vec::new(),
             },
         })
         .await;

@@ -229,6 +229,7 @@ impl<'a> Relay<'a> {
             error,
             answer,
             turn: None,
+            steps: Vec::new(),
         }
     }
 }

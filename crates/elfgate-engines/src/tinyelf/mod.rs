@@ -520,6 +520,7 @@ impl TinyElfEngine {
             // Each iteration's messages were stored as they came (tool results follow them).
             answer: None,
             turn: Some(runner.turn_record(end.finish)),
+            steps: Vec::new(),
         }
     }
 

@@ -374,7 +374,23 @@ async fn a_workflow_of_tool_steps_runs_without_a_model() {
 #[tokio::test]
 async fn a_model_step_calls_the_provider_once_with_the_rendered_prompt() {
     let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
+    // Prices, so that the step's cost is counted.
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            env: vec![
+                (
+                    "ELFGATE_PROVIDERS__MOCK__INPUT_USD_PER_MTOK".into(),
+                    "1.0".into(),
+                ),
+                (
+                    "ELFGATE_PROVIDERS__MOCK__OUTPUT_USD_PER_MTOK".into(),
+                    "2.0".into(),
+                ),
+            ],
+            ..Opts::default()
+        },
+    );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "hello workflow").unwrap();
     create(
@@ -414,6 +430,23 @@ async fn a_model_step_calls_the_provider_once_with_the_rendered_prompt() {
     assert!(at("stepStart", "sum") < first_delta && first_delta < at("stepEnd", "sum"));
     let result = evs.iter().find(|e| e.event == "result").unwrap();
     assert_eq!(result.data["stats"]["outputTokens"], 3, "{}", result.data);
+    // Per step: the model step's tokens and cost, none for the tool steps.
+    let steps = result.data["stats"]["steps"].as_array().unwrap();
+    let ids: Vec<&str> = steps
+        .iter()
+        .map(|s| s["stepId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["read", "sum", "save"]);
+    assert_eq!(steps[0]["outputTokens"], 0);
+    assert_eq!(steps[1]["outputTokens"], 3);
+    let input = steps[1]["inputTokens"].as_f64().unwrap();
+    let cost = steps[1]["costUsd"].as_f64().unwrap();
+    assert!(
+        (cost - (input + 6.0) / 1_000_000.0).abs() < 1e-12,
+        "{}",
+        steps[1]
+    );
+    assert!(steps[2].get("costUsd").is_none());
 }
 
 /// A failing step ends the run with the step named, unless it says continueOnError; retries
