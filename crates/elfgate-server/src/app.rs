@@ -567,6 +567,7 @@ impl Daemon {
                 self.state.dispatcher.clone(),
             ));
         }
+        crate::workflow_runs::load_dir(&self.state).await;
         tokio::spawn(crate::workflow_runs::schedule(self.state.clone()));
         tokio::spawn(crate::webhooks::deliver(self.state.clone()));
         if let Some(ends) = self.state.dispatcher.watch_run_ends() {

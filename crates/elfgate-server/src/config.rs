@@ -301,6 +301,15 @@ impl EnginesConfig {
     }
 }
 
+/// `[workflows]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkflowsConfig {
+    /// A folder of definitions (`*.yaml`, `*.yml`, `*.json`) stored at start (docs/workflows.md,
+    /// "Definitions from files").
+    pub dir: Option<std::path::PathBuf>,
+}
+
 /// `[webhooks]`: a signed POST to each matching target when a run ends (docs/workflows.md,
 /// "Webhooks when runs end").
 #[derive(Debug, Clone, Deserialize)]
@@ -439,6 +448,9 @@ pub struct Config {
     /// `[webhooks]`: signed POSTs to configured targets when runs end.
     #[serde(default)]
     pub webhooks: WebhooksConfig,
+    /// `[workflows]`.
+    #[serde(default)]
+    pub workflows: WorkflowsConfig,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,

@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
 use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
-use elfgate_workflow::{Missed, Schedule, Unattended, WorkflowDefinition};
+use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -214,6 +215,98 @@ pub async fn resume(
         events_url: format!("/v1/sessions/{}/events", session.id),
         duplicate: false,
     })
+}
+
+/// Checks a definition: the tools it names are looked up in the registry (built-in and skill
+/// tools, and the configured MCP servers), then everything else (see `elfgate_workflow::validate`).
+pub async fn check(state: &AppState, def: &WorkflowDefinition) -> Result<(), ApiError> {
+    let project = def
+        .project_path
+        .as_deref()
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.is_dir());
+    let mut named: Vec<&str> = Vec::new();
+    for step in &def.steps {
+        match step.kind() {
+            Ok(StepKind::Tool(t, _)) => named.push(t),
+            Ok(StepKind::Agent(a)) => {
+                named.extend(a.enabled_tools.iter().flatten().map(String::as_str));
+            }
+            _ => {}
+        }
+    }
+    let mut known = HashSet::new();
+    for name in named {
+        if state.tinyelf.knows_tool(project.as_deref(), name).await {
+            known.insert(name.to_string());
+        }
+    }
+    elfgate_workflow::validate(def, |t| known.contains(t))
+        .map_err(|e| ApiError::Unprocessable(e.to_string()))
+}
+
+/// Loads the definitions of `[workflows] dir` (`*.yaml`, `*.yml`, `*.json`, one workflow each):
+/// each checked as a POST's body is, stored as version 1 or as a new version when it differs
+/// from the stored one, left alone when it is the same; a file that is not a valid definition is
+/// logged and skipped.
+pub async fn load_dir(state: &AppState) {
+    let Some(dir) = state.config.workflows.dir.clone() else {
+        return;
+    };
+    let mut files: Vec<std::path::PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot read the workflows' folder");
+            return;
+        }
+    };
+    files.sort();
+    for file in files {
+        match load_file(state, &file).await {
+            Ok(Some(version)) => {
+                tracing::info!(file = %file.display(), version, "workflow stored from its file");
+            }
+            Ok(None) => {}
+            Err(why) => {
+                tracing::warn!(file = %file.display(), "workflow file skipped: {why}");
+            }
+        }
+    }
+    refresh_triggers(state).await;
+}
+
+/// One definition file: the version stored, or None when the stored one is the same.
+async fn load_file(state: &AppState, file: &std::path::Path) -> Result<Option<u32>, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let def: WorkflowDefinition = if file.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| e.to_string())?
+    } else {
+        serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())?
+    };
+    check(state, &def).await.map_err(|e| e.to_string())?;
+    let json = serde_json::to_value(&def).map_err(|e| e.to_string())?;
+    let write = match state
+        .store
+        .get_workflow(&def.name, None)
+        .await
+        .map_err(|e| e.report())?
+    {
+        Some(w) if w.deleted_at.is_none() && w.definition == json => return Ok(None),
+        Some(w) if w.deleted_at.is_none() => elfgate_store::WorkflowWrite::Replace,
+        _ => elfgate_store::WorkflowWrite::Create,
+    };
+    match state.store.put_workflow(&def.name, &json, write).await {
+        Ok(Some(stored)) => Ok(Some(stored.version)),
+        Ok(None) => Err("another writer changed it meanwhile".into()),
+        Err(e) => Err(e.report()),
+    }
 }
 
 /// The inputs of a run: each one declared and of its type, the missing ones from their

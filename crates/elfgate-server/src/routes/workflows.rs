@@ -11,10 +11,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use elfgate_api::CreateSessionResponse;
 use elfgate_store::{StoredWorkflow, WorkflowWrite};
-use elfgate_workflow::{StepKind, WorkflowDefinition};
+use elfgate_workflow::WorkflowDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::HashSet;
 use utoipa::{IntoParams, ToSchema};
 
 /// The routes of this module.
@@ -72,34 +71,6 @@ pub(crate) struct VersionQuery {
     version: Option<u32>,
 }
 
-/// Checks a definition: the tools it names are looked up in the registry (built-in and skill
-/// tools, and the configured MCP servers), then everything else (see `elfgate_workflow::validate`).
-async fn check(state: &AppState, def: &WorkflowDefinition) -> Result<(), ApiError> {
-    let project = def
-        .project_path
-        .as_deref()
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| p.is_dir());
-    let mut named: Vec<&str> = Vec::new();
-    for step in &def.steps {
-        match step.kind() {
-            Ok(StepKind::Tool(t, _)) => named.push(t),
-            Ok(StepKind::Agent(a)) => {
-                named.extend(a.enabled_tools.iter().flatten().map(String::as_str));
-            }
-            _ => {}
-        }
-    }
-    let mut known = HashSet::new();
-    for name in named {
-        if state.tinyelf.knows_tool(project.as_deref(), name).await {
-            known.insert(name.to_string());
-        }
-    }
-    elfgate_workflow::validate(def, |t| known.contains(t))
-        .map_err(|e| ApiError::Unprocessable(e.to_string()))
-}
-
 /// Creates a workflow (version 1, or one past the versions of a deleted one of that name).
 #[utoipa::path(
     post,
@@ -122,7 +93,7 @@ pub(crate) async fn create(
     State(state): State<AppState>,
     ApiJson(def): ApiJson<WorkflowDefinition>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
-    check(&state, &def).await?;
+    crate::workflow_runs::check(&state, &def).await?;
     let name = def.name.clone();
     let stored = put(state, def, WorkflowWrite::Create)
         .await?
@@ -165,7 +136,7 @@ pub(crate) async fn replace(
             def.name
         )));
     }
-    check(&state, &def).await?;
+    crate::workflow_runs::check(&state, &def).await?;
     let stored = put(state, def, WorkflowWrite::Replace)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;

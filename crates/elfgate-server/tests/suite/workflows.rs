@@ -1251,3 +1251,46 @@ async fn an_agent_step_runs_the_agent_loop_and_hands_on_its_answer() {
         "{texts:?}"
     );
 }
+
+/// Definitions from `[workflows] dir`: stored at start, not again when unchanged, as a new
+/// version when changed; a file that is not a valid definition is skipped.
+#[tokio::test]
+async fn definitions_from_a_folder_are_stored_at_start_as_versions() {
+    let mock = MockServer::start().await.unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let yaml = |description: &str| {
+        format!(
+            "name: from-file\ndescription: {description}\nsteps:\n  - id: look\n    tool: glob\n    \
+             arguments:\n      pattern: \"*\"\n"
+        )
+    };
+    std::fs::write(folder.path().join("from-file.yaml"), yaml("first")).unwrap();
+    std::fs::write(
+        folder.path().join("broken.json"),
+        r#"{"name": "broken", "steps": [{"id": "x", "tool": "teleport"}]}"#,
+    )
+    .unwrap();
+    let opts = Opts {
+        extra_toml: format!("[workflows]\ndir = \"{}\"\n", folder.path().display()),
+        ..Opts::default()
+    };
+    let mut d = Daemon::start(&mock, opts.clone());
+    let (status, w) = d.get("/v1/workflows/from-file").await;
+    assert_eq!(status, 200, "{w}");
+    assert_eq!(w["version"], 1);
+    assert_eq!(w["definition"]["description"], "first");
+    let (status, _) = d.get("/v1/workflows/broken").await;
+    assert_eq!(status, 404, "an invalid file is skipped");
+    // The same file again: nothing new.
+    d.terminate();
+    let mut d = Daemon::start_in(d.dir.clone(), &mock, opts.clone());
+    let (_, w) = d.get("/v1/workflows/from-file").await;
+    assert_eq!(w["version"], 1);
+    // Changed: a new version.
+    std::fs::write(folder.path().join("from-file.yaml"), yaml("second")).unwrap();
+    d.terminate();
+    let d = Daemon::start_in(d.dir.clone(), &mock, opts);
+    let (_, w) = d.get("/v1/workflows/from-file").await;
+    assert_eq!(w["version"], 2);
+    assert_eq!(w["definition"]["description"], "second");
+}
