@@ -108,6 +108,9 @@ pub struct RunEnded {
     /// The error that ended it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+    /// The session's `notifyUrl`, told of the end too.
+    #[serde(skip)]
+    pub notify_url: Option<String>,
 }
 
 /// How many ended runs may wait for their watcher before more are dropped (with a warning).
@@ -397,6 +400,7 @@ impl EngineDispatcher {
                         finish_reason: outcome.finish_reason,
                         usage: outcome.usage,
                         error: outcome.error.clone(),
+                        notify_url: ctx.engine_config.notify_url.clone(),
                     };
                     if tx.try_send(ended).is_err() {
                         tracing::warn!(

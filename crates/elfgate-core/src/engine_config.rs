@@ -109,6 +109,10 @@ pub struct EngineConfig {
     /// (`[engines.cli.acp.agents.NAME]`); also accepted as the request's top-level `acpAgent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acp_agent: Option<String>,
+    /// Where a signed POST goes when a run of the session ends (besides `[webhooks]`' targets),
+    /// signed with `webhooks.notify_secret_env`'s secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify_url: Option<String>,
     /// The workflow a `workflow` session runs: set by the daemon when it starts a workflow's
     /// run, never taken from a client.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -310,6 +314,7 @@ impl EngineConfig {
             search_orchestration,
             native_search_enabled,
             acp_agent,
+            notify_url,
             workflow,
         } = self;
         EngineConfig {
@@ -341,6 +346,7 @@ impl EngineConfig {
             search_orchestration: search_orchestration.or(base.search_orchestration),
             native_search_enabled: native_search_enabled.or(base.native_search_enabled),
             acp_agent: acp_agent.or_else(|| base.acp_agent.clone()),
+            notify_url: notify_url.or_else(|| base.notify_url.clone()),
             workflow: workflow.or_else(|| base.workflow.clone()),
         }
     }

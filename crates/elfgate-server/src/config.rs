@@ -330,6 +330,9 @@ pub struct WebhooksConfig {
     pub allow_private_addresses: bool,
     /// The targets.
     pub targets: Vec<WebhookTarget>,
+    /// The variable holding the secret that signs the POSTs to sessions' own `notifyUrl`
+    /// (unset: sessions cannot set one).
+    pub notify_secret_env: Option<String>,
 }
 
 impl Default for WebhooksConfig {
@@ -342,6 +345,7 @@ impl Default for WebhooksConfig {
             max_pending: 10_000,
             allow_private_addresses: false,
             targets: Vec::new(),
+            notify_secret_env: None,
         }
     }
 }

@@ -90,6 +90,23 @@ fn check_overrides(
             EngineConfig::from_json(cfg).map_err(|e| ApiError::Unprocessable(e.to_string()))?
         }
     };
+    if let Some(url) = &engine_config.notify_url {
+        if state.config.webhooks.notify_secret_env.is_none() {
+            return Err(ApiError::Unprocessable(
+                "engineConfig.notifyUrl: the daemon has no webhooks.notify_secret_env to sign \
+                 its POSTs with"
+                    .into(),
+            ));
+        }
+        match reqwest::Url::parse(url) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+            _ => {
+                return Err(ApiError::Unprocessable(format!(
+                    "engineConfig.notifyUrl: '{url}' is not an http or https URL"
+                )));
+            }
+        }
+    }
     if engine_config.workflow.is_some() {
         return Err(ApiError::Unprocessable(
             "engineConfig.workflow: set by the daemon; a workflow's run is started with POST \

@@ -3,7 +3,7 @@
 //! sends the due ones: a signed POST, retried with exponential backoff and jitter until the
 //! target answers 2xx or the attempts are spent (docs/workflows.md, "Webhooks when runs end").
 
-use crate::config::{WebhookTarget, WebhooksConfig};
+use crate::config::WebhooksConfig;
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::RunEnded;
@@ -20,10 +20,14 @@ const TICK: Duration = Duration::from_millis(100);
 /// Deliveries one tick takes on.
 const BATCH: u32 = 16;
 
-/// Queues the deliveries of a run's end: one per matching target, with the run's record.
+/// The target name of the deliveries to a session's own `notifyUrl`.
+pub const NOTIFY_TARGET: &str = "notifyUrl";
+
+/// Queues the deliveries of a run's end: one per matching target and one to the session's
+/// `notifyUrl`, with the run's record.
 pub async fn enqueue(state: &AppState, ended: &RunEnded) {
     let config = &state.config.webhooks;
-    let targets: Vec<&WebhookTarget> = config
+    let mut targets: Vec<(&str, &str)> = config
         .targets
         .iter()
         .filter(|t| {
@@ -32,7 +36,11 @@ pub async fn enqueue(state: &AppState, ended: &RunEnded) {
                     .as_ref()
                     .is_none_or(|r| r.contains(&ended.finish_reason))
         })
+        .map(|t| (t.name.as_str(), t.url.as_str()))
         .collect();
+    if let Some(url) = &ended.notify_url {
+        targets.push((NOTIFY_TARGET, url.as_str()));
+    }
     if targets.is_empty() {
         return;
     }
@@ -45,7 +53,7 @@ pub async fn enqueue(state: &AppState, ended: &RunEnded) {
         }
     };
     let now = Utc::now();
-    for target in targets {
+    for (target, url) in targets {
         let id = format!("whd_{}", uuid::Uuid::now_v7().simple());
         let body = json!({
             "id": id,
@@ -57,8 +65,8 @@ pub async fn enqueue(state: &AppState, ended: &RunEnded) {
         });
         let delivery = WebhookDelivery {
             id,
-            target: target.name.clone(),
-            url: target.url.clone(),
+            target: target.to_string(),
+            url: url.to_string(),
             body,
             status: DeliveryStatus::Pending,
             attempts: 0,
@@ -75,13 +83,13 @@ pub async fn enqueue(state: &AppState, ended: &RunEnded) {
         {
             Ok(true) => {}
             Ok(false) => tracing::warn!(
-                target = %target.name,
+                target = %target,
                 run_id = %ended.run_id,
                 max_pending = config.max_pending,
                 "a webhook delivery was dropped: the queue is full"
             ),
             Err(e) => {
-                tracing::warn!(target = %target.name, error = %e.report(), "cannot queue a webhook delivery");
+                tracing::warn!(target = %target, error = %e.report(), "cannot queue a webhook delivery");
             }
         }
     }
@@ -89,7 +97,8 @@ pub async fn enqueue(state: &AppState, ended: &RunEnded) {
 
 /// Sends due deliveries until the daemon stops.
 pub async fn deliver(state: AppState) {
-    if state.config.webhooks.targets.is_empty() {
+    let config = &state.config.webhooks;
+    if config.targets.is_empty() && config.notify_secret_env.is_none() {
         return;
     }
     let mut tick = tokio::time::interval(TICK);
@@ -129,8 +138,17 @@ pub async fn deliver(state: AppState) {
 /// One attempt of `d`, recorded.
 async fn attempt(state: &AppState, mut d: WebhookDelivery) {
     let config = &state.config.webhooks;
-    let result = match config.targets.iter().find(|t| t.name == d.target) {
-        Some(target) => post(config, target, &d).await,
+    let secret_env = if d.target == NOTIFY_TARGET {
+        config.notify_secret_env.as_deref()
+    } else {
+        config
+            .targets
+            .iter()
+            .find(|t| t.name == d.target)
+            .map(|t| t.secret_env.as_str())
+    };
+    let result = match secret_env {
+        Some(secret_env) => post(config, secret_env, &d).await,
         None => Err((
             None,
             format!("target '{}' is no longer configured", d.target),
@@ -171,19 +189,16 @@ fn backoff(config: &WebhooksConfig, attempts: u32) -> Duration {
     Duration::from_millis(ms + ms / 4 * jitter / 1000)
 }
 
-/// The POST of `d` to `target`: Ok(status) on 2xx; Err((status if any, why)) otherwise.
+/// The POST of `d`, signed with the secret in `secret_env`: Ok(status) on 2xx; Err((status if
+/// any, why)) otherwise.
 async fn post(
     config: &WebhooksConfig,
-    target: &WebhookTarget,
+    secret_env: &str,
     d: &WebhookDelivery,
 ) -> Result<u16, (Option<u16>, String)> {
     let fail = |why: String| (None, why);
-    let secret = std::env::var(&target.secret_env).map_err(|_| {
-        fail(format!(
-            "the secret variable {} is not set",
-            target.secret_env
-        ))
-    })?;
+    let secret = std::env::var(secret_env)
+        .map_err(|_| fail(format!("the secret variable {secret_env} is not set")))?;
     let url = reqwest::Url::parse(&d.url).map_err(|e| fail(format!("bad URL: {e}")))?;
     let host = url.host_str().unwrap_or_default().to_string();
     let addrs = resolve(&url, config.allow_private_addresses)

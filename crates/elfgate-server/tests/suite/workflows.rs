@@ -1294,3 +1294,50 @@ async fn definitions_from_a_folder_are_stored_at_start_as_versions() {
     assert_eq!(w["version"], 2);
     assert_eq!(w["definition"]["description"], "second");
 }
+
+/// A session's own `notifyUrl` gets the signed POST of its runs' ends (signed with the daemon's
+/// notify secret); without that secret configured, or with a URL that is not http(s), it is 422.
+#[tokio::test]
+async fn a_sessions_notify_url_gets_its_runs_ends() {
+    let mock = MockServer::start().await.unwrap();
+    let r = receiver(0).await;
+    let plain = Daemon::start(&mock, Opts::default());
+    let mut body = common::chat("hi", "mock:tokens=2");
+    body["engineConfig"] = json!({"notifyUrl": r.url});
+    let (status, e) = plain.post("/v1/sessions", body.clone()).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(e.to_string().contains("notify_secret_env"), "{e}");
+
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[webhooks]\nallow_private_addresses = true\nnotify_secret_env = \"NOTIFY_SECRET\"\n"
+                .into(),
+            env: vec![("NOTIFY_SECRET".to_string(), "psst".to_string())],
+            ..Opts::default()
+        },
+    );
+    let mut bad = body.clone();
+    bad["engineConfig"]["notifyUrl"] = json!("ftp://example.com/x");
+    let (status, e) = d.post("/v1/sessions", bad).await;
+    assert_eq!(status, 422, "{e}");
+    assert!(e.to_string().contains("engineConfig.notifyUrl"), "{e}");
+    let (sid, run) = d.create(body).await;
+    d.all_events_until_complete_of(&sid, &run).await;
+    let delivery = settled_delivery(&d).await;
+    assert_eq!(delivery["status"], "delivered", "{delivery}");
+    assert_eq!(delivery["target"], "notifyUrl", "{delivery}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let (headers, raw) = &seen[0];
+    let ts = headers["x-elfgate-webhook-timestamp"].to_str().unwrap();
+    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(b"psst").unwrap();
+    hmac::Mac::update(&mut mac, format!("{ts}.{raw}").as_bytes());
+    let want = format!(
+        "sha256={}",
+        hex::encode(hmac::Mac::finalize(mac).into_bytes())
+    );
+    assert_eq!(headers["x-elfgate-signature-256"], want.as_str());
+    let sent: Value = serde_json::from_str(raw).unwrap();
+    assert_eq!(sent["run"]["id"], run.as_str());
+}
