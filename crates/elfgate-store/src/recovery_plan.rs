@@ -34,6 +34,29 @@ pub(crate) const NODE_LOST: Ending = Ending {
     tool_result: "interrupted: the node running this tool call went away before it finished",
 };
 
+/// The workflow step a run was in when it stopped (its `stepStart` and `stepEnd` events, in
+/// order): the last one started and not ended.
+pub(crate) fn step_in_progress(step_events: &[StoredEvent]) -> Option<String> {
+    let mut open = None;
+    for e in step_events {
+        let v: serde_json::Value = serde_json::from_str(&e.json).unwrap_or_default();
+        match e.event_type.as_str() {
+            "stepStart" => open = v["stepId"].as_str().map(str::to_string),
+            "stepEnd" => open = None,
+            _ => {}
+        }
+    }
+    open
+}
+
+/// The stored error of a run ended by `ending`, naming the workflow step it was in.
+pub(crate) fn run_error(ending: &Ending, step: Option<&str>) -> String {
+    match step {
+        Some(step) => format!("{} (in workflow step '{step}')", ending.run_error),
+        None => ending.run_error.to_string(),
+    }
+}
+
 /// The answer a run had streamed when it stopped: its logged deltas since its last stored
 /// assistant message, unless `last` (the session's latest message) already is that answer.
 /// Returns the message to store (if any text was streamed) and the characters of its text.
@@ -170,4 +193,34 @@ pub(crate) fn stored_duration_ms(run: &Run) -> u64 {
 /// Milliseconds from `start` to `end`, 0 when `end` is earlier.
 pub(crate) fn millis_between(start: DateTime<Utc>, end: DateTime<Utc>) -> u64 {
     (end - start).num_milliseconds().max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(seq: u64, event_type: &str, step: &str) -> StoredEvent {
+        StoredEvent {
+            seq,
+            event_type: event_type.to_string(),
+            json: format!(r#"{{"type":"{event_type}","stepId":"{step}"}}"#),
+        }
+    }
+
+    #[test]
+    fn the_step_in_progress_is_the_last_one_started_and_not_ended() {
+        let done = [ev(1, "stepStart", "a"), ev(2, "stepEnd", "a")];
+        assert_eq!(step_in_progress(&done), None);
+        let cut = [
+            ev(1, "stepStart", "a"),
+            ev(2, "stepEnd", "a"),
+            ev(3, "stepStart", "b"),
+        ];
+        assert_eq!(step_in_progress(&cut).as_deref(), Some("b"));
+        assert_eq!(
+            run_error(&DAEMON_RESTART, Some("b")),
+            "daemon_restart: the daemon stopped while the run was going (in workflow step 'b')"
+        );
+        assert_eq!(run_error(&NODE_LOST, None), NODE_LOST.run_error);
+    }
 }

@@ -1102,6 +1102,13 @@ async fn a_run_cut_by_a_crash_ends_interrupted_and_resumes_at_the_step_it_was_in
     let d = Daemon::start_in(d.dir.clone(), &mock, Opts::default());
     let (_, r) = d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
     assert_eq!(r["status"], "interrupted", "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("(in workflow step 'talk')"),
+        "{r}"
+    );
     let (status, resumed) = d
         .post(&format!("/v1/workflows/long/runs/{run}/resume"), json!({}))
         .await;

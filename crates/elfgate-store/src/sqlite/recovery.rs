@@ -147,6 +147,20 @@ impl SqliteStore {
         for r in &rows {
             push_row_events(&mut deltas, &sid, r, 0)?;
         }
+        // A workflow's run: the step it was in, for its stored error.
+        let step_rows = sqlx::query(
+            "SELECT seq, last_seq, type, payload, run_id FROM events WHERE session_id = ? \
+             AND run_id = ? AND type IN ('stepStart', 'stepEnd') ORDER BY seq",
+        )
+        .bind(&sid)
+        .bind(&rid)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut steps = Vec::new();
+        for r in &step_rows {
+            push_row_events(&mut steps, &sid, r, 0)?;
+        }
+        let step = recovery_plan::step_in_progress(&steps);
         let last =
             sqlx::query("SELECT * FROM messages WHERE session_id = ? ORDER BY rowid DESC LIMIT 1")
                 .bind(&sid)
@@ -180,7 +194,7 @@ impl SqliteStore {
         .bind(RunStatus::Interrupted.as_str())
         .bind(ending.finish_reason.as_str())
         .bind(ts(&now))
-        .bind(ending.run_error)
+        .bind(recovery_plan::run_error(&ending, step.as_deref()))
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
