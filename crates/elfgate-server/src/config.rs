@@ -573,10 +573,14 @@ impl Config {
     /// The store's URL and `[cluster]` fit together.
     fn validate_webhooks(&self) -> Result<(), ConfigError> {
         let w = &self.webhooks;
-        if w.max_attempts == 0 {
-            return Err(ConfigError::Invalid(
-                "webhooks.max_attempts: at least 1".into(),
-            ));
+        for (key, value) in [
+            ("max_attempts", u64::from(w.max_attempts)),
+            ("timeout_secs", w.timeout_secs),
+            ("max_pending", u64::from(w.max_pending)),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("webhooks.{key}: at least 1")));
+            }
         }
         let mut names = std::collections::BTreeSet::new();
         for t in &w.targets {

@@ -397,8 +397,8 @@ fn config_check_refuses_agent_profiles_that_cannot_work() {
     }
 }
 
-/// A model price that is no amount of dollars, or an attachment limit of nothing, is refused
-/// at start naming the key.
+/// A model price that is no amount of dollars, an attachment limit of nothing, or a webhook
+/// setting of nothing or a target that is not an http(s) URL is refused at start naming the key.
 #[test]
 fn config_check_refuses_bad_prices_and_attachment_limits() {
     let dir = tempfile::tempdir().unwrap();
@@ -414,6 +414,18 @@ fn config_check_refuses_bad_prices_and_attachment_limits() {
         (
             "[server]\nbind = \"127.0.0.1:0\"\nbody_limit_bytes = 1000\nkeepalive_secs = 15\nshutdown_grace_secs = 1\nattachment_max_bytes = 0\n",
             "server.attachment_max_bytes must be positive",
+        ),
+        (
+            "[webhooks]\nmax_attempts = 0\n",
+            "webhooks.max_attempts: at least 1",
+        ),
+        (
+            "[webhooks]\ntimeout_secs = 0\n",
+            "webhooks.timeout_secs: at least 1",
+        ),
+        (
+            "[[webhooks.targets]]\nname = \"t\"\nurl = \"ftp://x\"\nsecret_env = \"S\"\n",
+            "webhooks.targets 't': url 'ftp://x' is not an http or https URL",
         ),
     ] {
         let file = dir.path().join("bad.toml");
