@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the coding CLIs that the `cli` engine supervises (OpenAI Codex, Claude Code, Gemini CLI)
-# at pinned versions into tools/cli/ of the repository, for local runs and the end-to-end tests.
+# at pinned versions into tools/cli/ of the repository, for local runs and the end-to-end tests,
+# and Zed's Claude Code ACP adapter (an ACP agent that runs its commands through the client's
+# terminals, which the tests of the acp backend's terminal/* use).
 # Does nothing when the pinned versions are already there. Prints each binary's path and version.
 #
 # Install scripts are skipped (--ignore-scripts): the only one the CLIs need is Claude Code's
@@ -12,6 +14,7 @@ set -euo pipefail
 CODEX_VERSION=0.169.0
 CLAUDE_VERSION=2.1.328
 GEMINI_VERSION=0.61.0
+CLAUDE_ACP_VERSION=0.16.2
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX="${ROOT}/tools/cli"
@@ -33,7 +36,9 @@ up_to_date() {
   [[ "$(installed_version @openai/codex)" == "${CODEX_VERSION}" ]] &&
     [[ "$(installed_version @anthropic-ai/claude-code)" == "${CLAUDE_VERSION}" ]] &&
     [[ "$(installed_version @google/gemini-cli)" == "${GEMINI_VERSION}" ]] &&
+    [[ "$(installed_version @zed-industries/claude-code-acp)" == "${CLAUDE_ACP_VERSION}" ]] &&
     [[ -x "${BIN}/codex" && -x "${BIN}/claude" && -x "${BIN}/gemini" ]] &&
+    [[ -x "${BIN}/claude-code-acp" ]] &&
     claude_is_native
 }
 
@@ -53,7 +58,8 @@ if ! up_to_date; then
     --loglevel=error \
     "@openai/codex@${CODEX_VERSION}" \
     "@anthropic-ai/claude-code@${CLAUDE_VERSION}" \
-    "@google/gemini-cli@${GEMINI_VERSION}"
+    "@google/gemini-cli@${GEMINI_VERSION}" \
+    "@zed-industries/claude-code-acp@${CLAUDE_ACP_VERSION}"
   (cd "${MODULES}/@anthropic-ai/claude-code" && node install.cjs)
   if ! up_to_date; then
     echo "install-cli-tools: the installed versions do not match the pinned ones" >&2

@@ -464,7 +464,7 @@ impl Daemon {
                 cli,
                 permissions.clone(),
                 run_tokens.clone(),
-                tinyelf.firewall(),
+                tinyelf.shell_rules(),
             )
             .await,
         );

@@ -17,6 +17,7 @@ pub mod schema;
 pub mod search;
 pub mod session_tools;
 pub mod shell;
+pub mod terminal;
 pub mod tool;
 mod walk;
 pub mod web;

@@ -59,7 +59,7 @@ pub(crate) const INTERNAL_ERROR: i64 = -32603;
 /// The protocol's "resource not found": a file to read that does not exist.
 pub(crate) const RESOURCE_NOT_FOUND: i64 = -32002;
 
-/// The `initialize` request: what this client offers (file reads and writes; no terminal).
+/// The `initialize` request: what this client offers (file reads and writes, terminals).
 pub(crate) fn initialize(id: u64) -> Vec<u8> {
     request(
         id,
@@ -68,7 +68,7 @@ pub(crate) fn initialize(id: u64) -> Vec<u8> {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
                 "fs": {"readTextFile": true, "writeTextFile": true},
-                "terminal": false,
+                "terminal": true,
             },
             "clientInfo": {"name": "elfgate", "version": env!("CARGO_PKG_VERSION")},
         }),
@@ -182,6 +182,9 @@ struct PendingAsk {
 pub(crate) struct AcpAdapter {
     /// Tool calls announced (a call is announced once, whichever message names it first).
     started: HashSet<String>,
+    /// The kind of each tool call that gave one (`execute`, `edit`, …): a permission request
+    /// may leave it out.
+    kinds: HashMap<String, String>,
     /// Tool calls ended.
     ended: HashSet<String>,
     /// Permission requests waiting, by the JSON-RPC id's text.
@@ -189,8 +192,13 @@ pub(crate) struct AcpAdapter {
 }
 
 impl AcpAdapter {
-    /// The events of one update.
-    pub(crate) fn on_update(&mut self, u: &Value) -> Vec<AdapterEvent> {
+    /// The events of one update; `terminal` gives a terminal's output by its id, for a tool
+    /// call whose content names one.
+    pub(crate) fn on_update(
+        &mut self,
+        u: &Value,
+        terminal: &dyn Fn(&str) -> Option<String>,
+    ) -> Vec<AdapterEvent> {
         match str_of(u, "sessionUpdate").unwrap_or_default() {
             "agent_message_chunk" => text_of(u)
                 .map(|t| vec![AdapterEvent::Delta(DeltaKind::Text, t)])
@@ -198,7 +206,7 @@ impl AcpAdapter {
             "agent_thought_chunk" => text_of(u)
                 .map(|t| vec![AdapterEvent::Delta(DeltaKind::Thinking, t)])
                 .unwrap_or_default(),
-            "tool_call" | "tool_call_update" => self.on_tool_call(u),
+            "tool_call" | "tool_call_update" => self.on_tool_call(u, terminal),
             "plan" => {
                 let steps: Vec<String> = u
                     .get("entries")
@@ -228,16 +236,23 @@ impl AcpAdapter {
     }
 
     /// A tool call's announcement or update: its start once, its end once it completed or failed.
-    fn on_tool_call(&mut self, u: &Value) -> Vec<AdapterEvent> {
+    fn on_tool_call(
+        &mut self,
+        u: &Value,
+        terminal: &dyn Fn(&str) -> Option<String>,
+    ) -> Vec<AdapterEvent> {
         let Some(id) = str_of(u, "toolCallId") else {
             return Vec::new();
         };
+        if let Some(kind) = str_of(u, "kind") {
+            self.kinds.insert(id.to_string(), kind.to_string());
+        }
         let mut out = Vec::new();
         if !self.started.contains(id) {
             self.started.insert(id.to_string());
             out.push(AdapterEvent::ToolStart {
                 id: id.to_string(),
-                name: tool_name(u),
+                name: self.tool_name(u),
                 input: tool_input(u),
             });
         }
@@ -245,7 +260,7 @@ impl AcpAdapter {
         if matches!(status, "completed" | "failed") && self.ended.insert(id.to_string()) {
             out.push(AdapterEvent::ToolEnd {
                 id: id.to_string(),
-                content: content_text(u.get("content")),
+                content: content_text(u.get("content"), terminal),
                 is_error: status == "failed",
             });
         }
@@ -256,7 +271,7 @@ impl AcpAdapter {
     /// announce it) and the question for the client.
     pub(crate) fn on_permission(&mut self, id: &Value, params: &Value) -> Vec<AdapterEvent> {
         let call = params.get("toolCall").cloned().unwrap_or(Value::Null);
-        let mut out = self.on_tool_call(&call);
+        let mut out = self.on_tool_call(&call, &|_| None);
         let options = params
             .get("options")
             .and_then(Value::as_array)
@@ -281,7 +296,7 @@ impl AcpAdapter {
         );
         out.push(AdapterEvent::PermissionAsk {
             request_id,
-            tool_name: tool_name(&call),
+            tool_name: self.tool_name(&call),
             input: tool_input(&call),
         });
         out
@@ -301,22 +316,30 @@ impl AcpAdapter {
     }
 }
 
-impl Adapter for AcpAdapter {
-    fn on_line(&mut self, line: &Value) -> Vec<AdapterEvent> {
-        match classify(line) {
-            Incoming::Update(u) => self.on_update(u),
-            _ => Vec::new(),
-        }
+impl AcpAdapter {
+    /// A tool call's name as the client is shown it: its kind (read, edit, execute, …), given
+    /// now or when the call was announced, which "allow for the session" then covers; else its
+    /// title.
+    fn tool_name(&self, call: &Value) -> String {
+        str_of(call, "kind")
+            .or_else(|| {
+                str_of(call, "toolCallId")
+                    .and_then(|id| self.kinds.get(id))
+                    .map(String::as_str)
+            })
+            .or_else(|| str_of(call, "title"))
+            .unwrap_or("tool")
+            .to_string()
     }
 }
 
-/// A tool call's name as the client is shown it: its kind (read, edit, execute, …), which
-/// "allow for the session" then covers, else its title.
-fn tool_name(call: &Value) -> String {
-    str_of(call, "kind")
-        .or_else(|| str_of(call, "title"))
-        .unwrap_or("tool")
-        .to_string()
+impl Adapter for AcpAdapter {
+    fn on_line(&mut self, line: &Value) -> Vec<AdapterEvent> {
+        match classify(line) {
+            Incoming::Update(u) => self.on_update(u, &|_| None),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A tool call's input as the client is shown it: the agent's raw input when it gives one, else
@@ -343,8 +366,9 @@ fn text_of(u: &Value) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// A tool call's content as text: its text blocks, its diffs as the path and new text.
-fn content_text(content: Option<&Value>) -> String {
+/// A tool call's content as text: its text blocks, its diffs as the path and new text, its
+/// terminals' output.
+fn content_text(content: Option<&Value>, terminal: &dyn Fn(&str) -> Option<String>) -> String {
     let Some(items) = content.and_then(Value::as_array) else {
         return String::new();
     };
@@ -361,10 +385,10 @@ fn content_text(content: Option<&Value>) -> String {
                 str_of(item, "path").unwrap_or_default(),
                 str_of(item, "newText").unwrap_or_default()
             )),
-            Some("terminal") => parts.push(format!(
-                "terminal {}",
-                str_of(item, "terminalId").unwrap_or_default()
-            )),
+            Some("terminal") => {
+                let id = str_of(item, "terminalId").unwrap_or_default();
+                parts.push(terminal(id).unwrap_or_else(|| format!("terminal {id}")));
+            }
             _ => {}
         }
     }
@@ -457,7 +481,7 @@ mod tests {
         let done = json!({"sessionUpdate": "tool_call_update", "toolCallId": "w1",
             "status": "completed", "content": [{"type": "diff", "path": "/p/a.txt",
             "newText": "hello"}]});
-        let evs = a.on_update(&done);
+        let evs = a.on_update(&done, &|_| None);
         assert_eq!(
             evs,
             vec![AdapterEvent::ToolEnd {
@@ -466,7 +490,7 @@ mod tests {
                 is_error: false
             }]
         );
-        assert!(a.on_update(&done).is_empty());
+        assert!(a.on_update(&done, &|_| None).is_empty());
     }
 
     #[test]

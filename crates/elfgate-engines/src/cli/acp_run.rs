@@ -5,6 +5,7 @@
 //! acp.rs; see docs/cli.md, "ACP agents".
 
 use super::acp::{self, AcpAdapter, Incoming};
+use super::acp_terminal::Terminals;
 use super::adapter::{AdapterEvent, str_of};
 use super::backend::Polite;
 use super::relay::Relay;
@@ -572,11 +573,21 @@ impl CliEngine {
         tracing::trace!(line = %String::from_utf8_lossy(&prompt), "to the ACP agent");
         conn.sup.send(&prompt).await;
         let mut adapter = AcpAdapter::default();
-        while let Some(line) = conn.sup.next(&ctx.cancel).await {
+        // Killed when the turn ends, however it ends.
+        let mut terms = Terminals::new(&ctx.cancel);
+        loop {
+            let busy = terms.busy();
+            let Some(line) = conn
+                .sup
+                .next_or_answer(&ctx.cancel, Some(&mut terms.answers), busy)
+                .await
+            else {
+                break;
+            };
             tracing::trace!(%line, "from the ACP agent");
             match acp::classify(&line) {
                 Incoming::Update(u) => {
-                    for ev in adapter.on_update(u) {
+                    for ev in adapter.on_update(u, &|id| terms.text(id)) {
                         run.apply(ev).await;
                     }
                 }
@@ -621,6 +632,9 @@ impl CliEngine {
                                     } => {
                                         let denied =
                                             self.acp_permission(ctx, &tool_name, &input).await;
+                                        if denied.is_none() && tool_name == "execute" {
+                                            terms.grant();
+                                        }
                                         answer = adapter
                                             .permission_answer(&request_id, denied.is_some());
                                     }
@@ -632,7 +646,7 @@ impl CliEngine {
                         }
                         "fs/read_text_file" => Some(
                             read_text_file(
-                                &self.firewall,
+                                &self.shell.firewall,
                                 &conn.cwd,
                                 id,
                                 params,
@@ -641,8 +655,16 @@ impl CliEngine {
                             .await,
                         ),
                         "fs/write_text_file" => {
-                            Some(write_text_file(&self.firewall, &conn.cwd, id, params).await)
+                            Some(write_text_file(&self.shell.firewall, &conn.cwd, id, params).await)
                         }
+                        "terminal/create" => Some(
+                            self.create_terminal(ctx, &mut terms, &conn.cwd, id, params)
+                                .await,
+                        ),
+                        "terminal/output" => Some(terms.output(id, params)),
+                        "terminal/wait_for_exit" => terms.wait_for_exit(id, params),
+                        "terminal/kill" => Some(terms.kill(id, params)),
+                        "terminal/release" => Some(terms.release(id, params)),
                         other => Some(acp::error_response(
                             id,
                             acp::METHOD_NOT_FOUND,
@@ -664,7 +686,7 @@ impl CliEngine {
     /// Whether the agent may run a tool: the session's mode where it decides (bypassPermissions
     /// allows all; acceptEdits allows edits; plan denies all but reads), else the client's
     /// answer. Returns why not, or None.
-    async fn acp_permission(
+    pub(crate) async fn acp_permission(
         &self,
         ctx: &EngineSessionContext,
         tool_name: &str,

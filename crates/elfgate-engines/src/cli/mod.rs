@@ -4,6 +4,7 @@
 
 mod acp;
 mod acp_run;
+mod acp_terminal;
 mod adapter;
 mod availability;
 pub mod backend;
@@ -64,8 +65,9 @@ pub struct CliEngine {
     base_env: ChildEnv,
     /// Run tokens for CLIs that go through the daemon's own door, and where it listens.
     tokens: Arc<RunTokens>,
-    /// The tools' firewall, through which an ACP agent's file requests are served.
-    firewall: Arc<elfgate_tools::ExecutionFirewall>,
+    /// The shell tool's rules (with the tools' firewall), through which an ACP agent's file
+    /// requests and terminals are served.
+    shell: elfgate_tools::terminal::ShellRules,
     /// The configured ACP agents' programs, found at start.
     acp_programs: acp_run::AgentPrograms,
     /// ACP agent processes kept between a session's prompts.
@@ -79,7 +81,7 @@ impl CliEngine {
         config: CliConfig,
         broker: Arc<PermissionBroker>,
         tokens: Arc<RunTokens>,
-        firewall: Arc<elfgate_tools::ExecutionFirewall>,
+        shell: elfgate_tools::terminal::ShellRules,
     ) -> CliEngine {
         // Runs a crashed daemon left behind would go on working (and spending) unseen.
         for pgid in kill_noted_groups(&config.state_dir.join(RUNNING)) {
@@ -99,7 +101,7 @@ impl CliEngine {
             limits,
             base_env,
             tokens,
-            firewall,
+            shell,
             acp_programs,
             acp_kept: Arc::default(),
         };

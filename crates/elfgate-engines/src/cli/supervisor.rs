@@ -149,12 +149,31 @@ impl Supervised {
     /// the idle timeout passed, or the grace after an interrupt did. `cancel` starts the
     /// interrupt ladder; lines printed after the polite stop are still returned.
     pub(crate) async fn next(&mut self, cancel: &CancellationToken) -> Option<Value> {
+        self.next_or_answer(cancel, None, false).await
+    }
+
+    /// [`Self::next`], writing meanwhile to the CLI's stdin what `answers` brings (answers to
+    /// its requests that came in their own time: an ACP agent's wait for a terminal), each
+    /// counting as the CLI's activity. While `client_busy` (the engine owes the CLI an answer)
+    /// the idle timeout does not run.
+    pub(crate) async fn next_or_answer(
+        &mut self,
+        cancel: &CancellationToken,
+        mut answers: Option<&mut mpsc::UnboundedReceiver<Vec<u8>>>,
+        client_busy: bool,
+    ) -> Option<Value> {
         loop {
             if self.done || (self.eof && self.exit.is_some()) {
                 return None;
             }
             let idle_at = self.last_output + self.timeouts.idle;
-            let watch_idle = !self.interrupted && self.exit.is_none();
+            let watch_idle = !self.interrupted && self.exit.is_none() && !client_busy;
+            let answer = async {
+                match answers.as_mut() {
+                    Some(a) => a.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             let deadline = |at: Option<Instant>| async move {
                 match at {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -179,6 +198,12 @@ impl Supervised {
                 _ = tokio::time::sleep_until(idle_at), if watch_idle => {
                     self.idle_timed_out = true;
                     self.done = true;
+                }
+                Some(bytes) = answer => {
+                    self.last_output = Instant::now();
+                    if let Some(w) = self.stdin.as_mut() {
+                        write_to(w, &bytes, self.label).await;
+                    }
                 }
                 line = self.lines.recv(), if !self.eof => match line {
                     Some(Line::Json(v)) => {

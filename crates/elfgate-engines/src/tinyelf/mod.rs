@@ -197,10 +197,19 @@ impl TinyElfEngine {
         }))
     }
 
-    /// The firewall of the engine's tools, for other engines that act in a project on an
-    /// agent's behalf (the cli engine serving an ACP agent's file requests).
-    pub fn firewall(&self) -> Arc<ExecutionFirewall> {
-        self.inner.firewall.clone()
+    /// The rules of the shell tool's commands (firewall, hooks, environment, network, output
+    /// cap), for other engines that run commands in a project on an agent's behalf (the cli
+    /// engine serving an ACP agent's terminals).
+    pub fn shell_rules(&self) -> elfgate_tools::terminal::ShellRules {
+        let inner = &self.inner;
+        elfgate_tools::terminal::ShellRules {
+            firewall: inner.firewall.clone(),
+            hooks: inner.hooks.clone(),
+            env: inner.child_env.clone(),
+            network: inner.config.shell_network,
+            isolation: inner.config.isolation.clone(),
+            max_output_bytes: inner.config.shell_max_output_bytes.max(1),
+        }
     }
 
     /// A session's projectPath checked as the firewall sees it (see

@@ -6,7 +6,9 @@
 
 use crate::common;
 use crate::scripted;
-use crate::suite::cli_real::{GEMINI, MARKER, complete, errors, installed, roles, stored_text};
+use crate::suite::cli_real::{
+    GEMINI, MARKER, complete, errors, installed, installed_program, roles, stored_text,
+};
 
 use common::{Daemon, Ev, Opts, poll_until, text_of, types};
 use elfgate_mockllm::{Format, MockServer, Outcome, RecordedRequest};
@@ -24,16 +26,10 @@ struct Acp {
 
 async fn start(extra: &str) -> Option<Acp> {
     let bin = installed(GEMINI)?;
-    let mock = MockServer::start().await.unwrap();
-    let base = mock.base_url();
-    let project = tempfile::tempdir().unwrap();
-    let marker = format!(
-        "acp-{}-{}",
-        std::process::id(),
-        project.path().file_name().unwrap().to_string_lossy()
-    );
-    let toml = format!(
-        r#"
+    Some(
+        launch("acp", ("ACP_GEMINI_KEY", "sk-gemini"), |base, marker| {
+            format!(
+                r#"
 [providers.real-gemini]
 kind = "gemini"
 base_url = "{base}"
@@ -50,21 +46,40 @@ load_replay_settle_ms = 300
 env = {{ {MARKER} = "{marker}", GEMINI_CLI_TRUST_WORKSPACE = "true" }}
 {extra}
 "#,
-        bin = bin.display(),
+                bin = bin.display(),
+            )
+        })
+        .await,
+    )
+}
+
+/// A mock, a project, a marker for the agents' processes, and a daemon with the configuration
+/// `toml` makes of the mock's URL and the marker; `key` is the provider key's variable.
+async fn launch(
+    label: &str,
+    (key_var, key): (&str, &str),
+    toml: impl FnOnce(&str, &str) -> String,
+) -> Acp {
+    let mock = MockServer::start().await.unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let marker = format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        project.path().file_name().unwrap().to_string_lossy()
     );
     let opts = Opts {
-        extra_toml: toml,
-        env: vec![("ACP_GEMINI_KEY".to_string(), "sk-gemini".to_string())],
+        extra_toml: toml(&mock.base_url(), &marker),
+        env: vec![(key_var.to_string(), key.to_string())],
         ..Opts::default()
     };
     let d = Daemon::start(&mock, opts.clone());
-    Some(Acp {
+    Acp {
         mock,
         d,
         opts,
         project,
         marker,
-    })
+    }
 }
 
 impl Acp {
@@ -407,4 +422,280 @@ fn minute() -> u64 {
         .unwrap()
         .as_secs()
         / 60
+}
+
+/// A daemon with Zed's Claude Code ACP adapter (claude-code-acp, running the pinned claude-code
+/// against the mock's Anthropic format) as the ACP agent `claude`: an agent that runs its
+/// commands through the client's terminals. The adapter picks a model of claude-code's own list
+/// (its default is the opus alias, which ANTHROPIC_DEFAULT_OPUS_MODEL names), and claude-code
+/// refuses to start as root without IS_SANDBOX (docs/cli.md, "ACP agents"). The PreToolUse hook writes each payload it sees
+/// into the project (hook.json); `forbidden-cmd` is on the firewall's deny list.
+async fn start_claude(script: &str) -> Option<Acp> {
+    let adapter = installed_program("claude-code-acp")?;
+    let claude = installed_program("claude")?;
+    Some(
+        launch("acp-claude", ("ACP_ANTHROPIC_KEY", "sk-anthropic"), |base, marker| {
+            format!(
+                r#"
+[providers.real-anthropic]
+kind = "anthropic"
+base_url = "{base}"
+api_key_env = "ACP_ANTHROPIC_KEY"
+
+[engines.cli.acp.agents.claude]
+command = "{adapter}"
+provider_setup = "claude-code"
+provider = "real-anthropic"
+env = {{ {MARKER} = "{marker}", CLAUDE_CODE_EXECUTABLE = "{claude}", IS_SANDBOX = "1", ANTHROPIC_DEFAULT_OPUS_MODEL = "mock:script={script}" }}
+
+[engines.tinyelf]
+deny_commands = ["forbidden-cmd"]
+
+[[engines.tinyelf.hooks]]
+event = "PreToolUse"
+matcher = "shell"
+command = "cat >> hook.json"
+"#,
+                adapter = adapter.display(),
+                claude = claude.display(),
+            )
+        })
+        .await,
+    )
+}
+
+impl Acp {
+    fn claude_session(&self, prompt: &str, extra: Value) -> Value {
+        let mut body = json!({"engine": "cli", "cliBackend": "acp", "acpAgent": "claude",
+            "prompt": prompt, "projectPath": self.project.path().display().to_string()});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    }
+
+    /// The agent's calls of the scripted model, with their bodies.
+    fn script_calls(&self) -> Vec<String> {
+        self.mock
+            .requests()
+            .into_iter()
+            .filter(|r| r.format == Format::Anthropic && r.model.starts_with("mock:script="))
+            .map(|r| r.body.to_string())
+            .collect()
+    }
+}
+
+fn bash(id: &str, command: &str) -> Value {
+    scripted::call(
+        id,
+        "mcp__acp__Bash",
+        json!({"command": command, "description": "run it", "timeout": 120_000}),
+    )
+}
+
+/// Answers the next permission request of `sse` with `decision`; returns the request.
+async fn answer_next(
+    r: &Acp,
+    sid: &str,
+    sse: &mut common::Sse,
+    decision: &str,
+) -> (Vec<Ev>, Value) {
+    let evs = sse.until_n("permissionRequest", 1).await;
+    let ask = evs
+        .iter()
+        .rev()
+        .find(|e| e.event == "permissionRequest")
+        .unwrap()
+        .data
+        .clone();
+    let id = ask["requestId"].as_str().unwrap();
+    let (code, body) =
+        r.d.post(
+            &format!("/v1/sessions/{sid}/permissions/{id}"),
+            json!({"decision": decision}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    (evs, ask)
+}
+
+/// The client offers terminals, and the agent's commands run in them: the command the client
+/// allowed runs once, through the shell tool's PreToolUse hook, in the project, its output back
+/// to the model; a command the firewall refuses is not run, the model is told why and the
+/// session's audit names the gate; both in one agent process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_over_acp_runs_its_commands_in_the_daemons_terminals() {
+    let Some(r) = start_claude("acp-term").await else {
+        return;
+    };
+    scripted::script(
+        &r.mock,
+        "acp-term",
+        json!([
+            {"text": "Running it.", "toolCalls": [bash("t1",
+                "echo made > made.txt; echo \"from-terminal in $(pwd)\"")]},
+            {"text": "Made it."},
+            {"text": "Trying.", "toolCalls": [bash("t2", "forbidden-cmd --now > gone.txt")]},
+            {"text": "Refused."}
+        ]),
+    );
+    let (sid, run) =
+        r.d.create(r.claude_session("Make the file.", json!({})))
+            .await;
+    let mut sse = r.d.events(&sid, None).await;
+    let (mut evs, ask) = answer_next(&r, &sid, &mut sse, "allow").await;
+    assert_eq!(ask["toolName"], "execute", "{ask}");
+    assert!(ask["input"].to_string().contains("made.txt"), "{ask}");
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert_eq!(
+        evs.iter()
+            .filter(|e| e.event == "permissionRequest")
+            .count(),
+        1,
+        "the client's allow covered the command: {:?}",
+        types(&evs)
+    );
+    let project = r.project.path().canonicalize().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(project.join("made.txt")).unwrap(),
+        "made\n"
+    );
+    let hook = std::fs::read_to_string(project.join("hook.json")).unwrap();
+    let seen: Value = serde_json::from_str(hook.trim()).unwrap();
+    assert_eq!(seen["toolName"], "shell", "{seen}");
+    assert!(
+        seen["input"]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo made > made.txt"),
+        "{seen}"
+    );
+    let calls = r.script_calls();
+    assert_eq!(calls.len(), 2, "a call, then its result");
+    let result = &calls[1];
+    assert!(
+        result.contains(&format!("from-terminal in {}", project.display())),
+        "the terminal's output went back to the model: {result}"
+    );
+    assert!(text_of(&evs).contains("Made it."), "{}", text_of(&evs));
+    let agent = r.processes();
+    assert!(!agent.is_empty(), "the agent is kept for the next prompt");
+
+    // The next prompt: the firewall refuses the command even though the client allows it.
+    let run2 =
+        r.d.send(&sid, json!({"prompt": "Now the other one."}))
+            .await;
+    answer_next(&r, &sid, &mut sse, "allow").await;
+    let mut evs2 = sse.until_complete(&run2).await;
+    evs2.retain(|e| e.run() == run2);
+    assert_eq!(complete(&evs2), ["stop"], "{:?}", errors(&evs2));
+    assert!(!project.join("gone.txt").exists(), "the command never ran");
+    let calls = r.script_calls();
+    assert_eq!(calls.len(), 4);
+    assert!(
+        calls[3].contains("blocked by the firewall"),
+        "the model is told why: {}",
+        calls[3]
+    );
+    let (status, audit) = r.d.get(&format!("/v1/sessions/{sid}/audit")).await;
+    assert_eq!(status, 200, "{audit}");
+    let audit = audit["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["gate"], "firewall", "{}", audit[0]);
+    assert_eq!(audit[0]["toolName"], "shell", "{}", audit[0]);
+    assert_eq!(r.processes(), agent, "the same agent process");
+}
+
+/// An interrupt while the agent waits for its terminal: the run ends interrupted, and the
+/// command's whole group is killed with it (the client kills its terminals at the turn's end,
+/// whatever the agent does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_over_acp_interrupted_mid_command_kills_its_terminal() {
+    let Some(r) = start_claude("acp-term-stop").await else {
+        return;
+    };
+    scripted::script(
+        &r.mock,
+        "acp-term-stop",
+        json!([
+            {"text": "Waiting.", "toolCalls": [bash("t1",
+                "sleep 600 & echo $! > bg.pid; echo $$ > fg.pid; wait")]},
+            {"text": "Stopped."}
+        ]),
+    );
+    let body = r.claude_session(
+        "Wait for a long time.",
+        json!({"permissionMode": "bypassPermissions"}),
+    );
+    let (sid, run) = r.d.create(body).await;
+    let project = r.project.path().canonicalize().unwrap();
+    let pids = poll_until("the command started", || {
+        let read = |f: &str| {
+            std::fs::read_to_string(project.join(f))
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+        };
+        Some([read("bg.pid")?, read("fg.pid")?])
+    })
+    .await;
+    let alive = |pids: &[i32]| scripted::procs::alive(pids);
+    assert_eq!(alive(&pids).len(), 2, "both run");
+    let mut sse = r.d.events(&sid, None).await;
+    let (status, body) =
+        r.d.post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+            .await;
+    assert_eq!(status, 200, "{body}");
+    let evs = sse.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["interrupted"], "{:?}", types(&evs));
+    let left = scripted::procs::until_dead(|| alive(&pids)).await;
+    assert!(
+        left.is_empty(),
+        "the terminal's group outlived the run: {left:?}"
+    );
+}
+
+/// A command the agent runs in the background (its terminal waited for apart) and then kills
+/// through `terminal/kill`: the wait the agent left open does not hold the turn, the kill ends
+/// the command's group, and the agent tells the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_over_acp_kills_a_background_command_through_its_terminal() {
+    let Some(r) = start_claude("acp-term-kill").await else {
+        return;
+    };
+    let name = format!("elfgate-acp-bg-{}", r.marker);
+    scripted::script(
+        &r.mock,
+        "acp-term-kill",
+        json!([
+            {"text": "Starting.", "toolCalls": [scripted::call("b1", "mcp__acp__Bash",
+                json!({"command": format!("exec -a {name} sleep 600"), "description": "wait",
+                       "timeout": 120_000, "run_in_background": true}))]},
+            {"text": "Stopping.", "toolCalls": [scripted::call("k1", "mcp__acp__KillShell",
+                json!({"shell_id": "term-1"}))]},
+            {"text": "Stopped it."}
+        ]),
+    );
+    let body = r.claude_session(
+        "Start and stop a job.",
+        json!({"permissionMode": "bypassPermissions"}),
+    );
+    let (sid, run) = r.d.create(body).await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    let calls = r.script_calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert!(
+        calls[1].contains("Command started in background with id: term-1"),
+        "{}",
+        calls[1]
+    );
+    assert!(
+        calls[2].contains("Command killed successfully."),
+        "{}",
+        calls[2]
+    );
+    let left = scripted::procs::until_dead(|| scripted::procs::live_named(&name)).await;
+    assert!(left.is_empty(), "the killed command lives on: {left:?}");
+    assert!(text_of(&evs).contains("Stopped it."), "{}", text_of(&evs));
 }

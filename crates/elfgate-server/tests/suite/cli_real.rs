@@ -68,22 +68,26 @@ pub(super) const MARKER: &str = "CLIREAL_MARKER";
 
 /// The installed program, or None (with a notice) when it is missing and not required.
 pub(super) fn installed(cli: Cli) -> Option<PathBuf> {
+    installed_program(cli.program)
+}
+
+/// A program of tools/cli (scripts/install-cli-tools.sh), or None (the test is skipped) when it
+/// is not installed and not required.
+pub(super) fn installed_program(program: &str) -> Option<PathBuf> {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/cli/node_modules/.bin")
-        .join(cli.program);
+        .join(program);
     if bin.is_file() {
         return Some(bin.canonicalize().unwrap());
     }
     assert_ne!(
         std::env::var("REQUIRE_CLI_TESTS").as_deref(),
         Ok("require"),
-        "{} is required at {} (scripts/install-cli-tools.sh installs it)",
-        cli.program,
+        "{program} is required at {} (scripts/install-cli-tools.sh installs it)",
         bin.display()
     );
     eprintln!(
-        "real-CLI test skipped: {} is not installed (run scripts/install-cli-tools.sh)",
-        cli.program
+        "real-CLI test skipped: {program} is not installed (run scripts/install-cli-tools.sh)"
     );
     None
 }

@@ -26,6 +26,17 @@ fn pids() -> impl Iterator<Item = i32> {
         .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
 }
 
+/// Live processes whose command line starts with `name` (a name given with `exec -a`).
+pub fn live_named(name: &str) -> Vec<i32> {
+    let named: Vec<i32> = pids()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(name.as_bytes()))
+        })
+        .collect();
+    alive(&named)
+}
+
 /// Processes of a process group that are still alive (not zombies).
 pub fn live_in_group(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();
