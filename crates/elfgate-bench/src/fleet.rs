@@ -280,11 +280,22 @@ async fn follow_comparison(
             g.stats.errors,
         );
         if i > 0 {
+            let phase = |which: fn((Duration, Duration)) -> Duration, q| {
+                percentile_ms(
+                    g.stats.samples.iter().filter_map(|s| s.phases.map(which)),
+                    q,
+                )
+            };
             let _ = write!(
                 line,
-                ", both nodes' CPU {:.1} us/token, NATS messages {:.2}/token",
+                ", both nodes' CPU {:.1} us/token, NATS messages {:.2}/token; POST answered p50 \
+                 {:.2} p99 {:.2} ms, stream open p50 {:.2} p99 {:.2} ms",
                 g.nodes_cpu_ns as f64 / 1000.0 / tokens,
                 g.relayed as f64 / tokens,
+                phase(|p| p.0, 0.5),
+                phase(|p| p.0, 0.99),
+                phase(|p| p.1, 0.5),
+                phase(|p| p.1, 0.99),
             );
         }
         println!("{line}");

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod config;
 pub mod console;
 pub mod error;
+pub(crate) mod event_frame;
 pub mod event_schema;
 pub mod extract;
 pub mod fdlimit;

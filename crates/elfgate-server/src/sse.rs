@@ -4,6 +4,7 @@
 //! already replayed.
 
 use crate::error::ApiError;
+use crate::event_frame::{frame, push_frame};
 use crate::service::open_follow_bus;
 use crate::state::AppState;
 use axum::body::Body;
@@ -25,26 +26,9 @@ const COALESCE_BYTES: usize = 32 * 1024;
 
 /// Events read from the log per query while replaying.
 const REPLAY_PAGE: u32 = 1000;
-/// How often a fleet node reads the log for a session another node runs, while the NATS bus that
-/// will carry those events live is not built (docs/scaling.md).
+/// A fleet node reads the log for a session another node runs after this long without an event
+/// of it over NATS (NATS away, a lost last message, events an adopter wrote to the log).
 const FOLLOW_LOG_EVERY: Duration = Duration::from_millis(200);
-
-fn push_frame(out: &mut BytesMut, seq: u64, event_type: &str, json: &str) {
-    out.reserve(json.len() + event_type.len() + 40);
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(elfgate_core::decimal::digits(seq, &mut [0; 20]));
-    out.extend_from_slice(b"\nevent: ");
-    out.extend_from_slice(event_type.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(json.as_bytes());
-    out.extend_from_slice(b"\n\n");
-}
-
-fn frame(seq: u64, event_type: &str, json: &str) -> Bytes {
-    let mut out = BytesMut::new();
-    push_frame(&mut out, seq, event_type, json);
-    out.freeze()
-}
 
 fn reset_frame(session_id: SessionId, from_seq: u64) -> Bytes {
     let reset = EventPayload::Reset { from_seq };
@@ -126,8 +110,9 @@ struct Cursor {
     lagged: bool,
     phase: Phase,
     keepalive: Interval,
-    /// A fleet node: how often the log is read for the events of a session another node runs
-    /// (their events do not pass through this node's bus). None for a single node.
+    /// A fleet node: when the log is read next for the events of a session another node runs
+    /// (their events do not pass through this node's bus); each event relayed over NATS puts it
+    /// off. None for a single node.
     follow_log: Option<Interval>,
     /// A fleet node following a session another node runs: that node's events as it publishes
     /// them on NATS (subscribed before the log was read).
@@ -198,10 +183,14 @@ impl Cursor {
     /// An event another node relayed: queued when it is the next one, after the logged events
     /// before it when there is a gap (a lost or early message). When the log does not have them
     /// yet, it waits for the next read of the log, which brings it too: nothing is skipped.
-    async fn take_relayed(&mut self, payload: &[u8]) {
-        let Some(e) = crate::fleet::relay::decode(payload) else {
+    async fn take_relayed(&mut self, payload: &Bytes) {
+        let Some(e) = crate::event_frame::single_frame(payload) else {
             return;
         };
+        // The bus carries the session: no need to read the log while it does.
+        if let Some(every) = &mut self.follow_log {
+            every.reset();
+        }
         if e.seq <= self.last {
             return;
         }
@@ -213,9 +202,7 @@ impl Cursor {
         }
         let next = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq) + 1;
         if e.seq == next {
-            let complete = e.event_type == "complete";
-            self.buffer
-                .push_back((e.seq, complete, frame(e.seq, &e.event_type, &e.json)));
+            self.buffer.push_back((e.seq, e.complete, e.frame));
         }
         if !self.buffer.is_empty() {
             self.log_exhausted = true;
@@ -241,9 +228,7 @@ impl Cursor {
             if e.seq != next {
                 return false;
             }
-            let complete = e.event_type == "complete";
-            self.buffer
-                .push_back((e.seq, complete, frame(e.seq, &e.event_type, &e.json)));
+            self.buffer.push_back((e.seq, e.complete, e.frame));
             next += 1;
         }
         next == before
@@ -487,10 +472,12 @@ pub async fn session_events(
     let log_exhausted = match (from_owner, sub.recent) {
         // The owner's memory holds every event after the cursor: no log read.
         (Some(events), _) => {
-            buffer.extend(events.into_iter().filter(|e| e.seq > after).map(|e| {
-                let complete = e.event_type == "complete";
-                (e.seq, complete, frame(e.seq, &e.event_type, &e.json))
-            }));
+            buffer.extend(
+                events
+                    .into_iter()
+                    .filter(|e| e.seq > after)
+                    .map(|e| (e.seq, e.complete, e.frame)),
+            );
             true
         }
         // The bus still holds every event after the cursor: no log read, no flush.
@@ -529,7 +516,11 @@ pub async fn session_events(
         _ => false,
     };
     let follow_log = state.config.cluster.as_ref().map(|_| {
-        let mut every = tokio::time::interval(FOLLOW_LOG_EVERY);
+        // Not at once: the stream has just read what there was (from the owner or the log).
+        let mut every = tokio::time::interval_at(
+            tokio::time::Instant::now() + FOLLOW_LOG_EVERY,
+            FOLLOW_LOG_EVERY,
+        );
         every.set_missed_tick_behavior(MissedTickBehavior::Delay);
         every
     });

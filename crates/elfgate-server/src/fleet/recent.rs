@@ -8,7 +8,8 @@
 //! the asker falls back to the log after a short wait.
 
 use super::Fleet;
-use super::relay::{Relayed, decode_many, encode_many};
+use super::relay::encode_many;
+use crate::event_frame::{Framed, split_frames};
 use bytes::Bytes;
 use elfgate_core::{EngineDispatcher, SessionId};
 use futures_util::StreamExt;
@@ -25,12 +26,12 @@ impl Fleet {
         &self,
         session: SessionId,
         after: u64,
-    ) -> Option<Vec<Relayed>> {
+    ) -> Option<Vec<Framed>> {
         let ask = self
             .nats
             .request(self.recent_subject(session), Bytes::from(after.to_string()));
         let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()?.ok()?;
-        decode_many(&reply.payload)
+        split_frames(&reply.payload)
     }
 
     /// For a follower that opens a stream: the events after `after` from the memory of the node
@@ -41,7 +42,7 @@ impl Fleet {
         &self,
         session: SessionId,
         after: u64,
-    ) -> Option<Vec<Relayed>> {
+    ) -> Option<Vec<Framed>> {
         let ask = self.recent_events(session, after);
         let owner = self.store.session_owner(session);
         tokio::pin!(ask, owner);
