@@ -37,6 +37,9 @@ pub struct Settings {
     pub kills: usize,
     /// Sessions at once in the follow comparison, one comparison per value.
     pub follow_concurrency: Vec<usize>,
+    /// The follow comparison's sessions start spread over one session's length (`--stagger`):
+    /// each sampled one starts while C streams cross the nodes, instead of in a burst of C.
+    pub stagger: bool,
 }
 
 fn node(s: &Settings, id: &str) -> FleetNode {
@@ -124,7 +127,7 @@ pub async fn run(
     );
 
     for &c in &s.follow_concurrency {
-        follow_comparison(&on_fleet, &a, &b, c.max(1)).await?;
+        follow_comparison(&on_fleet, &a, &b, c.max(1), s.stagger).await?;
     }
 
     let mut failovers = Vec::with_capacity(s.kills);
@@ -213,7 +216,14 @@ async fn follow_comparison(
     a: &Daemon,
     b: &Daemon,
     concurrency: usize,
+    stagger: bool,
 ) -> anyhow::Result<()> {
+    let (starts, spread) = if stagger {
+        let length = Duration::from_millis(FOLLOW_DELAY_MS * u64::from(FOLLOW_TOKENS));
+        (crate::Starts::Spread(length), " spread")
+    } else {
+        (crate::Starts::Burst, "")
+    };
     let same = Target {
         daemon_base: a.base.clone(),
         follow_base: None,
@@ -243,20 +253,22 @@ async fn follow_comparison(
             let (_, path, target) = paths[i];
             let cpu0 = crate::daemon::cpu_ns(a.pid)? + crate::daemon::cpu_ns(b.pid)?;
             let relayed0 = relayed_events(t, a).await?;
-            let (samples, _, errors, wall) = crate::pass(
+            let (samples, unsampled, errors, wall) = crate::pass(
                 target,
                 path,
                 concurrency,
                 FOLLOW_TOKENS,
                 FOLLOW_DELAY_MS,
-                crate::Starts::Burst,
+                starts,
             )
             .await;
             let g = &mut got[i];
             g.nodes_cpu_ns += (crate::daemon::cpu_ns(a.pid)? + crate::daemon::cpu_ns(b.pid)?)
                 .saturating_sub(cpu0);
             g.relayed += relayed_events(t, a).await?.saturating_sub(relayed0);
-            g.stats.tokens += samples.len() as u64 * u64::from(FOLLOW_TOKENS);
+            // Every session's tokens count (a spread pass's unsampled first sessions too): the
+            // CPU and the NATS messages measured were spent on all of them.
+            g.stats.tokens += (samples.len() + unsampled) as u64 * u64::from(FOLLOW_TOKENS);
             g.stats.samples.extend(samples);
             g.stats.errors += errors.len();
             if g.stats.first_error.is_none() {
@@ -266,8 +278,8 @@ async fn follow_comparison(
         }
     }
     println!(
-        "fleet of 2 nodes, paced streams at C={concurrency} ({FOLLOW_TOKENS} tokens, {FOLLOW_DELAY_MS} \
-         ms apart, {FOLLOW_ROUNDS} rounds):"
+        "fleet of 2 nodes, paced streams at C={concurrency}{spread} ({FOLLOW_TOKENS} tokens, \
+         {FOLLOW_DELAY_MS} ms apart, {FOLLOW_ROUNDS} rounds):"
     );
     for (i, (label, _, _)) in paths.iter().enumerate() {
         let g = &got[i];

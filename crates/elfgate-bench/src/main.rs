@@ -250,6 +250,7 @@ impl Opts {
                     postgres_admin,
                     kills: c.fleet_kills.max(1),
                     follow_concurrency: c.fleet_follow_concurrency,
+                    stagger: c.stagger,
                 }),
             postgres: c.postgres,
             compare_sqlite: c.compare_sqlite,
