@@ -66,6 +66,19 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
 
     // A dies mid-run: B or C adopts the session and ends the run; B's follower sees the end.
     a.kill();
+    // An interrupt sent meanwhile is not lost silently: before the adoption it is refused with
+    // a 409 that says the session is being adopted; after it, the adopter answers (the run is
+    // over, so there is nothing left to interrupt).
+    let (status, body) = c
+        .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
+        .await;
+    match status {
+        409 if body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("node a") && m.contains("adopting")) => {}
+        200 => {}
+        _ => panic!("an interrupt for a dead owner's run got {status}: {body}"),
+    }
     seen.extend(through_b.until_complete(&run1).await);
     let complete = seen.last().unwrap();
     assert_eq!(complete.event, "complete");
@@ -164,8 +177,15 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
     let Some(database) = postgres_database().await else {
         return;
     };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
-    let a = node(&mock, &database, "a");
+    let dir = tempfile::tempdir().unwrap().keep();
+    let log = dir.join("a.log");
+    let mut opts = node_opts(&dir, &database, &nats, "a", "");
+    opts.env.push(("ELFGATE_LOG".into(), "info".into()));
+    opts.log_file = Some(log.clone());
+    let a = Daemon::start_in(dir.clone(), &mock, opts);
     let b = node(&mock, &database, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
@@ -192,6 +212,14 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    // And it says so in its log.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("taken over") && l.contains(&sid)),
+        "{logged}"
+    );
     // Nothing of A's landed after the adopter's complete, and the run stays node_lost.
     let mut replay = b.events(&sid, None).await;
     let logged = replay.until_complete(&run1).await;
@@ -368,6 +396,41 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
         message.contains("projectPath") && message.contains("on node c"),
         "{message}"
     );
+
+    // While A runs a session: a tool run sent to B is answered by A (the session is busy there,
+    // so it is refused as on one node, not run beside A's run by B), and a delete sent to C
+    // stops A's run and deletes the session everywhere.
+    let forwarded = metric(&c, "elfgate_fleet_requests_forwarded_total").await
+        + metric(&b, "elfgate_fleet_requests_forwarded_total").await;
+    let (sid, run) = a
+        .create(scripted::session(
+            "long",
+            "mock:tokens=2000,delay_ms=10",
+            &dir,
+            json!({}),
+        ))
+        .await;
+    let mut through_b = b.events(&sid, None).await;
+    through_b.until_text("tok0 tok1 tok2 ").await;
+    let (status, body) = b
+        .post(
+            &format!("/v1/sessions/{sid}/tools/read_file"),
+            json!({"arguments": {"path": "one.txt"}}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains(&run), "{body}");
+    assert_eq!(c.delete(&format!("/v1/sessions/{sid}")).await, 204);
+    let end = through_b.until_complete(&run).await;
+    assert_eq!(end.last().unwrap().data["finishReason"], "interrupted");
+    for via in [&a, &b, &c] {
+        assert_eq!(via.get(&format!("/v1/sessions/{sid}")).await.0, 404);
+    }
+    assert_eq!(
+        metric(&c, "elfgate_fleet_requests_forwarded_total").await
+            + metric(&b, "elfgate_fleet_requests_forwarded_total").await,
+        forwarded + 2.0
+    );
 }
 
 /// Polls `via` until the session's state answers `want` (a NATS outage shows in its status).
@@ -484,6 +547,52 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
     let after = through_b.until_complete(&run2).await;
     assert_eq!(text_of(&after), "tok0 tok1 ");
     assert_eq!(after[0].seq(), seen.last().unwrap().seq() + 1);
+}
+
+#[tokio::test]
+async fn a_draining_node_is_not_ready_refuses_new_work_and_lets_its_runs_finish() {
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let nats =
+        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let mock = MockServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap().keep();
+    let opts = node_opts(&dir, &database, &nats, "a", "drain_secs = 120");
+    let mut a = Daemon::start_in(dir.clone(), &mock, opts);
+    let b = node(&mock, &database, "b");
+    let (sid, run1) = a.create(chat("long", "mock:tokens=300,delay_ms=10")).await;
+    let mut through_b = b.events(&sid, None).await;
+    let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
+
+    // SIGTERM: A says it is not ready and refuses new work at once, while its run goes on.
+    signal(&a, "TERM");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while a.get("/readyz").await.0 != 503 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a draining node still says it is ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, body) = a.post("/v1/sessions", chat("new", "mock:tokens=1")).await;
+    assert_eq!(status, 503, "{body}");
+    // The fleet goes on without it.
+    let (other, run2) = b.create(chat("elsewhere", "mock:tokens=2")).await;
+    assert_eq!(
+        text_of(&b.all_events_until_complete_of(&other, &run2).await),
+        "tok0 tok1 "
+    );
+
+    // The run finishes within the drain, whole, and A then exits cleanly on its own.
+    seen.extend(through_b.until_complete(&run1).await);
+    assert_eq!(seen.last().unwrap().data["finishReason"], "stop");
+    assert_contiguous(&seen);
+    assert!(text_of(&seen).ends_with("tok299 "), "{}", text_of(&seen));
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let (_, r) = b.get(&format!("/v1/sessions/{sid}/runs/{run1}")).await;
+    assert_eq!(r["status"], "completed", "{r}");
 }
 
 #[tokio::test]
