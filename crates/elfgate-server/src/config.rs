@@ -125,6 +125,10 @@ pub struct ClusterConfig {
     /// rest with finish reason `node_shutdown`.
     #[serde(default = "default_drain_secs")]
     pub drain_secs: u64,
+    /// Where other nodes and operators reach this node (`GET /v1/cluster`); by default
+    /// `http://` and `server.bind`, which says nothing when bound to every interface.
+    #[serde(default)]
+    pub address: Option<String>,
 }
 
 fn default_drain_secs() -> u64 {
@@ -563,7 +567,10 @@ impl Config {
         };
         Ok(Some(elfgate_store::FleetMember {
             node_id,
-            address: format!("http://{bind}"),
+            address: cluster
+                .address
+                .clone()
+                .unwrap_or_else(|| format!("http://{bind}")),
             version: env!("CARGO_PKG_VERSION").into(),
             lease: std::time::Duration::from_secs(cluster.lease_secs),
             heartbeat: std::time::Duration::from_secs(cluster.heartbeat_secs),
@@ -638,6 +645,13 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "cluster.node_id '{id}' must be 1 to 64 letters, digits, '-' or '_' (it names \
                  the node's NATS subjects)"
+            )));
+        }
+        if let Some(address) = &cluster.address
+            && !(address.starts_with("http://") || address.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.address '{address}' must be a URL starting with http:// or https://"
             )));
         }
         if cluster.drain_secs > MAX_DRAIN_SECS {
@@ -858,5 +872,71 @@ pub fn redact_url(url: &str) -> String {
             None => url.to_string(),
         },
         None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    fn load(toml: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("elfgate.toml");
+        std::fs::write(&file, toml).unwrap();
+        Config::load(Some(&file)).unwrap()
+    }
+
+    #[test]
+    fn a_node_without_an_id_is_named_by_its_host_and_port() {
+        let config = load(
+            "[server]\nbind = \"127.0.0.1:7431\"\n[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n\
+             [cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n",
+        );
+        let member = config.fleet_member().unwrap().unwrap();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert!(member.node_id.ends_with("-7431"), "{}", member.node_id);
+        let named = member.node_id.trim_end_matches("-7431");
+        assert_eq!(named.len(), host.trim().len(), "{}", member.node_id);
+        assert!(
+            named
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "{}",
+            member.node_id
+        );
+        assert_eq!(member.address, "http://127.0.0.1:7431");
+        assert_eq!(member.lease, std::time::Duration::from_secs(5));
+        assert_eq!(member.heartbeat, std::time::Duration::from_secs(1));
+        // Named by hand, it keeps that name; on port 0 it must be.
+        let named = load(
+            "[server]\nbind = \"127.0.0.1:0\"\n[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n\
+             [cluster]\nnats_url = \"nats://127.0.0.1:4222\"\nnode_id = \"n1\"\n",
+        );
+        assert_eq!(named.fleet_member().unwrap().unwrap().node_id, "n1");
+        // An address given is the one the fleet lists; one that is no URL is refused by name.
+        let advertised = load(
+            "[server]\nbind = \"0.0.0.0:7431\"\n[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n\
+             [cluster]\nnats_url = \"nats://127.0.0.1:4222\"\naddress = \"http://elfgate-a:7420\"\n",
+        );
+        assert_eq!(
+            advertised.fleet_member().unwrap().unwrap().address,
+            "http://elfgate-a:7420"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("elfgate.toml");
+        std::fs::write(
+            &file,
+            "[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n[cluster]\n\
+             nats_url = \"nats://127.0.0.1:4222\"\naddress = \"elfgate-a:7420\"\n",
+        )
+        .unwrap();
+        let err = Config::load(Some(&file)).unwrap_err().to_string();
+        assert!(err.contains("cluster.address"), "{err}");
+        let unnamed = load(
+            "[server]\nbind = \"127.0.0.1:0\"\n[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n\
+             [cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n",
+        );
+        let err = unnamed.fleet_member().unwrap_err().to_string();
+        assert!(err.contains("cluster.node_id"), "{err}");
     }
 }
