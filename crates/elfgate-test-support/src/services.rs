@@ -8,20 +8,43 @@ use sqlx::Connection;
 
 /// The administrator's URL of the tests' PostgreSQL server, if there is one.
 pub fn postgres_admin_url() -> Option<String> {
-    let url = std::env::var("ELFGATE_TEST_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
+    server_url(
+        "ELFGATE_TEST_POSTGRES_URL",
+        "PostgreSQL",
+        "scripts/test.sh starts a private PostgreSQL",
+    )
+}
+
+/// The URL of the tests' NATS server (JetStream enabled), if there is one:
+/// `ELFGATE_TEST_NATS_URL`, which scripts/test.sh sets after starting a private server.
+pub fn nats_url() -> Option<String> {
+    server_url(
+        "ELFGATE_TEST_NATS_URL",
+        "NATS",
+        "scripts/test.sh starts a private NATS server",
+    )
+}
+
+/// The URL in `var`; when it is not set, the test skips saying so, or fails under
+/// REQUIRE_CLUSTER_TESTS=require.
+fn server_url(var: &str, server: &str, how: &str) -> Option<String> {
+    let url = std::env::var(var).ok().filter(|u| !u.is_empty());
     if url.is_none() {
         assert_ne!(
             std::env::var("REQUIRE_CLUSTER_TESTS").as_deref(),
             Ok("require"),
-            "ELFGATE_TEST_POSTGRES_URL is required (scripts/test.sh starts a private PostgreSQL)"
+            "{var} is required ({how})"
         );
-        eprintln!(
-            "PostgreSQL test skipped: ELFGATE_TEST_POSTGRES_URL is not set (scripts/test.sh sets it)"
-        );
+        eprintln!("{server} test skipped: {var} is not set (scripts/test.sh sets it)");
     }
     url
+}
+
+/// What a fleet test needs: a new database on the tests' PostgreSQL server and the tests' NATS
+/// server's URL. None when either is missing (the test skips, saying which).
+pub async fn fleet_services() -> Option<(String, String)> {
+    let nats = nats_url()?;
+    Some((postgres_database().await?, nats))
 }
 
 /// `url` (postgres://…/DB?…) naming database `name` instead.

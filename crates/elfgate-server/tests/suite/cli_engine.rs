@@ -947,11 +947,9 @@ async fn the_cli_engine_refuses_a_protected_project_and_channel_permissions_it_c
 
 #[tokio::test]
 async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_started_afresh() {
-    let Some(database) = elfgate_test_support::services::postgres_database().await else {
+    let Some((database, nats)) = elfgate_test_support::services::fleet_services().await else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
     let c = start(&mock, "", "");
     // Two fleet nodes with the fakes, each with a data directory (and CLI homes) of its own.

@@ -7,19 +7,15 @@ use crate::common;
 use crate::scripted;
 use common::{Daemon, Opts, allow, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
-use elfgate_test_support::services::{PrivateNats, PrivatePostgres, postgres_database};
+use elfgate_test_support::services::{
+    PrivateNats, PrivatePostgres, fleet_services, nats_url, postgres_database,
+};
 use serde_json::json;
 
 const TOKEN: &str = "fleet-token";
 
-/// A node `id` of the fleet on `database`, its files in a directory of its own.
-fn node(mock: &MockServer, database: &str, id: &str) -> Daemon {
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    node_on(mock, database, &nats, id)
-}
-
-/// A node `id` of the fleet on `database` and the NATS server at `nats`.
+/// A node `id` of the fleet on `database` and the NATS server at `nats`, its files in a directory
+/// of its own.
 fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
     node_with(mock, database, nats, id, "")
 }
@@ -51,13 +47,13 @@ fn node_opts(dir: &std::path::Path, database: &str, nats: &str, id: &str, keys: 
 
 #[tokio::test]
 async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_elsewhere() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
     let mock = MockServer::start().await.unwrap();
-    let mut a = node(&mock, &database, "a");
-    let b = node(&mock, &database, "b");
-    let c = node(&mock, &database, "c");
+    let mut a = node_on(&mock, &database, &nats, "a");
+    let b = node_on(&mock, &database, &nats, "b");
+    let c = node_on(&mock, &database, &nats, "c");
 
     // Started on A, followed through B (which reads it from the log).
     let (sid, run1) = a.create(chat("first", "mock:tokens=400,delay_ms=25")).await;
@@ -152,6 +148,75 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
     assert_eq!(rest, ["second", "tok0 tok1 tok2 "], "{texts:?}");
 }
 
+#[tokio::test]
+async fn a_node_killed_while_a_tool_call_waits_leaves_a_valid_transcript_and_a_resumable_session() {
+    let Some((database, nats)) = fleet_services().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let mut a = node_on(&mock, &database, &nats, "a");
+    let b = node_on(&mock, &database, &nats, "b");
+    let dir = scripted::project();
+    scripted::script(
+        &mock,
+        "fleet-dangling",
+        json!([
+            {"text": "Writing.", "toolCalls": [scripted::call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]},
+            {"text": "Resumed."}
+        ]),
+    );
+    let (sid, run1) = a
+        .create(scripted::session(
+            "write",
+            "mock:script=fleet-dangling",
+            &dir,
+            json!({}),
+        ))
+        .await;
+    let mut through_b = b.events(&sid, None).await;
+    scripted::events::next_of(&mut through_b, "permissionRequest").await;
+
+    // A dies while its tool call waits for an answer: the adopter ends the run as node_lost, and
+    // the stored transcript stays one a provider accepts: no tool call without its result (tinyelf
+    // stores a turn's calls with their results; a dangling one would get a synthetic result).
+    a.kill();
+    let end = through_b.until_complete(&run1).await;
+    assert_eq!(
+        end.last().unwrap().data["finishReason"],
+        "node_lost",
+        "{:?}",
+        types(&end)
+    );
+    assert_eq!(end.iter().filter(|e| e.event == "complete").count(), 1);
+    let (_, m) = b.get(&format!("/v1/sessions/{sid}/messages")).await;
+    let blocks: Vec<&serde_json::Value> = m["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["blocks"].as_array().unwrap())
+        .collect();
+    for call in blocks.iter().filter(|b| b["type"] == "tool_use") {
+        assert!(
+            blocks
+                .iter()
+                .any(|b| b["type"] == "tool_result" && b["tool_use_id"] == call["id"]),
+            "a tool call without its result: {m}"
+        );
+    }
+    assert!(!dir.join("x.txt").exists(), "the unanswered write ran");
+
+    // The session resumes on B.
+    let run2 = b
+        .send(
+            &sid,
+            json!({"prompt": "go on", "model": "mock:script=fleet-dangling"}),
+        )
+        .await;
+    let evs = through_b.until_complete(&run2).await;
+    assert_eq!(text_of(&evs), "Resumed.", "{:?}", types(&evs));
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+}
+
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
 async fn metric(d: &Daemon, name: &str) -> f64 {
     let (status, text) = d.get_text("/metrics").await;
@@ -174,11 +239,9 @@ fn signal(d: &Daemon, signal: &str) {
 
 #[tokio::test]
 async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap().keep();
     let log = dir.join("a.log");
@@ -186,7 +249,7 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
     opts.env.push(("ELFGATE_LOG".into(), "info".into()));
     opts.log_file = Some(log.clone());
     let a = Daemon::start_in(dir.clone(), &mock, opts);
-    let b = node(&mock, &database, "b");
+    let b = node_on(&mock, &database, &nats, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
     let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
@@ -254,13 +317,13 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
 
 #[tokio::test]
 async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered_through_others() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
     let mock = MockServer::start().await.unwrap();
-    let a = node(&mock, &database, "a");
-    let b = node(&mock, &database, "b");
-    let c = node(&mock, &database, "c");
+    let a = node_on(&mock, &database, &nats, "a");
+    let b = node_on(&mock, &database, &nats, "b");
+    let c = node_on(&mock, &database, &nats, "c");
 
     // Started on A, followed through B.
     let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
@@ -493,11 +556,9 @@ async fn a_nats_restart_mid_run_loses_nothing_and_control_answers_503_meanwhile(
 
 #[tokio::test]
 async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap().keep();
     let log = dir.join("a.log");
@@ -506,7 +567,7 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
     opts.env.push(("ELFGATE_LOG".into(), "info".into()));
     opts.log_file = Some(log.clone());
     let mut a = Daemon::start_in(dir.clone(), &mock, opts);
-    let b = node(&mock, &database, "b");
+    let b = node_on(&mock, &database, &nats, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=5000,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
     let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
@@ -551,16 +612,14 @@ async fn a_stopping_node_drains_then_ends_what_is_left_as_node_shutdown() {
 
 #[tokio::test]
 async fn a_draining_node_is_not_ready_refuses_new_work_and_lets_its_runs_finish() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap().keep();
     let opts = node_opts(&dir, &database, &nats, "a", "drain_secs = 120");
     let mut a = Daemon::start_in(dir.clone(), &mock, opts);
-    let b = node(&mock, &database, "b");
+    let b = node_on(&mock, &database, &nats, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=300,delay_ms=10")).await;
     let mut through_b = b.events(&sid, None).await;
     let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
@@ -597,12 +656,12 @@ async fn a_draining_node_is_not_ready_refuses_new_work_and_lets_its_runs_finish(
 
 #[tokio::test]
 async fn a_client_reconnecting_to_another_node_with_its_cursor_misses_nothing() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
     let mock = MockServer::start().await.unwrap();
-    let a = node(&mock, &database, "a");
-    let b = node(&mock, &database, "b");
+    let a = node_on(&mock, &database, &nats, "a");
+    let b = node_on(&mock, &database, &nats, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=300,delay_ms=10")).await;
     // Followed on A, live (the newest events it saw may not be in the log yet)...
     let mut on_a = a.events(&sid, None).await;
@@ -625,8 +684,9 @@ async fn a_postgresql_outage_longer_than_the_lease_adopts_nothing_and_loses_no_e
     let Some(pg) = PrivatePostgres::start() else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let Some(nats) = nats_url() else {
+        return;
+    };
     let mock = MockServer::start().await.unwrap();
     let a = node_on(&mock, &pg.url, &nats, "a");
     let b = node_on(&mock, &pg.url, &nats, "b");
@@ -753,7 +813,7 @@ async fn one_followed_session(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose_nothing() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
     // This process holds two connections per session (its start and its stream).
@@ -765,8 +825,6 @@ async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose
     );
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard).unwrap();
     let mock = MockServer::start().await.unwrap();
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     // A long lease: three nodes starting a thousand runs on two shared cores (beside other
     // tests) can stall a heartbeat for seconds; adoption is not what this test is about
     // (docs/scaling.md, "Leases under load").
@@ -857,11 +915,9 @@ async fn a_thousand_sessions_over_three_nodes_each_followed_through_another_lose
 
 #[tokio::test]
 async fn a_follower_on_another_node_gets_what_it_missed_from_the_owners_memory() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
-    let nats =
-        std::env::var("ELFGATE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let mock = MockServer::start().await.unwrap();
     // A's log lingers 10 s: what B did not hear on NATS is not in the log for a while.
     let dir = tempfile::tempdir().unwrap().keep();
@@ -869,7 +925,7 @@ async fn a_follower_on_another_node_gets_what_it_missed_from_the_owners_memory()
     opts.env
         .push(("ELFGATE_STORAGE__LOG_LINGER_MS".into(), "10000".into()));
     let a = Daemon::start_in(dir, &mock, opts);
-    let b = node(&mock, &database, "b");
+    let b = node_on(&mock, &database, &nats, "b");
     let (sid, run1) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
     // Events were published before B's follower subscribes: it gets them from A's memory.
     a.events(&sid, None)
@@ -894,14 +950,14 @@ async fn a_follower_on_another_node_gets_what_it_missed_from_the_owners_memory()
 /// exactly one of them (its claim in the shared database).
 #[tokio::test]
 async fn a_schedule_fires_once_per_time_across_the_fleet() {
-    let Some(database) = postgres_database().await else {
+    let Some((database, nats)) = fleet_services().await else {
         return;
     };
     let mock = MockServer::start().await.unwrap();
     let nodes = [
-        node(&mock, &database, "a"),
-        node(&mock, &database, "b"),
-        node(&mock, &database, "c"),
+        node_on(&mock, &database, &nats, "a"),
+        node_on(&mock, &database, &nats, "b"),
+        node_on(&mock, &database, &nats, "c"),
     ];
     let dir = tempfile::tempdir().unwrap();
     let (status, w) = nodes[0]

@@ -4,8 +4,8 @@
 
 use super::{run, session};
 use elfgate_core::{
-    EventEmitter, EventHub, EventPayload, FinishReason, Metrics, RunLedger, RunOutcome, RunStatus,
-    SEQ_RESERVE_BLOCK,
+    EventEmitter, EventHub, EventPayload, FinishReason, Metrics, Run, RunLedger, RunOutcome,
+    RunStatus, SEQ_RESERVE_BLOCK, Session,
 };
 use elfgate_store::{FleetMember, NodeMode, PgStore, Store, StoreError};
 use sqlx::Connection;
@@ -26,6 +26,17 @@ fn member(id: &str) -> NodeMode {
 
 async fn node(url: &str, id: &str) -> PgStore {
     PgStore::open(url, member(id)).await.unwrap()
+}
+
+/// Nodes A and B on `url`, and a new session whose run A has started (A holds its lease).
+async fn a_running_a_session(url: &str) -> (PgStore, PgStore, Session, Run) {
+    let a = node(url, "a").await;
+    let b = node(url, "b").await;
+    let s = session();
+    let r = run(s.id, RunStatus::Queued);
+    a.create_session(&s, &r, None).await.unwrap();
+    a.run_started(s.id, r.id).await.unwrap();
+    (a, b, s, r)
 }
 
 /// What a node paused past its lease looks like to the others: its lease expired.
@@ -55,13 +66,8 @@ async fn a_run_is_owned_by_one_node_adopted_as_node_lost_and_the_old_owner_is_fe
     let Some(url) = elfgate_test_support::services::postgres_database().await else {
         return;
     };
-    let a = node(&url, "a").await;
-    let b = node(&url, "b").await;
+    let (a, b, s, r) = a_running_a_session(&url).await;
     let mut fenced = a.fenced_sessions().unwrap();
-    let s = session();
-    let r = run(s.id, RunStatus::Queued);
-    a.create_session(&s, &r, None).await.unwrap();
-    a.run_started(s.id, r.id).await.unwrap();
     let hub_a = EventHub::new(a.log_sender(), Arc::new(Metrics::default()));
     let (last, upto) = a.open_seq_range(s.id).await.unwrap();
     let on_a = EventEmitter::new(hub_a.open(s.id, last, upto), r.id);
@@ -129,16 +135,42 @@ async fn a_run_is_owned_by_one_node_adopted_as_node_lost_and_the_old_owner_is_fe
 }
 
 #[tokio::test]
+async fn a_run_left_running_with_no_lease_at_all_is_adopted_as_node_lost() {
+    let Some(url) = elfgate_test_support::services::postgres_database().await else {
+        return;
+    };
+    let (a, b, s, r) = a_running_a_session(&url).await;
+    // A run `running` whose session has no lease row at all (what the cluster must never leave
+    // standing): the next heartbeat of any node ends it.
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("DELETE FROM session_leases WHERE session_id = $1")
+        .bind(s.id.to_string())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let ended = b.heartbeat().await.unwrap();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].run_id, r.id);
+    let done = b.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Interrupted);
+    assert_eq!(done.finish_reason, Some(FinishReason::NodeLost));
+    let log = b.events_after(s.id, 0, 100).await.unwrap();
+    let types: Vec<&str> = log.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["result", "complete"]);
+    assert!(log[1].json.contains("node_lost"));
+    // Nothing left to adopt, and the session runs again.
+    assert!(b.heartbeat().await.unwrap().is_empty());
+    b.create_run(&run(s.id, RunStatus::Queued)).await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
 async fn a_lease_ends_with_its_sessions_last_complete_and_another_node_may_run_it() {
     let Some(url) = elfgate_test_support::services::postgres_database().await else {
         return;
     };
-    let a = node(&url, "a").await;
-    let b = node(&url, "b").await;
-    let s = session();
-    let r = run(s.id, RunStatus::Queued);
-    a.create_session(&s, &r, None).await.unwrap();
-    a.run_started(s.id, r.id).await.unwrap();
+    let (a, b, s, r) = a_running_a_session(&url).await;
     let hub = EventHub::new(a.log_sender(), Arc::new(Metrics::default()));
     let on_a = EventEmitter::new(hub.open(s.id, 0, SEQ_RESERVE_BLOCK), r.id);
     on_a.emit(text("answer")).await;
