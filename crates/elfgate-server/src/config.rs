@@ -879,11 +879,15 @@ pub fn redact_url(url: &str) -> String {
 mod tests {
     use super::Config;
 
-    fn load(toml: &str) -> Config {
+    fn try_load(toml: &str) -> Result<Config, super::ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("elfgate.toml");
         std::fs::write(&file, toml).unwrap();
-        Config::load(Some(&file)).unwrap()
+        Config::load(Some(&file))
+    }
+
+    fn load(toml: &str) -> Config {
+        try_load(toml).unwrap()
     }
 
     #[test]
@@ -922,15 +926,12 @@ mod tests {
             advertised.fleet_member().unwrap().unwrap().address,
             "http://elfgate-a:7420"
         );
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("elfgate.toml");
-        std::fs::write(
-            &file,
+        let err = try_load(
             "[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n[cluster]\n\
              nats_url = \"nats://127.0.0.1:4222\"\naddress = \"elfgate-a:7420\"\n",
         )
-        .unwrap();
-        let err = Config::load(Some(&file)).unwrap_err().to_string();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("cluster.address"), "{err}");
         let unnamed = load(
             "[server]\nbind = \"127.0.0.1:0\"\n[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n\

@@ -157,24 +157,17 @@ async fn a_node_killed_while_a_tool_call_waits_leaves_a_valid_transcript_and_a_r
     let mut a = node_on(&mock, &database, &nats, "a");
     let b = node_on(&mock, &database, &nats, "b");
     let dir = scripted::project();
-    scripted::script(
+    let (sid, run1, mut through_b, _) = waiting_for_permission(
         &mock,
+        [&a, &b],
         "fleet-dangling",
+        &dir,
         json!([
             {"text": "Writing.", "toolCalls": [scripted::call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]},
             {"text": "Resumed."}
         ]),
-    );
-    let (sid, run1) = a
-        .create(scripted::session(
-            "write",
-            "mock:script=fleet-dangling",
-            &dir,
-            json!({}),
-        ))
-        .await;
-    let mut through_b = b.events(&sid, None).await;
-    scripted::events::next_of(&mut through_b, "permissionRequest").await;
+    )
+    .await;
 
     // A dies while its tool call waits for an answer: the adopter ends the run as node_lost, and
     // the stored transcript stays one a provider accepts: no tool call without its result (tinyelf
@@ -215,6 +208,30 @@ async fn a_node_killed_while_a_tool_call_waits_leaves_a_valid_transcript_and_a_r
     let evs = through_b.until_complete(&run2).await;
     assert_eq!(text_of(&evs), "Resumed.", "{:?}", types(&evs));
     assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+}
+
+/// A tinyelf session in `dir` started on `start` with the scripted `responses` (named `script`),
+/// followed on `follow` until its first permission request: the session, the run, the follower's
+/// stream and the request.
+async fn waiting_for_permission(
+    mock: &MockServer,
+    [start, follow]: [&Daemon; 2],
+    script: &str,
+    dir: &std::path::Path,
+    responses: serde_json::Value,
+) -> (String, String, common::Sse, common::Ev) {
+    scripted::script(mock, script, responses);
+    let (sid, run) = start
+        .create(scripted::session(
+            "write",
+            &format!("mock:script={script}"),
+            dir,
+            json!({}),
+        ))
+        .await;
+    let mut stream = follow.events(&sid, None).await;
+    let request = scripted::events::next_of(&mut stream, "permissionRequest").await;
+    (sid, run, stream, request)
 }
 
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
@@ -376,24 +393,17 @@ async fn a_session_run_on_one_node_is_followed_prompted_interrupted_and_answered
 
     // A permission request raised by a run on A is answered through B.
     let dir = scripted::project();
-    scripted::script(
+    let (sid, run, mut through_b, req) = waiting_for_permission(
         &mock,
+        [&a, &b],
         "fleet-perm",
+        &dir,
         json!([
             {"toolCalls": [scripted::call("w1", "write_file", json!({"path": "one.txt", "content": "1"}))]},
             {"text": "written"}
         ]),
-    );
-    let (sid, run) = a
-        .create(scripted::session(
-            "write",
-            "mock:script=fleet-perm",
-            &dir,
-            json!({}),
-        ))
-        .await;
-    let mut through_b = b.events(&sid, None).await;
-    let req = scripted::events::next_of(&mut through_b, "permissionRequest").await;
+    )
+    .await;
     let rid = req.data["requestId"].as_str().unwrap().to_string();
     allow(&b, &sid, &rid).await;
     let evs = through_b.until_complete(&run).await;
