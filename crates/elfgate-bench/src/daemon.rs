@@ -171,7 +171,7 @@ provider = "mock"
                 data = dir.path().display(),
                 cluster = fleet.map_or(String::new(), |f| format!(
                     "\n[cluster]\nnats_url = \"{}\"\nnode_id = \"{}\"\nlease_secs = 2\n\
-                     heartbeat_secs = 1\n",
+                     heartbeat_secs = 1\nsecret_env = \"FLEET_SECRET\"\n",
                     f.nats_url, f.node_id
                 )),
             ),
@@ -183,6 +183,9 @@ provider = "mock"
             .env("ELFGATE_LOG", "warn")
             .env_remove("ELFGATE_TOKEN")
             .envs(fleet.map(|f| ("ELFGATE_TOKEN", f.token.clone())))
+            // The fleet's secret, which signs the bus's messages: the token will do (it is
+            // shared by the bench's nodes alone, and long enough).
+            .envs(fleet.map(|f| ("FLEET_SECRET", format!("{:0<32}", f.token))))
             .env_remove("ELFGATE_BIND")
             .env_remove("ELFGATE_DATABASE_URL")
             .stdin(Stdio::null())

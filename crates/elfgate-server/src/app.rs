@@ -379,8 +379,13 @@ impl Daemon {
         let (fleet, relay) = match (&store, &config.cluster) {
             (OpenStore::Postgres(pg), Some(cluster)) if pg.is_fleet_node() => {
                 let node_id = pg.node_id().unwrap_or_default().to_string();
-                let (fleet, relay) =
-                    crate::fleet::Fleet::start(node_id, pg.clone(), &cluster.nats_url).await?;
+                let (fleet, relay) = crate::fleet::Fleet::start(
+                    node_id,
+                    pg.clone(),
+                    &cluster.nats_url,
+                    &cluster.secret,
+                )
+                .await?;
                 (Some(fleet), Some(relay))
             }
             _ => (None, None),
@@ -561,7 +566,11 @@ impl Daemon {
                 .set_url(format!("http://{host}:{}", addr.port()));
         }
         if let Some(fleet) = &self.state.fleet {
-            tokio::spawn(crate::fleet::forward::answer(fleet.clone(), app.clone()));
+            tokio::spawn(crate::fleet::forward::answer(
+                fleet.clone(),
+                app.clone(),
+                self.state.config.server.body_limit_bytes,
+            ));
             tokio::spawn(crate::fleet::recent::answer(
                 fleet.clone(),
                 self.state.dispatcher.clone(),

@@ -8,6 +8,37 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use elfgate_core::ProxyDoor;
+use serde::{Deserialize, Serialize};
+
+/// Who a request acts for, as the node that checked its credentials found: what a request
+/// forwarded to another node carries instead of those credentials (no secret goes on the bus).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Principal {
+    /// The user's name.
+    pub user: String,
+    /// What the user may do.
+    pub role: Role,
+}
+
+/// A principal's rights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    /// Everything: the daemon's token.
+    Admin,
+}
+
+impl Principal {
+    /// The holder of the daemon's token (`ELFGATE_TOKEN` or the token file), or anyone when the
+    /// daemon runs without one on loopback.
+    pub fn root() -> Self {
+        Principal {
+            user: "root".into(),
+            role: Role::Admin,
+        }
+    }
+}
 
 /// Compares two byte strings in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -23,8 +54,24 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Rejects requests without the configured token: 401 when missing or malformed, 403 when wrong.
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn require_token(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    // A request another node of the fleet forwarded, verified on the bus: that node checked its
+    // credentials and says for whom it acts (`crate::fleet::forward`). A client cannot set a
+    // request's extensions.
+    if req
+        .extensions()
+        .get::<crate::fleet::forward::Forwarded>()
+        .is_some()
+        && req.extensions().get::<Principal>().is_some()
+    {
+        return next.run(req).await;
+    }
     let Some(expected) = state.config.token.as_deref() else {
+        req.extensions_mut().insert(Principal::root());
         return next.run(req).await;
     };
     let given = req
@@ -52,6 +99,7 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
     let refused = match given.map(str::trim) {
         None => ApiError::Unauthorized,
         Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
+            req.extensions_mut().insert(Principal::root());
             return next.run(req).await;
         }
         // A CLI's run token (the proxy): its own door only; the door checks the route.

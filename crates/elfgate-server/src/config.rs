@@ -129,6 +129,76 @@ pub struct ClusterConfig {
     /// `http://` and `server.bind`, which says nothing when bound to every interface.
     #[serde(default)]
     pub address: Option<String>,
+    /// The name of the environment variable holding the fleet's secret, which signs every
+    /// message a node puts on NATS (docs/security.md, "A fleet"); required.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Or the file holding it (readable by the daemon's user alone).
+    #[serde(default)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// The secret itself, read from `secret_env` at load.
+    #[serde(skip)]
+    pub secret: FleetSecret,
+}
+
+/// The fleet's secret, from the variable `secret_env` names or the file `secret_file`: exactly
+/// one is required, and the secret must be long enough that it cannot be guessed (a blank or
+/// short one is a mistake, refused rather than signed with). A file must be readable by the
+/// daemon's user alone, as the token file is.
+fn read_fleet_secret(cluster: &ClusterConfig) -> Result<FleetSecret, ConfigError> {
+    let min = crate::fleet::signing::MIN_SECRET_BYTES;
+    let (value, from) = match (&cluster.secret_env, &cluster.secret_file) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid(
+                "cluster.secret_env and cluster.secret_file: give one of them, not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(ConfigError::Invalid(format!(
+                "cluster.secret_env (or cluster.secret_file) is required: the fleet's secret \
+                 (at least {min} bytes, the same on every node), which signs every message on \
+                 the bus"
+            )));
+        }
+        (Some(name), None) => match std::env::var(name) {
+            Ok(v) => (v, format!("cluster.secret_env: the variable {name}")),
+            Err(_) => {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.secret_env: the variable {name} is not set (or not UTF-8)"
+                )));
+            }
+        },
+        (None, Some(path)) => {
+            let shown = path.display();
+            let meta = std::fs::metadata(path)
+                .map_err(|e| ConfigError::Invalid(format!("cluster.secret_file '{shown}': {e}")))?;
+            if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o077 != 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.secret_file '{shown}' is readable by other users: chmod 600 it"
+                )));
+            }
+            let v = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::Invalid(format!("cluster.secret_file '{shown}': {e}")))?;
+            (v, format!("cluster.secret_file '{shown}'"))
+        }
+    };
+    if value.trim().len() < min {
+        return Err(ConfigError::Invalid(format!(
+            "{from} holds fewer than {min} bytes (blank or short): set a long random secret, \
+             e.g. `openssl rand -hex 32`"
+        )));
+    }
+    Ok(FleetSecret(value.trim().to_string()))
+}
+
+/// The fleet's shared secret; never printed.
+#[derive(Clone, Default)]
+pub struct FleetSecret(pub String);
+
+impl std::fmt::Debug for FleetSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FleetSecret(…)")
+    }
 }
 
 fn default_drain_secs() -> u64 {
@@ -517,6 +587,9 @@ impl Config {
         };
         config.source = file.map(Path::to_path_buf);
         config.validate()?;
+        if let Some(cluster) = &mut config.cluster {
+            cluster.secret = read_fleet_secret(cluster)?;
+        }
         Ok(config)
     }
 
@@ -882,6 +955,15 @@ mod tests {
     fn try_load(toml: &str) -> Result<Config, super::ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("elfgate.toml");
+        // A fleet's secret in a file of the daemon's user alone.
+        let secret = dir.path().join("fleet-secret");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let toml = toml.replace(
+            "[cluster]\n",
+            &format!("[cluster]\nsecret_file = \"{}\"\n", secret.display()),
+        );
         std::fs::write(&file, toml).unwrap();
         Config::load(Some(&file))
     }
@@ -939,5 +1021,46 @@ mod tests {
         );
         let err = unnamed.fleet_member().unwrap_err().to_string();
         assert!(err.contains("cluster.node_id"), "{err}");
+    }
+
+    #[test]
+    fn a_fleet_without_a_usable_secret_is_refused_by_name() {
+        let pg = "[storage]\nurl = \"postgres://x@127.0.0.1/x\"\n";
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("elfgate.toml");
+        let refused = |cluster: &str| {
+            std::fs::write(
+                &file,
+                format!("{pg}[cluster]\nnats_url = \"nats://h:4222\"\n{cluster}"),
+            )
+            .unwrap();
+            Config::load(Some(&file)).unwrap_err().to_string()
+        };
+        let err = refused("");
+        assert!(
+            err.contains("cluster.secret_env (or cluster.secret_file) is required"),
+            "{err}"
+        );
+        let err = refused("secret_env = \"ELFGATE_NO_SUCH_VARIABLE_EVER\"\n");
+        assert!(
+            err.contains("ELFGATE_NO_SUCH_VARIABLE_EVER is not set"),
+            "{err}"
+        );
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "short").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let err = refused(&format!("secret_file = \"{}\"\n", secret.display()));
+        assert!(err.contains("fewer than 32 bytes"), "{err}");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef").unwrap();
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        let err = refused(&format!("secret_file = \"{}\"\n", secret.display()));
+        assert!(err.contains("readable by other users"), "{err}");
+        let err = refused(&format!(
+            "secret_file = \"{}\"\nsecret_env = \"X\"\n",
+            secret.display()
+        ));
+        assert!(err.contains("not both"), "{err}");
     }
 }

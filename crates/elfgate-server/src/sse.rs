@@ -117,6 +117,8 @@ struct Cursor {
     /// A fleet node following a session another node runs: that node's events as it publishes
     /// them on NATS (subscribed before the log was read).
     remote: Option<async_nats::Subscriber>,
+    /// The owner of the session, whose relayed events alone are taken.
+    owner: crate::fleet::owner::OwnerWatch,
     /// The last read of another node's run's log failed (said once in the daemon's log).
     log_failing: bool,
     /// Counts this client among the session's watchers while the stream lives.
@@ -180,6 +182,22 @@ impl Cursor {
         out
     }
 
+    /// Whether a message relayed on the session's subject is signed by the fleet and comes from
+    /// the node that owns the session (dropped and counted otherwise).
+    async fn is_from_owner(&mut self, msg: &async_nats::Message) -> bool {
+        let Some(fleet) = self.state.fleet.clone() else {
+            return false;
+        };
+        match fleet.verified(msg) {
+            Some(sender) => {
+                self.owner
+                    .owned_by(&fleet, &sender.node, &msg.subject)
+                    .await
+            }
+            None => false,
+        }
+    }
+
     /// An event another node relayed: queued when it is the next one, after the logged events
     /// before it when there is a gap (a lost or early message). When the log does not have them
     /// yet, it waits for the next read of the log, which brings it too: nothing is skipped.
@@ -217,7 +235,11 @@ impl Cursor {
             return false;
         };
         let after = self.buffer.back().map_or(self.last, |(seq, _, _)| *seq);
-        let Some(events) = fleet.recent_events(self.session_id, after).await else {
+        // The node whose event showed the gap, found to own the session just before.
+        let Some(owner) = self.owner.owner().map(str::to_string) else {
+            return false;
+        };
+        let Some(events) = fleet.recent_events(self.session_id, after, &owner).await else {
             return false;
         };
         let mut next = after + 1;
@@ -349,7 +371,11 @@ impl Cursor {
                         biased;
                         m = remote => {
                             match m {
-                                Some(m) => self.take_relayed(&m.payload).await,
+                                Some(m) => {
+                                    if self.is_from_owner(&m).await {
+                                        self.take_relayed(&m.payload).await;
+                                    }
+                                }
                                 // NATS closed the subscription for good: the log remains.
                                 None => self.remote = None,
                             }
@@ -539,6 +565,7 @@ pub async fn session_events(
         keepalive,
         follow_log,
         remote,
+        owner: crate::fleet::owner::OwnerWatch::new(session_id),
         log_failing: false,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).

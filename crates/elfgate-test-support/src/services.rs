@@ -40,6 +40,22 @@ fn server_url(var: &str, server: &str, how: &str) -> Option<String> {
     url
 }
 
+/// The variable holding the fleet's secret that the suite's nodes share (`[cluster]
+/// secret_env`), and the secret: a node signs everything it puts on NATS with it.
+pub const FLEET_SECRET_ENV: &str = "FLEET_SECRET";
+/// The suite's fleet secret.
+pub const FLEET_SECRET: &str = "the-suite-fleet-secret-0123456789abcdef0123456789";
+
+/// The `[cluster]` key naming the suite's fleet secret, for a node's configuration.
+pub fn fleet_secret_key() -> String {
+    format!("secret_env = \"{FLEET_SECRET_ENV}\"\n")
+}
+
+/// The variable holding the suite's fleet secret, for a node's environment.
+pub fn fleet_secret_var() -> (String, String) {
+    (FLEET_SECRET_ENV.into(), FLEET_SECRET.into())
+}
+
 /// What a fleet test needs: a new database on the tests' PostgreSQL server and the tests' NATS
 /// server's URL. None when either is missing (the test skips, saying which).
 pub async fn fleet_services() -> Option<(String, String)> {
@@ -259,6 +275,8 @@ pub struct PrivateNats {
     bin: std::path::PathBuf,
     port: u16,
     child: Option<std::process::Child>,
+    /// More arguments of nats-server (a configuration file, say).
+    args: Vec<String>,
     /// nats://127.0.0.1:PORT
     pub url: String,
 }
@@ -267,6 +285,12 @@ impl PrivateNats {
     /// A new server, started; None (the test skips, saying so) without ELFGATE_TEST_NATS_BIN,
     /// unless REQUIRE_CLUSTER_TESTS=require, which makes it a failure.
     pub fn start() -> Option<PrivateNats> {
+        Self::start_with(&[])
+    }
+
+    /// [`PrivateNats::start`] with more arguments of nats-server (`-c FILE` for settings that
+    /// have no flag, such as `max_payload`).
+    pub fn start_with(args: &[&str]) -> Option<PrivateNats> {
         let Some(bin) = std::env::var_os("ELFGATE_TEST_NATS_BIN") else {
             assert_ne!(
                 std::env::var("REQUIRE_CLUSTER_TESTS").as_deref(),
@@ -284,6 +308,7 @@ impl PrivateNats {
             bin: bin.into(),
             port,
             child: None,
+            args: args.iter().map(ToString::to_string).collect(),
             url: format!("nats://127.0.0.1:{port}"),
         };
         nats.start_again();
@@ -301,6 +326,7 @@ impl PrivateNats {
     /// Starts the stopped server on the same port; returns once it accepts connections.
     pub fn start_again(&mut self) {
         let child = std::process::Command::new(&self.bin)
+            .args(&self.args)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

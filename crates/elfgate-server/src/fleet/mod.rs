@@ -9,19 +9,20 @@
 //! and fills any gap from the log, and reads the log on its own while NATS is away, so a lost or
 //! late message costs latency, never an event.
 
+pub(crate) mod envelope;
 pub(crate) mod forward;
+pub(crate) mod owner;
 pub(crate) mod recent;
 pub(crate) mod relay;
+pub(crate) mod signed;
+pub(crate) mod signing;
 
 use elfgate_core::{EventRelay, SessionId};
 use elfgate_store::PgStore;
 use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-/// How long a forwarded control request waits for the owner's answer.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
 const RELAY_QUEUE: usize = 16_384;
 
@@ -34,6 +35,9 @@ pub enum FleetStartError {
     /// The NATS URL is not one the client can use.
     #[error("cluster.nats_url: {0}")]
     Nats(#[from] async_nats::ConnectError),
+    /// The fleet's secret cannot key the bus's signatures.
+    #[error("cluster.secret_env: the secret cannot be used as a key")]
+    Secret,
 }
 
 /// A fleet node's connections: the store (its leases) and NATS.
@@ -49,6 +53,10 @@ pub struct Fleet {
     pub nats: async_nats::Client,
     /// What went over the bus, for the node's metrics.
     pub(crate) counts: BusCounts,
+    /// The fleet's key: signs what this node sends, verifies what it takes.
+    key: signing::BusKey,
+    /// Forwarded requests carried out, whose replays are dropped.
+    pub(crate) seen_requests: forward::SeenRequests,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -64,6 +72,8 @@ pub(crate) struct BusCounts {
     pub(crate) requests_served: AtomicU64,
     /// Requests of other nodes' followers for recent events, answered from memory.
     pub(crate) recent_served: AtomicU64,
+    /// Messages dropped unread, by reason (see [`signed::Dropped`]).
+    pub(crate) dropped: [AtomicU64; signed::Dropped::ALL.len()],
 }
 
 impl Fleet {
@@ -74,13 +84,15 @@ impl Fleet {
         node_id: String,
         store: PgStore,
         nats_url: &str,
+        secret: &crate::config::FleetSecret,
     ) -> Result<(Arc<Fleet>, EventRelay), FleetStartError> {
+        let key = signing::BusKey::new(secret.0.as_bytes()).ok_or(FleetStartError::Secret)?;
         let fleet_id = store.fleet_id().await?;
         let nats = async_nats::ConnectOptions::new()
             .name(format!("elfgate-{node_id}"))
             .retry_on_initial_connect()
             .max_reconnects(None)
-            .request_timeout(Some(FORWARD_TIMEOUT))
+            .request_timeout(Some(forward::FORWARD_TIMEOUT))
             .event_callback(|event| async move {
                 match event {
                     async_nats::Event::Connected => tracing::info!("connected to NATS"),
@@ -99,6 +111,8 @@ impl Fleet {
             store,
             nats,
             counts: BusCounts::default(),
+            key,
+            seen_requests: forward::SeenRequests::default(),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
@@ -194,6 +208,21 @@ impl Fleet {
                 let _ = writeln!(out, "# TYPE {name} {kind}");
                 let _ = writeln!(out, "{name} {value}");
             }
+        }
+        let name = "elfgate_fleet_messages_dropped_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Bus messages dropped unread: unsigned, badly signed, stale, replayed, \
+             or from a node that does not own the session."
+        );
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (reason, count) in signed::Dropped::ALL.iter().zip(&self.counts.dropped) {
+            let _ = writeln!(
+                out,
+                "{name}{{reason=\"{}\"}} {}",
+                reason.as_str(),
+                load(count)
+            );
         }
         out
     }

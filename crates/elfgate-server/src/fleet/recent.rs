@@ -20,39 +20,49 @@ use std::time::Duration;
 const ASK_TIMEOUT: Duration = Duration::from_millis(250);
 
 impl Fleet {
-    /// The events of `session` after seq `after` from the memory of the node that runs it; None
-    /// when no node answers in time (it is gone, or its memory no longer covers them).
+    /// The events of `session` after seq `after` from the memory of `owner`, the node that runs
+    /// it; None when it does not answer in time (it is gone, or its memory no longer covers
+    /// them). An answer from any other node is not taken.
     pub(crate) async fn recent_events(
         &self,
         session: SessionId,
         after: u64,
+        owner: &str,
     ) -> Option<Vec<Framed>> {
-        let ask = self
-            .nats
-            .request(self.recent_subject(session), Bytes::from(after.to_string()));
-        let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()?.ok()?;
+        let ask = async {
+            let mut answers = self
+                .ask(self.recent_subject(session), Bytes::from(after.to_string()))
+                .await
+                .ok()?;
+            self.answer_from(&mut answers, owner).await?.ok()
+        };
+        let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()??;
         split_frames(&reply.payload)
     }
 
     /// For a follower that opens a stream: the events after `after` from the memory of the node
     /// that runs the session now, asked at once rather than after the log is read. The store's
     /// lease is looked up beside the question, so that a session nobody runs (no node answers)
-    /// costs one query instead of the whole wait for an answer.
+    /// costs one query instead of the whole wait for an answer; an answer is taken only from
+    /// the node the lease names.
     pub(crate) async fn events_from_owner(
         &self,
         session: SessionId,
         after: u64,
     ) -> Option<Vec<Framed>> {
-        let ask = self.recent_events(session, after);
-        let owner = self.store.session_owner(session);
-        tokio::pin!(ask, owner);
-        tokio::select! {
-            got = &mut ask => got,
-            owner = &mut owner => match owner {
-                Ok(Some(node)) if *node != *self.node_id => ask.await,
-                _ => None,
-            },
-        }
+        let mut answers = self
+            .ask(self.recent_subject(session), Bytes::from(after.to_string()))
+            .await
+            .ok()?;
+        let owner = match self.store.session_owner(session).await {
+            Ok(Some(node)) if *node != *self.node_id => node,
+            _ => return None,
+        };
+        let reply = tokio::time::timeout(ASK_TIMEOUT, self.answer_from(&mut answers, &owner))
+            .await
+            .ok()??
+            .ok()?;
+        split_frames(&reply.payload)
     }
 }
 
@@ -67,6 +77,10 @@ pub(crate) async fn answer(fleet: Arc<Fleet>, dispatcher: Arc<EngineDispatcher>)
         }
     };
     while let Some(msg) = requests.next().await {
+        // Only a node of the fleet may ask (the answer carries the session's events).
+        if fleet.verified(&msg).is_none() {
+            continue;
+        }
         let (Some(reply_to), Some(session)) = (
             msg.reply,
             msg.subject
@@ -92,7 +106,7 @@ pub(crate) async fn answer(fleet: Arc<Fleet>, dispatcher: Arc<EngineDispatcher>)
         else {
             continue;
         };
-        match fleet.nats.publish(reply_to, encode_many(&recent)).await {
+        match fleet.answer_signed(reply_to, encode_many(&recent)).await {
             Ok(()) => {
                 fleet
                     .counts

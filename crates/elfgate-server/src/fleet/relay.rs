@@ -2,7 +2,8 @@
 //! subject, in order; a follower on another node subscribes and passes them on.
 //!
 //! A message is the event's SSE frame (`crate::event_frame`), so that the follower sends it to its
-//! clients as it came: neither side parses or re-encodes the JSON. Nodes of different versions
+//! clients as it came: neither side parses or re-encodes the JSON. It is signed (`signing`), and a
+//! follower passes it on only when it verifies and comes from the session's owner (`owner`). Nodes of different versions
 //! whose frames differ do not read each other's messages; their followers read the log instead.
 
 use crate::event_frame::{frame, push_frame};
@@ -19,8 +20,7 @@ pub(crate) async fn publish(fleet: Arc<super::Fleet>, mut rx: mpsc::Receiver<Arc
     while let Some(e) = rx.recv().await {
         fleet.counts.events_relayed.fetch_add(1, Ordering::Relaxed);
         if let Err(err) = fleet
-            .nats
-            .publish(
+            .publish_signed(
                 fleet.events_subject(e.session_id),
                 frame(e.seq, e.event_type(), &e.json),
             )

@@ -959,8 +959,11 @@ async fn in_a_fleet_a_resume_on_a_node_without_the_clis_files_is_refused_not_sta
         o.token = Some("cli-fleet-token".into());
         o.extra_toml.push_str(&format!(
             "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 2\n\
-             heartbeat_secs = 1\n"
+             heartbeat_secs = 1\n{}",
+            elfgate_test_support::services::fleet_secret_key()
         ));
+        o.env
+            .push(elfgate_test_support::services::fleet_secret_var());
         o.env
             .push(("ELFGATE_DATABASE_URL".into(), database.clone()));
         o.env.push((

@@ -8,7 +8,8 @@ use crate::scripted;
 use common::{Daemon, Opts, allow, assert_contiguous, chat, text_of, types};
 use elfgate_mockllm::MockServer;
 use elfgate_test_support::services::{
-    PrivateNats, PrivatePostgres, fleet_services, nats_url, postgres_database,
+    PrivateNats, PrivatePostgres, fleet_secret_key, fleet_secret_var, fleet_services, nats_url,
+    postgres_database,
 };
 use serde_json::json;
 
@@ -16,25 +17,39 @@ const TOKEN: &str = "fleet-token";
 
 /// A node `id` of the fleet on `database` and the NATS server at `nats`, its files in a directory
 /// of its own.
-fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
+pub(crate) fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
     node_with(mock, database, nats, id, "")
 }
 
 /// A node with more `[cluster]` keys.
-fn node_with(mock: &MockServer, database: &str, nats: &str, id: &str, keys: &str) -> Daemon {
+pub(crate) fn node_with(
+    mock: &MockServer,
+    database: &str,
+    nats: &str,
+    id: &str,
+    keys: &str,
+) -> Daemon {
     let dir = tempfile::tempdir().unwrap().keep();
     Daemon::start_in(dir.clone(), mock, node_opts(&dir, database, nats, id, keys))
 }
 
 /// The options of a node `id` whose files are in `dir`.
-fn node_opts(dir: &std::path::Path, database: &str, nats: &str, id: &str, keys: &str) -> Opts {
+pub(crate) fn node_opts(
+    dir: &std::path::Path,
+    database: &str,
+    nats: &str,
+    id: &str,
+    keys: &str,
+) -> Opts {
     Opts {
         token: Some(TOKEN.into()),
         extra_toml: format!(
             "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"{id}\"\nlease_secs = 4\n\
-             heartbeat_secs = 1\n{keys}\n"
+             heartbeat_secs = 1\n{}{keys}\n",
+            fleet_secret_key()
         ),
         env: vec![
+            fleet_secret_var(),
             ("ELFGATE_DATABASE_URL".into(), database.into()),
             (
                 "ELFGATE_STORAGE__DATA_DIR".into(),
@@ -235,7 +250,7 @@ async fn waiting_for_permission(
 }
 
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
-async fn metric(d: &Daemon, name: &str) -> f64 {
+pub(crate) async fn metric(d: &Daemon, name: &str) -> f64 {
     let (status, text) = d.get_text("/metrics").await;
     assert_eq!(status, 200, "{text}");
     text.lines()
@@ -244,7 +259,7 @@ async fn metric(d: &Daemon, name: &str) -> f64 {
 }
 
 /// Sends `signal` (STOP, CONT) to a daemon.
-fn signal(d: &Daemon, signal: &str) {
+pub(crate) fn signal(d: &Daemon, signal: &str) {
     let ok = std::process::Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(d.child.id().to_string())

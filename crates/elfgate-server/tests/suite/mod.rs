@@ -11,6 +11,7 @@ mod console;
 mod engine_config;
 mod errors;
 mod fleet;
+mod fleet_bus;
 mod gateway;
 mod gateway_sdk;
 mod log_rows;

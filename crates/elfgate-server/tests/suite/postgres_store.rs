@@ -198,7 +198,11 @@ async fn a_postgresql_restart_mid_run_loses_no_event_and_requests_meanwhile_are_
 async fn a_cluster_section_is_refused_with_sqlite_and_checked_with_postgresql() {
     let mock = MockServer::start().await.unwrap();
     let cluster = |keys: &str| Opts {
-        extra_toml: format!("\n[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n{keys}\n"),
+        extra_toml: format!(
+            "\n[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\n{}{keys}\n",
+            elfgate_test_support::services::fleet_secret_key()
+        ),
+        env: vec![elfgate_test_support::services::fleet_secret_var()],
         ..Opts::default()
     };
     // SQLite cannot be shared: refused by name, whatever the rest says.
@@ -215,7 +219,7 @@ async fn a_cluster_section_is_refused_with_sqlite_and_checked_with_postgresql() 
     let dir = new_dir();
     let with_pg = |keys: &str| {
         let mut o = cluster(keys);
-        o.env = on_postgres(&database, &dir).env;
+        o.env.extend(on_postgres(&database, &dir).env);
         o
     };
     for (keys, says) in [
