@@ -456,8 +456,18 @@ pub async fn session_events(
     // Its events after the cursor from the owner's memory: while it runs the session, the first
     // frames need neither the database nor the owner's log writes (which linger). Only when no
     // node answers (nobody runs it, or its memory no longer reaches the cursor) is the log read.
+    let mut owner = crate::fleet::owner::OwnerWatch::new(session_id);
     let from_owner = match (&state.fleet, &remote) {
-        (Some(fleet), Some(_)) => fleet.events_from_owner(session_id, after).await,
+        (Some(fleet), Some(_)) => {
+            fleet
+                .events_from_owner(session_id, after)
+                .await
+                .map(|(node, events)| {
+                    // The owner just answered: its next events need no look-up of the lease.
+                    owner = crate::fleet::owner::OwnerWatch::heard_from(session_id, node);
+                    events
+                })
+        }
         _ => None,
     };
     // An open bus, or an owner's answer, means a live session: no need to ask the database.
@@ -565,7 +575,7 @@ pub async fn session_events(
         keepalive,
         follow_log,
         remote,
-        owner: crate::fleet::owner::OwnerWatch::new(session_id),
+        owner,
         log_failing: false,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).

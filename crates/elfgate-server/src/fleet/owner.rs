@@ -44,6 +44,18 @@ impl OwnerWatch {
         }
     }
 
+    /// A watch that has just heard from `owner`, found in the store a moment before.
+    pub(crate) fn heard_from(session: SessionId, owner: String) -> Self {
+        let now = Some(Instant::now());
+        OwnerWatch {
+            session,
+            owner: Some(owner),
+            checked: now,
+            heard: now,
+            refused: None,
+        }
+    }
+
     /// The owner it found last, if any.
     pub(crate) fn owner(&self) -> Option<&str> {
         self.owner.as_deref()

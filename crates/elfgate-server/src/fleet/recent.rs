@@ -44,12 +44,12 @@ impl Fleet {
     /// that runs the session now, asked at once rather than after the log is read. The store's
     /// lease is looked up beside the question, so that a session nobody runs (no node answers)
     /// costs one query instead of the whole wait for an answer; an answer is taken only from
-    /// the node the lease names.
+    /// the node the lease names, which is returned with its events.
     pub(crate) async fn events_from_owner(
         &self,
         session: SessionId,
         after: u64,
-    ) -> Option<Vec<Framed>> {
+    ) -> Option<(String, Vec<Framed>)> {
         let mut answers = self
             .ask(self.recent_subject(session), Bytes::from(after.to_string()))
             .await
@@ -62,7 +62,7 @@ impl Fleet {
             .await
             .ok()??
             .ok()?;
-        split_frames(&reply.payload)
+        Some((owner, split_frames(&reply.payload)?))
     }
 }
 
