@@ -300,10 +300,12 @@ pub(crate) async fn messages(
         ("x-elfgate-permission-mode" = Option<String>, Header, description = "default, acceptEdits, bypassPermissions or plan: the permission mode of the call's run (elfgate:tinyelf, elfgate:cli)"),
     ),
     responses(
-        (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id, the built-in tools the route left out in x-elfgate-omitted-tools", body = serde_json::Value),
         (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong bearer token", body = serde_json::Value),
+        (status = 403, description = "A CLI's run token naming another model or another session", body = serde_json::Value),
         (status = 404, description = "Unknown model (model_not_found) or previous_response_id", body = serde_json::Value),
+        (status = 422, description = "A text of the request carries the daemon's token or a provider's key", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
         (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
