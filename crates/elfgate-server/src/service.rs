@@ -218,6 +218,14 @@ fn check_prompt_secrets(state: &AppState, prompt: &str) -> Result<(), ApiError> 
     SecretScan::new(state).check(prompt, "prompt")
 }
 
+/// The input scan of the system prompt a request sets, which is sent to the model too.
+fn check_system_prompt_secrets(state: &AppState, o: &RunOverrides) -> Result<(), ApiError> {
+    match &o.system_prompt {
+        Some(system) => SecretScan::new(state).check(system, "systemPrompt"),
+        None => Ok(()),
+    }
+}
+
 /// The secrets the input scan looks for, read once for a request's many texts.
 pub(crate) struct SecretScan {
     /// The daemon's token.
@@ -730,6 +738,7 @@ async fn create_session_running(
     }
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
+    check_system_prompt_secrets(state, &req.overrides)?;
     let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
     check_project_path(state, req.project_path.as_deref(), project_field)?;
     let mut req = req;
@@ -951,6 +960,7 @@ async fn send_message_running(
     }
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
+    check_system_prompt_secrets(state, &req.overrides)?;
     // The provider this run would use: the prompt's, else the session's.
     let provider_id = req
         .overrides

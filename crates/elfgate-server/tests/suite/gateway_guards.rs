@@ -160,7 +160,8 @@ async fn store_false_keeps_the_new_response_out_and_deletes_nothing_before_it() 
 
 /// The daemon's token anywhere in a door's request is refused (422, naming where, never the
 /// value) before anything is stored or sent: a system message, Responses `instructions`, an
-/// Anthropic `system`, an earlier turn, a tool result; the last user message as before.
+/// Anthropic `system`, an earlier turn, a tool result, the native API's `systemPrompt`; the
+/// last user message as before.
 #[tokio::test]
 async fn the_daemons_token_anywhere_in_a_doors_request_is_refused() {
     let mock = MockServer::start().await.unwrap();
@@ -222,6 +223,15 @@ async fn the_daemons_token_anywhere_in_a_doors_request_is_refused() {
         );
         assert!(!text.contains(&token), "{path}: the answer names the token");
     }
+    // The native API's systemPrompt is sent to the model too.
+    let (status, v) = d
+        .post(
+            "/v1/sessions",
+            json!({"engine": "chat", "prompt": "hello", "systemPrompt": carrying}),
+        )
+        .await;
+    assert_eq!(status, 422, "{v}");
+    assert!(v.to_string().contains("systemPrompt: it carries"), "{v}");
     assert!(mock.requests().is_empty(), "a request went upstream");
     let (_, list) = d.get("/v1/sessions").await;
     assert!(
