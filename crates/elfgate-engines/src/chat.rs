@@ -19,6 +19,9 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod served_search;
+pub use served_search::{SERVED_SEARCH, served_search_spec};
+
 /// What a chat engine sends upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatMode {
@@ -66,6 +69,10 @@ pub struct GatewayTurn {
     /// an error another provider may not have (a connection error, 429 or 5xx after the
     /// retries); each switch is announced by a `retry` event naming the next route.
     pub fallbacks: Vec<(String, String)>,
+    /// The caller's built-in `web_search` is served by the daemon's search backend: the request
+    /// offers [`served_search_spec`], and the model's calls of it are searched here, answered
+    /// and followed by another call, never relayed to the caller.
+    pub served_search: bool,
 }
 
 /// The note a run emits (a `processing` event) when the answer was cut at the output token limit,
@@ -96,6 +103,8 @@ struct ChatHeadStart {
     first: FirstAttempt,
     /// Set when the request is a gateway caller's ([`GatewayTurn`]): its fallback routes.
     gateway_fallbacks: Option<Vec<(String, String)>>,
+    /// Set when the gateway caller's `web_search` is served here ([`GatewayTurn::served_search`]).
+    gateway_served_search: bool,
 }
 
 /// Runs a prompt of a chat session that set mcpConfig: model calls and MCP tool calls in a loop,
@@ -242,6 +251,7 @@ impl ChatEngine {
         let gateway = ctx.head_start.take::<GatewayTurn>();
         let mut head = ctx.head_start.take::<ChatHeadStart>();
         let early_gateway = head.as_mut().and_then(|h| h.gateway_fallbacks.take());
+        let mut served_search = head.as_ref().is_some_and(|h| h.gateway_served_search);
         // Time to first token counts from the upstream call's start, which a head start moved
         // before the run's.
         let started = head.as_ref().map_or_else(Instant::now, |h| h.opened);
@@ -276,6 +286,7 @@ impl ChatEngine {
         let (req, first) = match (gateway, head) {
             (Some(g), _) => {
                 fallbacks = g.fallbacks;
+                served_search = g.served_search;
                 let mut req = g.request;
                 req.model = model.clone();
                 (Arc::new(req), None)
@@ -308,20 +319,11 @@ impl ChatEngine {
                 (Arc::new(req), None)
             }
         };
-        let (turn, model) = if fallbacks.is_empty() {
-            let turn = relay_turn(
-                provider.as_ref(),
-                &req,
-                &self.settings.retry,
-                &ctx,
-                started,
-                TurnOptions::default(),
-                first,
-            )
-            .await;
-            (turn, model)
+        let (turn, model) = if served_search {
+            self.turns_with_served_search(&ctx, provider, req, fallbacks, started, first)
+                .await
         } else {
-            self.turn_with_fallbacks(&ctx, provider, req, fallbacks, started, first)
+            self.call(&ctx, provider, req, fallbacks, started, first)
                 .await
         };
         if !turn.tool_calls.is_empty() && !keep_tool_calls {
@@ -400,6 +402,34 @@ impl ChatEngine {
             answer,
             turn: None,
             steps: Vec::new(),
+        }
+    }
+
+    /// One model call: on the provider alone, or along the fallback routes.
+    async fn call(
+        &self,
+        ctx: &EngineSessionContext,
+        provider: Arc<dyn LlmProvider>,
+        req: Arc<LlmRequest>,
+        fallbacks: Vec<(String, String)>,
+        started: Instant,
+        first: Option<FirstAttempt>,
+    ) -> (TurnOutput, String) {
+        if fallbacks.is_empty() {
+            let turn = relay_turn(
+                provider.as_ref(),
+                &req,
+                &self.settings.retry,
+                ctx,
+                started,
+                TurnOptions::default(),
+                first,
+            )
+            .await;
+            (turn, req.model.clone())
+        } else {
+            self.turn_with_fallbacks(ctx, provider, req, fallbacks, started, first)
+                .await
         }
     }
 
@@ -575,6 +605,7 @@ impl Engine for ChatEngine {
                 req,
                 first,
                 gateway_fallbacks: Some(turn.fallbacks),
+                gateway_served_search: turn.served_search,
             });
         }
         let Some(user) = ctx.recorder.user_message() else {
@@ -592,6 +623,7 @@ impl Engine for ChatEngine {
             req,
             first,
             gateway_fallbacks: None,
+            gateway_served_search: false,
         })
     }
 }

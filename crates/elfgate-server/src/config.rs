@@ -269,6 +269,22 @@ pub struct ProviderConfigSection {
     /// Per model name: the same keys, over the provider's.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
+    /// What the gateway does with a caller's built-in `web_search` tool on this provider's
+    /// routes (absent: see [`Config::builtin_web_search`]).
+    #[serde(default)]
+    pub builtin_web_search: Option<BuiltinWebSearch>,
+}
+
+/// `builtin_web_search`: how a gateway caller's built-in `web_search` tool is served.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BuiltinWebSearch {
+    /// The provider searches itself (a kind that can: openai-responses, anthropic, gemini).
+    Native,
+    /// The daemon's search backend (`[tools.web_search]`) answers the model's searches.
+    Local,
+    /// Left out of the request, with a notice (a response header and a log line).
+    Omit,
 }
 
 fn default_attachment_max_bytes() -> usize {
@@ -538,6 +554,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// How a gateway caller's built-in `web_search` is served on provider `name` (of `kind`):
+    /// its `builtin_web_search`, else the provider's own search where its kind has one, else
+    /// the daemon's search backend where one is configured, else left out.
+    pub fn builtin_web_search(&self, name: &str, kind: ProviderKind) -> BuiltinWebSearch {
+        match self.providers.get(name).and_then(|p| p.builtin_web_search) {
+            Some(mode) => mode,
+            None if kind.searches_natively() => BuiltinWebSearch::Native,
+            None if self.tools.web_search.is_some() => BuiltinWebSearch::Local,
+            None => BuiltinWebSearch::Omit,
+        }
+    }
+
     /// Loads defaults, then `file`, then the environment; then checks the result.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
         let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
@@ -793,6 +821,22 @@ impl Config {
                         )));
                     }
                 }
+            }
+            match p.builtin_web_search {
+                Some(BuiltinWebSearch::Native) if !p.kind.searches_natively() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "providers.{name}.builtin_web_search = \"native\": a {} provider cannot \
+                         search itself (local or omit)",
+                        p.kind
+                    )));
+                }
+                Some(BuiltinWebSearch::Local) if self.tools.web_search.is_none() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "providers.{name}.builtin_web_search = \"local\" needs a search backend: \
+                         configure [tools.web_search]"
+                    )));
+                }
+                _ => {}
             }
             if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
                 return Err(ConfigError::Invalid(format!(

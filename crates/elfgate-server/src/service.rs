@@ -215,26 +215,64 @@ const MIN_SECRET_LEN: usize = 8;
 /// provider's key is refused before anything is stored or sent, since a model provider (and the
 /// session's history) would get the secret. The answer names what was found, never the value.
 fn check_prompt_secrets(state: &AppState, prompt: &str) -> Result<(), ApiError> {
-    let carries = |secret: &str| secret.len() >= MIN_SECRET_LEN && prompt.contains(secret);
-    if state.config.token.as_deref().is_some_and(carries) {
-        return Err(ApiError::Unprocessable(
-            "prompt: it carries this daemon's API token, which is never sent to a model; remove \
-             it (and consider the token exposed if it was pasted from elsewhere)"
-                .into(),
-        ));
+    SecretScan::new(state).check(prompt, "prompt")
+}
+
+/// The input scan of the system prompt a request sets, which is sent to the model too.
+fn check_system_prompt_secrets(state: &AppState, o: &RunOverrides) -> Result<(), ApiError> {
+    match &o.system_prompt {
+        Some(system) => SecretScan::new(state).check(system, "systemPrompt"),
+        None => Ok(()),
     }
-    for (name, provider) in &state.config.providers {
-        let Some(var) = provider.api_key_env.as_deref() else {
-            continue;
-        };
-        if std::env::var(var).is_ok_and(|key| carries(&key)) {
-            return Err(ApiError::Unprocessable(format!(
-                "prompt: it carries the API key of provider '{name}' ({var}), which is never \
-                 sent to a model; remove it"
-            )));
+}
+
+/// The secrets the input scan looks for, read once for a request's many texts.
+pub(crate) struct SecretScan {
+    /// The daemon's token.
+    token: Option<String>,
+    /// Each provider's key: (provider, its variable, the key).
+    keys: Vec<(String, String, String)>,
+}
+
+impl SecretScan {
+    /// The daemon's token and the providers' keys now set.
+    pub(crate) fn new(state: &AppState) -> SecretScan {
+        let long_enough = |s: &String| s.len() >= MIN_SECRET_LEN;
+        let keys = state
+            .config
+            .providers
+            .iter()
+            .filter_map(|(name, p)| {
+                let var = p.api_key_env.as_deref()?;
+                let key = std::env::var(var).ok().filter(long_enough)?;
+                Some((name.clone(), var.to_string(), key))
+            })
+            .collect();
+        SecretScan {
+            token: state.config.token.clone().filter(long_enough),
+            keys,
         }
     }
-    Ok(())
+
+    /// One text a request sends (`field` names where it is): 422 naming the field and which
+    /// secret, never its value.
+    pub(crate) fn check(&self, text: &str, field: &str) -> Result<(), ApiError> {
+        if self.token.as_deref().is_some_and(|t| text.contains(t)) {
+            return Err(ApiError::Unprocessable(format!(
+                "{field}: it carries this daemon's API token, which is never sent to a model; \
+                 remove it (and consider the token exposed if it was pasted from elsewhere)"
+            )));
+        }
+        for (name, var, key) in &self.keys {
+            if text.contains(key.as_str()) {
+                return Err(ApiError::Unprocessable(format!(
+                    "{field}: it carries the API key of provider '{name}' ({var}), which is \
+                     never sent to a model; remove it"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The agent profile a new session names (`agentId`, `[agents.NAME]`), applied wherever the
@@ -700,6 +738,7 @@ async fn create_session_running(
     }
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
+    check_system_prompt_secrets(state, &req.overrides)?;
     let project_field = gateway.as_ref().map_or("projectPath", |g| g.project_field);
     check_project_path(state, req.project_path.as_deref(), project_field)?;
     let mut req = req;
@@ -921,6 +960,7 @@ async fn send_message_running(
     }
     check_prompt(&req.prompt)?;
     check_prompt_secrets(state, &req.prompt)?;
+    check_system_prompt_secrets(state, &req.overrides)?;
     // The provider this run would use: the prompt's, else the session's.
     let provider_id = req
         .overrides

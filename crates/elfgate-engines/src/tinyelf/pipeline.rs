@@ -153,19 +153,29 @@ pub(crate) async fn run_call(
         return interrupted(runner, agent, call).await;
     }
     let tool = agent.tools.get(&call.name);
-    // 2. A provider's own search tool that no one asked the provider for: nothing searched.
-    if tool.is_none() && NATIVE_SEARCH_TOOLS.contains(&call.name.as_str()) {
+    let native_search = runner.ctx.engine_config.native_search_enabled == Some(true);
+    // 2. A provider's own search tool that no one asked the provider for: nothing searched. With
+    // the provider asked to search itself (nativeSearchEnabled), a call by a search tool's name
+    // is not run here either, even where the daemon has a web_search of its own: the run asked
+    // for the provider's search, and the local one was not offered.
+    if (tool.is_none() || native_search) && NATIVE_SEARCH_TOOLS.contains(&call.name.as_str()) {
         return finish(
             runner,
             agent,
             call,
-            if runner.ctx.engine_config.native_search_enabled == Some(true) {
+            if native_search {
                 format!(
                     "Error: {} is the provider's own search, which this run asked the provider \
                      to run itself (nativeSearchEnabled); it came back as a call instead, and \
                      nothing was searched here. Available tools: {}",
                     call.name,
-                    agent.tools.names().join(", ")
+                    agent
+                        .tools
+                        .names()
+                        .into_iter()
+                        .filter(|n| !NATIVE_SEARCH_TOOLS.contains(&n.as_str()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             } else {
                 format!(

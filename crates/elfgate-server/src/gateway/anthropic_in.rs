@@ -220,6 +220,7 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
         prompt,
         stream,
         stored_input: None,
+        served_search: false,
     })
 }
 

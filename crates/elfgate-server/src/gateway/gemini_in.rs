@@ -319,6 +319,7 @@ pub fn parse(model: &str, body: &Value, stream: bool) -> Result<GeminiInbound, A
             prompt,
             stream,
             stored_input: None,
+            served_search: false,
         },
         builtin_tools,
     })

@@ -6,6 +6,7 @@
 pub mod anthropic_in;
 pub mod anthropic_out;
 pub mod body;
+pub mod builtin_tools;
 pub mod error;
 pub mod gemini_in;
 pub mod gemini_out;
@@ -17,6 +18,7 @@ pub mod responses_in;
 pub mod responses_out;
 pub mod route;
 pub mod run;
+pub mod secrets;
 
 #[cfg(test)]
 mod golden;
@@ -50,6 +52,9 @@ pub struct Inbound {
     /// What the session stores as the call's user message when it is more than the prompt's
     /// text (the Responses door's new input items); None: the prompt.
     pub stored_input: Option<Vec<elfgate_core::ContentBlock>>,
+    /// Whether the request's built-in `web_search` is served by the daemon's search backend
+    /// (the request offers the model a function tool of that name; see `builtin_tools`).
+    pub served_search: bool,
 }
 
 /// Why a finished run stopped, in the terms both front doors map to their own.

@@ -192,6 +192,7 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
             prompt,
             stream,
             stored_input: None,
+            served_search: false,
         },
         include_usage,
     ))

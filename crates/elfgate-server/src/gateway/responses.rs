@@ -1,15 +1,13 @@
-//! The Responses door's own steps between parsing and running: built-in tools checked against
-//! the route's provider, and `previous_response_id` served from the stored session.
+//! The Responses door's own steps between parsing and running: `previous_response_id` served
+//! from the stored session, and what `store: false` keeps (built-in tools: `builtin_tools`).
 
 use super::responses_in::ResponsesInbound;
 use super::route::Route;
+use super::run::{Continuation, check_continued};
 use crate::error::ApiError;
 use crate::state::AppState;
 use elfgate_core::{ContentBlock, Role, RunId, SessionId};
-use elfgate_llm::{LlmMessage, ProviderKind};
-
-/// The built-in tools that mean "search the web", which other kinds' native search serves.
-const WEB_SEARCH: [&str; 2] = ["web_search", "web_search_preview"];
+use elfgate_llm::LlmMessage;
 
 /// The id of the response a run of a session gives: both ids, so that a later request's
 /// `previous_response_id` finds the run without a lookup table.
@@ -26,55 +24,43 @@ fn parse_response_id(id: &str) -> Option<(SessionId, RunId)> {
     ))
 }
 
-/// Checks the request's built-in tools against the route: a Responses provider gets the
-/// caller's `tools` as given (its built-in tools included); `web_search` on a provider kind that
-/// searches itself becomes its native search; anything else is refused, naming the tool.
-pub fn apply_builtin_tools(
+/// The session `previous_response_id` names, when it is a response id (a run token may reach
+/// its own session only: checked before anything of it is read).
+pub fn previous_session(r: &ResponsesInbound) -> Option<SessionId> {
+    parse_response_id(r.previous_response_id.as_deref()?).map(|(sid, _)| sid)
+}
+
+/// `store: false`: the call keeps nothing, and deletes nothing stored before it. A call that
+/// continues a session (`previous_response_id`, `x-elfgate-session-id`) on a provider route runs
+/// as a session of its own, deleted once answered: its request already holds the earlier turns
+/// (the stored ones put before its input, or the caller's own history), so the continued session
+/// is read and never written. An engine route's run continues its session's own history, which
+/// only a kept run can: refused, 400 naming `store`.
+pub async fn keep_nothing(
     state: &AppState,
     route: &Route,
-    r: &mut ResponsesInbound,
+    cont: &mut Continuation,
 ) -> Result<(), ApiError> {
-    if r.builtin_tools.is_empty() {
+    let Some(sid) = cont.session_id else {
         return Ok(());
-    }
-    let provider = match route {
-        Route::Provider { provider, .. } => state
-            .providers
-            .resolve(Some(provider))
-            .ok()
-            .map(|(name, p)| (name, p.kind())),
-        Route::Engine { .. } => None,
     };
-    if let Some((_, ProviderKind::OpenaiResponses)) = provider
-        && let Some(tools) = r.raw_tools.clone()
-    {
-        let mut fields = serde_json::Map::new();
-        fields.insert("tools".into(), tools);
-        r.inbound.request.passthrough = Some((ProviderKind::OpenaiResponses, fields));
-        return Ok(());
-    }
-    for t in &r.builtin_tools {
-        match provider {
-            Some((_, kind)) if WEB_SEARCH.contains(&t.as_str()) && kind.searches_natively() => {
-                r.inbound.request.native_search = true;
-            }
-            _ => {
-                let on = match &provider {
-                    Some((name, kind)) => format!("provider '{name}' ({kind})"),
-                    None => "an engine route (the engine runs its own tools)".to_string(),
-                };
-                return Err(ApiError::invalid(
-                    Some("tools".to_string()),
-                    format!(
-                        "'tools': the built-in tool '{t}' is not available on {on}; only \
-                         function tools are (and web_search on openai-responses, anthropic and \
-                         gemini providers)"
-                    ),
-                ));
-            }
+    match route {
+        Route::Provider { .. } => {
+            check_continued(state, sid, elfgate_core::EngineType::Chat).await?;
+            cont.session_id = None;
+            Ok(())
         }
+        Route::Engine { engine, .. } => Err(ApiError::invalid(
+            Some("store".to_string()),
+            format!(
+                "'store': false cannot continue session '{sid}' on an engine route \
+                 ({}{engine}): its run goes on from the session's stored history and is kept \
+                 with it; send store: true, or start a new session (no previous_response_id \
+                 or x-elfgate-session-id)",
+                super::route::ENGINE_PREFIX
+            ),
+        )),
     }
-    Ok(())
 }
 
 /// With `previous_response_id`: the stored conversation up to that response goes before the
@@ -144,4 +130,28 @@ fn stored_input(turn: &[LlmMessage]) -> Option<Vec<ContentBlock>> {
     }
     results.append(&mut rest);
     Some(results)
+}
+
+/// Deletes a `store: false` call's session once its answer is over (or its caller gone): the
+/// deletion waits for the run to end. Only ever a session the call created itself
+/// ([`keep_nothing`] makes a continuing call a session of its own).
+pub struct DeleteWhenDone {
+    /// The daemon.
+    pub state: AppState,
+    /// The call's own session.
+    pub session_id: SessionId,
+}
+
+impl Drop for DeleteWhenDone {
+    fn drop(&mut self) {
+        let state = self.state.clone();
+        let id = self.session_id;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = crate::service::delete_session(&state, id).await {
+                    tracing::warn!(session = %id, error = %e, "a store: false session was not deleted");
+                }
+            });
+        }
+    }
 }

@@ -246,6 +246,7 @@ pub fn parse(body: &Value) -> Result<ResponsesInbound, ApiError> {
             prompt,
             stream,
             stored_input: None,
+            served_search: false,
         },
         previous_response_id: r.previous_response_id,
         store: r.store.unwrap_or(true),

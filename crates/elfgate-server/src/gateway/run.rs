@@ -139,6 +139,8 @@ pub async fn start(
     inbound: Inbound,
     cont: Continuation,
 ) -> Result<RunHandle, ApiError> {
+    // Every text the request sends is scanned, not only the prompt the session scans.
+    super::secrets::check_request(state, &inbound)?;
     // Waits (in order) for a place on the route's provider, before anything is stored.
     let permit = match route.provider() {
         Some(p) => state.gateway_limits.acquire(p).await?,
@@ -156,6 +158,7 @@ pub async fn start(
             let turn = GatewayTurn {
                 request: inbound.request,
                 fallbacks,
+                served_search: inbound.served_search,
             };
             (
                 EngineType::Chat,
@@ -211,23 +214,7 @@ pub async fn start(
             (created.session_id, created.run_id, 0)
         }
         Some(sid) => {
-            let session = state
-                .store
-                .get_session(sid)
-                .await
-                .map_err(crate::error::ApiError::from)?
-                .ok_or_else(|| {
-                    ApiError::NotFound(format!("unknown session '{sid}' (x-elfgate-session-id)"))
-                })?;
-            if session.engine != engine {
-                return Err(ApiError::invalid(
-                    Some("model".to_string()),
-                    format!(
-                        "session '{sid}' runs engine '{}', not '{engine}'",
-                        session.engine
-                    ),
-                ));
-            }
+            check_continued(state, sid, engine).await?;
             let after = hub.get(sid).map_or(0, |b| b.last_seq());
             let sent = service::send_message(
                 state,
@@ -272,6 +259,33 @@ pub async fn start(
         },
         _permit: permit,
     })
+}
+
+/// That session `sid`, which a request continues, exists and runs `engine`: else 404, or 400
+/// naming `model`.
+pub async fn check_continued(
+    state: &AppState,
+    sid: SessionId,
+    engine: EngineType,
+) -> Result<(), ApiError> {
+    let session = state
+        .store
+        .get_session(sid)
+        .await
+        .map_err(crate::error::ApiError::from)?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("unknown session '{sid}' (x-elfgate-session-id)"))
+        })?;
+    if session.engine != engine {
+        return Err(ApiError::invalid(
+            Some("model".to_string()),
+            format!(
+                "session '{sid}' runs engine '{}', not '{engine}'",
+                session.engine
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Turns the run's events into items.

@@ -7,8 +7,8 @@ use crate::gateway::error::Door;
 use crate::gateway::run::{self, Continuation, Out, RunHandle};
 use crate::gateway::{
     Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, anthropic_in, anthropic_out,
-    body, gemini_in, gemini_out, openai_in, openai_out, responses, responses_in, responses_out,
-    route,
+    body, builtin_tools, gemini_in, gemini_out, openai_in, openai_out, responses, responses_in,
+    responses_out, route,
 };
 use crate::state::AppState;
 use axum::Router;
@@ -83,11 +83,14 @@ fn continuation(headers: &HeaderMap) -> Result<Continuation, ApiError> {
 
 async fn begin(
     state: &AppState,
+    grant: &Option<Extension<RunGrant>>,
     headers: &HeaderMap,
     inbound: Inbound,
 ) -> Result<RunHandle, ApiError> {
     let route = route::resolve(state, &inbound.model)?;
-    run::start(state, route, inbound, continuation(headers)?).await
+    let cont = continuation(headers)?;
+    check_grant_session(grant, cont.session_id, SESSION_HEADER)?;
+    run::start(state, route, inbound, cont).await
 }
 
 /// A CLI's run token (the proxy) names one route: any other `model` is refused.
@@ -96,6 +99,22 @@ fn check_grant(grant: &Option<Extension<RunGrant>>, model: &str) -> Result<(), A
         Some(Extension(g)) if g.route != model => Err(ApiError::Refused(format!(
             "this run token is valid only for model '{}' (run {} of session {})",
             g.route, g.run_id, g.session_id
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A run token (the proxy) reaches its own session only: another one named by `field` is
+/// refused before anything of it is read.
+fn check_grant_session(
+    grant: &Option<Extension<RunGrant>>,
+    session: Option<elfgate_core::SessionId>,
+    field: &str,
+) -> Result<(), ApiError> {
+    match (grant, session) {
+        (Some(Extension(g)), Some(sid)) if g.session_id != sid => Err(ApiError::Refused(format!(
+            "{field}: this run token reaches only its own session ({}), not session {sid}",
+            g.session_id
         ))),
         _ => Ok(()),
     }
@@ -191,7 +210,8 @@ pub(crate) async fn chat_completions(
         let value = read_body(&state, &headers, bytes)?;
         let (inbound, include_usage) = openai_in::parse(&value)?;
         let stream = inbound.stream;
-        let mut handle = begin(&state, &headers, inbound).await?;
+        // No run token opens this door (see auth): no grant to check.
+        let mut handle = begin(&state, &None, &headers, inbound).await?;
         let id = format!("chatcmpl-{}", handle.run_id);
         let created = chrono::Utc::now().timestamp();
         let model = handle.model.clone();
@@ -247,7 +267,7 @@ pub(crate) async fn messages(
         let inbound = anthropic_in::parse(&value)?;
         check_grant(&grant, &inbound.model)?;
         let stream = inbound.stream;
-        let mut handle = begin(&state, &headers, inbound).await?;
+        let mut handle = begin(&state, &grant, &headers, inbound).await?;
         let id = format!("msg_{}", handle.run_id);
         let model = handle.model.clone();
         if stream {
@@ -262,32 +282,12 @@ pub(crate) async fn messages(
     answer.await.unwrap_or_else(|e| door.error(&e))
 }
 
-/// Deletes a `store: false` call's session once its answer is over (or its caller gone): the
-/// deletion waits for the run to end.
-struct DeleteWhenDone {
-    state: AppState,
-    session_id: elfgate_core::SessionId,
-}
-
-impl Drop for DeleteWhenDone {
-    fn drop(&mut self) {
-        let state = self.state.clone();
-        let id = self.session_id;
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = crate::service::delete_session(&state, id).await {
-                    tracing::warn!(session = %id, error = %e, "a store: false session was not deleted");
-                }
-            });
-        }
-    }
-}
-
 /// OpenAI-compatible Responses (stream or not), run as a session.
 ///
 /// The body is the Responses API's; `model` routes as for chat completions; `previous_response_id`
-/// continues the stored session of that response; `store: false` deletes the call's session once
-/// it is answered. Errors use OpenAI's shape; a stream that fails ends with `response.failed`.
+/// continues the stored session of that response; `store: false` keeps nothing of the call (it
+/// runs as a session of its own, deleted once answered) and deletes nothing stored before it.
+/// Errors use OpenAI's shape; a stream that fails ends with `response.failed`.
 #[utoipa::path(
     post,
     path = "/v1/responses",
@@ -300,10 +300,12 @@ impl Drop for DeleteWhenDone {
         ("x-elfgate-permission-mode" = Option<String>, Header, description = "default, acceptEdits, bypassPermissions or plan: the permission mode of the call's run (elfgate:tinyelf, elfgate:cli)"),
     ),
     responses(
-        (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
+        (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id, the built-in tools the route left out in x-elfgate-omitted-tools", body = serde_json::Value),
         (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong bearer token", body = serde_json::Value),
+        (status = 403, description = "A CLI's run token naming another model or another session", body = serde_json::Value),
         (status = 404, description = "Unknown model (model_not_found) or previous_response_id", body = serde_json::Value),
+        (status = 422, description = "A text of the request carries the daemon's token or a provider's key", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
         (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
@@ -324,10 +326,19 @@ pub(crate) async fn responses(
         let mut r = responses_in::parse(&value)?;
         check_grant(&grant, &r.inbound.model)?;
         let route = route::resolve(&state, &r.inbound.model)?;
-        responses::apply_builtin_tools(&state, &route, &mut r)?;
+        let omitted = builtin_tools::apply(&state, &route, &mut r);
         let mut cont = continuation(&headers)?;
+        check_grant_session(&grant, cont.session_id, SESSION_HEADER)?;
+        check_grant_session(
+            &grant,
+            responses::previous_session(&r),
+            "previous_response_id",
+        )?;
         if let Some(sid) = responses::continue_previous(&state, &mut r).await? {
             cont.session_id = Some(sid);
+        }
+        if !r.store {
+            responses::keep_nothing(&state, &route, &mut cont).await?;
         }
         let echo = responses_out::Echo {
             model: r.inbound.model.clone(),
@@ -337,7 +348,8 @@ pub(crate) async fn responses(
         };
         let stream = r.inbound.stream;
         let mut handle = run::start(&state, route, r.inbound, cont).await?;
-        let cleanup = (!r.store).then(|| DeleteWhenDone {
+        // The session is the call's own here (keep_nothing saw to it).
+        let cleanup = (!r.store).then(|| responses::DeleteWhenDone {
             state: state.clone(),
             session_id: handle.session_id,
         });
@@ -345,10 +357,11 @@ pub(crate) async fn responses(
         let mut b = responses_out::ResponseBuilder::new(id, echo);
         if stream {
             let first = first_item(&mut handle).await?;
-            return Ok(sse(handle, first, move |item| {
+            let resp = sse(handle, first, move |item| {
                 let _cleanup = &cleanup;
                 b.frames(item)
-            }));
+            });
+            return Ok(builtin_tools::with_notice(resp, &omitted));
         }
         let (items, end) = run::collect(&mut handle).await?;
         for item in items.iter().chain(std::iter::once(&end)) {
@@ -357,7 +370,7 @@ pub(crate) async fn responses(
         let resp = with_session(axum::Json(b.response()).into_response(), &handle);
         drop(handle);
         drop(cleanup);
-        Ok(resp)
+        Ok(builtin_tools::with_notice(resp, &omitted))
     };
     answer.await.unwrap_or_else(|e| door.error(&e))
 }
@@ -428,7 +441,9 @@ pub(crate) async fn gemini_call(
         let mut g = gemini_in::parse(&model, &value, stream)?;
         let route = route::resolve(&state, &model)?;
         gemini_builtin_tools(&state, &route, &mut g)?;
-        let mut handle = run::start(&state, route, g.inbound, continuation(&headers)?).await?;
+        let cont = continuation(&headers)?;
+        check_grant_session(&grant, cont.session_id, SESSION_HEADER)?;
+        let mut handle = run::start(&state, route, g.inbound, cont).await?;
         let mut b = gemini_out::GeminiBuilder::new(handle.run_id.to_string(), model);
         if stream && sse_wanted {
             let first = first_item(&mut handle).await?;

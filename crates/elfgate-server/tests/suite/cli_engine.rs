@@ -1116,3 +1116,75 @@ async fn claude_sdk_hands_the_sessions_mcp_servers_to_claude_code() {
     assert!(!rec.args().iter().any(|a| a == "--mcp-config"));
     assert_eq!(rec.env("ANTHROPIC_API_KEY"), Some("sk-anthropic"));
 }
+
+/// A CLI's run token reaches its own session only: on the Responses door,
+/// `x-elfgate-session-id` or `previous_response_id` naming another session is refused (403)
+/// before anything of it is read, and that session keeps its messages, store: false or not.
+#[tokio::test]
+async fn a_run_token_reaches_no_other_session() {
+    let mock = MockServer::start().await.unwrap();
+    let c = start(&mock, "proxy = \"always\"", "");
+    let (other, other_run) =
+        c.d.create(json!({"engine": "chat", "prompt": "private", "model": "mock:tokens=2"}))
+            .await;
+    c.d.all_events_until_complete_of(&other, &other_run).await;
+    let before = c.messages(&other).await;
+    // A codex run that waits, holding its token.
+    let (sid, _) = c.d.create(c.session("codex", "hang")).await;
+    let token = c
+        .until_record("codex", "hang", false)
+        .await
+        .env("CLI_DOOR_TOKEN")
+        .unwrap()
+        .to_string();
+    let door = |body: Value, session: Option<&str>| {
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/v1/responses", c.d.base))
+            .bearer_auth(&token)
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("x-elfgate-session-id", s);
+        }
+        req.send()
+    };
+    let model = "cli-responses/gpt-fake";
+    let previous = format!("resp_{other}_{other_run}");
+    for (body, session) in [
+        (
+            json!({"model": model, "input": "append"}),
+            Some(other.as_str()),
+        ),
+        (
+            json!({"model": model, "input": "read", "previous_response_id": previous}),
+            None,
+        ),
+        (
+            json!({"model": model, "input": "delete", "store": false,
+                   "previous_response_id": previous}),
+            None,
+        ),
+    ] {
+        let resp = door(body.clone(), session).await.unwrap();
+        assert_eq!(resp.status(), 403, "{body}");
+        let v: Value = resp.json().await.unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("reaches only its own session"),
+            "{v}"
+        );
+    }
+    assert_eq!(c.messages(&other).await, before);
+    assert!(
+        mock.requests().iter().all(|r| r.model != "gpt-fake"),
+        "a refused call went upstream"
+    );
+    // Its own session is not refused for being named (it is a cli session: another engine).
+    let resp = door(json!({"model": model, "input": "own"}), Some(sid.as_str()))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let (status, v) = c.d.interrupt_and_wait(&sid).await;
+    assert_eq!(status, 200, "{v}");
+}

@@ -648,15 +648,16 @@ async fn gemini_cli_interrupt_during_a_shell_command_leaves_nothing_behind() {
     interrupt_during_a_shell_command(GEMINI).await;
 }
 
-/// codex pointed by hand at the daemon's Responses door as its provider (`-c model_providers…`,
-/// the daemon's token as its key), on a Chat Completions provider behind it: the model asks for a
-/// shell command, codex runs it and sends the output back through the door, and the answer comes.
-#[tokio::test]
-async fn codex_uses_the_daemons_responses_door_as_its_provider() {
-    let Some(bin) = installed(CODEX) else { return };
-    let mock = MockServer::start().await.unwrap();
-    let d = Daemon::start(&mock, Opts::default());
-    let project = tempfile::tempdir().unwrap();
+/// Runs codex (`bin`) in `project` with the daemon's Responses door as its provider (a fresh
+/// CODEX_HOME whose config.toml names the door, the daemon's token as its key), its built-in
+/// tools as they come; fails the test unless codex succeeds.
+pub(super) async fn codex_at_door(
+    bin: &Path,
+    d: &Daemon,
+    project: &Path,
+    model: &str,
+    prompt: &str,
+) -> std::process::Output {
     // codex refuses a CODEX_HOME under /tmp.
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::write(
@@ -669,6 +670,46 @@ async fn codex_uses_the_daemons_responses_door_as_its_provider() {
         ),
     )
     .unwrap();
+    let out = tokio::process::Command::new(bin)
+        .args([
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "-c",
+            "model_provider=\"elfgate\"",
+            "-m",
+            model,
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--",
+            prompt,
+        ])
+        .current_dir(project)
+        .env("CODEX_HOME", home.path())
+        .env("ELFGATE_DOOR_KEY", d.token.clone().unwrap_or_default())
+        .env_remove("OPENAI_API_KEY")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "codex failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+/// codex pointed by hand at the daemon's Responses door as its provider (`-c model_providers…`,
+/// the daemon's token as its key), on a Chat Completions provider behind it: the model asks for a
+/// shell command, codex runs it and sends the output back through the door, and the answer comes.
+#[tokio::test]
+async fn codex_uses_the_daemons_responses_door_as_its_provider() {
+    let Some(bin) = installed(CODEX) else { return };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = tempfile::tempdir().unwrap();
     scripted::script(
         &mock,
         "codex-door",
@@ -678,36 +719,15 @@ async fn codex_uses_the_daemons_responses_door_as_its_provider() {
             {"text": "Done through the door."}
         ]),
     );
-    let out = tokio::process::Command::new(&bin)
-        .args([
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "-c",
-            "model_provider=\"elfgate\"",
-            // A Chat Completions provider has no web search for codex's built-in tool.
-            "-c",
-            "web_search=\"disabled\"",
-            "-m",
-            "mock/mock:script=codex-door",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "--",
-            "write the file",
-        ])
-        .current_dir(project.path())
-        .env("CODEX_HOME", home.path())
-        .env("ELFGATE_DOOR_KEY", d.token.clone().unwrap_or_default())
-        .env_remove("OPENAI_API_KEY")
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap();
+    let out = codex_at_door(
+        &bin,
+        &d,
+        project.path(),
+        "mock/mock:script=codex-door",
+        "write the file",
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "codex failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(stdout.contains("Done through the door."), "{stdout}");
     assert_eq!(
         std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
