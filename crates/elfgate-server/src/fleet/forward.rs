@@ -128,22 +128,14 @@ async fn forward(
         .counts
         .requests_forwarded
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let reply = fleet
+    let reply = match fleet
         .nats
         .request(fleet.control_subject(owner), Bytes::from(payload))
         .await
-        .map_err(|e| match e.kind() {
-            async_nats::RequestErrorKind::NoResponders => ApiError::Conflict(format!(
-                "the session's node {owner} does not answer: it is gone, and another node is \
-                 adopting the session; try again in a few seconds"
-            )),
-            async_nats::RequestErrorKind::TimedOut => ApiError::Unavailable(format!(
-                "the session's node {owner} did not answer in time; try again shortly"
-            )),
-            _ => ApiError::Unavailable(format!(
-                "the bus to the session's node {owner} failed ({e}); try again shortly"
-            )),
-        })?;
+    {
+        Ok(reply) => reply,
+        Err(e) => return Err(unanswered(fleet, owner, e).await),
+    };
     let answer: Answer = serde_json::from_slice(&reply.payload)
         .map_err(|e| ApiError::Internal(format!("node {owner} answered garbage: {e}")))?;
     let mut resp = Response::new(Body::from(answer.body));
@@ -233,4 +225,44 @@ fn header_pairs(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
         .iter()
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
         .collect()
+}
+
+/// Why the owner did not answer, told truly. Nobody listening on its subject means it is gone or
+/// only off the bus: its heartbeat in the store tells which. A node that stopped is being adopted
+/// (409: the adopter will take the request); one that still renews its leases runs the session
+/// and is only cut off from NATS, and nothing is adopted (503: try again).
+async fn unanswered(fleet: &Fleet, owner: &str, e: async_nats::RequestError) -> ApiError {
+    match e.kind() {
+        async_nats::RequestErrorKind::NoResponders => {}
+        async_nats::RequestErrorKind::TimedOut => {
+            return ApiError::Unavailable(format!(
+                "the session's node {owner} did not answer in time; try again shortly"
+            ));
+        }
+        _ => {
+            return ApiError::Unavailable(format!(
+                "the bus to the session's node {owner} failed ({e}); try again shortly"
+            ));
+        }
+    }
+    let nodes = match fleet.store.nodes().await {
+        Ok(nodes) => nodes,
+        Err(e) => return ApiError::Storage(e),
+    };
+    let heartbeat_age = nodes
+        .iter()
+        .find(|n| n.id == owner)
+        .map(|n| std::time::Duration::from_millis(n.heartbeat_age_ms));
+    match heartbeat_age {
+        Some(age) if age < 2 * fleet.heartbeat => ApiError::Unavailable(format!(
+            "the session's node {owner} renewed its lease {} ms ago but does not answer on the \
+             bus (NATS): it runs the session and is cut off from NATS (or has just stopped); \
+             try again shortly",
+            age.as_millis()
+        )),
+        _ => ApiError::Conflict(format!(
+            "the session's node {owner} does not answer: it is gone, and another node is \
+             adopting the session; try again in a few seconds"
+        )),
+    }
 }

@@ -9,6 +9,7 @@
 //! and fills any gap from the log, and reads the log on its own while NATS is away, so a lost or
 //! late message costs latency, never an event.
 
+mod connect;
 pub(crate) mod forward;
 pub(crate) mod recent;
 pub(crate) mod relay;
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a forwarded control request waits for the owner's answer.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
 const RELAY_QUEUE: usize = 16_384;
 
@@ -34,6 +35,9 @@ pub enum FleetStartError {
     /// The NATS URL is not one the client can use.
     #[error("cluster.nats_url: {0}")]
     Nats(#[from] async_nats::ConnectError),
+    /// The node's NATS credentials or TLS files could not be used.
+    #[error("{0}")]
+    Access(String),
 }
 
 /// A fleet node's connections: the store (its leases) and NATS.
@@ -49,6 +53,9 @@ pub struct Fleet {
     pub nats: async_nats::Client,
     /// What went over the bus, for the node's metrics.
     pub(crate) counts: BusCounts,
+    /// How often nodes renew their leases (`cluster.heartbeat_secs`): a node whose last
+    /// heartbeat is older than two of them has stopped, one that is younger is alive.
+    pub(crate) heartbeat: Duration,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -73,32 +80,17 @@ impl Fleet {
     pub async fn start(
         node_id: String,
         store: PgStore,
-        nats_url: &str,
+        cluster: &crate::config::ClusterConfig,
     ) -> Result<(Arc<Fleet>, EventRelay), FleetStartError> {
         let fleet_id = store.fleet_id().await?;
-        let nats = async_nats::ConnectOptions::new()
-            .name(format!("elfgate-{node_id}"))
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .request_timeout(Some(FORWARD_TIMEOUT))
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
-                    async_nats::Event::Disconnected => tracing::warn!(
-                        "NATS is away: streams of other nodes' sessions are read from the log, \
-                         control requests for them answer 503, until it is back"
-                    ),
-                    other => tracing::debug!(event = %other, "NATS"),
-                }
-            })
-            .connect(nats_url)
-            .await?;
+        let nats = connect::connect(&node_id, cluster).await?;
         let fleet = Arc::new(Fleet {
             node_id: node_id.into(),
             subjects: format!("elfgate.{fleet_id}"),
             store,
             nats,
             counts: BusCounts::default(),
+            heartbeat: Duration::from_secs(cluster.heartbeat_secs),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
