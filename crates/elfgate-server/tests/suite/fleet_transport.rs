@@ -151,6 +151,42 @@ async fn a_fleet_on_a_nats_with_a_token_works_and_a_node_without_it_is_told() {
 }
 
 #[tokio::test]
+async fn a_fleet_on_a_nats_with_nkey_users_works_and_an_unknown_key_is_told() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let fleet_key = nkeys::KeyPair::new_user();
+    let stranger = nkeys::KeyPair::new_user();
+    let conf = dir.join("nats.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "authorization: {{ users: [ {{nkey: {}}} ] }}\n",
+            fleet_key.public_key()
+        ),
+    )
+    .unwrap();
+    let Some(nats) = PrivateNats::start_with(&["-c", conf.to_str().unwrap()]) else {
+        return;
+    };
+    let Some(database) = postgres_database().await else {
+        return;
+    };
+    let seed_file = |name: &str, key: &nkeys::KeyPair| {
+        let file = dir.join(name);
+        std::fs::write(&file, key.seed().unwrap()).unwrap();
+        format!("nats_nkey_file = \"{}\"", file.display())
+    };
+    let keys = seed_file("fleet.nk", &fleet_key);
+    let mock = MockServer::start().await.unwrap();
+    let (a, _) = node(&mock, &database, &nats.url, "a", &keys, &[]);
+    let (b, _) = node(&mock, &database, &nats.url, "b", &keys, &[]);
+    assert_on_one_bus(&a, &b).await;
+
+    let other = seed_file("stranger.nk", &stranger);
+    let (c, log) = node(&mock, &database, &nats.url, "c", &other, &[]);
+    assert_off_the_bus(&c, &log, "authorization violation").await;
+}
+
+#[tokio::test]
 async fn nats_accounts_give_the_nodes_the_fleet_subjects_and_others_see_none_of_it() {
     let dir = tempfile::tempdir().unwrap().keep();
     let fleet_user = |name: &str| {
