@@ -47,6 +47,7 @@ impl OpenStore {
         let opts = StoreOptions {
             log_queue_events: config.storage.log_queue_events,
             log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
+            password: config.storage.password()?,
         };
         if config.storage.is_postgres() {
             let mode = match config.fleet_member()? {
@@ -95,11 +96,12 @@ impl OpenStore {
 }
 
 /// Applies pending migrations to the configured database (the `migrate` command).
-pub async fn migrate(config: &Config) -> Result<(), elfgate_store::StoreError> {
+pub async fn migrate(config: &Config) -> Result<(), StartError> {
     if config.storage.is_postgres() {
-        PgStore::migrate(&config.storage.url).await
+        let password = config.storage.password()?;
+        Ok(PgStore::migrate(&config.storage.url, password.as_deref()).await?)
     } else {
-        SqliteStore::migrate(&config.storage.url).await
+        Ok(SqliteStore::migrate(&config.storage.url).await?)
     }
 }
 
@@ -379,13 +381,8 @@ impl Daemon {
         let (fleet, relay) = match (&store, &config.cluster) {
             (OpenStore::Postgres(pg), Some(cluster)) if pg.is_fleet_node() => {
                 let node_id = pg.node_id().unwrap_or_default().to_string();
-                let (fleet, relay) = crate::fleet::Fleet::start(
-                    node_id,
-                    pg.clone(),
-                    &cluster.nats_url,
-                    &cluster.secret,
-                )
-                .await?;
+                let (fleet, relay) =
+                    crate::fleet::Fleet::start(node_id, pg.clone(), cluster).await?;
                 (Some(fleet), Some(relay))
             }
             _ => (None, None),

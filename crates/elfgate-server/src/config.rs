@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod nats_access;
+pub(crate) use nats_access::secret_from_env;
+
 /// The built-in defaults.
 pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
 
@@ -81,6 +84,9 @@ pub struct StorageConfig {
     pub log_queue_events: usize,
     /// How long a published event may wait for others before the log writer commits it.
     pub log_linger_ms: u64,
+    /// A file holding the PostgreSQL user's password (over the URL's and `PGPASSWORD`).
+    #[serde(default)]
+    pub password_file: Option<std::path::PathBuf>,
     /// Where the token file and the daemon's other local state live; by default the SQLite
     /// database's directory, or `data` (under the working directory) with PostgreSQL.
     #[serde(default)]
@@ -91,6 +97,26 @@ impl StorageConfig {
     /// Whether the store is a PostgreSQL server.
     pub fn is_postgres(&self) -> bool {
         elfgate_store::is_postgres_url(&self.url)
+    }
+
+    /// The password in `password_file` (its first line), if one is named.
+    pub fn password(&self) -> Result<Option<String>, ConfigError> {
+        let Some(file) = &self.password_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "storage.password_file: cannot read {}: {e}",
+                file.display()
+            ))
+        })?;
+        match text.lines().next().map(str::trim_end) {
+            Some(p) if !p.is_empty() => Ok(Some(p.to_string())),
+            _ => Err(ConfigError::Invalid(format!(
+                "storage.password_file: {} holds no password",
+                file.display()
+            ))),
+        }
     }
 }
 
@@ -129,6 +155,30 @@ pub struct ClusterConfig {
     /// `http://` and `server.bind`, which says nothing when bound to every interface.
     #[serde(default)]
     pub address: Option<String>,
+    /// The user this node connects to NATS as (with `nats_password_env`).
+    #[serde(default)]
+    pub nats_user: Option<String>,
+    /// The variable holding the NATS user's password.
+    #[serde(default)]
+    pub nats_password_env: Option<String>,
+    /// The variable holding the NATS server's token (`--auth`).
+    #[serde(default)]
+    pub nats_token_env: Option<String>,
+    /// A NATS credentials file (`.creds`: a user JWT and its NKey seed).
+    #[serde(default)]
+    pub nats_creds_file: Option<std::path::PathBuf>,
+    /// A file holding the NKey seed (`SU…`) this node authenticates with.
+    #[serde(default)]
+    pub nats_nkey_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) the NATS server's certificate must chain to; set, the connection is TLS.
+    #[serde(default)]
+    pub nats_tls_ca: Option<std::path::PathBuf>,
+    /// This node's client certificate (PEM) for NATS servers that verify clients.
+    #[serde(default)]
+    pub nats_tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[serde(default)]
+    pub nats_tls_key: Option<std::path::PathBuf>,
     /// The name of the environment variable holding the fleet's secret, which signs every
     /// message a node puts on NATS (docs/security.md, "A fleet"); required.
     #[serde(default)]
@@ -720,6 +770,14 @@ impl Config {
                 redact_url(url)
             )));
         }
+        if self.storage.password_file.is_some() {
+            if sqlite {
+                return Err(ConfigError::Invalid(
+                    "storage.password_file is for a postgres:// storage.url".into(),
+                ));
+            }
+            self.storage.password()?;
+        }
         let Some(cluster) = &self.cluster else {
             return Ok(());
         };
@@ -730,12 +788,7 @@ impl Config {
                     .into(),
             ));
         }
-        if !cluster.nats_url.starts_with("nats://") {
-            return Err(ConfigError::Invalid(format!(
-                "cluster.nats_url '{}' must start with nats://",
-                cluster.nats_url
-            )));
-        }
+        nats_access::check(cluster)?;
         if let Some(id) = &cluster.node_id
             && (id.is_empty()
                 || id.len() > 64
@@ -996,7 +1049,7 @@ pub fn redact_url(url: &str) -> String {
 mod tests {
     use super::Config;
 
-    fn try_load(toml: &str) -> Result<Config, super::ConfigError> {
+    pub(super) fn try_load(toml: &str) -> Result<Config, super::ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("elfgate.toml");
         // A fleet's secret in a file of the daemon's user alone.

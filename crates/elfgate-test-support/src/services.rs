@@ -112,6 +112,15 @@ fn uuid_like() -> String {
     )
 }
 
+/// How [`PrivatePostgres::start_with`] sets its server up.
+#[derive(Debug, Default, Clone)]
+pub struct PostgresSetup {
+    /// The `postgres` user's password, required over TCP (SCRAM); None: no password.
+    pub password: Option<String>,
+    /// The server's certificate and key (PEM): TCP connections must then use TLS.
+    pub tls: Option<(String, String)>,
+}
+
 /// A PostgreSQL server of one test's own, for a test that stops and starts it (a restart under a
 /// running daemon) without touching the server the other tests share. It is created with the
 /// binaries scripts/test.sh found (`ELFGATE_TEST_PG_BIN`, run as `ELFGATE_TEST_PG_RUNAS` when
@@ -128,6 +137,12 @@ impl PrivatePostgres {
     /// A new server, started; None (the test skips, saying so) when the test services did not
     /// start PostgreSQL themselves (a server given by URL cannot be restarted by a test).
     pub fn start() -> Option<PrivatePostgres> {
+        Self::start_with(&PostgresSetup::default())
+    }
+
+    /// [`PrivatePostgres::start`] with a password on the `postgres` user and TLS, as `setup`
+    /// says.
+    pub fn start_with(setup: &PostgresSetup) -> Option<PrivatePostgres> {
         postgres_admin_url()?;
         let Some(bin) = std::env::var_os("ELFGATE_TEST_PG_BIN") else {
             eprintln!(
@@ -164,22 +179,52 @@ impl PrivatePostgres {
             assert!(ok, "cannot give {} to {user}", pg.dir.display());
         }
         let data = pg.dir.join("data");
-        pg.run(
-            "initdb",
-            &[
-                "-D".as_ref(),
-                data.as_os_str(),
-                "-A".as_ref(),
-                "trust".as_ref(),
-                "-U".as_ref(),
-                "postgres".as_ref(),
-                "--no-sync".as_ref(),
-            ],
-        );
-        let conf = format!(
+        let mut initdb: Vec<std::ffi::OsString> = vec![
+            "-D".into(),
+            data.clone().into(),
+            "-U".into(),
+            "postgres".into(),
+            "--no-sync".into(),
+            "--auth-local".into(),
+            "trust".into(),
+        ];
+        match &setup.password {
+            Some(password) => {
+                let file = pg.own_file("pwfile", password);
+                initdb.extend([
+                    "--auth-host".into(),
+                    "scram-sha-256".into(),
+                    format!("--pwfile={}", file.display()).into(),
+                ]);
+            }
+            None => initdb.extend(["--auth-host".into(), "trust".into()]),
+        }
+        let args: Vec<&std::ffi::OsStr> =
+            initdb.iter().map(std::ffi::OsString::as_os_str).collect();
+        pg.run("initdb", &args);
+        let mut conf = format!(
             "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n",
             pg.dir.display()
         );
+        if let Some((cert, key)) = &setup.tls {
+            let cert = pg.own_file("server.crt", cert);
+            let key = pg.own_file("server.key", key);
+            conf.push_str(&format!(
+                "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                cert.display(),
+                key.display()
+            ));
+            // TCP connections without TLS find no entry and are refused.
+            let method = if setup.password.is_some() {
+                "scram-sha-256"
+            } else {
+                "trust"
+            };
+            pg.own_file(
+                "data/pg_hba.conf",
+                &format!("local all all trust\nhostssl all all 127.0.0.1/32 {method}\n"),
+            );
+        }
         let mut main = std::fs::OpenOptions::new()
             .append(true)
             .open(data.join("postgresql.conf"))
@@ -187,6 +232,25 @@ impl PrivatePostgres {
         std::io::Write::write_all(&mut main, conf.as_bytes()).unwrap();
         pg.start_again();
         Some(pg)
+    }
+
+    /// Writes `text` into `name` under the server's directory, readable by the server's user
+    /// only (as PostgreSQL wants its key); returns its path.
+    fn own_file(&self, name: &str, text: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some(user) = &self.runas {
+            let ok = std::process::Command::new("chown")
+                .arg(format!("{user}:"))
+                .arg(&path)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "cannot give {} to {user}", path.display());
+        }
+        path
     }
 
     /// Stops the server (fast shutdown: open connections are cut).
@@ -273,10 +337,11 @@ impl Drop for PrivatePostgres {
 /// `ELFGATE_TEST_NATS_BIN` (set by scripts/test.sh) on a free loopback port, killed when dropped.
 pub struct PrivateNats {
     bin: std::path::PathBuf,
-    port: u16,
-    child: Option<std::process::Child>,
-    /// More arguments of nats-server (a configuration file, say).
+    /// Its arguments besides the address and the port.
     args: Vec<String>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Option<std::process::Child>,
     /// nats://127.0.0.1:PORT
     pub url: String,
 }
@@ -288,8 +353,7 @@ impl PrivateNats {
         Self::start_with(&[])
     }
 
-    /// [`PrivateNats::start`] with more arguments of nats-server (`-c FILE` for settings that
-    /// have no flag, such as `max_payload`).
+    /// [`PrivateNats::start`] with more arguments (`--user`, `--auth`, `-c FILE`, `--tls`...).
     pub fn start_with(args: &[&str]) -> Option<PrivateNats> {
         let Some(bin) = std::env::var_os("ELFGATE_TEST_NATS_BIN") else {
             assert_ne!(
@@ -306,9 +370,9 @@ impl PrivateNats {
         };
         let mut nats = PrivateNats {
             bin: bin.into(),
+            args: args.iter().map(ToString::to_string).collect(),
             port,
             child: None,
-            args: args.iter().map(ToString::to_string).collect(),
             url: format!("nats://127.0.0.1:{port}"),
         };
         nats.start_again();
@@ -326,8 +390,8 @@ impl PrivateNats {
     /// Starts the stopped server on the same port; returns once it accepts connections.
     pub fn start_again(&mut self) {
         let child = std::process::Command::new(&self.bin)
-            .args(&self.args)
             .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -203,26 +203,28 @@ async fn forward(
             "the bus to the session's node {owner} failed ({why}); try again shortly"
         ))
     };
-    let mut answers = fleet
+    let mut answers = match fleet
         .ask_in_parts(fleet.control_subject(owner), messages)
         .await
-        .map_err(|e| match e {
-            AskError::NoResponders => gone(owner),
-            AskError::Bus(why) => unavailable(why),
-        })?;
+    {
+        Ok(answers) => answers,
+        Err(AskError::NoResponders) => return Err(nobody_answers(fleet, owner).await),
+        Err(AskError::Bus(why)) => return Err(unavailable(why)),
+    };
     let timed_out = || {
         ApiError::Unavailable(format!(
             "the session's node {owner} did not answer in time; try again shortly"
         ))
     };
     let mut assembler = Assembler::new(MAX_ANSWER_BYTES, FORWARD_TIMEOUT);
+    // Err(None): nobody listens on the owner's subject.
     let answer = tokio::time::timeout(FORWARD_TIMEOUT, async {
         loop {
             let msg = match fleet.answer_from(&mut answers, owner).await {
                 Some(Ok(msg)) => msg,
-                Some(Err(AskError::NoResponders)) => return Err(gone(owner)),
-                Some(Err(AskError::Bus(why))) => return Err(unavailable(why)),
-                None => return Err(unavailable("the subscription ended".into())),
+                Some(Err(AskError::NoResponders)) => return Err(None),
+                Some(Err(AskError::Bus(why))) => return Err(Some(unavailable(why))),
+                None => return Err(Some(unavailable("the subscription ended".into()))),
             };
             if let Assembled::Whole(packed) = assembler.take(&msg.payload) {
                 return Ok(packed);
@@ -230,7 +232,12 @@ async fn forward(
         }
     })
     .await
-    .map_err(|_| timed_out())??;
+    .map_err(|_| timed_out())?;
+    let answer = match answer {
+        Ok(packed) => packed,
+        Err(Some(e)) => return Err(e),
+        Err(None) => return Err(nobody_answers(fleet, owner).await),
+    };
     let (head, body): (AnswerHead, Bytes) = envelope::unpack(&answer)
         .ok_or_else(|| ApiError::Internal(format!("node {owner} answered garbage")))?;
     let mut resp = Response::new(Body::from(body));
@@ -241,14 +248,6 @@ async fn forward(
         }
     }
     Ok(resp)
-}
-
-/// The refusal when nobody answers for `owner` on the bus.
-fn gone(owner: &str) -> ApiError {
-    ApiError::Conflict(format!(
-        "the session's node {owner} does not answer: it is gone, and another node is adopting \
-         the session; try again in a few seconds"
-    ))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -376,4 +375,31 @@ fn header_pairs(headers: &axum::http::HeaderMap, strip_credentials: bool) -> Vec
         .filter(|(k, _)| !(strip_credentials && CREDENTIALS.contains(&k.as_str())))
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
         .collect()
+}
+
+/// Why the owner did not answer, told truly. Nobody listening on its subject means it is gone or
+/// only off the bus: its heartbeat in the store tells which. A node that stopped is being adopted
+/// (409: the adopter will take the request); one that still renews its leases runs the session
+/// and is only cut off from NATS, and nothing is adopted (503: try again).
+async fn nobody_answers(fleet: &Fleet, owner: &str) -> ApiError {
+    let nodes = match fleet.store.nodes().await {
+        Ok(nodes) => nodes,
+        Err(e) => return ApiError::Storage(e),
+    };
+    let heartbeat_age = nodes
+        .iter()
+        .find(|n| n.id == owner)
+        .map(|n| std::time::Duration::from_millis(n.heartbeat_age_ms));
+    match heartbeat_age {
+        Some(age) if age < 2 * fleet.heartbeat => ApiError::Unavailable(format!(
+            "the session's node {owner} renewed its lease {} ms ago but does not answer on the \
+             bus (NATS): it runs the session and is cut off from NATS (or has just stopped); \
+             try again shortly",
+            age.as_millis()
+        )),
+        _ => ApiError::Conflict(format!(
+            "the session's node {owner} does not answer: it is gone, and another node is \
+             adopting the session; try again in a few seconds"
+        )),
+    }
 }

@@ -10,6 +10,7 @@
 //! late message costs latency, never an event.
 
 pub(crate) mod envelope;
+mod connect;
 pub(crate) mod forward;
 pub(crate) mod owner;
 pub(crate) mod recent;
@@ -22,6 +23,7 @@ use elfgate_store::PgStore;
 use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
 const RELAY_QUEUE: usize = 16_384;
@@ -38,6 +40,9 @@ pub enum FleetStartError {
     /// The fleet's secret cannot key the bus's signatures.
     #[error("cluster.secret_env: the secret cannot be used as a key")]
     Secret,
+    /// The node's NATS credentials or TLS files could not be used.
+    #[error("{0}")]
+    Access(String),
 }
 
 /// A fleet node's connections: the store (its leases) and NATS.
@@ -57,6 +62,9 @@ pub struct Fleet {
     key: signing::BusKey,
     /// Forwarded requests carried out, whose replays are dropped.
     pub(crate) seen_requests: forward::SeenRequests,
+    /// How often nodes renew their leases (`cluster.heartbeat_secs`): a node whose last
+    /// heartbeat is older than two of them has stopped, one that is younger is alive.
+    pub(crate) heartbeat: Duration,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -83,28 +91,11 @@ impl Fleet {
     pub async fn start(
         node_id: String,
         store: PgStore,
-        nats_url: &str,
-        secret: &crate::config::FleetSecret,
+        cluster: &crate::config::ClusterConfig,
     ) -> Result<(Arc<Fleet>, EventRelay), FleetStartError> {
-        let key = signing::BusKey::new(secret.0.as_bytes()).ok_or(FleetStartError::Secret)?;
+        let key = signing::BusKey::new(cluster.secret.0.as_bytes()).ok_or(FleetStartError::Secret)?;
         let fleet_id = store.fleet_id().await?;
-        let nats = async_nats::ConnectOptions::new()
-            .name(format!("elfgate-{node_id}"))
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .request_timeout(Some(forward::FORWARD_TIMEOUT))
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
-                    async_nats::Event::Disconnected => tracing::warn!(
-                        "NATS is away: streams of other nodes' sessions are read from the log, \
-                         control requests for them answer 503, until it is back"
-                    ),
-                    other => tracing::debug!(event = %other, "NATS"),
-                }
-            })
-            .connect(nats_url)
-            .await?;
+        let nats = connect::connect(&node_id, cluster).await?;
         let fleet = Arc::new(Fleet {
             node_id: node_id.into(),
             subjects: format!("elfgate.{fleet_id}"),
@@ -113,6 +104,7 @@ impl Fleet {
             counts: BusCounts::default(),
             key,
             seen_requests: forward::SeenRequests::default(),
+            heartbeat: Duration::from_secs(cluster.heartbeat_secs),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));

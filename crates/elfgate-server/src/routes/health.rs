@@ -42,7 +42,9 @@ async fn healthz() -> Json<HealthStatus> {
     Json(HealthStatus { status: "ok" })
 }
 
-/// Readiness: not shutting down and the database is reachable.
+/// Readiness: not shutting down, the database is reachable and, for a node of a fleet, the
+/// fleet's bus (NATS) is connected: without it the node cannot reach the sessions other nodes
+/// run, nor they its.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -50,7 +52,7 @@ async fn healthz() -> Json<HealthStatus> {
     tag = "operations",
     responses(
         (status = 200, description = "Ready", body = HealthStatus),
-        (status = 503, description = "Shutting down or database not reachable", body = ErrorBody),
+        (status = 503, description = "Shutting down, database not reachable, or a fleet node off the bus", body = ErrorBody),
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, ApiError> {
@@ -62,6 +64,13 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, Api
         .ping()
         .await
         .map_err(|e| ApiError::Unavailable(format!("database not reachable: {e}")))?;
+    if let Some(fleet) = &state.fleet
+        && !fleet.nats_connected()
+    {
+        return Err(ApiError::Unavailable(
+            "the fleet's bus (NATS) is not connected (the log says why)".into(),
+        ));
+    }
     Ok(Json(HealthStatus { status: "ready" }))
 }
 

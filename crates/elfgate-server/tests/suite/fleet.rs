@@ -77,9 +77,10 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
 
     // A dies mid-run: B or C adopts the session and ends the run; B's follower sees the end.
     a.kill();
-    // An interrupt sent meanwhile is not lost silently: before the adoption it is refused with
-    // a 409 that says the session is being adopted; after it, the adopter answers (the run is
-    // over, so there is nothing left to interrupt).
+    // An interrupt sent meanwhile is not lost silently: right after the kill (A's heartbeat
+    // still fresh) it is refused with a 503 to try again; then with a 409 that says the session
+    // is being adopted; after it, the adopter answers (the run is over, so there is nothing
+    // left to interrupt).
     let (status, body) = c
         .post(&format!("/v1/sessions/{sid}/interrupt"), json!({}))
         .await;
@@ -87,6 +88,9 @@ async fn a_node_killed_mid_run_is_adopted_as_node_lost_and_the_session_goes_on_e
         409 if body["error"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("node a") && m.contains("adopting")) => {}
+        503 if body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("node a") && m.contains("try again")) => {}
         200 => {}
         _ => panic!("an interrupt for a dead owner's run got {status}: {body}"),
     }

@@ -72,7 +72,7 @@ impl PgStore {
         if !is_postgres_url(url) {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
-        let mut options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        let mut options = connect_options(url, opts.password.as_deref())?;
         if let NodeMode::Fleet(m) = &mode {
             // A node paused (SIGSTOP, a stall) inside a transaction keeps its row locks, and an
             // adopter's FOR UPDATE of the lease row would wait for them for ever: the server ends
@@ -158,12 +158,13 @@ impl PgStore {
     }
 
     /// Applies pending migrations without keeping the store (the `migrate` command): no lock
-    /// beyond the migrator's, so that it can run beside the nodes of a fleet.
-    pub async fn migrate(url: &str) -> StoreResult<()> {
+    /// beyond the migrator's, so that it can run beside the nodes of a fleet. `password`, when
+    /// given, is used over the URL's and `PGPASSWORD`.
+    pub async fn migrate(url: &str, password: Option<&str>) -> StoreResult<()> {
         if !is_postgres_url(url) {
             return Err(StoreError::UnsupportedUrl(url.to_string()));
         }
-        let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+        let options = connect_options(url, password)?;
         Self::pool_migrated(options).await?.close().await;
         Ok(())
     }
@@ -188,6 +189,17 @@ impl PgStore {
         }
         self.pool.close().await;
     }
+}
+
+/// The connection's options: the URL's (its `sslmode`, `sslrootcert`, `sslcert` and `sslkey`
+/// are honoured, and the `PG*` variables fill what it leaves out, `PGPASSWORD` included) and
+/// `password` over them.
+fn connect_options(url: &str, password: Option<&str>) -> StoreResult<PgConnectOptions> {
+    let options = PgConnectOptions::from_str(url)?.application_name("elfgate");
+    Ok(match password {
+        Some(p) => options.password(p),
+        None => options,
+    })
 }
 
 /// Whether `url` names a PostgreSQL database.

@@ -15,13 +15,27 @@ use std::time::Duration;
 pub(crate) const WRITE_STATEMENT_CACHE: usize = 100;
 
 /// How a store is opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoreOptions {
     /// How many published events may wait for the log writer before publishers wait.
     pub log_queue_events: usize,
     /// How long a published event may wait for others before the writer commits it (see the
     /// writer module): the most an event stays out of the log, the disk permitting.
     pub log_linger: Duration,
+    /// PostgreSQL: the user's password (from `[storage] password_file`), over the URL's and
+    /// `PGPASSWORD`. Unused by SQLite.
+    pub password: Option<String>,
+}
+
+/// The password is never shown.
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("log_queue_events", &self.log_queue_events)
+            .field("log_linger", &self.log_linger)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 impl Default for StoreOptions {
@@ -29,6 +43,7 @@ impl Default for StoreOptions {
         StoreOptions {
             log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
             log_linger: crate::writer::DEFAULT_LINGER,
+            password: None,
         }
     }
 }
