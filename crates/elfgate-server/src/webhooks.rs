@@ -263,7 +263,7 @@ async fn resolve(url: &reqwest::Url, allow_private: bool) -> Result<Vec<SocketAd
     if !allow_private
         && let Some(a) = addrs
             .iter()
-            .find(|a| elfgate_tools::web::is_non_public(a.ip()))
+            .find(|a| elfgate_tools::address_class::is_non_public(a.ip()))
     {
         return Err(format!(
             "refusing to send to {host}: it resolves to the non-public address {} (allow it \
