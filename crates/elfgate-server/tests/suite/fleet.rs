@@ -27,7 +27,13 @@ fn node_with(mock: &MockServer, database: &str, nats: &str, id: &str, keys: &str
 }
 
 /// The options of a node `id` whose files are in `dir`.
-fn node_opts(dir: &std::path::Path, database: &str, nats: &str, id: &str, keys: &str) -> Opts {
+pub(crate) fn node_opts(
+    dir: &std::path::Path,
+    database: &str,
+    nats: &str,
+    id: &str,
+    keys: &str,
+) -> Opts {
     Opts {
         token: Some(TOKEN.into()),
         extra_toml: format!(
