@@ -110,44 +110,41 @@ pub(crate) async fn deliver(
                 hook.workflow
             ))
         })?;
-    let claimed = match signed {
-        Signed::Standard { id, timestamp, .. } => {
-            // Remembered as long as its timestamp passes; past that, the timestamp refuses it.
-            let until = chrono::DateTime::from_timestamp(
+    // Remembered as long as its timestamp passes; past that, the timestamp refuses it.
+    let once = match signed {
+        Signed::Standard { id, timestamp, .. } => Some((
+            id.to_string(),
+            chrono::DateTime::from_timestamp(
                 timestamp.saturating_add(signature::TOLERANCE_SECS + 1),
                 0,
             )
-            .unwrap_or(now);
-            if !state
-                .store
-                .claim_hook_delivery(&name, id, now, until)
-                .await?
-            {
-                return Err(ApiError::Conflict(format!(
-                    "delivery '{id}' of hook '{name}' was received already; nothing started"
-                )));
-            }
-            Some(id.to_string())
-        }
+            .unwrap_or(now),
+        )),
         Signed::BodyOnly { .. } => None,
     };
     let inputs = Map::from_iter([("payload".to_string(), payload)]);
-    let started = super::sessions::detached({
-        let state = state.clone();
-        let name = name.clone();
-        async move { workflow_runs::start(&state, stored, inputs, Trigger::Hook(name)).await }
-    })
-    .await;
-    match started {
-        Ok(started) => Ok((StatusCode::CREATED, Json(started))),
-        Err(e) => {
-            // Nothing started: the sender may send it again.
-            if let Some(id) = claimed
-                && let Err(forget) = state.store.release_hook_delivery(&name, &id).await
-            {
-                tracing::warn!(hook = %name, delivery = %id, error = %forget.report(), "cannot forget a hook delivery whose run did not start");
-            }
-            Err(e)
+    // Taking the id and starting the run in a task of their own: a sender that hangs up between
+    // the two cannot leave an id taken for a run that never started.
+    let started = super::sessions::detached(async move {
+        if let Some((id, until)) = &once
+            && !state.store.claim_hook_delivery(&name, id, now, *until).await?
+        {
+            return Err(ApiError::Conflict(format!(
+                "delivery '{id}' of hook '{name}' was received already; nothing started"
+            )));
         }
-    }
+        let started =
+            workflow_runs::start(&state, stored, inputs, Trigger::Hook(name.clone())).await;
+        if started.is_err()
+            && let Some((id, _)) = &once
+            && let Err(e) = state.store.release_hook_delivery(&name, id).await
+        {
+            // Nothing started, and the id stays taken: a retry of it is refused until its
+            // timestamp expires.
+            tracing::warn!(hook = %name, delivery = %id, error = %e.report(), "cannot forget a hook delivery whose run did not start");
+        }
+        started
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(started)))
 }

@@ -44,7 +44,8 @@ fn hook_opts() -> Opts {
     Opts {
         extra_toml: "[workflow_hooks.deploy]\nworkflow = \"on-deploy\"\nsecret_env = \"DEPLOY_HOOK_SECRET\"\n\
                      [workflow_hooks.github]\nworkflow = \"on-deploy\"\nsecret_env = \"GITHUB_HOOK_SECRET\"\n\
-                     allow_replayable_signature = true\n"
+                     allow_replayable_signature = true\n\
+                     [workflow_hooks.strict]\nworkflow = \"takes-nothing\"\nsecret_env = \"DEPLOY_HOOK_SECRET\"\n"
             .to_string(),
         env: vec![
             (
@@ -173,6 +174,22 @@ async fn a_signed_hook_delivery_starts_one_run_however_often_it_is_replayed() {
         std::fs::read_to_string(dir.path().join("main.txt")).unwrap(),
         "abc123"
     );
+
+    // A delivery whose run cannot start (the workflow takes no payload) leaves its id free:
+    // the sender's retry is answered the same, not as a replay.
+    let (status, v) = d
+        .post(
+            "/v1/workflows",
+            json!({"name": "takes-nothing", "projectPath": dir.path().display().to_string(),
+             "steps": [{"id": "look", "tool": "glob", "arguments": {"pattern": "*"}}]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{v}");
+    let refused = standard_headers(DEPLOY_KEY, "msg_strict", now(), body);
+    for _ in 0..2 {
+        let (status, e) = deliver(&d, "strict", &refused, body).await;
+        assert_eq!(status, 422, "{e}");
+    }
 
     let (status, e) = deliver(
         &d,
