@@ -464,7 +464,8 @@ pub struct WebhooksConfig {
     pub max_backoff_ms: u64,
     /// Seconds an attempt may take.
     pub timeout_secs: u64,
-    /// Deliveries that may wait at once; a run's end past it is dropped (logged).
+    /// Deliveries that may wait at once for one target; past it that target misses a run's end
+    /// (logged), the others do not.
     pub max_pending: u32,
     /// Allow targets at loopback, private and other non-public addresses (as web_fetch's).
     pub allow_private_addresses: bool,
@@ -518,6 +519,11 @@ pub struct WorkflowHook {
     pub workflow: String,
     /// The variable holding the shared secret (never the secret itself in the file).
     pub secret_env: String,
+    /// Also take a signature of the body alone (`X-Elfgate-Signature-256`, GitHub's
+    /// `X-Hub-Signature-256`), which a captured delivery replays for ever (docs/security.md,
+    /// "Webhooks").
+    #[serde(default)]
+    pub allow_replayable_signature: bool,
 }
 
 /// `[agents.NAME]`: a named agent profile. A session that names it with `agentId` starts with
@@ -739,6 +745,15 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::Invalid(format!("webhooks.{key}: at least 1")));
             }
+        }
+        // A secret set but blank signs with the empty key, which anybody can: refused as a blank
+        // token is (an unset one is a node without the secret: its hooks and targets fail).
+        let secrets = (w.targets.iter().map(|t| t.secret_env.as_str()))
+            .chain(w.notify_secret_env.as_deref())
+            .chain(self.workflow_hooks.values().map(|h| h.secret_env.as_str()));
+        for variable in secrets {
+            crate::webhooks::signature::key_in(variable)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
         let mut names = std::collections::BTreeSet::new();
         for t in &w.targets {

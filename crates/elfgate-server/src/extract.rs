@@ -68,8 +68,9 @@ const NOT_HERE: &[(&str, &str)] = &[
     ),
     (
         "onSessionEnd",
-        "there is no per-session callback; follow GET /v1/sessions/{id}/events to its `complete` \
-         (or the stream of POST /v1/sessions with Accept: text/event-stream)",
+        "a session's callback is engineConfig `notifyUrl` (a signed POST of each run's end, when \
+         the operator configured [webhooks] notify_secret_env); or follow \
+         GET /v1/sessions/{id}/events to its `complete`",
     ),
 ];
 
@@ -94,7 +95,12 @@ pub(crate) fn parse_body<T: DeserializeOwned + StrictBody>(bytes: &[u8]) -> Resu
         } else {
             format!(" (at `{path}`)")
         };
-        if inner.is_data() && msg.starts_with("unknown field") {
+        // A field the type does not have, or one given twice (both names of a renamed field,
+        // `channelPermissions` and `channelUserPermissions`, say): the body's fields are wrong,
+        // not its syntax.
+        if inner.is_data()
+            && (msg.starts_with("unknown field") || msg.starts_with("duplicate field"))
+        {
             ApiError::Unprocessable(format!("{msg}{at}"))
         } else {
             ApiError::BadRequest(format!("invalid JSON body: {msg}{at}"))
@@ -116,11 +122,6 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map(|l| l.0)
-            .unwrap_or_default();
         let declared_json = req
             .headers()
             .get(axum::http::header::CONTENT_TYPE)
@@ -128,13 +129,7 @@ where
         if declared_json == Some(false) {
             return Err(unsupported_media_type());
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rej| {
-            if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::BadRequest(format!("cannot read the body: {rej}"))
-            }
-        })?;
+        let ApiBytes(bytes) = ApiBytes::from_request(req, state).await?;
         let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else if declared_json.is_none() {
@@ -143,6 +138,36 @@ where
             &bytes
         };
         parse_body(bytes).map(ApiJson)
+    }
+}
+
+/// A body of any type, as bytes: 413 over the limit and 400 when it cannot be read, as
+/// [`ApiError`]s (the JSON error shape) like every other refusal.
+#[derive(Debug)]
+pub struct ApiBytes(pub Bytes);
+
+impl<S> FromRequest<S> for ApiBytes
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map(|l| l.0)
+            .unwrap_or_default();
+        Bytes::from_request(req, state)
+            .await
+            .map(ApiBytes)
+            .map_err(|rej| {
+                if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(limit)
+                } else {
+                    ApiError::BadRequest(format!("cannot read the body: {rej}"))
+                }
+            })
     }
 }
 

@@ -267,12 +267,15 @@ pub trait Store: RunLedger + Send + Sync {
         at: chrono::DateTime<chrono::Utc>,
     ) -> StoreResult<bool>;
 
-    /// Queues a webhook delivery, unless `max_pending` deliveries already wait (then false).
+    /// Queues a webhook delivery, unless `max_pending` deliveries to its target (its name and
+    /// URL) already wait (then false): a target that does not answer fills its own queue only.
     async fn enqueue_delivery(&self, d: &WebhookDelivery, max_pending: u32) -> StoreResult<bool>;
-    /// Pending deliveries due at `now`, oldest first, at most `limit`.
+    /// Pending deliveries due at `now`, oldest first, at most `per_target` of each target (name
+    /// and URL) and `limit` in all, so that one target's backlog cannot crowd out the others.
     async fn due_deliveries(
         &self,
         now: chrono::DateTime<chrono::Utc>,
+        per_target: u32,
         limit: u32,
     ) -> StoreResult<Vec<WebhookDelivery>>;
     /// Claims the attempt of delivery `id` that was due at `due` (true for one caller of every
@@ -287,4 +290,18 @@ pub trait Store: RunLedger + Send + Sync {
     async fn record_delivery(&self, d: &WebhookDelivery) -> StoreResult<()>;
     /// The latest deliveries, newest first, at most `limit`.
     async fn list_deliveries(&self, limit: u32) -> StoreResult<Vec<WebhookDelivery>>;
+
+    /// Records delivery `id` of inbound hook `hook` as received, to be remembered until `until`
+    /// (past it the delivery's own timestamp refuses a replay): true when it was not received
+    /// before, false when it was. Shared by every node on one database; forgets what is past
+    /// its time.
+    async fn claim_hook_delivery(
+        &self,
+        hook: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool>;
+    /// Forgets delivery `id` of hook `hook` (its run could not start: the sender may try again).
+    async fn release_hook_delivery(&self, hook: &str, id: &str) -> StoreResult<()>;
 }

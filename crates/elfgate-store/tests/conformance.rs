@@ -131,6 +131,7 @@ on_both_backends!(
     a_second_single_node_on_one_database_is_refused,
     workflows_keep_every_version_and_their_deletion,
     webhook_deliveries_queue_claim_and_record,
+    webhook_queues_are_per_target_and_hook_ids_are_taken_once,
 );
 
 fn session() -> Session {
@@ -482,28 +483,36 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
     assert_eq!(store.list_workflows().await.unwrap().len(), 2);
 }
 
+/// A time of the tests, from RFC 3339.
+fn at(s: &str) -> chrono::DateTime<Utc> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// A pending delivery `id` to `target` (its URL named after it), due at `due`.
+fn delivery_to(id: &str, target: &str, due: &str) -> WebhookDelivery {
+    WebhookDelivery {
+        id: id.to_string(),
+        target: target.into(),
+        url: format!("https://{target}.example/elfgate"),
+        body: serde_json::json!({"id": id}),
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        next_attempt_at: at(due),
+        last_status: None,
+        last_error: None,
+        created_at: at(due),
+        updated_at: at(due),
+    }
+}
+
 /// Webhook deliveries: queued up to a bound of pending ones, due in order of their next attempt,
 /// each attempt claimed once, recorded, listed newest first, and kept across a restart.
 async fn webhook_deliveries_queue_claim_and_record(db: Db) {
     let store = db.open().await;
-    let t = |s: &str| {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .with_timezone(&Utc)
-    };
-    let delivery = |id: &str, at: &str| WebhookDelivery {
-        id: id.to_string(),
-        target: "ops".into(),
-        url: "https://hooks.example/elfgate".into(),
-        body: serde_json::json!({"id": id}),
-        status: DeliveryStatus::Pending,
-        attempts: 0,
-        next_attempt_at: t(at),
-        last_status: None,
-        last_error: None,
-        created_at: t(at),
-        updated_at: t(at),
-    };
+    let t = at;
+    let delivery = |id: &str, due: &str| delivery_to(id, "ops", due);
     assert!(
         store
             .enqueue_delivery(&delivery("d1", "2026-12-06T07:00:01Z"), 2)
@@ -524,14 +533,14 @@ async fn webhook_deliveries_queue_claim_and_record(db: Db) {
         "two wait already: the third is refused"
     );
     let due = store
-        .due_deliveries(t("2026-12-06T07:00:01Z"), 10)
+        .due_deliveries(t("2026-12-06T07:00:01Z"), 10, 10)
         .await
         .unwrap();
     let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, ["d2", "d1"], "oldest attempt first");
     assert!(
         store
-            .due_deliveries(t("2026-12-06T06:59:59Z"), 10)
+            .due_deliveries(t("2026-12-06T06:59:59Z"), 10, 10)
             .await
             .unwrap()
             .is_empty()
@@ -553,7 +562,7 @@ async fn webhook_deliveries_queue_claim_and_record(db: Db) {
     );
     assert_eq!(
         store
-            .due_deliveries(t("2026-12-06T07:00:10Z"), 10)
+            .due_deliveries(t("2026-12-06T07:00:10Z"), 10, 10)
             .await
             .unwrap()
             .len(),
@@ -587,6 +596,70 @@ async fn webhook_deliveries_queue_claim_and_record(db: Db) {
     assert_eq!(listed[2], failed_once);
     assert_eq!(listed[1].status, DeliveryStatus::Delivered);
     assert_eq!(listed[1].last_status, Some(204));
+}
+
+/// Each target (name and URL) has its own queue bound and its own share of the due deliveries;
+/// an inbound hook's delivery id is taken once until it expires, and can be given back.
+async fn webhook_queues_are_per_target_and_hook_ids_are_taken_once(db: Db) {
+    let store = db.open().await;
+    let t = at;
+    let delivery = delivery_to;
+    for (id, due) in [("dead1", "07:00:00"), ("dead2", "07:00:01")] {
+        let d = delivery(id, "dead", &format!("2026-12-06T{due}Z"));
+        assert!(store.enqueue_delivery(&d, 2).await.unwrap());
+    }
+    let d = delivery("dead3", "dead", "2026-12-06T07:00:02Z");
+    assert!(
+        !store.enqueue_delivery(&d, 2).await.unwrap(),
+        "dead's queue is full"
+    );
+    let d = delivery("ok1", "ok", "2026-12-06T07:00:03Z");
+    assert!(store.enqueue_delivery(&d, 2).await.unwrap(), "ok's is not");
+    let due = store
+        .due_deliveries(t("2026-12-06T07:00:10Z"), 1, 10)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["dead1", "ok1"], "the oldest of each target");
+
+    let (now, until) = (t("2026-12-06T07:00:00Z"), t("2026-12-06T07:05:01Z"));
+    assert!(
+        store
+            .claim_hook_delivery("deploy", "msg_1", now, until)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_hook_delivery("deploy", "msg_1", now, until)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_hook_delivery("other", "msg_1", now, until)
+            .await
+            .unwrap(),
+        "ids are per hook"
+    );
+    store
+        .release_hook_delivery("deploy", "msg_1")
+        .await
+        .unwrap();
+    assert!(
+        store
+            .claim_hook_delivery("deploy", "msg_1", now, until)
+            .await
+            .unwrap()
+    );
+    let later = t("2026-12-06T07:06:00Z");
+    assert!(
+        store
+            .claim_hook_delivery("deploy", "msg_1", later, later)
+            .await
+            .unwrap(),
+        "forgotten past its time"
+    );
 }
 
 async fn event_log_is_written_in_order_and_survives_reopen(db: Db) {

@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod address_class;
 pub mod ask;
 pub mod confined;
 mod file_access;

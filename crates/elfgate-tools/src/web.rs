@@ -1,6 +1,7 @@
 //! web_fetch: fetches a URL and returns readable text; refuses loopback and private addresses
 //! unless allowed; size and time limits; redirects are followed by hand and checked each time.
 
+use crate::address_class::is_non_public;
 use crate::tool::{
     BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
 };
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// web_fetch settings.
@@ -28,36 +29,6 @@ impl Default for WebFetch {
             allow_private: false,
             max_bytes: 2 * 1024 * 1024,
             timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// Whether an address is not a public internet address.
-pub fn is_non_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64) // CGNAT 100.64/10
-                || (o[0] == 198 && (o[1] & 0xfe) == 18) // benchmarking 198.18/15
-                || o[0] >= 240
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_non_public(IpAddr::V4(v4));
-            }
-            let s = v6.segments();
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link local
-                || v6.is_multicast()
         }
     }
 }
@@ -272,28 +243,6 @@ impl BuiltinTool for WebFetch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn private_addresses_are_recognized() {
-        for a in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "192.168.0.1",
-            "172.16.5.5",
-            "169.254.1.1",
-            "0.0.0.0",
-            "::1",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "100.64.0.1",
-        ] {
-            assert!(is_non_public(a.parse().unwrap()), "{a}");
-        }
-        for a in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(!is_non_public(a.parse().unwrap()), "{a}");
-        }
-    }
 
     #[tokio::test]
     async fn loopback_is_refused_unless_allowed() {

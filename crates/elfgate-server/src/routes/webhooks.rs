@@ -28,7 +28,7 @@ pub(crate) struct DeliveriesQuery {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DeliveryView {
-    /// Its id (the `X-Elfgate-Webhook-Id` header).
+    /// Its id (the `webhook-id` and `X-Elfgate-Webhook-Id` headers).
     id: String,
     /// The target's name.
     target: String,

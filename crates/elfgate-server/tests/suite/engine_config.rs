@@ -64,7 +64,7 @@ async fn a_wrong_type_or_an_unknown_key_is_422_naming_it_and_stores_nothing() {
         ),
         (
             spec_field("onSessionEnd"),
-            "`onSessionEnd` is not taken by this daemon: there is no per-session callback",
+            "`onSessionEnd` is not taken by this daemon: a session's callback is engineConfig `notifyUrl`",
         ),
         (
             chat_with_backend,

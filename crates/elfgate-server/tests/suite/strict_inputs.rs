@@ -30,7 +30,7 @@ async fn session_count(d: &Daemon) -> usize {
 async fn a_new_sessions_unknown_field_or_wrong_type_is_refused_by_name_and_stores_nothing() {
     let mock = MockServer::start().await.unwrap();
     let d = InProcess::start(&mock, "").await;
-    let refused: [(Value, &str); 5] = [
+    let refused: [(Value, &str); 6] = [
         (
             json!({"engine": "chat", "prompt": "hi", "model": "mock", "bogusField": 1}),
             "bogusField",
@@ -43,6 +43,12 @@ async fn a_new_sessions_unknown_field_or_wrong_type_is_refused_by_name_and_store
         (
             json!({"engine": "chat", "prompt": "hi", "channelPermissions": {"canUseTools": false}}),
             "canUseTools",
+        ),
+        // Both names of the renamed field: which one holds is not for the daemon to guess.
+        (
+            json!({"engine": "chat", "prompt": "hi", "channelPermissions": {"canUseTool": false},
+                   "channelUserPermissions": {"canUseTool": true}}),
+            "channelPermissions",
         ),
         (
             json!({"engine": "chat", "prompt": "hi",

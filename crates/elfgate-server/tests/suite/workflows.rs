@@ -730,95 +730,6 @@ async fn a_schedule_fires_each_time_once_across_a_restart() {
     assert!(mock.requests().is_empty(), "no model was asked");
 }
 
-/// HMAC-SHA256 of `body` under `secret`, as the hook's header carries it.
-fn signature(secret: &str, body: &[u8]) -> String {
-    use hmac::{KeyInit, Mac};
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// An inbound webhook starts its workflow with the body as the payload input, only when the
-/// body is signed with the hook's secret: a missing or wrong signature is 401 and starts nothing.
-#[tokio::test]
-async fn an_inbound_webhook_starts_its_workflow_only_when_signed() {
-    let mock = MockServer::start().await.unwrap();
-    let opts = Opts {
-        extra_toml: "[workflow_hooks.deploy]\nworkflow = \"on-deploy\"\nsecret_env = \"DEPLOY_HOOK_SECRET\"\n"
-            .to_string(),
-        env: vec![("DEPLOY_HOOK_SECRET".to_string(), "s3cret".to_string())],
-        ..Opts::default()
-    };
-    let d = Daemon::start(&mock, opts);
-    let dir = tempfile::tempdir().unwrap();
-    create(
-        &d,
-        json!({"name": "on-deploy", "projectPath": dir.path().display().to_string(),
-         "permissionMode": "bypassPermissions",
-         "inputs": {"payload": {"type": "object"}},
-         "steps": [{"id": "note", "tool": "write_file",
-                    "arguments": {"path": "{{ inputs.payload.ref }}.txt",
-                                  "content": "{{ inputs.payload.sha }}"}}]}),
-    )
-    .await;
-    let body = br#"{"ref": "main", "sha": "abc123"}"#.to_vec();
-    let http = reqwest::Client::new();
-    let deliver = |name: &str, header: Option<(&str, String)>| {
-        let mut req = http
-            .post(d.url(&format!("/v1/hooks/{name}")))
-            .header("content-type", "application/json")
-            .body(body.clone());
-        if let Some((h, v)) = header {
-            req = req.header(h, v);
-        }
-        async move {
-            let r = req.send().await.unwrap();
-            (
-                r.status().as_u16(),
-                r.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
-    };
-    let (status, e) = deliver("deploy", None).await;
-    assert_eq!(status, 401, "{e}");
-    let (status, e) = deliver(
-        "deploy",
-        Some(("x-elfgate-signature-256", signature("wrong", &body))),
-    )
-    .await;
-    assert_eq!(status, 401, "{e}");
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("nothing started"),
-        "{e}"
-    );
-    let (status, e) = deliver(
-        "nobody",
-        Some(("x-elfgate-signature-256", signature("s3cret", &body))),
-    )
-    .await;
-    assert_eq!(status, 404, "{e}");
-    let (_, list) = d.get("/v1/sessions").await;
-    assert_eq!(list["sessions"], json!([]), "nothing started");
-
-    let (status, started) = deliver(
-        "deploy",
-        Some(("x-hub-signature-256", signature("s3cret", &body))),
-    )
-    .await;
-    assert_eq!(status, 201, "{started}");
-    let sid = started["sessionId"].as_str().unwrap();
-    let run = started["runId"].as_str().unwrap();
-    let evs = d.all_events_until_complete_of(sid, run).await;
-    assert_eq!(complete(&evs), "stop", "{:?}", common::types(&evs));
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("main.txt")).unwrap(),
-        "abc123"
-    );
-}
-
 /// A run's end starts the workflows whose filters it passes, the ended run's record as their
 /// `run` input; a run of another engine starts none.
 #[tokio::test]
@@ -880,12 +791,12 @@ async fn a_runs_end_starts_the_workflows_whose_filters_it_passes() {
 
 /// A test receiver of webhooks: answers 500 to the first `failures` POSTs, then 204; keeps each
 /// request's headers and body.
-struct Receiver {
-    url: String,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
+    pub(crate) seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>,
 }
 
-async fn receiver(failures: usize) -> Receiver {
+pub(crate) async fn receiver(failures: usize) -> Receiver {
     use axum::http::StatusCode;
     let seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>> =
         Default::default();

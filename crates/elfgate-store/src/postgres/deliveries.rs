@@ -16,7 +16,8 @@ impl PgStore {
         let done = sqlx::query(
             "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
              next_attempt_at, created_at, updated_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE \
-             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending') < $10",
+             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = $2 \
+             AND url = $3) < $10",
         )
         .bind(&d.id)
         .bind(&d.target)
@@ -36,13 +37,16 @@ impl PgStore {
     pub(super) async fn due_delivery_rows(
         &self,
         now: DateTime<Utc>,
+        per_target: u32,
         limit: u32,
     ) -> StoreResult<Vec<WebhookDelivery>> {
         let rows = sqlx::query(
-            "SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1 \
-             ORDER BY next_attempt_at LIMIT $2",
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY target, url ORDER BY \
+             next_attempt_at) AS place FROM webhook_deliveries WHERE status = 'pending' AND \
+             next_attempt_at <= $1) AS due WHERE place <= $2 ORDER BY next_attempt_at LIMIT $3",
         )
         .bind(ts(&now))
+        .bind(i64::from(per_target.max(1)))
         .bind(i64::from(limit.max(1)))
         .fetch_all(&self.pool)
         .await?;

@@ -14,6 +14,7 @@
 
 mod deliveries;
 mod fleet;
+mod hook_deliveries;
 mod log_writer;
 mod recovery;
 mod setup;

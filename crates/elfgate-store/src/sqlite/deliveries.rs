@@ -16,7 +16,8 @@ impl SqliteStore {
         let done = sqlx::query(
             "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
              next_attempt_at, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE \
-             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending') < ?",
+             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = ? \
+             AND url = ?) < ?",
         )
         .bind(&d.id)
         .bind(&d.target)
@@ -27,6 +28,8 @@ impl SqliteStore {
         .bind(ts(&d.next_attempt_at))
         .bind(ts(&d.created_at))
         .bind(ts(&d.updated_at))
+        .bind(&d.target)
+        .bind(&d.url)
         .bind(i64::from(max_pending))
         .execute(&self.write)
         .await?;
@@ -36,13 +39,16 @@ impl SqliteStore {
     pub(super) async fn due_delivery_rows(
         &self,
         now: DateTime<Utc>,
+        per_target: u32,
         limit: u32,
     ) -> StoreResult<Vec<WebhookDelivery>> {
         let rows = sqlx::query(
-            "SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ? \
-             ORDER BY next_attempt_at LIMIT ?",
+            "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY target, url ORDER BY \
+             next_attempt_at) AS place FROM webhook_deliveries WHERE status = 'pending' AND \
+             next_attempt_at <= ?) AS due WHERE place <= ? ORDER BY next_attempt_at LIMIT ?",
         )
         .bind(ts(&now))
+        .bind(i64::from(per_target.max(1)))
         .bind(i64::from(limit.max(1)))
         .fetch_all(&self.read)
         .await?;

@@ -6,6 +6,7 @@
 //! module depends on the writer and never the other way round.
 
 mod deliveries;
+mod hook_deliveries;
 mod recovery;
 mod rows;
 mod setup;

@@ -494,9 +494,10 @@ impl Store for SqliteStore {
     async fn due_deliveries(
         &self,
         now: chrono::DateTime<chrono::Utc>,
+        per_target: u32,
         limit: u32,
     ) -> StoreResult<Vec<crate::WebhookDelivery>> {
-        self.due_delivery_rows(now, limit).await
+        self.due_delivery_rows(now, per_target, limit).await
     }
 
     async fn claim_delivery(
@@ -514,5 +515,19 @@ impl Store for SqliteStore {
 
     async fn list_deliveries(&self, limit: u32) -> StoreResult<Vec<crate::WebhookDelivery>> {
         self.list_delivery_rows(limit).await
+    }
+
+    async fn claim_hook_delivery(
+        &self,
+        hook: &str,
+        id: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<bool> {
+        self.claim_hook_delivery_row(hook, id, now, until).await
+    }
+
+    async fn release_hook_delivery(&self, hook: &str, id: &str) -> StoreResult<()> {
+        self.release_hook_delivery_row(hook, id).await
     }
 }
