@@ -9,8 +9,8 @@
 //! and fills any gap from the log, and reads the log on its own while NATS is away, so a lost or
 //! late message costs latency, never an event.
 
-pub(crate) mod envelope;
 mod connect;
+pub(crate) mod envelope;
 pub(crate) mod forward;
 pub(crate) mod owner;
 pub(crate) mod recent;
@@ -93,7 +93,8 @@ impl Fleet {
         store: PgStore,
         cluster: &crate::config::ClusterConfig,
     ) -> Result<(Arc<Fleet>, EventRelay), FleetStartError> {
-        let key = signing::BusKey::new(cluster.secret.0.as_bytes()).ok_or(FleetStartError::Secret)?;
+        let key =
+            signing::BusKey::new(cluster.secret.0.as_bytes()).ok_or(FleetStartError::Secret)?;
         let fleet_id = store.fleet_id().await?;
         let nats = connect::connect(&node_id, cluster).await?;
         let fleet = Arc::new(Fleet {
