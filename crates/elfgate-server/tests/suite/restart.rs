@@ -304,6 +304,38 @@ async fn a_second_daemon_on_the_same_database_refuses_to_start() {
     assert_eq!(r["finishReason"], "stop", "{r}");
 }
 
+/// A hard link is another name for the database file with its own `.lock` (and `-wal`) beside
+/// it: a second daemon on it still refuses to start, since the lock is the file's, and the first
+/// daemon's run is left alone.
+#[tokio::test]
+async fn a_second_daemon_on_a_hard_link_to_the_database_refuses_to_start() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("long", "mock:tokens=200,delay_ms=10")).await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 tok1 ").await;
+
+    let link = d.dir.join("hard.db");
+    std::fs::hard_link(d.dir.join("elfgate.db"), &link).unwrap();
+    let database = format!("sqlite://{}", link.display());
+    for args in [&["serve"][..], &["migrate"][..]] {
+        let (status, out) = elfgate_beside(&d, args, Some(&database)).await;
+        assert!(
+            !status.success(),
+            "`elfgate {args:?}` on a hard link started beside the daemon: {out}"
+        );
+        assert!(out.contains("in use by another elfgate process"), "{out}");
+        assert!(out.contains("hard link"), "{out}");
+    }
+
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    let want: String = (0..200).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text_of(&evs), want);
+    let (_, check) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(check["messages"][1]["blocks"][0]["text"], want.as_str());
+}
+
 /// `config check` (and so `serve`) refuses an alias that could only fail at request time, or
 /// would drop its fallbacks unseen, naming the alias and why; a sound one passes.
 #[test]
