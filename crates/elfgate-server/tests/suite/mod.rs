@@ -29,6 +29,7 @@ mod terminal_client;
 mod tinyelf_bounds;
 mod tinyelf_compaction;
 mod tinyelf_context;
+mod tinyelf_denials;
 mod tinyelf_loop;
 mod tinyelf_permissions;
 mod tinyelf_resume;
