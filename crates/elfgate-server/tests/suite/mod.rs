@@ -5,6 +5,7 @@ mod browser;
 mod chat;
 mod child_processes;
 mod cli_engine;
+mod cli_private_files;
 mod cli_real;
 mod connections;
 mod console;
