@@ -5,6 +5,7 @@
 mod acp;
 mod acp_run;
 mod acp_terminal;
+mod acp_write;
 mod adapter;
 mod availability;
 pub mod backend;
