@@ -35,6 +35,9 @@ pub(crate) trait BackendProgram: Copy {
     ) -> Option<String>;
     /// Arguments that hand the CLI the file of its MCP servers.
     fn mcp_args(self, file: &Path) -> Vec<String>;
+    /// Arguments that ask the CLI's model for its long context (`useExtendedContext`); None for
+    /// a CLI without such a switch.
+    fn long_context_args(self) -> Option<Vec<String>>;
     /// Arguments a run through the door needs (codex: the door's provider table; its built-in
     /// web search off when the provider behind the door cannot search).
     fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String>;
@@ -136,6 +139,17 @@ impl BackendProgram for CliBackend {
         match self {
             CliBackend::ClaudeCode => claude_code::mcp_args(file),
             CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => Vec::new(),
+        }
+    }
+
+    fn long_context_args(self) -> Option<Vec<String>> {
+        match self {
+            // One word: `--betas` takes every word after it, a prompt placed there included.
+            CliBackend::ClaudeCode => Some(vec![format!(
+                "--betas={}",
+                elfgate_llm::EXTENDED_CONTEXT_BETA
+            )]),
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => None,
         }
     }
 

@@ -323,6 +323,9 @@ impl CliEngine {
                 }
             }
         }
+        if ctx.engine_config.use_extended_context == Some(true) {
+            extra.extend(b.long_context_args().unwrap_or_default());
+        }
         extra.extend(cfg.args.clone());
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
         let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
@@ -688,6 +691,13 @@ pub enum CliStartError {
         /// What the probe found.
         why: String,
     },
+    /// useExtendedContext for a CLI without a long-context switch.
+    #[error(
+        "useExtendedContext: {} has no long-context switch (claude-code, in the cli and \
+         claude-sdk engines, has one)",
+        .0.as_str()
+    )]
+    NoLongContext(CliBackend),
     /// A cliArgs entry outside the allow list.
     #[error(
         "cliArgs: '{arg}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
@@ -821,6 +831,9 @@ impl Engine for CliEngine {
 impl CliEngine {
     fn start_problem(&self, req: &StartRequest<'_>) -> Result<(), CliStartError> {
         let b = Self::backend_of(req.cli_backend)?;
+        if req.use_extended_context && b.long_context_args().is_none() {
+            return Err(CliStartError::NoLongContext(b));
+        }
         if b == CliBackend::Acp {
             return self.acp_start_problem(req).map_err(CliStartError::Acp);
         }

@@ -12,6 +12,7 @@ mod connections;
 mod console;
 mod engine_config;
 mod errors;
+mod extended_context;
 mod fleet;
 mod gateway;
 mod gateway_sdk;
