@@ -518,7 +518,12 @@ impl Config {
                 // Only ELFGATE_<SECTION>__<KEY> names a key: every section is a table, so a
                 // name without `__` never is one (the single variables are read below).
                 Env::prefixed("ELFGATE_")
-                    .filter(|k| k.as_str().contains("__"))
+                    .filter(|k| {
+                        k.as_str().contains("__")
+                            // ELFGATE_TEST_*: the test suite's settings (the PostgreSQL and NATS
+                            // it uses), which daemons started by the tests inherit.
+                            && !k.as_str().to_ascii_lowercase().starts_with("test_")
+                    })
                     .split("__"),
             )
             .merge(
