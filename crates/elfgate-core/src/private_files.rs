@@ -26,6 +26,24 @@ pub fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     restrict(dir, PRIVATE_DIR_MODE)
 }
 
+/// Warns when `dir` exists and other users may list or enter it. An existing directory's mode
+/// is never changed (it may be shared on purpose, or be the working directory), so the operator
+/// is told instead.
+pub fn warn_if_open_to_others(dir: &Path, what: &str) {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{mode:o}"),
+            "{what} can be read by other users: give it mode 0700 (the daemon does not change \
+             the mode of a directory it did not create)"
+        );
+    }
+}
+
 /// Writes `content` to `path` (created 0600; an existing file is made 0600 before it is
 /// rewritten, so the content is never readable by others, not even for a moment).
 pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {

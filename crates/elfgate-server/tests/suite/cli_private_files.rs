@@ -133,3 +133,41 @@ async fn the_data_directory_and_the_clis_homes_and_files_are_owner_only() {
     assert_eq!(mode(&gemini_home.join(".gemini")), 0o700);
     assert_eq!(mode(&gemini_home.join(".gemini/settings.json")), 0o600);
 }
+
+/// A data directory that exists already keeps its mode (it may be shared on purpose), and the
+/// daemon says at start that others can read it; the CLIs' homes in it, which an older daemon
+/// made readable, are made owner-only.
+#[tokio::test]
+async fn an_existing_data_directory_open_to_others_is_warned_about_and_its_cli_homes_closed() {
+    let mock = MockServer::start().await.unwrap();
+    let (mut opts, records, project) = cli_opts(&mock, "", "", "");
+    let data = records.parent().unwrap().join("shared");
+    let old_home = data.join("cli").join("codex");
+    std::fs::create_dir_all(&old_home).unwrap();
+    for dir in [&data, &data.join("cli"), &old_home] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let log = records.parent().unwrap().join("daemon.log");
+    opts.env.push((
+        "ELFGATE_DATABASE_URL".into(),
+        format!("sqlite://{}", data.join("elfgate.db").display()),
+    ));
+    opts.token = Some("private-files-token".into());
+    opts.log_file = Some(log.clone());
+    let c = CliDaemon::start(&mock, (opts, records, project));
+    let (status, _) = c.d.get("/v1/sessions").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        mode(&data),
+        0o755,
+        "an existing directory's mode is left alone"
+    );
+    assert_eq!(mode(&data.join("cli")), 0o700);
+    assert_eq!(mode(&old_home), 0o700);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warning = text
+        .lines()
+        .find(|l| l.contains("the data directory can be read by other users"))
+        .unwrap_or_else(|| panic!("no warning in {text}"));
+    assert!(warning.contains(&data.display().to_string()), "{warning}");
+}
