@@ -8,6 +8,7 @@ mod child_processes;
 mod cli_engine;
 mod cli_private_files;
 mod cli_real;
+mod cli_real_mcp;
 mod connections;
 mod console;
 mod engine_config;
