@@ -126,6 +126,10 @@ pub struct CreateSessionRequest {
     /// stored with the session's engineConfig (as its acpAgent key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acp_agent: Option<String>,
+    /// The model's long context (the specification's session-context field): stored with the
+    /// session's engineConfig (as its useExtendedContext key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_extended_context: Option<bool>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,

@@ -245,6 +245,8 @@ pub struct StartRequest<'a> {
     pub provider_env: Option<&'a std::collections::BTreeMap<String, String>>,
     /// The ACP agent the run would talk to (`acpAgent`).
     pub acp_agent: Option<&'a str>,
+    /// Whether the run asks for the model's long context (`useExtendedContext`).
+    pub use_extended_context: bool,
 }
 
 /// Why an engine refuses a request before anything is stored ([`Engine::check_start`]): the

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod model;
 pub mod modes;
 pub mod outcome;
+pub mod private_files;
 pub mod recorder;
 pub mod run_tokens;
 pub mod timefmt;

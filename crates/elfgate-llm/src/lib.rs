@@ -28,6 +28,7 @@ use client::WireProvider;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use anthropic::EXTENDED_CONTEXT_BETA;
 pub use elfgate_core::model::{ContentBlock, Role};
 pub use elfgate_core::{ThinkingLevel, TokenUsage};
 pub use error::LlmError;

@@ -369,6 +369,9 @@ impl Daemon {
         let dir = data_dir(&config.storage);
         let token_source = settle_token(&mut config, dir.as_deref())?;
         let store = OpenStore::open(&config).await?;
+        if let Some(dir) = &dir {
+            elfgate_core::private_files::warn_if_open_to_others(dir, "the data directory");
+        }
         let shared: Arc<dyn Store> = store.shared();
         let recovered = shared.recover_unfinished_runs().await?;
         for r in &recovered {

@@ -609,6 +609,39 @@ pub struct Config {
     pub source: Option<std::path::PathBuf>,
 }
 
+/// The `ELFGATE_` variables that are not `ELFGATE_<SECTION>__<KEY>` and still mean something:
+/// the daemon's single variables, the terminal client's `ELFGATE_URL`, and the test suite's
+/// `ELFGATE_TEST_*` (which daemons started by the tests inherit).
+const SINGLE_VARIABLES: &[&str] = &[
+    "ELFGATE_BIND",
+    "ELFGATE_DATABASE_URL",
+    "ELFGATE_TOKEN",
+    "ELFGATE_LOG",
+    "ELFGATE_LOG_FORMAT",
+    "ELFGATE_URL",
+];
+
+/// One warning naming (never showing the values of) the `ELFGATE_` variables that configure
+/// nothing: a name an operator chose for a secret, say, is no reason to refuse to start.
+fn warn_of_other_variables(names: impl Iterator<Item = std::ffi::OsString>) {
+    let ignored: Vec<String> = names
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| {
+            name.starts_with("ELFGATE_")
+                && !name.contains("__")
+                && !name.starts_with("ELFGATE_TEST_")
+                && !SINGLE_VARIABLES.contains(&name.as_str())
+        })
+        .collect();
+    if !ignored.is_empty() {
+        tracing::warn!(
+            variables = %ignored.join(", "),
+            "ignored: these ELFGATE_ variables are not configuration (a key is \
+             ELFGATE_<SECTION>__<KEY>)"
+        );
+    }
+}
+
 impl Config {
     /// How a gateway caller's built-in `web_search` is served on provider `name` (of `kind`):
     /// its `builtin_web_search`, else the provider's own search where its kind has one, else
@@ -636,11 +669,11 @@ impl Config {
         }
         fig = fig
             .merge(
+                // Only ELFGATE_<SECTION>__<KEY> names a key: every section is a table, so a
+                // name without `__` never is one (the single variables are read below).
                 Env::prefixed("ELFGATE_")
                     .filter(|k| {
-                        !["bind", "database_url", "token", "log", "log_format"]
-                            .iter()
-                            .any(|n| k.as_str().eq_ignore_ascii_case(n))
+                        k.as_str().contains("__")
                             // ELFGATE_TEST_*: the test suite's settings (the PostgreSQL and NATS
                             // it uses), which daemons started by the tests inherit.
                             && !k.as_str().to_ascii_lowercase().starts_with("test_")
@@ -657,6 +690,7 @@ impl Config {
                     .only(&["ELFGATE_DATABASE_URL"])
                     .map(|_| "storage.url".into()),
             );
+        warn_of_other_variables(std::env::vars_os().map(|(name, _)| name));
         let mut config: Config = fig.extract().map_err(Box::new)?;
         config.token = match std::env::var("ELFGATE_TOKEN") {
             // A blank token is a mistake (an unset variable expanded, say), and one no client

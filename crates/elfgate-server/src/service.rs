@@ -164,6 +164,7 @@ fn check_engine(
         channel_permissions: checked.engine_config.channel_permissions,
         provider_env: checked.engine_config.provider_env.as_ref(),
         acp_agent: checked.engine_config.acp_agent.as_deref(),
+        use_extended_context: checked.engine_config.use_extended_context == Some(true),
     })
     .map_err(|e| ApiError::Unprocessable(e.to_string()))
 }
@@ -766,6 +767,17 @@ async fn create_session_running(
                 )));
             }
             _ => checked.engine_config.acp_agent = Some(agent.clone()),
+        }
+    }
+    if let Some(extended) = req.use_extended_context {
+        match checked.engine_config.use_extended_context {
+            Some(other) if other != extended => {
+                return Err(ApiError::Unprocessable(format!(
+                    "useExtendedContext: {extended} differs from engineConfig.useExtendedContext \
+                     {other}; give one"
+                )));
+            }
+            _ => checked.engine_config.use_extended_context = Some(extended),
         }
     }
     let cli_backend = parse_name(req.cli_backend.as_deref())

@@ -66,7 +66,7 @@ pub fn generate() -> Result<String, TokenFileError> {
 /// it does not exist. A file others can read is made private again, with a warning.
 pub fn load_or_create(dir: &Path) -> Result<(String, TokenSource), TokenFileError> {
     let path = dir.join(TOKEN_FILE);
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    elfgate_core::private_files::create_private_dir_all(dir).map_err(io_err(dir))?;
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             restrict_to_owner(&path)?;

@@ -66,6 +66,22 @@ pub enum StoreError {
         /// " (pid N)" when known.
         holder: String,
     },
+    /// Another process holds the lock of the database file itself, which it opened by another
+    /// name (a hard link).
+    #[error(
+        "database {} is in use by another elfgate process, which opened the same file (device \
+         {device}, inode {inode}) by another name, a hard link; stop that process first, or use \
+         another database",
+        database.display()
+    )]
+    LockedByAnotherName {
+        /// The database file, as this process names it.
+        database: std::path::PathBuf,
+        /// The file's device.
+        device: u64,
+        /// The file's inode.
+        inode: u64,
+    },
     /// Another elfgate process that runs as a single node (no `[cluster]`) uses this PostgreSQL
     /// database: it holds the database's single-node advisory lock.
     #[error(
@@ -155,9 +171,9 @@ impl StoreError {
             StoreError::UnsupportedUrl(_) => "unsupported storage url",
             StoreError::OwnedElsewhere { .. } => "the session is being run by another node",
             StoreError::Fenced(_) => "this node no longer owns the session",
-            StoreError::Locked { .. } | StoreError::InUse => {
-                "the database is in use by another process"
-            }
+            StoreError::Locked { .. }
+            | StoreError::LockedByAnotherName { .. }
+            | StoreError::InUse => "the database is in use by another process",
             StoreError::Lock { .. } => "cannot lock the database",
         }
     }

@@ -3,6 +3,12 @@
 //! whoever opens the database first takes an exclusive advisory lock on a file next to it and
 //! keeps it until it exits, and anyone else refuses to start.
 //!
+//! A hard link is another name for the same file, with its own `.lock` beside it (and its own
+//! `-wal`, so two daemons on one file through two names end with a malformed database): the
+//! database file itself is locked too, and that lock belongs to the file (its device and inode),
+//! whatever name it was opened by. SQLite's own locks are POSIX record locks, which do not meet
+//! this whole-file (`flock`) lock on a local file system.
+//!
 //! The lock file stays after the process ends (removing it would race with a process taking it);
 //! its existence means nothing, only the lock on it does, and the kernel drops that lock with the
 //! process, whatever way it ends.
@@ -13,10 +19,12 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// The lock on `<database>.lock`, held as long as this value lives.
+/// The lock on `<database>.lock` and on the database file, held as long as this value lives.
 #[derive(Debug)]
 pub struct DatabaseLock {
     _file: File,
+    /// The database file itself, locked: the lock of its identity, whatever its name.
+    _database: File,
 }
 
 /// `<database>.lock`.
@@ -57,6 +65,7 @@ impl DatabaseLock {
             }
             Err(TryLockError::Error(source)) => return Err(StoreError::Lock { path, source }),
         }
+        let identity = lock_identity(&database)?;
         // For the message of whoever comes next; the lock, not this, is what counts.
         let pid = std::process::id().to_string();
         if let Err(e) = file
@@ -65,7 +74,41 @@ impl DatabaseLock {
         {
             tracing::debug!(error = %e, lock = %path.display(), "cannot write the pid into the lock file");
         }
-        Ok(DatabaseLock { _file: file })
+        Ok(DatabaseLock {
+            _file: file,
+            _database: identity,
+        })
+    }
+}
+
+/// Locks the database file itself (created owner-only when missing, as the store does before
+/// it locks). Another process holding it reached the same file by another name, a hard link:
+/// its `.lock` is not ours, so the message names the file's device and inode.
+fn lock_identity(database: &Path) -> StoreResult<File> {
+    use std::os::unix::fs::MetadataExt;
+    let lock_error = |source| StoreError::Lock {
+        path: database.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .mode(0o600)
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(database)
+        .map_err(lock_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => {
+            let meta = file.metadata().map_err(lock_error)?;
+            Err(StoreError::LockedByAnotherName {
+                database: database.to_path_buf(),
+                device: meta.dev(),
+                inode: meta.ino(),
+            })
+        }
+        Err(TryLockError::Error(source)) => Err(lock_error(source)),
     }
 }
 
@@ -172,5 +215,27 @@ mod tests {
             let err = DatabaseLock::acquire(&other).unwrap_err();
             assert!(matches!(err, StoreError::Locked { .. }), "{other:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_hard_link_to_the_database_meets_the_lock_of_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("e.db");
+        std::fs::write(&db, b"").unwrap();
+        let first = DatabaseLock::acquire(&db).unwrap();
+        let link = dir.path().join("hard.db");
+        std::fs::hard_link(&db, &link).unwrap();
+        let err = DatabaseLock::acquire(&link).unwrap_err();
+        assert!(
+            matches!(err, StoreError::LockedByAnotherName { .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("in use by another elfgate process"),
+            "{err}"
+        );
+        drop(first);
+        DatabaseLock::acquire(&link).unwrap();
     }
 }

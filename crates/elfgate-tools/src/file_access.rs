@@ -10,7 +10,7 @@
 //! and again on the handle; the open itself is non-blocking, so that a regular file swapped for a
 //! FIFO in between still cannot hold a thread.
 
-use crate::firewall::check_single_link;
+use crate::firewall::{FirewallError, check_single_link};
 use crate::tool::ToolError;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -72,6 +72,18 @@ fn check_before_open(path: &Path, shown: &str) -> Result<(), ToolError> {
     }
 }
 
+/// Why an open failed: ELOOP under O_NOFOLLOW means the last component is a symlink now, where
+/// the firewall resolved none, so a firewall refusal (audited as such), not an I/O error.
+fn open_error(e: std::io::Error, shown: &str) -> ToolError {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        ToolError::Firewall(FirewallError::SwappedForSymlink {
+            path: shown.to_string(),
+        })
+    } else {
+        ToolError::Io(e)
+    }
+}
+
 /// Opens `path` (resolved by the firewall; `shown` is the path as the model gave it) and checks
 /// the handle's link count.
 pub(crate) async fn open(
@@ -82,7 +94,8 @@ pub(crate) async fn open(
     check_before_open(path, shown)?;
     let file = tokio::fs::OpenOptions::from(options(access))
         .open(path)
-        .await?;
+        .await
+        .map_err(|e| open_error(e, shown))?;
     let meta = file.metadata().await?;
     check_kind(shown, meta.file_type())?;
     check_single_link(shown, &meta)?;
@@ -96,7 +109,9 @@ pub(crate) fn open_blocking(
 ) -> Result<(std::fs::File, std::fs::Metadata), ToolError> {
     let shown = path.display().to_string();
     check_before_open(path, &shown)?;
-    let file = options(access).open(path)?;
+    let file = options(access)
+        .open(path)
+        .map_err(|e| open_error(e, &shown))?;
     let meta = file.metadata()?;
     check_kind(&shown, meta.file_type())?;
     check_single_link(&shown, &meta)?;
@@ -152,6 +167,31 @@ mod tests {
         // One link is fine.
         std::fs::remove_file(&inside).unwrap();
         assert!(open(&outside, "outside.txt", Access::Update).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_symlink_found_at_open_is_a_firewall_refusal() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = root.path().join("outside.txt");
+        std::fs::write(&outside, "keep me").unwrap();
+        // As if the firewall had resolved `inside.txt` to a plain file that was swapped since.
+        let inside = root.path().join("inside.txt");
+        std::os::unix::fs::symlink(&outside, &inside).unwrap();
+        for access in [Access::Read, Access::Update, Access::Create] {
+            let e = open(&inside, "inside.txt", access).await.unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    ToolError::Firewall(FirewallError::SwappedForSymlink { .. })
+                ),
+                "{e}"
+            );
+            assert!(matches!(
+                open_blocking(&inside, access),
+                Err(ToolError::Firewall(_))
+            ));
+        }
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep me");
     }
 
     #[tokio::test]

@@ -59,6 +59,15 @@ pub enum FirewallError {
         /// Its link count.
         links: u64,
     },
+    /// The path's last component was a symlink when the file was opened, after the firewall had
+    /// resolved it to something else: it was swapped in since, and is not followed.
+    #[error(
+        "path '{path}' was replaced by a symlink after the firewall checked it; the file tools do not follow it"
+    )]
+    SwappedForSymlink {
+        /// As given.
+        path: String,
+    },
     /// The command matches the deny list.
     #[error("command denied by the firewall (matches '{pattern}')")]
     DeniedCommand {

@@ -6,6 +6,7 @@
 
 use super::acp::{self, AcpAdapter, Incoming};
 use super::acp_terminal::Terminals;
+use super::acp_write::EditGrants;
 use super::adapter::{AdapterEvent, str_of};
 use super::backend::Polite;
 use super::relay::Relay;
@@ -19,7 +20,7 @@ use elfgate_core::{
     SessionId,
 };
 use elfgate_tools::ExecutionFirewall;
-use elfgate_tools::confined::{read_capped, write_confined};
+use elfgate_tools::confined::read_capped;
 use elfgate_tools::process::{GroupNote, ProcessSpec};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -575,6 +576,7 @@ impl CliEngine {
         let mut adapter = AcpAdapter::default();
         // Killed when the turn ends, however it ends.
         let mut terms = Terminals::new(&ctx.cancel);
+        let mut edits = EditGrants::default();
         loop {
             let busy = terms.busy();
             let Some(line) = conn
@@ -635,6 +637,9 @@ impl CliEngine {
                                         if denied.is_none() && tool_name == "execute" {
                                             terms.grant();
                                         }
+                                        if denied.is_none() && tool_name == "edit" {
+                                            edits.grant();
+                                        }
                                         answer = adapter
                                             .permission_answer(&request_id, denied.is_some());
                                     }
@@ -655,7 +660,12 @@ impl CliEngine {
                             .await,
                         ),
                         "fs/write_text_file" => {
-                            Some(write_text_file(&self.shell.firewall, &conn.cwd, id, params).await)
+                            let answer = self
+                                .write_text_file(ctx, &mut edits, &conn.cwd, id, params)
+                                .await;
+                            // The client may have been asked: its time is not the agent's.
+                            conn.sup.touch();
+                            Some(answer)
                         }
                         "terminal/create" => Some(
                             self.create_terminal(ctx, &mut terms, &conn.cwd, id, params)
@@ -773,26 +783,6 @@ async fn read_text_file(
             };
             acp::response(id, json!({"content": text}))
         }
-        Err(e) => acp::error_response(id, acp::INTERNAL_ERROR, &e.to_string()),
-    }
-}
-
-/// Serves `fs/write_text_file` inside `cwd` through the firewall.
-async fn write_text_file(
-    firewall: &ExecutionFirewall,
-    cwd: &Path,
-    id: &Value,
-    params: &Value,
-) -> Vec<u8> {
-    let (Some(path), Some(content)) = (str_of(params, "path"), str_of(params, "content")) else {
-        return acp::error_response(
-            id,
-            acp::INVALID_PARAMS,
-            "path and content: strings are required",
-        );
-    };
-    match write_confined(firewall, cwd, path, content).await {
-        Ok(()) => acp::response(id, Value::Null),
         Err(e) => acp::error_response(id, acp::INTERNAL_ERROR, &e.to_string()),
     }
 }

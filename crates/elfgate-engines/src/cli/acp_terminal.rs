@@ -10,7 +10,7 @@
 use super::CliEngine;
 use super::acp;
 use super::adapter::str_of;
-use elfgate_core::{AuditRecord, BlockedCall, EngineSessionContext, Gate, PermissionMode};
+use elfgate_core::{BlockedCall, EngineSessionContext, Gate, PermissionMode};
 use elfgate_tools::terminal::{CommandRequest, Terminal, TerminalExit, TerminalRefused};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -318,21 +318,14 @@ impl CliEngine {
         gate: Gate,
         why: String,
     ) -> Vec<u8> {
-        let record = AuditRecord {
-            session_id: ctx.session_id(),
-            run_id: ctx.run_id,
-            call: BlockedCall {
-                tool_use_id: id.to_string(),
-                tool_name: "shell".to_string(),
-                gate,
-                reason: why.clone(),
-            },
-            input: json!({"command": line}),
-            created_at: chrono::Utc::now(),
+        let call = BlockedCall {
+            tool_use_id: id.to_string(),
+            tool_name: "shell".to_string(),
+            gate,
+            reason: why.clone(),
         };
-        if let Err(e) = self.store.record_blocked(&record).await {
-            tracing::warn!(error = %e, "could not store the audit record of a refused terminal");
-        }
+        self.audit_acp_refusal(ctx, call, json!({"command": line}))
+            .await;
         acp::error_response(
             req,
             acp::INTERNAL_ERROR,

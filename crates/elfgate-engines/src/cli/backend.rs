@@ -27,11 +27,17 @@ pub(crate) trait BackendProgram: Copy {
     fn proxy_door(self) -> Option<ProxyDoor>;
     /// That door as the CLI's provider, the daemon listening at `url`.
     fn proxy_provider(self, url: &str) -> CliProvider;
-    /// Arguments that hand `servers` (the session's MCP servers) to the CLI (claude-code only).
-    fn mcp_args(
+    /// `servers` (the session's MCP servers) in the CLI's own format, for a file handed to it
+    /// (claude-code only; None without servers).
+    fn mcp_config(
         self,
         servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
-    ) -> Vec<String>;
+    ) -> Option<String>;
+    /// Arguments that hand the CLI the file of its MCP servers.
+    fn mcp_args(self, file: &Path) -> Vec<String>;
+    /// Arguments that ask the CLI's model for its long context (`useExtendedContext`); None for
+    /// a CLI without such a switch.
+    fn long_context_args(self) -> Option<Vec<String>>;
     /// Arguments a run through the door needs (codex: the door's provider table; its built-in
     /// web search off when the provider behind the door cannot search).
     fn proxy_args(self, door: &CliProvider, searches: bool) -> Vec<String>;
@@ -119,13 +125,31 @@ impl BackendProgram for CliBackend {
         }
     }
 
-    fn mcp_args(
+    fn mcp_config(
         self,
         servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
-    ) -> Vec<String> {
+    ) -> Option<String> {
         match self {
-            CliBackend::ClaudeCode => claude_code::mcp_args(servers),
+            CliBackend::ClaudeCode => claude_code::mcp_config(servers),
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => None,
+        }
+    }
+
+    fn mcp_args(self, file: &Path) -> Vec<String> {
+        match self {
+            CliBackend::ClaudeCode => claude_code::mcp_args(file),
             CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => Vec::new(),
+        }
+    }
+
+    fn long_context_args(self) -> Option<Vec<String>> {
+        match self {
+            // One word: `--betas` takes every word after it, a prompt placed there included.
+            CliBackend::ClaudeCode => Some(vec![format!(
+                "--betas={}",
+                elfgate_llm::EXTENDED_CONTEXT_BETA
+            )]),
+            CliBackend::Codex | CliBackend::GeminiCli | CliBackend::Acp => None,
         }
     }
 

@@ -91,11 +91,10 @@ pub(crate) fn interrupt_request() -> Vec<u8> {
     }))
 }
 
-/// `--mcp-config` with the servers (enabled ones) in claude-code's own format, and
-/// `--strict-mcp-config` so that only these are used; nothing without servers.
-pub(crate) fn mcp_args(
+/// The servers (enabled ones) in claude-code's own `--mcp-config` format; None without servers.
+pub(crate) fn mcp_config(
     servers: &BTreeMap<String, elfgate_core::mcp_config::McpServerConfig>,
-) -> Vec<String> {
+) -> Option<String> {
     let mut out = serde_json::Map::new();
     for (name, s) in servers.iter().filter(|(_, s)| s.enabled) {
         let entry = match (&s.command, &s.url) {
@@ -113,11 +112,17 @@ pub(crate) fn mcp_args(
         out.insert(name.clone(), entry);
     }
     if out.is_empty() {
-        return Vec::new();
+        return None;
     }
+    Some(json!({ "mcpServers": out }).to_string())
+}
+
+/// `--mcp-config` naming the file that holds the servers (their headers and variables are
+/// secrets: never on the command line), and `--strict-mcp-config` so that only these are used.
+pub(crate) fn mcp_args(file: &std::path::Path) -> Vec<String> {
     vec![
         "--mcp-config".to_string(),
-        json!({ "mcpServers": out }).to_string(),
+        file.display().to_string(),
         "--strict-mcp-config".to_string(),
     ]
 }

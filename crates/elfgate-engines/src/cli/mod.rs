@@ -5,6 +5,7 @@
 mod acp;
 mod acp_run;
 mod acp_terminal;
+mod acp_write;
 mod adapter;
 mod availability;
 pub mod backend;
@@ -14,6 +15,7 @@ mod gemini_cli;
 mod limits;
 mod lines;
 mod relay;
+mod run_files;
 pub mod sdk;
 pub mod settings;
 mod supervisor;
@@ -42,6 +44,7 @@ use elfgate_tools::process::{ChildEnv, GroupNote, ProcessSpec, kill_noted_groups
 use elfgate_tools::{Ask, Decision, PermissionBroker, PermissionOutcome, PermissionTier};
 use limits::{Limits, Slot};
 use relay::Relay;
+use run_files::RunFiles;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -166,16 +169,21 @@ impl CliEngine {
         env
     }
 
-    /// Writes the backend's configuration files into its home.
+    /// Writes the backend's configuration files into its home. The homes and the files are
+    /// owner-only: the CLIs keep their transcripts there.
     fn write_files(&self, b: CliBackend) -> std::io::Result<()> {
+        use elfgate_core::private_files::{
+            create_private_dir_all, ensure_private_dir, write_private,
+        };
         let home = self.home(b);
-        std::fs::create_dir_all(&home)?;
+        ensure_private_dir(&self.config.state_dir)?;
+        ensure_private_dir(&home)?;
         for (rel, content) in b.files(&self.config.providers) {
             let path = home.join(rel);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                create_private_dir_all(dir)?;
             }
-            std::fs::write(path, content)?;
+            write_private(&path, content.as_bytes())?;
         }
         Ok(())
     }
@@ -292,11 +300,31 @@ impl CliEngine {
             Some(p) => b.proxy_args(&p.provider, p.searches),
             None => Vec::new(),
         };
-        if policy.mcp {
-            extra.extend(b.mcp_args(&McpSessionConfig::merged(
+        // Kept to the run's end: the directory of the MCP servers' file goes with it.
+        let mut _run_files = None;
+        if policy.mcp
+            && let Some(servers) = b.mcp_config(&McpSessionConfig::merged(
                 ctx.engine_config.mcp_config.as_ref(),
                 &self.config.mcp_servers,
-            )));
+            ))
+        {
+            let handed = RunFiles::create(&self.config.state_dir, &ctx.run_id).and_then(|files| {
+                let path = files.write("mcp.json", &servers)?;
+                Ok((files, path))
+            });
+            match handed {
+                Ok((files, path)) => {
+                    extra.extend(b.mcp_args(&path));
+                    _run_files = Some(files);
+                }
+                Err(e) => {
+                    let why = format!("cannot write the MCP servers' file for the CLI: {e}");
+                    return fail(&ctx, ErrorCode::CliSetup, why).await;
+                }
+            }
+        }
+        if ctx.engine_config.use_extended_context == Some(true) {
+            extra.extend(b.long_context_args().unwrap_or_default());
         }
         extra.extend(cfg.args.clone());
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
@@ -663,6 +691,13 @@ pub enum CliStartError {
         /// What the probe found.
         why: String,
     },
+    /// useExtendedContext for a CLI without a long-context switch.
+    #[error(
+        "useExtendedContext: {} has no long-context switch (claude-code, in the cli and \
+         claude-sdk engines, has one)",
+        .0.as_str()
+    )]
+    NoLongContext(CliBackend),
     /// A cliArgs entry outside the allow list.
     #[error(
         "cliArgs: '{arg}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
@@ -796,6 +831,9 @@ impl Engine for CliEngine {
 impl CliEngine {
     fn start_problem(&self, req: &StartRequest<'_>) -> Result<(), CliStartError> {
         let b = Self::backend_of(req.cli_backend)?;
+        if req.use_extended_context && b.long_context_args().is_none() {
+            return Err(CliStartError::NoLongContext(b));
+        }
         if b == CliBackend::Acp {
             return self.acp_start_problem(req).map_err(CliStartError::Acp);
         }

@@ -56,8 +56,9 @@ impl<'a> Relay<'a> {
         let Some(dir) = &self.markers else {
             return;
         };
-        let noted = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(super::cli_session_marker(dir, id), b""));
+        let noted = elfgate_core::private_files::create_private_dir_all(dir).and_then(|()| {
+            elfgate_core::private_files::write_private(&super::cli_session_marker(dir, id), b"")
+        });
         if let Err(e) = noted {
             tracing::warn!(error = %e, "cannot note the CLI session in its home: a resume of it \
                 will be refused");

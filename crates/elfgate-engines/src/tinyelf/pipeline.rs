@@ -84,11 +84,27 @@ async fn denied(
     gate: Gate,
     why: String,
 ) -> CallResult {
+    record_blocked(runner, call, gate, &why).await;
+    finish(
+        runner,
+        agent,
+        call,
+        format!("Tool call denied: {why}"),
+        ToolCallStatus::Denied,
+        false,
+    )
+    .await
+}
+
+/// Keeps a blocked call in the turn's record (postTurn `denied`) and the session's audit: one
+/// a gate blocked before it ran, or one the firewall refused inside its tool (a skill's file
+/// outside its folder, a path swapped after the firewall's first check).
+async fn record_blocked(runner: &Runner, call: &RequestedToolCall, gate: Gate, why: &str) {
     let blocked = BlockedCall {
         tool_use_id: call.id.clone(),
         tool_name: call.name.clone(),
         gate,
-        reason: why.clone(),
+        reason: why.to_string(),
     };
     let record = AuditRecord {
         session_id: runner.ctx.session_id(),
@@ -103,15 +119,6 @@ async fn denied(
         // The call stays blocked; only its audit line is missing, and the log says so.
         tracing::warn!(error = %e, tool = %call.name, gate = gate.as_str(), "could not store the audit record of a blocked call");
     }
-    finish(
-        runner,
-        agent,
-        call,
-        format!("Tool call denied: {why}"),
-        ToolCallStatus::Denied,
-        false,
-    )
-    .await
 }
 
 async fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> CallResult {
@@ -434,11 +441,15 @@ pub(crate) async fn run_call(
                 },
                 out.yield_run,
             ),
-            Some(Err(ToolError::Firewall(e))) => (
-                format!("Tool call denied: blocked by the firewall: {e}"),
-                ToolCallStatus::Denied,
-                false,
-            ),
+            Some(Err(ToolError::Firewall(e))) => {
+                let why = format!("blocked by the firewall: {e}");
+                record_blocked(runner, call, Gate::Firewall, &why).await;
+                (
+                    format!("Tool call denied: {why}"),
+                    ToolCallStatus::Denied,
+                    false,
+                )
+            }
             Some(Err(ToolError::InvalidInput(e))) => (
                 format!(
                     "Error: invalid input for {}: {e}. Expected: {}",

@@ -35,7 +35,7 @@ impl AnthropicWire {
 }
 
 /// The beta that opens a model's 1M-token context window (Claude Sonnet 4 and later).
-const EXTENDED_CONTEXT_BETA: &str = "context-1m-2025-08-07";
+pub const EXTENDED_CONTEXT_BETA: &str = "context-1m-2025-08-07";
 
 impl Wire for AnthropicWire {
     const KIND: ProviderKind = ProviderKind::Anthropic;

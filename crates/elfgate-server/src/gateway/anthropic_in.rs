@@ -135,6 +135,18 @@ struct ThinkingParam {
     budget_tokens: Option<u64>,
 }
 
+/// Whether the caller's `anthropic-beta` header (betas separated by commas, in one header or
+/// several) names the long-context beta: the one beta the door passes on to an Anthropic-kind
+/// provider. Others could change what the provider answers in ways the daemon does not read.
+pub fn asks_long_context(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|beta| beta.trim() == elfgate_llm::EXTENDED_CONTEXT_BETA)
+}
+
 /// Parses a Messages body.
 pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
     let r: MessagesRequest = typed(body, PathStyle::Dots)?;
@@ -212,8 +224,8 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
             // The caller's own cache marks travel in the passthrough (Anthropic callers).
             cache_prefix_len: 0,
             passthrough,
-            // A door's caller opts into betas with its own anthropic-beta header, which a door
-            // does not relay (docs/gateway.md).
+            // From the caller's anthropic-beta header, which the route reads
+            // (`asks_long_context`).
             extended_context: false,
             native_search: false,
         },

@@ -201,6 +201,7 @@ pub async fn start(
                     agent_id: None,
                     mcp_config: None,
                     acp_agent: None,
+                    use_extended_context: None,
                     overrides,
                     unknown: Default::default(),
                 },

@@ -264,7 +264,8 @@ pub(crate) async fn messages(
     let door = Door::Anthropic;
     let answer = async {
         let value = read_body(&state, &headers, bytes)?;
-        let inbound = anthropic_in::parse(&value)?;
+        let mut inbound = anthropic_in::parse(&value)?;
+        inbound.request.extended_context = anthropic_in::asks_long_context(&headers);
         check_grant(&grant, &inbound.model)?;
         let stream = inbound.stream;
         let mut handle = begin(&state, &grant, &headers, inbound).await?;

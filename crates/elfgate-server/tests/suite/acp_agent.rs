@@ -16,15 +16,20 @@ use scripted::procs::live_with_env;
 use serde_json::{Value, json};
 
 /// A daemon with gemini-cli configured as the ACP agent `gemini`.
-struct Acp {
-    mock: MockServer,
-    d: Daemon,
+pub(super) struct Acp {
+    pub(super) mock: MockServer,
+    pub(super) d: Daemon,
     opts: Opts,
-    project: tempfile::TempDir,
+    pub(super) project: tempfile::TempDir,
     marker: String,
 }
 
 async fn start(extra: &str) -> Option<Acp> {
+    start_with_args(r#"["--acp"]"#, extra).await
+}
+
+/// [`start`] with the agent's arguments `args` (a TOML array).
+pub(super) async fn start_with_args(args: &str, extra: &str) -> Option<Acp> {
     let bin = installed(GEMINI)?;
     Some(
         launch("acp", ("ACP_GEMINI_KEY", "sk-gemini"), |base, marker| {
@@ -37,7 +42,7 @@ api_key_env = "ACP_GEMINI_KEY"
 
 [engines.cli.acp.agents.gemini]
 command = "{bin}"
-args = ["--acp"]
+args = {args}
 model_arg = "-m"
 provider_setup = "gemini-cli"
 provider = "real-gemini"
@@ -83,13 +88,13 @@ async fn launch(
 }
 
 impl Acp {
-    fn session(&self, prompt: &str, model: &str) -> Value {
+    pub(super) fn session(&self, prompt: &str, model: &str) -> Value {
         json!({"engine": "cli", "cliBackend": "acp", "acpAgent": "gemini", "prompt": prompt,
                "model": model, "projectPath": self.project.path().display().to_string()})
     }
 
     /// The model calls the agent made.
-    fn calls(&self) -> Vec<RecordedRequest> {
+    pub(super) fn calls(&self) -> Vec<RecordedRequest> {
         self.mock
             .requests()
             .into_iter()
@@ -117,7 +122,7 @@ impl Acp {
     }
 }
 
-fn tool_ends(evs: &[Ev]) -> Vec<&Value> {
+pub(super) fn tool_ends(evs: &[Ev]) -> Vec<&Value> {
     evs.iter()
         .filter(|e| e.event == "toolCallEnd")
         .map(|e| &e.data)

@@ -34,14 +34,14 @@ fn fake_of(backend: &str) -> &'static str {
 /// `records/<backend>`, with `cli` keys added to `[engines.cli]`, `backend` keys to every backend's
 /// table and `env` entries to every backend's variables. The providers the CLIs get have keys in
 /// the daemon's environment, as has a provider no CLI uses.
-struct CliDaemon {
-    d: Daemon,
+pub(crate) struct CliDaemon {
+    pub(crate) d: Daemon,
     opts: Opts,
     records: PathBuf,
-    project: PathBuf,
+    pub(crate) project: PathBuf,
 }
 
-fn start(mock: &MockServer, cli: &str, backend: &str) -> CliDaemon {
+pub(crate) fn start(mock: &MockServer, cli: &str, backend: &str) -> CliDaemon {
     start_with(mock, cli, backend, "")
 }
 
@@ -51,6 +51,17 @@ fn start_deaf(mock: &MockServer) -> CliDaemon {
 }
 
 fn start_with(mock: &MockServer, cli: &str, backend: &str, env: &str) -> CliDaemon {
+    CliDaemon::start(mock, cli_opts(mock, cli, backend, env))
+}
+
+/// [`start_with`]'s options (and its records and project folders), for a test that changes
+/// them before it starts the daemon with [`CliDaemon::start`].
+pub(crate) fn cli_opts(
+    mock: &MockServer,
+    cli: &str,
+    backend: &str,
+    env: &str,
+) -> (Opts, PathBuf, PathBuf) {
     let work = tempfile::tempdir().unwrap().keep();
     let records = work.join("records");
     let project = work.join("project");
@@ -116,26 +127,21 @@ env = {{ FAKE_CLI_RECORD = "{rec}"{env} }}
         .to_vec(),
         ..Opts::default()
     };
-    CliDaemon {
-        d: Daemon::start(mock, opts.clone()),
-        opts,
-        records,
-        project,
-    }
+    (opts, records, project)
 }
 
 /// The last run of a fake as it recorded it (each run rewrites the file).
-struct Recorded(Value);
+pub(crate) struct Recorded(pub(crate) Value);
 
 impl Recorded {
-    fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         let argv = self.0["argv"].as_array().unwrap();
         argv[1..]
             .iter()
             .map(|a| a.as_str().unwrap().to_string())
             .collect()
     }
-    fn env(&self, name: &str) -> Option<&str> {
+    pub(crate) fn env(&self, name: &str) -> Option<&str> {
         self.0["env"][name].as_str()
     }
     fn envs(&self) -> impl Iterator<Item = (&String, &Value)> {
@@ -153,6 +159,19 @@ impl Recorded {
 }
 
 impl CliDaemon {
+    /// A daemon on `opts` from [`cli_opts`].
+    pub(crate) fn start(
+        mock: &MockServer,
+        (opts, records, project): (Opts, PathBuf, PathBuf),
+    ) -> CliDaemon {
+        CliDaemon {
+            d: Daemon::start(mock, opts.clone()),
+            opts,
+            records,
+            project,
+        }
+    }
+
     /// The last run `backend` recorded, if any.
     fn record(&self, backend: &str) -> Option<Recorded> {
         let text = std::fs::read_to_string(self.records.join(backend)).ok()?;
@@ -161,7 +180,12 @@ impl CliDaemon {
 
     /// Waits until `backend`'s record is of the run whose prompt is `prompt` (and, with
     /// `grandchild`, has the grandchild's pid).
-    async fn until_record(&self, backend: &str, prompt: &str, grandchild: bool) -> Recorded {
+    pub(crate) async fn until_record(
+        &self,
+        backend: &str,
+        prompt: &str,
+        grandchild: bool,
+    ) -> Recorded {
         poll_until(&format!("{backend} recorded '{prompt}'"), || {
             let r = self.record(backend)?;
             (r.0["prompt"] == prompt && (!grandchild || r.grandchild().is_some())).then_some(r)
@@ -169,7 +193,7 @@ impl CliDaemon {
         .await
     }
 
-    fn session(&self, backend: &str, prompt: &str) -> Value {
+    pub(crate) fn session(&self, backend: &str, prompt: &str) -> Value {
         json!({"engine": "cli", "cliBackend": backend, "prompt": prompt,
                "projectPath": self.project.display().to_string()})
     }
@@ -197,14 +221,14 @@ impl CliDaemon {
     }
 }
 
-fn complete(evs: &[Ev]) -> Vec<&str> {
+pub(crate) fn complete(evs: &[Ev]) -> Vec<&str> {
     evs.iter()
         .filter(|e| e.event == "complete")
         .map(|e| e.data["finishReason"].as_str().unwrap())
         .collect()
 }
 
-fn errors(evs: &[Ev]) -> Vec<(String, String)> {
+pub(crate) fn errors(evs: &[Ev]) -> Vec<(String, String)> {
     evs.iter()
         .filter(|e| e.event == "error")
         .map(|e| {
@@ -1067,54 +1091,6 @@ async fn proxy_always_sends_every_cli_through_the_daemons_door() {
             .unwrap();
         assert_eq!(after.status(), 403, "{b}");
     }
-}
-
-/// claude-sdk hands the session's MCP servers to claude-code (`--mcp-config`, claude's own
-/// format, `--strict-mcp-config`) and runs it through the daemon's door even on an Anthropic
-/// provider; the plain cli engine does neither.
-#[tokio::test]
-async fn claude_sdk_hands_the_sessions_mcp_servers_to_claude_code() {
-    let mock = MockServer::start().await.unwrap();
-    let c = start(&mock, "", "");
-    let mcp = json!({"servers": {
-        "files": {"command": "node", "args": ["files.js"], "env": {"ROOT": "/srv"}},
-        "remote": {"url": "http://127.0.0.1:9/mcp"}
-    }});
-    let mut body = c.session("claude-code", "text");
-    body["engine"] = json!("claude-sdk");
-    body.as_object_mut().unwrap().remove("cliBackend");
-    body["mcpConfig"] = mcp.clone();
-    body["model"] = json!("claude-fake");
-    let (sid, run) = c.d.create(body).await;
-    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
-    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
-    let rec = c.until_record("claude-code", "text", false).await;
-    let args = rec.args();
-    let at = args.iter().position(|a| a == "--mcp-config").unwrap();
-    let handed: Value = serde_json::from_str(&args[at + 1]).unwrap();
-    assert_eq!(
-        handed,
-        json!({"mcpServers": {
-            "files": {"type": "stdio", "command": "node", "args": ["files.js"],
-                      "env": {"ROOT": "/srv"}},
-            "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {}}
-        }})
-    );
-    assert!(args.iter().any(|a| a == "--strict-mcp-config"));
-    assert!(
-        rec.env("ANTHROPIC_API_KEY")
-            .is_some_and(|k| k.starts_with("elfgate-run-")),
-        "through the door even on an Anthropic provider"
-    );
-
-    // The cli engine's claude-code gets neither.
-    let mut body = c.session("claude-code", "again");
-    body["mcpConfig"] = mcp;
-    let (sid, run) = c.d.create(body).await;
-    c.d.events(&sid, None).await.until_complete(&run).await;
-    let rec = c.until_record("claude-code", "again", false).await;
-    assert!(!rec.args().iter().any(|a| a == "--mcp-config"));
-    assert_eq!(rec.env("ANTHROPIC_API_KEY"), Some("sk-anthropic"));
 }
 
 /// A CLI's run token reaches its own session only: on the Responses door,

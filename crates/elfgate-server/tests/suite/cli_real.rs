@@ -44,7 +44,7 @@ const CODEX: Cli = Cli {
     provider: "real-responses",
     key: "sk-responses",
 };
-const CLAUDE: Cli = Cli {
+pub(super) const CLAUDE: Cli = Cli {
     backend: "claude-code",
     program: "claude",
     version: "2.1.328",
@@ -93,17 +93,17 @@ pub(super) fn installed_program(program: &str) -> Option<PathBuf> {
 }
 
 /// A daemon whose `cli` backend is the real program, pointed at the mock.
-struct Real {
+pub(super) struct Real {
     cli: Cli,
-    mock: MockServer,
-    d: Daemon,
+    pub(super) mock: MockServer,
+    pub(super) d: Daemon,
     /// The session's projectPath, a fresh directory.
-    project: tempfile::TempDir,
+    pub(super) project: tempfile::TempDir,
     /// The value of MARKER in this daemon's CLI runs.
     marker: String,
 }
 
-async fn start(cli: Cli) -> Option<Real> {
+pub(super) async fn start(cli: Cli) -> Option<Real> {
     let bin = installed(cli)?;
     let mock = MockServer::start().await.unwrap();
     let base = mock.base_url();

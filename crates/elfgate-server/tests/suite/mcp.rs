@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 /// server-everything's entry point.
-fn everything() -> String {
+pub(super) fn everything() -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tools/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(

@@ -1,15 +1,19 @@
 //! One module per area of the suite.
 
 mod acp_agent;
+mod acp_modes;
 mod browser;
 mod chat;
 mod child_processes;
 mod cli_engine;
+mod cli_private_files;
 mod cli_real;
+mod cli_real_mcp;
 mod connections;
 mod console;
 mod engine_config;
 mod errors;
+mod extended_context;
 pub(crate) mod fleet;
 mod fleet_bus;
 mod fleet_transport;
@@ -35,6 +39,7 @@ mod terminal_client;
 mod tinyelf_bounds;
 mod tinyelf_compaction;
 mod tinyelf_context;
+mod tinyelf_denials;
 mod tinyelf_loop;
 mod tinyelf_permissions;
 mod tinyelf_resume;

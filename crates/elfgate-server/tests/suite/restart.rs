@@ -304,6 +304,88 @@ async fn a_second_daemon_on_the_same_database_refuses_to_start() {
     assert_eq!(r["finishReason"], "stop", "{r}");
 }
 
+/// A hard link is another name for the database file with its own `.lock` (and `-wal`) beside
+/// it: a second daemon on it still refuses to start, since the lock is the file's, and the first
+/// daemon's run is left alone.
+#[tokio::test]
+async fn a_second_daemon_on_a_hard_link_to_the_database_refuses_to_start() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let (sid, run) = d.create(chat("long", "mock:tokens=200,delay_ms=10")).await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = sse.until_text("tok0 tok1 ").await;
+
+    let link = d.dir.join("hard.db");
+    std::fs::hard_link(d.dir.join("elfgate.db"), &link).unwrap();
+    let database = format!("sqlite://{}", link.display());
+    for args in [&["serve"][..], &["migrate"][..]] {
+        let (status, out) = elfgate_beside(&d, args, Some(&database)).await;
+        assert!(
+            !status.success(),
+            "`elfgate {args:?}` on a hard link started beside the daemon: {out}"
+        );
+        assert!(out.contains("in use by another elfgate process"), "{out}");
+        assert!(out.contains("hard link"), "{out}");
+    }
+
+    evs.extend(sse.until_complete(&run).await);
+    assert_eq!(evs.last().unwrap().data["finishReason"], "stop");
+    let want: String = (0..200).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text_of(&evs), want);
+    let (_, check) = d.get(&format!("/v1/sessions/{sid}/messages")).await;
+    assert_eq!(check["messages"][1]["blocks"][0]["text"], want.as_str());
+}
+
+/// Only `ELFGATE_<SECTION>__<KEY>` and the documented single variables are configuration: the
+/// terminal client's `ELFGATE_URL` is ignored, and any other `ELFGATE_` name an operator chose is
+/// ignored with one warning naming it (never its value), by `config check` and by `serve`.
+#[test]
+fn variables_that_are_not_configuration_keys_are_ignored_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/x.db", dir.path().display());
+    let others = [
+        ("ELFGATE_URL", "http://127.0.0.1:7420"),
+        ("ELFGATE_WEBHOOK_SECRET", "s3cr3t-value"),
+    ];
+    let mut env = vec![
+        ("ELFGATE_DATABASE_URL", db.as_str()),
+        ("ELFGATE_LOG", "warn"),
+    ];
+    env.extend(others);
+    let (ok, out) = run_elfgate(&["config", "check"], &env);
+    assert!(ok, "{out}");
+    assert!(out.contains("configuration is valid"), "{out}");
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("not configuration"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    // The client's own variable is documented, so not warned about.
+    assert!(
+        warnings[0].contains("ELFGATE_WEBHOOK_SECRET") && !warnings[0].contains("ELFGATE_URL"),
+        "{out}"
+    );
+    assert!(!out.contains("s3cr3t-value"), "{out}");
+    // A real key is still read (and checked) beside them.
+    env.push(("ELFGATE_DEFAULTS__PROVIDER", "nowhere"));
+    let (ok, out) = run_elfgate(&["config", "check"], &env);
+    assert!(!ok, "{out}");
+    assert!(out.contains("defaults.provider 'nowhere'"), "{out}");
+
+    // `serve` starts with them set (here it stops at its own refusal of a public address
+    // without auth, which comes after the configuration is read).
+    let env = [
+        ("ELFGATE_DATABASE_URL", db.as_str()),
+        ("ELFGATE_BIND", "0.0.0.0:0"),
+        ("ELFGATE_SERVER__AUTH", "none"),
+        ("ELFGATE_URL", "http://127.0.0.1:7420"),
+    ];
+    let (ok, out) = run_elfgate(&["serve"], &env);
+    assert!(!ok);
+    assert!(out.contains("only allowed on a loopback address"), "{out}");
+    assert!(!out.contains("unknown field"), "{out}");
+}
+
 /// `config check` (and so `serve`) refuses an alias that could only fail at request time, or
 /// would drop its fallbacks unseen, naming the alias and why; a sound one passes.
 #[test]

@@ -192,26 +192,35 @@ async fn without_a_token_argument_the_client_reads_the_daemons_token_file() {
     d.events(&sid, None).await.until_complete(&run).await;
     // What a user on this machine has: the daemon's configuration (here its database URL) and
     // no token anywhere but the file the daemon wrote beside the database.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
-    cmd.args(["sessions", "--url", &d.base]);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("ELFGATE_") {
-            cmd.env_remove(key);
+    // With the daemon's address as --url, or in ELFGATE_URL, the client's own variable, which
+    // is not a key of the daemon's configuration: either way the token file is found.
+    for url_in_env in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
+        cmd.arg("sessions");
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("ELFGATE_") {
+                cmd.env_remove(key);
+            }
         }
+        if url_in_env {
+            cmd.env("ELFGATE_URL", &d.base);
+        } else {
+            cmd.args(["--url", &d.base]);
+        }
+        cmd.env(
+            "ELFGATE_DATABASE_URL",
+            format!("sqlite://{}", d.dir.join("elfgate.db").display()),
+        );
+        let out = run_with_stdin(cmd, "").await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "ELFGATE_URL {url_in_env}: {}{}",
+            stdout(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout(&out).contains(&sid), "{}", stdout(&out));
     }
-    cmd.env(
-        "ELFGATE_DATABASE_URL",
-        format!("sqlite://{}", d.dir.join("elfgate.db").display()),
-    );
-    let out = run_with_stdin(cmd, "").await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout(&out).contains(&sid), "{}", stdout(&out));
 }
 
 #[tokio::test]

@@ -110,7 +110,9 @@ impl SqliteStore {
             && !dir.as_os_str().is_empty()
             && file.as_os_str() != ":memory:"
         {
-            std::fs::create_dir_all(dir)?;
+            // Owner-only when new, as the database is (the token file and the CLIs' homes live
+            // there too).
+            elfgate_core::private_files::create_private_dir_all(dir)?;
         }
         // Before migrations and before anyone reads or ends a run.
         let lock = if in_memory(url) {

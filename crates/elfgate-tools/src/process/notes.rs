@@ -17,8 +17,9 @@ impl GroupNote {
     pub fn new(dir: &Path, pgid: i32) -> Option<GroupNote> {
         let start = super::orphans::start_time(pgid)?;
         let path = dir.join(pgid.to_string());
-        let written =
-            std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, start.to_string()));
+        let written = elfgate_core::private_files::create_private_dir_all(dir).and_then(|()| {
+            elfgate_core::private_files::write_private(&path, start.to_string().as_bytes())
+        });
         match written {
             Ok(()) => Some(GroupNote { path }),
             Err(e) => {
