@@ -119,6 +119,9 @@ struct Cursor {
     remote: Option<async_nats::Subscriber>,
     /// The last read of another node's run's log failed (said once in the daemon's log).
     log_failing: bool,
+    /// The bus closed under this stream on a fleet node while the session lives on (this node's
+    /// runs of it lost their lease and were muted): the stream follows the log from here.
+    bus_gone: bool,
     /// Counts this client among the session's watchers while the stream lives.
     _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -355,7 +358,7 @@ impl Cursor {
                             }
                             continue;
                         }
-                        r = self.rx.recv() => match r {
+                        r = self.rx.recv(), if !self.bus_gone => match r {
                             Ok(e) if e.seq <= self.last => continue,
                             // Events of another node's run came before this one: from the log
                             // first, so that nothing is skipped.
@@ -382,12 +385,28 @@ impl Cursor {
                                 self.phase = Phase::Done;
                                 return Some(reset_frame(self.session_id, self.last + 1));
                             }
-                            Err(broadcast::error::RecvError::Closed) => return None,
+                            Err(broadcast::error::RecvError::Closed) => {
+                                if self.follow_log.is_some()
+                                    && matches!(
+                                        self.state.store.get_session(self.session_id).await,
+                                        Ok(Some(_))
+                                    )
+                                {
+                                    // Another node runs the session now, or will: what it does
+                                    // reaches the log, read at each tick.
+                                    self.bus_gone = true;
+                                    continue;
+                                }
+                                return None;
+                            }
                         },
                         _ = shutdown.cancelled() => return None,
                         _ = follow_log => {
-                            // A run of this node publishes on the bus, ahead of the log.
-                            if self.state.dispatcher.active().contains(self.session_id) {
+                            // A run of this node publishes on the bus, ahead of the log (not
+                            // on the bus this stream had, if gone).
+                            if !self.bus_gone
+                                && self.state.dispatcher.active().contains(self.session_id)
+                            {
                                 continue;
                             }
                             // A failed read (the database away) is read again at the next
@@ -540,6 +559,7 @@ pub async fn session_events(
         follow_log,
         remote,
         log_failing: false,
+        bus_gone: false,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).
         _watching: sub.bus.watch(),
