@@ -16,7 +16,7 @@ const TOKEN: &str = "fleet-token";
 
 /// A node `id` of the fleet on `database` and the NATS server at `nats`, its files in a directory
 /// of its own.
-fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
+pub(crate) fn node_on(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
     node_with(mock, database, nats, id, "")
 }
 
@@ -27,7 +27,13 @@ fn node_with(mock: &MockServer, database: &str, nats: &str, id: &str, keys: &str
 }
 
 /// The options of a node `id` whose files are in `dir`.
-fn node_opts(dir: &std::path::Path, database: &str, nats: &str, id: &str, keys: &str) -> Opts {
+pub(crate) fn node_opts(
+    dir: &std::path::Path,
+    database: &str,
+    nats: &str,
+    id: &str,
+    keys: &str,
+) -> Opts {
     Opts {
         token: Some(TOKEN.into()),
         extra_toml: format!(
@@ -247,7 +253,7 @@ async fn write_waiting_for_permission(
 }
 
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
-async fn metric(d: &Daemon, name: &str) -> f64 {
+pub(crate) async fn metric(d: &Daemon, name: &str) -> f64 {
     let (status, text) = d.get_text("/metrics").await;
     assert_eq!(status, 200, "{text}");
     text.lines()

@@ -11,6 +11,7 @@ mod console;
 mod engine_config;
 mod errors;
 mod fleet;
+mod fleet_adoption;
 mod gateway;
 mod gateway_sdk;
 mod log_rows;

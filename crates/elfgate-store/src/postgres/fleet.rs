@@ -38,6 +38,10 @@ pub struct FleetMember {
     pub heartbeat: Duration,
 }
 
+/// The first key of the advisory locks that let one node at a time adopt a session (the second
+/// is the session's hash); "adop" in ASCII, apart from the single-node lock's one-key space.
+const ADOPTION_LOCKS: i32 = 0x6164_6f70;
+
 /// A node of the fleet, as its heartbeat row says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
@@ -660,6 +664,14 @@ impl PgStore {
     async fn adopt(&self, m: &Membership, session: SessionId) -> StoreResult<Vec<RecoveredRun>> {
         let sid = session.to_string();
         let mut tx = self.pool.begin().await?;
+        // One adopter at a time per session, for this transaction (a lease row may not exist to
+        // lock): nodes that listed the same orphan take turns, and the later ones find the first
+        // one's lease, or no run left to end once it has given the lease up.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(ADOPTION_LOCKS)
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
         // FOR UPDATE: waits for the old owner's write in flight, which then commits first.
         let old: Option<(String, bool)> = sqlx::query_as(
             "SELECT node_id, expires_at < now() FROM session_leases WHERE session_id = $1 \
@@ -670,6 +682,17 @@ impl PgStore {
         .await?;
         if old.as_ref().is_some_and(|(_, expired)| !expired) {
             // Renewed or taken by another adopter meanwhile.
+            return Ok(Vec::new());
+        }
+        let unfinished: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 \
+             AND status IN ('running', 'queued'))",
+        )
+        .bind(&sid)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !unfinished {
+            // Adopted by another node since this one listed it: its runs are ended already.
             return Ok(Vec::new());
         }
         let ending: Ending = match &old {
