@@ -115,8 +115,9 @@ struct Cursor {
     /// off. None for a single node.
     follow_log: Option<Interval>,
     /// A fleet node following a session another node runs: that node's events as it publishes
-    /// them on NATS (subscribed before the log was read).
-    remote: Option<async_nats::Subscriber>,
+    /// them on NATS (subscribed before the log was read), through the one bounded subscription
+    /// this node keeps per followed session.
+    remote: Option<crate::fleet::follow::Following>,
     /// The last read of another node's run's log failed (said once in the daemon's log).
     log_failing: bool,
     /// The bus closed under this stream on a fleet node while the session lives on (this node's
@@ -344,7 +345,7 @@ impl Cursor {
                     };
                     let remote = async {
                         match &mut self.remote {
-                            Some(sub) => futures_util::StreamExt::next(sub).await,
+                            Some(sub) => sub.next().await,
                             None => std::future::pending().await,
                         }
                     };
@@ -352,9 +353,18 @@ impl Cursor {
                         biased;
                         m = remote => {
                             match m {
-                                Some(m) => self.take_relayed(&m.payload).await,
+                                Ok(m) => self.take_relayed(&m.payload).await,
+                                // Too far behind, as on the owner: the client reloads from its
+                                // cursor.
+                                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                                    if let Some(fleet) = &self.state.fleet {
+                                        fleet.follower_lagged(self.session_id, missed);
+                                    }
+                                    self.phase = Phase::Done;
+                                    return Some(reset_frame(self.session_id, self.last + 1));
+                                }
                                 // NATS closed the subscription for good: the log remains.
-                                None => self.remote = None,
+                                Err(broadcast::error::RecvError::Closed) => self.remote = None,
                             }
                             continue;
                         }
@@ -439,8 +449,7 @@ pub async fn session_events(
     // missed.
     let remote = match &state.fleet {
         Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
-            .nats
-            .subscribe(fleet.events_subject(session_id))
+            .follow(session_id)
             .await
             .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
             .ok(),

@@ -9,6 +9,7 @@
 //! and fills any gap from the log, and reads the log on its own while NATS is away, so a lost or
 //! late message costs latency, never an event.
 
+pub(crate) mod follow;
 pub(crate) mod forward;
 pub(crate) mod recent;
 pub(crate) mod relay;
@@ -49,6 +50,8 @@ pub struct Fleet {
     pub nats: async_nats::Client,
     /// What went over the bus, for the node's metrics.
     pub(crate) counts: BusCounts,
+    /// The sessions of other nodes this node's clients follow, one subscription each.
+    pub(crate) follows: follow::Follows,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -64,6 +67,8 @@ pub(crate) struct BusCounts {
     pub(crate) requests_served: AtomicU64,
     /// Requests of other nodes' followers for recent events, answered from memory.
     pub(crate) recent_served: AtomicU64,
+    /// Clients following another node's session that fell too far behind and were sent `reset`.
+    pub(crate) follow_resets: AtomicU64,
 }
 
 impl Fleet {
@@ -99,6 +104,7 @@ impl Fleet {
             store,
             nats,
             counts: BusCounts::default(),
+            follows: follow::Follows::default(),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
@@ -176,6 +182,11 @@ impl Fleet {
                 "elfgate_fleet_recent_served_total",
                 "Other nodes' followers' requests for recent events, answered from memory.",
                 load(&self.counts.recent_served),
+            ),
+            (
+                "elfgate_fleet_follow_resets_total",
+                "Clients following another node's session sent reset for falling 1024 events behind.",
+                load(&self.counts.follow_resets),
             ),
             (
                 "elfgate_fleet_runs_adopted_total",

@@ -12,6 +12,7 @@ mod engine_config;
 mod errors;
 mod fleet;
 mod fleet_adoption;
+mod fleet_follow;
 mod gateway;
 mod gateway_sdk;
 mod log_rows;
