@@ -16,6 +16,7 @@
 
 use crate::event::{EventPayload, EventRecord};
 use crate::ids::{RunId, SessionId};
+use crate::lease::LeaseGuard;
 use crate::log_queue::{LogCommand, LogQueueFull, LogRoom, LogSender};
 use crate::metrics::Metrics;
 use dashmap::DashMap;
@@ -39,6 +40,8 @@ struct SeqState {
     next: u64,
     reserved: u64,
     recent: VecDeque<Arc<EventRecord>>,
+    /// The lease of the run publishing (a fleet node): see [`SessionBus::hold_lease`].
+    lease: LeaseGuard,
 }
 
 /// One session's bus.
@@ -100,6 +103,7 @@ impl SessionBus {
                 next: last_seq + 1,
                 reserved,
                 recent: VecDeque::with_capacity(RECENT_EVENTS),
+                lease: LeaseGuard::unguarded(),
             }),
             live,
             log,
@@ -128,6 +132,19 @@ impl SessionBus {
         st.reserved = st.reserved.max(reserved);
     }
 
+    /// Guards what is published from now on by the session's lease (a fleet node's run): an event
+    /// waits while the lease may have lapsed until the heartbeat says whether it is still this
+    /// node's, and once it is lost nothing more is published (not to clients, the log nor the
+    /// bus between nodes): another node has ended the session's runs.
+    pub fn hold_lease(&self, lease: LeaseGuard) {
+        self.lock().lease = lease;
+    }
+
+    /// The lease guarding the session's runs on this node (see [`Self::hold_lease`]).
+    pub fn lease(&self) -> LeaseGuard {
+        self.lock().lease.clone()
+    }
+
     /// The session this bus serves.
     pub fn session_id(&self) -> SessionId {
         self.session_id
@@ -147,6 +164,11 @@ impl SessionBus {
         payload: EventPayload,
         then: impl FnOnce() -> R,
     ) -> (Arc<EventRecord>, R) {
+        let lease = self.lease();
+        if !lease.may_act() {
+            // Lost or not: settled before the event gets a seq (a lost lease mutes it below).
+            lease.settled().await;
+        }
         let room = match self.log.try_room() {
             Ok(room) => room,
             Err(LogQueueFull) => {
@@ -177,6 +199,20 @@ impl SessionBus {
         // The lock is held only for this synchronous block, never across an await (room in the log
         // queue was taken before); it keeps seq order equal to log order and to fan-out order.
         let mut st = self.lock();
+        if st.lease.is_lost() {
+            // Another node took the session over and ended its runs: this node's runs say nothing
+            // more, to anyone (the log would refuse it anyway).
+            let record = Arc::new(EventRecord::build(
+                self.session_id,
+                st.next,
+                run_id,
+                payload,
+            ));
+            drop(room);
+            let out = then();
+            drop(st);
+            return (record, out);
+        }
         let seq = st.next;
         st.next += 1;
         if seq + SEQ_RESERVE_BLOCK / 2 >= st.reserved {

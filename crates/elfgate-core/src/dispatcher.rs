@@ -392,7 +392,11 @@ impl EngineDispatcher {
                         || self.active.finish(session_id, run_id),
                     )
                     .await;
-                if let Some(tx) = self.run_ends.get() {
+                // A run whose lease another node took over was ended there (`node_lost`), and
+                // told there: this node's end of it is no end anyone hears of.
+                if !ctx.events.bus().lease().is_lost()
+                    && let Some(tx) = self.run_ends.get()
+                {
                     let ended = RunEnded {
                         session_id,
                         run_id,

@@ -11,6 +11,7 @@ pub mod engine_type;
 pub mod error_code;
 pub mod event;
 pub mod ids;
+pub mod lease;
 pub mod log_queue;
 pub mod mcp_config;
 pub mod metrics;
@@ -47,6 +48,7 @@ pub use event::{
     RunStats, StepStatus, StepUsage, ToolCallStatus,
 };
 pub use ids::{MessageId, RequestId, RunId, SessionId};
+pub use lease::{LeaseGuard, LeaseState};
 pub use log_queue::{
     LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom, LogSender, log_channel,
 };

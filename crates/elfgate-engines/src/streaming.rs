@@ -299,6 +299,12 @@ pub(crate) async fn relay_turn(
             // (one per retry, so it cannot flood it).
             events.emit_now(retry_event(n));
         };
+        // A model call only while this node holds the session's lease (a fleet node paused or cut
+        // off past it may have lost the session to another node, which ended this run).
+        if !events.bus().lease().confirm(cancel).await {
+            out.interrupted = true;
+            return out;
+        }
         let connect = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(LlmError::Cancelled),

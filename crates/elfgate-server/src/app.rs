@@ -340,23 +340,26 @@ async fn drain(
 
 /// Stops the runs of sessions whose lease this node lost to another node (it was paused or cut
 /// off past its lease, and the other node ended its runs as `node_lost`): their writes are
-/// refused already; this stops their engines, tools and processes too.
+/// refused already, and their lease guard (which the session's bus holds) mutes them, so that
+/// they end without a further event to anyone; this stops their engines, tools and processes, and
+/// lets a later run of the session here number from the log on a new bus.
 async fn stop_fenced_runs(
     mut fenced: tokio::sync::broadcast::Receiver<elfgate_core::SessionId>,
-    active: ActiveSessions,
+    dispatcher: Arc<EngineDispatcher>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
         match fenced.recv().await {
             Ok(session) => {
-                if active.interrupt(session).is_some() {
+                dispatcher.hub().remove(session);
+                if dispatcher.interrupt(session).run_id.is_some() {
                     tracing::error!(%session,
-                        "stopped the run of a session another node has taken over (fenced)");
+                        "stopped the runs of a session another node has taken over (fenced)");
                 }
             }
             Err(RecvError::Lagged(missed)) => {
                 tracing::error!(missed, "missed fenced sessions: stopping every active run");
-                active.interrupt_all();
+                dispatcher.active().interrupt_all();
             }
             Err(RecvError::Closed) => return,
         }
@@ -395,7 +398,7 @@ impl Daemon {
         let ledger: Arc<dyn elfgate_core::RunLedger> = shared.clone();
         let dispatcher = EngineDispatcher::new(active.clone(), hub, ledger, metrics.clone());
         if let Some(fenced) = store.fenced_sessions() {
-            tokio::spawn(stop_fenced_runs(fenced, active.clone()));
+            tokio::spawn(stop_fenced_runs(fenced, dispatcher.clone()));
         }
         let registry = providers(&config)?;
         let chat = &config.engines.chat;

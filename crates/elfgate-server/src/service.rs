@@ -550,6 +550,16 @@ async fn open_run_bus(
     state: &AppState,
     session_id: SessionId,
 ) -> Result<Arc<SessionBus>, ApiError> {
+    // A bus whose runs lost the session to another node publishes nothing more: a new run
+    // numbers from the log, on a bus of its own.
+    if state
+        .dispatcher
+        .hub()
+        .get(session_id)
+        .is_some_and(|b| b.lease().is_lost())
+    {
+        state.dispatcher.hub().remove(session_id);
+    }
     let existed = state.dispatcher.hub().get(session_id).is_some();
     let bus = open_bus(state, session_id).await?;
     // A bus of this node's active run numbers on as it is (a queued prompt).
@@ -561,7 +571,16 @@ async fn open_run_bus(
         let (last, reserved) = state.store.open_seq_range(session_id).await?;
         bus.rebase(last, reserved);
     }
+    guard_by_lease(state, &bus);
     Ok(bus)
+}
+
+/// Guards what a run of this node does for the session by the lease it claimed when the run was
+/// stored (a fleet node; nothing on a single node): see `elfgate_core::lease`.
+fn guard_by_lease(state: &AppState, bus: &SessionBus) {
+    if let Some(fleet) = &state.fleet {
+        bus.hold_lease(fleet.store.lease_guard(bus.session_id()));
+    }
 }
 
 /// The prompt side of a run about to be built.
@@ -895,6 +914,7 @@ async fn create_session_running(
         state.dispatcher.hub().remove(session.id);
         return Err(e.into());
     }
+    guard_by_lease(state, &bus);
     bus.publish(Some(run.id), EventPayload::SessionCreated {})
         .await;
     // Stored with the session, so announced with it too, whatever the run does next.
@@ -1347,6 +1367,17 @@ pub async fn answer_permission(
     if state.store.get_session(session_id).await?.is_none() {
         return Err(ApiError::NotFound(format!(
             "unknown session '{session_id}'"
+        )));
+    }
+    // The run waiting here takes an answer only while this node holds the session's lease: a node
+    // paused or cut off past it waits for its heartbeat's word, and a lost lease means another
+    // node ended the run (this node's run stops, and the answer is not taken).
+    if state.dispatcher.active().contains(session_id)
+        && let Some(bus) = state.dispatcher.hub().get(session_id)
+        && !bus.lease().settled().await
+    {
+        return Err(ApiError::Storage(elfgate_store::StoreError::Fenced(
+            session_id.to_string(),
         )));
     }
     let PermissionBody {

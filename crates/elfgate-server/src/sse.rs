@@ -115,12 +115,16 @@ struct Cursor {
     /// off. None for a single node.
     follow_log: Option<Interval>,
     /// A fleet node following a session another node runs: that node's events as it publishes
-    /// them on NATS (subscribed before the log was read).
-    remote: Option<async_nats::Subscriber>,
+    /// them on NATS (subscribed before the log was read), through the one bounded subscription
+    /// this node keeps per followed session.
+    remote: Option<crate::fleet::follow::Following>,
     /// The owner of the session, whose relayed events alone are taken.
     owner: crate::fleet::owner::OwnerWatch,
     /// The last read of another node's run's log failed (said once in the daemon's log).
     log_failing: bool,
+    /// The bus closed under this stream on a fleet node while the session lives on (this node's
+    /// runs of it lost their lease and were muted): the stream follows the log from here.
+    bus_gone: bool,
     /// Counts this client among the session's watchers while the stream lives.
     _watching: elfgate_core::Watching,
     /// Declared last so that it drops after `rx`: the subscription is gone when it runs.
@@ -363,7 +367,7 @@ impl Cursor {
                     };
                     let remote = async {
                         match &mut self.remote {
-                            Some(sub) => futures_util::StreamExt::next(sub).await,
+                            Some(sub) => sub.next().await,
                             None => std::future::pending().await,
                         }
                     };
@@ -371,17 +375,26 @@ impl Cursor {
                         biased;
                         m = remote => {
                             match m {
-                                Some(m) => {
+                                Ok(m) => {
                                     if self.is_from_owner(&m).await {
                                         self.take_relayed(&m.payload).await;
                                     }
                                 }
+                                // Too far behind, as on the owner: the client reloads from its
+                                // cursor.
+                                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                                    if let Some(fleet) = &self.state.fleet {
+                                        fleet.follower_lagged(self.session_id, missed);
+                                    }
+                                    self.phase = Phase::Done;
+                                    return Some(reset_frame(self.session_id, self.last + 1));
+                                }
                                 // NATS closed the subscription for good: the log remains.
-                                None => self.remote = None,
+                                Err(broadcast::error::RecvError::Closed) => self.remote = None,
                             }
                             continue;
                         }
-                        r = self.rx.recv() => match r {
+                        r = self.rx.recv(), if !self.bus_gone => match r {
                             Ok(e) if e.seq <= self.last => continue,
                             // Events of another node's run came before this one: from the log
                             // first, so that nothing is skipped.
@@ -408,12 +421,28 @@ impl Cursor {
                                 self.phase = Phase::Done;
                                 return Some(reset_frame(self.session_id, self.last + 1));
                             }
-                            Err(broadcast::error::RecvError::Closed) => return None,
+                            Err(broadcast::error::RecvError::Closed) => {
+                                if self.follow_log.is_some()
+                                    && matches!(
+                                        self.state.store.get_session(self.session_id).await,
+                                        Ok(Some(_))
+                                    )
+                                {
+                                    // Another node runs the session now, or will: what it does
+                                    // reaches the log, read at each tick.
+                                    self.bus_gone = true;
+                                    continue;
+                                }
+                                return None;
+                            }
                         },
                         _ = shutdown.cancelled() => return None,
                         _ = follow_log => {
-                            // A run of this node publishes on the bus, ahead of the log.
-                            if self.state.dispatcher.active().contains(self.session_id) {
+                            // A run of this node publishes on the bus, ahead of the log (not
+                            // on the bus this stream had, if gone).
+                            if !self.bus_gone
+                                && self.state.dispatcher.active().contains(self.session_id)
+                            {
                                 continue;
                             }
                             // A failed read (the database away) is read again at the next
@@ -446,8 +475,7 @@ pub async fn session_events(
     // missed.
     let remote = match &state.fleet {
         Some(fleet) if !state.dispatcher.active().contains(session_id) => fleet
-            .nats
-            .subscribe(fleet.events_subject(session_id))
+            .follow(session_id)
             .await
             .map_err(|e| tracing::warn!(error = %e, "cannot follow a session over NATS"))
             .ok(),
@@ -577,6 +605,7 @@ pub async fn session_events(
         remote,
         owner,
         log_failing: false,
+        bus_gone: false,
         // A client follows the session from here on: a gateway run's permission requests are
         // asked while one does (see PermissionAnswers::WatchersOnly).
         _watching: sub.bus.watch(),

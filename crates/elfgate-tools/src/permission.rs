@@ -438,7 +438,12 @@ impl PermissionBroker {
                 }
             }
         };
+        // An answer is taken only while this node holds the session's lease (a fleet node paused
+        // or cut off past it may have lost the session, and another node ended this run): the
+        // run then stops as interrupted, and the answer is neither acted on nor remembered.
+        let lease_lost = answer.is_some() && !events.bus().lease().confirm(cancel).await;
         let outcome = match &answer {
+            _ if lease_lost => PermissionOutcome::Interrupted,
             Some(a) => {
                 if a.scope == Scope::Session
                     || (a.decision == Decision::Allow && tier == PermissionTier::ConfirmOnce)

@@ -1,6 +1,7 @@
 //! The security pipeline every tool call goes through, in this order: abort check -> known tool
 //! -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
-//! execute with the tool timeout -> PostToolUse hooks (fire-and-forget).
+//! the node's lease on the session (a fleet node) -> execute with the tool timeout ->
+//! PostToolUse hooks (fire-and-forget).
 
 use super::runner::{Agent, Runner};
 use crate::streaming::RequestedToolCall;
@@ -391,7 +392,12 @@ pub(crate) async fn run_call(
         }
     }
     drop(ask_guard);
-    // 8. Execute with the tool timeout.
+    // 8. Only while this node holds the session's lease (a fleet node paused or cut off past it
+    // may have lost the session to another node, which ended this run).
+    if !runner.ctx.events.bus().lease().confirm(&agent.cancel).await {
+        return interrupted(runner, agent, call).await;
+    }
+    // 9. Execute with the tool timeout.
     let tool_cancel = agent.cancel.child_token();
     let tctx = ToolContext {
         project_path: runner.project.clone(),
@@ -472,7 +478,7 @@ pub(crate) async fn run_call(
             ),
         }
     };
-    // 9. PostToolUse hooks, fire-and-forget.
+    // 10. PostToolUse hooks, fire-and-forget.
     if hooks.has(HookEvent::PostToolUse) {
         let mut payload = json!({
             "event": "PostToolUse",

@@ -11,6 +11,7 @@
 
 mod connect;
 pub(crate) mod envelope;
+pub(crate) mod follow;
 pub(crate) mod forward;
 pub(crate) mod owner;
 pub(crate) mod recent;
@@ -65,6 +66,8 @@ pub struct Fleet {
     /// How often nodes renew their leases (`cluster.heartbeat_secs`): a node whose last
     /// heartbeat is older than two of them has stopped, one that is younger is alive.
     pub(crate) heartbeat: Duration,
+    /// The sessions of other nodes this node's clients follow, one subscription each.
+    pub(crate) follows: follow::Follows,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -82,6 +85,8 @@ pub(crate) struct BusCounts {
     pub(crate) recent_served: AtomicU64,
     /// Messages dropped unread, by reason (see [`signed::Dropped`]).
     pub(crate) dropped: [AtomicU64; signed::Dropped::ALL.len()],
+    /// Clients following another node's session that fell too far behind and were sent `reset`.
+    pub(crate) follow_resets: AtomicU64,
 }
 
 impl Fleet {
@@ -106,6 +111,7 @@ impl Fleet {
             key,
             seen_requests: forward::SeenRequests::default(),
             heartbeat: Duration::from_secs(cluster.heartbeat_secs),
+            follows: follow::Follows::default(),
         });
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
@@ -183,6 +189,11 @@ impl Fleet {
                 "elfgate_fleet_recent_served_total",
                 "Other nodes' followers' requests for recent events, answered from memory.",
                 load(&self.counts.recent_served),
+            ),
+            (
+                "elfgate_fleet_follow_resets_total",
+                "Clients following another node's session sent reset for falling 1024 events behind.",
+                load(&self.counts.follow_resets),
             ),
             (
                 "elfgate_fleet_runs_adopted_total",

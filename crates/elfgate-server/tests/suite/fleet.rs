@@ -176,17 +176,8 @@ async fn a_node_killed_while_a_tool_call_waits_leaves_a_valid_transcript_and_a_r
     let mut a = node_on(&mock, &database, &nats, "a");
     let b = node_on(&mock, &database, &nats, "b");
     let dir = scripted::project();
-    let (sid, run1, mut through_b, _) = waiting_for_permission(
-        &mock,
-        [&a, &b],
-        "fleet-dangling",
-        &dir,
-        json!([
-            {"text": "Writing.", "toolCalls": [scripted::call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]},
-            {"text": "Resumed."}
-        ]),
-    )
-    .await;
+    let (sid, run1, mut through_b, _) =
+        write_waiting_for_permission(&mock, [&a, &b], "fleet-dangling", &dir).await;
 
     // A dies while its tool call waits for an answer: the adopter ends the run as node_lost, and
     // the stored transcript stays one a provider accepts: no tool call without its result (tinyelf
@@ -251,6 +242,27 @@ async fn waiting_for_permission(
     let mut stream = follow.events(&sid, None).await;
     let request = scripted::events::next_of(&mut stream, "permissionRequest").await;
     (sid, run, stream, request)
+}
+
+/// [`waiting_for_permission`] with a script whose first turn asks to write `x.txt` and whose
+/// second answers "Resumed.".
+async fn write_waiting_for_permission(
+    mock: &MockServer,
+    nodes: [&Daemon; 2],
+    script: &str,
+    dir: &std::path::Path,
+) -> (String, String, common::Sse, common::Ev) {
+    waiting_for_permission(
+        mock,
+        nodes,
+        script,
+        dir,
+        json!([
+            {"text": "Writing.", "toolCalls": [scripted::call("w1", "write_file", json!({"path": "x.txt", "content": "1"}))]},
+            {"text": "Resumed."}
+        ]),
+    )
+    .await
 }
 
 /// The value of the metric `name` (a whole series name, labels included) on `d`'s /metrics.
@@ -349,6 +361,100 @@ async fn a_node_paused_past_its_lease_is_fenced_when_it_comes_back() {
         "an event landed between the runs"
     );
     assert_eq!(text_of(&after), "tok0 tok1 ");
+}
+
+#[tokio::test]
+async fn a_node_paused_past_its_lease_takes_no_permission_answer_runs_no_tool_and_stays_silent() {
+    let Some((database, nats)) = fleet_services().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let a = node_on(&mock, &database, &nats, "a");
+    let b = node_on(&mock, &database, &nats, "b");
+    let _c = node_on(&mock, &database, &nats, "c");
+    let dir = scripted::project();
+    let (sid, run1, mut through_b, request) =
+        write_waiting_for_permission(&mock, [&a, &b], "fleet-paused-permission", &dir).await;
+    let rid = request.data["requestId"].as_str().unwrap().to_string();
+    // A client of A follows the run too.
+    let mut through_a = a.events(&sid, None).await;
+    let before = scripted::events::next_of(&mut through_a, "permissionRequest").await;
+
+    // A stalls past its lease with the answer on its way to it: another node ends the run.
+    signal(&a, "STOP");
+    let answer = tokio::spawn({
+        let (http, url) = (
+            a.http.clone(),
+            a.url(&format!("/v1/sessions/{sid}/permissions/{rid}")),
+        );
+        async move {
+            let r = http
+                .post(url)
+                .json(&json!({"decision": "allow"}))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    });
+    let end = through_b.until_complete(&run1).await;
+    assert_eq!(
+        end.last().unwrap().data["finishReason"],
+        "node_lost",
+        "{:?}",
+        types(&end)
+    );
+
+    // A comes back and finds the answer waiting: it is not taken, the tool does not run.
+    signal(&a, "CONT");
+    let (status, body) = answer.await.unwrap();
+    assert!(
+        status == 409 || status == 404,
+        "a node that lost the session took a permission answer: {status} {body}"
+    );
+    // A's client sees the run end once, as the fleet ended it, and nothing A did after its lease.
+    let seen = through_a.until_complete(&run1).await;
+    assert_eq!(
+        seen.iter().filter(|e| e.event == "complete").count(),
+        1,
+        "{:?}",
+        types(&seen)
+    );
+    assert_eq!(
+        seen.last().unwrap().data["finishReason"],
+        "node_lost",
+        "{:?}",
+        types(&seen)
+    );
+    assert_eq!(seen.last().unwrap().seq(), end.last().unwrap().seq());
+    assert!(seen.iter().all(|e| e.seq() > before.seq()));
+    assert!(!dir.join("x.txt").exists(), "the answered write ran");
+
+    // The session is not busy on A: a prompt sent there runs, once, and A's client sees it too.
+    let (status, body) = a
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "go on", "model": "mock:script=fleet-paused-permission"}),
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let run2 = body["runId"].as_str().unwrap().to_string();
+    let evs = through_b.until_complete(&run2).await;
+    assert_eq!(text_of(&evs), "Resumed.", "{:?}", types(&evs));
+    let on_a = through_a.until_complete(&run2).await;
+    assert_eq!(text_of(&on_a), "Resumed.", "{:?}", types(&on_a));
+    assert!(
+        !on_a
+            .iter()
+            .any(|e| e.event == "complete" && e.run() == run1),
+        "{:?}",
+        types(&on_a)
+    );
+    assert!(!dir.join("x.txt").exists(), "the answered write ran");
 }
 
 #[tokio::test]

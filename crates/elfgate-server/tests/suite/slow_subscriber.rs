@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Size of each burst event's message (an event is ~1.1 KB on the wire).
-const MESSAGE_BYTES: usize = 1000;
+pub(crate) const MESSAGE_BYTES: usize = 1000;
 /// The burst is published in batches, each once the reading subscriber has the previous one, so
 /// that it is never more than a batch behind: the burst must not reset it too.
-const BATCH: usize = 500;
+pub(crate) const BATCH: usize = 500;
 /// The slow client's receive buffer (set before connecting, so the kernel does not grow it).
 const SLOW_RECV_BUFFER: u32 = 64 * 1024;
 
@@ -25,7 +25,7 @@ const SLOW_RECV_BUFFER: u32 = 64 * 1024;
 /// reading: the daemon's socket send buffer (its ceiling, `net.ipv4.tcp_wmem`, 4 MB by default),
 /// the client's fixed receive buffer, the HTTP server's write buffer (under 1 MB), then the 1024
 /// events a subscriber may lag — all doubled for margin (one run here: ~3.6 MB held, ~10 MB sent).
-fn burst_events() -> usize {
+pub(crate) fn burst_events() -> usize {
     // Capped: a host tuned for huge buffers would otherwise make the test slow, not stronger.
     let send_max: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
         .ok()
@@ -38,7 +38,7 @@ fn burst_events() -> usize {
 
 /// An SSE client on a raw socket with a small, fixed receive buffer: unlike an HTTP client
 /// library it reads nothing until asked.
-struct SlowClient {
+pub(crate) struct SlowClient {
     stream: tokio::net::TcpStream,
     raw: Vec<u8>,
     body: Vec<u8>,
@@ -46,7 +46,7 @@ struct SlowClient {
 }
 
 impl SlowClient {
-    async fn connect(addr: std::net::SocketAddr, path: &str, token: &str) -> SlowClient {
+    pub(crate) async fn connect(addr: std::net::SocketAddr, path: &str, token: &str) -> SlowClient {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
         let mut stream = socket.connect(addr).await.unwrap();
@@ -110,8 +110,24 @@ impl SlowClient {
         }
     }
 
+    /// A client of `sid`'s events at `addr` that has read them up to the run's first token
+    /// (returned).
+    pub(crate) async fn at_first_token(
+        addr: std::net::SocketAddr,
+        sid: &SessionId,
+        token: &str,
+    ) -> (SlowClient, Vec<Ev>) {
+        let mut slow =
+            SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events"), token).await;
+        let mut held = Vec::new();
+        while held.last().is_none_or(|e: &Ev| e.event != "streamDelta") {
+            held.push(slow.next().await.expect("stream ended early"));
+        }
+        (slow, held)
+    }
+
     /// The next event, or None at the end of the body.
-    async fn next(&mut self) -> Option<Ev> {
+    pub(crate) async fn next(&mut self) -> Option<Ev> {
         loop {
             self.unchunk();
             if let Some(pos) = self.body.windows(2).position(|w| w == b"\n\n") {
@@ -128,8 +144,117 @@ impl SlowClient {
     }
 }
 
+/// The slow client reads what the buffers held after `held` (every event from seq 1, in order,
+/// none of them the burst's `last`), then `reset` from the first seq it lacks (without an id, so
+/// its Last-Event-ID stays put), then the end of its stream. Returns its cursor.
+pub(crate) async fn until_reset(
+    slow: &mut SlowClient,
+    mut held: Vec<Ev>,
+    sid: SessionId,
+    last: u64,
+) -> u64 {
+    let reset = loop {
+        let ev = slow.next().await.expect("stream ended without reset");
+        if ev.event == "reset" {
+            break ev;
+        }
+        assert!(
+            ev.seq() < last,
+            "the stalled client got the whole burst: it was held for it"
+        );
+        held.push(ev);
+    };
+    assert!(
+        slow.next().await.is_none(),
+        "the stream went on after reset"
+    );
+    for (i, e) in held.iter().enumerate() {
+        assert_eq!(e.seq(), i as u64 + 1, "gap or duplicate before the reset");
+    }
+    let cursor = held.last().unwrap().seq();
+    assert_eq!(reset.data["fromSeq"], cursor + 1);
+    assert_eq!(reset.data["sessionId"], sid.to_string());
+    assert_eq!(reset.id, None);
+    cursor
+}
+
+/// The reset client reconnects to `events` (`follow`: a client and the stream's URL) with its
+/// `cursor` and gets every event it lacked up to `last`, once, in order; then the run, interrupted
+/// through `owner` (a client and the base URL of the node that runs it), still ends normally, and
+/// `reader` and the reconnected stream each see its one `complete`.
+pub(crate) async fn resumed_then_interrupted(
+    (follow, events): (&reqwest::Client, &str),
+    (owner, base): (&reqwest::Client, &str),
+    reader: &mut Sse,
+    (sid, run): (SessionId, RunId),
+    (cursor, last): (u64, u64),
+) {
+    let mut again = Sse::new(
+        follow
+            .get(events)
+            .header("Last-Event-ID", cursor.to_string())
+            .send()
+            .await
+            .unwrap(),
+    );
+    read_through(&mut again, cursor + 1, last).await;
+    let interrupted = owner
+        .post(format!("{base}/v1/sessions/{sid}/interrupt"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(interrupted.status().as_u16(), 200);
+    for sse in [reader, &mut again] {
+        let tail = sse.until_complete(&run.to_string()).await;
+        assert_eq!(tail.last().unwrap().data["finishReason"], "interrupted");
+        assert_eq!(tail.iter().filter(|e| e.event == "complete").count(), 1);
+    }
+}
+
+/// Publishes the burst on `bus` for `run` after seq `start`, in batches that `reader` reads along
+/// (so it never falls more than a batch behind); returns the burst's last seq.
+pub(crate) async fn burst_read_along(
+    bus: &elfgate_core::SessionBus,
+    run: RunId,
+    start: u64,
+    reader: &mut Sse,
+) -> u64 {
+    let message = "x".repeat(MESSAGE_BYTES);
+    let (mut last, burst) = (start, burst_events() as u64);
+    while last < start + burst {
+        let from = last + 1;
+        for _ in 0..BATCH {
+            let payload = EventPayload::Processing {
+                message: message.clone(),
+            };
+            last = bus.publish(Some(run), payload).await.seq;
+        }
+        read_through(reader, from, last).await;
+    }
+    last
+}
+
+/// A chat session started through `base` whose run streams one token and then stalls, which keeps
+/// the session live.
+pub(crate) async fn stalled_run(http: &reqwest::Client, base: &str) -> (SessionId, RunId) {
+    let created: Value = http
+        .post(format!("{base}/v1/sessions"))
+        .json(&json!({"engine": "chat", "prompt": "hi", "model": "mock:stall_after=1"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (
+        created["sessionId"].as_str().unwrap().parse().unwrap(),
+        created["runId"].as_str().unwrap().parse().unwrap(),
+    )
+}
+
 /// Reads `sse` up to seq `upto`, asserting every event from `from` on arrives once, in order.
-async fn read_through(sse: &mut Sse, from: u64, upto: u64) -> Vec<Ev> {
+pub(crate) async fn read_through(sse: &mut Sse, from: u64, upto: u64) -> Vec<Ev> {
     let mut out = Vec::new();
     let mut next = from;
     while next <= upto {
@@ -161,89 +286,29 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     }));
 
     let http = common::authenticated_client(Some(&token));
-    // A run that streams one token and then stalls keeps the session live.
-    let created: Value = http
-        .post(format!("{base}/v1/sessions"))
-        .json(&json!({"engine": "chat", "prompt": "hi", "model": "mock:stall_after=1"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let sid: SessionId = created["sessionId"].as_str().unwrap().parse().unwrap();
-    let run: RunId = created["runId"].as_str().unwrap().parse().unwrap();
+    let (sid, run) = stalled_run(&http, &base).await;
     let events = format!("{base}/v1/sessions/{sid}/events");
 
     // Two subscribers, both caught up with the run's first token.
-    let mut slow = SlowClient::connect(addr, &format!("/v1/sessions/{sid}/events"), &token).await;
-    let mut held = Vec::new();
-    while held.last().is_none_or(|e: &Ev| e.event != "streamDelta") {
-        held.push(slow.next().await.expect("stream ended early"));
-    }
+    let (mut slow, held) = SlowClient::at_first_token(addr, &sid, &token).await;
     let mut reader = Sse::new(http.get(&events).send().await.unwrap());
     let start = reader.until_n("streamDelta", 1).await.last().unwrap().seq();
 
     // The burst: the reader reads along, the slow subscriber reads nothing.
     let bus = state.dispatcher.hub().get(sid).expect("the session's bus");
-    let message = "x".repeat(MESSAGE_BYTES);
-    let (mut last, burst) = (start, burst_events() as u64);
-    while last < start + burst {
-        let from = last + 1;
-        for _ in 0..BATCH {
-            let payload = EventPayload::Processing {
-                message: message.clone(),
-            };
-            last = bus.publish(Some(run), payload.clone()).await.seq;
-        }
-        read_through(&mut reader, from, last).await;
-    }
+    let last = burst_read_along(&bus, run, start, &mut reader).await;
 
-    // Now the slow subscriber reads: what the buffers held, in order, then `reset` from the first
-    // seq it lacks (without an id, so its Last-Event-ID stays put), then the end of its stream.
-    let reset = loop {
-        let ev = slow.next().await.expect("stream ended without reset");
-        if ev.event == "reset" {
-            break ev;
-        }
-        held.push(ev);
-    };
-    assert!(
-        slow.next().await.is_none(),
-        "the stream went on after reset"
-    );
-    for (i, e) in held.iter().enumerate() {
-        assert_eq!(e.seq(), i as u64 + 1, "gap or duplicate before the reset");
-    }
-    let cursor = held.last().unwrap().seq();
-    assert!(cursor < last, "the slow subscriber was not behind");
-    assert_eq!(reset.data["fromSeq"], cursor + 1);
-    assert_eq!(reset.data["sessionId"], sid.to_string());
-    assert_eq!(reset.id, None);
+    // Now the slow subscriber reads: what the buffers held, in order, then `reset`.
+    let cursor = until_reset(&mut slow, held, sid, last).await;
 
-    // Reconnecting with its cursor, it gets every event it lacked, once, in order.
-    let mut again = Sse::new(
-        http.get(&events)
-            .header("Last-Event-ID", cursor.to_string())
-            .send()
-            .await
-            .unwrap(),
-    );
-    read_through(&mut again, cursor + 1, last).await;
-
-    // The run still ends normally; both live subscribers see its one `complete`.
-    let interrupted = http
-        .post(format!("{base}/v1/sessions/{sid}/interrupt"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(interrupted.status().as_u16(), 200);
-    for sse in [&mut reader, &mut again] {
-        let tail = sse.until_complete(&run.to_string()).await;
-        assert_eq!(tail.last().unwrap().data["finishReason"], "interrupted");
-        assert_eq!(tail.iter().filter(|e| e.event == "complete").count(), 1);
-    }
+    resumed_then_interrupted(
+        (&http, &events),
+        (&http, &base),
+        &mut reader,
+        (sid, run),
+        (cursor, last),
+    )
+    .await;
 
     let _ = stop.send(());
     server.await.unwrap();

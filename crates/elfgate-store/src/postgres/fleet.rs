@@ -14,7 +14,7 @@ use super::PgStore;
 use crate::recovery_plan::{DAEMON_RESTART, Ending, NODE_LOST};
 use crate::rows::run_from_row;
 use crate::{RecoveredRun, StoreError, StoreResult};
-use elfgate_core::SessionId;
+use elfgate_core::{LeaseGuard, LeaseState, SessionId};
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +37,10 @@ pub struct FleetMember {
     /// How often the node renews its leases and looks for sessions to adopt.
     pub heartbeat: Duration,
 }
+
+/// The first key of the advisory locks that let one node at a time adopt a session (the second
+/// is the session's hash); "adop" in ASCII, apart from the single-node lock's one-key space.
+const ADOPTION_LOCKS: i32 = 0x6164_6f70;
 
 /// A node of the fleet, as its heartbeat row says.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,11 +72,16 @@ pub struct FleetCounts {
 }
 
 /// A lease this node claimed.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     epoch: i64,
     /// Taken over by another node: every write for the session is refused.
     fenced: bool,
+    /// Its end is in a transaction not committed yet (the session's last `complete`): a renewal
+    /// that finds no row meanwhile has not lost it.
+    releasing: bool,
+    /// What the session's runs consult before each side effect, kept up to date by the heartbeat.
+    lease: Arc<LeaseState>,
 }
 
 /// A node's share of the fleet: its identity, the leases it holds, and who hears of a lost one.
@@ -212,15 +221,27 @@ impl Membership {
         self.holds(session) || lock(&self.claiming).contains_key(&session)
     }
 
-    /// Records a lease claimed in a committed transaction.
-    pub(super) fn claimed(&self, session: SessionId, epoch: i64) {
-        self.held().insert(
-            session,
-            Held {
-                epoch,
-                fenced: false,
-            },
-        );
+    /// Records a lease claimed in a committed transaction by a statement sent at `sent`. The
+    /// guard of the session's runs stays the same while the lease does.
+    pub(super) fn claimed(&self, session: SessionId, epoch: i64, sent: Instant) {
+        let mut held = self.held();
+        match held.get_mut(&session) {
+            Some(h) if h.epoch == epoch && !h.fenced => {
+                h.releasing = false;
+                h.lease.renewed(sent.into_std(), self.me.lease);
+            }
+            _ => {
+                held.insert(
+                    session,
+                    Held {
+                        epoch,
+                        fenced: false,
+                        releasing: false,
+                        lease: LeaseState::new(sent.into_std(), self.me.lease),
+                    },
+                );
+            }
+        }
     }
 
     /// Before a write for `session` in the caller's transaction: refused when this node's lease
@@ -231,7 +252,7 @@ impl Membership {
         conn: &mut PgConnection,
         session: SessionId,
     ) -> StoreResult<()> {
-        let Some(held) = self.held().get(&session).copied() else {
+        let Some(held) = self.held().get(&session).cloned() else {
             return Ok(());
         };
         if held.fenced {
@@ -262,7 +283,7 @@ impl Membership {
             let held = self.held();
             sessions
                 .iter()
-                .filter_map(|s| held.get(s).map(|h| (*s, *h)))
+                .filter_map(|s| held.get(s).map(|h| (*s, h.clone())))
                 .collect()
         };
         if mine.is_empty() {
@@ -301,7 +322,7 @@ impl Membership {
         conn: &mut PgConnection,
         session: SessionId,
     ) -> StoreResult<bool> {
-        let Some(held) = self.held().get(&session).copied() else {
+        let Some(epoch) = self.held().get(&session).map(|h| h.epoch) else {
             return Ok(false);
         };
         let done = sqlx::query(
@@ -311,7 +332,7 @@ impl Membership {
         )
         .bind(session.to_string())
         .bind(&self.me.node_id)
-        .bind(held.epoch)
+        .bind(epoch)
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() == 0 {
@@ -335,7 +356,29 @@ impl Membership {
     pub(super) fn released(&self, sessions: &[SessionId]) {
         let mut held = self.held();
         for s in sessions {
-            held.remove(s);
+            if let Some(h) = held.remove(s) {
+                h.lease.release();
+            }
+        }
+    }
+
+    /// Marks leases whose end is about to commit (see [`Held::releasing`]), or, with `false`,
+    /// whose end did not commit: held as before.
+    pub(super) fn releasing(&self, sessions: &[SessionId], releasing: bool) {
+        let mut held = self.held();
+        for s in sessions {
+            if let Some(h) = held.get_mut(s) {
+                h.releasing = releasing;
+            }
+        }
+    }
+
+    /// What a run of `session` on this node consults before each side effect: the lease this
+    /// node holds on it, or, when it holds none (lost, or never claimed), a guard that refuses.
+    pub(super) fn guard(&self, session: SessionId) -> LeaseGuard {
+        match self.held().get(&session) {
+            Some(h) if !h.fenced => LeaseGuard::held(h.lease.clone()),
+            _ => LeaseGuard::refused(),
         }
     }
 
@@ -344,6 +387,7 @@ impl Membership {
         let newly = match self.held().get_mut(&session) {
             Some(h) if !h.fenced => {
                 h.fenced = true;
+                h.lease.lose();
                 true
             }
             _ => false,
@@ -409,6 +453,9 @@ impl Membership {
             return Ok(());
         }
         let ids: Vec<String> = snapshot.keys().map(ToString::to_string).collect();
+        // Before the statement: the database's expiry is set after it, so the runs' guards count
+        // from no later than the row does.
+        let sent = Instant::now();
         let renewed: Vec<(String, i64)> = sqlx::query_as(
             "UPDATE session_leases SET expires_at = clock_timestamp() + make_interval(secs => $2) \
              WHERE node_id = $1 AND session_id = ANY($3::text[]) RETURNING session_id, epoch",
@@ -419,6 +466,16 @@ impl Membership {
         .fetch_all(&mut *conn)
         .await?;
         let renewed: HashMap<String, i64> = renewed.into_iter().collect();
+        {
+            let held = self.held();
+            for (session, epoch) in &snapshot {
+                if renewed.get(&session.to_string()) == Some(epoch)
+                    && let Some(h) = held.get(session).filter(|h| h.epoch == *epoch)
+                {
+                    h.lease.renewed(sent.into_std(), self.me.lease);
+                }
+            }
+        }
         let missing: Vec<String> = snapshot
             .iter()
             .filter(|(s, epoch)| renewed.get(&s.to_string()) != Some(*epoch))
@@ -428,9 +485,10 @@ impl Membership {
             return Ok(());
         }
         // Not renewed: taken over when another node or epoch holds the row now. No row means the
-        // lease ended with its session's last complete (this node's own release, which forgets
-        // the lease right after its commit), or an adopter ended the runs and gave it up: then
-        // the next write of a run still going here finds no lease and is fenced.
+        // lease ended with its session's last complete (this node's own release, marked before
+        // its commit and forgotten right after it), or an adopter ended the runs and gave it up:
+        // lost too, so that a run still waiting here (for a permission, a model) stops at once
+        // rather than act for a session another node has ended.
         let holders: Vec<(String, String, i64)> = sqlx::query_as(
             "SELECT session_id, node_id, epoch FROM session_leases \
              WHERE session_id = ANY($1::text[])",
@@ -438,13 +496,24 @@ impl Membership {
         .bind(&missing)
         .fetch_all(&mut *conn)
         .await?;
-        for (sid, node, epoch) in holders {
+        let holders: HashMap<String, (String, i64)> = holders
+            .into_iter()
+            .map(|(sid, node, epoch)| (sid, (node, epoch)))
+            .collect();
+        for sid in missing {
             let Ok(session) = sid.parse::<SessionId>() else {
                 continue;
             };
             let ours = snapshot.get(&session).copied();
-            let still_held = self.held().get(&session).map(|h| h.epoch) == ours;
-            if still_held && (node != self.me.node_id || Some(epoch) != ours) {
+            let lost = match self.held().get(&session) {
+                Some(h) if Some(h.epoch) == ours => match holders.get(&sid) {
+                    Some((node, epoch)) => *node != self.me.node_id || Some(*epoch) != ours,
+                    None => !h.releasing,
+                },
+                // Released or claimed anew since the snapshot.
+                _ => false,
+            };
+            if lost {
                 self.fence(session);
             }
         }
@@ -464,6 +533,16 @@ impl PgStore {
     /// None for a single node). The runs of such a session must stop: their writes are refused.
     pub fn fenced_sessions(&self) -> Option<broadcast::Receiver<SessionId>> {
         self.fleet.as_ref().map(|m| m.subscribe_fenced())
+    }
+
+    /// What a run of `session` on this node consults before each side effect (see
+    /// [`LeaseGuard`]): on a fleet node the lease it holds on the session, refusing when it holds
+    /// none; on a single node a guard that always passes.
+    pub fn lease_guard(&self, session: SessionId) -> LeaseGuard {
+        match self.fleet.as_deref() {
+            Some(m) => m.guard(session),
+            None => LeaseGuard::unguarded(),
+        }
     }
 
     /// What this node's share of the fleet has done so far (None for a single node).
@@ -585,6 +664,14 @@ impl PgStore {
     async fn adopt(&self, m: &Membership, session: SessionId) -> StoreResult<Vec<RecoveredRun>> {
         let sid = session.to_string();
         let mut tx = self.pool.begin().await?;
+        // One adopter at a time per session, for this transaction (a lease row may not exist to
+        // lock): nodes that listed the same orphan take turns, and the later ones find the first
+        // one's lease, or no run left to end once it has given the lease up.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(ADOPTION_LOCKS)
+            .bind(&sid)
+            .execute(&mut *tx)
+            .await?;
         // FOR UPDATE: waits for the old owner's write in flight, which then commits first.
         let old: Option<(String, bool)> = sqlx::query_as(
             "SELECT node_id, expires_at < now() FROM session_leases WHERE session_id = $1 \
@@ -595,6 +682,17 @@ impl PgStore {
         .await?;
         if old.as_ref().is_some_and(|(_, expired)| !expired) {
             // Renewed or taken by another adopter meanwhile.
+            return Ok(Vec::new());
+        }
+        let unfinished: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_id = $1 \
+             AND status IN ('running', 'queued'))",
+        )
+        .bind(&sid)
+        .fetch_one(&mut *tx)
+        .await?;
+        if !unfinished {
+            // Adopted by another node since this one listed it: its runs are ended already.
             return Ok(Vec::new());
         }
         let ending: Ending = match &old {

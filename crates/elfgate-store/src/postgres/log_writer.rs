@@ -282,7 +282,15 @@ async fn write(
             }
         }
     }
-    tx.commit().await?;
+    if let Some(m) = fleet {
+        m.releasing(&released, true);
+    }
+    if let Err(e) = tx.commit().await {
+        if let Some(m) = fleet {
+            m.releasing(&released, false);
+        }
+        return Err(e.into());
+    }
     if let Some(m) = fleet {
         m.released(&released);
     }

@@ -25,17 +25,25 @@ fn ledger(e: StoreError) -> LedgerError {
 
 /// A fleet node's lease checks around the writes below; nothing on a single node.
 impl PgStore {
-    /// Claims the session's lease in `tx` (a fleet node): the epoch to record once committed.
-    async fn claim(&self, tx: &mut PgConnection, session: SessionId) -> StoreResult<Option<i64>> {
+    /// Claims the session's lease in `tx` (a fleet node): the epoch to record once committed,
+    /// and when the claim was sent (the lease lasts from no later than that).
+    async fn claim(
+        &self,
+        tx: &mut PgConnection,
+        session: SessionId,
+    ) -> StoreResult<Option<(i64, tokio::time::Instant)>> {
         match &self.fleet {
-            Some(m) => Ok(Some(m.claim(tx, session).await?)),
+            Some(m) => {
+                let sent = tokio::time::Instant::now();
+                Ok(Some((m.claim(tx, session).await?, sent)))
+            }
             None => Ok(None),
         }
     }
 
-    fn claimed(&self, session: SessionId, lease: Option<i64>) {
-        if let (Some(m), Some(epoch)) = (&self.fleet, lease) {
-            m.claimed(session, epoch);
+    fn claimed(&self, session: SessionId, lease: Option<(i64, tokio::time::Instant)>) {
+        if let (Some(m), Some((epoch, sent))) = (&self.fleet, lease) {
+            m.claimed(session, epoch, sent);
         }
     }
 
