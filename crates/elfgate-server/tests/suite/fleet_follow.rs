@@ -22,12 +22,17 @@ async fn a_client_that_stops_reading_another_nodes_session_is_reset_and_nobody_e
     let mock = MockServer::start().await.unwrap();
     // Node A, in this process, on the fleet's database and NATS.
     let dir = tempfile::tempdir().unwrap().keep();
+    // The fleet's secret, from a file of this user's alone (this process's environment has none).
+    let secret = dir.join("fleet-secret");
+    std::fs::write(&secret, elfgate_test_support::services::FLEET_SECRET).unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let config_file = common::write_config(
         &dir,
         &mock,
         &format!(
             "\n[cluster]\nnats_url = \"{nats}\"\nnode_id = \"a\"\nlease_secs = 4\n\
-             heartbeat_secs = 1\n"
+             heartbeat_secs = 1\nsecret_file = \"{}\"\n",
+            secret.display()
         ),
     );
     let sqlite = format!("url = \"sqlite://{}\"", dir.join("elfgate.db").display());

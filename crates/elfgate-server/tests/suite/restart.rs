@@ -194,17 +194,39 @@ fn refuses_public_bind_without_auth_and_bad_config() {
     assert!(ok, "{out}");
     assert!(out.contains("configuration is valid"), "{out}");
     assert!(out.contains("cluster: none (a single node)"), "{out}");
-    // A fleet node's section is checked and shown (no database or NATS server is reached).
+    // A fleet node's section is checked and shown (no database or NATS server is reached); its
+    // secret, which signs the bus, is required.
+    let fleet = [
+        (
+            "ELFGATE_DATABASE_URL",
+            "postgres://elfgate:secret@db.invalid/elfgate",
+        ),
+        ("ELFGATE_CLUSTER__NATS_URL", "nats://nats.invalid:4222"),
+        ("ELFGATE_CLUSTER__NODE_ID", "n1"),
+    ];
+    let (ok, out) = run_elfgate(&["config", "check"], &fleet);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("cluster.secret_env (or cluster.secret_file) is required"),
+        "{out}"
+    );
+    let short = [
+        ("ELFGATE_CLUSTER__SECRET_ENV", "FLEET_SECRET"),
+        ("FLEET_SECRET", "short"),
+    ];
+    let (ok, out) = run_elfgate(&["config", "check"], &[&fleet[..], &short[..]].concat());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("the variable FLEET_SECRET holds fewer than 32 bytes"),
+        "{out}"
+    );
+    let with_secret = [
+        ("ELFGATE_CLUSTER__SECRET_ENV", "FLEET_SECRET"),
+        ("FLEET_SECRET", elfgate_test_support::services::FLEET_SECRET),
+    ];
     let (ok, out) = run_elfgate(
         &["config", "check"],
-        &[
-            (
-                "ELFGATE_DATABASE_URL",
-                "postgres://elfgate:secret@db.invalid/elfgate",
-            ),
-            ("ELFGATE_CLUSTER__NATS_URL", "nats://nats.invalid:4222"),
-            ("ELFGATE_CLUSTER__NODE_ID", "n1"),
-        ],
+        &[&fleet[..], &with_secret[..]].concat(),
     );
     assert!(ok, "{out}");
     assert!(
