@@ -42,3 +42,4 @@ mod tool_hardening;
 mod tool_schemas;
 mod web_security;
 mod workflows;
+mod workflows_limits;
