@@ -11,6 +11,7 @@ mod streaming;
 mod think;
 pub mod tinyelf;
 pub mod workflow;
+pub mod workflow_templates;
 
 pub use chat::{ChatEngine, ChatMode, ChatSettings, GatewayTurn};
 pub use cli::{CliConfig, CliEngine};

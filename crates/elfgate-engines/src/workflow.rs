@@ -8,6 +8,9 @@
 use crate::providers::ProviderRegistry;
 use crate::streaming::{TurnOptions, fail, relay_turn};
 use crate::tinyelf::TinyElfEngine;
+use crate::workflow_templates::{
+    Renderer, answer_within, bounded_output, strings_of, with_strings,
+};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
@@ -16,8 +19,8 @@ use elfgate_core::{
 };
 use elfgate_llm::{LlmMessage, LlmRequest, RetryPolicy};
 use elfgate_store::Store;
+use elfgate_workflow::template::{Limits, RenderError};
 use elfgate_workflow::{AgentStep, ModelStep, Otherwise, StepKind, WorkflowDefinition};
-use minijinja::Environment;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,22 +31,26 @@ pub struct WorkflowEngine {
     tinyelf: Arc<TinyElfEngine>,
     providers: ProviderRegistry,
     retry: RetryPolicy,
+    templates: Renderer,
 }
 
 impl WorkflowEngine {
     /// The engine, its tool steps run by `tinyelf`'s pipeline and its model steps on
-    /// `providers` with `retry` for each call.
+    /// `providers` with `retry` for each call, its templates rendered within `limits` (which
+    /// bound each step's output too).
     pub fn new(
         store: Arc<dyn Store>,
         tinyelf: Arc<TinyElfEngine>,
         providers: ProviderRegistry,
         retry: RetryPolicy,
+        limits: Limits,
     ) -> Self {
         WorkflowEngine {
             store,
             tinyelf,
             providers,
             retry,
+            templates: Renderer::new(limits),
         }
     }
 }
@@ -110,7 +117,6 @@ impl Engine for WorkflowEngine {
         Run {
             engine: self,
             ctx: &ctx,
-            env: elfgate_workflow::validate::templates(),
             outputs: wref
                 .resume
                 .as_ref()
@@ -147,7 +153,6 @@ enum Failure {
 struct Run<'a> {
     engine: &'a WorkflowEngine,
     ctx: &'a EngineSessionContext,
-    env: Environment<'static>,
     /// `steps` of the templates: each ended step's `{output}`.
     outputs: Map<String, Value>,
     usage: TokenUsage,
@@ -228,6 +233,11 @@ impl Run<'_> {
                 usage: since(before, self.usage),
                 cost_usd: self.step_cost.take(),
             });
+            let limit = self.engine.templates.limits().output_bytes;
+            let done = match done {
+                Ok(Done::Output(output)) => bounded_output(output, limit).map(Done::Output),
+                other => other,
+            };
             match done {
                 Ok(Done::Output(output)) => {
                     self.end(&step.id, StepStatus::Success, output, None).await;
@@ -263,18 +273,18 @@ impl Run<'_> {
 
     /// Runs one try of a step.
     async fn step(&mut self, kind: &StepKind<'_>, wref: &WorkflowRef) -> Result<Done, Failure> {
-        let scope = json!({"inputs": wref.inputs, "steps": self.outputs});
+        let scope = Arc::new(json!({"inputs": wref.inputs, "steps": self.outputs}));
         match *kind {
             StepKind::Tool(name, arguments) => {
                 let arguments = match arguments {
-                    Some(a) => self.render_value(a, &scope, "arguments")?,
+                    Some(a) => self.render_value(a, &scope, "arguments").await?,
                     None => Value::Object(Map::new()),
                 };
                 self.tool(name, arguments).await
             }
             StepKind::Model(m) => self.model(m, &scope).await,
             StepKind::If(condition, _) => {
-                let text = self.render(condition, &scope, "if")?;
+                let text = self.render(condition, &scope, "if").await?;
                 match text.trim() {
                     "true" | "True" => Ok(Done::Condition(true)),
                     "false" | "False" | "" | "none" | "None" => Ok(Done::Condition(false)),
@@ -305,10 +315,10 @@ impl Run<'_> {
         }
     }
 
-    async fn model(&mut self, m: &ModelStep, scope: &Value) -> Result<Done, Failure> {
-        let prompt = self.render(&m.prompt, scope, "model.prompt")?;
+    async fn model(&mut self, m: &ModelStep, scope: &Arc<Value>) -> Result<Done, Failure> {
+        let prompt = self.render(&m.prompt, scope, "model.prompt").await?;
         let system = match &m.system_prompt {
-            Some(s) => Some(self.render(s, scope, "model.systemPrompt")?),
+            Some(s) => Some(self.render(s, scope, "model.systemPrompt").await?),
             None => None,
         };
         let (provider_name, provider) = self
@@ -379,11 +389,11 @@ impl Run<'_> {
     /// A run of the agent loop inside the step: its own prompt (stored and announced as a user
     /// message of the session), tools, model and permission mode, over the session's history;
     /// its answer is stored and is the step's output.
-    async fn agent(&mut self, a: &AgentStep, scope: &Value) -> Result<Done, Failure> {
+    async fn agent(&mut self, a: &AgentStep, scope: &Arc<Value>) -> Result<Done, Failure> {
         let ctx = self.ctx;
-        let prompt = self.render(&a.prompt, scope, "agent.prompt")?;
+        let prompt = self.render(&a.prompt, scope, "agent.prompt").await?;
         let system = match &a.system_prompt {
-            Some(s) => Some(self.render(s, scope, "agent.systemPrompt")?),
+            Some(s) => Some(self.render(s, scope, "agent.systemPrompt").await?),
             None => ctx.system_prompt.clone(),
         };
         let ledger: Arc<dyn elfgate_core::RunLedger> = self.engine.store.clone();
@@ -441,34 +451,35 @@ impl Run<'_> {
         }
     }
 
-    /// Renders `src` over `scope`; a failure names `field`.
-    fn render(&self, src: &str, scope: &Value, field: &str) -> Result<String, Failure> {
-        self.env
-            .render_str(src, scope)
-            .map_err(|e| Failure::Failed(format!("{field}: {e}")))
+    /// Renders `src` over `scope` within the limits, off the async workers; a failure names
+    /// `field`, a cancelled run is interrupted.
+    async fn render(&self, src: &str, scope: &Arc<Value>, field: &str) -> Result<String, Failure> {
+        match self
+            .engine
+            .templates
+            .render(src, scope, &self.ctx.cancel)
+            .await
+        {
+            Ok(text) => Ok(text),
+            Err(RenderError::Cancelled) => Err(Failure::Interrupted),
+            Err(e) => Err(Failure::Failed(format!("{field}: {e}"))),
+        }
     }
 
     /// `v` with every string in it rendered.
-    fn render_value(&self, v: &Value, scope: &Value, field: &str) -> Result<Value, Failure> {
-        Ok(match v {
-            Value::String(s) => Value::String(self.render(s, scope, field)?),
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, x)| self.render_value(x, scope, &format!("{field}[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, x)| {
-                        self.render_value(x, scope, &format!("{field}.{k}"))
-                            .map(|x| (k.clone(), x))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            other => other.clone(),
-        })
+    async fn render_value(
+        &self,
+        v: &Value,
+        scope: &Arc<Value>,
+        field: &str,
+    ) -> Result<Value, Failure> {
+        let mut sources = Vec::new();
+        strings_of(v, field, &mut sources);
+        let mut rendered = Vec::with_capacity(sources.len());
+        for (path, src) in sources {
+            rendered.push(self.render(src, scope, &path).await?);
+        }
+        Ok(with_strings(v, &mut rendered.into_iter()))
     }
 
     /// Closes a step: its `stepEnd`, and its output for the steps after it.
@@ -493,7 +504,7 @@ impl Run<'_> {
             Ok(m) => m.map(|m| m.id),
             Err(e) => return fail(ctx, ErrorCode::Storage, e.report()).await,
         };
-        let text = Value::Object(self.outputs.clone()).to_string();
+        let text = answer_within(&self.outputs, self.engine.templates.limits().output_bytes);
         let mut outcome = self.outcome(reason);
         outcome.answer = Some(Message::new(
             ctx.session_id(),

@@ -461,6 +461,7 @@ impl Daemon {
             tinyelf.clone(),
             registry.clone(),
             settings.retry.clone(),
+            config.workflows.template_limits(),
         )));
         let mut cli = config.engines.cli_config(&config);
         cli.state_dir = dir.clone().unwrap_or_else(std::env::temp_dir).join("cli");
@@ -580,7 +581,7 @@ impl Daemon {
             ));
         }
         crate::workflow_runs::load_dir(&self.state).await;
-        tokio::spawn(crate::workflow_runs::schedule(self.state.clone()));
+        tokio::spawn(crate::workflow_schedule::schedule(self.state.clone()));
         tokio::spawn(crate::webhooks::deliver(self.state.clone()));
         if let Some(ends) = self.state.dispatcher.watch_run_ends() {
             crate::workflow_runs::refresh_triggers(&self.state).await;

@@ -442,12 +442,38 @@ impl EnginesConfig {
 }
 
 /// `[workflows]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkflowsConfig {
     /// A folder of definitions (`*.yaml`, `*.yml`, `*.json`) stored at start (docs/workflows.md,
     /// "Definitions from files").
     pub dir: Option<std::path::PathBuf>,
+    /// The instructions one render of a template may run (docs/workflows.md, "Limits").
+    pub template_fuel: u64,
+    /// The bytes one render may write, and a step's output may hold (docs/workflows.md,
+    /// "Limits").
+    pub max_output_bytes: usize,
+}
+
+impl Default for WorkflowsConfig {
+    fn default() -> Self {
+        let limits = elfgate_workflow::template::Limits::default();
+        WorkflowsConfig {
+            dir: None,
+            template_fuel: limits.fuel,
+            max_output_bytes: limits.output_bytes,
+        }
+    }
+}
+
+impl WorkflowsConfig {
+    /// The limits of a template's render.
+    pub fn template_limits(&self) -> elfgate_workflow::template::Limits {
+        elfgate_workflow::template::Limits {
+            fuel: self.template_fuel,
+            output_bytes: self.max_output_bytes,
+        }
+    }
 }
 
 /// `[webhooks]`: a signed POST to each matching target when a run ends (docs/workflows.md,
@@ -879,6 +905,14 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.validate_webhooks()?;
+        for (key, value) in [
+            ("template_fuel", self.workflows.template_fuel),
+            ("max_output_bytes", self.workflows.max_output_bytes as u64),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("workflows.{key}: at least 1")));
+            }
+        }
         let addr = self.bind_addr()?;
         if !addr.ip().is_loopback() && self.server.auth == AuthMode::None {
             return Err(ConfigError::Invalid(format!(

@@ -85,6 +85,13 @@ fn unknown_field(name: &str) -> ApiError {
 
 /// Parses a body, naming the field at fault: 422 for one the type does not have, 400 otherwise.
 pub(crate) fn parse_body<T: DeserializeOwned + StrictBody>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every body of the native API is an object; serde would also take an array as a struct
+    // (its fields by position, so `[]` as all defaults), which no client means.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::BadRequest(
+            "invalid JSON body: an object is required, not an array".into(),
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

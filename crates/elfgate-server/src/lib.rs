@@ -29,6 +29,7 @@ pub mod state;
 pub mod token_file;
 pub mod webhooks;
 pub mod workflow_runs;
+pub mod workflow_schedule;
 
 pub use app::{Daemon, StartError};
 pub use config::Config;

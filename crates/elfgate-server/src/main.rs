@@ -191,7 +191,12 @@ fn main() -> std::process::ExitCode {
             action: ConfigAction::Check(file),
         } => DaemonJob::CheckConfig(file),
     };
-    match runtime.block_on(run(job)) {
+    let ended = runtime.block_on(run(job));
+    // The daemon has shut down (runs ended, the log flushed): what still holds a blocking
+    // thread (a workflow template's render with fuel left, which stops at its next write or
+    // when its fuel runs out) is abandoned after a moment rather than waited for.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match ended {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("elfgate: {e:#}");

@@ -1,14 +1,14 @@
 //! The workflows a run's end may start, held in memory so that a run's end does not read the
-//! store: refreshed by the scheduler's ticks and by this node's workflow writes (see
-//! workflow_runs.rs).
+//! store: refreshed by the scheduler when the workflows' revision changed and by this node's
+//! workflow writes (see workflow_schedule.rs and workflow_runs.rs).
 
 use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
 use elfgate_workflow::RunEndTrigger;
 
 /// The workflows with an `onRunEnd` trigger, by name, as last read from the store: by the
-/// scheduler on each tick (so another node's changes arrive within one) and by this node's
-/// workflow writes at once. A run's end then looks here, not in the store.
+/// scheduler when the workflows changed (so another node's changes arrive within a tick) and by
+/// this node's workflow writes at once. A run's end then looks here, not in the store.
 #[derive(Default)]
 pub struct RunEndTriggers(std::sync::RwLock<Vec<(String, RunEndTrigger)>>);
 

@@ -1,7 +1,5 @@
-//! Starting a workflow's run, whatever started it (a client, its schedule, an inbound webhook),
-//! and the scheduler that fires schedules: every node looks for due fire times and claims each
-//! in the store before it runs it, so that a fire time runs once, on one node, across restarts
-//! (see docs/workflows.md, "Schedules").
+//! Starting a workflow's run, whatever started it (a client, its schedule, an inbound webhook,
+//! a run's end); the scheduler is in workflow_schedule.rs.
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -9,11 +7,9 @@ use chrono::{DateTime, Utc};
 use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
 use elfgate_core::RunEnded;
 use elfgate_store::StoredWorkflow;
-use elfgate_workflow::{Missed, Schedule, StepKind, Unattended, WorkflowDefinition};
+use elfgate_workflow::{StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
-use std::str::FromStr;
-use std::time::Duration;
 
 /// What started a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,13 +37,6 @@ impl Trigger {
         }
     }
 }
-
-/// How often the scheduler looks for due fire times.
-const TICK: Duration = Duration::from_millis(250);
-
-/// A fire time first seen later than this after it passed was missed (the daemon was down): the
-/// schedule's `missed` policy decides.
-const LATE: Duration = Duration::from_secs(60);
 
 /// Starts a run of `stored` with `given` inputs: a session of the `workflow` engine.
 pub async fn start(
@@ -344,32 +333,6 @@ fn resolve_inputs(
     Ok(inputs)
 }
 
-/// The latest fire time of `schedule` at or before `now` (None: the expression or the time zone
-/// does not parse, which the checks at create rule out).
-fn latest_fire(schedule: &Schedule, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let cron = elfgate_workflow::validate::check_cron(&schedule.cron).ok()?;
-    let tz = match &schedule.timezone {
-        Some(tz) => chrono_tz::Tz::from_str(tz).ok()?,
-        None => chrono_tz::UTC,
-    };
-    // On the second: the expression's finest unit (croner keeps the fraction it is given).
-    let now = chrono::SubsecRound::trunc_subsecs(now, 0);
-    cron.find_previous_occurrence(&now.with_timezone(&tz), true)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
-}
-
-/// The fire time due at `now` of a schedule stored at `since` (a version fires only the times
-/// after it was stored), and whether it was missed (first seen more than [`LATE`] after it).
-fn due(
-    schedule: &Schedule,
-    since: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Option<(DateTime<Utc>, bool)> {
-    let due = latest_fire(schedule, now).filter(|due| *due >= since)?;
-    Some((due, (now - due).to_std().is_ok_and(|late| late > LATE)))
-}
-
 /// Reads the run-end triggers again (after this node changed a workflow).
 pub async fn refresh_triggers(state: &AppState) {
     match state.store.list_workflows().await {
@@ -411,113 +374,5 @@ pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<
                 }
             }
         }
-    }
-}
-
-/// Runs the scheduler until the daemon stops taking work.
-pub async fn schedule(state: AppState) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if state.is_shutting_down() {
-            return;
-        }
-        fire_due(&state, Utc::now()).await;
-    }
-}
-
-/// Starts the run of every schedule's fire time that is due and not yet claimed.
-async fn fire_due(state: &AppState, now: DateTime<Utc>) {
-    let workflows = match state.store.list_workflows().await {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(error = %e.report(), "the scheduler cannot list the workflows");
-            return;
-        }
-    };
-    state.run_end_triggers.set(&workflows);
-    for stored in workflows {
-        let Some(schedule) = stored
-            .definition
-            .get("schedule")
-            .and_then(|s| serde_json::from_value::<Schedule>(s.clone()).ok())
-        else {
-            continue;
-        };
-        let Some((due, missed)) = due(&schedule, stored.created_at, now) else {
-            continue;
-        };
-        match state.store.claim_workflow_fire(&stored.name, due).await {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(workflow = %stored.name, error = %e.report(), "cannot claim a fire time");
-                continue;
-            }
-        }
-        let name = stored.name.clone();
-        if missed && schedule.missed == Missed::Skip {
-            tracing::info!(workflow = %name, at = %due, "skipped a fire time missed while no node ran");
-            continue;
-        }
-        match start(state, stored, Map::new(), Trigger::Schedule(due)).await {
-            Ok(started) => tracing::info!(
-                workflow = %name,
-                at = %due,
-                session_id = %started.session_id,
-                "started a scheduled run"
-            ),
-            Err(e) => {
-                tracing::warn!(workflow = %name, at = %due, error = %e, "a scheduled run could not start");
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .unwrap_or_default()
-    }
-
-    fn at_seven(timezone: Option<&str>) -> Schedule {
-        Schedule {
-            cron: "0 0 7 * * *".into(),
-            timezone: timezone.map(str::to_string),
-            missed: Missed::Skip,
-        }
-    }
-
-    #[test]
-    fn a_fire_time_is_in_the_schedules_time_zone_and_late_ones_are_missed() {
-        let berlin = at_seven(Some("Europe/Berlin"));
-        let since = t("2026-12-01T00:00:00Z");
-        // 07:00 in Berlin is 06:00 UTC in December.
-        assert_eq!(
-            due(&berlin, since, t("2026-12-06T06:00:30.250Z")),
-            Some((t("2026-12-06T06:00:00Z"), false))
-        );
-        assert_eq!(
-            due(&berlin, since, t("2026-12-06T06:05:00Z")),
-            Some((t("2026-12-06T06:00:00Z"), true))
-        );
-        assert_eq!(
-            due(&at_seven(None), since, t("2026-12-06T06:30:00Z")),
-            Some((t("2026-12-05T07:00:00Z"), true))
-        );
-        // A version stored after the latest fire time waits for the next.
-        assert_eq!(
-            due(
-                &berlin,
-                t("2026-12-06T06:00:01Z"),
-                t("2026-12-06T06:00:30Z")
-            ),
-            None
-        );
     }
 }

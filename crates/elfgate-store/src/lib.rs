@@ -257,6 +257,10 @@ pub trait Store: RunLedger + Send + Sync {
     ) -> StoreResult<Option<StoredWorkflow>>;
     /// The latest version of every workflow that is not deleted, by name.
     async fn list_workflows(&self) -> StoreResult<Vec<StoredWorkflow>>;
+    /// The workflows' revision: the versions stored and the versions marked deleted, two counts
+    /// that grow with every change on any node sharing the store (nothing else writes the
+    /// table), so that a reader of every definition reads them again only when they changed.
+    async fn workflows_revision(&self) -> StoreResult<(i64, i64)>;
     /// Marks workflow `name` deleted; false when there was no live one.
     async fn delete_workflow(&self, name: &str) -> StoreResult<bool>;
     /// Claims fire time `at` of workflow `name`'s schedule: true for the one caller (of every

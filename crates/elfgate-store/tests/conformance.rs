@@ -401,9 +401,13 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
         .map(|w| (w.name, w.version))
         .collect();
     assert_eq!(listed, [("a".to_string(), 1), ("w".to_string(), 2)]);
+    // The revision counts the versions stored and those deleted: each change moves it, a
+    // refused one does not.
+    assert_eq!(store.workflows_revision().await.unwrap(), (3, 0));
 
     assert!(store.delete_workflow("w").await.unwrap());
     assert!(!store.delete_workflow("w").await.unwrap());
+    assert_eq!(store.workflows_revision().await.unwrap(), (3, 2));
     let gone = store.get_workflow("w", None).await.unwrap().unwrap();
     assert!(
         gone.deleted_at.is_some(),
@@ -424,6 +428,7 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
         .unwrap()
         .unwrap();
     assert_eq!(again.version, 3, "versions are never reused");
+    assert_eq!(store.workflows_revision().await.unwrap(), (4, 2));
     // A schedule's fire time is claimed once: never again, never an earlier one; of claims made
     // at once, one wins.
     let t = |s: &str| {

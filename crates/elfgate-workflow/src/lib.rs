@@ -4,8 +4,12 @@
 //! keeps it, and the checks a definition passes before it is stored; see docs/workflows.md.
 
 pub mod definition;
+pub mod template;
+pub mod template_check;
 pub mod validate;
 
+/// A parsed cron expression, as [`validate::check_cron`] gives it.
+pub use croner::Cron;
 pub use definition::{
     AgentStep, InputSpec, InputType, Missed, ModelStep, Otherwise, Retries, RunEndTrigger,
     Schedule, Step, StepKind, Unattended, WorkflowDefinition,

@@ -1,6 +1,7 @@
 //! The checks a definition passes before it is stored: its name, its steps' ids and kinds, the
 //! tools they call, every template (syntax, and the variables it names: declared inputs and
-//! earlier steps only), the schedule's cron expression and time zone, and the inputs' defaults.
+//! earlier steps only; no string built from literals past a bound), the schedule's cron
+//! expression (one that fires within the next years) and time zone, and the inputs' defaults.
 
 use crate::definition::{StepKind, WorkflowDefinition};
 use minijinja::Environment;
@@ -54,15 +55,18 @@ pub fn validate(
         }
     }
     if let Some(s) = &def.schedule {
-        check_cron(&s.cron).map_err(|why| error("schedule.cron", why))?;
-        if let Some(tz) = &s.timezone {
-            chrono_tz::Tz::from_str(tz).map_err(|_| {
+        let cron = check_cron(&s.cron).map_err(|why| error("schedule.cron", why))?;
+        let tz = match &s.timezone {
+            Some(tz) => chrono_tz::Tz::from_str(tz).map_err(|_| {
                 error(
                     "schedule.timezone",
                     format!("'{tz}' is not an IANA time zone"),
                 )
-            })?;
-        }
+            })?,
+            None => chrono_tz::UTC,
+        };
+        check_fires(&cron, tz, chrono::Utc::now())
+            .map_err(|why| error("schedule.cron", format!("'{}' {why}", s.cron)))?;
     }
     if let Some(t) = &def.on_run_end {
         if t.engines
@@ -193,12 +197,9 @@ pub fn validate(
     Ok(())
 }
 
-/// The template environment of workflows: a value a template names that is not there is an
-/// error, never an empty string.
+/// The template environment of workflows, as checks see it (they render nothing: no fuel).
 pub fn templates() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-    env
+    crate::template::environment(None)
 }
 
 /// A name: 1 to 64 letters, digits, `-`, `_` or `.`, starting with a letter or a digit.
@@ -234,6 +235,32 @@ pub fn check_cron(expr: &str) -> Result<croner::Cron, String> {
         .map_err(|e| format!("'{expr}' is not a cron expression: {e}"))
 }
 
+/// A schedule must fire within this many years of the time it is stored.
+pub const MAX_YEARS_TO_FIRST_FIRE: i32 = 10;
+
+/// The first fire time of `cron` in `tz` after `now`, when it comes within
+/// [`MAX_YEARS_TO_FIRST_FIRE`] years; else why not (`0 0 0 31 2 *`, February 31st, never does).
+pub fn check_fires(
+    cron: &croner::Cron,
+    tz: chrono_tz::Tz,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let never = || format!("has no fire time in the next {MAX_YEARS_TO_FIRST_FIRE} years");
+    let next = cron
+        .find_next_occurrence(&now.with_timezone(&tz), false)
+        .map_err(|_| never())?
+        .with_timezone(&chrono::Utc);
+    let horizon = now
+        .checked_add_months(chrono::Months::new(
+            12 * MAX_YEARS_TO_FIRST_FIRE.unsigned_abs(),
+        ))
+        .ok_or_else(never)?;
+    if next > horizon {
+        return Err(never());
+    }
+    Ok(next)
+}
+
 /// Parses `src` and checks the variables it names: `inputs.NAME` of a declared input, and
 /// `steps.ID…` of an earlier step.
 fn check_template(
@@ -243,6 +270,8 @@ fn check_template(
     field: &str,
     src: &str,
 ) -> Result<(), DefinitionError> {
+    // Before it is compiled: compiling folds constants, which is what this check bounds.
+    crate::template_check::check_literals(src).map_err(|why| error(field, why))?;
     let template = env
         .template_from_str(src)
         .map_err(|e| error(field, format!("not a template: {e}")))?;
@@ -389,6 +418,16 @@ mod tests {
                 json!({"schedule": {"cron": "61 * * * *"}}),
                 "schedule.cron",
                 "not a cron expression",
+            ),
+            (
+                json!({"schedule": {"cron": "0 0 0 31 2 *"}}),
+                "schedule.cron",
+                "no fire time in the next 10 years",
+            ),
+            (
+                json!({"steps": [{"id": "a", "model": {"prompt": "{{ 'x' * 100000000 }}"}}]}),
+                "steps[0] (a).model.prompt",
+                "from literals",
             ),
             (
                 json!({"schedule": {"cron": "0 7 * * *", "timezone": "Mars/Olympus"}}),

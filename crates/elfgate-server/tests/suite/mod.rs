@@ -55,3 +55,4 @@ mod tool_hardening;
 mod tool_schemas;
 mod web_security;
 pub(crate) mod workflows;
+mod workflows_limits;

@@ -220,6 +220,13 @@ async fn a_wrong_definition_is_refused_naming_its_step_and_field_and_nothing_is_
 
 /// A workflow's run through the API: 201 with the session, its events until `complete`.
 async fn run_workflow(d: &Daemon, name: &str, inputs: Value) -> (String, String, Vec<Ev>) {
+    let (sid, run) = start_run(d, name, inputs).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    (sid, run, evs)
+}
+
+/// Starts a run of workflow `name`: 201 with (session, run).
+pub(super) async fn start_run(d: &Daemon, name: &str, inputs: Value) -> (String, String) {
     let (status, started) = d
         .post(
             &format!("/v1/workflows/{name}/runs"),
@@ -230,16 +237,15 @@ async fn run_workflow(d: &Daemon, name: &str, inputs: Value) -> (String, String,
     let sid = started["sessionId"].as_str().unwrap().to_string();
     let run = started["runId"].as_str().unwrap().to_string();
     assert_eq!(started["eventsUrl"], format!("/v1/sessions/{sid}/events"));
-    let evs = d.all_events_until_complete_of(&sid, &run).await;
-    (sid, run, evs)
+    (sid, run)
 }
 
-async fn create(d: &Daemon, def: Value) {
+pub(super) async fn create(d: &Daemon, def: Value) {
     let (status, w) = d.post("/v1/workflows", def).await;
     assert_eq!(status, 201, "{w}");
 }
 
-fn complete(evs: &[Ev]) -> &str {
+pub(super) fn complete(evs: &[Ev]) -> &str {
     evs.iter()
         .find(|e| e.event == "complete")
         .and_then(|e| e.data["finishReason"].as_str())

@@ -526,6 +526,10 @@ impl Store for PgStore {
         self.list_workflow_rows().await
     }
 
+    async fn workflows_revision(&self) -> StoreResult<(i64, i64)> {
+        self.workflows_revision_row().await
+    }
+
     async fn delete_workflow(&self, name: &str) -> StoreResult<bool> {
         self.delete_workflow_rows(name).await
     }

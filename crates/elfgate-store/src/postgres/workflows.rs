@@ -77,6 +77,14 @@ impl PgStore {
         rows.iter().map(workflow_from_row).collect()
     }
 
+    pub(super) async fn workflows_revision_row(&self) -> StoreResult<(i64, i64)> {
+        Ok(
+            sqlx::query_as("SELECT COUNT(*), COUNT(deleted_at) FROM workflows")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     pub(super) async fn delete_workflow_rows(&self, name: &str) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE workflows SET deleted_at = $1 WHERE name = $2 AND deleted_at IS NULL",

@@ -75,6 +75,14 @@ impl SqliteStore {
         rows.iter().map(workflow_from_row).collect()
     }
 
+    pub(super) async fn workflows_revision_row(&self) -> StoreResult<(i64, i64)> {
+        Ok(
+            sqlx::query_as("SELECT COUNT(*), COUNT(deleted_at) FROM workflows")
+                .fetch_one(&self.read)
+                .await?,
+        )
+    }
+
     pub(super) async fn delete_workflow_rows(&self, name: &str) -> StoreResult<bool> {
         let done = sqlx::query(
             "UPDATE workflows SET deleted_at = ? WHERE name = ? AND deleted_at IS NULL",
