@@ -36,39 +36,54 @@ fn webhook_node(
     opts.extra_toml.push_str(&webhooks_toml(url));
     opts.env
         .push(("OPS_WEBHOOK_SECRET".to_string(), SECRET.to_string()));
+    opts.log_file = Some(dir.join("node.log"));
     Daemon::start_in(dir, mock, opts)
 }
 
-/// Waits for the first request `r` receives; checks its signature and that it tells of `run`'s
-/// end with `reason`; returns its delivery id.
-async fn one_signed_delivery(r: &Receiver, run: &str, reason: &str) -> String {
-    let (headers, body) = common::poll_until("a run-end webhook", || {
-        r.seen.lock().unwrap().first().cloned()
+/// Waits for one request per run of `runs` at `r`; checks that each is signed and tells of its
+/// run's end with `reason`; returns their delivery ids.
+async fn signed_deliveries(r: &Receiver, runs: &[&str], reason: &str) -> Vec<String> {
+    let seen = common::poll_until("the run-end webhooks", || {
+        let seen = r.seen.lock().unwrap();
+        (seen.len() >= runs.len()).then(|| seen.clone())
     })
     .await;
-    let ts = headers["x-elfgate-webhook-timestamp"].to_str().unwrap();
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(format!("{ts}.{body}").as_bytes());
-    let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-    assert_eq!(headers["x-elfgate-signature-256"], want.as_str());
-    let body: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["type"], "run.ended", "{body}");
-    assert_eq!(body["run"]["id"], run, "{body}");
-    assert_eq!(body["run"]["finishReason"], reason, "{body}");
-    body["id"].as_str().unwrap().to_string()
+    let mut told = Vec::new();
+    let mut ids = Vec::new();
+    for (headers, body) in &seen {
+        let ts = headers["x-elfgate-webhook-timestamp"].to_str().unwrap();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("{ts}.{body}").as_bytes());
+        let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(headers["x-elfgate-signature-256"], want.as_str());
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["type"], "run.ended", "{body}");
+        assert_eq!(body["run"]["finishReason"], reason, "{body}");
+        told.push(body["run"]["id"].as_str().unwrap().to_string());
+        ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    told.sort();
+    let mut want: Vec<String> = runs.iter().map(ToString::to_string).collect();
+    want.sort();
+    assert_eq!(told, want, "one delivery per run");
+    ids
 }
 
-/// The deliveries `d` lists, once none is pending; asserts that they are the one delivery `id`.
-async fn exactly_one_delivered(d: &Daemon, id: &str) {
+/// Waits until none of the deliveries `d` lists is pending; asserts that they are `ids`, each
+/// delivered.
+async fn exactly_delivered(d: &Daemon, ids: &[String]) {
     let deadline = std::time::Instant::now() + common::GUARD;
     loop {
         let (status, list) = d.get("/v1/webhooks/deliveries").await;
         assert_eq!(status, 200, "{list}");
         let all = list["deliveries"].as_array().unwrap();
         if all.iter().all(|x| x["status"] != "pending") {
-            assert_eq!(all.len(), 1, "{list}");
-            assert_eq!(all[0]["id"], id, "{list}");
-            assert_eq!(all[0]["status"], "delivered", "{list}");
+            let mut listed: Vec<&str> = all.iter().map(|x| x["id"].as_str().unwrap()).collect();
+            listed.sort();
+            let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+            want.sort();
+            assert_eq!(listed, want, "{list}");
+            assert!(all.iter().all(|x| x["status"] == "delivered"), "{list}");
             return;
         }
         assert!(std::time::Instant::now() < deadline, "{list}");
@@ -106,17 +121,25 @@ async fn two_nodes_with_a_run_on_a(a_keys: &str) -> Option<TwoNodes> {
     })
 }
 
-/// A run that a stopping node's drain ends (`node_shutdown`) is told once, by the node left.
+/// Each run that a stopping node's drain ends (`node_shutdown`) is told once, by the node left.
 #[tokio::test]
-async fn a_run_ended_by_a_nodes_drain_is_delivered_once() {
+async fn runs_ended_by_a_nodes_drain_are_each_delivered_once() {
     let Some(mut f) = two_nodes_with_a_run_on_a("drain_secs = 1").await else {
         return;
     };
+    // A second run on A: each run the drain ends is told, not only the first.
+    let (sid2, run2) =
+        f.a.create(chat("long too", "mock:tokens=5000,delay_ms=10"))
+            .await;
+    f.a.events(&sid2, None).await.until_text("tok0 ").await;
     let status = f.a.terminate();
     assert!(status.success(), "{status:?}");
-    let id = one_signed_delivery(&f.r, &f.run, "node_shutdown").await;
-    exactly_one_delivered(&f.b, &id).await;
-    assert_eq!(f.r.seen.lock().unwrap().len(), 1);
+    let ids = signed_deliveries(&f.r, &[&f.run, &run2], "node_shutdown").await;
+    exactly_delivered(&f.b, &ids).await;
+    assert_eq!(f.r.seen.lock().unwrap().len(), 2);
+    // The drain's ends of the runs say nothing of a full queue: none was.
+    let log = std::fs::read_to_string(f.a.dir.join("node.log")).unwrap();
+    assert!(!log.contains("queue is full"), "{log}");
 }
 
 /// A run that another node ends because its own node died (`node_lost`) is told once.
@@ -126,8 +149,8 @@ async fn a_run_ended_by_adoption_is_delivered_once() {
         return;
     };
     f.a.kill();
-    let id = one_signed_delivery(&f.r, &f.run, "node_lost").await;
-    exactly_one_delivered(&f.b, &id).await;
+    let ids = signed_deliveries(&f.r, &[&f.run], "node_lost").await;
+    exactly_delivered(&f.b, &ids).await;
     assert_eq!(f.r.seen.lock().unwrap().len(), 1);
 }
 /// A run that a restart finds unfinished and ends (`daemon_restart`) is told once.
@@ -148,7 +171,7 @@ async fn a_run_ended_by_a_restart_is_delivered_once() {
     drop(sse);
 
     let d = Daemon::start_in(d.dir.clone(), &mock, opts());
-    let id = one_signed_delivery(&r, &run, "daemon_restart").await;
-    exactly_one_delivered(&d, &id).await;
+    let ids = signed_deliveries(&r, &[&run], "daemon_restart").await;
+    exactly_delivered(&d, &ids).await;
     assert_eq!(r.seen.lock().unwrap().len(), 1);
 }
