@@ -406,10 +406,15 @@ impl EngineDispatcher {
                         error: outcome.error.clone(),
                         notify_url: ctx.engine_config.notify_url.clone(),
                     };
-                    if tx.try_send(ended).is_err() {
-                        tracing::warn!(
-                            "a run's end was not told to its watcher (its queue is full)"
-                        );
+                    match tx.try_send(ended) {
+                        Ok(()) => {}
+                        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                            tracing::warn!(
+                                "a run's end was not told to its watcher (its queue is full)"
+                            );
+                        }
+                        // The watcher stopped with the daemon: nothing is waiting to be told.
+                        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {}
                     }
                 }
                 next

@@ -343,14 +343,14 @@ pub async fn refresh_triggers(state: &AppState) {
     }
 }
 
-/// For each ended run, until the daemon stops: queues its webhook deliveries and starts the
-/// workflows it triggers (its record as their `run` input).
+/// For each ended run, until the daemon stops: starts the workflows it triggers (its record as
+/// their `run` input). Its webhook deliveries are not queued here but from the store's outbox of
+/// run ends (see webhooks/mod.rs), which every way a run ends writes to.
 pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<RunEnded>) {
     while let Some(ended) = ends.recv().await {
         if state.is_shutting_down() {
             return;
         }
-        crate::webhooks::enqueue(&state, &ended).await;
         for name in state.run_end_triggers.matching(&ended) {
             let stored = match state.store.get_workflow(&name, None).await {
                 Ok(Some(w)) if w.deleted_at.is_none() => w,

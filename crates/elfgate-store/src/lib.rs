@@ -57,6 +57,18 @@ pub struct RecoveredRun {
     pub finish_reason: elfgate_core::FinishReason,
 }
 
+/// A run's end waiting in the store's outbox of run-end webhooks: written in the transaction that
+/// ends the run, whatever ends it, and taken out when its deliveries are queued.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEndNotice {
+    /// Its session.
+    pub session_id: SessionId,
+    /// The run.
+    pub run_id: RunId,
+    /// When it ended.
+    pub ended_at: chrono::DateTime<chrono::Utc>,
+}
+
 /// One stored version of a workflow.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredWorkflow {
@@ -271,6 +283,20 @@ pub trait Store: RunLedger + Send + Sync {
         at: chrono::DateTime<chrono::Utc>,
     ) -> StoreResult<bool>;
 
+    /// Run ends not yet made into webhook deliveries, oldest first, at most `limit`. Each run's
+    /// end is written here in the transaction that ends the run: by the run itself, a drain, a
+    /// restart's recovery or another node's adoption.
+    async fn pending_run_ends(&self, limit: u32) -> StoreResult<Vec<RunEndNotice>>;
+    /// Takes run `run_id`'s end out of the outbox and queues `deliveries` (each unless
+    /// `max_pending` deliveries to its target already wait), in one transaction. None when the
+    /// end was no longer there (another worker queued it); else the targets whose delivery was
+    /// dropped because their queue was full.
+    async fn queue_run_end(
+        &self,
+        run_id: RunId,
+        deliveries: &[WebhookDelivery],
+        max_pending: u32,
+    ) -> StoreResult<Option<Vec<String>>>;
     /// Queues a webhook delivery, unless `max_pending` deliveries to its target (its name and
     /// URL) already wait (then false): a target that does not answer fills its own queue only.
     async fn enqueue_delivery(&self, d: &WebhookDelivery, max_pending: u32) -> StoreResult<bool>;

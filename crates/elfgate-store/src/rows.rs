@@ -118,6 +118,14 @@ pub(crate) fn workflow_from_row(r: &impl RowRead) -> StoreResult<crate::StoredWo
     })
 }
 
+pub(crate) fn run_end_notice_from_row(r: &impl RowRead) -> StoreResult<crate::RunEndNotice> {
+    Ok(crate::RunEndNotice {
+        run_id: parse("run id", &r.text("run_id")?)?,
+        session_id: parse("session id", &r.text("session_id")?)?,
+        ended_at: parse_ts(&r.text("ended_at")?)?,
+    })
+}
+
 pub(crate) fn delivery_from_row(r: &impl RowRead) -> StoreResult<crate::WebhookDelivery> {
     let body: String = r.text("body")?;
     let status = match r.text("status")?.as_str() {

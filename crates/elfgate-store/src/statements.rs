@@ -225,4 +225,23 @@ pub(crate) fn push_run_finished(
         .push_bind(at.to_string())
         .push(" WHERE id = ")
         .push_bind(session_id.to_string());
+    push_run_end_notice(script, session_id, run_id, at);
+}
+
+/// Appends the statement writing a run's end to the outbox of run-end webhooks, in the
+/// transaction that ends the run (see [`crate::Store::pending_run_ends`]).
+pub(crate) fn push_run_end_notice(
+    script: &mut Script,
+    session_id: SessionId,
+    run_id: RunId,
+    at: &str,
+) {
+    script
+        .statement("INSERT INTO run_end_outbox (run_id, session_id, ended_at) VALUES (")
+        .push_bind(run_id.to_string())
+        .push(", ")
+        .push_bind(session_id.to_string())
+        .push(", ")
+        .push_bind(at.to_string())
+        .push(") ON CONFLICT (run_id) DO NOTHING");
 }

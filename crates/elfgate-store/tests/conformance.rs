@@ -20,6 +20,9 @@ use std::sync::Arc;
 
 #[path = "conformance/fleet.rs"]
 mod fleet;
+#[path = "conformance/run_end_outbox.rs"]
+mod run_end_outbox;
+use run_end_outbox::a_runs_end_waits_in_the_outbox_until_it_is_queued_once;
 
 /// Where a test's database lives.
 enum Db {
@@ -132,6 +135,7 @@ on_both_backends!(
     workflows_keep_every_version_and_their_deletion,
     webhook_deliveries_queue_claim_and_record,
     webhook_queues_are_per_target_and_hook_ids_are_taken_once,
+    a_runs_end_waits_in_the_outbox_until_it_is_queued_once,
 );
 
 fn session() -> Session {

@@ -73,19 +73,25 @@ impl Drop for LaneGuard {
     }
 }
 
-/// Sends due deliveries until the daemon stops.
+/// Queues the deliveries of ended runs and sends the due ones until the daemon stops. A daemon
+/// with no target still empties the outbox of run ends (into no delivery), so that it does not
+/// grow.
 pub async fn deliver(state: AppState) {
     let config = &state.config.webhooks;
-    if config.targets.is_empty() && config.notify_secret_env.is_none() {
-        return;
-    }
+    let sends = !config.targets.is_empty() || config.notify_secret_env.is_some();
     let in_flight = InFlight::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        // A stopping node leaves what it has not queued or sent to the other nodes of its fleet,
+        // or to its own next start: both are in the store.
         if state.is_shutting_down() {
             return;
+        }
+        super::queue_run_ends(&state).await;
+        if !sends {
+            continue;
         }
         let now = Utc::now();
         let due = match state

@@ -32,6 +32,7 @@ mod postgres_store;
 mod provider_kinds;
 mod readme_path;
 mod restart;
+mod run_end_webhooks;
 mod run_endings;
 mod schema_fuzz;
 mod signed_webhooks;

@@ -13,25 +13,7 @@ impl PgStore {
         d: &WebhookDelivery,
         max_pending: u32,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
-             next_attempt_at, created_at, updated_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE \
-             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = $2 \
-             AND url = $3) < $10",
-        )
-        .bind(&d.id)
-        .bind(&d.target)
-        .bind(&d.url)
-        .bind(d.body.to_string())
-        .bind(d.status.as_str())
-        .bind(i64::from(d.attempts))
-        .bind(ts(&d.next_attempt_at))
-        .bind(ts(&d.created_at))
-        .bind(ts(&d.updated_at))
-        .bind(i64::from(max_pending))
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() > 0)
+        insert_delivery(&self.pool, d, max_pending).await
     }
 
     pub(super) async fn due_delivery_rows(
@@ -97,4 +79,32 @@ impl PgStore {
         .await?;
         rows.iter().map(delivery_from_row).collect()
     }
+}
+
+/// Stores delivery `d` unless `max_pending` deliveries to its target (its name and URL) already
+/// wait: false then. On the pool or in a transaction of the caller's.
+pub(super) async fn insert_delivery<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    d: &WebhookDelivery,
+    max_pending: u32,
+) -> StoreResult<bool> {
+    let done = sqlx::query(
+        "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
+         next_attempt_at, created_at, updated_at) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE \
+         (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = $2 \
+         AND url = $3) < $10",
+    )
+    .bind(&d.id)
+    .bind(&d.target)
+    .bind(&d.url)
+    .bind(d.body.to_string())
+    .bind(d.status.as_str())
+    .bind(i64::from(d.attempts))
+    .bind(ts(&d.next_attempt_at))
+    .bind(ts(&d.created_at))
+    .bind(ts(&d.updated_at))
+    .bind(i64::from(max_pending))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

@@ -17,6 +17,7 @@ mod fleet;
 mod hook_deliveries;
 mod log_writer;
 mod recovery;
+mod run_end_outbox;
 mod setup;
 mod statements;
 mod store_impl;

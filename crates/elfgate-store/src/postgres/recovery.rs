@@ -241,6 +241,7 @@ impl PgStore {
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
+        statements::run_end_notice(&mut tx, run.session_id, run.id, &ts(&now)).await?;
         let events = run_end_events(
             run,
             seq,

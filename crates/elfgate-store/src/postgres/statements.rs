@@ -138,7 +138,28 @@ pub(super) async fn run_finished(
     .bind(run_id.to_string())
     .execute(&mut *conn)
     .await?;
+    run_end_notice(conn, session_id, run_id, at).await?;
     touch_session(conn, session_id, at).await
+}
+
+/// Writes a run's end to the outbox of run-end webhooks, in the transaction that ends the run
+/// (see [`crate::Store::pending_run_ends`]).
+pub(super) async fn run_end_notice(
+    conn: &mut PgConnection,
+    session_id: SessionId,
+    run_id: RunId,
+    at: &str,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO run_end_outbox (run_id, session_id, ended_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (run_id) DO NOTHING",
+    )
+    .bind(run_id.to_string())
+    .bind(session_id.to_string())
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Which session column [`set_session_column`] writes: never input.

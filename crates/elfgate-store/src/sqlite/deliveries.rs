@@ -13,27 +13,7 @@ impl SqliteStore {
         d: &WebhookDelivery,
         max_pending: u32,
     ) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
-             next_attempt_at, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE \
-             (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = ? \
-             AND url = ?) < ?",
-        )
-        .bind(&d.id)
-        .bind(&d.target)
-        .bind(&d.url)
-        .bind(d.body.to_string())
-        .bind(d.status.as_str())
-        .bind(i64::from(d.attempts))
-        .bind(ts(&d.next_attempt_at))
-        .bind(ts(&d.created_at))
-        .bind(ts(&d.updated_at))
-        .bind(&d.target)
-        .bind(&d.url)
-        .bind(i64::from(max_pending))
-        .execute(&self.write)
-        .await?;
-        Ok(done.rows_affected() > 0)
+        insert_delivery(&self.write, d, max_pending).await
     }
 
     pub(super) async fn due_delivery_rows(
@@ -99,4 +79,34 @@ impl SqliteStore {
         .await?;
         rows.iter().map(delivery_from_row).collect()
     }
+}
+
+/// Stores delivery `d` unless `max_pending` deliveries to its target (its name and URL) already
+/// wait: false then. On the pool or in a transaction of the caller's.
+pub(super) async fn insert_delivery<'c>(
+    conn: impl sqlx::SqliteExecutor<'c>,
+    d: &WebhookDelivery,
+    max_pending: u32,
+) -> StoreResult<bool> {
+    let done = sqlx::query(
+        "INSERT INTO webhook_deliveries (id, target, url, body, status, attempts, \
+         next_attempt_at, created_at, updated_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE \
+         (SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND target = ? \
+         AND url = ?) < ?",
+    )
+    .bind(&d.id)
+    .bind(&d.target)
+    .bind(&d.url)
+    .bind(d.body.to_string())
+    .bind(d.status.as_str())
+    .bind(i64::from(d.attempts))
+    .bind(ts(&d.next_attempt_at))
+    .bind(ts(&d.created_at))
+    .bind(ts(&d.updated_at))
+    .bind(&d.target)
+    .bind(&d.url)
+    .bind(i64::from(max_pending))
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

@@ -9,6 +9,7 @@ mod deliveries;
 mod hook_deliveries;
 mod recovery;
 mod rows;
+mod run_end_outbox;
 mod setup;
 mod store_impl;
 mod workflows;

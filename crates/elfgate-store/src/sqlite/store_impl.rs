@@ -487,6 +487,20 @@ impl Store for SqliteStore {
         self.claim_fire_row(name, at).await
     }
 
+    async fn pending_run_ends(&self, limit: u32) -> StoreResult<Vec<crate::RunEndNotice>> {
+        self.pending_run_end_rows(limit).await
+    }
+
+    async fn queue_run_end(
+        &self,
+        run_id: RunId,
+        deliveries: &[crate::WebhookDelivery],
+        max_pending: u32,
+    ) -> StoreResult<Option<Vec<String>>> {
+        self.queue_run_end_rows(run_id, deliveries, max_pending)
+            .await
+    }
+
     async fn enqueue_delivery(
         &self,
         d: &crate::WebhookDelivery,
