@@ -21,6 +21,13 @@ pub struct Principal {
     pub role: Role,
 }
 
+/// Marks a request that another node of the fleet forwarded and this node took from the bus,
+/// verified (the fleet's forward module): it is handled here, never forwarded again, and acts for
+/// the [`Principal`] it carries. An extension, which only the daemon itself can set: a header of
+/// a similar name from a client means nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarded;
+
 /// A principal's rights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -60,11 +67,11 @@ pub async fn require_token(
     next: Next,
 ) -> Response {
     // A request another node of the fleet forwarded, verified on the bus: that node checked its
-    // credentials and says for whom it acts (`crate::fleet::forward`). A client cannot set a
+    // credentials and says for whom it acts (the fleet's forward module). A client cannot set a
     // request's extensions.
     if req
         .extensions()
-        .get::<crate::fleet::forward::Forwarded>()
+        .get::<Forwarded>()
         .is_some()
         && req.extensions().get::<Principal>().is_some()
     {

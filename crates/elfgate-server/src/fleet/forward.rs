@@ -19,7 +19,7 @@ use super::Fleet;
 use super::envelope::{self, Assembled, Assembler};
 use super::signed::{AskError, Dropped};
 use super::signing::{MAX_AGE, now_ms};
-use crate::auth::Principal;
+use crate::auth::{Forwarded, Principal};
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::body::Body;
@@ -49,11 +49,6 @@ const CREDENTIALS: [&str; 5] = [
     "x-goog-api-key",
 ];
 
-/// Marks a request the owner took from the bus (verified): the owner handles it itself, never
-/// forwards it again, and acts for the principal it carries. An extension, which only the
-/// daemon itself can set: a header of that name from a client means nothing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Forwarded;
 
 /// A request as it travels to the owner, before its body.
 #[derive(Serialize, Deserialize)]
