@@ -69,10 +69,7 @@ pub async fn require_token(
     // A request another node of the fleet forwarded, verified on the bus: that node checked its
     // credentials and says for whom it acts (the fleet's forward module). A client cannot set a
     // request's extensions.
-    if req
-        .extensions()
-        .get::<Forwarded>()
-        .is_some()
+    if req.extensions().get::<Forwarded>().is_some()
         && req.extensions().get::<Principal>().is_some()
     {
         return next.run(req).await;

@@ -49,7 +49,6 @@ const CREDENTIALS: [&str; 5] = [
     "x-goog-api-key",
 ];
 
-
 /// A request as it travels to the owner, before its body.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
