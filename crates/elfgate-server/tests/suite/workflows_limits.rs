@@ -17,9 +17,15 @@ use serde_json::{Value, json};
 const ENDLESS: &str = "{% for a in 'x' * 50000 %}{% for b in 'x' * 50000 %}\
     {% for c in 'x' * 50000 %}{% endfor %}{% endfor %}{% endfor %}true";
 
+/// The daemon's address-space limit in these tests: far above what it needs, far below what a
+/// render that kept what it loops over or wrote without bound would take, so that such a render
+/// ends the daemon (and the test) instead of filling the machine.
+const ADDRESS_SPACE: u64 = 2 * 1024 * 1024 * 1024;
+
 fn with_workflows(keys: &str) -> Opts {
     Opts {
         extra_toml: format!("[workflows]\n{keys}\n"),
+        address_space_bytes: Some(ADDRESS_SPACE),
         ..Opts::default()
     }
 }
@@ -179,6 +185,40 @@ async fn an_output_over_the_limit_is_cut_with_a_note_and_a_render_over_it_fails_
     );
     assert_eq!(complete(&evs), "error");
     assert!(!dir.path().join("out.txt").exists());
+}
+
+/// A render that writes on without end, with fuel for hours: the output bound stops it (the
+/// daemon under its address-space limit stays up), the step fails naming the limit.
+#[tokio::test]
+async fn a_render_that_writes_without_end_stops_at_the_output_bound() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, with_workflows("template_fuel = 100000000000000"));
+    let dir = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "flood", "projectPath": dir.path().display().to_string(),
+        "permissionMode": "bypassPermissions",
+        "steps": [{"id": "write", "tool": "write_file", "arguments": {"path": "out.txt",
+            "content": "{% for a in 'x' * 50000 %}{% for b in 'x' * 50000 %}\
+                        0123456789abcdef{% endfor %}{% endfor %}"}}]}),
+    )
+    .await;
+    let (sid, run) = start(&d, "flood", json!({})).await;
+    let evs = tokio::time::timeout(GUARD, d.all_events_until_complete_of(&sid, &run))
+        .await
+        .expect("the run did not end");
+    let write = step_end(&evs, "write");
+    assert_eq!(write["status"], "error", "{write}");
+    assert!(
+        write["error"]
+            .as_str()
+            .unwrap()
+            .contains("over the limit of 1048576 bytes"),
+        "{write}"
+    );
+    assert_eq!(complete(&evs), "error");
+    assert!(!dir.path().join("out.txt").exists());
+    healthy(&d).await;
 }
 
 #[tokio::test]
