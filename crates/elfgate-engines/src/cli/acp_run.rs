@@ -16,11 +16,11 @@ use super::transcript::Transcript;
 use super::{Begun, CliEngine, RUNNING, cli_session_marker, project_dir, provider_key};
 use crate::streaming::fail;
 use elfgate_core::{
-    CliBackend, EngineSessionContext, ErrorCode, FinishReason, PermissionMode, RunOutcome,
-    SessionId,
+    CliBackend, EngineSessionContext, ErrorCode, FinishReason, Gate, RunOutcome, SessionId,
 };
 use elfgate_tools::ExecutionFirewall;
 use elfgate_tools::confined::read_capped;
+use elfgate_tools::gate::{self, Permission, Refusal};
 use elfgate_tools::process::{GroupNote, ProcessSpec};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -632,16 +632,17 @@ impl CliEngine {
                                         tool_name,
                                         input,
                                     } => {
-                                        let denied =
-                                            self.acp_permission(ctx, &tool_name, &input).await;
-                                        if denied.is_none() && tool_name == "execute" {
+                                        let allowed = self
+                                            .acp_permission(ctx, &tool_name, &input)
+                                            .await
+                                            .is_ok();
+                                        if allowed && tool_name == "execute" {
                                             terms.grant();
                                         }
-                                        if denied.is_none() && tool_name == "edit" {
+                                        if allowed && tool_name == "edit" {
                                             edits.grant();
                                         }
-                                        answer = adapter
-                                            .permission_answer(&request_id, denied.is_some());
+                                        answer = adapter.permission_answer(&request_id, !allowed);
                                     }
                                     ev => run.apply(ev).await,
                                 }
@@ -693,23 +694,21 @@ impl CliEngine {
         false
     }
 
-    /// Whether the agent may run a tool: the session's mode where it decides (bypassPermissions
-    /// allows all; acceptEdits allows edits; plan denies all but reads), else the client's
-    /// answer. Returns why not, or None.
+    /// Whether the agent may run a tool of `kind` (the tool gate's tier and permission step for
+    /// an ACP agent): the session's mode where it decides (bypassPermissions allows all;
+    /// acceptEdits allows edits; plan refuses all but reads), else the client's answer.
     pub(crate) async fn acp_permission(
         &self,
         ctx: &EngineSessionContext,
-        tool_name: &str,
+        kind: &str,
         input: &Value,
-    ) -> Option<String> {
-        match (ctx.permission_mode.unwrap_or_default(), tool_name) {
-            (PermissionMode::BypassPermissions, _) => None,
-            (PermissionMode::AcceptEdits, "edit") => None,
-            (PermissionMode::Plan, "read" | "search" | "fetch" | "think") => None,
-            (PermissionMode::Plan, _) => {
-                Some("the session is in plan mode: only reading is allowed".to_string())
-            }
-            _ => self.ask(ctx, tool_name, input).await,
+    ) -> Result<(), Refusal> {
+        match gate::acp_mode(ctx.permission_mode.unwrap_or_default(), kind)? {
+            Permission::Granted => Ok(()),
+            Permission::Ask => match self.ask(ctx, kind, input).await {
+                None => Ok(()),
+                Some(why) => Err(Refusal::new(Gate::Permission, why)),
+            },
         }
     }
 }

@@ -15,8 +15,8 @@ mod subagents;
 mod tool_run;
 
 pub use context::skills::{self, Skill, SkillProblem, SkillSet, SkillSource};
+pub use elfgate_tools::gate::{ToolRunAnswer, ToolRunError, ToolRuns};
 pub use settings::{GuardianConfig, TinyElfConfig};
-pub use tool_run::{ToolRunAnswer, ToolRunError};
 
 use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
