@@ -1,13 +1,12 @@
 //! The `workflow` engine: a workflow's run is a session of its own, and its steps run in order
-//! inside the session's run. A tool step calls a registry tool through the agent loop's
-//! pipeline (hooks, firewall, guardian, permission tiers; recorded in the history like a tool
-//! run), without a model; a model step makes one model call; an `if` step ends the run or skips
+//! inside the session's run. A tool step calls a registry tool through the tool gate (hooks,
+//! firewall, guardian, permission tiers; recorded in the history like a tool run), without a
+//! model; a model step makes one model call; an `if` step ends the run or skips
 //! the next step. Each step is announced by `stepStart` and closed by `stepEnd` with its output,
 //! which later steps' templates read as `steps.ID.output`. See docs/workflows.md.
 
 use crate::providers::ProviderRegistry;
 use crate::streaming::{TurnOptions, fail, relay_turn};
-use crate::tinyelf::TinyElfEngine;
 use crate::workflow_templates::{
     Renderer, answer_within, bounded_output, strings_of, with_strings,
 };
@@ -19,6 +18,7 @@ use elfgate_core::{
 };
 use elfgate_llm::{LlmMessage, LlmRequest, RetryPolicy};
 use elfgate_store::Store;
+use elfgate_tools::gate::ToolRuns;
 use elfgate_workflow::template::{Limits, RenderError};
 use elfgate_workflow::{AgentStep, ModelStep, Otherwise, StepKind, WorkflowDefinition};
 use serde_json::{Map, Value, json};
@@ -28,26 +28,31 @@ use std::time::{Duration, Instant};
 /// The workflow engine.
 pub struct WorkflowEngine {
     store: Arc<dyn Store>,
-    tinyelf: Arc<TinyElfEngine>,
+    /// Where a tool step is decided and run: the tool gate's tool runs.
+    tools: Arc<dyn ToolRuns>,
+    /// The engine an agent step's run is (the agent loop).
+    agents: Arc<dyn Engine>,
     providers: ProviderRegistry,
     retry: RetryPolicy,
     templates: Renderer,
 }
 
 impl WorkflowEngine {
-    /// The engine, its tool steps run by `tinyelf`'s pipeline and its model steps on
-    /// `providers` with `retry` for each call, its templates rendered within `limits` (which
-    /// bound each step's output too).
+    /// The engine, its tool steps run through `tools` (the tool gate), its agent steps by
+    /// `agents` and its model steps on `providers` with `retry` for each call, its templates
+    /// rendered within `limits` (which bound each step's output too).
     pub fn new(
         store: Arc<dyn Store>,
-        tinyelf: Arc<TinyElfEngine>,
+        tools: Arc<dyn ToolRuns>,
+        agents: Arc<dyn Engine>,
         providers: ProviderRegistry,
         retry: RetryPolicy,
         limits: Limits,
     ) -> Self {
         WorkflowEngine {
             store,
-            tinyelf,
+            tools,
+            agents,
             providers,
             retry,
             templates: Renderer::new(limits),
@@ -302,7 +307,7 @@ impl Run<'_> {
             name: name.to_string(),
             arguments,
         };
-        match self.engine.tinyelf.run_step_tool(self.ctx, call).await {
+        match self.engine.tools.run_step_tool(self.ctx, call).await {
             Ok(a) if a.status == ToolCallStatus::Interrupted => Err(Failure::Interrupted),
             Ok(a) if a.is_error || a.status != ToolCallStatus::Success => {
                 Err(Failure::Failed(format!("{name}: {}", a.content)))
@@ -413,7 +418,7 @@ impl Run<'_> {
         }
         sub.tool_run = None;
         sub.head_start = elfgate_core::HeadStart::default();
-        let outcome = self.engine.tinyelf.run_prompt(sub).await;
+        let outcome = self.engine.agents.run_prompt(sub).await;
         self.usage += outcome.usage;
         if let Some(cost) = outcome.turn.as_ref().and_then(|t| t.cost_usd) {
             *self.step_cost.get_or_insert(0.0) += cost;

@@ -459,6 +459,7 @@ impl Daemon {
         dispatcher.register_engine(Arc::new(elfgate_engines::workflow::WorkflowEngine::new(
             shared.clone(),
             tinyelf.clone(),
+            tinyelf.clone(),
             registry.clone(),
             settings.retry.clone(),
             config.workflows.template_limits(),

@@ -1256,8 +1256,8 @@ pub async fn run_tool(
     session_id: SessionId,
     name: String,
     arguments: serde_json::Value,
-) -> Result<(RunId, elfgate_engines::tinyelf::ToolRunAnswer), ApiError> {
-    use elfgate_engines::tinyelf::ToolRunError;
+) -> Result<(RunId, elfgate_tools::gate::ToolRunAnswer), ApiError> {
+    use elfgate_tools::gate::ToolRunError;
     check_serving(state)?;
     let (_pass, session) = enter_session(state, session_id).await?;
     if session.engine != EngineType::TinyElf {
@@ -1275,7 +1275,7 @@ pub async fn run_tool(
     let checked =
         check_overrides(state, session.engine, &RunOverrides::default())?.over_session(&session)?;
     state
-        .tinyelf
+        .tool_runs
         .check_tool_run(
             project.as_deref(),
             session_id,
@@ -1299,7 +1299,7 @@ pub async fn run_tool(
     let run = new_run(session_id, None, Default::default());
     state.store.create_run(&run).await?;
     let bus = open_run_bus(state, session_id).await?;
-    let answer = state.tinyelf.await_tool_run(run.id);
+    let answer = state.tool_runs.await_tool_run(run.id);
     let prompt = Prompt {
         run_id: run.id,
         text: String::new(),
@@ -1351,7 +1351,7 @@ pub async fn run_tool(
         Err(e) => e.into(),
     };
     // Not admitted: the run never started.
-    state.tinyelf.forget_tool_run(run.id);
+    state.tool_runs.forget_tool_run(run.id);
     state.store.delete_run(run.id).await?;
     Err(refused)
 }

@@ -44,8 +44,10 @@ pub struct AppInner {
     pub request_guard: crate::request_guard::RequestGuard,
     /// The gateway's per-provider limits.
     pub gateway_limits: crate::gateway::limits::ProviderLimits,
-    /// The agent engine, for what the API asks of it outside runs (skills, tool runs).
+    /// The agent engine, for what the API asks of it outside runs (skills, prompt hooks).
     pub tinyelf: Arc<TinyElfEngine>,
+    /// Tool runs outside a model's turn, through the tool gate (`POST …/tools/{name}`).
+    pub tool_runs: Arc<dyn elfgate_tools::gate::ToolRuns>,
     /// This node's fleet connections (`[cluster]`); None for a single node.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// Run tokens of CLIs going through the daemon's doors (the proxy), and its address.
@@ -110,6 +112,7 @@ impl AppState {
                 providers,
                 metrics,
                 permissions,
+                tool_runs: tinyelf.clone(),
                 tinyelf,
                 mcp,
                 shutdown: CancellationToken::new(),

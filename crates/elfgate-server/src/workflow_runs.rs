@@ -227,7 +227,7 @@ pub async fn check(state: &AppState, def: &WorkflowDefinition) -> Result<(), Api
     }
     let mut known = HashSet::new();
     for name in named {
-        if state.tinyelf.knows_tool(project.as_deref(), name).await {
+        if state.tool_runs.knows_tool(project.as_deref(), name).await {
             known.insert(name.to_string());
         }
     }

@@ -1,6 +1,6 @@
 //! Elfgate's tools: the [`Tool`] trait and registry, the built-in tools, and the security pipeline
 //! pieces the agent engine runs every call through: [`ExecutionFirewall`], [`Hooks`], [`Guardian`]
-//! and the [`PermissionBroker`].
+//! and the [`PermissionBroker`]; [`gate`] puts them in order for every tool-like action.
 
 #![warn(missing_docs)]
 
@@ -10,6 +10,7 @@ pub mod confined;
 mod file_access;
 pub mod firewall;
 pub mod fs_tools;
+pub mod gate;
 pub mod guardian;
 pub mod hooks;
 pub mod permission;

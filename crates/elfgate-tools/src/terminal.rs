@@ -5,14 +5,17 @@
 //! up to a limit, readable while it runs; it can be waited for, killed (its group, at once) and
 //! dropped (which kills it too).
 //!
-//! [`ShellRules`] are the checks a command passes before it starts, the same as the shell
-//! tool's calls: the firewall's command rules, a working directory inside the project and out of
-//! the deny zones, and the PreToolUse hooks (as tool `shell`).
+//! [`ShellRules`] are the checks a command passes before it starts, the same gates as the shell
+//! tool's calls ([`crate::gate`]): the PreToolUse hooks (as tool `shell`), then the firewall's
+//! command rules and a working directory inside the project and out of the deny zones.
 
-use crate::firewall::{ExecutionFirewall, FirewallError};
-use crate::hooks::{HookEvent, HookVerdict, Hooks};
+use crate::firewall::ExecutionFirewall;
+use crate::gate::{self, Refusal};
+use crate::hooks::{HookEvent, Hooks};
 use crate::process::{ChildEnv, ChildSetup, Isolation, Network, ProcessError, ProcessGroup};
 use crate::process::{DEFAULT_GRACE, ProcessSpec};
+use crate::tool::FirewallTargets;
+use elfgate_core::Gate;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -209,26 +212,6 @@ async fn read_into(
     }
 }
 
-/// Why a command was not started.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TerminalRefused {
-    /// The firewall refused the command or its directory.
-    #[error("blocked by the firewall: {0}")]
-    Firewall(String),
-    /// A PreToolUse hook refused it.
-    #[error("a PreToolUse hook refused it: {0}")]
-    Hook(String),
-    /// Its directory is not a directory.
-    #[error("cwd: {0} is not a directory")]
-    NotADirectory(String),
-}
-
-impl From<FirewallError> for TerminalRefused {
-    fn from(e: FirewallError) -> Self {
-        TerminalRefused::Firewall(e.to_string())
-    }
-}
-
 /// The rules commands run outside the agent loop follow: the shell tool's.
 #[derive(Debug, Clone)]
 pub struct ShellRules {
@@ -302,34 +285,36 @@ impl ShellRules {
         }
     }
 
-    /// Checks `req` in `project` (the firewall, then the PreToolUse hooks with `hook_payload`
-    /// and the command line as the shell tool's input) and makes what runs it: a command line
-    /// through `bash -c`, a program with arguments as it is.
+    /// Checks `req` in `project` through the tool gate's order (the PreToolUse hooks with
+    /// `hook_payload` and the command line as the shell tool's input, then the firewall on the
+    /// command and its directory) and makes what runs it: a command line through `bash -c`, a
+    /// program with arguments as it is. Err: the gate that refused it.
     pub async fn prepare(
         &self,
         project: &Path,
         req: &CommandRequest<'_>,
         child: &ChildSetup,
         hook_payload: impl FnOnce(&str) -> Value,
-    ) -> Result<ProcessSpec, TerminalRefused> {
+    ) -> Result<ProcessSpec, Refusal> {
         let line = req.line();
-        self.firewall.check_command(&line)?;
-        let cwd: PathBuf = match req.cwd {
-            Some(dir) => self.firewall.resolve_path(project, dir)?,
-            None => self.firewall.resolve_path(project, ".")?,
-        };
-        if !cwd.is_dir() {
-            return Err(TerminalRefused::NotADirectory(cwd.display().to_string()));
-        }
         if self.hooks.has(HookEvent::PreToolUse) {
-            let payload = hook_payload(&line);
-            if let HookVerdict::Deny(why) = self
-                .hooks
-                .run(HookEvent::PreToolUse, Some("shell"), &payload, project)
-                .await
-            {
-                return Err(TerminalRefused::Hook(why));
-            }
+            gate::pre_tool_use(&self.hooks, "shell", &hook_payload(&line), project).await?;
+        }
+        let targets = FirewallTargets {
+            paths: Vec::new(),
+            command: Some(line),
+        };
+        gate::firewall(&self.firewall, project, &targets)?;
+        // The directory's check is the firewall's too; its resolved path is where it runs.
+        let cwd: PathBuf = self
+            .firewall
+            .resolve_path(project, req.cwd.unwrap_or("."))
+            .map_err(|e| Refusal::new(Gate::Firewall, format!("blocked by the firewall: {e}")))?;
+        if !cwd.is_dir() {
+            return Err(Refusal::new(
+                Gate::Firewall,
+                format!("cwd: {} is not a directory", cwd.display()),
+            ));
         }
         let mut spec = if req.args.is_empty() {
             child.spec("bash", &["-c", req.command], &cwd)

@@ -2,9 +2,11 @@
 //! protocol's handshake, the prompt's turn relayed into the run's events, the agent's calls to
 //! the client served (permissions through the daemon's prompts, files through the tools'
 //! firewall), and the process kept for the session's next prompt. The wire messages are in
-//! acp.rs; see docs/cli.md, "ACP agents".
+//! acp.rs, the configured agents in acp_agents.rs, the agent's reads, writes and terminals in
+//! acp_read.rs, acp_write.rs and acp_terminal.rs; see docs/cli.md, "ACP agents".
 
 use super::acp::{self, AcpAdapter, Incoming};
+use super::acp_read::read_text_file;
 use super::acp_terminal::Terminals;
 use super::acp_write::EditGrants;
 use super::adapter::{AdapterEvent, str_of};
@@ -16,11 +18,9 @@ use super::transcript::Transcript;
 use super::{Begun, CliEngine, RUNNING, cli_session_marker, project_dir, provider_key};
 use crate::streaming::fail;
 use elfgate_core::{
-    CliBackend, EngineSessionContext, ErrorCode, FinishReason, PermissionMode, RunOutcome,
-    SessionId,
+    CliBackend, EngineSessionContext, ErrorCode, FinishReason, Gate, RunOutcome, SessionId,
 };
-use elfgate_tools::ExecutionFirewall;
-use elfgate_tools::confined::read_capped;
+use elfgate_tools::gate::{self, Permission, Refusal};
 use elfgate_tools::process::{GroupNote, ProcessSpec};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -29,8 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Largest file an agent may read through the client (fs/read_text_file), in bytes.
-const MAX_READ_BYTES: usize = 10 * 1024 * 1024;
 /// The JSON-RPC id of the handshake's `initialize`.
 const INITIALIZE_ID: u64 = 1;
 /// The JSON-RPC id of the handshake's `session/new` or `session/load`.
@@ -110,169 +108,7 @@ impl KeptAgents {
     }
 }
 
-/// Why an ACP session cannot start (a 422).
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum AcpStartError {
-    /// No agent named.
-    #[error(
-        "acpAgent: cliBackend 'acp' needs the name of a configured agent ({})",
-        configured(.0)
-    )]
-    NoAgent(Vec<String>),
-    /// An agent that is not configured.
-    #[error("acpAgent: no agent '{name}' is configured ({})", configured(.known))]
-    UnknownAgent {
-        /// The name given.
-        name: String,
-        /// The configured ones.
-        known: Vec<String>,
-    },
-    /// The agent's program cannot be found.
-    #[error("acpAgent: agent '{name}' is not available: {why}")]
-    Unavailable {
-        /// The agent.
-        name: String,
-        /// Why.
-        why: String,
-    },
-    /// cliArgs on an ACP session.
-    #[error(
-        "cliArgs: an ACP agent's arguments are its configuration's (engines.cli.acp.agents.NAME.args)"
-    )]
-    CliArgs,
-    /// A provider for an agent that sets its provider up itself.
-    #[error(
-        "providerId: agent '{0}' has no provider_setup in engines.cli.acp.agents: it picks its \
-         provider itself"
-    )]
-    NoProviderSetup(String),
-    /// The provider cannot serve the agent's provider set-up.
-    #[error(transparent)]
-    Provider(super::ProviderRefused),
-}
-
-fn configured(names: &[String]) -> String {
-    if names.is_empty() {
-        "none is configured under [engines.cli.acp.agents]".to_string()
-    } else {
-        format!("configured: {}", names.join(", "))
-    }
-}
-
-/// A configured agent's program: found once at start.
-pub(crate) type AgentPrograms = std::collections::BTreeMap<String, Result<PathBuf, String>>;
-
-/// Finds each configured agent's program (a path, or a name in the project's CLI folder or PATH).
-pub(crate) fn find_agents(
-    agents: &std::collections::BTreeMap<String, AcpAgentConfig>,
-) -> AgentPrograms {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let path = std::env::var("PATH").ok();
-    agents
-        .iter()
-        .map(|(name, a)| {
-            let found = super::availability::resolve(
-                CliBackend::Acp,
-                Some(&a.command),
-                &cwd,
-                path.as_deref(),
-            )
-            .map_err(|e| e.to_string());
-            match &found {
-                Ok(p) => {
-                    tracing::info!(agent = %name, program = %p.display(), "ACP agent available");
-                }
-                Err(why) => tracing::info!(agent = %name, %why, "ACP agent not available"),
-            }
-            (name.clone(), found)
-        })
-        .collect()
-}
-
 impl CliEngine {
-    /// The agent a request names, checked: configured and its program found.
-    pub(crate) fn acp_agent(
-        &self,
-        name: Option<&str>,
-    ) -> Result<(&AcpAgentConfig, &Path), AcpStartError> {
-        let known = || self.config.acp.agents.keys().cloned().collect::<Vec<_>>();
-        let name = name.ok_or_else(|| AcpStartError::NoAgent(known()))?;
-        let agent =
-            self.config
-                .acp
-                .agents
-                .get(name)
-                .ok_or_else(|| AcpStartError::UnknownAgent {
-                    name: name.to_string(),
-                    known: known(),
-                })?;
-        match self.acp_programs.get(name) {
-            Some(Ok(p)) => Ok((agent, p.as_path())),
-            Some(Err(why)) => Err(AcpStartError::Unavailable {
-                name: name.to_string(),
-                why: why.clone(),
-            }),
-            None => Err(AcpStartError::Unavailable {
-                name: name.to_string(),
-                why: "it was not looked for".to_string(),
-            }),
-        }
-    }
-
-    /// The acp backend as GET /v1/engines lists it: available when one of its agents is, with
-    /// the agents that are, and why the others are not.
-    pub(crate) fn acp_backend_info(&self) -> elfgate_core::BackendInfo {
-        let usable: Vec<String> = self
-            .acp_programs
-            .iter()
-            .filter(|(_, p)| p.is_ok())
-            .map(|(n, _)| n.clone())
-            .collect();
-        let unusable: Vec<String> = self
-            .acp_programs
-            .iter()
-            .filter_map(|(n, p)| p.as_ref().err().map(|why| format!("{n}: {why}")))
-            .collect();
-        let reason = if self.acp_programs.is_empty() {
-            Some("no agent is configured under [engines.cli.acp.agents]".to_string())
-        } else if unusable.is_empty() {
-            None
-        } else {
-            Some(unusable.join("; "))
-        };
-        elfgate_core::BackendInfo {
-            name: CliBackend::Acp.as_str().to_string(),
-            available: !usable.is_empty(),
-            binary: None,
-            version: None,
-            reason,
-            max_concurrent: self.limits.max(CliBackend::Acp),
-            agents: Some(usable),
-        }
-    }
-
-    /// Refuses what an ACP session cannot have.
-    pub(crate) fn acp_start_problem(
-        &self,
-        req: &elfgate_core::StartRequest<'_>,
-    ) -> Result<(), AcpStartError> {
-        let (agent, _) = self.acp_agent(req.acp_agent)?;
-        if req.cli_args.is_some_and(|a| !a.is_empty()) {
-            return Err(AcpStartError::CliArgs);
-        }
-        match agent.provider_setup {
-            None if req.provider_id.is_some() => Err(AcpStartError::NoProviderSetup(
-                req.acp_agent.unwrap_or_default().to_string(),
-            )),
-            None => Ok(()),
-            Some(b) => self
-                .config
-                .route_for(b, req.provider_id.or(agent.provider.as_deref()))
-                .map(|_| ())
-                .map_err(AcpStartError::Provider),
-        }
-    }
-
     /// Runs one prompt on an ACP agent.
     pub(crate) async fn run_acp(&self, ctx: EngineSessionContext) -> RunOutcome {
         let name = ctx.engine_config.acp_agent.clone();
@@ -632,16 +468,17 @@ impl CliEngine {
                                         tool_name,
                                         input,
                                     } => {
-                                        let denied =
-                                            self.acp_permission(ctx, &tool_name, &input).await;
-                                        if denied.is_none() && tool_name == "execute" {
+                                        let allowed = self
+                                            .acp_permission(ctx, &tool_name, &input)
+                                            .await
+                                            .is_ok();
+                                        if allowed && tool_name == "execute" {
                                             terms.grant();
                                         }
-                                        if denied.is_none() && tool_name == "edit" {
+                                        if allowed && tool_name == "edit" {
                                             edits.grant();
                                         }
-                                        answer = adapter
-                                            .permission_answer(&request_id, denied.is_some());
+                                        answer = adapter.permission_answer(&request_id, !allowed);
                                     }
                                     ev => run.apply(ev).await,
                                 }
@@ -693,23 +530,21 @@ impl CliEngine {
         false
     }
 
-    /// Whether the agent may run a tool: the session's mode where it decides (bypassPermissions
-    /// allows all; acceptEdits allows edits; plan denies all but reads), else the client's
-    /// answer. Returns why not, or None.
+    /// Whether the agent may run a tool of `kind` (the tool gate's tier and permission step for
+    /// an ACP agent): the session's mode where it decides (bypassPermissions allows all;
+    /// acceptEdits allows edits; plan refuses all but reads), else the client's answer.
     pub(crate) async fn acp_permission(
         &self,
         ctx: &EngineSessionContext,
-        tool_name: &str,
+        kind: &str,
         input: &Value,
-    ) -> Option<String> {
-        match (ctx.permission_mode.unwrap_or_default(), tool_name) {
-            (PermissionMode::BypassPermissions, _) => None,
-            (PermissionMode::AcceptEdits, "edit") => None,
-            (PermissionMode::Plan, "read" | "search" | "fetch" | "think") => None,
-            (PermissionMode::Plan, _) => {
-                Some("the session is in plan mode: only reading is allowed".to_string())
-            }
-            _ => self.ask(ctx, tool_name, input).await,
+    ) -> Result<(), Refusal> {
+        match gate::acp_mode(ctx.permission_mode.unwrap_or_default(), kind)? {
+            Permission::Granted => Ok(()),
+            Permission::Ask => match self.ask(ctx, kind, input).await {
+                None => Ok(()),
+                Some(why) => Err(Refusal::new(Gate::Permission, why)),
+            },
         }
     }
 }
@@ -731,58 +566,5 @@ async fn drain_replay(sup: &mut Supervised, ctx: &EngineSessionContext, settle: 
             ))
             .await;
         }
-    }
-}
-
-/// Serves `fs/read_text_file` inside `cwd` through the firewall: the text, from `line`
-/// (1-based) for `limit` lines when given.
-async fn read_text_file(
-    firewall: &ExecutionFirewall,
-    cwd: &Path,
-    id: &Value,
-    params: &Value,
-    missing_empty: bool,
-) -> Vec<u8> {
-    let Some(path) = str_of(params, "path") else {
-        return acp::error_response(id, acp::INVALID_PARAMS, "path: a string is required");
-    };
-    // A file that is not there, where the firewall would allow it: the protocol's not-found,
-    // or empty content for an agent configured to take it so.
-    if let Ok(resolved) = firewall.resolve_path(cwd, path)
-        && tokio::fs::symlink_metadata(&resolved)
-            .await
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-    {
-        return if missing_empty {
-            acp::response(id, json!({"content": ""}))
-        } else {
-            acp::error_response(
-                id,
-                acp::RESOURCE_NOT_FOUND,
-                &format!("Resource not found: {path}"),
-            )
-        };
-    }
-    match read_capped(firewall, cwd, path, MAX_READ_BYTES).await {
-        Ok(capped) => {
-            let line = params.get("line").and_then(Value::as_u64).unwrap_or(1);
-            let limit = params.get("limit").and_then(Value::as_u64);
-            let text = if line <= 1 && limit.is_none() {
-                capped.text
-            } else {
-                let skip = usize::try_from(line.saturating_sub(1)).unwrap_or(usize::MAX);
-                let take = limit
-                    .and_then(|l| usize::try_from(l).ok())
-                    .unwrap_or(usize::MAX);
-                capped
-                    .text
-                    .split_inclusive('\n')
-                    .skip(skip)
-                    .take(take)
-                    .collect()
-            };
-            acp::response(id, json!({"content": text}))
-        }
-        Err(e) => acp::error_response(id, acp::INTERNAL_ERROR, &e.to_string()),
     }
 }

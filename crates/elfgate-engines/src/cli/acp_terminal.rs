@@ -1,8 +1,8 @@
 //! An ACP agent's terminals (`terminal/create`, `output`, `wait_for_exit`, `kill`, `release`):
-//! the commands it runs through the client instead of on its own. Each command follows the
-//! shell tool's rules ([`ShellRules`]: the firewall, a directory inside the project, the
-//! PreToolUse hooks, the session's environment and network, a process group of its own) and is
-//! allowed like the shell tool's calls: an `execute` permission the client has just granted the
+//! the commands it runs through the client instead of on its own. Each command passes the tool
+//! gate as the shell tool's calls do ([`ShellRules`]: the PreToolUse hooks, the firewall, a
+//! directory inside the project; then the session's environment and network, a process group of
+//! its own; no guardian, see docs/security.md) and is allowed like the shell tool's calls: an `execute` permission the client has just granted the
 //! agent covers the command that follows it; otherwise the session's mode decides or the client
 //! is asked. A terminal lives until the agent releases it or the prompt's turn ends (answered or
 //! interrupted): nothing runs on a session's behalf after its run.
@@ -10,8 +10,9 @@
 use super::CliEngine;
 use super::acp;
 use super::adapter::str_of;
-use elfgate_core::{BlockedCall, EngineSessionContext, Gate, PermissionMode};
-use elfgate_tools::terminal::{CommandRequest, Terminal, TerminalExit, TerminalRefused};
+use elfgate_core::EngineSessionContext;
+use elfgate_tools::gate::Refusal;
+use elfgate_tools::terminal::{CommandRequest, Terminal, TerminalExit};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -272,27 +273,14 @@ impl CliEngine {
             .await
         {
             Ok(spec) => spec,
-            Err(refused) => {
-                let gate = match &refused {
-                    TerminalRefused::Hook(_) => Gate::Hook,
-                    TerminalRefused::Firewall(_) | TerminalRefused::NotADirectory(_) => {
-                        Gate::Firewall
-                    }
-                };
-                return self
-                    .refuse_terminal(ctx, req, &id, &line, gate, refused.to_string())
-                    .await;
-            }
+            Err(refused) => return self.refuse_terminal(ctx, req, &id, &line, refused).await,
         };
-        if !terms.take_grant() {
-            let input = json!({"command": line});
-            if let Some(why) = self.acp_permission(ctx, "execute", &input).await {
-                let gate = match ctx.permission_mode.unwrap_or_default() {
-                    PermissionMode::Plan => Gate::Policy,
-                    _ => Gate::Permission,
-                };
-                return self.refuse_terminal(ctx, req, &id, &line, gate, why).await;
-            }
+        if !terms.take_grant()
+            && let Err(refused) = self
+                .acp_permission(ctx, "execute", &json!({"command": line}))
+                .await
+        {
+            return self.refuse_terminal(ctx, req, &id, &line, refused).await;
         }
         let limit = p
             .limit
@@ -315,22 +303,16 @@ impl CliEngine {
         req: &Value,
         id: &str,
         line: &str,
-        gate: Gate,
-        why: String,
+        refused: Refusal,
     ) -> Vec<u8> {
-        let call = BlockedCall {
-            tool_use_id: id.to_string(),
-            tool_name: "shell".to_string(),
-            gate,
-            reason: why.clone(),
-        };
-        self.audit_acp_refusal(ctx, call, json!({"command": line}))
-            .await;
-        acp::error_response(
+        let answer = acp::error_response(
             req,
             acp::INTERNAL_ERROR,
-            &format!("the command was not run: {why}"),
-        )
+            &format!("the command was not run: {}", refused.why),
+        );
+        self.audit_acp_refusal(ctx, id, "shell", refused, json!({"command": line}))
+            .await;
+        answer
     }
 }
 

@@ -8,9 +8,10 @@
 use super::CliEngine;
 use super::acp;
 use super::adapter::str_of;
-use elfgate_core::{AuditRecord, BlockedCall, EngineSessionContext, Gate, PermissionMode};
+use elfgate_core::{BlockedCall, EngineSessionContext, Gate};
 use elfgate_tools::ToolError;
 use elfgate_tools::confined::write_confined;
+use elfgate_tools::gate::{self, Refusal};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -55,19 +56,15 @@ impl CliEngine {
         };
         let input = json!({"path": path, "content": content});
         if !grants.take()
-            && let Some(why) = self.acp_permission(ctx, EDIT, &input).await
+            && let Err(refused) = self.acp_permission(ctx, EDIT, &input).await
         {
-            let gate = match ctx.permission_mode.unwrap_or_default() {
-                PermissionMode::Plan => Gate::Policy,
-                _ => Gate::Permission,
-            };
-            return self.refuse_write(ctx, req, input, gate, why).await;
+            return self.refuse_write(ctx, req, input, refused).await;
         }
         match write_confined(&self.shell.firewall, cwd, path, content).await {
             Ok(()) => acp::response(req, Value::Null),
             Err(ToolError::Firewall(e)) => {
-                self.refuse_write(ctx, req, input, Gate::Firewall, e.to_string())
-                    .await
+                let refused = Refusal::new(Gate::Firewall, e.to_string());
+                self.refuse_write(ctx, req, input, refused).await
             }
             Err(e) => acp::error_response(req, acp::INTERNAL_ERROR, &e.to_string()),
         }
@@ -79,41 +76,43 @@ impl CliEngine {
         ctx: &EngineSessionContext,
         req: &Value,
         input: Value,
-        gate: Gate,
-        why: String,
+        refused: Refusal,
     ) -> Vec<u8> {
-        let call = BlockedCall {
-            tool_use_id: acp_request_id(req),
-            tool_name: "write_file".to_string(),
-            gate,
-            reason: why.clone(),
-        };
-        self.audit_acp_refusal(ctx, call, input).await;
-        acp::error_response(
+        let answer = acp::error_response(
             req,
             acp::INTERNAL_ERROR,
-            &format!("the file was not written: {why}"),
-        )
+            &format!("the file was not written: {}", refused.why),
+        );
+        let id = acp_request_id(req);
+        self.audit_acp_refusal(ctx, &id, "write_file", refused, input)
+            .await;
+        answer
     }
 
-    /// Keeps a request of an ACP agent that the daemon refused in the session's audit.
+    /// Keeps a request of an ACP agent that a gate refused in the session's audit, as the
+    /// tool `tool` (the daemon's tool that does the same) with the id `id`.
     pub(crate) async fn audit_acp_refusal(
         &self,
         ctx: &EngineSessionContext,
-        call: BlockedCall,
+        id: &str,
+        tool: &str,
+        refused: Refusal,
         input: Value,
     ) {
-        let tool = call.tool_name.clone();
-        let record = AuditRecord {
-            session_id: ctx.session_id(),
-            run_id: ctx.run_id,
+        let call = BlockedCall {
+            tool_use_id: id.to_string(),
+            tool_name: tool.to_string(),
+            gate: refused.gate,
+            reason: refused.why,
+        };
+        gate::audit_refusal(
+            self.store.as_ref(),
+            ctx.session_id(),
+            ctx.run_id,
             call,
             input,
-            created_at: chrono::Utc::now(),
-        };
-        if let Err(e) = self.store.record_blocked(&record).await {
-            tracing::warn!(error = %e, %tool, "could not store the audit record of an ACP agent's refused request");
-        }
+        )
+        .await;
     }
 }
 

@@ -3,6 +3,8 @@
 //! stored messages. See docs/cli.md.
 
 mod acp;
+mod acp_agents;
+mod acp_read;
 mod acp_run;
 mod acp_terminal;
 mod acp_write;
@@ -21,7 +23,7 @@ pub mod settings;
 mod supervisor;
 mod transcript;
 
-pub use acp_run::AcpStartError;
+pub use acp_agents::AcpStartError;
 pub use adapter::CliProvider;
 use backend::BackendProgram;
 pub use elfgate_core::CliBackend;
@@ -72,7 +74,7 @@ pub struct CliEngine {
     /// requests and terminals are served.
     shell: elfgate_tools::terminal::ShellRules,
     /// The configured ACP agents' programs, found at start.
-    acp_programs: acp_run::AgentPrograms,
+    acp_programs: acp_agents::AgentPrograms,
     /// ACP agent processes kept between a session's prompts.
     acp_kept: Arc<acp_run::KeptAgents>,
 }
@@ -95,7 +97,7 @@ impl CliEngine {
         }
         let base_env = ChildEnv::from_daemon(&BTreeMap::new(), &[], &config.secret_env);
         let limits = Limits::new(|b| config.max_concurrent(b));
-        let acp_programs = acp_run::find_agents(&config.acp.agents);
+        let acp_programs = acp_agents::find_agents(&config.acp.agents);
         let mut engine = CliEngine {
             store,
             broker,

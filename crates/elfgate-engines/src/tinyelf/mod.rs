@@ -8,6 +8,7 @@ pub mod context;
 mod history;
 mod mcp;
 mod pipeline;
+mod prepare;
 mod runner;
 pub mod settings;
 mod spawn;
@@ -15,8 +16,8 @@ mod subagents;
 mod tool_run;
 
 pub use context::skills::{self, Skill, SkillProblem, SkillSet, SkillSource};
+pub use elfgate_tools::gate::{ToolRunAnswer, ToolRunError, ToolRuns};
 pub use settings::{GuardianConfig, TinyElfConfig};
-pub use tool_run::{ToolRunAnswer, ToolRunError};
 
 use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
@@ -29,7 +30,7 @@ use elfgate_mcp::McpManager;
 use elfgate_store::Store;
 use elfgate_tools::process::{ChildEnv, Network};
 use elfgate_tools::{
-    BuiltinSettings, ExecutionFirewall, FirewallError, Guardian, HookEvent, HookVerdict, Hooks,
+    BuiltinSettings, ExecutionFirewall, FirewallError, HookEvent, HookVerdict, Hooks,
     PermissionBroker, PermissionTier, ToolRegistry,
 };
 use runner::{Agent, Runner};
@@ -226,94 +227,6 @@ impl TinyElfEngine {
     pub async fn skills(&self, project: Option<&std::path::Path>) -> SkillSet {
         let inner = &self.inner;
         context::skills::discover(&inner.firewall, &inner.config.skills_dirs, project).await
-    }
-
-    /// What every run resolves first: the provider, the model, the project directory and the
-    /// run's settings; a run that cannot have them ends with the error (already reported).
-    async fn prepare(
-        &self,
-        ctx: &EngineSessionContext,
-        flavor: Flavor,
-    ) -> Result<Prepared, RunOutcome> {
-        let inner = &self.inner;
-        let (provider_name, provider) = match inner.providers.resolve(ctx.provider_id.as_deref()) {
-            Ok(p) => p,
-            Err(e) => return Err(fail(ctx, ErrorCode::UnknownProvider, e.to_string()).await),
-        };
-        let Some(model) = ctx
-            .model
-            .clone()
-            .or_else(|| provider.default_model().map(str::to_string))
-        else {
-            return Err(fail(
-                ctx,
-                ErrorCode::NoModel,
-                format!("no model given and provider '{provider_name}' has no default model"),
-            )
-            .await);
-        };
-        let project = match (flavor, ctx.project_path.clone().filter(|p| !p.is_empty())) {
-            (_, Some(p)) => Some(p),
-            // A chat session needs no project: path arguments are confined to the daemon's
-            // working directory, where hooks run too.
-            (Flavor::Chat, None) => match std::env::current_dir() {
-                Ok(d) => Some(d.display().to_string()),
-                Err(e) => {
-                    return Err(fail(
-                        ctx,
-                        ErrorCode::BadProjectPath,
-                        format!("no working directory: {e}"),
-                    )
-                    .await);
-                }
-            },
-            // An agent without a project runs, but its file and shell tools refuse (the
-            // pipeline says why): a gateway caller may want only the web and MCP tools.
-            (Flavor::Agent, None) => None,
-        };
-        let project = match project {
-            None => None,
-            Some(project) => match std::fs::canonicalize(&project) {
-                Ok(p) if p.is_dir() => Some(p),
-                Ok(p) => {
-                    return Err(fail(
-                        ctx,
-                        ErrorCode::BadProjectPath,
-                        format!("projectPath {} is not a directory", p.display()),
-                    )
-                    .await);
-                }
-                Err(e) => {
-                    return Err(fail(
-                        ctx,
-                        ErrorCode::BadProjectPath,
-                        format!("projectPath {project}: {e}"),
-                    )
-                    .await);
-                }
-            },
-        };
-        let rs = RunSettings::resolve(
-            &inner.config,
-            &inner.child_env,
-            &ctx.engine_config,
-            ctx.thinking_level,
-        )
-        .with_limits(&inner.providers.limits(&provider_name, &model));
-        let mut rs = rs;
-        if rs.max_session_tokens.is_some() {
-            match inner.store.session_usage(ctx.session_id()).await {
-                Ok(u) => rs.session_tokens_before = u.input_tokens + u.output_tokens,
-                Err(e) => return Err(fail(ctx, ErrorCode::Storage, e.report()).await),
-            }
-        }
-        Ok(Prepared {
-            provider_name,
-            provider,
-            model,
-            project,
-            rs,
-        })
     }
 
     async fn run(&self, ctx: EngineSessionContext, flavor: Flavor) -> RunOutcome {
@@ -531,95 +444,6 @@ impl TinyElfEngine {
             turn: Some(runner.turn_record(end.finish)),
             steps: Vec::new(),
         }
-    }
-
-    /// The run's system prompt (docs/context.md); skill folders left out and project files that
-    /// were cut or refused become `processing` events.
-    async fn system_prompt(
-        &self,
-        ctx: &EngineSessionContext,
-        project: Option<&std::path::Path>,
-        skills: &context::skills::SkillSet,
-        routing: &context::router::Routing,
-    ) -> context::blocks::SystemPrompt {
-        for p in &skills.problems {
-            ctx.events
-                .emit(EventPayload::Processing {
-                    message: format!("skill folder {} left out: {}", p.path.display(), p.reason),
-                })
-                .await;
-        }
-        if let Some(message) = routing.note() {
-            ctx.events.emit(EventPayload::Processing { message }).await;
-        }
-        let active_skills = routing
-            .active
-            .iter()
-            .filter_map(|a| skills.get(&a.name))
-            .map(context::skill_tools::skill_note)
-            .collect();
-        let build = context::system_prompt(
-            &self.inner.firewall,
-            context::PromptParts {
-                identity: ctx.system_prompt.as_deref(),
-                skills: skills.catalogue(),
-                project,
-                project_context_max_bytes: self.inner.config.project_context_max_bytes,
-                date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
-                active_skills,
-            },
-        );
-        // The project's files are opened non-blocking and only when regular, but a file system
-        // can still stall (a hung network mount): an interrupt does not wait for it. The loop
-        // then ends the run before its first call, so the prompt's text no longer matters.
-        let (system, notes) = tokio::select! {
-            biased;
-            _ = ctx.cancel.cancelled() => (context::blocks::SystemPrompt::whole(String::new()), Vec::new()),
-            built = build => built,
-        };
-        for message in notes {
-            ctx.events.emit(EventPayload::Processing { message }).await;
-        }
-        system
-    }
-
-    async fn guardian(
-        &self,
-        ctx: &EngineSessionContext,
-        provider: &Arc<dyn elfgate_llm::LlmProvider>,
-        model: &str,
-    ) -> Option<Guardian> {
-        let g = &self.inner.config.guardian;
-        if !g.enabled {
-            return None;
-        }
-        let provider = match &g.provider {
-            Some(name) => match self.inner.providers.resolve(Some(name)) {
-                Ok((_, p)) => p,
-                Err(e) => {
-                    // A guardian provider missing from the configuration does not turn the review
-                    // off: the session's provider reviews instead, and the client is told.
-                    tracing::warn!(error = %e, "guardian provider unavailable");
-                    ctx.events
-                        .emit(EventPayload::Processing {
-                            message: format!("guardian provider unavailable: {e}"),
-                        })
-                        .await;
-                    provider.clone()
-                }
-            },
-            None => provider.clone(),
-        };
-        let model = g
-            .model
-            .clone()
-            .or_else(|| provider.default_model().map(str::to_string))
-            .unwrap_or_else(|| model.to_string());
-        Some(Guardian::new(
-            provider,
-            model,
-            elfgate_tools::clamped_secs(g.timeout_secs, 0.001, 3600.0),
-        ))
     }
 }
 

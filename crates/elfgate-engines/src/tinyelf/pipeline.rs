@@ -1,34 +1,19 @@
-//! The security pipeline every tool call goes through, in this order: abort check -> known tool
-//! -> channel role check -> PreToolUse hooks -> ExecutionFirewall -> Guardian -> permission ->
-//! the node's lease on the session (a fleet node) -> execute with the tool timeout ->
-//! PostToolUse hooks (fire-and-forget).
+//! A tool call of tinyelf's (the model's, a client's tool run, a workflow's tool step) through
+//! the tool gate ([`elfgate_tools::gate`]), in its order: abort -> native-search skip -> known
+//! tool -> channel role -> project -> PreToolUse hooks -> ExecutionFirewall -> Guardian ->
+//! permission -> the node's lease on the session (a fleet node) -> execute with the tool timeout
+//! -> PostToolUse hooks (fire-and-forget). The gates decide; this file gives them the run's
+//! facts, emits the call's events, keeps the turn's record and stops at an interrupt.
 
 use super::runner::{Agent, Runner};
 use crate::streaming::RequestedToolCall;
-use elfgate_core::{
-    AuditRecord, BlockedCall, CalledTool, ContentBlock, EventPayload, Gate, ToolCallStatus,
-};
+use elfgate_core::{BlockedCall, CalledTool, ContentBlock, EventPayload, ToolCallStatus};
+use elfgate_tools::gate::{self, Ended, Permission, Refusal, Stop};
 use elfgate_tools::{
-    Ask, CallFacts, Caller, GuardianVerdict, HookEvent, HookVerdict, PermissionOutcome,
-    PermissionTier, PolicyDecision, ToolContext, ToolError, ToolOutput, truncate_result,
+    Ask, CallFacts, Caller, GuardianVerdict, PermissionTier, Tool, ToolContext, truncate_result,
 };
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
-use tracing::Instrument;
-
-/// The names of providers' own search tools. No run asks a provider to search yet, so a call to
-/// one (without a local tool of that name) is answered as what it is: not run, and why, rather
-/// than as a search that happened.
-const NATIVE_SEARCH_TOOLS: &[&str] = &["web_search", "web_search_preview", "google_search"];
-
-/// How long a tool gets to clean up after its timeout fired.
-const CLEANUP_GRACE: Duration = Duration::from_secs(5);
-
-/// Text of the synthetic result of an interrupted call.
-pub(crate) const INTERRUPTED_RESULT: &str =
-    "[interrupted: the user stopped the run before this tool call finished]";
 
 /// The outcome of one call.
 pub(crate) struct CallResult {
@@ -44,11 +29,10 @@ async fn finish(
     runner: &Runner,
     agent: &Agent,
     call: &RequestedToolCall,
-    content: String,
-    status: ToolCallStatus,
-    yield_run: bool,
+    ended: Ended,
 ) -> CallResult {
-    let content = truncate_result(&content, runner.rs.tool_result_max_chars);
+    let content = truncate_result(&ended.content, runner.rs.tool_result_max_chars);
+    let status = ended.status;
     runner.turn_called(CalledTool {
         tool_use_id: call.id.clone(),
         name: call.name.clone(),
@@ -71,70 +55,62 @@ async fn finish(
     }
     CallResult {
         block,
-        yield_run,
+        yield_run: ended.yield_run,
         status,
     }
 }
 
-/// A call a gate blocked: its result says why, the turn's record and the session's audit keep
-/// which gate it was.
-async fn denied(
+/// A call the gate stopped before it ran: its result says why; a refusal is kept in the turn's
+/// record and the session's audit with its gate.
+async fn stopped(
     runner: &Runner,
     agent: &Agent,
     call: &RequestedToolCall,
-    gate: Gate,
-    why: String,
+    stop: Stop,
 ) -> CallResult {
-    record_blocked(runner, call, gate, &why).await;
-    finish(
-        runner,
-        agent,
-        call,
-        format!("Tool call denied: {why}"),
-        ToolCallStatus::Denied,
-        false,
-    )
-    .await
+    let (content, status) = match stop {
+        Stop::Interrupted => return finish(runner, agent, call, Ended::interrupted()).await,
+        Stop::Error(text) => (text, ToolCallStatus::Error),
+        Stop::Refused(refusal) => {
+            record_blocked(runner, call, &refusal).await;
+            (
+                format!("Tool call denied: {}", refusal.why),
+                ToolCallStatus::Denied,
+            )
+        }
+    };
+    let ended = Ended {
+        content,
+        status,
+        yield_run: false,
+        refused: None,
+    };
+    finish(runner, agent, call, ended).await
 }
 
-/// Keeps a blocked call in the turn's record (postTurn `denied`) and the session's audit: one
-/// a gate blocked before it ran, or one the firewall refused inside its tool (a skill's file
-/// outside its folder, a path swapped after the firewall's first check).
-async fn record_blocked(runner: &Runner, call: &RequestedToolCall, gate: Gate, why: &str) {
+/// Keeps a refused call in the turn's record (postTurn `denied`) and the session's audit: one
+/// a gate refused before it ran, or one the firewall refused inside its tool.
+async fn record_blocked(runner: &Runner, call: &RequestedToolCall, refusal: &Refusal) {
     let blocked = BlockedCall {
         tool_use_id: call.id.clone(),
         tool_name: call.name.clone(),
-        gate,
-        reason: why.to_string(),
+        gate: refusal.gate,
+        reason: refusal.why.clone(),
     };
-    let record = AuditRecord {
-        session_id: runner.ctx.session_id(),
-        run_id: runner.ctx.run_id,
-        call: blocked.clone(),
-        input: serde_json::from_str(&call.arguments)
-            .unwrap_or_else(|_| Value::String(call.arguments.clone())),
-        created_at: chrono::Utc::now(),
-    };
-    runner.turn_blocked(blocked);
-    if let Err(e) = runner.inner.store.record_blocked(&record).await {
-        // The call stays blocked; only its audit line is missing, and the log says so.
-        tracing::warn!(error = %e, tool = %call.name, gate = gate.as_str(), "could not store the audit record of a blocked call");
-    }
-}
-
-async fn interrupted(runner: &Runner, agent: &Agent, call: &RequestedToolCall) -> CallResult {
-    finish(
-        runner,
-        agent,
-        call,
-        INTERRUPTED_RESULT.to_string(),
-        ToolCallStatus::Interrupted,
-        false,
+    runner.turn_blocked(blocked.clone());
+    let input = serde_json::from_str(&call.arguments)
+        .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+    gate::audit_refusal(
+        runner.inner.store.as_ref(),
+        runner.ctx.session_id(),
+        runner.ctx.run_id,
+        blocked,
+        input,
     )
-    .await
+    .await;
 }
 
-/// Runs one call through the pipeline. `bad_args` is set when the arguments did not parse.
+/// Runs one call through the gate. `bad_args` is set when the arguments did not parse.
 pub(crate) async fn run_call(
     runner: &Arc<Runner>,
     agent: &Agent,
@@ -156,352 +132,228 @@ pub(crate) async fn run_call(
             })
             .await;
     }
-    // 1. Abort check.
+    let tool = match decide(runner, agent, call, input, bad_args, caller).await {
+        Ok(tool) => tool,
+        Err(stop) => return stopped(runner, agent, call, stop).await,
+    };
+    let ended = execute(runner, agent, call, input, tool.as_ref()).await;
+    if let Some(refusal) = &ended.refused {
+        record_blocked(runner, call, refusal).await;
+    }
+    gate::post_tool_use(
+        &runner.inner.hooks,
+        &call.name,
+        runner.project.clone(),
+        || {
+            let mut payload = json!({
+                "event": "PostToolUse",
+                "sessionId": runner.ctx.session_id(),
+                "runId": runner.ctx.run_id,
+                "toolName": call.name,
+                "toolUseId": call.id,
+                "input": input,
+                "status": ended.status,
+                "result": truncate_result(&ended.content, runner.rs.tool_result_max_chars),
+                "projectPath": runner.project.display().to_string(),
+            });
+            runner.ctx.channel.add_to(&mut payload);
+            payload
+        },
+    );
+    finish(runner, agent, call, ended).await
+}
+
+/// The gates before the call runs, in order; Ok: the tool, permitted to run.
+async fn decide(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    bad_args: Option<&str>,
+    caller: Caller,
+) -> Result<Arc<dyn Tool>, Stop> {
     if agent.cancel.is_cancelled() {
-        return interrupted(runner, agent, call).await;
+        return Err(Stop::Interrupted);
     }
     let tool = agent.tools.get(&call.name);
     let native_search = runner.ctx.engine_config.native_search_enabled == Some(true);
-    // 2. A provider's own search tool that no one asked the provider for: nothing searched. With
-    // the provider asked to search itself (nativeSearchEnabled), a call by a search tool's name
-    // is not run here either, even where the daemon has a web_search of its own: the run asked
-    // for the provider's search, and the local one was not offered.
-    if (tool.is_none() || native_search) && NATIVE_SEARCH_TOOLS.contains(&call.name.as_str()) {
-        return finish(
-            runner,
-            agent,
-            call,
-            if native_search {
-                format!(
-                    "Error: {} is the provider's own search, which this run asked the provider \
-                     to run itself (nativeSearchEnabled); it came back as a call instead, and \
-                     nothing was searched here. Available tools: {}",
-                    call.name,
-                    agent
-                        .tools
-                        .names()
-                        .into_iter()
-                        .filter(|n| !NATIVE_SEARCH_TOOLS.contains(&n.as_str()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            } else {
-                format!(
-                    "Error: {} is a model provider's own search tool, and this run did not ask \
-                     the provider to search: nothing was searched. Available tools: {}",
-                    call.name,
-                    agent.tools.names().join(", ")
-                )
-            },
-            ToolCallStatus::Error,
-            false,
-        )
-        .await;
-    }
+    gate::native_search(
+        &call.name,
+        tool.is_some(),
+        native_search,
+        &agent.tools.names(),
+    )
+    .map_err(Stop::Error)?;
     let Some(tool) = tool else {
-        return finish(
-            runner,
-            agent,
-            call,
-            format!(
-                "Error: unknown tool '{}'. Available tools: {}",
-                call.name,
-                agent.tools.names().join(", ")
-            ),
-            ToolCallStatus::Error,
-            false,
-        )
-        .await;
+        return Err(Stop::Error(format!(
+            "Error: unknown tool '{}'. Available tools: {}",
+            call.name,
+            agent.tools.names().join(", ")
+        )));
     };
     if let Some(why) = bad_args {
-        return finish(
-            runner,
-            agent,
-            call,
-            format!(
-                "Error: could not run {}: {why}. Call it again with a JSON object matching its schema: {}",
-                call.name,
-                tool.schema()
-            ),
-            ToolCallStatus::Error,
-            false,
-        ).await;
+        return Err(Stop::Error(format!(
+            "Error: could not run {}: {why}. Call it again with a JSON object matching its \
+             schema: {}",
+            call.name,
+            tool.schema()
+        )));
     }
-    // 3. Channel role check.
-    let channel = runner.ctx.engine_config.channel_permissions;
-    if channel.is_some_and(|c| !c.can_use_tool) {
-        return denied(
-            runner,
-            agent,
-            call,
-            Gate::Channel,
-            "this channel user may not use tools (canUseTool is false)".to_string(),
-        )
-        .await;
-    }
-    // 3b. A session without a project runs no file or shell tool: there is no folder the
-    // firewall could confine it to.
-    if !runner.has_project && tool.works_in_project() {
-        return denied(
-            runner,
-            agent,
-            call,
-            Gate::Project,
-            format!(
-                "this session has no projectPath, so {} cannot run: the file and shell tools work \
-                 only in a project (set projectPath when starting the session, or the \
-                 x-elfgate-project-path header on the gateway)",
-                call.name
-            ),
-        )
-        .await;
-    }
-    let session_id = runner.ctx.session_id();
-    let project = runner.project.display().to_string();
-    let hooks = runner.inner.hooks.clone();
-    // 4. PreToolUse hooks.
-    if hooks.has(HookEvent::PreToolUse) {
-        let mut payload = json!({
-            "event": "PreToolUse",
-            "sessionId": session_id,
-            "runId": runner.ctx.run_id,
-            "toolName": call.name,
-            "toolUseId": call.id,
-            "input": input,
-            "projectPath": project,
-        });
-        runner.ctx.channel.add_to(&mut payload);
-        let verdict = tokio::select! {
-            biased;
-            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call).await,
-            v = hooks.run(HookEvent::PreToolUse, Some(&call.name), &payload, &runner.project) => v,
-        };
-        if let HookVerdict::Deny(reason) = verdict {
-            return denied(
-                runner,
-                agent,
-                call,
-                Gate::Hook,
-                format!("a PreToolUse hook refused it: {reason}"),
-            )
-            .await;
-        }
-    }
-    // 5. ExecutionFirewall.
-    let targets = tool.firewall_targets(input);
-    for p in &targets.paths {
-        if let Err(e) = runner.inner.firewall.resolve_path(&runner.project, p) {
-            return denied(
-                runner,
-                agent,
-                call,
-                Gate::Firewall,
-                format!("blocked by the firewall: {e}"),
-            )
-            .await;
-        }
-    }
-    if let Some(cmd) = &targets.command
-        && let Err(e) = runner.inner.firewall.check_command(cmd)
-    {
-        return denied(
-            runner,
-            agent,
-            call,
-            Gate::Firewall,
-            format!("blocked by the firewall: {e}"),
-        )
-        .await;
-    }
+    gate::channel_role(runner.ctx.engine_config.channel_permissions)?;
+    gate::project(runner.has_project, tool.works_in_project(), &call.name)?;
+    pre_tool_use(runner, agent, call, input).await?;
+    gate::firewall(
+        &runner.inner.firewall,
+        &runner.project,
+        &tool.firewall_targets(input),
+    )?;
     let tier = agent.tools.tier_of(tool.as_ref());
-    // 6. Guardian.
-    if let Some(g) = &runner.guardian
-        && (tier != PermissionTier::ReadOnly || runner.inner.config.guardian.review_read_only)
-    {
-        match g
-            .review(
-                &call.name,
-                input,
-                &project,
-                &runner.ctx.channel,
-                &agent.cancel,
-            )
-            .await
-        {
-            GuardianVerdict::Allow => {}
-            GuardianVerdict::Block(_) if agent.cancel.is_cancelled() => {
-                return interrupted(runner, agent, call).await;
-            }
-            GuardianVerdict::Block(reason) => {
-                return denied(runner, agent, call, Gate::Guardian, reason).await;
-            }
-        }
+    guardian(runner, agent, call, input, tier).await?;
+    permission(runner, agent, call, input, tool.as_ref(), caller).await?;
+    // Only while this node holds the session's lease (a fleet node paused or cut off past it
+    // may have lost the session to another node, which ended this run).
+    if !runner.ctx.events.bus().lease().confirm(&agent.cancel).await {
+        return Err(Stop::Interrupted);
     }
-    // 7. Permission.
-    let mode = runner.ctx.permission_mode.unwrap_or_default();
+    Ok(tool)
+}
+
+/// The PreToolUse hooks, cut short by an interrupt.
+async fn pre_tool_use(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+) -> Result<(), Stop> {
+    let hooks = &runner.inner.hooks;
+    if !hooks.has(elfgate_tools::HookEvent::PreToolUse) {
+        return Ok(());
+    }
+    let mut payload = json!({
+        "event": "PreToolUse",
+        "sessionId": runner.ctx.session_id(),
+        "runId": runner.ctx.run_id,
+        "toolName": call.name,
+        "toolUseId": call.id,
+        "input": input,
+        "projectPath": runner.project.display().to_string(),
+    });
+    runner.ctx.channel.add_to(&mut payload);
+    tokio::select! {
+        biased;
+        _ = agent.cancel.cancelled() => Err(Stop::Interrupted),
+        v = gate::pre_tool_use(hooks, &call.name, &payload, &runner.project) => Ok(v?),
+    }
+}
+
+/// The guardian's review, when one is configured and reviews a call of `tier`.
+async fn guardian(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    tier: PermissionTier,
+) -> Result<(), Stop> {
+    let Some(g) = &runner.guardian else {
+        return Ok(());
+    };
+    if !gate::guardian_reviews(tier, runner.inner.config.guardian.review_read_only) {
+        return Ok(());
+    }
+    let project = runner.project.display().to_string();
+    let verdict = g
+        .review(
+            &call.name,
+            input,
+            &project,
+            &runner.ctx.channel,
+            &agent.cancel,
+        )
+        .await;
+    // A review cut short by the interrupt blocks (fail closed): the call was interrupted.
+    if matches!(verdict, GuardianVerdict::Block(_)) && agent.cancel.is_cancelled() {
+        return Err(Stop::Interrupted);
+    }
+    Ok(gate::guardian_verdict(verdict)?)
+}
+
+/// The tier and permission gate: the policy, then the client's answer where it asks.
+async fn permission(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    tool: &dyn Tool,
+    caller: Caller,
+) -> Result<(), Stop> {
+    let broker = &runner.inner.broker;
+    let session_id = runner.ctx.session_id();
+    let tier = agent.tools.tier_of(tool);
     // Concurrent calls of one confirm_once tool ask one after the other, so the first answer
     // covers the rest.
-    let ask_lock = (tier == PermissionTier::ConfirmOnce)
-        .then(|| runner.inner.broker.ask_lock(session_id, &call.name));
-    let ask_guard = match &ask_lock {
+    let ask_lock =
+        (tier == PermissionTier::ConfirmOnce).then(|| broker.ask_lock(session_id, &call.name));
+    let _ask_guard = match &ask_lock {
         Some(l) => tokio::select! {
             biased;
-            _ = agent.cancel.cancelled() => return interrupted(runner, agent, call).await,
+            _ = agent.cancel.cancelled() => return Err(Stop::Interrupted),
             g = l.lock() => Some(g),
         },
         None => None,
     };
-    let remembered = runner.inner.broker.remembered(session_id, &call.name);
-    let require = channel.is_some_and(|c| c.require_confirmation);
     let facts = CallFacts {
         tier,
         kind: tool.kind(),
-        mode,
-        require_confirmation: require,
-        remembered,
+        mode: runner.ctx.permission_mode.unwrap_or_default(),
+        require_confirmation: runner
+            .ctx
+            .engine_config
+            .channel_permissions
+            .is_some_and(|c| c.require_confirmation),
+        remembered: broker.remembered(session_id, &call.name),
         caller,
     };
-    match runner.inner.policy.decide(&facts) {
-        PolicyDecision::Allow => {}
-        PolicyDecision::Deny(reason) => {
-            return denied(runner, agent, call, Gate::Policy, reason).await;
-        }
-        PolicyDecision::Ask => {
-            let outcome = runner
-                .inner
-                .broker
-                .request(
-                    &runner.ctx.events,
-                    session_id,
-                    Ask {
-                        tool_name: &call.name,
-                        input,
-                        tier,
-                        timeout: runner.rs.permission_timeout,
-                        answers: runner.ctx.permission_answers,
-                    },
-                    &agent.cancel,
-                )
-                .await;
-            if outcome == PermissionOutcome::Interrupted {
-                return interrupted(runner, agent, call).await;
-            }
-            if let Some(why) = outcome.denial(runner.rs.permission_timeout) {
-                return denied(runner, agent, call, Gate::Permission, why).await;
-            }
-        }
+    if gate::policy(&runner.inner.policy, &facts)? == Permission::Granted {
+        return Ok(());
     }
-    drop(ask_guard);
-    // 8. Only while this node holds the session's lease (a fleet node paused or cut off past it
-    // may have lost the session to another node, which ended this run).
-    if !runner.ctx.events.bus().lease().confirm(&agent.cancel).await {
-        return interrupted(runner, agent, call).await;
-    }
-    // 9. Execute with the tool timeout.
-    let tool_cancel = agent.cancel.child_token();
+    // How long a question waits for its answer: the run's permissionTimeout.
+    let timeout = runner.rs.permission_timeout;
+    let ask = Ask {
+        tool_name: &call.name,
+        input,
+        tier,
+        timeout,
+        answers: runner.ctx.permission_answers,
+    };
+    let outcome = broker
+        .request(&runner.ctx.events, session_id, ask, &agent.cancel)
+        .await;
+    gate::permission_answer(&outcome, timeout)
+}
+
+/// Executes a permitted call with the tool's timeout, cut short by an interrupt.
+async fn execute(
+    runner: &Runner,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    tool: &dyn Tool,
+) -> Ended {
     let tctx = ToolContext {
         project_path: runner.project.clone(),
-        session_id,
-        cancel: tool_cancel.clone(),
+        session_id: runner.ctx.session_id(),
+        cancel: agent.cancel.child_token(),
         firewall: runner.inner.firewall.clone(),
         store: Some(runner.inner.store.clone()),
         child: runner.rs.child.clone(),
     };
-    let exec: BoxFuture<'_, Result<ToolOutput, ToolError>> =
-        Box::pin(tool.execute(input.clone(), &tctx));
     let timeout = runner.rs.tool_timeout;
-    let (result, timed_out) = {
-        tokio::pin!(exec);
-        tokio::select! {
-            r = &mut exec => (Some(r), false),
-            _ = tokio::time::sleep(timeout) => {
-                tool_cancel.cancel();
-                (tokio::time::timeout(CLEANUP_GRACE, &mut exec).await.ok(), true)
-            }
-        }
-    };
-    let (content, status, yield_run) = if agent.cancel.is_cancelled() {
-        (
-            INTERRUPTED_RESULT.to_string(),
-            ToolCallStatus::Interrupted,
-            false,
-        )
-    } else if timed_out {
-        (
-            format!(
-                "Error: {} timed out after {:.1}s and was stopped",
-                call.name,
-                timeout.as_secs_f64()
-            ),
-            ToolCallStatus::Timeout,
-            false,
-        )
-    } else {
-        match result {
-            Some(Ok(out)) => (
-                out.content,
-                if out.is_error {
-                    ToolCallStatus::Error
-                } else {
-                    ToolCallStatus::Success
-                },
-                out.yield_run,
-            ),
-            Some(Err(ToolError::Firewall(e))) => {
-                let why = format!("blocked by the firewall: {e}");
-                record_blocked(runner, call, Gate::Firewall, &why).await;
-                (
-                    format!("Tool call denied: {why}"),
-                    ToolCallStatus::Denied,
-                    false,
-                )
-            }
-            Some(Err(ToolError::InvalidInput(e))) => (
-                format!(
-                    "Error: invalid input for {}: {e}. Expected: {}",
-                    call.name,
-                    tool.schema()
-                ),
-                ToolCallStatus::Error,
-                false,
-            ),
-            Some(Err(ToolError::Interrupted)) => (
-                INTERRUPTED_RESULT.to_string(),
-                ToolCallStatus::Interrupted,
-                false,
-            ),
-            Some(Err(e)) => (format!("Error: {e}"), ToolCallStatus::Error, false),
-            None => (
-                "Error: the tool did not stop".to_string(),
-                ToolCallStatus::Error,
-                false,
-            ),
-        }
-    };
-    // 10. PostToolUse hooks, fire-and-forget.
-    if hooks.has(HookEvent::PostToolUse) {
-        let mut payload = json!({
-            "event": "PostToolUse",
-            "sessionId": session_id,
-            "runId": runner.ctx.run_id,
-            "toolName": call.name,
-            "toolUseId": call.id,
-            "input": input,
-            "status": status,
-            "result": truncate_result(&content, runner.rs.tool_result_max_chars),
-            "projectPath": project,
-        });
-        runner.ctx.channel.add_to(&mut payload);
-        let name = call.name.clone();
-        let cwd = runner.project.clone();
-        tokio::spawn(
-            async move {
-                let _ = hooks
-                    .run(HookEvent::PostToolUse, Some(&name), &payload, &cwd)
-                    .await;
-            }
-            .in_current_span(),
-        );
-    }
-    finish(runner, agent, call, content, status, yield_run).await
+    let executed = gate::execute(tool, input.clone(), &tctx, timeout).await;
+    Ended::of(
+        executed,
+        agent.cancel.is_cancelled(),
+        &call.name,
+        timeout,
+        || tool.schema(),
+    )
 }

@@ -15,48 +15,12 @@ use elfgate_core::{
     McpSessionConfig, Message, Role, RunId, RunOutcome, SessionId, ToolCallStatus, ToolRun,
 };
 use elfgate_tools::ToolRegistry;
+use elfgate_tools::gate::{ToolRunAnswer, ToolRunError, ToolRuns};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-
-/// Why a tool run cannot start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToolRunError {
-    /// No tool of that name is registered.
-    #[error("unknown tool '{0}'")]
-    UnknownTool(String),
-    /// The session's enabledTools (or the daemon's enabled_tools) leave the tool out.
-    #[error("tool '{tool}' is not enabled in this session (enabledTools: {enabled})")]
-    NotEnabled {
-        /// The tool.
-        tool: String,
-        /// The tools that are, comma-separated.
-        enabled: String,
-    },
-    /// The arguments do not match the tool's schema.
-    #[error("bad arguments for {tool}: {why}")]
-    BadArguments {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        why: String,
-    },
-}
-
-/// What a tool run answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolRunAnswer {
-    /// The id of the recorded tool_use.
-    pub tool_use_id: String,
-    /// How the call ended.
-    pub status: ToolCallStatus,
-    /// The result as the model would have seen it.
-    pub content: String,
-    /// Whether the result is an error.
-    pub is_error: bool,
-}
 
 /// Runs waiting for their answer, by run id.
 pub(crate) type Waiters = std::sync::Mutex<HashMap<RunId, oneshot::Sender<ToolRunAnswer>>>;
@@ -81,90 +45,10 @@ impl TinyElfEngine {
         skill_tools::with_skill_tools(builtin, &skills, is_on)
     }
 
-    /// Whether a workflow may name tool `name`: a built-in or skill tool (of `project`, when
-    /// given), or `mcp__SERVER__TOOL` of a server in the configuration (its tools are known once
-    /// it runs: a tool it does not have fails the step then).
-    pub async fn knows_tool(&self, project: Option<&Path>, name: &str) -> bool {
-        if let Some(rest) = name.strip_prefix("mcp__") {
-            let server = rest.split("__").next().unwrap_or_default();
-            return self.inner.mcp.as_ref().is_some_and(|m| {
-                m.statuses()
-                    .iter()
-                    .any(|s| s.scope == "global" && s.name == server)
-            });
-        }
-        self.tool_run_registry(project, None)
-            .await
-            .get(name)
-            .is_some()
-    }
-
     /// The run's enabledTools: the session's engineConfig over the daemon's `enabled_tools`.
     fn enabled_tools<'a>(&'a self, session_cfg: Option<&'a [String]>) -> Option<&'a [String]> {
         session_cfg.or(self.inner.config.enabled_tools.as_deref())
     }
-
-    /// Checks that `name` is a registered tool of the session (an MCP tool of the servers its
-    /// `mcp_config` gives it, starting them if need be) and that `arguments` fit its schema.
-    pub async fn check_tool_run(
-        &self,
-        project: Option<&Path>,
-        session: SessionId,
-        mcp_config: Option<&McpSessionConfig>,
-        enabled_tools: Option<&[String]>,
-        name: &str,
-        arguments: &Value,
-    ) -> Result<(), ToolRunError> {
-        let enabled = self.enabled_tools(enabled_tools);
-        let mut tools = self.tool_run_registry(project, enabled).await;
-        if name.starts_with("mcp__")
-            && let Some(m) = &self.inner.mcp
-        {
-            for t in m.session_tools(session, mcp_config, None).await.tools {
-                tools.register(t);
-            }
-        }
-        let tool = match tools.get(name) {
-            Some(t) => t,
-            None if enabled.is_some()
-                && self
-                    .tool_run_registry(project, None)
-                    .await
-                    .get(name)
-                    .is_some() =>
-            {
-                return Err(ToolRunError::NotEnabled {
-                    tool: name.to_string(),
-                    enabled: enabled.unwrap_or_default().join(", "),
-                });
-            }
-            None => return Err(ToolRunError::UnknownTool(name.to_string())),
-        };
-        elfgate_tools::schema::check_input(&tool.schema(), arguments).map_err(|why| {
-            ToolRunError::BadArguments {
-                tool: name.to_string(),
-                why: why.to_string(),
-            }
-        })
-    }
-
-    /// The answer of tool run `run_id`, once it has run; the sender is dropped when the run ends
-    /// without one (it could not start, or its result could not be stored).
-    pub fn await_tool_run(&self, run_id: RunId) -> oneshot::Receiver<ToolRunAnswer> {
-        let (tx, rx) = oneshot::channel();
-        if let Ok(mut w) = self.inner.tool_waiters.lock() {
-            w.insert(run_id, tx);
-        }
-        rx
-    }
-
-    /// Forgets a tool run that was never admitted.
-    pub fn forget_tool_run(&self, run_id: RunId) {
-        if let Ok(mut w) = self.inner.tool_waiters.lock() {
-            w.remove(&run_id);
-        }
-    }
-
     /// The run of one tool.
     pub(super) async fn run_tool(&self, ctx: EngineSessionContext, call: ToolRun) -> RunOutcome {
         let waiter = self
@@ -205,19 +89,6 @@ impl TinyElfEngine {
             let _ = tx.send(answer);
         }
         RunOutcome::new(finish)
-    }
-
-    /// Runs one tool through the pipeline as a step of another engine's run (a workflow's tool
-    /// step): recorded in the session's history and its events as a tool run is, without an
-    /// `init` of its own. Err: the run's outcome (a failure already reported).
-    pub async fn run_step_tool(
-        &self,
-        ctx: &EngineSessionContext,
-        call: ToolRun,
-    ) -> Result<ToolRunAnswer, RunOutcome> {
-        let prepared = self.prepare(ctx, Flavor::Agent).await?;
-        self.call_tool(ctx, prepared, call, elfgate_tools::Caller::Workflow)
-            .await
     }
 
     /// Calls `call` through the pipeline and records it (a tool_use and its tool_result).
@@ -329,5 +200,100 @@ impl TinyElfEngine {
             content,
             is_error,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolRuns for TinyElfEngine {
+    /// Whether a workflow may name tool `name`: a built-in or skill tool (of `project`, when
+    /// given), or `mcp__SERVER__TOOL` of a server in the configuration (its tools are known once
+    /// it runs: a tool it does not have fails the step then).
+    async fn knows_tool(&self, project: Option<&Path>, name: &str) -> bool {
+        if let Some(rest) = name.strip_prefix("mcp__") {
+            let server = rest.split("__").next().unwrap_or_default();
+            return self.inner.mcp.as_ref().is_some_and(|m| {
+                m.statuses()
+                    .iter()
+                    .any(|s| s.scope == "global" && s.name == server)
+            });
+        }
+        self.tool_run_registry(project, None)
+            .await
+            .get(name)
+            .is_some()
+    }
+
+    /// Checks that `name` is a registered tool of the session (an MCP tool of the servers its
+    /// `mcp_config` gives it, starting them if need be) and that `arguments` fit its schema.
+    async fn check_tool_run(
+        &self,
+        project: Option<&Path>,
+        session: SessionId,
+        mcp_config: Option<&McpSessionConfig>,
+        enabled_tools: Option<&[String]>,
+        name: &str,
+        arguments: &Value,
+    ) -> Result<(), ToolRunError> {
+        let enabled = self.enabled_tools(enabled_tools);
+        let mut tools = self.tool_run_registry(project, enabled).await;
+        if name.starts_with("mcp__")
+            && let Some(m) = &self.inner.mcp
+        {
+            for t in m.session_tools(session, mcp_config, None).await.tools {
+                tools.register(t);
+            }
+        }
+        let tool = match tools.get(name) {
+            Some(t) => t,
+            None if enabled.is_some()
+                && self
+                    .tool_run_registry(project, None)
+                    .await
+                    .get(name)
+                    .is_some() =>
+            {
+                return Err(ToolRunError::NotEnabled {
+                    tool: name.to_string(),
+                    enabled: enabled.unwrap_or_default().join(", "),
+                });
+            }
+            None => return Err(ToolRunError::UnknownTool(name.to_string())),
+        };
+        elfgate_tools::schema::check_input(&tool.schema(), arguments).map_err(|why| {
+            ToolRunError::BadArguments {
+                tool: name.to_string(),
+                why: why.to_string(),
+            }
+        })
+    }
+
+    /// The answer of tool run `run_id`, once it has run; the sender is dropped when the run ends
+    /// without one (it could not start, or its result could not be stored).
+    fn await_tool_run(&self, run_id: RunId) -> oneshot::Receiver<ToolRunAnswer> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut w) = self.inner.tool_waiters.lock() {
+            w.insert(run_id, tx);
+        }
+        rx
+    }
+
+    /// Forgets a tool run that was never admitted.
+    fn forget_tool_run(&self, run_id: RunId) {
+        if let Ok(mut w) = self.inner.tool_waiters.lock() {
+            w.remove(&run_id);
+        }
+    }
+
+    /// Runs one tool through the pipeline as a step of another engine's run (a workflow's tool
+    /// step): recorded in the session's history and its events as a tool run is, without an
+    /// `init` of its own. Err: the run's outcome (a failure already reported).
+    async fn run_step_tool(
+        &self,
+        ctx: &EngineSessionContext,
+        call: ToolRun,
+    ) -> Result<ToolRunAnswer, RunOutcome> {
+        let prepared = self.prepare(ctx, Flavor::Agent).await?;
+        self.call_tool(ctx, prepared, call, elfgate_tools::Caller::Workflow)
+            .await
     }
 }

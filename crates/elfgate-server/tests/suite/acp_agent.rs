@@ -436,6 +436,11 @@ fn minute() -> u64 {
 /// refuses to start as root without IS_SANDBOX (docs/cli.md, "ACP agents"). The PreToolUse hook writes each payload it sees
 /// into the project (hook.json); `forbidden-cmd` is on the firewall's deny list.
 async fn start_claude(script: &str) -> Option<Acp> {
+    start_claude_with(script, "").await
+}
+
+/// [`start_claude`] with `extra` appended to its configuration.
+pub(super) async fn start_claude_with(script: &str, extra: &str) -> Option<Acp> {
     let adapter = installed_program("claude-code-acp")?;
     let claude = installed_program("claude")?;
     Some(
@@ -460,6 +465,7 @@ deny_commands = ["forbidden-cmd"]
 event = "PreToolUse"
 matcher = "shell"
 command = "cat >> hook.json"
+{extra}
 "#,
                 adapter = adapter.display(),
                 claude = claude.display(),
@@ -470,7 +476,7 @@ command = "cat >> hook.json"
 }
 
 impl Acp {
-    fn claude_session(&self, prompt: &str, extra: Value) -> Value {
+    pub(super) fn claude_session(&self, prompt: &str, extra: Value) -> Value {
         let mut body = json!({"engine": "cli", "cliBackend": "acp", "acpAgent": "claude",
             "prompt": prompt, "projectPath": self.project.path().display().to_string()});
         for (k, v) in extra.as_object().unwrap() {
@@ -490,7 +496,7 @@ impl Acp {
     }
 }
 
-fn bash(id: &str, command: &str) -> Value {
+pub(super) fn bash(id: &str, command: &str) -> Value {
     scripted::call(
         id,
         "mcp__acp__Bash",

@@ -1,6 +1,7 @@
 //! One module per area of the suite.
 
 mod acp_agent;
+mod acp_guardian;
 mod acp_modes;
 mod browser;
 mod chat;
