@@ -88,6 +88,20 @@ pub enum PermissionAnswers {
     /// A caller that cannot answer (a gateway door): a request is asked only while some client
     /// follows the session's events, and denied at once, saying why, while none does.
     WatchersOnly,
+    /// Nobody will answer (a workflow whose definition says `unattended: deny`): a request is
+    /// announced and resolved as denied at once, without waiting.
+    Nobody,
+}
+
+impl PermissionAnswers {
+    /// How long a request waits for its answer, `configured` being the engine's permission
+    /// timeout: none at all when nobody will answer.
+    pub fn wait(self, configured: std::time::Duration) -> std::time::Duration {
+        match self {
+            PermissionAnswers::Client | PermissionAnswers::WatchersOnly => configured,
+            PermissionAnswers::Nobody => std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// Everything a run needs: the session, the prompt and overrides, the event emitter and the

@@ -367,6 +367,10 @@ pub(crate) async fn run_call(
             return denied(runner, agent, call, Gate::Policy, reason).await;
         }
         PolicyDecision::Ask => {
+            let permission_wait = runner
+                .ctx
+                .permission_answers
+                .wait(runner.rs.permission_timeout);
             let outcome = runner
                 .inner
                 .broker
@@ -377,7 +381,7 @@ pub(crate) async fn run_call(
                         tool_name: &call.name,
                         input,
                         tier,
-                        timeout: runner.rs.permission_timeout,
+                        timeout: permission_wait,
                         answers: runner.ctx.permission_answers,
                     },
                     &agent.cancel,
@@ -386,7 +390,7 @@ pub(crate) async fn run_call(
             if outcome == PermissionOutcome::Interrupted {
                 return interrupted(runner, agent, call).await;
             }
-            if let Some(why) = outcome.denial(runner.rs.permission_timeout) {
+            if let Some(why) = outcome.denial(permission_wait) {
                 return denied(runner, agent, call, Gate::Permission, why).await;
             }
         }
