@@ -325,3 +325,17 @@ pub trait Engine: Send + Sync {
         0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PermissionAnswers;
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_run_nobody_will_answer_skips_the_wait() {
+        let configured = Duration::from_secs(300);
+        assert_eq!(PermissionAnswers::Client.wait(configured), configured);
+        assert_eq!(PermissionAnswers::WatchersOnly.wait(configured), configured);
+        assert_eq!(PermissionAnswers::Nobody.wait(configured), Duration::ZERO);
+    }
+}
