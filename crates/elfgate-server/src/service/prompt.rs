@@ -9,12 +9,12 @@ use super::checks::{
 use super::command::{Actor, Origin};
 use super::run_context::{Prompt, build_ctx, new_run, submit_prompt};
 use super::secrets::SecretScan;
-use super::spec::{PromptSpec, RunSpec};
+use super::spec::{PromptSpec, RunSpec, stored_engine_config};
 use crate::error::ApiError;
 use crate::session_gate::PromptPass;
 use crate::state::AppState;
 use elfgate_api::SendMessageResponse;
-use elfgate_core::{ChannelPermissions, EngineType, OnBusy, Run, Session, SessionId};
+use elfgate_core::{EngineType, OnBusy, Run, Session, SessionId};
 
 /// The session a later run is for, with the pass that a prompt holds until its run is admitted
 /// or withdrawn, so that a DELETE either stops the run or is seen by the checks that follow (see
@@ -33,14 +33,6 @@ pub(crate) async fn enter_session(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
     Ok((pass, session))
-}
-
-/// The channel permissions stored with `session`.
-fn stored_channel(session: &Session) -> Option<ChannelPermissions> {
-    session
-        .engine_config
-        .get("channelPermissions")
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
 }
 
 /// The state's checks of a later prompt, in order: a `workflow` session takes prompts only from
@@ -106,12 +98,20 @@ pub async fn send_message(
         parent_id,
         run,
     } = spec;
-    // The session's channel permissions change only when a prompt sends new ones.
-    let new_channel = run
-        .engine_config
-        .channel_permissions
-        .filter(|p| stored_channel(&session) != Some(*p));
+    let own_channel = run.engine_config.channel_permissions;
     let run_spec = check_prompt_run(state, &session, &prompt, run, &origin)?;
+    // The session's channel permissions change only when a prompt sends new ones: then its
+    // stored engineConfig with them is stored.
+    let config_with_new_channel = match own_channel {
+        Some(p) => {
+            let mut stored = stored_engine_config(&session)?;
+            (stored.channel_permissions != Some(p)).then(|| {
+                stored.channel_permissions = Some(p);
+                stored
+            })
+        }
+        None => None,
+    };
     let client_msg_id = run_spec.client_msg_id.clone();
     // Held until the run is stored and dispatched (or withdrawn): a retry racing this request
     // waits, then finds the run, instead of being refused as busy because of it.
@@ -164,17 +164,10 @@ pub async fn send_message(
         }
         prompt = p;
     }
-    if let Some(p) = new_channel {
-        let mut cfg = session.engine_config.clone();
-        if let Some(obj) = cfg.as_object_mut() {
-            obj.insert(
-                "channelPermissions".into(),
-                serde_json::to_value(p).map_err(|e| ApiError::Internal(e.to_string()))?,
-            );
-        }
+    if let Some(stored) = config_with_new_channel {
         state
             .store
-            .set_session_engine_config(session_id, &cfg)
+            .set_session_engine_config(session_id, &stored.to_json())
             .await?;
     }
     let run = new_run(session_id, client_msg_id.clone(), run_spec.channel.clone());

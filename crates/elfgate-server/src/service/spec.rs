@@ -226,13 +226,17 @@ impl TryFrom<SendMessageRequest> for PromptSpec {
     }
 }
 
+/// The engineConfig stored with `session`. Checked when the session was created; only a row
+/// written by an older daemon, which took any keys, can fail here.
+pub(crate) fn stored_engine_config(session: &Session) -> Result<EngineConfig, ApiError> {
+    EngineConfig::from_json(&session.engine_config)
+        .map_err(|e| ApiError::Unprocessable(format!("the session's stored {e}")))
+}
+
 impl RunSpec {
     /// These settings over those stored with `session`, for a later prompt of it.
     pub(crate) fn over_session(self, session: &Session) -> Result<RunSpec, ApiError> {
-        // Both were checked when the session was created; only a row written by an older daemon,
-        // which took any keys, can fail here.
-        let base = EngineConfig::from_json(&session.engine_config)
-            .map_err(|e| ApiError::Unprocessable(format!("the session's stored {e}")))?;
+        let base = stored_engine_config(session)?;
         Ok(RunSpec {
             permission_mode: self.permission_mode.or(session.permission_mode),
             engine_config: self.engine_config.over(&base),
