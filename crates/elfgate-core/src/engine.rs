@@ -88,6 +88,20 @@ pub enum PermissionAnswers {
     /// A caller that cannot answer (a gateway door): a request is asked only while some client
     /// follows the session's events, and denied at once, saying why, while none does.
     WatchersOnly,
+    /// Nobody will answer (a workflow whose definition says `unattended: deny`): a request is
+    /// announced and resolved as denied at once, without waiting.
+    Nobody,
+}
+
+impl PermissionAnswers {
+    /// How long a request waits for its answer, `configured` being the engine's permission
+    /// timeout: none at all when nobody will answer.
+    pub fn wait(self, configured: std::time::Duration) -> std::time::Duration {
+        match self {
+            PermissionAnswers::Client | PermissionAnswers::WatchersOnly => configured,
+            PermissionAnswers::Nobody => std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// Everything a run needs: the session, the prompt and overrides, the event emitter and the
@@ -309,5 +323,19 @@ pub trait Engine: Send + Sync {
     /// Reloads MCP tools of every active session; returns how many were reloaded.
     async fn reload_mcp_for_all_active(&self) -> usize {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PermissionAnswers;
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_run_nobody_will_answer_skips_the_wait() {
+        let configured = Duration::from_secs(300);
+        assert_eq!(PermissionAnswers::Client.wait(configured), configured);
+        assert_eq!(PermissionAnswers::WatchersOnly.wait(configured), configured);
+        assert_eq!(PermissionAnswers::Nobody.wait(configured), Duration::ZERO);
     }
 }

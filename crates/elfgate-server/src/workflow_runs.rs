@@ -2,10 +2,11 @@
 //! a run's end); the scheduler is in workflow_schedule.rs.
 
 use crate::error::ApiError;
+use crate::service::{Actor, Origin, PromptSpec, RunSpec, SessionSpec};
 use crate::state::AppState;
 use chrono::{DateTime, Utc};
-use elfgate_api::{CreateSessionRequest, CreateSessionResponse, RunOverrides};
-use elfgate_core::RunEnded;
+use elfgate_api::CreateSessionResponse;
+use elfgate_core::{PermissionAnswers, RunEnded};
 use elfgate_store::StoredWorkflow;
 use elfgate_workflow::{StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
@@ -14,8 +15,8 @@ use std::collections::HashSet;
 /// What started a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
-    /// `POST /v1/workflows/{name}/runs`.
-    Manual,
+    /// `POST /v1/workflows/{name}/runs`, by this actor.
+    Manual(Actor),
     /// The workflow's schedule, at this fire time.
     Schedule(DateTime<Utc>),
     /// The inbound webhook of this name.
@@ -27,7 +28,7 @@ pub enum Trigger {
 impl Trigger {
     fn describe(&self) -> String {
         match self {
-            Trigger::Manual => "by request".to_string(),
+            Trigger::Manual(_) => "by request".to_string(),
             Trigger::Schedule(at) => format!(
                 "on schedule at {}",
                 elfgate_core::timefmt::rfc3339_millis(at)
@@ -35,6 +36,24 @@ impl Trigger {
             Trigger::Hook(name) => format!("by webhook {name}"),
             Trigger::RunEnd(run) => format!("on the end of run {run}"),
         }
+    }
+
+    /// Who the run is started for: the client who asked, else the daemon itself.
+    fn actor(&self) -> Actor {
+        match self {
+            Trigger::Manual(actor) => actor.clone(),
+            Trigger::Schedule(_) | Trigger::Hook(_) | Trigger::RunEnd(_) => Actor::Daemon,
+        }
+    }
+}
+
+/// Who answers a workflow's permission requests: a client through the API, unless the
+/// definition says nobody will (`unattended: deny`: a call that would ask is denied at once).
+fn answers(def: &WorkflowDefinition) -> PermissionAnswers {
+    if def.unattended == Some(Unattended::Deny) {
+        PermissionAnswers::Nobody
+    } else {
+        PermissionAnswers::Client
     }
 }
 
@@ -50,17 +69,13 @@ pub async fn start(
     let def: WorkflowDefinition = serde_json::from_value(stored.definition)
         .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
     let inputs = resolve_inputs(&def, given)?;
-    let mut overrides = RunOverrides {
-        permission_mode: def.permission_mode.map(|m| m.as_str().to_string()),
-        ..RunOverrides::default()
+    let run = RunSpec {
+        permission_mode: def.permission_mode,
+        answers: answers(&def),
+        ..RunSpec::default()
     };
-    // Nobody to ask: a tool call that would ask is denied at once (its request expires as it
-    // is made).
-    if def.unattended == Some(Unattended::Deny) {
-        overrides.engine_config = Some(json!({"permissionTimeout": 1}));
-    }
-    let req = CreateSessionRequest {
-        engine: elfgate_core::EngineType::Workflow.as_str().to_string(),
+    let spec = SessionSpec {
+        engine: elfgate_core::EngineType::Workflow,
         prompt: format!(
             "Run workflow {name} v{version} {} with inputs {}",
             trigger.describe(),
@@ -70,11 +85,7 @@ pub async fn start(
         project_path: def.project_path.clone(),
         cli_backend: None,
         agent_id: None,
-        mcp_config: None,
-        acp_agent: None,
-        use_extended_context: None,
-        overrides,
-        unknown: Default::default(),
+        run,
     };
     let workflow = elfgate_core::WorkflowRef {
         name,
@@ -82,7 +93,7 @@ pub async fn start(
         inputs,
         resume: None,
     };
-    crate::service::start_workflow_run(state, req, workflow).await
+    crate::service::create_session(state, &trigger.actor(), spec, Origin::Workflow(workflow)).await
 }
 
 /// Resumes run `run_id` of workflow `name`, which failed or was interrupted: a new run of its
@@ -90,6 +101,7 @@ pub async fn start(
 /// well), with the outputs the earlier steps had, as the session's runs ended them.
 pub async fn resume(
     state: &AppState,
+    actor: &Actor,
     name: &str,
     run_id: elfgate_core::RunId,
 ) -> Result<CreateSessionResponse, ApiError> {
@@ -191,14 +203,17 @@ pub async fn resume(
         }),
         ..wref
     };
-    let req = elfgate_api::SendMessageRequest {
+    let spec = PromptSpec {
         prompt,
         on_busy: elfgate_core::OnBusy::Reject,
         parent_id: None,
-        overrides: RunOverrides::default(),
-        unknown: Default::default(),
+        run: RunSpec {
+            answers: answers(&def),
+            ..RunSpec::default()
+        },
     };
-    let resumed = crate::service::resume_workflow_run(state, session.id, req, workflow).await?;
+    let origin = Origin::Workflow(workflow);
+    let resumed = crate::service::send_message(state, actor, session.id, spec, origin).await?;
     Ok(CreateSessionResponse {
         session_id: session.id,
         run_id: resumed.run_id,

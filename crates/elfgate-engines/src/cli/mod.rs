@@ -418,7 +418,9 @@ impl CliEngine {
             Some(Decision::Deny) => return Some("the user denied permission".to_string()),
             None => {}
         }
-        let timeout = std::time::Duration::from_secs(self.config.permission_timeout_secs.max(1));
+        let timeout = ctx.permission_answers.wait(std::time::Duration::from_secs(
+            self.config.permission_timeout_secs.max(1),
+        ));
         let ask = Ask {
             tool_name,
             input,

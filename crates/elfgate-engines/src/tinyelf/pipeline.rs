@@ -316,8 +316,12 @@ async fn permission(
     if gate::policy(&runner.inner.policy, &facts)? == Permission::Granted {
         return Ok(());
     }
-    // How long a question waits for its answer: the run's permissionTimeout.
-    let timeout = runner.rs.permission_timeout;
+    // How long a question waits for its answer: the run's permissionTimeout, or none when the
+    // run's answer policy says nobody will answer.
+    let timeout = runner
+        .ctx
+        .permission_answers
+        .wait(runner.rs.permission_timeout);
     let ask = Ask {
         tool_name: &call.name,
         input,

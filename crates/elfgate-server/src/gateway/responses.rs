@@ -148,7 +148,7 @@ impl Drop for DeleteWhenDone {
         let id = self.session_id;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = crate::service::delete_session(&state, id).await {
+                if let Err(e) = crate::service::delete_session(&state, &crate::service::Actor::Daemon, id).await {
                     tracing::warn!(session = %id, error = %e, "a store: false session was not deleted");
                 }
             });

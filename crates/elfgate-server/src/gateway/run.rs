@@ -5,12 +5,12 @@
 use super::route::Route;
 use super::{Inbound, Stop};
 use crate::error::ApiError;
-use crate::service::{self, GatewayCall};
+use crate::service::{self, Actor, GatewayCall, Origin, PromptSpec, RunSpec, SessionSpec};
 use crate::state::AppState;
-use elfgate_api::{CreateSessionRequest, RunOverrides, SendMessageRequest};
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineType, ErrorCode, ErrorInfo, EventEnvelope, EventPayload,
-    EventRecord, HeadStart, ModelFinish, OnBusy, PermissionMode, RunId, SessionBus, SessionId,
+    EventRecord, HeadStart, ModelFinish, OnBusy, PermissionAnswers, PermissionMode, RunId,
+    SessionBus, SessionId,
 };
 use elfgate_engines::GatewayTurn;
 use elfgate_store::StoredEvent;
@@ -180,60 +180,50 @@ pub async fn start(
             "the last user message has no text",
         ));
     }
-    let overrides = RunOverrides {
+    let run = RunSpec {
         provider_id: provider,
         model,
         system_prompt: if relay_tools { None } else { engine_system },
-        permission_mode: cont.permission_mode.map(|m| m.as_str().to_string()),
+        permission_mode: cont.permission_mode,
+        // A door's caller cannot answer permission requests: they are asked only while a client
+        // follows the session.
+        answers: PermissionAnswers::WatchersOnly,
         ..Default::default()
     };
+    let call = GatewayCall {
+        head_start: prepared,
+        project_field: super::PROJECT_HEADER,
+        stored_input: inbound.stored_input,
+    };
+    // A door's caller holds the daemon's token, today the only principal.
+    let actor = Actor::Principal(crate::auth::Principal::root());
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {
-            let created = service::create_session(
-                state,
-                CreateSessionRequest {
-                    engine: engine.as_str().to_string(),
-                    prompt: inbound.prompt,
-                    title: None,
-                    project_path: cont.project_path,
-                    cli_backend: None,
-                    agent_id: None,
-                    mcp_config: None,
-                    acp_agent: None,
-                    use_extended_context: None,
-                    overrides,
-                    unknown: Default::default(),
-                },
-                Some(GatewayCall {
-                    head_start: prepared,
-                    project_field: super::PROJECT_HEADER,
-                    stored_input: inbound.stored_input,
-                }),
-            )
-            .await?;
+            let spec = SessionSpec {
+                engine,
+                prompt: inbound.prompt,
+                title: None,
+                project_path: cont.project_path,
+                cli_backend: None,
+                agent_id: None,
+                run,
+            };
+            let created =
+                service::create_session(state, &actor, spec, Origin::Gateway(call)).await?;
             (created.session_id, created.run_id, 0)
         }
         Some(sid) => {
             check_continued(state, sid, engine).await?;
             let after = hub.get(sid).map_or(0, |b| b.last_seq());
-            let sent = service::send_message(
-                state,
-                sid,
-                SendMessageRequest {
-                    prompt: inbound.prompt,
-                    on_busy: OnBusy::Reject,
-                    parent_id: None,
-                    overrides,
-                    unknown: Default::default(),
-                },
-                Some(GatewayCall {
-                    head_start: prepared,
-                    project_field: super::PROJECT_HEADER,
-                    stored_input: inbound.stored_input,
-                }),
-            )
-            .await?;
+            let spec = PromptSpec {
+                prompt: inbound.prompt,
+                on_busy: OnBusy::Reject,
+                parent_id: None,
+                run,
+            };
+            let sent =
+                service::send_message(state, &actor, sid, spec, Origin::Gateway(call)).await?;
             (sid, sent.run_id, after)
         }
     };

@@ -3,7 +3,7 @@
 use crate::error::{ApiError, ErrorBody};
 use crate::event_schema::EventEnvelope;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::service::{self, parse_session_id};
+use crate::service::{self, Actor, Origin, PromptSpec, SessionSpec, parse_session_id};
 use crate::sse;
 use crate::state::AppState;
 use axum::extract::State;
@@ -72,6 +72,7 @@ pub fn routes() -> Router<AppState> {
 )]
 async fn create(
     State(state): State<AppState>,
+    actor: Actor,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSessionRequest>,
 ) -> Result<Response, ApiError> {
@@ -79,9 +80,13 @@ async fn create(
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
+    let spec = SessionSpec::try_from(req)?;
     let for_service = state.clone();
     let created =
-        detached(async move { service::create_session(&for_service, req, None).await }).await?;
+        detached(
+            async move { service::create_session(&for_service, &actor, spec, Origin::Api).await },
+        )
+        .await?;
     let status = if created.duplicate {
         StatusCode::OK
     } else {
@@ -131,11 +136,15 @@ async fn create(
 )]
 async fn send(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<SendMessageRequest>,
 ) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
     let id = parse_session_id(&id)?;
-    let sent = detached(async move { service::send_message(&state, id, req, None).await }).await?;
+    let spec = PromptSpec::try_from(req)?;
+    let sent =
+        detached(async move { service::send_message(&state, &actor, id, spec, Origin::Api).await })
+            .await?;
     let status = if sent.duplicate {
         StatusCode::OK
     } else {
@@ -228,11 +237,14 @@ async fn events(
 )]
 async fn interrupt(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<InterruptRequest>,
 ) -> Result<Json<InterruptResponse>, ApiError> {
     let id = parse_session_id(&id)?;
-    Ok(Json(service::interrupt(&state, id, req.wait).await?))
+    Ok(Json(
+        service::interrupt(&state, &actor, id, req.wait).await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -310,10 +322,11 @@ async fn list(
 )]
 async fn one(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SessionView>, ApiError> {
     let id = parse_session_id(&id)?;
-    Ok(Json(service::session_view(&state, id).await?))
+    Ok(Json(service::session_view(&state, &actor, id).await?))
 }
 
 /// Deletes a session, interrupting its run first.
@@ -335,10 +348,11 @@ async fn one(
 )]
 async fn remove(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = parse_session_id(&id)?;
-    detached(async move { service::delete_session(&state, id).await }).await?;
+    detached(async move { service::delete_session(&state, &actor, id).await }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -489,11 +503,12 @@ async fn run(
 )]
 async fn permission(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath((id, request_id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<PermissionBody>,
 ) -> Result<Json<PermissionAnswered>, ApiError> {
     let id = parse_session_id(&id)?;
-    service::answer_permission(&state, id, request_id, body)
+    service::answer_permission(&state, &actor, id, request_id, body)
         .await
         .map(Json)
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, StrictBody};
-use crate::service::{self, parse_session_id};
+use crate::service::{self, Actor, parse_session_id};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::routing::post;
@@ -76,11 +76,12 @@ pub(crate) struct ToolRunResponse {
 )]
 pub(crate) async fn run_tool(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath((id, name)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<ToolRunRequest>,
 ) -> Result<Json<ToolRunResponse>, ApiError> {
     let session_id = parse_session_id(&id)?;
-    let (run_id, a) = service::run_tool(&state, session_id, name, body.arguments).await?;
+    let (run_id, a) = service::run_tool(&state, &actor, session_id, name, body.arguments).await?;
     Ok(Json(ToolRunResponse {
         run_id,
         tool_use_id: a.tool_use_id,

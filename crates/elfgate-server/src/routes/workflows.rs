@@ -299,6 +299,7 @@ impl StrictBody for WorkflowRunRequest {}
 )]
 pub(crate) async fn start_run(
     State(state): State<AppState>,
+    actor: crate::service::Actor,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<WorkflowRunRequest>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
@@ -313,7 +314,7 @@ pub(crate) async fn start_run(
             &state,
             stored,
             body.inputs,
-            crate::workflow_runs::Trigger::Manual,
+            crate::workflow_runs::Trigger::Manual(actor),
         )
         .await
     })
@@ -346,12 +347,14 @@ pub(crate) async fn start_run(
 )]
 pub(crate) async fn resume_run(
     State(state): State<AppState>,
+    actor: crate::service::Actor,
     ApiPath((name, run_id)): ApiPath<(String, String)>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
     let run_id: elfgate_core::RunId = run_id
         .parse()
         .map_err(|_| ApiError::BadRequest(format!("'{run_id}' is not a run id")))?;
     let resumed =
-        detached(async move { crate::workflow_runs::resume(&state, &name, run_id).await }).await?;
+        detached(async move { crate::workflow_runs::resume(&state, &actor, &name, run_id).await })
+            .await?;
     Ok((StatusCode::CREATED, Json(resumed)))
 }

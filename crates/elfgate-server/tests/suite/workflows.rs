@@ -557,12 +557,35 @@ async fn a_step_that_asks_waits_for_the_client_unless_the_workflow_denies_unatte
     let mut deny = def("denies");
     deny["unattended"] = json!("deny");
     create(&d, deny).await;
-    let (_, _, evs) = run_workflow(&d, "denies", json!({"file": "b.txt"})).await;
+    let (sid, run, evs) = run_workflow(&d, "denies", json!({"file": "b.txt"})).await;
     assert_eq!(complete(&evs), "error", "{:?}", common::types(&evs));
     assert_eq!(
         step_ends(&evs),
         [("write".to_string(), "error".to_string())]
     );
+    assert!(!dir.path().join("b.txt").exists());
+    // Its resume is as unattended: the call is announced and denied at once again.
+    let (status, resumed) = d
+        .post(
+            &format!("/v1/workflows/denies/runs/{run}/resume"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 201, "{resumed}");
+    let again = resumed["runId"].as_str().unwrap();
+    let evs: Vec<Ev> = d
+        .all_events_until_complete_of(&sid, again)
+        .await
+        .into_iter()
+        .filter(|e| e.run() == again)
+        .collect();
+    let resolved: Vec<&Value> = evs
+        .iter()
+        .filter(|e| e.event == "permissionResolved")
+        .map(|e| &e.data["decision"])
+        .collect();
+    assert_eq!(resolved, [&json!("deny")], "{:?}", common::types(&evs));
+    assert_eq!(complete(&evs), "error", "{:?}", common::types(&evs));
     assert!(!dir.path().join("b.txt").exists());
 }
 
