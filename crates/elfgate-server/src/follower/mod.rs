@@ -232,7 +232,6 @@ impl Follower {
                     None => continue,
                 }
             }
-            let shutdown = self.state.shutdown.clone();
             let idle = async {
                 match &mut self.idle {
                     Some(every) => every.tick().await,
@@ -262,7 +261,7 @@ impl Follower {
                         }
                     }
                 },
-                _ = shutdown.cancelled(), if self.ends_at_shutdown => {
+                _ = self.state.shutdown.cancelled(), if self.ends_at_shutdown => {
                     self.ended = true;
                     return Next::Closed;
                 }
