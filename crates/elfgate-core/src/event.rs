@@ -3,6 +3,7 @@
 //! The type names keep the seed's IPC names so that a client can move from IPC to SSE unchanged.
 
 use crate::error_code::ErrorCode;
+use crate::event_type::EventType;
 use crate::ids::{RunId, SessionId};
 use crate::model::{ContentBlock, FinishReason, Message};
 use crate::usage::TokenUsage;
@@ -343,28 +344,33 @@ pub enum EventPayload {
 }
 
 impl EventPayload {
+    /// The event's `type`.
+    pub fn kind(&self) -> EventType {
+        match self {
+            EventPayload::Init { .. } => EventType::Init,
+            EventPayload::SessionCreated {} => EventType::SessionCreated,
+            EventPayload::UserMessage { .. } => EventType::UserMessage,
+            EventPayload::StreamDelta { .. } => EventType::StreamDelta,
+            EventPayload::ToolCallStart { .. } => EventType::ToolCallStart,
+            EventPayload::ToolCallEnd { .. } => EventType::ToolCallEnd,
+            EventPayload::AssistantMessage { .. } => EventType::AssistantMessage,
+            EventPayload::PermissionRequest { .. } => EventType::PermissionRequest,
+            EventPayload::PermissionResolved { .. } => EventType::PermissionResolved,
+            EventPayload::Result { .. } => EventType::Result,
+            EventPayload::PostTurn { .. } => EventType::PostTurn,
+            EventPayload::Complete { .. } => EventType::Complete,
+            EventPayload::Error { .. } => EventType::Error,
+            EventPayload::Retry { .. } => EventType::Retry,
+            EventPayload::StepStart { .. } => EventType::StepStart,
+            EventPayload::StepEnd { .. } => EventType::StepEnd,
+            EventPayload::Processing { .. } => EventType::Processing,
+            EventPayload::Reset { .. } => EventType::Reset,
+        }
+    }
+
     /// The event's `type` name.
     pub fn type_name(&self) -> &'static str {
-        match self {
-            EventPayload::Init { .. } => "init",
-            EventPayload::SessionCreated {} => "sessionCreated",
-            EventPayload::UserMessage { .. } => "userMessage",
-            EventPayload::StreamDelta { .. } => "streamDelta",
-            EventPayload::ToolCallStart { .. } => "toolCallStart",
-            EventPayload::ToolCallEnd { .. } => "toolCallEnd",
-            EventPayload::AssistantMessage { .. } => "assistantMessage",
-            EventPayload::PermissionRequest { .. } => "permissionRequest",
-            EventPayload::PermissionResolved { .. } => "permissionResolved",
-            EventPayload::Result { .. } => "result",
-            EventPayload::PostTurn { .. } => "postTurn",
-            EventPayload::Complete { .. } => "complete",
-            EventPayload::Error { .. } => "error",
-            EventPayload::Retry { .. } => "retry",
-            EventPayload::StepStart { .. } => "stepStart",
-            EventPayload::StepEnd { .. } => "stepEnd",
-            EventPayload::Processing { .. } => "processing",
-            EventPayload::Reset { .. } => "reset",
-        }
+        self.kind().as_str()
     }
 }
 
@@ -471,6 +477,11 @@ impl EventRecord {
     /// The event's `type` name.
     pub fn event_type(&self) -> &'static str {
         self.payload.type_name()
+    }
+
+    /// The event's `type`.
+    pub fn kind(&self) -> EventType {
+        self.payload.kind()
     }
 }
 
@@ -637,5 +648,17 @@ mod tests {
                 assert_eq!(back.payload, payload);
             }
         }
+    }
+
+    #[test]
+    fn a_payloads_type_is_its_json_type_and_reads_back_from_its_name() {
+        for payload in payloads() {
+            let json = serde_json::to_value(&payload).unwrap();
+            let kind = payload.kind();
+            assert_eq!(json["type"], kind.as_str());
+            assert_eq!(EventType::from_name(kind.as_str()), Some(kind));
+        }
+        assert_eq!(EventType::from_name("Complete"), None);
+        assert_eq!(EventType::from_name(""), None);
     }
 }

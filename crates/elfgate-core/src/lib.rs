@@ -10,6 +10,7 @@ pub mod engine_config;
 pub mod engine_type;
 pub mod error_code;
 pub mod event;
+pub mod event_type;
 pub mod ids;
 pub mod lease;
 pub mod log_queue;
@@ -47,6 +48,7 @@ pub use event::{
     Delta, DeltaKind, ErrorInfo, EventEnvelope, EventPayload, EventRecord, ModelFinish, RetryInfo,
     RunStats, StepStatus, StepUsage, ToolCallStatus,
 };
+pub use event_type::EventType;
 pub use ids::{MessageId, RequestId, RunId, SessionId};
 pub use lease::{LeaseGuard, LeaseState};
 pub use log_queue::{

@@ -4,6 +4,7 @@
 //! re-encoding anything but the seq.
 
 use bytes::{Bytes, BytesMut};
+use elfgate_core::EventType;
 
 /// Appends the frame of one event to `out`.
 pub(crate) fn push_frame(out: &mut BytesMut, seq: u64, event_type: &str, json: &str) {
@@ -35,6 +36,15 @@ pub(crate) struct Framed {
     pub frame: Bytes,
 }
 
+impl Framed {
+    /// The event's JSON (the frame's `data:` line).
+    pub fn json(&self) -> Option<&str> {
+        let at = self.frame.windows(7).position(|w| w == b"\ndata: ")? + 7;
+        let end = self.frame.len().checked_sub(2)?;
+        std::str::from_utf8(self.frame.get(at..end)?).ok()
+    }
+}
+
 /// The frame at the start of `bytes` and its length; None when it is not one. An event's JSON
 /// never holds a raw newline, so the frame ends at the first newline after `data: `.
 fn parse_one(bytes: &[u8]) -> Option<(u64, bool, usize)> {
@@ -43,7 +53,7 @@ fn parse_one(bytes: &[u8]) -> Option<(u64, bool, usize)> {
     let seq = std::str::from_utf8(&rest[..seq_end]).ok()?.parse().ok()?;
     let rest = rest[seq_end + 1..].strip_prefix(b"event: ")?;
     let type_end = rest.iter().position(|&b| b == b'\n')?;
-    let complete = &rest[..type_end] == b"complete";
+    let complete = &rest[..type_end] == EventType::Complete.as_str().as_bytes();
     let rest = rest[type_end + 1..].strip_prefix(b"data: ")?;
     let data_end = rest.iter().position(|&b| b == b'\n')?;
     if rest.get(data_end + 1) != Some(&b'\n') {
@@ -94,6 +104,7 @@ mod tests {
         assert_eq!((got.seq, got.complete, got.frame), (42, false, f));
         let done = single_frame(&frame(7, "complete", "{}")).unwrap();
         assert_eq!((done.seq, done.complete), (7, true));
+        assert_eq!(done.json(), Some("{}"));
         for bad in [
             &b"nonsense"[..],
             b"id: x\nevent: a\ndata: {}\n\n",

@@ -10,6 +10,7 @@ pub mod event_schema;
 pub mod extract;
 pub mod fdlimit;
 pub mod fleet;
+pub(crate) mod follower;
 pub mod gateway;
 pub mod idempotency;
 pub mod keyed_lock;

@@ -150,7 +150,7 @@ pub async fn resume(
         let Some(last) = page.last() else { break };
         after = last.seq;
         for e in &page {
-            if e.event_type != "stepEnd" {
+            if e.event_type != elfgate_core::EventType::StepEnd {
                 continue;
             }
             let Ok(env) = serde_json::from_str::<elfgate_core::EventEnvelope>(&e.json) else {

@@ -25,7 +25,8 @@ pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;
 use elfgate_core::{
-    AuditRecord, Message, MessageId, Run, RunId, RunLedger, Session, SessionId, TokenUsage,
+    AuditRecord, EventType, Message, MessageId, Run, RunId, RunLedger, Session, SessionId,
+    TokenUsage,
 };
 
 /// Shorthand for store results.
@@ -36,8 +37,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct StoredEvent {
     /// Its seq.
     pub seq: u64,
-    /// Its type name.
-    pub event_type: String,
+    /// Its type.
+    pub event_type: EventType,
     /// The whole envelope as JSON.
     pub json: String,
 }

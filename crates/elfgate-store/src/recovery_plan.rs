@@ -5,7 +5,8 @@
 use crate::StoredEvent;
 use chrono::{DateTime, Utc};
 use elfgate_core::{
-    ContentBlock, EventPayload, EventRecord, FinishReason, Message, MessageId, Role, Run, RunStats,
+    ContentBlock, EventPayload, EventRecord, EventType, FinishReason, Message, MessageId, Role,
+    Run, RunStats,
 };
 use std::collections::HashSet;
 
@@ -40,9 +41,9 @@ pub(crate) fn step_in_progress(step_events: &[StoredEvent]) -> Option<String> {
     let mut open = None;
     for e in step_events {
         let v: serde_json::Value = serde_json::from_str(&e.json).unwrap_or_default();
-        match e.event_type.as_str() {
-            "stepStart" => open = v["stepId"].as_str().map(str::to_string),
-            "stepEnd" => open = None,
+        match e.event_type {
+            EventType::StepStart => open = v["stepId"].as_str().map(str::to_string),
+            EventType::StepEnd => open = None,
             _ => {}
         }
     }
@@ -202,7 +203,7 @@ mod tests {
     fn ev(seq: u64, event_type: &str, step: &str) -> StoredEvent {
         StoredEvent {
             seq,
-            event_type: event_type.to_string(),
+            event_type: EventType::from_name(event_type).unwrap(),
             json: format!(r#"{{"type":"{event_type}","stepId":"{step}"}}"#),
         }
     }

@@ -4,7 +4,7 @@
 use crate::codec::{parse, parse_opt, parse_ts};
 use crate::deltas;
 use crate::{StoreError, StoreResult, StoredEvent};
-use elfgate_core::{Message, Run, Session, TokenUsage};
+use elfgate_core::{EventType, Message, Run, Session, TokenUsage};
 use sqlx::Row;
 
 /// The column reads the decoders need, for a row of either backend.
@@ -179,7 +179,9 @@ pub(crate) fn push_row_events(
     after: u64,
 ) -> StoreResult<()> {
     let seq = r.int("seq")?.max(0) as u64;
-    let event_type: String = r.text("type")?;
+    let name: String = r.text("type")?;
+    let event_type = EventType::from_name(&name)
+        .ok_or_else(|| StoreError::Corrupt(format!("event {seq} has an unknown type '{name}'")))?;
     let payload: String = r.text("payload")?;
     let Some(last) = r.opt_int("last_seq")? else {
         if seq > after {
@@ -196,7 +198,7 @@ pub(crate) fn push_row_events(
     let events = deltas::expand(session, &run, seq, last.max(0) as u64, &payload, after)?;
     out.extend(events.into_iter().map(|(seq, json)| StoredEvent {
         seq,
-        event_type: event_type.clone(),
+        event_type,
         json,
     }));
     Ok(())

@@ -1000,7 +1000,7 @@ async fn a_runs_consecutive_deltas_share_a_log_row_and_read_back_byte_for_byte(d
                     .collect();
                 let got: Vec<(u64, String, String)> = got
                     .into_iter()
-                    .map(|e| (e.seq, e.event_type, e.json))
+                    .map(|e| (e.seq, e.event_type.as_str().to_string(), e.json))
                     .collect();
                 assert_eq!(got, want, "after {after}, limit {limit}");
             }

@@ -5,20 +5,18 @@
 use super::route::Route;
 use super::{Inbound, Stop};
 use crate::error::ApiError;
+use crate::follower::{Event, Follower, Next, OnLag, Policy};
 use crate::service::{self, Actor, GatewayCall, Origin, PromptSpec, RunSpec, SessionSpec};
 use crate::state::AppState;
 use elfgate_core::{
     ContentBlock, DeltaKind, EngineType, ErrorCode, ErrorInfo, EventEnvelope, EventPayload,
-    EventRecord, HeadStart, ModelFinish, OnBusy, PermissionAnswers, PermissionMode, RunId,
-    SessionBus, SessionId,
+    EventRecord, EventType, HeadStart, ModelFinish, OnBusy, PermissionAnswers, PermissionMode,
+    RunId, SessionId,
 };
 use elfgate_engines::GatewayTurn;
-use elfgate_store::StoredEvent;
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::sync::Arc;
-use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::RecvError;
+use std::fmt::Display;
 
 /// One thing the run produced, in the order it came.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +82,7 @@ pub struct RunHandle {
     pub run_id: RunId,
     /// The model the caller named, echoed in answers.
     pub model: String,
-    items: Follower,
+    items: Items,
     guard: InterruptOnDrop,
     // The place taken on the provider's limits, freed with the handle.
     _permit: Option<super::limits::Permit>,
@@ -236,7 +234,7 @@ pub async fn start(
         input_tokens: 0,
         output_tokens: 0,
     };
-    let items = Follower::new(state, session_id, tr, after);
+    let items = Items::new(state, session_id, tr, after);
     Ok(RunHandle {
         session_id,
         run_id,
@@ -298,18 +296,28 @@ impl Translate {
         rec.run_id == Some(self.run) && self.event(&rec.payload, out)
     }
 
-    /// The same for an event read back from the log (a follower that fell behind the bus): only
-    /// the JSON is stored, so the envelope is read back from it.
-    fn logged(&mut self, ev: &StoredEvent, out: &mut VecDeque<Out>) -> bool {
-        if !RELAYED.contains(&ev.event_type.as_str()) {
-            return false;
+    /// The items of one followed event; `true` once the run's `complete` was seen.
+    fn followed(&mut self, e: &Event, out: &mut VecDeque<Out>) -> bool {
+        match e {
+            Event::Live(rec) => self.record(rec, out),
+            Event::Logged(ev) => {
+                RELAYED.contains(&ev.event_type) && self.envelope_json(ev.event_type, &ev.json, out)
+            }
+            Event::Relayed(f) => f
+                .json()
+                .is_some_and(|json| self.envelope_json("relayed", json, out)),
         }
-        match serde_json::from_str::<EventEnvelope>(&ev.json) {
+    }
+
+    /// The same for an event known by its JSON only (from the log: a follower that fell behind
+    /// the bus): the envelope is read back from it.
+    fn envelope_json(&mut self, what: impl Display, json: &str, out: &mut VecDeque<Out>) -> bool {
+        match serde_json::from_str::<EventEnvelope>(json) {
             Ok(env) => env.run_id == Some(self.run) && self.event(&env.payload, out),
             Err(e) => {
                 out.push_back(Out::Error(ErrorInfo::new(
                     ErrorCode::Internal,
-                    format!("an unreadable {} event in the log: {e}", ev.event_type),
+                    format!("an unreadable {what} event in the log: {e}"),
                 )));
                 false
             }
@@ -384,72 +392,45 @@ impl Translate {
 }
 
 /// The event types a door relays; the others are skipped unread.
-const RELAYED: [&str; 5] = [
-    "streamDelta",
-    "assistantMessage",
-    "error",
-    "result",
-    "complete",
+const RELAYED: [EventType; 5] = [
+    EventType::StreamDelta,
+    EventType::AssistantMessage,
+    EventType::Error,
+    EventType::Result,
+    EventType::Complete,
 ];
 
-/// Follows the session's events after a seq until the run's `complete`: live from the bus, from
-/// the log for what the bus no longer holds (a subscriber that fell behind). It runs in the
-/// caller's own task (the answer's body), so that a relayed piece costs no hop between tasks.
-struct Follower {
-    state: AppState,
-    session_id: SessionId,
+/// Follows the session's events after a seq until the run's `complete`, translated into items.
+/// The follower runs in the caller's own task (the answer's body), so that a relayed piece costs
+/// no hop between tasks; one that falls behind the bus reads what it missed from the log.
+struct Items {
+    follower: Option<Follower>,
     tr: Translate,
-    /// Live events; None when the session's bus was not open.
-    live: Option<broadcast::Receiver<Arc<EventRecord>>>,
-    // Holds the session's bus open while the run is followed.
-    _bus: Option<Arc<SessionBus>>,
-    /// The last seq read.
-    last: u64,
-    /// Whether the log must be read before the live events (memory did not cover the cursor).
-    catch_up: bool,
     pending: VecDeque<Out>,
     done: bool,
 }
 
-impl Follower {
+impl Items {
     fn new(state: &AppState, session_id: SessionId, tr: Translate, after: u64) -> Self {
-        let mut f = Follower {
-            state: state.clone(),
-            session_id,
-            tr,
-            live: None,
-            _bus: None,
-            last: after,
-            catch_up: false,
-            pending: VecDeque::new(),
-            done: false,
+        let policy = Policy {
+            on_lag: OnLag::CatchUp,
+            idle: None,
+            ends_at_shutdown: false,
         };
-        match state.dispatcher.hub().subscribe_after(session_id, after) {
-            Some(sub) => {
-                f.live = Some(sub.live);
-                f._bus = Some(sub.bus);
-                match sub.recent {
-                    Some(recent) => {
-                        for rec in recent {
-                            f.last = rec.seq;
-                            if f.tr.record(&rec, &mut f.pending) {
-                                f.done = true;
-                                break;
-                            }
-                        }
-                    }
-                    None => f.catch_up = true,
-                }
-            }
-            None => {
-                f.pending.push_back(Out::Error(ErrorInfo::new(
-                    ErrorCode::Internal,
-                    "the session's events are not available",
-                )));
-                f.done = true;
-            }
+        let follower = Follower::on_open_bus(state, session_id, after, policy);
+        let mut items = Items {
+            done: follower.is_none(),
+            follower,
+            tr,
+            pending: VecDeque::new(),
+        };
+        if items.done {
+            items.pending.push_back(Out::Error(ErrorInfo::new(
+                ErrorCode::Internal,
+                "the session's events are not available",
+            )));
         }
-        f
+        items
     }
 
     /// The next item; None after the end.
@@ -461,58 +442,23 @@ impl Follower {
             if self.done {
                 return None;
             }
-            if std::mem::take(&mut self.catch_up) {
-                self.done = self.read_log().await;
-                continue;
-            }
-            let live = self.live.as_mut()?;
-            match live.recv().await {
-                Ok(rec) if rec.seq > self.last => {
-                    self.last = rec.seq;
-                    self.done = self.tr.record(&rec, &mut self.pending);
+            let follower = self.follower.as_mut()?;
+            match follower.next().await {
+                Next::Event(e) => self.done = self.tr.followed(&e, &mut self.pending),
+                Next::CaughtUp | Next::Idle => {}
+                Next::Reset(_) => {
+                    self.pending.push_back(Out::Error(ErrorInfo::new(
+                        ErrorCode::Internal,
+                        "the run's events could not be read back from the session's log",
+                    )));
+                    self.done = true;
                 }
-                Ok(_) => {}
-                Err(RecvError::Lagged(_)) => self.catch_up = true,
-                Err(RecvError::Closed) => {
+                Next::Closed => {
                     self.pending.push_back(Out::Error(ErrorInfo::new(
                         ErrorCode::Internal,
                         "the session's event stream closed before the run ended",
                     )));
                     self.done = true;
-                }
-            }
-        }
-    }
-
-    /// Reads the log after the last seq (flushed first) into items; whether the run ended.
-    async fn read_log(&mut self) -> bool {
-        // While the log cannot be written, what it holds stops short of what was published:
-        // waited for (the writer retries), so that the answer has no hole.
-        let mut pause = std::time::Duration::from_millis(50);
-        while !self.state.dispatcher.hub().flush().await {
-            if self.state.is_shutting_down() {
-                // The writer may have stopped: what the log holds is all there is.
-                break;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_secs(1));
-        }
-        loop {
-            let Ok(page) = self
-                .state
-                .store
-                .events_after(self.session_id, self.last, 500)
-                .await
-            else {
-                return false;
-            };
-            if page.is_empty() {
-                return false;
-            }
-            for ev in page {
-                self.last = ev.seq;
-                if self.tr.logged(&ev, &mut self.pending) {
-                    return true;
                 }
             }
         }

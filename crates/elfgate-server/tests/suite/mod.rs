@@ -21,6 +21,7 @@ mod fleet_bus;
 mod fleet_follow;
 mod fleet_transport;
 mod gateway;
+mod gateway_catch_up;
 mod gateway_guards;
 mod gateway_sdk;
 mod gateway_search;

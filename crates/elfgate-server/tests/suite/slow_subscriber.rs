@@ -40,6 +40,8 @@ pub(crate) fn burst_events() -> usize {
 /// library it reads nothing until asked.
 pub(crate) struct SlowClient {
     stream: tokio::net::TcpStream,
+    /// The response's head.
+    pub(crate) head: String,
     raw: Vec<u8>,
     body: Vec<u8>,
     ended: bool,
@@ -47,16 +49,37 @@ pub(crate) struct SlowClient {
 
 impl SlowClient {
     pub(crate) async fn connect(addr: std::net::SocketAddr, path: &str, token: &str) -> SlowClient {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
-        let mut stream = socket.connect(addr).await.unwrap();
         let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
              Authorization: Bearer {token}\r\n\r\n"
         );
+        Self::send(addr, request).await
+    }
+
+    /// A client that POSTs `body` to `path` and reads the answer as slowly.
+    pub(crate) async fn post(
+        addr: std::net::SocketAddr,
+        path: &str,
+        token: &str,
+        body: &Value,
+    ) -> SlowClient {
+        let body = body.to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nAuthorization: Bearer {token}\r\n\r\n{body}",
+            body.len()
+        );
+        Self::send(addr, request).await
+    }
+
+    async fn send(addr: std::net::SocketAddr, request: String) -> SlowClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(SLOW_RECV_BUFFER).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut c = SlowClient {
             stream,
+            head: String::new(),
             raw: Vec::new(),
             body: Vec::new(),
             ended: false,
@@ -68,6 +91,7 @@ impl SlowClient {
             assert!(c.read_more().await, "no response head");
         };
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        c.head = head.clone();
         assert!(
             head.to_ascii_lowercase()
                 .contains("transfer-encoding: chunked"),
@@ -124,6 +148,16 @@ impl SlowClient {
             held.push(slow.next().await.expect("stream ended early"));
         }
         (slow, held)
+    }
+
+    /// The body from where it was read up to, to its end.
+    pub(crate) async fn rest(&mut self) -> Vec<u8> {
+        loop {
+            self.unchunk();
+            if self.ended || !self.read_more().await {
+                return std::mem::take(&mut self.body);
+            }
+        }
     }
 
     /// The next event, or None at the end of the body.
@@ -198,18 +232,23 @@ pub(crate) async fn resumed_then_interrupted(
             .unwrap(),
     );
     read_through(&mut again, cursor + 1, last).await;
-    let interrupted = owner
+    interrupt(owner, base, sid).await;
+    for sse in [reader, &mut again] {
+        let tail = sse.until_complete(&run.to_string()).await;
+        assert_eq!(tail.last().unwrap().data["finishReason"], "interrupted");
+        assert_eq!(tail.iter().filter(|e| e.event == "complete").count(), 1);
+    }
+}
+
+/// Interrupts the run of `sid` through `http` and the node at `base`.
+pub(crate) async fn interrupt(http: &reqwest::Client, base: &str, sid: SessionId) {
+    let interrupted = http
         .post(format!("{base}/v1/sessions/{sid}/interrupt"))
         .json(&json!({}))
         .send()
         .await
         .unwrap();
     assert_eq!(interrupted.status().as_u16(), 200);
-    for sse in [reader, &mut again] {
-        let tail = sse.until_complete(&run.to_string()).await;
-        assert_eq!(tail.last().unwrap().data["finishReason"], "interrupted");
-        assert_eq!(tail.iter().filter(|e| e.event == "complete").count(), 1);
-    }
 }
 
 /// Publishes the burst on `bus` for `run` after seq `start`, in batches that `reader` reads along
@@ -267,23 +306,66 @@ pub(crate) async fn read_through(sse: &mut Sse, from: u64, upto: u64) -> Vec<Ev>
     out
 }
 
+/// A daemon served in this process, so that a test can publish on its sessions' buses.
+pub(crate) struct InProcess {
+    state: elfgate_server::state::AppState,
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    /// The daemon of `config_file`, listening on a free loopback port.
+    pub(crate) async fn start(config_file: &std::path::Path) -> InProcess {
+        let daemon = Daemon::build(Config::load(Some(config_file)).unwrap())
+            .await
+            .unwrap();
+        let state = daemon.state.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(daemon.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        InProcess {
+            state,
+            addr,
+            stop,
+            server,
+        }
+    }
+
+    /// Its state, its token, its address and its base URL.
+    pub(crate) fn parts(
+        &self,
+    ) -> (
+        elfgate_server::state::AppState,
+        String,
+        std::net::SocketAddr,
+        String,
+    ) {
+        let token = self.state.config.token.clone().unwrap();
+        (
+            self.state.clone(),
+            token,
+            self.addr,
+            format!("http://{}", self.addr),
+        )
+    }
+
+    /// Stops it and waits until it has.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() {
     let mock = MockServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config_file = common::write_config(dir.path(), &mock, "");
-    let daemon = Daemon::build(Config::load(Some(&config_file)).unwrap())
-        .await
-        .unwrap();
-    let state = daemon.state.clone();
-    let token = daemon.state.config.token.clone().unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let base = format!("http://{addr}");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(daemon.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let daemon = InProcess::start(&common::write_config(dir.path(), &mock, "")).await;
+    let (state, token, addr, base) = daemon.parts();
 
     let http = common::authenticated_client(Some(&token));
     let (sid, run) = stalled_run(&http, &base).await;
@@ -310,6 +392,5 @@ async fn a_subscriber_that_stops_reading_is_reset_and_resumes_from_its_cursor() 
     )
     .await;
 
-    let _ = stop.send(());
-    server.await.unwrap();
+    daemon.stop().await;
 }

@@ -13,7 +13,7 @@ use crate::StoreError;
 use crate::codec::ts;
 use crate::log_batch::{SeqUpdate, next_retry_delay};
 use crate::logrows;
-use elfgate_core::{EventRecord, LogCommand, LogReceiver, LogSender, SessionId};
+use elfgate_core::{EventRecord, EventType, LogCommand, LogReceiver, LogSender, SessionId};
 use sqlx::postgres::PgPool;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -273,7 +273,7 @@ async fn write(
     if let Some(m) = fleet {
         let completed: HashSet<SessionId> = events
             .iter()
-            .filter(|e| e.event_type() == "complete")
+            .filter(|e| e.kind() == EventType::Complete)
             .map(|e| e.session_id)
             .collect();
         for s in completed {
