@@ -17,6 +17,7 @@ mod extended_context;
 pub(crate) mod fleet;
 mod fleet_adoption;
 mod fleet_bus;
+mod fleet_creds;
 mod fleet_follow;
 mod fleet_transport;
 mod gateway;
