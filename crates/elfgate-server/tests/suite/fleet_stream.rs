@@ -9,7 +9,7 @@ use elfgate_mockllm::MockServer;
 use elfgate_test_support::services::fleet_services;
 
 /// The start of the mock's answer.
-const FIRST_TOKENS: &str = "tok0 tok1 tok2 tok3 ";
+pub(super) const FIRST_TOKENS: &str = "tok0 tok1 tok2 tok3 ";
 
 /// Node `id`, its lease long enough to outlast a pause of the test's.
 fn node(mock: &MockServer, database: &str, nats: &str, id: &str) -> Daemon {
@@ -36,6 +36,19 @@ pub(super) async fn until_stream_kept(node: &Daemon) {
     }
 }
 
+/// A long run on `owner` whose first tokens it has published: its session and run.
+pub(super) async fn a_run_under_way(owner: &Daemon) -> (String, String) {
+    let (sid, run) = owner
+        .create(chat("long", "mock:tokens=5000,delay_ms=10"))
+        .await;
+    owner
+        .events(&sid, None)
+        .await
+        .until_text(FIRST_TOKENS)
+        .await;
+    (sid, run)
+}
+
 #[tokio::test]
 async fn a_follower_on_another_node_catches_up_from_the_nats_server_while_the_owner_is_stopped() {
     let Some((database, nats)) = fleet_services().await else {
@@ -45,9 +58,7 @@ async fn a_follower_on_another_node_catches_up_from_the_nats_server_while_the_ow
     let a = node(&mock, &database, &nats, "a");
     let b = node(&mock, &database, &nats, "b");
     until_stream_kept(&b).await;
-    let (sid, run) = a.create(chat("long", "mock:tokens=5000,delay_ms=10")).await;
-    let mut on_a = a.events(&sid, None).await;
-    on_a.until_text(FIRST_TOKENS).await;
+    let (sid, run) = a_run_under_way(&a).await;
 
     // The owner stops answering anything (it still holds the lease): what B's client gets from
     // the start of the session comes from the NATS server.
