@@ -18,12 +18,13 @@ pub(crate) mod recent;
 pub(crate) mod relay;
 pub(crate) mod signed;
 pub(crate) mod signing;
+pub(crate) mod stream;
 
 use elfgate_core::{EventRelay, SessionId};
 use elfgate_store::PgStore;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Events waiting to be relayed to NATS; past it they are dropped from the relay (not the log).
@@ -68,6 +69,8 @@ pub struct Fleet {
     pub(crate) heartbeat: Duration,
     /// The sessions of other nodes this node's clients follow, one subscription each.
     pub(crate) follows: follow::Follows,
+    /// Whether the NATS server keeps the fleet's recent events (`stream`) at the last look.
+    stream_ready: AtomicBool,
 }
 
 /// Counts of this node's traffic on the bus.
@@ -87,6 +90,8 @@ pub(crate) struct BusCounts {
     pub(crate) dropped: [AtomicU64; signed::Dropped::ALL.len()],
     /// Clients following another node's session that fell too far behind and were sent `reset`.
     pub(crate) follow_resets: AtomicU64,
+    /// Followers' catch-ups read from the fleet's stream on the NATS server, not the owner.
+    pub(crate) stream_reads: AtomicU64,
 }
 
 impl Fleet {
@@ -112,7 +117,9 @@ impl Fleet {
             seen_requests: forward::SeenRequests::default(),
             heartbeat: Duration::from_secs(cluster.heartbeat_secs),
             follows: follow::Follows::default(),
+            stream_ready: AtomicBool::new(false),
         });
+        tokio::spawn(stream::keep(fleet.clone()));
         let (tx, rx) = tokio::sync::mpsc::channel(RELAY_QUEUE);
         tokio::spawn(relay::publish(fleet.clone(), rx));
         Ok((fleet, tx))
@@ -121,6 +128,11 @@ impl Fleet {
     /// The subject a session's events are published on.
     pub(crate) fn events_subject(&self, session: SessionId) -> String {
         format!("{}.events.{session}", self.subjects)
+    }
+
+    /// Every session's [`Self::events_subject`].
+    fn events_subject_all(&self) -> String {
+        format!("{}.events.*", self.subjects)
     }
 
     /// The subject asking for a session's recent events: the node that runs it answers from
@@ -159,6 +171,11 @@ impl Fleet {
                 u64::from(self.nats_connected()),
             ),
             (
+                "elfgate_fleet_recent_stream",
+                "Whether the NATS server keeps the fleet's recent events for followers (1) or not (0).",
+                u64::from(self.stream_ready()),
+            ),
+            (
                 "elfgate_fleet_leases_held",
                 "Sessions whose lease this node holds (runs it runs).",
                 store.leases_held,
@@ -189,6 +206,11 @@ impl Fleet {
                 "elfgate_fleet_recent_served_total",
                 "Other nodes' followers' requests for recent events, answered from memory.",
                 load(&self.counts.recent_served),
+            ),
+            (
+                "elfgate_fleet_stream_reads_total",
+                "Followers' catch-ups read from the fleet's stream on the NATS server (not the owner).",
+                load(&self.counts.stream_reads),
             ),
             (
                 "elfgate_fleet_follow_resets_total",

@@ -20,10 +20,69 @@ use std::time::Duration;
 const ASK_TIMEOUT: Duration = Duration::from_millis(250);
 
 impl Fleet {
-    /// The events of `session` after seq `after` from the memory of `owner`, the node that runs
-    /// it; None when it does not answer in time (it is gone, or its memory no longer covers
-    /// them). An answer from any other node is not taken.
+    /// The events of `session` after seq `after` sent by `owner`, the node that runs it: from
+    /// the fleet's stream on the NATS server when it holds them all (`stream`), else from the
+    /// owner's memory; None when it does not answer in time (it is gone, or its memory no longer
+    /// covers them). An answer from any other node is not taken.
     pub(crate) async fn recent_events(
+        &self,
+        session: SessionId,
+        after: u64,
+        owner: &str,
+    ) -> Option<Vec<Framed>> {
+        if self.stream_ready()
+            && let Some(stored) = self.stored_events_within_timeout(session).await
+            && let Some(events) = self.complete_from(&stored, after, owner)
+        {
+            return Some(events);
+        }
+        self.recent_from_owner(session, after, owner).await
+    }
+
+    /// For a follower that opens a stream: the events after `after` from the memory of the node
+    /// that runs the session now, asked at once rather than after the log is read. The store's
+    /// lease is looked up beside the question, so that a session nobody runs (no node answers)
+    /// costs one query instead of the whole wait for an answer; an answer is taken only from
+    /// the node the lease names, which is returned with its events. When the NATS server keeps
+    /// the fleet's recent events (`stream`), they are read from it instead, and the owner is
+    /// asked only when the stream does not hold them all.
+    pub(crate) async fn events_from_owner(
+        &self,
+        session: SessionId,
+        after: u64,
+    ) -> Option<(String, Vec<Framed>)> {
+        if self.stream_ready() {
+            let (owner, stored) = tokio::join!(
+                self.store.session_owner(session),
+                self.stored_events_within_timeout(session)
+            );
+            let owner = match owner {
+                Ok(Some(node)) if *node != *self.node_id => node,
+                _ => return None,
+            };
+            if let Some(events) = stored.and_then(|s| self.complete_from(&s, after, &owner)) {
+                return Some((owner, events));
+            }
+            let events = self.recent_from_owner(session, after, &owner).await?;
+            return Some((owner, events));
+        }
+        let mut answers = self
+            .ask(self.recent_subject(session), Bytes::from(after.to_string()))
+            .await
+            .ok()?;
+        let owner = match self.store.session_owner(session).await {
+            Ok(Some(node)) if *node != *self.node_id => node,
+            _ => return None,
+        };
+        let reply = tokio::time::timeout(ASK_TIMEOUT, self.answer_from(&mut answers, &owner))
+            .await
+            .ok()??
+            .ok()?;
+        Some((owner, split_frames(&reply.payload)?))
+    }
+
+    /// The events of `session` after seq `after` from the memory of `owner`, asked over the bus.
+    async fn recent_from_owner(
         &self,
         session: SessionId,
         after: u64,
@@ -38,31 +97,6 @@ impl Fleet {
         };
         let reply = tokio::time::timeout(ASK_TIMEOUT, ask).await.ok()??;
         split_frames(&reply.payload)
-    }
-
-    /// For a follower that opens a stream: the events after `after` from the memory of the node
-    /// that runs the session now, asked at once rather than after the log is read. The store's
-    /// lease is looked up beside the question, so that a session nobody runs (no node answers)
-    /// costs one query instead of the whole wait for an answer; an answer is taken only from
-    /// the node the lease names, which is returned with its events.
-    pub(crate) async fn events_from_owner(
-        &self,
-        session: SessionId,
-        after: u64,
-    ) -> Option<(String, Vec<Framed>)> {
-        let mut answers = self
-            .ask(self.recent_subject(session), Bytes::from(after.to_string()))
-            .await
-            .ok()?;
-        let owner = match self.store.session_owner(session).await {
-            Ok(Some(node)) if *node != *self.node_id => node,
-            _ => return None,
-        };
-        let reply = tokio::time::timeout(ASK_TIMEOUT, self.answer_from(&mut answers, &owner))
-            .await
-            .ok()??
-            .ok()?;
-        Some((owner, split_frames(&reply.payload)?))
     }
 }
 

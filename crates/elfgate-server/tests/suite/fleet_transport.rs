@@ -18,7 +18,7 @@ const SECRET_VAR: &str = "FLEET_NATS_SECRET";
 
 /// Node `id` on `database` and the NATS server at `nats` with `[cluster]` `keys` and `env`; its
 /// log in the file returned.
-fn node(
+pub(super) fn node(
     mock: &MockServer,
     database: &str,
     nats: &str,
@@ -53,7 +53,7 @@ async fn until_ready_is(node: &Daemon, status: u16) -> serde_json::Value {
 
 /// `a` and `b` are on the bus: ready, connected, and a run on A is interrupted through B (a
 /// request only the bus carries to A), which B's follower sees end.
-async fn assert_on_one_bus(a: &Daemon, b: &Daemon) {
+pub(super) async fn assert_on_one_bus(a: &Daemon, b: &Daemon) {
     for node in [a, b] {
         until_ready_is(node, 200).await;
         let (_, cluster) = node.get("/v1/cluster").await;
@@ -70,7 +70,7 @@ async fn assert_on_one_bus(a: &Daemon, b: &Daemon) {
 
 /// `node` could not get on the bus, and says so: a log line with `why`, `/readyz` 503,
 /// `busConnected` false; it serves on, and nothing panicked.
-async fn assert_off_the_bus(node: &Daemon, log: &Path, why: &str) {
+pub(super) async fn assert_off_the_bus(node: &Daemon, log: &Path, why: &str) {
     common::poll_until(&format!("a log line saying {why}"), || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         (text.contains("cannot connect to NATS") && text.contains(why)).then_some(())
