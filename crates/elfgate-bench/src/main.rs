@@ -8,6 +8,11 @@
 //! ```
 //!
 //! See `docs/benchmarks.md` for what each column means.
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a binary: what it prints is its output"
+)]
 
 mod client;
 mod daemon;

@@ -1,6 +1,11 @@
 //! The terminal client: `elfgate chat`, `sessions`, `show ID`, `interrupt ID`. It uses the public
 //! HTTP/SSE API only, like any other client, reading and writing the API's own types
 //! (elfgate-api), so that it also shows the API is enough.
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "the terminal client's job is to write to the terminal it runs in"
+)]
 
 mod args;
 mod chat;

@@ -305,11 +305,11 @@ impl MockServer {
     /// Bind 127.0.0.1:0 and serve in a background tokio task.
     pub async fn start() -> std::io::Result<MockServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-        Self::start_on(listener).await
+        Self::start_on(listener)
     }
 
     /// Serve on an existing listener in a background tokio task.
-    pub async fn start_on(listener: TcpListener) -> std::io::Result<MockServer> {
+    pub fn start_on(listener: TcpListener) -> std::io::Result<MockServer> {
         let addr = listener.local_addr()?;
         let state = MockState::new();
         let app = router(state.clone());

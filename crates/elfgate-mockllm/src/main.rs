@@ -1,4 +1,9 @@
 //! `elfgate-mockllm [--bind ADDR]`: run the mock LLM provider server standalone.
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a binary: what it prints is its output"
+)]
 
 use std::io::Write;
 

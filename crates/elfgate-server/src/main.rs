@@ -1,4 +1,9 @@
 //! The `elfgate` binary: `serve`, `migrate`, `config check`.
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a binary: what it prints is its output"
+)]
 
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};

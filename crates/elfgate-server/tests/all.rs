@@ -3,6 +3,9 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr,
+    clippy::large_futures,
     reason = "a test fails loudly; the helpers outside #[test] functions too"
 )]
 

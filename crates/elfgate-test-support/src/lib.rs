@@ -7,6 +7,8 @@
     clippy::unwrap_used,
     clippy::expect_used,
     dead_code,
+    clippy::panic,
+    clippy::print_stderr,
     reason = "test helpers fail loudly; each suite uses its own part of them"
 )]
 

@@ -170,10 +170,10 @@ mod tests {
         }
         async fn report(&self, _message: String) {}
         async fn run(&self, _spec: SubAgentSpec, _cancel: CancellationToken) -> SubAgentEnd {
-            unreachable!("not called by these tests")
+            panic!("not called by these tests")
         }
         fn start(&self, _spec: SubAgentSpec) {
-            unreachable!("not called by these tests")
+            panic!("not called by these tests")
         }
     }
 
