@@ -12,6 +12,7 @@ pub mod firewall;
 pub mod fs_tools;
 pub mod guardian;
 pub mod hooks;
+pub mod outbound;
 pub mod permission;
 pub mod process;
 pub mod schema;
