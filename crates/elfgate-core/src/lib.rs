@@ -20,6 +20,7 @@ pub mod modes;
 pub mod outcome;
 pub mod private_files;
 pub mod recorder;
+pub mod run_error;
 pub mod run_tokens;
 pub mod timefmt;
 pub mod turn;
@@ -63,6 +64,7 @@ pub use modes::{
 };
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
+pub use run_error::RunError;
 pub use run_tokens::{ProxyDoor, RunGrant, RunToken, RunTokens};
 pub use turn::{AuditRecord, BlockedCall, CalledTool, TurnRecord};
 pub use usage::TokenUsage;
