@@ -60,7 +60,8 @@ pub use model::{
     provider_block_label,
 };
 pub use modes::{
-    CliBackend, Decision, Gate, Network, PermissionMode, Scope, ThinkingLevel, UnknownName,
+    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, Scope, ThinkingLevel,
+    UnknownName,
 };
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
