@@ -22,6 +22,7 @@ pub mod private_files;
 pub mod recorder;
 pub mod run_error;
 pub mod run_tokens;
+pub mod sync;
 pub mod timefmt;
 pub mod turn;
 pub mod usage;
