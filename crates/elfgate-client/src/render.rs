@@ -202,7 +202,7 @@ impl Renderer {
                 }
             }
             EventPayload::PermissionResolved { decision, .. } => {
-                self.note(&format!("permission {decision}"));
+                self.note(&format!("permission {}", decision.as_str()));
             }
             EventPayload::Retry { retry: r } => {
                 self.note(&format!(
@@ -212,7 +212,7 @@ impl Renderer {
             }
             EventPayload::Processing { message } => self.note(message),
             EventPayload::StepStart { step_id, kind, .. } => {
-                self.note(&format!("[step {step_id}: {kind}]"));
+                self.note(&format!("[step {step_id}: {}]", kind.as_str()));
             }
             EventPayload::StepEnd {
                 step_id,

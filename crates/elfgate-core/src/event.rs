@@ -173,6 +173,32 @@ impl ErrorInfo {
     }
 }
 
+/// What a workflow's step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    /// Runs a tool.
+    Tool,
+    /// Asks a model once.
+    Model,
+    /// Runs an agent loop.
+    Agent,
+    /// Decides whether the next step runs.
+    If,
+}
+
+impl StepKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Tool => "tool",
+            StepKind::Model => "model",
+            StepKind::Agent => "agent",
+            StepKind::If => "if",
+        }
+    }
+}
+
 /// How a workflow's step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -260,7 +286,7 @@ pub enum EventPayload {
         /// Its arguments.
         input: Value,
         /// Its permission tier.
-        tier: String,
+        tier: crate::modes::PermissionTier,
         /// When it is denied without an answer.
         expires_at: DateTime<Utc>,
     },
@@ -270,7 +296,7 @@ pub enum EventPayload {
         /// The request.
         request_id: String,
         /// allow or deny.
-        decision: String,
+        decision: crate::modes::Decision,
     },
     /// Figures of the finished run; always right before `complete`.
     #[schema(rename_all = "camelCase")]
@@ -311,7 +337,7 @@ pub enum EventPayload {
         /// Its position in the workflow, from 0.
         index: u32,
         /// What it does: tool, model, agent or if.
-        kind: String,
+        kind: StepKind,
         /// Its try, from 1 (more with the step's retries).
         attempt: u32,
     },

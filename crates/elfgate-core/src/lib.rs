@@ -21,7 +21,9 @@ pub mod modes;
 pub mod outcome;
 pub mod private_files;
 pub mod recorder;
+pub mod run_error;
 pub mod run_tokens;
+pub mod sync;
 pub mod timefmt;
 pub mod turn;
 pub mod usage;
@@ -61,10 +63,12 @@ pub use model::{
     provider_block_label,
 };
 pub use modes::{
-    CliBackend, Decision, Gate, Network, PermissionMode, Scope, ThinkingLevel, UnknownName,
+    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, Scope, ThinkingLevel,
+    UnknownName,
 };
 pub use outcome::RunOutcome;
 pub use recorder::RunRecorder;
+pub use run_error::RunError;
 pub use run_tokens::{ProxyDoor, RunGrant, RunToken, RunTokens};
 pub use turn::{AuditRecord, BlockedCall, CalledTool, TurnRecord};
 pub use usage::TokenUsage;

@@ -436,8 +436,9 @@ pub struct Run {
     pub started_at: DateTime<Utc>,
     /// When it ended.
     pub ended_at: Option<DateTime<Utc>>,
-    /// The error that ended it, if any.
-    pub error: Option<String>,
+    /// The error that ended it, if any (on the wire: `code: message`).
+    #[schema(value_type = Option<String>)]
+    pub error: Option<crate::run_error::RunError>,
     /// The client's idempotency key of the prompt that started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_msg_id: Option<String>,

@@ -194,6 +194,41 @@ mod tests {
     }
 
     #[test]
+    fn typed_event_fields_keep_their_wire_names() {
+        use crate::event::{EventPayload, StepKind};
+        let resolved = EventPayload::PermissionResolved {
+            request_id: "r".into(),
+            decision: Decision::Deny,
+        };
+        assert_eq!(
+            serde_json::to_value(&resolved).unwrap(),
+            serde_json::json!({"type": "permissionResolved", "requestId": "r", "decision": "deny"})
+        );
+        for tier in [
+            PermissionTier::ReadOnly,
+            PermissionTier::ConfirmOnce,
+            PermissionTier::AlwaysConfirm,
+            PermissionTier::ManualOnly,
+        ] {
+            assert_eq!(serde_json::to_value(tier).unwrap(), tier.as_str());
+            assert_eq!(tier.as_str().parse::<PermissionTier>().unwrap(), tier);
+        }
+        assert_eq!(
+            serde_json::to_value(PermissionTier::ConfirmOnce).unwrap(),
+            "confirm_once"
+        );
+        for kind in [
+            StepKind::Tool,
+            StepKind::Model,
+            StepKind::Agent,
+            StepKind::If,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), kind.as_str());
+        }
+        assert_eq!(serde_json::to_value(StepKind::If).unwrap(), "if");
+    }
+
+    #[test]
     fn an_unknown_name_lists_the_accepted_ones() {
         let e = "yolo".parse::<PermissionMode>().unwrap_err();
         assert_eq!(
@@ -226,5 +261,50 @@ wire_enum! {
         Policy = "policy",
         /// The client was asked and denied it, nobody answered in time, or nobody could.
         Permission = "permission",
+    }
+}
+
+/// How much asking a tool needs before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionTier {
+    /// Never asks.
+    ReadOnly,
+    /// Asks once per session and tool.
+    ConfirmOnce,
+    /// Asks every time.
+    AlwaysConfirm,
+    /// The model can never run it.
+    ManualOnly,
+}
+
+impl PermissionTier {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionTier::ReadOnly => "read_only",
+            PermissionTier::ConfirmOnce => "confirm_once",
+            PermissionTier::AlwaysConfirm => "always_confirm",
+            PermissionTier::ManualOnly => "manual_only",
+        }
+    }
+}
+
+impl fmt::Display for PermissionTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PermissionTier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read_only" => Ok(PermissionTier::ReadOnly),
+            "confirm_once" => Ok(PermissionTier::ConfirmOnce),
+            "always_confirm" => Ok(PermissionTier::AlwaysConfirm),
+            "manual_only" => Ok(PermissionTier::ManualOnly),
+            other => Err(format!("unknown permission tier '{other}'")),
+        }
     }
 }

@@ -195,7 +195,7 @@ impl Run<'_> {
                     .emit(EventPayload::StepStart {
                         step_id: step.id.clone(),
                         index,
-                        kind: kind_name(&kind).to_string(),
+                        kind: kind_name(&kind),
                         attempt,
                     })
                     .await;
@@ -551,11 +551,12 @@ fn since(before: TokenUsage, now: TokenUsage) -> TokenUsage {
     }
 }
 
-fn kind_name(kind: &StepKind<'_>) -> &'static str {
+fn kind_name(kind: &StepKind<'_>) -> elfgate_core::event::StepKind {
+    use elfgate_core::event::StepKind as Named;
     match kind {
-        StepKind::Tool(..) => "tool",
-        StepKind::Model(_) => "model",
-        StepKind::Agent(_) => "agent",
-        StepKind::If(..) => "if",
+        StepKind::Tool(..) => Named::Tool,
+        StepKind::Model(_) => Named::Model,
+        StepKind::Agent(_) => Named::Agent,
+        StepKind::If(..) => Named::If,
     }
 }

@@ -4,6 +4,7 @@
 use crate::connection::{Connection, ServerState};
 use crate::tool::McpTool;
 use crate::unavailable::Unavailable;
+use elfgate_core::sync::lock;
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
 };
@@ -12,7 +13,7 @@ use elfgate_tools::process::{ChildEnv, kill_noted_groups};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
@@ -84,10 +85,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct McpManager {
     inner: Arc<Inner>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl McpManager {

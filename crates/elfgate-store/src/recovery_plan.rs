@@ -6,7 +6,7 @@ use crate::StoredEvent;
 use chrono::{DateTime, Utc};
 use elfgate_core::{
     ContentBlock, EventPayload, EventRecord, EventType, FinishReason, Message, MessageId, Role,
-    Run, RunStats,
+    Run, RunError, RunStats,
 };
 use std::collections::HashSet;
 
@@ -15,7 +15,7 @@ use std::collections::HashSet;
 pub(crate) struct Ending {
     /// The run's finish reason.
     pub finish_reason: FinishReason,
-    /// The run's stored error.
+    /// The message of the run's stored error (its code is the finish reason's name).
     pub run_error: &'static str,
     /// The content of a synthetic tool result.
     pub tool_result: &'static str,
@@ -24,14 +24,14 @@ pub(crate) struct Ending {
 /// A run the daemon's own restart found unfinished.
 pub(crate) const DAEMON_RESTART: Ending = Ending {
     finish_reason: FinishReason::DaemonRestart,
-    run_error: "daemon_restart: the daemon stopped while the run was going",
+    run_error: "the daemon stopped while the run was going",
     tool_result: "interrupted: the daemon restarted before this tool call finished",
 };
 
 /// A run whose fleet node went away, ended by the node that adopted its session.
 pub(crate) const NODE_LOST: Ending = Ending {
     finish_reason: FinishReason::NodeLost,
-    run_error: "node_lost: the node running it went away; another node ended it",
+    run_error: "the node running it went away; another node ended it",
     tool_result: "interrupted: the node running this tool call went away before it finished",
 };
 
@@ -51,11 +51,12 @@ pub(crate) fn step_in_progress(step_events: &[StoredEvent]) -> Option<String> {
 }
 
 /// The stored error of a run ended by `ending`, naming the workflow step it was in.
-pub(crate) fn run_error(ending: &Ending, step: Option<&str>) -> String {
-    match step {
+pub(crate) fn run_error(ending: &Ending, step: Option<&str>) -> RunError {
+    let message = match step {
         Some(step) => format!("{} (in workflow step '{step}')", ending.run_error),
         None => ending.run_error.to_string(),
-    }
+    };
+    RunError::new(ending.finish_reason.as_str(), message)
 }
 
 /// The answer a run had streamed when it stopped: its logged deltas since its last stored
@@ -219,9 +220,12 @@ mod tests {
         ];
         assert_eq!(step_in_progress(&cut).as_deref(), Some("b"));
         assert_eq!(
-            run_error(&DAEMON_RESTART, Some("b")),
+            run_error(&DAEMON_RESTART, Some("b")).to_string(),
             "daemon_restart: the daemon stopped while the run was going (in workflow step 'b')"
         );
-        assert_eq!(run_error(&NODE_LOST, None), NODE_LOST.run_error);
+        assert_eq!(
+            run_error(&NODE_LOST, None).to_string(),
+            "node_lost: the node running it went away; another node ended it"
+        );
     }
 }

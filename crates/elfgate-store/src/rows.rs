@@ -4,7 +4,7 @@
 use crate::codec::{parse, parse_opt, parse_ts};
 use crate::deltas;
 use crate::{StoreError, StoreResult, StoredEvent};
-use elfgate_core::{EventType, Message, Run, Session, TokenUsage};
+use elfgate_core::{EventType, Message, Run, RunError, Session, TokenUsage};
 use sqlx::Row;
 
 /// The column reads the decoders need, for a row of either backend.
@@ -74,7 +74,7 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
         iterations: r.int("iterations")?.max(0) as u32,
         started_at: parse_ts(&r.text("started_at")?)?,
         ended_at: r.opt_text("ended_at")?.map(|s| parse_ts(&s)).transpose()?,
-        error: r.opt_text("error")?,
+        error: run_error(r.opt_text("error_code")?, r.opt_text("error_message")?)?,
         client_msg_id: r.opt_text("client_msg_id")?,
         channel: match r.opt_text("channel")? {
             Some(text) => serde_json::from_str(&text)
@@ -82,6 +82,27 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
             None => Default::default(),
         },
     })
+}
+
+/// A run's error from its two columns: both set or neither.
+fn run_error(code: Option<String>, message: Option<String>) -> StoreResult<Option<RunError>> {
+    match (code, message) {
+        (Some(code), Some(message)) => Ok(Some(RunError { code, message })),
+        (None, None) => Ok(None),
+        (code, _) => Err(StoreError::Corrupt(format!(
+            "run error: {} without {}",
+            if code.is_some() {
+                "a code"
+            } else {
+                "a message"
+            },
+            if code.is_some() {
+                "a message"
+            } else {
+                "a code"
+            },
+        ))),
+    }
 }
 
 pub(crate) fn audit_from_row(r: &impl RowRead) -> StoreResult<elfgate_core::AuditRecord> {

@@ -65,7 +65,8 @@ pub(crate) fn push_insert_runs(script: &mut Script, runs: &[&Run]) {
         script
             .statement(
                 "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, \
-                 output_tokens, iterations, started_at, ended_at, error, client_msg_id, channel) ",
+                 output_tokens, iterations, started_at, ended_at, error_code, error_message, \
+                 client_msg_id, channel) ",
             )
             .push_values(chunk, |mut row, run| {
                 row.push_bind(run.id.to_string())
@@ -77,7 +78,8 @@ pub(crate) fn push_insert_runs(script: &mut Script, runs: &[&Run]) {
                     .push_bind(run.iterations as i64)
                     .push_bind(ts(&run.started_at))
                     .push_bind(run.ended_at.as_ref().map(ts))
-                    .push_bind(run.error.clone())
+                    .push_bind(run.error.as_ref().map(|e| e.code.clone()))
+                    .push_bind(run.error.as_ref().map(|e| e.message.clone()))
                     .push_bind(run.client_msg_id.clone())
                     .push_bind(crate::codec::channel_text(&run.channel));
             });
@@ -195,10 +197,7 @@ pub(crate) fn push_run_finished(
     outcome: &RunOutcome,
     at: &str,
 ) {
-    let error = outcome
-        .error
-        .as_ref()
-        .map(|e| format!("{}: {}", e.code, e.message));
+    let error = outcome.error.as_ref();
     script
         .statement("UPDATE runs SET status = ")
         .push_bind(outcome.finish_reason.run_status().as_str())
@@ -216,8 +215,10 @@ pub(crate) fn push_run_finished(
         .push_bind(outcome.iterations as i64)
         .push(", ended_at = ")
         .push_bind(at.to_string())
-        .push(", error = ")
-        .push_bind(error)
+        .push(", error_code = ")
+        .push_bind(error.map(|e| e.code.as_str()))
+        .push(", error_message = ")
+        .push_bind(error.map(|e| e.message.clone()))
         .push(" WHERE id = ")
         .push_bind(run_id.to_string());
     script

@@ -23,6 +23,12 @@ mod fleet;
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::a_runs_end_waits_in_the_outbox_until_it_is_queued_once;
+#[path = "conformance/run_errors.rs"]
+mod run_errors;
+use run_errors::{
+    a_runs_error_is_stored_as_code_and_message,
+    an_earlier_versions_error_text_is_split_by_the_migration,
+};
 
 /// Where a test's database lives.
 enum Db {
@@ -136,6 +142,8 @@ on_both_backends!(
     webhook_deliveries_queue_claim_and_record,
     webhook_queues_are_per_target_and_hook_ids_are_taken_once,
     a_runs_end_waits_in_the_outbox_until_it_is_queued_once,
+    a_runs_error_is_stored_as_code_and_message,
+    an_earlier_versions_error_text_is_split_by_the_migration,
 );
 
 fn session() -> Session {

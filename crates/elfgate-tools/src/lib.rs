@@ -13,6 +13,7 @@ pub mod fs_tools;
 pub mod gate;
 pub mod guardian;
 pub mod hooks;
+pub mod outbound;
 pub mod permission;
 pub mod process;
 pub mod schema;

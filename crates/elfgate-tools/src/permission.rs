@@ -413,7 +413,7 @@ impl PermissionBroker {
                 request_id: request_id.clone(),
                 tool_name: tool_name.to_string(),
                 input: input.clone(),
-                tier: tier.as_str().to_string(),
+                tier,
                 expires_at,
             })
             .await;
@@ -462,8 +462,8 @@ impl PermissionBroker {
             .emit(EventPayload::PermissionResolved {
                 request_id,
                 decision: match outcome {
-                    PermissionOutcome::Allowed => "allow".to_string(),
-                    _ => "deny".to_string(),
+                    PermissionOutcome::Allowed => Decision::Allow,
+                    _ => Decision::Deny,
                 },
             })
             .await;

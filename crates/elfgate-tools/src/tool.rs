@@ -6,59 +6,15 @@ use async_trait::async_trait;
 use elfgate_core::SessionId;
 use elfgate_llm::ToolSpec;
 use elfgate_store::Store;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-/// How much asking a tool needs before it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionTier {
-    /// Never asks.
-    ReadOnly,
-    /// Asks once per session and tool.
-    ConfirmOnce,
-    /// Asks every time.
-    AlwaysConfirm,
-    /// The model can never run it.
-    ManualOnly,
-}
-
-impl PermissionTier {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionTier::ReadOnly => "read_only",
-            PermissionTier::ConfirmOnce => "confirm_once",
-            PermissionTier::AlwaysConfirm => "always_confirm",
-            PermissionTier::ManualOnly => "manual_only",
-        }
-    }
-}
-
-impl fmt::Display for PermissionTier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for PermissionTier {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "read_only" => Ok(PermissionTier::ReadOnly),
-            "confirm_once" => Ok(PermissionTier::ConfirmOnce),
-            "always_confirm" => Ok(PermissionTier::AlwaysConfirm),
-            "manual_only" => Ok(PermissionTier::ManualOnly),
-            other => Err(format!("unknown permission tier '{other}'")),
-        }
-    }
-}
+/// How much asking a tool needs before it runs (defined in elfgate-core, which events name it in).
+pub use elfgate_core::PermissionTier;
 
 /// What a tool does, for permission modes (`acceptEdits` allows edits, `plan` only reads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! web_fetch: fetches a URL and returns readable text; refuses loopback and private addresses
-//! unless allowed; size and time limits; redirects are followed by hand and checked each time.
+//! unless allowed; size and time limits; redirects are followed by hand and checked each time
+//! (the guarded client of [`crate::outbound`]).
 
-use crate::address_class::is_non_public;
+use crate::outbound::{AddressPolicy, GuardedClient, OutboundError};
 use crate::tool::{
     BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
 };
@@ -9,7 +10,6 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// web_fetch settings.
@@ -75,29 +75,10 @@ pub fn html_to_text(html: &str) -> String {
 /// Why a fetch gave no page; the tool's error output says it to the model.
 #[derive(Debug, thiserror::Error)]
 enum FetchError {
-    #[error("bad URL: {0}")]
-    BadUrl(String),
-    #[error("only http and https URLs can be fetched, not {0}")]
-    Scheme(String),
-    #[error("the URL has no host")]
-    NoHost,
-    #[error("cannot resolve {host}: {why}")]
-    Resolve { host: String, why: std::io::Error },
-    #[error("{0} has no address")]
-    NoAddress(String),
-    #[error(
-        "refusing to fetch {host}: it resolves to the non-public address {ip} (allow it with \
-         engines.tinyelf.web_fetch_allow_private)"
-    )]
-    NonPublic { host: String, ip: std::net::IpAddr },
-    #[error("{0}")]
-    Client(reqwest::Error),
     #[error("fetch failed: {0}")]
     Send(reqwest::Error),
-    #[error("redirect without a Location")]
-    NoLocation,
-    #[error("bad redirect: {0}")]
-    BadRedirect(String),
+    #[error("{0}")]
+    Outbound(OutboundError),
     #[error("reading the body failed: {0}")]
     Body(reqwest::Error),
     #[error("HTTP {status}\n{text}")]
@@ -105,39 +86,34 @@ enum FetchError {
         status: reqwest::StatusCode,
         text: String,
     },
-    #[error("too many redirects")]
-    TooManyRedirects,
     #[error("interrupted")]
     Interrupted,
 }
 
+impl From<OutboundError> for FetchError {
+    fn from(e: OutboundError) -> Self {
+        match e {
+            OutboundError::Send(e) => FetchError::Send(e),
+            OutboundError::Interrupted => FetchError::Interrupted,
+            other => FetchError::Outbound(other),
+        }
+    }
+}
+
+/// Redirects followed in a row, each target checked as the first.
+const MAX_REDIRECTS: usize = 5;
+
 impl WebFetch {
-    async fn check_url(&self, url: &reqwest::Url) -> Result<Vec<SocketAddr>, FetchError> {
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(FetchError::Scheme(url.scheme().to_string()));
-        }
-        let host = url.host_str().ok_or(FetchError::NoHost)?.to_string();
-        let port = url.port_or_known_default().unwrap_or(80);
-        let host_for_lookup = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host_for_lookup.as_str(), port))
-            .await
-            .map_err(|why| FetchError::Resolve {
-                host: host.clone(),
-                why,
-            })?
-            .collect();
-        if addrs.is_empty() {
-            return Err(FetchError::NoAddress(host));
-        }
-        if !self.allow_private
-            && let Some(a) = addrs.iter().find(|a| is_non_public(a.ip()))
-        {
-            return Err(FetchError::NonPublic { host, ip: a.ip() });
-        }
-        Ok(addrs)
+    fn client(&self) -> GuardedClient {
+        GuardedClient::new(
+            AddressPolicy {
+                allow_private: self.allow_private,
+                allow_setting: "engines.tinyelf.web_fetch_allow_private",
+                verb: "fetch",
+            },
+            self.timeout,
+            "elfgate-web-fetch",
+        )
     }
 
     async fn fetch(
@@ -145,70 +121,43 @@ impl WebFetch {
         url: &str,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<String, FetchError> {
-        let mut url = reqwest::Url::parse(url).map_err(|e| FetchError::BadUrl(e.to_string()))?;
-        for _ in 0..6 {
-            let addrs = self.check_url(&url).await?;
-            let host = url.host_str().unwrap_or_default().to_string();
-            // Pin the checked addresses so that a second lookup cannot lead elsewhere.
-            let client = reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(self.timeout)
-                .resolve_to_addrs(&host, &addrs)
-                .build()
-                .map_err(FetchError::Client)?;
-            let resp = tokio::select! {
+        let resp = self.client().get(url, MAX_REDIRECTS, cancel).await?;
+        let status = resp.status();
+        let is_html = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.contains("html"));
+        let mut body = Vec::new();
+        let mut cut = false;
+        let mut stream = resp.bytes_stream();
+        loop {
+            let next = tokio::select! {
                 _ = cancel.cancelled() => return Err(FetchError::Interrupted),
-                r = client.get(url.clone()).header("user-agent", "elfgate-web-fetch").send() => r.map_err(FetchError::Send)?,
+                n = stream.next() => n,
             };
-            if resp.status().is_redirection() {
-                let loc = resp
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or(FetchError::NoLocation)?;
-                url = url
-                    .join(loc)
-                    .map_err(|e| FetchError::BadRedirect(e.to_string()))?;
-                continue;
+            let Some(chunk) = next else { break };
+            let chunk = chunk.map_err(FetchError::Body)?;
+            let room = self.max_bytes.saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if chunk.len() > room {
+                cut = true;
+                break;
             }
-            let status = resp.status();
-            let is_html = resp
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|c| c.contains("html"));
-            let mut body = Vec::new();
-            let mut cut = false;
-            let mut stream = resp.bytes_stream();
-            loop {
-                let next = tokio::select! {
-                    _ = cancel.cancelled() => return Err(FetchError::Interrupted),
-                    n = stream.next() => n,
-                };
-                let Some(chunk) = next else { break };
-                let chunk = chunk.map_err(FetchError::Body)?;
-                let room = self.max_bytes.saturating_sub(body.len());
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if chunk.len() > room {
-                    cut = true;
-                    break;
-                }
-            }
-            let text = String::from_utf8_lossy(&body);
-            let mut text = if is_html {
-                html_to_text(&text)
-            } else {
-                text.into_owned()
-            };
-            if cut {
-                text.push_str(&format!("\n[... body cut at {} bytes ...]", self.max_bytes));
-            }
-            if !status.is_success() {
-                return Err(FetchError::Status { status, text });
-            }
-            return Ok(text);
         }
-        Err(FetchError::TooManyRedirects)
+        let text = String::from_utf8_lossy(&body);
+        let mut text = if is_html {
+            html_to_text(&text)
+        } else {
+            text.into_owned()
+        };
+        if cut {
+            text.push_str(&format!("\n[... body cut at {} bytes ...]", self.max_bytes));
+        }
+        if !status.is_success() {
+            return Err(FetchError::Status { status, text });
+        }
+        Ok(text)
     }
 }
 

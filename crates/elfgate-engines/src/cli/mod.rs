@@ -11,6 +11,7 @@ mod acp_write;
 mod adapter;
 mod availability;
 pub mod backend;
+mod begin;
 mod claude_code;
 mod codex;
 mod gemini_cli;
@@ -20,6 +21,7 @@ mod relay;
 mod run_files;
 pub mod sdk;
 pub mod settings;
+mod start_checks;
 mod supervisor;
 mod transcript;
 
@@ -29,12 +31,14 @@ use backend::BackendProgram;
 pub use elfgate_core::CliBackend;
 use settings::CliRoute;
 pub use settings::{BackendConfig, CliConfig, ProviderRefused, ProxyMode};
+pub use start_checks::CliStartError;
 
 use crate::prompt::store_user_message;
 use crate::streaming::fail;
 use adapter::{AdapterEvent, Invocation};
 use async_trait::async_trait;
 use availability::Found;
+use begin::Begun;
 use elfgate_core::mcp_config::McpSessionConfig;
 use elfgate_core::{
     BackendInfo, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
@@ -462,124 +466,6 @@ impl CliEngine {
         }
     }
 
-    /// Sets up a run through the daemon's door: its run token (scoped to this run, the door of
-    /// the CLI's format and the route) and the door as the CLI's provider.
-    /// What every run sets up before its process, in this order: its provider and model, the
-    /// daemon's door when the run goes through it, the `init` event (`info` plus those), the
-    /// user's message stored, a place among `limit`'s runs at once (queued runs told so), the
-    /// backend's configuration files, and the CLI session to resume. A failure is the run's
-    /// outcome, its error emitted.
-    async fn begin(
-        &self,
-        ctx: &EngineSessionContext,
-        (b, limit): (CliBackend, CliBackend),
-        route: Option<CliRoute>,
-        info: Value,
-    ) -> Result<Begun, Box<RunOutcome>> {
-        let provider = route.as_ref().map(|r| (r.name.clone(), r.provider.clone()));
-        let model = ctx
-            .model
-            .clone()
-            .or_else(|| provider.as_ref().and_then(|(_, p)| p.default_model.clone()));
-        // Through the daemon's own door: the CLI gets the door's address, a token for this run
-        // only (revoked when `proxy` drops, at the end of the run) and the route as its model.
-        let proxy = match route.as_ref().filter(|r| r.proxied) {
-            Some(r) => match self.proxy_for(ctx, b, r, model.as_deref()) {
-                Ok(p) => Some(p),
-                Err(why) => return Err(Box::new(fail(ctx, ErrorCode::CliSetup, why).await)),
-            },
-            None => None,
-        };
-        let mut system_info = json!({
-            "engine": "cli",
-            "provider": provider.as_ref().map(|(n, _)| n),
-            "model": model,
-            "proxied": proxy.is_some(),
-        });
-        if let (Some(all), Value::Object(own)) = (system_info.as_object_mut(), info) {
-            all.extend(own);
-        }
-        ctx.events
-            .emit(EventPayload::Init {
-                system_info: ctx.system_info(system_info),
-            })
-            .await;
-        let (user, _) = match store_user_message(self.store.as_ref(), ctx).await {
-            Ok(u) => u,
-            Err(e) => return Err(Box::new(fail(ctx, ErrorCode::Storage, e).await)),
-        };
-        let slot = match self
-            .limits
-            .acquire(limit, &ctx.cancel, async |ahead| {
-                let message = format!(
-                    "queued behind {ahead} {} run{} (max_concurrent = {})",
-                    limit.as_str(),
-                    if ahead == 1 { "" } else { "s" },
-                    self.limits.max(limit)
-                );
-                ctx.events.emit(EventPayload::Processing { message }).await;
-            })
-            .await
-        {
-            Slot::Granted(p) => p,
-            Slot::Cancelled => return Err(Box::new(RunOutcome::new(FinishReason::Interrupted))),
-        };
-        if let Err(e) = self.write_files(b) {
-            let why = format!("cannot write {}'s configuration: {e}", b.as_str());
-            return Err(Box::new(fail(ctx, ErrorCode::CliSetup, why).await));
-        }
-        // A queued run's context was built before the run ahead of it stored its CLI session.
-        let resume = match self.resume_id(ctx).await {
-            Ok(r) => r,
-            Err(e) => return Err(Box::new(fail(ctx, ErrorCode::Storage, e).await)),
-        };
-        Ok(Begun {
-            provider,
-            model,
-            proxy,
-            user,
-            slot,
-            resume,
-        })
-    }
-
-    fn proxy_for(
-        &self,
-        ctx: &EngineSessionContext,
-        b: CliBackend,
-        route: &CliRoute,
-        model: Option<&str>,
-    ) -> Result<Proxy, String> {
-        let Some(url) = self.tokens.url() else {
-            return Err("the daemon's own front door is not listening yet".to_string());
-        };
-        let Some(model) = model else {
-            return Err(format!(
-                "{} goes through the daemon's door to provider '{}' ({}), which needs a model: \
-                 set the session's model or the provider's default_model",
-                b.as_str(),
-                route.name,
-                route.provider.kind
-            ));
-        };
-        let Some(door) = b.proxy_door() else {
-            return Err(format!("{} has no door of its own", b.as_str()));
-        };
-        let route_name = format!("{}/{model}", route.name);
-        let token = self.tokens.issue(RunGrant {
-            session_id: ctx.session_id(),
-            run_id: ctx.run_id,
-            door,
-            route: route_name.clone(),
-        });
-        Ok(Proxy {
-            provider: b.proxy_provider(url),
-            token,
-            route: route_name,
-            searches: route.provider.kind.searches_natively(),
-        })
-    }
-
     fn unavailable(&self, b: CliBackend) -> CliStartError {
         let why = match self.found.get(&b).map(|f| &f.version) {
             Some(Err(why)) => why.to_string(),
@@ -596,34 +482,6 @@ pub(crate) struct RunPolicy {
     pub through_door: bool,
     /// Hand the session's MCP servers to the CLI.
     pub mcp: bool,
-}
-
-/// A run that goes through the daemon's door.
-/// What `begin` set up for a run.
-struct Begun {
-    /// The provider's name and the provider, when the run has one.
-    provider: Option<(String, CliProvider)>,
-    /// The session's model, else the provider's default.
-    model: Option<String>,
-    /// The daemon's door, when the run goes through it.
-    proxy: Option<Proxy>,
-    /// The user's message, stored.
-    user: Message,
-    /// The run's place among the backend's runs at once, held until it ends.
-    slot: OwnedSemaphorePermit,
-    /// The CLI session to resume.
-    resume: Option<String>,
-}
-
-struct Proxy {
-    /// The door as the CLI's provider.
-    provider: CliProvider,
-    /// The run's token, revoked when this drops (the run's end).
-    token: RunToken,
-    /// The route the CLI names as its model: `PROVIDER/MODEL`.
-    route: String,
-    /// Whether the provider behind the door searches the web itself.
-    searches: bool,
 }
 
 /// A provider's key, from the daemon's environment.
@@ -651,107 +509,6 @@ pub(crate) fn cli_session_marker(dir: &std::path::Path, id: &str) -> PathBuf {
         })
         .collect();
     dir.join(safe)
-}
-
-/// Whether a variable could redirect a CLI's traffic, weaken its TLS or load code into it: a
-/// session may not set it through providerEnv, whatever the provider (an `_BASE_URL` or
-/// `_API_BASE` of any provider, a proxy, a CA or TLS switch, a loader or Node option).
-fn redirects(name: &str) -> bool {
-    let n = name.to_ascii_uppercase();
-    const EXACT: &[&str] = &[
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
-        "NODE_OPTIONS",
-        "NODE_TLS_REJECT_UNAUTHORIZED",
-        "NODE_EXTRA_CA_CERTS",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "PATH",
-    ];
-    EXACT.contains(&n.as_str())
-        || n.ends_with("_BASE_URL")
-        || n.ends_with("_API_BASE")
-        || n.ends_with("_API_KEY")
-        || n.ends_with("_AUTH_TOKEN")
-}
-
-/// Why the cli engine refuses a request (a 422 for the client).
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CliStartError {
-    /// No cliBackend.
-    #[error("engine 'cli' needs cliBackend: one of {}", backend_names())]
-    NoBackend,
-    /// The backend's program is missing or does not run.
-    #[error("cli backend '{}' is not available: {why}", backend.as_str())]
-    Unavailable {
-        /// The backend.
-        backend: CliBackend,
-        /// What the probe found.
-        why: String,
-    },
-    /// useExtendedContext for a CLI without a long-context switch.
-    #[error(
-        "useExtendedContext: {} has no long-context switch (claude-code, in the cli and \
-         claude-sdk engines, has one)",
-        .0.as_str()
-    )]
-    NoLongContext(CliBackend),
-    /// A cliArgs entry outside the allow list.
-    #[error(
-        "cliArgs: '{arg}' is not allowed for {} ({list}; see engines.cli.{}.allowed_args)",
-        backend.as_str(),
-        backend.as_str()
-    )]
-    ArgNotAllowed {
-        /// The argument.
-        arg: String,
-        /// The backend.
-        backend: CliBackend,
-        /// What is allowed.
-        list: String,
-    },
-    /// The provider cannot serve the backend.
-    #[error(transparent)]
-    Provider(ProviderRefused),
-    /// Channel permissions the CLI could not hold.
-    #[error(
-        "channelPermissions (canUseTool: {}, requireConfirmation: {}) cannot be enforced on {}'s \
-         own tools: the cli engine runs only without such a restriction",
-        permissions.can_use_tool,
-        permissions.require_confirmation,
-        backend.as_str()
-    )]
-    ChannelPermissions {
-        /// What was asked.
-        permissions: elfgate_core::ChannelPermissions,
-        /// The backend.
-        backend: CliBackend,
-    },
-    /// An ACP session that cannot start.
-    #[error(transparent)]
-    Acp(AcpStartError),
-    /// A providerEnv variable the session may not set.
-    #[error("engineConfig.providerEnv.{name}: {why}")]
-    ProviderEnv {
-        /// The variable.
-        name: String,
-        /// Why not.
-        why: &'static str,
-    },
-}
-
-fn backend_names() -> String {
-    CliBackend::ALL
-        .iter()
-        .map(|b| b.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Why the CLI has no directory to run in.
@@ -829,72 +586,5 @@ impl Engine for CliEngine {
     fn check_start(&self, req: &StartRequest<'_>) -> Result<(), StartRefused> {
         self.start_problem(req)
             .map_err(|e| StartRefused(Box::new(e)))
-    }
-}
-
-impl CliEngine {
-    fn start_problem(&self, req: &StartRequest<'_>) -> Result<(), CliStartError> {
-        let b = Self::backend_of(req.cli_backend)?;
-        if req.use_extended_context && b.long_context_args().is_none() {
-            return Err(CliStartError::NoLongContext(b));
-        }
-        if b == CliBackend::Acp {
-            return self.acp_start_problem(req).map_err(CliStartError::Acp);
-        }
-        if self.found.get(&b).and_then(Found::usable).is_none() {
-            return Err(self.unavailable(b));
-        }
-        self.check_args(b, req.cli_args.unwrap_or_default())?;
-        let route = self
-            .config
-            .route_for(b, req.provider_id)
-            .map_err(CliStartError::Provider)?;
-        let provider = route.as_ref().map(|r| self.cli_provider(b, r));
-        if let Some(vars) = req.provider_env {
-            // What the daemon sets for the CLI's provider (its base URL, key, HOME...) stays
-            // the daemon's: a session that could point the CLI elsewhere would send the
-            // provider's key there.
-            let own: Vec<String> = PermissionMode::ALL
-                .iter()
-                .flat_map(|mode| b.env(&self.home(b), provider.as_ref(), Some("-"), *mode))
-                .map(|(k, _)| k.to_ascii_uppercase())
-                .chain(["HOME".to_string()])
-                .collect();
-            for (name, value) in vars {
-                let why = if !self.base_env.allowed(name) {
-                    Some(
-                        "the daemon's ELFGATE_* variables and providers' key variables never reach a CLI",
-                    )
-                } else if redirects(name) {
-                    Some(
-                        "it could send the CLI's traffic (and its provider key) elsewhere or run code in it",
-                    )
-                } else if own.contains(&name.to_ascii_uppercase()) {
-                    Some("the daemon sets it for the CLI's provider; a session cannot change it")
-                } else if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
-                    Some("not a variable name and value")
-                } else {
-                    None
-                };
-                if let Some(why) = why {
-                    return Err(CliStartError::ProviderEnv {
-                        name: name.clone(),
-                        why,
-                    });
-                }
-            }
-        }
-        // The CLI runs its own tools, and runs some (its read-only ones) without asking: neither
-        // "no tools" nor "ask before every tool" can be held to, so the run is refused rather
-        // than started with a restriction that would not hold.
-        if let Some(c) = req.channel_permissions
-            && (!c.can_use_tool || c.require_confirmation)
-        {
-            return Err(CliStartError::ChannelPermissions {
-                permissions: c,
-                backend: b,
-            });
-        }
-        Ok(())
     }
 }

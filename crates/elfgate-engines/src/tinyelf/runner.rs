@@ -6,6 +6,7 @@ use super::Inner;
 use super::context::blocks::SystemPrompt;
 use super::settings::RunSettings;
 use crate::streaming::{TurnOptions, TurnOutput, relay_turn, retry_event};
+use elfgate_core::sync::lock;
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message, TokenUsage,
 };
@@ -27,10 +28,6 @@ pub(crate) struct LoopEnd {
     pub text: String,
     pub iterations: u32,
     pub error: Option<ErrorInfo>,
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A finished background sub-agent.

@@ -99,7 +99,7 @@ pub async fn run_tool(
                         .store
                         .get_run(session_id, run.id)
                         .await?
-                        .and_then(|r| r.error)
+                        .and_then(|r| r.error.map(|e| e.to_string()))
                         .unwrap_or_else(|| "the run ended without a result".into());
                     Err(ApiError::Unprocessable(format!(
                         "tool run {}: {why}",

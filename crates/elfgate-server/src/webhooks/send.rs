@@ -1,11 +1,12 @@
-//! One POST of a run-end delivery: to a checked, public address (unless allowed), signed with
-//! Standard Webhooks' headers and with Elfgate's own.
+//! One POST of a run-end delivery: through the guarded outbound client (a checked, public
+//! address unless allowed; redirects not followed), signed with Standard Webhooks' headers and
+//! with Elfgate's own.
 
 use super::signature;
 use crate::config::WebhooksConfig;
 use chrono::Utc;
 use elfgate_store::WebhookDelivery;
-use std::net::SocketAddr;
+use elfgate_tools::outbound::{AddressPolicy, GuardedClient, OutboundError};
 use std::time::Duration;
 
 /// The POST of `d`, signed with the secret in `secret_env`: Ok(status) on 2xx; Err((status if
@@ -19,40 +20,40 @@ pub(super) async fn post(
     let key = signature::key_in(secret_env)
         .map_err(|e| fail(e.to_string()))?
         .ok_or_else(|| fail(format!("the secret variable {secret_env} is not set")))?;
-    let url = reqwest::Url::parse(&d.url).map_err(|e| fail(format!("bad URL: {e}")))?;
-    let host = url.host_str().unwrap_or_default().to_string();
-    let addrs = resolve(&url, config.allow_private_addresses)
-        .await
-        .map_err(fail)?;
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(config.timeout_secs))
-        // The checked addresses: a second lookup cannot lead elsewhere.
-        .resolve_to_addrs(&host, &addrs)
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
+    let client = GuardedClient::new(
+        AddressPolicy {
+            allow_private: config.allow_private_addresses,
+            allow_setting: "webhooks.allow_private_addresses",
+            verb: "send to",
+        },
+        Duration::from_secs(config.timeout_secs),
+        "elfgate-webhook",
+    );
     let body = d.body.to_string();
     let timestamp = Utc::now().timestamp();
     let resp = client
-        .post(url)
-        .header("content-type", "application/json")
-        .header("user-agent", "elfgate-webhook")
-        .header("webhook-id", &d.id)
-        .header("webhook-timestamp", timestamp)
-        .header(
-            "webhook-signature",
-            signature::standard(&key, &d.id, timestamp, body.as_bytes()),
-        )
-        .header("x-elfgate-webhook-id", &d.id)
-        .header("x-elfgate-webhook-timestamp", timestamp)
-        .header(
-            "x-elfgate-signature-256",
-            signature::elfgate_timestamped(&key, timestamp, body.as_bytes()),
-        )
-        .body(body)
-        .send()
+        .post(&d.url, |request| {
+            request
+                .header("content-type", "application/json")
+                .header("webhook-id", &d.id)
+                .header("webhook-timestamp", timestamp)
+                .header(
+                    "webhook-signature",
+                    signature::standard(&key, &d.id, timestamp, body.as_bytes()),
+                )
+                .header("x-elfgate-webhook-id", &d.id)
+                .header("x-elfgate-webhook-timestamp", timestamp)
+                .header(
+                    "x-elfgate-signature-256",
+                    signature::elfgate_timestamped(&key, timestamp, body.as_bytes()),
+                )
+                .body(body)
+        })
         .await
-        .map_err(|e| fail(format!("the POST failed: {e}")))?;
+        .map_err(|e| match e {
+            OutboundError::Send(e) => fail(format!("the POST failed: {e}")),
+            other => fail(other.to_string()),
+        })?;
     let status = resp.status();
     if status.is_success() {
         Ok(status.as_u16())
@@ -62,30 +63,4 @@ pub(super) async fn post(
             format!("the target answered {status}"),
         ))
     }
-}
-
-/// The target's addresses, refused when one is not public (unless allowed).
-async fn resolve(url: &reqwest::Url, allow_private: bool) -> Result<Vec<SocketAddr>, String> {
-    let host = url.host_str().ok_or("the URL has no host")?;
-    let port = url.port_or_known_default().unwrap_or(443);
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
-        .await
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(format!("{host} has no address"));
-    }
-    if !allow_private
-        && let Some(a) = addrs
-            .iter()
-            .find(|a| elfgate_tools::address_class::is_non_public(a.ip()))
-    {
-        return Err(format!(
-            "refusing to send to {host}: it resolves to the non-public address {} (allow it \
-             with webhooks.allow_private_addresses)",
-            a.ip()
-        ));
-    }
-    Ok(addrs)
 }

@@ -14,6 +14,7 @@ use super::PgStore;
 use crate::recovery_plan::{DAEMON_RESTART, Ending, NODE_LOST};
 use crate::rows::run_from_row;
 use crate::{RecoveredRun, StoreError, StoreResult};
+use elfgate_core::sync::lock;
 use elfgate_core::{LeaseGuard, LeaseState, SessionId};
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
@@ -97,10 +98,6 @@ pub(super) struct Membership {
     fenced: broadcast::Sender<SessionId>,
     runs_adopted: AtomicU64,
     sessions_fenced: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A claim of a session's lease in flight (see [`Membership::claiming`]).

@@ -230,14 +230,16 @@ impl PgStore {
         }
 
         let now = Utc::now();
+        let error = recovery_plan::run_error(&ending, step.as_deref());
         sqlx::query(
-            "UPDATE runs SET status = $1, finish_reason = $2, ended_at = $3, error = $4 \
-             WHERE id = $5",
+            "UPDATE runs SET status = $1, finish_reason = $2, ended_at = $3, error_code = $4, \
+             error_message = $5 WHERE id = $6",
         )
         .bind(RunStatus::Interrupted.as_str())
         .bind(ending.finish_reason.as_str())
         .bind(ts(&now))
-        .bind(recovery_plan::run_error(&ending, step.as_deref()))
+        .bind(error.code)
+        .bind(error.message)
         .bind(&rid)
         .execute(&mut *tx)
         .await?;

@@ -42,8 +42,8 @@ pub(super) async fn insert_session(conn: &mut PgConnection, s: &Session) -> Stor
 pub(super) async fn insert_run(conn: &mut PgConnection, run: &Run) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO runs (id, session_id, status, finish_reason, input_tokens, output_tokens, \
-         iterations, started_at, ended_at, error, client_msg_id, channel) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+         iterations, started_at, ended_at, error_code, error_message, client_msg_id, channel) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(run.id.to_string())
     .bind(run.session_id.to_string())
@@ -54,7 +54,8 @@ pub(super) async fn insert_run(conn: &mut PgConnection, run: &Run) -> StoreResul
     .bind(run.iterations as i64)
     .bind(ts(&run.started_at))
     .bind(run.ended_at.as_ref().map(ts))
-    .bind(&run.error)
+    .bind(run.error.as_ref().map(|e| &e.code))
+    .bind(run.error.as_ref().map(|e| &e.message))
     .bind(&run.client_msg_id)
     .bind(crate::codec::channel_text(&run.channel))
     .execute(conn)
@@ -117,14 +118,11 @@ pub(super) async fn run_finished(
     outcome: &RunOutcome,
     at: &str,
 ) -> StoreResult<()> {
-    let error = outcome
-        .error
-        .as_ref()
-        .map(|e| format!("{}: {}", e.code, e.message));
+    let error = outcome.error.as_ref();
     sqlx::query(
         "UPDATE runs SET status = $1, finish_reason = $2, input_tokens = $3, output_tokens = $4, \
          cache_read_tokens = $5, cache_write_tokens = $6, iterations = $7, ended_at = $8, \
-         error = $9 WHERE id = $10",
+         error_code = $9, error_message = $10 WHERE id = $11",
     )
     .bind(outcome.finish_reason.run_status().as_str())
     .bind(outcome.finish_reason.as_str())
@@ -134,7 +132,8 @@ pub(super) async fn run_finished(
     .bind(outcome.usage.cache_write_tokens as i64)
     .bind(outcome.iterations as i64)
     .bind(at)
-    .bind(error)
+    .bind(error.map(|e| e.code.as_str()))
+    .bind(error.map(|e| e.message.as_str()))
     .bind(run_id.to_string())
     .execute(&mut *conn)
     .await?;

@@ -188,13 +188,16 @@ impl SqliteStore {
         }
 
         let now = Utc::now();
+        let error = recovery_plan::run_error(&ending, step.as_deref());
         sqlx::query(
-            "UPDATE runs SET status = ?, finish_reason = ?, ended_at = ?, error = ? WHERE id = ?",
+            "UPDATE runs SET status = ?, finish_reason = ?, ended_at = ?, error_code = ?, \
+             error_message = ? WHERE id = ?",
         )
         .bind(RunStatus::Interrupted.as_str())
         .bind(ending.finish_reason.as_str())
         .bind(ts(&now))
-        .bind(recovery_plan::run_error(&ending, step.as_deref()))
+        .bind(error.code)
+        .bind(error.message)
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
