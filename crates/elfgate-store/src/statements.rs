@@ -226,7 +226,6 @@ pub(crate) fn push_run_finished(
         .push_bind(at.to_string())
         .push(" WHERE id = ")
         .push_bind(session_id.to_string());
-    push_run_end_notice(script, session_id, run_id, at);
 }
 
 /// Appends the statement writing a run's end to the outbox of run-end webhooks, in the

@@ -15,7 +15,7 @@ use crate::logrows::{self, SharedText};
 use crate::script::Script;
 use crate::statements::{
     push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
-    push_run_finished, push_run_started, push_session_engine_config,
+    push_run_end_notice, push_run_finished, push_run_started, push_session_engine_config,
 };
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
@@ -62,6 +62,8 @@ pub(crate) enum StoreOp {
         outcome: Box<RunOutcome>,
         /// The run's closing message, inserted in the same commit.
         answer: Option<Box<Message>>,
+        /// Whether the end is written to the outbox of run-end webhooks too.
+        record_end: bool,
         at: String,
     },
     /// The CLI backend's own session id, for a later run to resume.
@@ -578,9 +580,15 @@ fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), StoreError> {
                 session_id,
                 run_id,
                 outcome,
+                record_end,
                 at,
                 ..
-            } => push_run_finished(script, *session_id, *run_id, outcome, at),
+            } => {
+                push_run_finished(script, *session_id, *run_id, outcome, at);
+                if *record_end {
+                    push_run_end_notice(script, *session_id, *run_id, at);
+                }
+            }
             StoreOp::CliSessionId {
                 session_id,
                 cli_session_id,

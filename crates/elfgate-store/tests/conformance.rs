@@ -22,7 +22,10 @@ use std::sync::Arc;
 mod fleet;
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
-use run_end_outbox::a_runs_end_waits_in_the_outbox_until_it_is_queued_once;
+use run_end_outbox::{
+    a_runs_end_waits_in_the_outbox_until_it_is_queued_once,
+    a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox,
+};
 #[path = "conformance/run_errors.rs"]
 mod run_errors;
 use run_errors::{
@@ -142,6 +145,7 @@ on_both_backends!(
     webhook_deliveries_queue_claim_and_record,
     webhook_queues_are_per_target_and_hook_ids_are_taken_once,
     a_runs_end_waits_in_the_outbox_until_it_is_queued_once,
+    a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox,
     a_runs_error_is_stored_as_code_and_message,
     an_earlier_versions_error_text_is_split_by_the_migration,
 );

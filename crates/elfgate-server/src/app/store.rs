@@ -18,6 +18,7 @@ impl OpenStore {
             log_queue_events: config.storage.log_queue_events,
             log_linger: std::time::Duration::from_millis(config.storage.log_linger_ms),
             password: config.storage.password()?,
+            record_run_ends: config.webhooks.delivers_run_ends(),
         };
         if config.storage.is_postgres() {
             let mode = match config.fleet_member()? {

@@ -135,6 +135,15 @@ pub struct AgentProfile {
     pub engine_config: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
+impl WebhooksConfig {
+    /// Whether a run's end can give a delivery: a target is configured, or a session may name
+    /// a `notifyUrl` (which needs the secret to sign it). When not, run ends are not written to
+    /// the store's outbox at all.
+    pub fn delivers_run_ends(&self) -> bool {
+        !self.targets.is_empty() || self.notify_secret_env.is_some()
+    }
+}
+
 impl AgentProfile {
     /// The profile's engineConfig: its own keys with tools and skills in it.
     pub fn engine_config(&self) -> serde_json::Map<String, serde_json::Value> {

@@ -78,7 +78,7 @@ impl Drop for LaneGuard {
 /// grow.
 pub async fn deliver(state: AppState) {
     let config = &state.config.webhooks;
-    let sends = !config.targets.is_empty() || config.notify_secret_env.is_some();
+    let sends = config.delivers_run_ends();
     let in_flight = InFlight::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -35,6 +35,9 @@ use std::sync::Arc;
 pub struct PgStore {
     pool: PgPool,
     log: LogWriter,
+    /// Whether a run's end is written to the outbox of run-end webhooks
+    /// ([`crate::StoreOptions::record_run_ends`]).
+    record_run_ends: bool,
     /// The single-node advisory lock's connection ([`NodeMode::Single`]), closed with the store.
     single_node: Option<Arc<setup::SingleNodeLock>>,
     /// This node's leases ([`NodeMode::Fleet`]).

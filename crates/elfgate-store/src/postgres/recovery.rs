@@ -243,7 +243,9 @@ impl PgStore {
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
-        statements::run_end_notice(&mut tx, run.session_id, run.id, &ts(&now)).await?;
+        if self.record_run_ends {
+            statements::run_end_notice(&mut tx, run.session_id, run.id, &ts(&now)).await?;
+        }
         let events = run_end_events(
             run,
             seq,

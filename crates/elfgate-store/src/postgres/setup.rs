@@ -120,6 +120,7 @@ impl PgStore {
         let store = PgStore {
             pool,
             log,
+            record_run_ends: opts.record_run_ends,
             single_node,
             fleet,
             heartbeat: Arc::new(std::sync::Mutex::new(None)),

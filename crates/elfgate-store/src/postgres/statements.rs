@@ -116,6 +116,7 @@ pub(super) async fn run_finished(
     session_id: SessionId,
     run_id: RunId,
     outcome: &RunOutcome,
+    record_end: bool,
     at: &str,
 ) -> StoreResult<()> {
     let error = outcome.error.as_ref();
@@ -137,7 +138,9 @@ pub(super) async fn run_finished(
     .bind(run_id.to_string())
     .execute(&mut *conn)
     .await?;
-    run_end_notice(conn, session_id, run_id, at).await?;
+    if record_end {
+        run_end_notice(conn, session_id, run_id, at).await?;
+    }
     touch_session(conn, session_id, at).await
 }
 

@@ -109,7 +109,15 @@ impl RunLedger for PgStore {
             if let Some(m) = answer {
                 statements::insert_message(&mut tx, m).await?;
             }
-            statements::run_finished(&mut tx, session_id, run_id, outcome, &at).await?;
+            statements::run_finished(
+                &mut tx,
+                session_id,
+                run_id,
+                outcome,
+                self.record_run_ends,
+                &at,
+            )
+            .await?;
             tx.commit().await?;
             Ok::<(), StoreError>(())
         };

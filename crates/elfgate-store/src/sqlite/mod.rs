@@ -31,6 +31,9 @@ pub struct SqliteStore {
     read: SqlitePool,
     /// The group-commit writer: the event log and the writes on a run's path.
     writer: Writer,
+    /// Whether a run's end is written to the outbox of run-end webhooks
+    /// ([`StoreOptions::record_run_ends`]).
+    record_run_ends: bool,
     /// This process's claim on the database file (none in memory), released with the last clone.
     _lock: Option<Arc<DatabaseLock>>,
 }

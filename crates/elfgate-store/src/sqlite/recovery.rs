@@ -201,15 +201,17 @@ impl SqliteStore {
         .bind(&rid)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "INSERT INTO run_end_outbox (run_id, session_id, ended_at) VALUES (?, ?, ?) \
-             ON CONFLICT (run_id) DO NOTHING",
-        )
-        .bind(&rid)
-        .bind(&sid)
-        .bind(ts(&now))
-        .execute(&mut *tx)
-        .await?;
+        if self.record_run_ends {
+            sqlx::query(
+                "INSERT INTO run_end_outbox (run_id, session_id, ended_at) VALUES (?, ?, ?) \
+                 ON CONFLICT (run_id) DO NOTHING",
+            )
+            .bind(&rid)
+            .bind(&sid)
+            .bind(ts(&now))
+            .execute(&mut *tx)
+            .await?;
+        }
 
         let seq = next_seq_tx(&mut tx, &sid).await? - 1;
         let events = run_end_events(

@@ -25,6 +25,11 @@ pub struct StoreOptions {
     /// PostgreSQL: the user's password (from `[storage] password_file`), over the URL's and
     /// `PGPASSWORD`. Unused by SQLite.
     pub password: Option<String>,
+    /// Whether a run's end is written to the outbox of run-end webhooks (see
+    /// [`crate::Store::pending_run_ends`]). False when nothing could be delivered for it (the
+    /// daemon has no webhook target and no secret to sign a session's `notifyUrl`): the row, its
+    /// reading back and its removal would cost every run a commit for nothing.
+    pub record_run_ends: bool,
 }
 
 /// The password is never shown.
@@ -34,6 +39,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("log_queue_events", &self.log_queue_events)
             .field("log_linger", &self.log_linger)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("record_run_ends", &self.record_run_ends)
             .finish()
     }
 }
@@ -44,6 +50,7 @@ impl Default for StoreOptions {
             log_queue_events: elfgate_core::LOG_QUEUE_EVENTS,
             log_linger: crate::writer::DEFAULT_LINGER,
             password: None,
+            record_run_ends: true,
         }
     }
 }
@@ -162,6 +169,7 @@ impl SqliteStore {
             write,
             read,
             writer,
+            record_run_ends: opts.record_run_ends,
             _lock: lock,
         })
     }

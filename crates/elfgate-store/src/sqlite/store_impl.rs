@@ -41,6 +41,7 @@ impl RunLedger for SqliteStore {
                 run_id,
                 outcome: Box::new(outcome.clone()),
                 answer: answer.cloned().map(Box::new),
+                record_end: self.record_run_ends,
                 at: ts(&Utc::now()),
             })
             .await

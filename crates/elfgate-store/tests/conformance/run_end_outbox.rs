@@ -58,3 +58,29 @@ pub(crate) async fn a_runs_end_waits_in_the_outbox_until_it_is_queued_once(db: D
         .collect();
     assert_eq!(listed, ["d1"]);
 }
+
+/// A store told that nothing can be delivered for a run's end writes no outbox row for it,
+/// whatever ends the run, and still ends it as before.
+pub(crate) async fn a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox(db: Db) {
+    let opts = elfgate_store::StoreOptions {
+        record_run_ends: false,
+        ..elfgate_store::StoreOptions::default()
+    };
+    let store = db.open_with(opts).await;
+    let s = session();
+    let ended = run(s.id, RunStatus::Running);
+    store.create_session(&s, &ended, None).await.unwrap();
+    let crashed = run(s.id, RunStatus::Running);
+    store.create_run(&crashed).await.unwrap();
+
+    store
+        .run_finished(s.id, ended.id, &RunOutcome::new(FinishReason::Stop), None)
+        .await
+        .unwrap();
+    assert_eq!(store.recover_unfinished_runs().await.unwrap().len(), 1);
+    assert!(store.pending_run_ends(10).await.unwrap().is_empty());
+    let ended = store.get_run(s.id, ended.id).await.unwrap().unwrap();
+    assert_eq!(ended.status, RunStatus::Completed);
+    let crashed = store.get_run(s.id, crashed.id).await.unwrap().unwrap();
+    assert_eq!(crashed.status, RunStatus::Interrupted);
+}
