@@ -6,7 +6,6 @@
 //! acp_read.rs, acp_write.rs and acp_terminal.rs; see docs/cli.md, "ACP agents".
 
 use super::acp::{self, AcpAdapter, Incoming};
-use super::acp_read::read_text_file;
 use super::acp_terminal::Terminals;
 use super::acp_write::EditGrants;
 use super::adapter::{AdapterEvent, str_of};
@@ -487,14 +486,8 @@ impl CliEngine {
                             answer
                         }
                         "fs/read_text_file" => Some(
-                            read_text_file(
-                                &self.shell.firewall,
-                                &conn.cwd,
-                                id,
-                                params,
-                                conn.missing_empty,
-                            )
-                            .await,
+                            self.read_text_file(ctx, &conn.cwd, id, params, conn.missing_empty)
+                                .await,
                         ),
                         "fs/write_text_file" => {
                             let answer = self

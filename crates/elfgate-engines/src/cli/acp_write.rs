@@ -117,7 +117,7 @@ impl CliEngine {
 }
 
 /// The audit's name for a call the agent made to the client: its JSON-RPC id.
-fn acp_request_id(req: &Value) -> String {
+pub(super) fn acp_request_id(req: &Value) -> String {
     match req {
         Value::String(s) => format!("acp-{s}"),
         other => format!("acp-{other}"),

@@ -300,6 +300,54 @@ async fn gemini_over_acp_cannot_write_into_a_deny_zone() {
     assert!(result.contains("protected location"), "{result}");
 }
 
+/// A read of a deny zone through the client is refused by the daemon's firewall even though the
+/// session allows every tool, and the session's audit keeps the refusal with its gate. gemini-cli
+/// reads through the client (fs/read_text_file) the file it edits (its own `read_file` tool reads
+/// the disk itself: what confines that is the process's sandbox): the edit finds nothing to
+/// replace and the file is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_cannot_read_a_deny_zone_and_the_refusal_is_audited() {
+    let zone = tempfile::tempdir().unwrap();
+    let secret = zone.path().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let target = secret.join("key.txt");
+    std::fs::write(&target, "TOPSECRET-7f3a").unwrap();
+    let Some(r) = start(&format!(
+        "[engines.tinyelf]\ndeny_paths = [\"{}\"]\n",
+        secret.display()
+    ))
+    .await
+    else {
+        return;
+    };
+    scripted::script(
+        &r.mock,
+        "acp-deny-read",
+        json!([
+            {"text": "Editing it.", "toolCalls": [scripted::call("c1", "replace",
+                json!({"file_path": target.display().to_string(), "instruction": "Blank the key.",
+                       "old_string": "TOPSECRET-7f3a", "new_string": "x"}))]},
+            {"text": "Could not."}
+        ]),
+    );
+    let mut body = r.session("Blank the key.", "mock:script=acp-deny-read");
+    body["projectPath"] = json!(zone.path().display().to_string());
+    body["permissionMode"] = json!("bypassPermissions");
+    let (sid, run) = r.d.create(body).await;
+    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "TOPSECRET-7f3a");
+    let (status, audit) = r.d.get(&format!("/v1/sessions/{sid}/audit")).await;
+    assert_eq!(status, 200, "{audit}");
+    let audit = audit["audit"].as_array().unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a["gate"] == "firewall" && a["toolName"] == "read_file"),
+        "{audit:?}"
+    );
+}
+
 /// An interrupt in the middle of the agent's stream is the protocol's cancel: the run ends as
 /// interrupted with its partial answer kept, the provider's stream is cut, and the session's
 /// agent answers the next prompt.
