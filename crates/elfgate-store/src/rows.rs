@@ -201,8 +201,18 @@ pub(crate) fn push_row_events(
 ) -> StoreResult<()> {
     let seq = r.int("seq")?.max(0) as u64;
     let name: String = r.text("type")?;
-    let event_type = EventType::from_name(&name)
-        .ok_or_else(|| StoreError::Corrupt(format!("event {seq} has an unknown type '{name}'")))?;
+    // A type this version does not know was written by a newer one (a fleet in a rolling
+    // upgrade, or a downgrade): the event is left out of what this node replays, with a warning,
+    // rather than the whole log refused for it.
+    let Some(event_type) = EventType::from_name(&name) else {
+        tracing::warn!(
+            session = %session,
+            seq,
+            event_type = %name,
+            "an event of a type this version does not know was left out of a replay"
+        );
+        return Ok(());
+    };
     let payload: String = r.text("payload")?;
     let Some(last) = r.opt_int("last_seq")? else {
         if seq > after {
@@ -234,4 +244,54 @@ pub(crate) fn first_text(blocks: &str) -> Option<String> {
         }
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails loudly")]
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A row of the events table, as the decoders read it.
+    struct FakeRow(HashMap<&'static str, String>);
+
+    impl RowRead for FakeRow {
+        fn text(&self, column: &str) -> Result<String, sqlx::Error> {
+            self.0
+                .get(column)
+                .cloned()
+                .ok_or_else(|| sqlx::Error::ColumnNotFound(column.into()))
+        }
+        fn opt_text(&self, column: &str) -> Result<Option<String>, sqlx::Error> {
+            Ok(self.0.get(column).cloned())
+        }
+        fn int(&self, column: &str) -> Result<i64, sqlx::Error> {
+            Ok(self.text(column)?.parse().unwrap())
+        }
+        fn opt_int(&self, column: &str) -> Result<Option<i64>, sqlx::Error> {
+            Ok(self.opt_text(column)?.map(|v| v.parse().unwrap()))
+        }
+    }
+
+    fn row(seq: u64, event_type: &str) -> FakeRow {
+        FakeRow(HashMap::from([
+            ("seq", seq.to_string()),
+            ("type", event_type.to_string()),
+            (
+                "payload",
+                format!(r#"{{"seq":{seq},"type":"{event_type}"}}"#),
+            ),
+        ]))
+    }
+
+    #[test]
+    fn an_event_of_a_type_from_a_newer_version_is_left_out_of_a_replay() {
+        let mut out = Vec::new();
+        for (seq, t) in [(1, "processing"), (2, "somethingNewer"), (3, "processing")] {
+            push_row_events(&mut out, "s1", &row(seq, t), 0).unwrap();
+        }
+        let seqs: Vec<u64> = out.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 3]);
+        assert!(out.iter().all(|e| e.event_type == EventType::Processing));
+    }
 }
