@@ -6,7 +6,7 @@ use crate::engine_type::EngineType;
 use crate::ids::{MessageId, RunId, SessionId};
 use crate::metrics::Metrics;
 use crate::model::Session;
-use crate::modes::{PermissionMode, ThinkingLevel};
+use crate::modes::{CliBackend, PermissionMode, ThinkingLevel};
 use crate::outcome::RunOutcome;
 use crate::recorder::RunRecorder;
 use async_trait::async_trait;
@@ -224,7 +224,7 @@ pub struct EngineInfo {
 #[serde(rename_all = "camelCase")]
 pub struct BackendInfo {
     /// Its name, as `cliBackend` takes it.
-    pub name: String,
+    pub name: CliBackend,
     /// Whether sessions can be started on it.
     pub available: bool,
     /// The program that runs, as found.

@@ -20,6 +20,7 @@ pub mod model;
 pub mod modes;
 pub mod outcome;
 pub mod private_files;
+pub mod provider_kind;
 pub mod recorder;
 pub mod run_error;
 pub mod run_tokens;
@@ -67,6 +68,7 @@ pub use modes::{
     UnknownName,
 };
 pub use outcome::RunOutcome;
+pub use provider_kind::ProviderKind;
 pub use recorder::RunRecorder;
 pub use run_error::RunError;
 pub use run_tokens::{ProxyDoor, RunGrant, RunToken, RunTokens};

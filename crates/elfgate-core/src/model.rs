@@ -2,6 +2,7 @@
 
 use crate::engine_type::EngineType;
 use crate::ids::{MessageId, RunId, SessionId};
+use crate::provider_kind::ProviderKind;
 use crate::usage::TokenUsage;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -105,7 +106,7 @@ pub enum ContentBlock {
     /// from that turn; left out for other kinds, to which they mean nothing.
     ProviderBlock {
         /// The provider kind that wrote it (e.g. `anthropic`).
-        provider_kind: String,
+        provider_kind: ProviderKind,
         /// The block as the provider sent it.
         block: Value,
     },

@@ -403,7 +403,7 @@ pub(crate) async fn relay_turn(
                             .await;
                     }
                     out.provider_blocks.push(ContentBlock::ProviderBlock {
-                        provider_kind: kind.as_str().to_string(),
+                        provider_kind: kind,
                         block,
                     });
                 }

@@ -30,102 +30,12 @@ use std::time::Duration;
 
 pub use anthropic::EXTENDED_CONTEXT_BETA;
 pub use elfgate_core::model::{ContentBlock, Role};
-pub use elfgate_core::{ThinkingLevel, TokenUsage};
+pub use elfgate_core::{ProviderKind, ThinkingLevel, TokenUsage};
 pub use error::LlmError;
 pub use policy::{Backoff, Jitter, RetryPolicy, random_unit};
 pub use retry::{
     FirstAttempt, RetryNotice, spawn_first_attempt, stream_with_retry, stream_with_retry_from,
 };
-
-/// Which wire protocol a provider speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ProviderKind {
-    /// OpenAI-compatible Chat Completions (`/chat/completions`).
-    #[serde(rename = "openai")]
-    Openai,
-    /// Anthropic Messages (`/v1/messages`).
-    #[serde(rename = "anthropic")]
-    Anthropic,
-    /// The OpenAI Responses API (`/responses`).
-    #[serde(rename = "openai-responses")]
-    OpenaiResponses,
-    /// The Gemini API (`/v1beta/models/{model}:streamGenerateContent`).
-    #[serde(rename = "gemini")]
-    Gemini,
-}
-
-impl ProviderKind {
-    /// The name used in the configuration (`kind = "…"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::OpenaiResponses => "openai-responses",
-            ProviderKind::Gemini => "gemini",
-        }
-    }
-
-    /// Whether the daemon can ask this kind's API to search the web itself: the Responses API
-    /// (its `web_search` tool), Gemini (Google Search grounding), whose answers carry the results
-    /// as text, and Anthropic (its server-side `web_search` tool, whose blocks are stored and sent
-    /// back as they came). Chat Completions has search only on its search models.
-    pub fn searches_natively(self) -> bool {
-        matches!(
-            self,
-            ProviderKind::OpenaiResponses | ProviderKind::Gemini | ProviderKind::Anthropic
-        )
-    }
-
-    /// What is sent in place of a document this kind cannot take (one stored in the history
-    /// before the session moved to this provider): a note, so that the model knows a file was
-    /// there and nothing is left out unsaid.
-    pub fn document_note(self, name: Option<&str>, media_type: &str) -> String {
-        format!(
-            "[attachment {}({media_type}) not sent: this provider ({}) cannot take this file]",
-            name.map(|n| format!("{n} ")).unwrap_or_default(),
-            self.as_str()
-        )
-    }
-
-    /// Whether this kind's API takes a document of `media_type`, inline (`by_url` false) or by
-    /// URL; Err says what it takes instead. Images and text are not documents (every kind takes
-    /// images; text is sent inline as text).
-    pub fn takes_document(self, media_type: &str, by_url: bool) -> Result<(), &'static str> {
-        let m = media_type.to_ascii_lowercase();
-        let (ok, takes) = match self {
-            // Anthropic's base64 and URL document sources are for PDFs (plain text goes as an
-            // attachment's `text`, inline).
-            ProviderKind::Anthropic => (
-                m == "application/pdf",
-                "application/pdf, inline or by URL (send text as the attachment's text)",
-            ),
-            // Chat Completions' file parts: PDF, inline only (a URL needs the Files API).
-            ProviderKind::Openai => (
-                m == "application/pdf" && !by_url,
-                "application/pdf, inline (base64) only",
-            ),
-            // The Responses API's input_file: PDF, inline or by URL.
-            ProviderKind::OpenaiResponses => {
-                (m == "application/pdf", "application/pdf, inline or by URL")
-            }
-            // Gemini's inlineData / fileData: documents, audio and video.
-            ProviderKind::Gemini => (
-                m == "application/pdf"
-                    || m.starts_with("audio/")
-                    || m.starts_with("video/")
-                    || m.starts_with("text/"),
-                "application/pdf, text/*, audio/* or video/*, inline or by URL",
-            ),
-        };
-        if ok { Ok(()) } else { Err(takes) }
-    }
-}
-
-impl std::fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A tool the model may call.
 #[derive(Clone, Debug)]

@@ -137,7 +137,7 @@ impl CliEngine {
             Some(unusable.join("; "))
         };
         elfgate_core::BackendInfo {
-            name: CliBackend::Acp.as_str().to_string(),
+            name: CliBackend::Acp,
             available: !usable.is_empty(),
             binary: None,
             version: None,

@@ -567,7 +567,7 @@ impl Engine for CliEngine {
                     }
                     let found = self.found.get(&b);
                     BackendInfo {
-                        name: b.as_str().to_string(),
+                        name: b,
                         available: found.and_then(Found::usable).is_some(),
                         binary: found
                             .and_then(|f| f.binary.as_ref())

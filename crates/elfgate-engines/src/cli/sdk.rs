@@ -64,7 +64,7 @@ impl Engine for ClaudeSdkEngine {
     fn backends(&self) -> Option<Vec<BackendInfo>> {
         self.cli.backends().map(|all| {
             all.into_iter()
-                .filter(|b| b.name == CliBackend::ClaudeCode.as_str())
+                .filter(|b| b.name == CliBackend::ClaudeCode)
                 .collect()
         })
     }

@@ -204,7 +204,7 @@ pub(super) fn map_block(block: &ContentBlock, role: Role) -> Option<Value> {
         ContentBlock::ProviderBlock {
             provider_kind,
             block,
-        } if role == Role::Assistant && provider_kind == ProviderKind::Anthropic.as_str() => {
+        } if role == Role::Assistant && *provider_kind == ProviderKind::Anthropic => {
             Some(block.clone())
         }
         ContentBlock::ProviderBlock { .. } => None,

@@ -422,20 +422,23 @@ fn server_tool_blocks_round_trip() {
             LlmEvent::Finish(LlmFinishReason::Paused),
         ]
     );
-    let stored = |kind: &str, block: &serde_json::Value| ContentBlock::ProviderBlock {
-        provider_kind: kind.into(),
+    let stored = |kind: ProviderKind, block: &serde_json::Value| ContentBlock::ProviderBlock {
+        provider_kind: kind,
         block: block.clone(),
     };
     assert_eq!(
-        map_block(&stored("anthropic", &use_block), Role::Assistant),
+        map_block(
+            &stored(ProviderKind::Anthropic, &use_block),
+            Role::Assistant
+        ),
         Some(use_block.clone())
     );
     assert_eq!(
-        map_block(&stored("anthropic", &use_block), Role::User),
+        map_block(&stored(ProviderKind::Anthropic, &use_block), Role::User),
         None
     );
     assert_eq!(
-        map_block(&stored("gemini", &use_block), Role::Assistant),
+        map_block(&stored(ProviderKind::Gemini, &use_block), Role::Assistant),
         None
     );
     let req = LlmRequest {

@@ -1,6 +1,7 @@
 //! The `[workflows]`, `[webhooks]` (and its targets), `[workflow_hooks.NAME]` and `[agents.NAME]`
 //! sections of the configuration.
 
+use super::{Config, ConfigError};
 use serde::Deserialize;
 
 /// `[workflows]`.
@@ -29,6 +30,19 @@ impl Default for WorkflowsConfig {
 }
 
 impl WorkflowsConfig {
+    /// The limits of a template's render are positive.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("template_fuel", self.template_fuel),
+            ("max_output_bytes", self.max_output_bytes as u64),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("workflows.{key}: at least 1")));
+            }
+        }
+        Ok(())
+    }
+
     /// The limits of a template's render.
     pub fn template_limits(&self) -> elfgate_workflow::template::Limits {
         elfgate_workflow::template::Limits {
@@ -155,5 +169,79 @@ impl AgentProfile {
             cfg.insert("skills".into(), serde_json::json!(skills));
         }
         cfg
+    }
+}
+
+impl Config {
+    /// The webhooks' limits are positive, every signing secret set is not blank, and the
+    /// targets have distinct names and http(s) URLs.
+    pub(super) fn check_webhooks(&self) -> Result<(), ConfigError> {
+        let w = &self.webhooks;
+        for (key, value) in [
+            ("max_attempts", u64::from(w.max_attempts)),
+            ("timeout_secs", w.timeout_secs),
+            ("max_pending", u64::from(w.max_pending)),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("webhooks.{key}: at least 1")));
+            }
+        }
+        // A secret set but blank signs with the empty key, which anybody can: refused as a blank
+        // token is (an unset one is a node without the secret: its hooks and targets fail).
+        let secrets = (w.targets.iter().map(|t| t.secret_env.as_str()))
+            .chain(w.notify_secret_env.as_deref())
+            .chain(self.workflow_hooks.values().map(|h| h.secret_env.as_str()));
+        for variable in secrets {
+            crate::webhooks::signature::key_in(variable)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for t in &w.targets {
+            if !names.insert(t.name.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "webhooks.targets: two targets are named '{}'",
+                    t.name
+                )));
+            }
+            match reqwest::Url::parse(&t.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "webhooks.targets '{}': url '{}' is not an http or https URL",
+                        t.name, t.url
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each agent profile names a configured provider and an engineConfig that parses.
+    pub(super) fn check_agents(&self) -> Result<(), ConfigError> {
+        for (name, profile) in &self.agents {
+            self.check_agent(name, profile)?;
+        }
+        Ok(())
+    }
+
+    fn check_agent(&self, name: &str, profile: &AgentProfile) -> Result<(), ConfigError> {
+        if let Some(p) = &profile.provider
+            && !self.providers.contains_key(p)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "agents.{name}.provider '{p}' is not a configured provider"
+            )));
+        }
+        if let Some(cfg) = &profile.engine_config
+            && (cfg.contains_key("enabledTools") && profile.tools.is_some()
+                || cfg.contains_key("skills") && profile.skills.is_some())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "agents.{name}: tools and skills are given twice (also in engine_config)"
+            )));
+        }
+        elfgate_core::EngineConfig::from_json(&serde_json::Value::Object(profile.engine_config()))
+            .map_err(|e| ConfigError::Invalid(format!("agents.{name}.{e}")))?;
+        Ok(())
     }
 }

@@ -275,6 +275,7 @@ struct ListQuery {
 )]
 async fn list(
     State(state): State<AppState>,
+    actor: Actor,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<SessionList>, ApiError> {
     let cursor = q
@@ -284,24 +285,10 @@ async fn list(
                 .map_err(|_| ApiError::BadRequest(format!("invalid cursor '{c}'")))
         })
         .transpose()?;
-    let mut page = state
-        .store
-        .list_sessions(q.limit.unwrap_or(50), cursor)
-        .await?;
-    Ok(Json(SessionList {
-        sessions: page
-            .sessions
-            .into_iter()
-            .map(|s| {
-                let first_prompt = page.first_prompts.remove(&s.id);
-                SessionView {
-                    first_prompt,
-                    ..service::view(&state, s)
-                }
-            })
-            .collect(),
-        next_cursor: page.next_cursor,
-    }))
+    let limit = q.limit.unwrap_or(50);
+    Ok(Json(
+        service::list_sessions(&state, &actor, limit, cursor).await?,
+    ))
 }
 
 /// One session with its live status.
@@ -364,15 +351,6 @@ struct MessagesQuery {
     limit: Option<u32>,
 }
 
-/// The id of a stored session, from a path; 404 for a malformed or unknown one.
-async fn stored_session_id(state: &AppState, id: &str) -> Result<SessionId, ApiError> {
-    let id = parse_session_id(id)?;
-    if state.store.get_session(id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("unknown session '{id}'")));
-    }
-    Ok(id)
-}
-
 /// A session's persisted history.
 #[utoipa::path(
     get,
@@ -392,14 +370,13 @@ async fn stored_session_id(state: &AppState, id: &str) -> Result<SessionId, ApiE
 )]
 async fn messages(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<MessagesQuery>,
 ) -> Result<Json<MessageList>, ApiError> {
-    let id = stored_session_id(&state, &id).await?;
-    let messages = state
-        .store
-        .list_messages(id, q.limit.unwrap_or(1000).clamp(1, 10_000))
-        .await?;
+    let id = parse_session_id(&id)?;
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    let messages = service::list_messages(&state, &actor, id, limit).await?;
     Ok(Json(MessageList { messages }))
 }
 
@@ -431,14 +408,13 @@ struct AuditQuery {
 )]
 async fn audit(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
-    let id = stored_session_id(&state, &id).await?;
-    let audit = state
-        .store
-        .list_audit(id, q.limit.unwrap_or(100).clamp(1, 1000))
-        .await?;
+    let id = parse_session_id(&id)?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let audit = service::list_audit(&state, &actor, id, limit).await?;
     Ok(Json(AuditList { audit }))
 }
 
@@ -463,18 +439,14 @@ async fn audit(
 )]
 async fn run(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath((id, run_id)): ApiPath<(String, String)>,
 ) -> Result<Json<Run>, ApiError> {
     let id = parse_session_id(&id)?;
     let run_id: RunId = run_id
         .parse()
         .map_err(|_| ApiError::NotFound(format!("unknown run '{run_id}'")))?;
-    state
-        .store
-        .get_run(id, run_id)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::NotFound(format!("unknown run '{run_id}' in session '{id}'")))
+    Ok(Json(service::get_run(&state, &actor, id, run_id).await?))
 }
 
 /// Answers a permission request sent on the event stream.

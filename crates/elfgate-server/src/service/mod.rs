@@ -1,5 +1,6 @@
 //! The business layer under the handlers: commands (create a session, prompt it, interrupt it,
-//! answer a permission request, run a tool, read or delete it), each given by an [`Actor`].
+//! answer a permission request, run a tool, read or delete it, list sessions), each given by an
+//! [`Actor`].
 //! A command that starts a run takes a typed spec ([`SessionSpec`], [`PromptSpec`]), built once
 //! from an API body by `TryFrom` (spec.rs: the body's checks) or directly by the daemon's own
 //! callers, and the [`Origin`] it comes through; the checks that need the daemon's state follow
@@ -11,6 +12,7 @@ mod command;
 mod control;
 mod create;
 mod prompt;
+mod reads;
 mod run_context;
 mod secrets;
 mod spec;
@@ -21,6 +23,7 @@ pub use command::{Actor, GatewayCall, Origin};
 pub use control::{answer_permission, delete_session, interrupt, session_view, view};
 pub use create::create_session;
 pub use prompt::send_message;
+pub use reads::{get_run, list_audit, list_messages, list_sessions};
 pub use secrets::SecretScan;
 pub use spec::{PromptSpec, RunSpec, SessionSpec};
 pub use tool_run::run_tool;
