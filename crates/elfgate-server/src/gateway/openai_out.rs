@@ -110,6 +110,11 @@ impl ChunkWriter {
         }
     }
 
+    /// The non-streaming answer of the same completion.
+    pub fn completion(&self, items: &[Out], end: &Out) -> Value {
+        completion(&self.id, &self.model, self.created, items, end)
+    }
+
     fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
         let c = json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created,
