@@ -1,10 +1,14 @@
 //! The providers' wire formats where more than one side of the daemon speaks them: this crate's
-//! clients (the requests they build), the gateway's front doors (the same requests, parsed) and
-//! the mock provider. Each piece is defined once here, so that the sides cannot drift apart;
-//! [`thinking_budget`] is the one table between reasoning levels and token budgets.
+//! clients (the requests they build, the streams they read), the gateway's front doors (the same
+//! requests parsed, their answers written) and the mock provider (its answers). Each piece is
+//! defined once here, so that the sides cannot drift apart; [`thinking_budget`] is the one table
+//! between reasoning levels and token budgets, `openai::reasoning_effort` the one between levels
+//! and OpenAI's efforts.
 
 pub mod anthropic;
 pub mod gemini;
+pub mod openai;
+pub mod responses;
 
 use crate::ThinkingLevel;
 

@@ -5,6 +5,7 @@ use super::Stop;
 use super::error::openai_body;
 use super::run::Out;
 use crate::error::ApiError;
+use elfgate_llm::wire::openai::Usage;
 use serde_json::{Value, json};
 
 /// OpenAI's finish reason.
@@ -17,7 +18,7 @@ pub fn finish_reason(stop: Stop) -> &'static str {
 }
 
 fn usage(input: u64, output: u64) -> Value {
-    json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output})
+    json!(Usage::of(input, output))
 }
 
 fn tool_call_json(index: usize, id: &str, name: &str, input: &Value) -> Value {
