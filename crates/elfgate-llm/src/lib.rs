@@ -23,6 +23,7 @@ pub mod sse;
 #[cfg(test)]
 mod testkit;
 mod text_template;
+pub mod wire;
 
 use client::WireProvider;
 use std::sync::Arc;

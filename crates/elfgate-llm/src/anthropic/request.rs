@@ -1,7 +1,9 @@
 //! Request encoding: the conversation and settings as the API's request body.
 
 use crate::signature;
-use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ThinkingLevel, ToolChoice};
+use crate::wire::anthropic::ThinkingParam;
+use crate::wire::thinking_budget;
+use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
 /// The type of Anthropic's server-side web search tool.
@@ -9,16 +11,6 @@ const WEB_SEARCH_TOOL: &str = "web_search_20250305";
 
 /// `max_tokens` when the request sets none (the API requires it).
 const DEFAULT_MAX_TOKENS: u32 = 8192;
-
-/// The thinking budget for a level, if thinking is enabled.
-fn thinking_budget(level: ThinkingLevel) -> Option<u32> {
-    match level {
-        ThinkingLevel::None => None,
-        ThinkingLevel::Low => Some(1024),
-        ThinkingLevel::Medium => Some(4096),
-        ThinkingLevel::High => Some(16384),
-    }
-}
 
 /// Builds the JSON request body.
 pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
@@ -92,11 +84,8 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if !req.stop.is_empty() {
         body.insert("stop_sequences".into(), json!(req.stop));
     }
-    if let Some(b) = budget {
-        body.insert(
-            "thinking".into(),
-            json!({ "type": "enabled", "budget_tokens": b }),
-        );
+    if let Some(thinking) = ThinkingParam::for_level(req.thinking) {
+        body.insert("thinking".into(), json!(thinking));
     }
     if let Some((ProviderKind::Anthropic, fields)) = &req.passthrough {
         for (k, v) in fields {

@@ -4,6 +4,7 @@ use crate::ProviderKind;
 use crate::TokenUsage;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::text_template::TextTemplate;
+use crate::wire::anthropic::Usage;
 use crate::{LlmError, LlmEvent, LlmFinishReason};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,7 +24,7 @@ struct Event<'a> {
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
     #[serde(default)]
-    usage: Option<UsageBody>,
+    usage: Option<Usage>,
     #[serde(default)]
     error: Option<Value>,
 }
@@ -31,34 +32,7 @@ struct Event<'a> {
 #[derive(Deserialize)]
 struct MessageStart {
     #[serde(default)]
-    usage: Option<UsageBody>,
-}
-
-#[derive(Deserialize)]
-struct UsageBody {
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
-}
-
-impl UsageBody {
-    /// All prompt tokens, cached or not.
-    fn total_input(&self) -> Option<u64> {
-        let parts = [
-            self.input_tokens,
-            self.cache_creation_input_tokens,
-            self.cache_read_input_tokens,
-        ];
-        if parts.iter().all(Option::is_none) {
-            return None;
-        }
-        Some(parts.iter().map(|p| p.unwrap_or(0)).sum())
-    }
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
@@ -142,7 +116,7 @@ impl AnthropicDecoder {
 
     /// Keeps the prompt figures of `message_start`, or of a `message_delta` that repeats them
     /// (zeros there do not erase what `message_start` said).
-    fn note_usage(&mut self, u: &UsageBody) {
+    fn note_usage(&mut self, u: &Usage) {
         if let Some(n) = u.total_input().filter(|n| *n > 0) {
             self.input_tokens = n;
         }

@@ -1,19 +1,10 @@
 //! Request encoding: the conversation and settings as the API's request body.
 
 use crate::signature;
-use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ThinkingLevel, ToolChoice};
+use crate::wire::gemini::ThinkingConfig;
+use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-
-/// The thinking budget for a level; `None` leaves the model's own default.
-fn thinking_budget(level: ThinkingLevel) -> Option<u32> {
-    match level {
-        ThinkingLevel::None => None,
-        ThinkingLevel::Low => Some(1024),
-        ThinkingLevel::Medium => Some(4096),
-        ThinkingLevel::High => Some(16384),
-    }
-}
 
 /// Builds the JSON request body (the model is in the URL).
 pub(crate) fn build_body(req: &LlmRequest) -> Value {
@@ -101,11 +92,8 @@ pub(crate) fn build_body(req: &LlmRequest) -> Value {
     if let Some(m) = req.max_tokens {
         gen_config.insert("maxOutputTokens".into(), json!(m));
     }
-    if let Some(b) = thinking_budget(req.thinking) {
-        gen_config.insert(
-            "thinkingConfig".into(),
-            json!({ "includeThoughts": true, "thinkingBudget": b }),
-        );
+    if let Some(thinking) = ThinkingConfig::for_level(req.thinking) {
+        gen_config.insert("thinkingConfig".into(), json!(thinking));
     }
     if !gen_config.is_empty() {
         body.insert("generationConfig".into(), Value::Object(gen_config));

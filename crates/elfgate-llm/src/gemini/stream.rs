@@ -3,6 +3,7 @@
 use crate::TokenUsage;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
+use crate::wire::gemini::UsageMetadata;
 use crate::{LlmError, LlmEvent, LlmFinishReason, ProviderKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -58,20 +59,6 @@ struct FunctionCall {
     name: String,
     #[serde(default)]
     args: Option<Value>,
-}
-
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "camelCase")]
-struct UsageMetadata {
-    #[serde(default)]
-    prompt_token_count: Option<u64>,
-    #[serde(default)]
-    candidates_token_count: Option<u64>,
-    #[serde(default)]
-    thoughts_token_count: Option<u64>,
-    /// Prompt tokens served from a cached content (counted in `prompt_token_count` too).
-    #[serde(default)]
-    cached_content_token_count: Option<u64>,
 }
 
 #[derive(Deserialize)]

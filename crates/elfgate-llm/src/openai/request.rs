@@ -1,7 +1,8 @@
 //! Request encoding: the conversation and settings as the API's request body.
 
 use crate::ProviderKind;
-use crate::{ContentBlock, LlmRequest, Role, ThinkingLevel, ToolChoice};
+use crate::wire::openai::reasoning_effort;
+use crate::{ContentBlock, LlmRequest, Role, ToolChoice};
 use serde_json::{Map, Value, json};
 
 /// Builds the JSON request body.
@@ -49,13 +50,7 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
     if let Some(format) = &req.response_format {
         body.insert("response_format".into(), format.clone());
     }
-    let effort = match req.thinking {
-        ThinkingLevel::None => None,
-        ThinkingLevel::Low => Some("low"),
-        ThinkingLevel::Medium => Some("medium"),
-        ThinkingLevel::High => Some("high"),
-    };
-    if let Some(effort) = effort {
+    if let Some(effort) = reasoning_effort(req.thinking) {
         body.insert("reasoning_effort".into(), Value::String(effort.into()));
     }
     Value::Object(body)

@@ -3,6 +3,7 @@
 use crate::TokenUsage;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::openai_fast;
+use crate::wire::openai::Usage;
 use crate::{LlmError, LlmEvent, LlmFinishReason};
 use serde::Deserialize;
 use serde_json::Value;
@@ -58,23 +59,6 @@ struct FunctionDelta {
     name: Option<String>,
     #[serde(default)]
     arguments: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    /// Prompt tokens served from the provider's cache (counted in `prompt_tokens` too).
-    #[serde(default)]
-    cached_tokens: Option<u64>,
 }
 
 #[derive(Default)]
@@ -214,10 +198,7 @@ impl OpenAiDecoder {
             out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: u.prompt_tokens.unwrap_or(0),
                 output_tokens: u.completion_tokens.unwrap_or(0),
-                cache_read_tokens: u
-                    .prompt_tokens_details
-                    .and_then(|d| d.cached_tokens)
-                    .unwrap_or(0),
+                cache_read_tokens: u.cached_tokens(),
                 // OpenAI caches prefixes by itself and reports no writes.
                 cache_write_tokens: 0,
             })));

@@ -1,6 +1,7 @@
 //! Request encoding: the conversation and settings as the API's request body.
 
 use crate::signature;
+use crate::wire::openai::reasoning_effort;
 use crate::{ContentBlock, LlmRequest, ProviderKind, Role, ThinkingLevel, ToolChoice};
 use serde_json::{Map, Value, json};
 
@@ -61,13 +62,7 @@ pub(crate) fn build_body(req: &LlmRequest, model: &str) -> Value {
             body.insert(k.clone(), v.clone());
         }
     }
-    let effort = match req.thinking {
-        ThinkingLevel::None => None,
-        ThinkingLevel::Low => Some("low"),
-        ThinkingLevel::Medium => Some("medium"),
-        ThinkingLevel::High => Some("high"),
-    };
-    if let Some(effort) = effort {
+    if let Some(effort) = reasoning_effort(req.thinking) {
         // Without `summary` the API streams no reasoning text at all.
         body.insert(
             "reasoning".into(),

@@ -3,6 +3,7 @@
 use crate::TokenUsage;
 use crate::http::{self, Decoder, EventQueue, Text};
 use crate::signature;
+use crate::wire::responses::Usage;
 use crate::{LlmError, LlmEvent, LlmFinishReason, ProviderKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -61,23 +62,6 @@ struct IncompleteDetails {
     reason: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct Usage {
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-    #[serde(default)]
-    input_tokens_details: Option<InputDetails>,
-}
-
-#[derive(Deserialize)]
-struct InputDetails {
-    /// Input tokens served from the provider's cache (counted in `input_tokens` too).
-    #[serde(default)]
-    cached_tokens: Option<u64>,
-}
-
 #[derive(Default)]
 struct PendingCall {
     call_id: String,
@@ -122,10 +106,7 @@ impl ResponsesDecoder {
             out.push_back(Ok(LlmEvent::Usage(TokenUsage {
                 input_tokens: u.input_tokens.unwrap_or(0),
                 output_tokens: u.output_tokens.unwrap_or(0),
-                cache_read_tokens: u
-                    .input_tokens_details
-                    .and_then(|d| d.cached_tokens)
-                    .unwrap_or(0),
+                cache_read_tokens: u.cached_tokens(),
                 // The Responses API caches prefixes by itself and reports no writes.
                 cache_write_tokens: 0,
             })));

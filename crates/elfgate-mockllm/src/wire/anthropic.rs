@@ -1,5 +1,6 @@
 //! Anthropic Messages (`POST /v1/messages`).
 
+use elfgate_llm::wire::anthropic::Usage;
 use serde_json::{Value, json};
 
 use super::{Builder, Content, Cut, End, Plan, Reply, SIGNATURE, event_frame};
@@ -126,14 +127,14 @@ pub(crate) fn server_blocks_problem(body: &Value) -> Option<String> {
 }
 
 /// The usage object: Anthropic counts cached prompt tokens apart from `input_tokens`.
-fn usage(r: &Reply<'_>, output_tokens: u64) -> Value {
+fn usage(r: &Reply<'_>, output_tokens: u64) -> Usage {
     let cached = r.cache.read + r.cache.write;
-    json!({
-        "input_tokens": r.prompt_tokens.saturating_sub(cached).max(1),
-        "cache_creation_input_tokens": r.cache.write,
-        "cache_read_input_tokens": r.cache.read,
-        "output_tokens": output_tokens,
-    })
+    Usage {
+        input_tokens: Some(r.prompt_tokens.saturating_sub(cached).max(1)),
+        cache_creation_input_tokens: Some(r.cache.write),
+        cache_read_input_tokens: Some(r.cache.read),
+        output_tokens: Some(output_tokens),
+    }
 }
 
 /// Build the Anthropic streaming body.

@@ -6,6 +6,7 @@
 //! a tool call is one `functionCall` part) and the usage so far. The last chunk carries the
 //! `finishReason`.
 
+use elfgate_llm::wire::gemini::UsageMetadata;
 use serde_json::{Value, json};
 
 use super::{Builder, Content, Cut, End, Plan, Reply, data_frame, last_text_part};
@@ -50,19 +51,22 @@ fn finish_reason(c: &Content) -> String {
 }
 
 /// Usage after `thoughts` thinking chunks and `candidates` text chunks and tool calls.
-fn usage(r: &Reply<'_>, thoughts: u64, candidates: u64) -> Value {
-    let mut u = json!({
-        "promptTokenCount": r.prompt_tokens,
-        "candidatesTokenCount": candidates,
-        "totalTokenCount": r.prompt_tokens + candidates + thoughts,
-    });
-    if thoughts > 0 {
-        u["thoughtsTokenCount"] = thoughts.into();
+fn usage(r: &Reply<'_>, thoughts: u64, candidates: u64) -> UsageMetadata {
+    UsageMetadata {
+        prompt_token_count: Some(r.prompt_tokens),
+        candidates_token_count: Some(candidates),
+        thoughts_token_count: (thoughts > 0).then_some(thoughts),
+        total_token_count: Some(r.prompt_tokens + candidates + thoughts),
+        cached_content_token_count: None,
     }
-    u
 }
 
-fn response(r: &Reply<'_>, parts: Vec<Value>, finish: Option<String>, usage: Value) -> Value {
+fn response(
+    r: &Reply<'_>,
+    parts: Vec<Value>,
+    finish: Option<String>,
+    usage: UsageMetadata,
+) -> Value {
     let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
     if let Some(f) = finish {
         candidate["finishReason"] = Value::String(f);

@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions (`POST /v1/chat/completions`).
 
 use bytes::Bytes;
+use elfgate_llm::wire::openai::{PromptTokensDetails, Usage};
 use serde_json::{Value, json};
 
 use super::{Builder, Content, Cut, End, Plan, Reply, data_frame};
@@ -41,7 +42,7 @@ fn oa_cut(b: &mut Builder, cut: Cut) -> End {
 
 /// Build the OpenAI streaming body.
 pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
-    let (model, created, prompt_tokens) = (r.model, r.created, r.prompt_tokens);
+    let (model, created) = (r.model, r.created);
     let mut b = Builder {
         frames: Vec::with_capacity(c.thinking.len() + c.text.len() + 6),
     };
@@ -116,7 +117,6 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
         false,
     );
     if r.include_usage {
-        let ct = c.completion_tokens();
         b.push(
             data_frame(&json!({
                 "id": OPENAI_ID,
@@ -124,12 +124,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
                 "created": created,
                 "model": model,
                 "choices": [],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": ct,
-                    "total_tokens": prompt_tokens + ct,
-                    "prompt_tokens_details": {"cached_tokens": r.cache.read},
-                },
+                "usage": usage(c, r),
             })),
             false,
         );
@@ -143,7 +138,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
 
 /// Build the OpenAI non-streaming response object.
 pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
-    let (model, created, prompt_tokens) = (r.model, r.created, r.prompt_tokens);
+    let (model, created) = (r.model, r.created);
     let text = c.text.concat();
     let mut message = json!({
         "role": "assistant",
@@ -166,7 +161,6 @@ pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
             })
             .collect();
     }
-    let ct = c.completion_tokens();
     json!({
         "id": OPENAI_ID,
         "object": "chat.completion",
@@ -178,13 +172,18 @@ pub(super) fn message(c: &Content, r: &Reply<'_>) -> Value {
             "logprobs": null,
             "finish_reason": c.openai_finish(),
         }],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": ct,
-            "total_tokens": prompt_tokens + ct,
-            "prompt_tokens_details": {"cached_tokens": r.cache.read},
-        },
+        "usage": usage(c, r),
     })
+}
+
+/// The usage object, with the prompt's cached tokens.
+fn usage(c: &Content, r: &Reply<'_>) -> Usage {
+    Usage {
+        prompt_tokens_details: Some(PromptTokensDetails {
+            cached_tokens: Some(r.cache.read),
+        }),
+        ..Usage::of(r.prompt_tokens, c.completion_tokens())
+    }
 }
 
 /// OpenAI-shaped error body.

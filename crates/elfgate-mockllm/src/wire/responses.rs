@@ -5,6 +5,7 @@
 //! (reasoning, message, function call) is added, filled by deltas and closed, and the last event
 //! carries the whole response object with its usage.
 
+use elfgate_llm::wire::responses::Usage;
 use serde_json::{Value, json};
 
 use super::openai_chat::CALL_ID_PREFIX;
@@ -43,18 +44,17 @@ fn incomplete(c: &Content) -> bool {
     )
 }
 
-fn usage(c: &Content, r: &Reply<'_>) -> Value {
-    let output = c.completion_tokens();
-    json!({
-        "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": r.cache.read},
-        "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": c.thinking.len()},
-        "total_tokens": r.prompt_tokens + output,
-    })
+fn usage(c: &Content, r: &Reply<'_>) -> Usage {
+    let reasoning = c.thinking.len() as u64;
+    Usage::of(
+        r.prompt_tokens,
+        r.cache.read,
+        c.completion_tokens(),
+        reasoning,
+    )
 }
 
-fn response_object(r: &Reply<'_>, status: &str, output: Vec<Value>, usage: Value) -> Value {
+fn response_object(r: &Reply<'_>, status: &str, output: Vec<Value>, usage: Option<Usage>) -> Value {
     json!({
         "id": RESPONSE_ID,
         "object": "response",
@@ -79,7 +79,7 @@ fn final_response(c: &Content, r: &Reply<'_>, output: Vec<Value>) -> Value {
             "completed"
         },
         output,
-        usage(c, r),
+        Some(usage(c, r)),
     );
     if incomplete(c) {
         resp["incomplete_details"] = json!({"reason": "max_output_tokens"});
@@ -141,7 +141,7 @@ fn cut_stream(mut e: Events, cut: Cut, r: &Reply<'_>) -> Plan {
         Cut::Drop => End::Drop,
         Cut::Stall => End::Stall,
         Cut::Error => {
-            let mut resp = response_object(r, "failed", Vec::new(), Value::Null);
+            let mut resp = response_object(r, "failed", Vec::new(), None);
             resp["error"] = json!({
                 "code": "server_error",
                 "message": "mock mid-stream error (error_after)",
@@ -237,7 +237,7 @@ pub(super) fn stream(c: &Content, r: &Reply<'_>) -> Plan {
         },
         seq: 0,
     };
-    let created = response_object(r, "in_progress", Vec::new(), Value::Null);
+    let created = response_object(r, "in_progress", Vec::new(), None);
     e.push("response.created", json!({"response": created}), false);
     e.push("response.in_progress", json!({"response": created}), false);
     let mut output = Vec::new();

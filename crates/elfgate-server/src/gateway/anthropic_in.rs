@@ -6,6 +6,7 @@ use super::body::{OneOrMany, PathStyle, required, typed};
 use super::openai_in::last_user_text;
 use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
+use elfgate_llm::wire::anthropic::ThinkingParam;
 use elfgate_llm::{LlmMessage, LlmRequest, ProviderKind, ToolChoice, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -128,13 +129,6 @@ enum InToolChoice {
     Tool { name: String },
 }
 
-#[derive(Debug, Deserialize)]
-struct ThinkingParam {
-    #[serde(rename = "type")]
-    kind: String,
-    budget_tokens: Option<u64>,
-}
-
 /// Whether the caller's `anthropic-beta` header (betas separated by commas, in one header or
 /// several) names the long-context beta: the one beta the door passes on to an Anthropic-kind
 /// provider. Others could change what the provider answers in ways the daemon does not read.
@@ -196,14 +190,9 @@ pub fn parse(body: &Value) -> Result<Inbound, ApiError> {
         InToolChoice::None => ToolChoice::None,
         InToolChoice::Tool { name } => ToolChoice::Tool(name),
     });
-    let thinking = match r.thinking {
-        Some(t) if t.kind == "enabled" => match t.budget_tokens.unwrap_or(0) {
-            0..=4095 => ThinkingLevel::Low,
-            4096..=16383 => ThinkingLevel::Medium,
-            _ => ThinkingLevel::High,
-        },
-        _ => ThinkingLevel::default(),
-    };
+    let thinking = r
+        .thinking
+        .map_or_else(ThinkingLevel::default, |t| t.level());
     let prompt = last_user_text(&messages);
     Ok(Inbound {
         model,

@@ -5,6 +5,7 @@ use super::Stop;
 use super::error::anthropic_body;
 use super::run::Out;
 use crate::error::ApiError;
+use elfgate_llm::wire::anthropic::Usage;
 use serde_json::{Value, json};
 
 /// Anthropic's stop reason; `stop_sequence` when the provider named the sequence it stopped at.
@@ -52,7 +53,7 @@ pub fn message_json(id: &str, model: &str, items: &[Out], end: &Out) -> Value {
         "id": id, "type": "message", "role": "assistant", "model": model, "content": content,
         "stop_reason": stop_reason(stop, end.stop_sequence()),
         "stop_sequence": end.stop_sequence(),
-        "usage": {"input_tokens": input, "output_tokens": output},
+        "usage": Usage::of(input, output),
     })
 }
 
@@ -124,7 +125,7 @@ impl EventWriter {
                 json!({"type": "message_start", "message": {
                     "id": self.id, "type": "message", "role": "assistant", "model": self.model,
                     "content": [], "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+                    "usage": Usage::of(0, 0)}}),
             ));
         }
         match item {
@@ -181,8 +182,7 @@ impl EventWriter {
                     json!({"type": "message_delta",
                            "delta": {"stop_reason": stop_reason(*stop, sequence),
                                      "stop_sequence": sequence},
-                           "usage": {"input_tokens": input_tokens,
-                                     "output_tokens": output_tokens}}),
+                           "usage": Usage::of(*input_tokens, *output_tokens)}),
                 ));
                 s.push_str(&frame("message_stop", json!({"type": "message_stop"})));
             }

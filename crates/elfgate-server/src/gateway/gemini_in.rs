@@ -7,6 +7,7 @@ use super::body::{PathStyle, required, typed};
 use super::openai_in::last_user_text;
 use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
+use elfgate_llm::wire::gemini::ThinkingConfig;
 use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -102,13 +103,6 @@ struct GenerationConfig {
     response_mime_type: Option<String>,
     response_json_schema: Option<Value>,
     response_schema: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ThinkingConfig {
-    thinking_budget: Option<i64>,
-    thinking_level: Option<String>,
 }
 
 /// A generateContent request in the internal form, with what only this door needs.
@@ -274,19 +268,10 @@ pub fn parse(model: &str, body: &Value, stream: bool) -> Result<GeminiInbound, A
             _ => None,
         });
     let g = r.generation_config;
-    let thinking = match g.as_ref().and_then(|g| g.thinking_config.as_ref()) {
-        Some(t) => match (t.thinking_level.as_deref(), t.thinking_budget) {
-            (Some("low" | "LOW" | "minimal" | "MINIMAL"), _) => ThinkingLevel::Low,
-            (Some("medium" | "MEDIUM"), _) => ThinkingLevel::Medium,
-            (Some("high" | "HIGH"), _) => ThinkingLevel::High,
-            (_, Some(0) | None) => ThinkingLevel::default(),
-            (_, Some(b)) if b < 0 => ThinkingLevel::Medium,
-            (_, Some(b)) if b < 4096 => ThinkingLevel::Low,
-            (_, Some(b)) if b < 16384 => ThinkingLevel::Medium,
-            (_, Some(_)) => ThinkingLevel::High,
-        },
-        None => ThinkingLevel::default(),
-    };
+    let thinking = g
+        .as_ref()
+        .and_then(|g| g.thinking_config.as_ref())
+        .map_or_else(ThinkingLevel::default, ThinkingConfig::level);
     let response_format = g.as_ref().and_then(|g| {
         (g.response_mime_type.as_deref() == Some("application/json")).then(|| {
             match g.response_json_schema.as_ref().or(g.response_schema.as_ref()) {

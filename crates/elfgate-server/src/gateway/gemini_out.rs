@@ -4,6 +4,7 @@
 use super::Stop;
 use super::run::Out;
 use crate::error::ApiError;
+use elfgate_llm::wire::gemini::UsageMetadata;
 use serde_json::{Value, json};
 
 /// Builds a generateContent answer from the run's items.
@@ -15,7 +16,7 @@ pub struct GeminiBuilder {
     /// A reasoning signature waiting for the part it belongs on (the next call or text).
     signature: Option<String>,
     finish: Option<&'static str>,
-    usage: Value,
+    usage: Option<UsageMetadata>,
 }
 
 impl GeminiBuilder {
@@ -27,7 +28,7 @@ impl GeminiBuilder {
             parts: Vec::new(),
             signature: None,
             finish: None,
-            usage: Value::Null,
+            usage: None,
         }
     }
 
@@ -38,8 +39,8 @@ impl GeminiBuilder {
         }
         let mut r = json!({"candidates": [candidate], "modelVersion": self.model,
                            "responseId": self.response_id});
-        if !self.usage.is_null() {
-            r["usageMetadata"] = self.usage.clone();
+        if let Some(usage) = self.usage {
+            r["usageMetadata"] = json!(usage);
         }
         r
     }
@@ -115,10 +116,11 @@ impl GeminiBuilder {
                 } else {
                     "STOP"
                 });
-                self.usage = json!({
-                    "promptTokenCount": input_tokens,
-                    "candidatesTokenCount": output_tokens,
-                    "totalTokenCount": input_tokens + output_tokens,
+                self.usage = Some(UsageMetadata {
+                    prompt_token_count: Some(*input_tokens),
+                    candidates_token_count: Some(*output_tokens),
+                    total_token_count: Some(input_tokens + output_tokens),
+                    ..Default::default()
                 });
                 // A signature that found no part goes on an empty text part of its own.
                 let parts = match self.signature.take() {

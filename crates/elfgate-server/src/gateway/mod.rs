@@ -7,6 +7,8 @@ pub mod anthropic_in;
 pub mod anthropic_out;
 pub mod body;
 pub mod builtin_tools;
+pub mod door;
+pub mod doors;
 pub mod error;
 pub mod gemini_in;
 pub mod gemini_out;

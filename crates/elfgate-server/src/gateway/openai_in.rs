@@ -4,7 +4,8 @@
 use super::Inbound;
 use super::body::{OneOrMany, PathStyle, required, typed};
 use crate::error::ApiError;
-use elfgate_core::{ContentBlock, Role, ThinkingLevel};
+use elfgate_core::{ContentBlock, Role};
+use elfgate_llm::wire::openai::level_of_effort;
 use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -162,12 +163,11 @@ pub fn parse(body: &Value) -> Result<(Inbound, bool), ApiError> {
         })
         .collect();
     let tool_choice = r.tool_choice.map(tool_choice).transpose()?;
-    let thinking = match r.reasoning_effort.as_deref() {
-        Some("minimal" | "low") => ThinkingLevel::Low,
-        Some("medium") => ThinkingLevel::Medium,
-        Some("high") => ThinkingLevel::High,
-        _ => ThinkingLevel::default(),
-    };
+    let thinking = r
+        .reasoning_effort
+        .as_deref()
+        .and_then(level_of_effort)
+        .unwrap_or_default();
     let request = LlmRequest {
         model: String::new(),
         system: (!system.is_empty()).then(|| system.join("\n\n")),

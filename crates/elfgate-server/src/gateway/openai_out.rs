@@ -5,6 +5,7 @@ use super::Stop;
 use super::error::openai_body;
 use super::run::Out;
 use crate::error::ApiError;
+use elfgate_llm::wire::openai::Usage;
 use serde_json::{Value, json};
 
 /// OpenAI's finish reason.
@@ -17,7 +18,7 @@ pub fn finish_reason(stop: Stop) -> &'static str {
 }
 
 fn usage(input: u64, output: u64) -> Value {
-    json!({"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output})
+    json!(Usage::of(input, output))
 }
 
 fn tool_call_json(index: usize, id: &str, name: &str, input: &Value) -> Value {
@@ -108,6 +109,11 @@ impl ChunkWriter {
             started: false,
             tail,
         }
+    }
+
+    /// The non-streaming answer of the same completion.
+    pub fn completion(&self, items: &[Out], end: &Out) -> Value {
+        completion(&self.id, &self.model, self.created, items, end)
     }
 
     fn chunk(&self, delta: Value, finish: Option<&str>) -> String {

@@ -7,6 +7,7 @@ use super::body::{PathStyle, required, typed};
 use super::openai_in::{image, last_user_text};
 use crate::error::ApiError;
 use elfgate_core::{ContentBlock, Role, ThinkingLevel};
+use elfgate_llm::wire::openai::level_of_effort;
 use elfgate_llm::{LlmMessage, LlmRequest, ToolChoice, ToolSpec};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -216,10 +217,9 @@ pub fn parse(body: &Value) -> Result<ResponsesInbound, ApiError> {
     }
     let tool_choice = r.tool_choice.map(tool_choice).transpose()?;
     let thinking = match r.reasoning.and_then(|r| r.effort).as_deref() {
-        Some("minimal" | "low") => ThinkingLevel::Low,
-        Some("medium") => ThinkingLevel::Medium,
-        Some("high" | "xhigh") => ThinkingLevel::High,
-        _ => ThinkingLevel::default(),
+        // The Responses API's own level above `high`.
+        Some("xhigh") => ThinkingLevel::High,
+        effort => effort.and_then(level_of_effort).unwrap_or_default(),
     };
     let response_format = r.text.and_then(|t| t.format).map(response_format);
     let prompt = last_user_text(&messages);

@@ -5,6 +5,7 @@
 use super::Stop;
 use super::run::Out;
 use crate::error::ApiError;
+use elfgate_llm::wire::responses::Usage;
 use serde_json::{Value, json};
 
 /// What the answer echoes of the request.
@@ -331,13 +332,7 @@ impl ResponseBuilder {
                 } else {
                     "completed"
                 };
-                self.usage = json!({
-                    "input_tokens": input_tokens,
-                    "input_tokens_details": {"cached_tokens": 0},
-                    "output_tokens": output_tokens,
-                    "output_tokens_details": {"reasoning_tokens": 0},
-                    "total_tokens": input_tokens + output_tokens,
-                });
+                self.usage = json!(Usage::of(*input_tokens, 0, *output_tokens, 0));
                 let r = self.response();
                 let kind = if self.status == "incomplete" {
                     "response.incomplete"
