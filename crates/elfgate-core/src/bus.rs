@@ -19,6 +19,7 @@ use crate::ids::{RunId, SessionId};
 use crate::lease::LeaseGuard;
 use crate::log_queue::{LogCommand, LogQueueFull, LogRoom, LogSender};
 use crate::metrics::Metrics;
+use crate::sync::lock;
 use dashmap::DashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -114,9 +115,7 @@ impl SessionBus {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SeqState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Moves the numbering above `last_seq` (and the reservation up to `reserved`) when it is

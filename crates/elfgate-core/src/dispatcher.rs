@@ -16,6 +16,7 @@ use crate::model::{FinishReason, Message};
 use crate::outcome::RunOutcome;
 use crate::recorder::RunRecorder;
 pub use crate::recorder::{LedgerError, RunLedger};
+use crate::sync::{read, write};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -152,22 +153,13 @@ impl EngineDispatcher {
 
     /// Adds (or replaces) an engine.
     pub fn register_engine(&self, engine: Arc<dyn Engine>) {
-        let mut map = self
-            .engines
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = write(&self.engines);
         map.insert(engine.engine_type(), engine);
     }
 
     /// Has every engine let go of what it keeps for a deleted session.
     pub async fn forget_session(&self, session_id: SessionId) {
-        let engines: Vec<Arc<dyn Engine>> = self
-            .engines
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let engines: Vec<Arc<dyn Engine>> = read(&self.engines).values().cloned().collect();
         for engine in engines {
             engine.forget_session(session_id).await;
         }
@@ -175,10 +167,7 @@ impl EngineDispatcher {
 
     /// The engine of a type.
     pub fn get_engine(&self, engine: EngineType) -> Option<Arc<dyn Engine>> {
-        let map = self
-            .engines
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = read(&self.engines);
         map.get(&engine).cloned()
     }
 
@@ -249,10 +238,7 @@ impl EngineDispatcher {
     /// gives no run.
     pub fn interrupt(self: &Arc<Self>, session_id: SessionId) -> InterruptResult {
         let engine_extra = {
-            let map = self
-                .engines
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let map = read(&self.engines);
             map.values().any(|e| e.interrupt(session_id))
         };
         match self.active.interrupt(session_id) {
@@ -314,10 +300,7 @@ impl EngineDispatcher {
     /// Reloads MCP tools in every engine; returns how many sessions were reloaded.
     pub async fn reload_mcp_for_all_active(&self) -> usize {
         let engines: Vec<Arc<dyn Engine>> = {
-            let map = self
-                .engines
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let map = read(&self.engines);
             map.values().cloned().collect()
         };
         let mut n = 0;
@@ -330,10 +313,7 @@ impl EngineDispatcher {
     /// What each registered engine is and how busy it is.
     pub fn engine_infos(&self) -> Vec<EngineInfo> {
         let engines: Vec<Arc<dyn Engine>> = {
-            let map = self
-                .engines
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let map = read(&self.engines);
             map.values().cloned().collect()
         };
         let mut infos: Vec<EngineInfo> = engines

@@ -9,6 +9,7 @@ use crate::model::Session;
 use crate::modes::{CliBackend, PermissionMode, ThinkingLevel};
 use crate::outcome::RunOutcome;
 use crate::recorder::RunRecorder;
+use crate::sync::lock;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::any::Any;
@@ -30,10 +31,7 @@ impl HeadStart {
 
     /// Takes the work out if it is there and of type `T`.
     pub fn take<T: Any>(&self) -> Option<T> {
-        let mut slot = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut slot = lock(&self.0);
         match slot.take()?.downcast::<T>() {
             Ok(work) => Some(*work),
             Err(other) => {
@@ -45,10 +43,7 @@ impl HeadStart {
 
     /// Whether work is waiting to be taken.
     pub fn is_set(&self) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some()
+        lock(&self.0).is_some()
     }
 }
 

@@ -8,6 +8,7 @@
 use crate::ids::{RunId, SessionId};
 use crate::model::Message;
 use crate::outcome::RunOutcome;
+use crate::sync::lock;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 
@@ -112,9 +113,7 @@ impl RunRecorder {
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, Written> {
-        self.written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.written)
     }
 
     /// The run's user message, if it is stored already.

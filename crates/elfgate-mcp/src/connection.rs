@@ -5,6 +5,7 @@ use crate::notify::{Listening, Notifier};
 use crate::result::ServerTool;
 use crate::stdio::StdioProcess;
 use crate::unavailable::{Down, Unavailable};
+use elfgate_core::sync::lock;
 use elfgate_core::{McpServerConfig, McpTransport};
 use elfgate_tools::process::ChildEnv;
 use rmcp::model::ProgressToken;
@@ -14,7 +15,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 
@@ -137,14 +138,11 @@ impl Connection {
     }
 
     pub(crate) fn shown(&self) -> Shown {
-        self.shown
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.shown).clone()
     }
 
     fn show(&self, state: ServerState, reason: Option<String>, tools: usize, pid: Option<i32>) {
-        *self.shown.lock().unwrap_or_else(PoisonError::into_inner) = Shown {
+        *lock(&self.shown) = Shown {
             state,
             reason,
             tool_count: tools,

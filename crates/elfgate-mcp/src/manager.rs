@@ -4,7 +4,7 @@
 use crate::connection::{Connection, ServerState};
 use crate::tool::McpTool;
 use crate::unavailable::Unavailable;
-use elfgate_core::sync::lock;
+use elfgate_core::sync::{lock, read, write};
 use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
 };
@@ -13,7 +13,7 @@ use elfgate_tools::process::{ChildEnv, kill_noted_groups};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
@@ -112,11 +112,7 @@ impl McpManager {
     }
 
     fn section(&self) -> McpSection {
-        self.inner
-            .section
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.inner.section).clone()
     }
 
     /// The tools of the servers `session` uses now (the daemon's, merged with its mcpConfig),
@@ -236,11 +232,7 @@ impl McpManager {
     /// stopped once no session uses them; a session sees the new set at its next iteration.
     pub async fn reload(&self, section: McpSection) -> ReloadReport {
         let old = {
-            let mut s = self
-                .inner
-                .section
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut s = write(&self.inner.section);
             std::mem::replace(&mut *s, section.clone())
         };
         let mut report = ReloadReport::default();

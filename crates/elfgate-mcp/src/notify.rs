@@ -8,13 +8,14 @@
     reason = "log notifications are deprecated by the newest revision only"
 )]
 
+use elfgate_core::sync::lock;
 use rmcp::ClientHandler;
 use rmcp::model::{
     LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam, ProgressToken,
 };
 use rmcp::service::{NotificationContext, RoleClient};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// Calls in flight on one connection, by progress token.
@@ -47,7 +48,7 @@ impl Notifier {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<String>>> {
-        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.calls)
     }
 
     /// Registers a call by the progress token the SDK gave its request.

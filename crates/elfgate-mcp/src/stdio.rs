@@ -4,9 +4,10 @@
 
 use crate::unavailable::Down;
 use elfgate_core::McpServerConfig;
+use elfgate_core::sync::lock;
 use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::process::{ChildStdin, ChildStdout};
@@ -58,7 +59,7 @@ impl StdioProcess {
                     if n == 0 {
                         break;
                     }
-                    let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut t = lock(&tail);
                     t.extend_from_slice(&buf[..n]);
                     let extra = t.len().saturating_sub(STDERR_TAIL);
                     t.drain(..extra);
@@ -83,7 +84,7 @@ impl StdioProcess {
 
     /// The end of what it wrote on stderr, for error messages.
     pub(crate) fn stderr_tail(&self) -> String {
-        let t = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        let t = lock(&self.stderr);
         String::from_utf8_lossy(&t).trim().to_string()
     }
 

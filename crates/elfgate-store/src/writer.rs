@@ -17,6 +17,7 @@ use crate::statements::{
     push_cli_session_id, push_insert_messages, push_insert_runs, push_insert_sessions,
     push_run_end_notice, push_run_finished, push_run_started, push_session_engine_config,
 };
+use elfgate_core::sync::lock;
 use elfgate_core::{
     EventRecord, LogCommand, LogReceiver, LogSender, Message, Run, RunId, RunOutcome, Session,
     SessionId,
@@ -171,11 +172,7 @@ impl Writer {
     /// Writes everything queued so far, then stops the task.
     pub(crate) async fn shutdown(&self) {
         self.log.flush().await;
-        let task = self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let task = lock(&self.task).take();
         if let Some(t) = task {
             t.abort();
         }

@@ -1,11 +1,12 @@
 //! A run's MCP tools: the servers its session uses, asked again before every iteration of the
 //! top-level agent, so that a reload or a restarted server shows from the next iteration on.
 
+use elfgate_core::sync::lock;
 use elfgate_core::{EngineSessionContext, EventPayload, McpSessionConfig, SessionId};
 use elfgate_mcp::McpManager;
 use elfgate_tools::ToolRegistry;
 use std::collections::BTreeSet;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 /// The MCP side of one run; the session lets go of its servers when it is dropped.
@@ -49,10 +50,7 @@ impl McpRun {
         };
         let mut notes = Vec::new();
         {
-            let mut announced = self
-                .announced
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut announced = lock(&self.announced);
             let down: BTreeSet<&String> = got.unavailable.iter().map(|(n, _)| n).collect();
             announced.retain(|n| down.contains(n));
             for (name, why) in &got.unavailable {

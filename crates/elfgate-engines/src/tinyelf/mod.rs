@@ -23,6 +23,7 @@ use crate::chat::ToolLoop;
 use crate::providers::ProviderRegistry;
 use crate::streaming::fail;
 use async_trait::async_trait;
+use elfgate_core::sync::lock;
 use elfgate_core::{
     Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, Role, RunOutcome,
 };
@@ -455,22 +456,14 @@ struct Running<'a> {
 
 impl<'a> Running<'a> {
     fn enter(inner: &'a Inner, session: elfgate_core::SessionId) -> Self {
-        inner
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(session);
+        lock(&inner.running).insert(session);
         Running { inner, session }
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.session);
+        lock(&self.inner.running).remove(&self.session);
     }
 }
 
@@ -519,11 +512,7 @@ impl Engine for TinyElfEngine {
         if self.inner.mcp.is_none() {
             return 0;
         }
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        lock(&self.inner.running).len()
     }
 }
 

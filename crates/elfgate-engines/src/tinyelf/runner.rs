@@ -165,10 +165,7 @@ impl Runner {
 
     /// The run's token totals (sub-agents included).
     pub(crate) fn usage(&self) -> TokenUsage {
-        *self
-            .usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        *lock(&self.usage)
     }
 
     /// Notes a tool call's end for the turn's record.
@@ -233,10 +230,7 @@ impl Runner {
     /// Why the top-level agent's last model call ended, in the daemon's words, with its stop
     /// sequence.
     pub(crate) fn last_finish(&self) -> (Option<elfgate_core::ModelFinish>, Option<String>) {
-        let last = self
-            .last_finish
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let last = lock(&self.last_finish);
         match last.as_ref().map(LlmFinishReason::model_finish) {
             Some((f, s)) => (Some(f), s),
             None => (None, None),
@@ -244,10 +238,7 @@ impl Runner {
     }
 
     pub(crate) fn add_tokens(&self, turn: &TurnOutput) {
-        *self
-            .usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) += turn.usage;
+        *lock(&self.usage) += turn.usage;
         if turn.output_tokens_estimated {
             self.output_estimated.store(true, Ordering::SeqCst);
         }
@@ -418,10 +409,7 @@ impl Runner {
             if agent.is_top()
                 && let Some(f) = &turn.finish
             {
-                *self
-                    .last_finish
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(f.clone());
+                *lock(&self.last_finish) = Some(f.clone());
             }
             if turn.interrupted {
                 return turn;

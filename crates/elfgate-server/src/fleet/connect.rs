@@ -9,6 +9,7 @@
 use super::FleetStartError;
 use super::forward::FORWARD_TIMEOUT;
 use crate::config::ClusterConfig;
+use elfgate_core::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -116,9 +117,7 @@ async fn options(
 /// few seconds: a failure is logged when its reason changes, not at every attempt.
 fn log_event(event: async_nats::Event, last_failure: &Mutex<Option<String>>) {
     use async_nats::Event;
-    let mut last = last_failure
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut last = lock(last_failure);
     match event {
         Event::Connected => {
             *last = None;

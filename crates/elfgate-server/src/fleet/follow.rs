@@ -9,6 +9,7 @@
 //! nobody else waits for it.
 
 use super::Fleet;
+use elfgate_core::sync::lock;
 use elfgate_core::{SUBSCRIBER_BUFFER, SessionId};
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -54,10 +55,6 @@ impl Following {
     ) -> Result<async_nats::Message, broadcast::error::RecvError> {
         self.rx.recv().await
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Follows {

@@ -6,9 +6,10 @@ use super::{NOTIFY_TARGET, send};
 use crate::config::WebhooksConfig;
 use crate::state::AppState;
 use chrono::Utc;
+use elfgate_core::sync::lock;
 use elfgate_store::{DeliveryStatus, WebhookDelivery};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often the worker looks for due deliveries.
@@ -34,7 +35,7 @@ struct InFlight(Arc<Mutex<HashMap<Lane, usize>>>);
 impl InFlight {
     /// A place in `lane` when it has one free: held until the guard is dropped.
     fn enter(&self, lane: Lane) -> Option<LaneGuard> {
-        let mut lanes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lanes = lock(&self.0);
         let busy = lanes.entry(lane.clone()).or_default();
         if *busy >= PER_TARGET_IN_FLIGHT {
             return None;
@@ -47,11 +48,7 @@ impl InFlight {
     }
 
     fn total(&self) -> usize {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .sum()
+        lock(&self.0).values().sum()
     }
 }
 
@@ -63,7 +60,7 @@ struct LaneGuard {
 
 impl Drop for LaneGuard {
     fn drop(&mut self) {
-        let mut lanes = self.lanes.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lanes = lock(&self.lanes.0);
         if let Some(busy) = lanes.get_mut(&self.lane) {
             *busy = busy.saturating_sub(1);
             if *busy == 0 {

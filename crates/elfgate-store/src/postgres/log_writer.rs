@@ -13,6 +13,7 @@ use crate::StoreError;
 use crate::codec::ts;
 use crate::log_batch::{SeqUpdate, next_retry_delay};
 use crate::logrows;
+use elfgate_core::sync::lock;
 use elfgate_core::{EventRecord, EventType, LogCommand, LogReceiver, LogSender, SessionId};
 use sqlx::postgres::PgPool;
 use std::collections::HashSet;
@@ -52,11 +53,7 @@ impl LogWriter {
     /// Writes everything queued so far, then stops the task.
     pub(super) async fn shutdown(&self) {
         self.log.flush().await;
-        let task = self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let task = lock(&self.task).take();
         if let Some(t) = task {
             t.abort();
         }

@@ -6,6 +6,7 @@ use super::log_writer::LogWriter;
 use crate::schema::PG_MIGRATOR;
 use crate::{StoreError, StoreOptions, StoreResult};
 use elfgate_core::LogSender;
+use elfgate_core::sync::lock;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use std::str::FromStr;
@@ -131,10 +132,7 @@ impl PgStore {
                 m.me.heartbeat,
                 m.me.lease,
             ));
-            *store
-                .heartbeat
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+            *lock(&store.heartbeat) = Some(task);
         }
         Ok(store)
     }
@@ -173,11 +171,7 @@ impl PgStore {
     /// Stops the heartbeat, writes what the log writer holds, stops it, releases the
     /// single-node lock and closes the pool.
     pub async fn close(&self) {
-        let heartbeat = self
-            .heartbeat
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let heartbeat = lock(&self.heartbeat).take();
         if let Some(t) = heartbeat {
             t.abort();
         }

@@ -15,9 +15,10 @@
 //! steal their exit statuses): it waits for each orphan by pid, and every pid the helper spawned
 //! is in the registry from before its spawn returns until tokio has reaped it.
 
+use elfgate_core::sync::lock;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
 /// Pids (= process group ids) of the live children the helper spawned.
 static SPAWNED: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
@@ -32,7 +33,7 @@ static SUBREAPER: AtomicBool = AtomicBool::new(false);
 static SWEEPING: Mutex<()> = Mutex::new(());
 
 fn spawned() -> MutexGuard<'static, BTreeSet<i32>> {
-    SPAWNED.lock().unwrap_or_else(PoisonError::into_inner)
+    lock(&SPAWNED)
 }
 
 /// Spawns `cmd` and records its pid before any sweep can see the new process.
