@@ -12,16 +12,15 @@
 //! writer had to arrange itself. The event log is written in batches by one task, many rows per
 //! statement.
 
-mod deliveries;
+mod event_log;
 mod fleet;
-mod hook_deliveries;
 mod log_writer;
 mod recovery;
-mod run_end_outbox;
+mod runs;
+mod sessions;
 mod setup;
 mod statements;
 mod store_impl;
-mod workflows;
 
 pub use fleet::{FleetCounts, FleetMember, NodeInfo};
 pub use setup::{NodeMode, is_postgres_url};
@@ -41,6 +40,17 @@ pub struct PgStore {
     fleet: Option<Arc<fleet::Membership>>,
     /// The fleet heartbeat's task, stopped when the store closes.
     heartbeat: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+/// Reads and writes on the one pool.
+impl crate::shared::SqlBackend for PgStore {
+    type Db = sqlx::Postgres;
+    fn shared(&self) -> crate::shared::SharedSql<'_, sqlx::Postgres> {
+        crate::shared::SharedSql {
+            read: &self.pool,
+            write: &self.pool,
+        }
+    }
 }
 
 impl PgStore {

@@ -5,14 +5,12 @@
 //! (`recovery`). The SQL shared with the writer lives outside, in `statements`, so that this
 //! module depends on the writer and never the other way round.
 
-mod deliveries;
-mod hook_deliveries;
+mod event_log;
 mod recovery;
-mod rows;
-mod run_end_outbox;
+mod runs;
+mod sessions;
 mod setup;
 mod store_impl;
-mod workflows;
 
 pub use setup::StoreOptions;
 
@@ -33,6 +31,17 @@ pub struct SqliteStore {
     writer: Writer,
     /// This process's claim on the database file (none in memory), released with the last clone.
     _lock: Option<Arc<DatabaseLock>>,
+}
+
+/// Reads on the reader pool, writes on the one writer connection.
+impl crate::shared::SqlBackend for SqliteStore {
+    type Db = sqlx::Sqlite;
+    fn shared(&self) -> crate::shared::SharedSql<'_, sqlx::Sqlite> {
+        crate::shared::SharedSql {
+            read: &self.read,
+            write: &self.write,
+        }
+    }
 }
 
 impl SqliteStore {
