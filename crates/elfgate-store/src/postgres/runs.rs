@@ -2,11 +2,12 @@
 
 use super::PgStore;
 use super::statements::{self};
+use crate::RunStore;
 use crate::rows::run_from_row;
-use crate::{AuditLog, RunStore};
+use crate::shared::SqlBackend;
 use crate::{RecoveredRun, StoreResult};
 use async_trait::async_trait;
-use elfgate_core::{AuditRecord, Run, RunId, SessionId, TokenUsage};
+use elfgate_core::{Run, RunId, SessionId, TokenUsage};
 
 #[async_trait]
 impl RunStore for PgStore {
@@ -25,26 +26,21 @@ impl RunStore for PgStore {
         session_id: Option<SessionId>,
         client_msg_id: &str,
     ) -> StoreResult<Option<Run>> {
-        let row = match session_id {
-            Some(s) => {
-                sqlx::query("SELECT * FROM runs WHERE session_id = $1 AND client_msg_id = $2")
-                    .bind(s.to_string())
-                    .bind(client_msg_id)
-                    .fetch_optional(&self.pool)
-                    .await?
-            }
-            // A session's first run: its key identifies the session too.
-            None => {
-                sqlx::query(
-                    "SELECT runs.* FROM runs WHERE runs.client_msg_id = $1 AND runs.rid = ( \
-                       SELECT MIN(r2.rid) FROM runs r2 WHERE r2.session_id = runs.session_id) \
-                     ORDER BY runs.rid DESC LIMIT 1",
-                )
-                .bind(client_msg_id)
-                .fetch_optional(&self.pool)
-                .await?
-            }
-        };
+        if let Some(s) = session_id {
+            return self
+                .shared()
+                .session_run_by_client_msg_id(s, client_msg_id)
+                .await;
+        }
+        // A session's first run: its key identifies the session too.
+        let row = sqlx::query(
+            "SELECT runs.* FROM runs WHERE runs.client_msg_id = $1 AND runs.rid = ( \
+               SELECT MIN(r2.rid) FROM runs r2 WHERE r2.session_id = runs.session_id) \
+             ORDER BY runs.rid DESC LIMIT 1",
+        )
+        .bind(client_msg_id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(run_from_row).transpose()
     }
 
@@ -57,20 +53,11 @@ impl RunStore for PgStore {
     }
 
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1 AND session_id = $2")
-            .bind(run_id.to_string())
-            .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+        self.shared().run(session_id, run_id).await
     }
 
     async fn find_run(&self, run_id: RunId) -> StoreResult<Option<Run>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-            .bind(run_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+        self.shared().run_by_id(run_id).await
     }
 
     async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage> {
@@ -90,38 +77,5 @@ impl RunStore for PgStore {
 
     async fn recover_unfinished_runs(&self) -> StoreResult<Vec<RecoveredRun>> {
         self.recover_unfinished_runs_now().await
-    }
-}
-
-#[async_trait]
-impl AuditLog for PgStore {
-    async fn record_blocked(&self, a: &AuditRecord) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO audit (session_id, run_id, tool_use_id, tool_name, gate, reason, input, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(a.session_id.to_string())
-        .bind(a.run_id.to_string())
-        .bind(&a.call.tool_use_id)
-        .bind(&a.call.tool_name)
-        .bind(a.call.gate.as_str())
-        .bind(&a.call.reason)
-        .bind(a.input.to_string())
-        .bind(crate::codec::ts(&a.created_at))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn list_audit(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<AuditRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT * FROM audit WHERE session_id = $1 ORDER BY id DESC LIMIT $2) \
-             AS latest ORDER BY id ASC",
-        )
-        .bind(session_id.to_string())
-        .bind(limit.max(1) as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(crate::rows::audit_from_row).collect()
     }
 }

@@ -3,22 +3,18 @@
 use super::PgStore;
 use super::statements::{self, SessionColumn};
 use crate::codec::ts;
-use crate::rows::{message_from_row, session_from_row};
+use crate::rows::message_from_row;
+use crate::shared::{SqlBackend, delete_session_rows, session_page};
 use crate::{SessionPage, StoreResult};
 use crate::{SessionReads, SessionStore};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{Message, MessageId, Run, Session, SessionId};
-use sqlx::Row;
 
 #[async_trait]
 impl SessionReads for PgStore {
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {
-        let row = sqlx::query("SELECT * FROM sessions WHERE id = $1")
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(session_from_row).transpose()
+        self.shared().session(id).await
     }
 
     async fn list_sessions(
@@ -40,29 +36,7 @@ impl SessionReads for PgStore {
         .bind(limit as i64 + 1)
         .fetch_all(&self.pool)
         .await?;
-        let mut sessions = rows
-            .iter()
-            .map(session_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        let mut first_prompts = std::collections::HashMap::new();
-        for (row, session) in rows.iter().zip(&sessions) {
-            let blocks: Option<String> = row.try_get("first_user_blocks")?;
-            if let Some(text) = blocks.as_deref().and_then(crate::rows::first_text) {
-                first_prompts.insert(session.id, text);
-            }
-        }
-        let next_cursor = if sessions.len() > limit as usize {
-            sessions.truncate(limit as usize);
-            sessions.last().map(|s| s.id)
-        } else {
-            None
-        };
-        first_prompts.retain(|id, _| sessions.iter().any(|s| s.id == *id));
-        Ok(SessionPage {
-            sessions,
-            first_prompts,
-            next_cursor,
-        })
+        session_page(&rows, limit)
     }
 
     async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {
@@ -91,12 +65,7 @@ impl SessionReads for PgStore {
         session_id: SessionId,
         id: MessageId,
     ) -> StoreResult<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE id = $1 AND session_id = $2")
-            .bind(id.to_string())
-            .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(message_from_row).transpose()
+        self.shared().message(session_id, id).await
     }
 
     async fn branch(
@@ -162,23 +131,10 @@ impl SessionStore for PgStore {
 
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
-        let sid = id.to_string();
         self.refuse_if_run_elsewhere(&mut tx, id).await?;
-        for sql in [
-            "DELETE FROM events WHERE session_id = $1",
-            "DELETE FROM audit WHERE session_id = $1",
-            "DELETE FROM messages WHERE session_id = $1",
-            "DELETE FROM runs WHERE session_id = $1",
-        ] {
-            sqlx::query(sql).bind(&sid).execute(&mut *tx).await?;
-        }
-        let gone = sqlx::query("DELETE FROM sessions WHERE id = $1")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let gone = delete_session_rows::<sqlx::Postgres>(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(gone > 0)
+        Ok(gone)
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {

@@ -5,12 +5,17 @@
 //! [`SharedSql`] runs them over one backend's pools: SQLite's reader pool and its one writer
 //! connection, or PostgreSQL's one pool for both. A backend opts in by [`SqlBackend`], and gets
 //! the concerns whose SQL is the same on both ([`WorkflowStore`](crate::WorkflowStore),
-//! [`DeliveryStore`](crate::DeliveryStore), [`InboundHookStore`](crate::InboundHookStore)) from
-//! the implementations here.
+//! [`DeliveryStore`](crate::DeliveryStore), [`InboundHookStore`](crate::InboundHookStore),
+//! [`AuditLog`](crate::AuditLog)) from the implementations here, and the reads the two share
+//! (`reads`) for its own implementations of the others.
 
+mod audit;
 mod deliveries;
 mod hooks;
+mod reads;
 mod workflows;
+
+pub(crate) use reads::{delete_session_rows, session_page};
 
 use crate::rows::RowRead;
 use sqlx::{Database, IntoArguments, Pool};

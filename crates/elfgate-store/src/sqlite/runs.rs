@@ -1,12 +1,13 @@
 //! Runs and the audit of refused tool calls on SQLite.
 
 use super::SqliteStore;
+use crate::RunStore;
 use crate::rows::run_from_row;
+use crate::shared::SqlBackend;
 use crate::writer::StoreOp;
-use crate::{AuditLog, RunStore};
 use crate::{RecoveredRun, StoreResult};
 use async_trait::async_trait;
-use elfgate_core::{AuditRecord, Run, RunId, SessionId, TokenUsage};
+use elfgate_core::{Run, RunId, SessionId, TokenUsage};
 
 #[async_trait]
 impl RunStore for SqliteStore {
@@ -21,28 +22,23 @@ impl RunStore for SqliteStore {
         session_id: Option<SessionId>,
         client_msg_id: &str,
     ) -> StoreResult<Option<Run>> {
-        let row = match session_id {
-            Some(s) => {
-                sqlx::query("SELECT * FROM runs WHERE session_id = ? AND client_msg_id = ?")
-                    .bind(s.to_string())
-                    .bind(client_msg_id)
-                    .fetch_optional(&self.read)
-                    .await?
-            }
-            // A session's first run: its key identifies the session too.
-            None => {
-                sqlx::query(
-                    "SELECT runs.* FROM runs JOIN sessions ON sessions.id = runs.session_id \
-                     WHERE runs.client_msg_id = ? AND runs.id = ( \
-                       SELECT r2.id FROM runs r2 WHERE r2.session_id = runs.session_id \
-                       ORDER BY r2.rowid LIMIT 1) \
-                     ORDER BY runs.rowid DESC LIMIT 1",
-                )
-                .bind(client_msg_id)
-                .fetch_optional(&self.read)
-                .await?
-            }
-        };
+        if let Some(s) = session_id {
+            return self
+                .shared()
+                .session_run_by_client_msg_id(s, client_msg_id)
+                .await;
+        }
+        // A session's first run: its key identifies the session too.
+        let row = sqlx::query(
+            "SELECT runs.* FROM runs JOIN sessions ON sessions.id = runs.session_id \
+             WHERE runs.client_msg_id = ? AND runs.id = ( \
+               SELECT r2.id FROM runs r2 WHERE r2.session_id = runs.session_id \
+               ORDER BY r2.rowid LIMIT 1) \
+             ORDER BY runs.rowid DESC LIMIT 1",
+        )
+        .bind(client_msg_id)
+        .fetch_optional(&self.read)
+        .await?;
         row.as_ref().map(run_from_row).transpose()
     }
 
@@ -51,20 +47,11 @@ impl RunStore for SqliteStore {
     }
 
     async fn get_run(&self, session_id: SessionId, run_id: RunId) -> StoreResult<Option<Run>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ? AND session_id = ?")
-            .bind(run_id.to_string())
-            .bind(session_id.to_string())
-            .fetch_optional(&self.read)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+        self.shared().run(session_id, run_id).await
     }
 
     async fn find_run(&self, run_id: RunId) -> StoreResult<Option<Run>> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
-            .bind(run_id.to_string())
-            .fetch_optional(&self.read)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+        self.shared().run_by_id(run_id).await
     }
 
     async fn session_usage(&self, session_id: SessionId) -> StoreResult<TokenUsage> {
@@ -98,38 +85,5 @@ impl RunStore for SqliteStore {
             recovered.push(self.recover_run(&run).await?);
         }
         Ok(recovered)
-    }
-}
-
-#[async_trait]
-impl AuditLog for SqliteStore {
-    async fn record_blocked(&self, a: &AuditRecord) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO audit (session_id, run_id, tool_use_id, tool_name, gate, reason, input, \
-             created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(a.session_id.to_string())
-        .bind(a.run_id.to_string())
-        .bind(&a.call.tool_use_id)
-        .bind(&a.call.tool_name)
-        .bind(a.call.gate.as_str())
-        .bind(&a.call.reason)
-        .bind(a.input.to_string())
-        .bind(crate::codec::ts(&a.created_at))
-        .execute(&self.write)
-        .await?;
-        Ok(())
-    }
-
-    async fn list_audit(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<AuditRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT * FROM audit WHERE session_id = ? ORDER BY id DESC LIMIT ?) \
-             AS latest ORDER BY id ASC",
-        )
-        .bind(session_id.to_string())
-        .bind(limit.max(1) as i64)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter().map(crate::rows::audit_from_row).collect()
     }
 }

@@ -2,23 +2,19 @@
 
 use super::SqliteStore;
 use crate::codec::ts;
-use crate::rows::{message_from_row, session_from_row};
+use crate::rows::message_from_row;
+use crate::shared::{SqlBackend, delete_session_rows, session_page};
 use crate::writer::StoreOp;
 use crate::{SessionPage, StoreResult};
 use crate::{SessionReads, SessionStore};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{Message, MessageId, Run, Session, SessionId};
-use sqlx::Row;
 
 #[async_trait]
 impl SessionReads for SqliteStore {
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>> {
-        let row = sqlx::query("SELECT * FROM sessions WHERE id = ?")
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await?;
-        row.as_ref().map(session_from_row).transpose()
+        self.shared().session(id).await
     }
 
     async fn list_sessions(
@@ -57,29 +53,7 @@ impl SessionReads for SqliteStore {
                     .await?
             }
         };
-        let mut sessions = rows
-            .iter()
-            .map(session_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        let mut first_prompts = std::collections::HashMap::new();
-        for (row, session) in rows.iter().zip(&sessions) {
-            let blocks: Option<String> = row.try_get("first_user_blocks")?;
-            if let Some(text) = blocks.as_deref().and_then(crate::rows::first_text) {
-                first_prompts.insert(session.id, text);
-            }
-        }
-        let next_cursor = if sessions.len() > limit as usize {
-            sessions.truncate(limit as usize);
-            sessions.last().map(|s| s.id)
-        } else {
-            None
-        };
-        first_prompts.retain(|id, _| sessions.iter().any(|s| s.id == *id));
-        Ok(SessionPage {
-            sessions,
-            first_prompts,
-            next_cursor,
-        })
+        session_page(&rows, limit)
     }
 
     async fn list_messages(&self, session_id: SessionId, limit: u32) -> StoreResult<Vec<Message>> {
@@ -108,12 +82,7 @@ impl SessionReads for SqliteStore {
         session_id: SessionId,
         id: MessageId,
     ) -> StoreResult<Option<Message>> {
-        let row = sqlx::query("SELECT * FROM messages WHERE id = ? AND session_id = ?")
-            .bind(id.to_string())
-            .bind(session_id.to_string())
-            .fetch_optional(&self.read)
-            .await?;
-        row.as_ref().map(message_from_row).transpose()
+        self.shared().message(session_id, id).await
     }
 
     async fn branch(
@@ -175,30 +144,9 @@ impl SessionStore for SqliteStore {
 
     async fn delete_session(&self, id: SessionId) -> StoreResult<bool> {
         let mut tx = self.write.begin().await?;
-        let sid = id.to_string();
-        sqlx::query("DELETE FROM events WHERE session_id = ?")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM audit WHERE session_id = ?")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM messages WHERE session_id = ?")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM runs WHERE session_id = ?")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?;
-        let gone = sqlx::query("DELETE FROM sessions WHERE id = ?")
-            .bind(&sid)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let gone = delete_session_rows::<sqlx::Sqlite>(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(gone > 0)
+        Ok(gone)
     }
 
     async fn insert_message(&self, m: &Message) -> StoreResult<()> {
