@@ -2,10 +2,12 @@
 //! daemons can share.
 //!
 //! One job per file: opening and closing (`setup`), the SQL of the writes on a run's path
-//! (`statements`), the [`Store`](crate::Store) and run ledger implementations (`store_impl`), the
-//! event log writer (`log_writer`), ending the runs a crash left behind (`recovery`), and a fleet
-//! node's leases, fencing and adoption (`fleet`). Rows
-//! are decoded by the crate's `rows` module, which both backends share.
+//! (`statements`), the concerns whose SQL is PostgreSQL's own (`sessions`, `runs`, `event_log`),
+//! the [`Store`](crate::Store) and run ledger implementations with a fleet node's lease checks
+//! (`store_impl`), the event log writer (`log_writer`), ending the runs a crash left behind
+//! (`recovery`), and a fleet node's leases, fencing and adoption (`fleet`). The concerns whose SQL
+//! is the same on SQLite come from the crate's `shared`; rows are decoded by the crate's `rows`
+//! module, which both backends share.
 //!
 //! Writes on a run's path are transactions of their own on the pool: PostgreSQL commits
 //! concurrent transactions together (one WAL flush for all that wait), which SQLite's single

@@ -1,10 +1,11 @@
 //! The SQLite store: WAL journal, a busy timeout, a bounded pool, migrations applied at open.
 //!
-//! One job per file: opening and closing (`setup`), decoding rows (`rows`), the [`Store`](crate::Store)
-//! and run ledger implementations (`store_impl`), and ending the runs a crash left behind
-//! (`recovery`). The SQL shared with the writer lives outside, in `statements`, so that this
-//! module depends on the writer and never the other way round.
-
+//! One job per file: opening and closing (`setup`), the concerns whose SQL is SQLite's own
+//! (`sessions`, `runs`, `event_log`), the [`Store`](crate::Store) and run ledger implementations
+//! (`store_impl`), and ending the runs a crash left behind (`recovery`). The concerns whose SQL is
+//! the same on PostgreSQL come from the crate's `shared`, over the pools given by
+//! [`SqlBackend`](crate::shared::SqlBackend). The SQL shared with the writer lives outside, in
+//! `statements`, so that this module depends on the writer and never the other way round.
 mod event_log;
 mod recovery;
 mod runs;
