@@ -14,7 +14,7 @@ use elfgate_llm::{
     FirstAttempt, LlmFinishReason, LlmMessage, LlmProvider, LlmRequest, RetryPolicy,
     spawn_first_attempt,
 };
-use elfgate_store::Store;
+use elfgate_store::SessionReads;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Instant;
@@ -120,7 +120,8 @@ pub trait ToolLoop: Send + Sync {
 /// A chat-style engine.
 pub struct ChatEngine {
     mode: ChatMode,
-    store: Arc<dyn Store>,
+    /// Only read: the parent of the user message and the history (the run's recorder writes).
+    store: Arc<dyn SessionReads>,
     providers: ProviderRegistry,
     settings: ChatSettings,
     tool_loop: Option<Arc<dyn ToolLoop>>,
@@ -132,7 +133,7 @@ impl ChatEngine {
     /// A chat engine of the given mode.
     pub fn new(
         mode: ChatMode,
-        store: Arc<dyn Store>,
+        store: Arc<dyn SessionReads>,
         providers: ProviderRegistry,
         settings: ChatSettings,
     ) -> Self {

@@ -2,7 +2,7 @@
 //! read here (the parent); the message is written by the run's recorder.
 
 use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Message, MessageId, Role};
-use elfgate_store::Store;
+use elfgate_store::SessionReads;
 
 /// The prompt's content blocks: the text, then the attachments: images, text inline, other
 /// files as documents (or what a gateway door gave to store instead).
@@ -54,7 +54,7 @@ pub fn new_user_message(ctx: &EngineSessionContext, parent: Option<MessageId>) -
 /// run follows nothing).
 /// Returns the message and its parent, or the storage error as a client may see it.
 pub(crate) async fn store_user_message(
-    store: &dyn Store,
+    store: &dyn SessionReads,
     ctx: &EngineSessionContext,
 ) -> Result<(Message, Option<MessageId>), String> {
     // Stored and announced together with the session.

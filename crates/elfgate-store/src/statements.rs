@@ -229,7 +229,7 @@ pub(crate) fn push_run_finished(
 }
 
 /// Appends the statement writing a run's end to the outbox of run-end webhooks, in the
-/// transaction that ends the run (see [`crate::Store::pending_run_ends`]).
+/// transaction that ends the run (see [`crate::DeliveryStore::pending_run_ends`]).
 pub(crate) fn push_run_end_notice(
     script: &mut Script,
     session_id: SessionId,

@@ -13,8 +13,8 @@ use elfgate_core::{
     RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
 use elfgate_store::{
-    DeliveryStatus, NodeMode, PgStore, SqliteStore, Store, StoreOptions, WebhookDelivery,
-    WorkflowWrite,
+    DeliveryStatus, NodeMode, PgStore, SessionReads, SessionStore, SqliteStore, Store,
+    StoreOptions, WebhookDelivery, WorkflowWrite,
 };
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use crate::process::{ChildSetup, ProcessError};
 use async_trait::async_trait;
 use elfgate_core::SessionId;
 use elfgate_llm::ToolSpec;
-use elfgate_store::Store;
+use elfgate_store::SessionReads;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -111,7 +111,7 @@ pub struct ToolContext {
     /// Checks paths and commands.
     pub firewall: Arc<ExecutionFirewall>,
     /// Read access to stored sessions (session tools).
-    pub store: Option<Arc<dyn Store>>,
+    pub store: Option<Arc<dyn SessionReads>>,
     /// The environment and network of the commands the call runs (shell).
     pub child: ChildSetup,
 }

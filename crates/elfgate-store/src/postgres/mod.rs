@@ -2,26 +2,27 @@
 //! daemons can share.
 //!
 //! One job per file: opening and closing (`setup`), the SQL of the writes on a run's path
-//! (`statements`), the [`Store`](crate::Store) and run ledger implementations (`store_impl`), the
-//! event log writer (`log_writer`), ending the runs a crash left behind (`recovery`), and a fleet
-//! node's leases, fencing and adoption (`fleet`). Rows
-//! are decoded by the crate's `rows` module, which both backends share.
+//! (`statements`), the concerns whose SQL is PostgreSQL's own (`sessions`, `runs`, `event_log`),
+//! the [`Store`](crate::Store) and run ledger implementations with a fleet node's lease checks
+//! (`store_impl`), the event log writer (`log_writer`), ending the runs a crash left behind
+//! (`recovery`), and a fleet node's leases, fencing and adoption (`fleet`). The concerns whose SQL
+//! is the same on SQLite come from the crate's `shared`; rows are decoded by the crate's `rows`
+//! module, which both backends share.
 //!
 //! Writes on a run's path are transactions of their own on the pool: PostgreSQL commits
 //! concurrent transactions together (one WAL flush for all that wait), which SQLite's single
 //! writer had to arrange itself. The event log is written in batches by one task, many rows per
 //! statement.
 
-mod deliveries;
+mod event_log;
 mod fleet;
-mod hook_deliveries;
 mod log_writer;
 mod recovery;
-mod run_end_outbox;
+mod runs;
+mod sessions;
 mod setup;
 mod statements;
 mod store_impl;
-mod workflows;
 
 pub use fleet::{FleetCounts, FleetMember, NodeInfo};
 pub use setup::{NodeMode, is_postgres_url};
@@ -44,6 +45,17 @@ pub struct PgStore {
     fleet: Option<Arc<fleet::Membership>>,
     /// The fleet heartbeat's task, stopped when the store closes.
     heartbeat: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+/// Reads and writes on the one pool.
+impl crate::shared::SqlBackend for PgStore {
+    type Db = sqlx::Postgres;
+    fn shared(&self) -> crate::shared::SharedSql<'_, sqlx::Postgres> {
+        crate::shared::SharedSql {
+            read: &self.pool,
+            write: &self.pool,
+        }
+    }
 }
 
 impl PgStore {

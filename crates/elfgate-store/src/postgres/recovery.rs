@@ -6,12 +6,12 @@
 
 use super::PgStore;
 use super::statements;
-use super::store_impl::LAST_LOGGED_SEQ;
 use crate::codec::ts;
 use crate::recovery_plan::{
     self, DAEMON_RESTART, Ending, dangling_tool_results, partial_answer, run_end_events,
 };
 use crate::rows::{message_from_row, push_row_events, run_from_row};
+use crate::shared::LAST_LOGGED_SEQ;
 use crate::{RecoveredRun, StoreResult};
 use chrono::Utc;
 use elfgate_core::{EventRecord, FinishReason, Message, Run, RunStatus};

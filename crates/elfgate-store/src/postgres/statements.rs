@@ -145,7 +145,7 @@ pub(super) async fn run_finished(
 }
 
 /// Writes a run's end to the outbox of run-end webhooks, in the transaction that ends the run
-/// (see [`crate::Store::pending_run_ends`]).
+/// (see [`crate::DeliveryStore::pending_run_ends`]).
 pub(super) async fn run_end_notice(
     conn: &mut PgConnection,
     session_id: SessionId,

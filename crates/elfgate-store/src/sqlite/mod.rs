@@ -1,18 +1,17 @@
 //! The SQLite store: WAL journal, a busy timeout, a bounded pool, migrations applied at open.
 //!
-//! One job per file: opening and closing (`setup`), decoding rows (`rows`), the [`Store`](crate::Store)
-//! and run ledger implementations (`store_impl`), and ending the runs a crash left behind
-//! (`recovery`). The SQL shared with the writer lives outside, in `statements`, so that this
-//! module depends on the writer and never the other way round.
-
-mod deliveries;
-mod hook_deliveries;
+//! One job per file: opening and closing (`setup`), the concerns whose SQL is SQLite's own
+//! (`sessions`, `runs`, `event_log`), the [`Store`](crate::Store) and run ledger implementations
+//! (`store_impl`), and ending the runs a crash left behind (`recovery`). The concerns whose SQL is
+//! the same on PostgreSQL come from the crate's `shared`, over the pools given by
+//! [`SqlBackend`](crate::shared::SqlBackend). The SQL shared with the writer lives outside, in
+//! `statements`, so that this module depends on the writer and never the other way round.
+mod event_log;
 mod recovery;
-mod rows;
-mod run_end_outbox;
+mod runs;
+mod sessions;
 mod setup;
 mod store_impl;
-mod workflows;
 
 pub use setup::StoreOptions;
 
@@ -36,6 +35,17 @@ pub struct SqliteStore {
     record_run_ends: bool,
     /// This process's claim on the database file (none in memory), released with the last clone.
     _lock: Option<Arc<DatabaseLock>>,
+}
+
+/// Reads on the reader pool, writes on the one writer connection.
+impl crate::shared::SqlBackend for SqliteStore {
+    type Db = sqlx::Sqlite;
+    fn shared(&self) -> crate::shared::SharedSql<'_, sqlx::Sqlite> {
+        crate::shared::SharedSql {
+            read: &self.read,
+            write: &self.write,
+        }
+    }
 }
 
 impl SqliteStore {

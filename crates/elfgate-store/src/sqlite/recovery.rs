@@ -2,12 +2,12 @@
 //! the event log. What is written is decided in `recovery_plan`, shared with PostgreSQL.
 
 use super::SqliteStore;
-use super::rows::LAST_LOGGED_SEQ;
 use crate::codec::ts;
 use crate::recovery_plan::{
     self, DAEMON_RESTART, dangling_tool_results, partial_answer, run_end_events,
 };
 use crate::rows::{message_from_row, push_row_events, run_from_row};
+use crate::shared::LAST_LOGGED_SEQ;
 use crate::statements::insert_messages_tx;
 use crate::{RecoveredRun, StoreResult};
 use chrono::Utc;

@@ -7,7 +7,7 @@ use elfgate_core::{
     EventEmitter, EventHub, EventPayload, FinishReason, Metrics, Run, RunLedger, RunOutcome,
     RunStatus, SEQ_RESERVE_BLOCK, Session,
 };
-use elfgate_store::{FleetMember, NodeMode, PgStore, Store, StoreError};
+use elfgate_store::{EventLog, FleetMember, NodeMode, PgStore, RunStore, SessionStore, StoreError};
 use sqlx::Connection;
 use std::sync::Arc;
 use std::time::Duration;

@@ -29,7 +29,7 @@ pub use execute::{CLEANUP_GRACE, Ended, Executed, INTERRUPTED_RESULT, execute, p
 pub use runs::{ToolRunAnswer, ToolRunError, ToolRuns};
 
 use elfgate_core::{AuditRecord, BlockedCall, Gate, RunId, SessionId};
-use elfgate_store::Store;
+use elfgate_store::AuditLog;
 use serde_json::Value;
 
 /// A gate refused the action: which gate, and why (for the agent, the client and the audit).
@@ -79,7 +79,7 @@ impl From<Refusal> for Stop {
 /// every engine's refusals are written. A store that fails loses only the audit line (the action
 /// stays refused), and the log says so.
 pub async fn audit_refusal(
-    store: &dyn Store,
+    store: &dyn AuditLog,
     session_id: SessionId,
     run_id: RunId,
     call: BlockedCall,

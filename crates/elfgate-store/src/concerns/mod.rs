@@ -1,0 +1,18 @@
+//! What the daemon stores, one trait per concern: sessions and their messages, runs, the audit
+//! of refused tool calls, the event log, workflows, webhook deliveries and inbound hooks'
+//! delivery ids. [`Store`](crate::Store) is all of them together; code that needs one concern
+//! takes that trait alone (a `dyn Store` upcasts to any of them).
+
+mod deliveries;
+mod event_log;
+mod runs;
+mod sessions;
+mod workflows;
+
+pub use deliveries::{
+    DeliveryStatus, DeliveryStore, InboundHookStore, RunEndNotice, WebhookDelivery,
+};
+pub use event_log::{EventLog, StoredEvent};
+pub use runs::{AuditLog, RecoveredRun, RunStore};
+pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore};
+pub use workflows::{StoredWorkflow, WorkflowStore, WorkflowWrite};
