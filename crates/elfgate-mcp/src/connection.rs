@@ -6,7 +6,7 @@ use crate::result::ServerTool;
 use crate::stdio::StdioProcess;
 use crate::unavailable::{Down, Unavailable};
 use elfgate_core::{McpServerConfig, McpTransport};
-use elfgate_tools::process::ChildEnv;
+use elfgate_tools::process::ChildSetup;
 use rmcp::model::ProgressToken;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -78,7 +78,7 @@ pub(crate) struct Ready {
 pub(crate) struct Connection {
     pub name: String,
     pub cfg: McpServerConfig,
-    env: ChildEnv,
+    child: ChildSetup,
     http: reqwest::Client,
     notifier: Notifier,
     tasks: TaskTracker,
@@ -100,7 +100,7 @@ impl Connection {
     pub(crate) fn new(
         name: &str,
         cfg: McpServerConfig,
-        env: ChildEnv,
+        child: ChildSetup,
         http: reqwest::Client,
         tasks: TaskTracker,
         notes: Option<Arc<Path>>,
@@ -109,7 +109,7 @@ impl Connection {
             name: name.to_string(),
             notifier: Notifier::new(name),
             cfg,
-            env,
+            child,
             http,
             tasks,
             notes,
@@ -248,7 +248,7 @@ impl Connection {
             let service = match self.cfg.transport() {
                 Some(McpTransport::Stdio) => {
                     let (p, stdout, stdin) =
-                        StdioProcess::spawn(&self.cfg, &self.env, self.notes.as_deref())?;
+                        StdioProcess::spawn(&self.cfg, &self.child, self.notes.as_deref())?;
                     process = Some(p);
                     rmcp::serve_client(self.notifier.clone(), (stdout, stdin))
                         .await

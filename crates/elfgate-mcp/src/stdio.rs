@@ -4,7 +4,7 @@
 
 use crate::unavailable::Down;
 use elfgate_core::McpServerConfig;
-use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
+use elfgate_tools::process::{ChildSetup, GroupNote, ProcessGroup};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -30,7 +30,7 @@ impl StdioProcess {
     /// Starts `cfg.command`; returns it with the pipes the transport speaks through.
     pub(crate) fn spawn(
         cfg: &McpServerConfig,
-        env: &ChildEnv,
+        child: &ChildSetup,
         notes: Option<&Path>,
     ) -> Result<(StdioProcess, ChildStdout, ChildStdin), Down> {
         let program = cfg.command.clone().unwrap_or_default();
@@ -38,9 +38,16 @@ impl StdioProcess {
             Some(c) => PathBuf::from(c),
             None => std::env::current_dir().map_err(|e| Down::NoWorkingDirectory(e.to_string()))?,
         };
-        let mut spec = ProcessSpec::new(program, &cwd);
+        let mut spec = child.spec(&program, &[], &cwd);
         spec.args = cfg.args.clone();
-        spec.env = env.with(&cfg.env);
+        spec.env = child.env.with(&cfg.env);
+        // Confined, it writes only in the directory it was configured to work in (its command's
+        // installation is readable, as the whole file system is).
+        if cfg.cwd.is_none()
+            && let Some(c) = &mut spec.confinement
+        {
+            c.project = None;
+        }
         // Piped stdin: the helper pipes it when there is input to give.
         spec.stdin = Some(Vec::new());
         spec.grace = GRACE;

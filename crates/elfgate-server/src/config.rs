@@ -483,6 +483,9 @@ pub struct Config {
     /// `[workflows]`.
     #[serde(default)]
     pub workflows: WorkflowsConfig,
+    /// `[sandbox]`: how the processes started for agents are confined.
+    #[serde(default)]
+    pub sandbox: elfgate_tools::sandbox::SandboxConfig,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -761,6 +764,9 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.validate_webhooks()?;
+        self.sandbox
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         for (key, value) in [
             ("template_fuel", self.workflows.template_fuel),
             ("max_output_bytes", self.workflows.max_output_bytes as u64),
