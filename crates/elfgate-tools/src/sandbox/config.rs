@@ -38,6 +38,8 @@ pub struct SandboxConfig {
     pub projects_root: Option<PathBuf>,
     /// Paths hidden from confined processes on top of the built-in deny zones.
     pub extra_deny_paths: Vec<PathBuf>,
+    /// Directories the operator's hooks may write besides the project (their logs, say).
+    pub hook_writable_paths: Vec<PathBuf>,
     /// The bubblewrap program (a name looked up in PATH, or a path).
     pub bwrap: String,
 }
@@ -48,6 +50,7 @@ impl Default for SandboxConfig {
             mode: None,
             projects_root: None,
             extra_deny_paths: Vec::new(),
+            hook_writable_paths: Vec::new(),
             bwrap: "bwrap".into(),
         }
     }
@@ -88,11 +91,16 @@ impl SandboxConfig {
                 return Err(SandboxConfigError::RootAsProjectsRoot);
             }
         }
-        if let Some(p) = self.extra_deny_paths.iter().find(|p| !p.is_absolute()) {
-            return Err(SandboxConfigError::NotAbsolute {
-                key: "extra_deny_paths",
-                path: p.display().to_string(),
-            });
+        for (key, paths) in [
+            ("extra_deny_paths", &self.extra_deny_paths),
+            ("hook_writable_paths", &self.hook_writable_paths),
+        ] {
+            if let Some(p) = paths.iter().find(|p| !p.is_absolute()) {
+                return Err(SandboxConfigError::NotAbsolute {
+                    key,
+                    path: p.display().to_string(),
+                });
+            }
         }
         if self.bwrap.trim().is_empty() {
             return Err(SandboxConfigError::EmptyBwrap);

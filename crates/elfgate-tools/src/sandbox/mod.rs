@@ -46,6 +46,7 @@ pub struct Sandbox {
     mechanism: Result<Mechanism, String>,
     deny: Vec<PathBuf>,
     projects_root: Option<PathBuf>,
+    hook_writable: Vec<PathBuf>,
 }
 
 /// The deny zones confined processes never see besides the data directory, relative to the
@@ -89,6 +90,7 @@ impl Sandbox {
             mechanism,
             deny,
             projects_root: config.projects_root.clone(),
+            hook_writable: config.hook_writable_paths.clone(),
         }
     }
 
@@ -115,6 +117,11 @@ impl Sandbox {
     /// The mechanism in effect, or why there is none.
     pub fn mechanism(&self) -> Result<&Mechanism, &str> {
         self.mechanism.as_ref().map_err(String::as_str)
+    }
+
+    /// The directories the operator's hooks may write besides their project.
+    pub fn hook_writable_paths(&self) -> &[PathBuf] {
+        &self.hook_writable
     }
 
     /// The paths confined processes never see (besides other projects under the projects root).
