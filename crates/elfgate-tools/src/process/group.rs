@@ -109,6 +109,13 @@ impl ProcessGroup {
 /// and gives it a network namespace itself), else through the network namespace's wrapper.
 fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessError> {
     if let Some(c) = &spec.confinement {
+        // A program that is not there fails as it does unconfined, not as bwrap's exec error.
+        if !spec.env.finds(&spec.program, &spec.cwd) {
+            return Err(ProcessError::Spawn {
+                program: spec.program.clone(),
+                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+            });
+        }
         let launch = c
             .launch(
                 &spec.program,

@@ -38,6 +38,9 @@ pub struct SandboxConfig {
     pub projects_root: Option<PathBuf>,
     /// Paths hidden from confined processes on top of the built-in deny zones.
     pub extra_deny_paths: Vec<PathBuf>,
+    /// Directories every confined process may write besides its project (a shared build
+    /// cache, say).
+    pub writable_paths: Vec<PathBuf>,
     /// Directories the operator's hooks may write besides the project (their logs, say).
     pub hook_writable_paths: Vec<PathBuf>,
     /// The bubblewrap program (a name looked up in PATH, or a path).
@@ -50,6 +53,7 @@ impl Default for SandboxConfig {
             mode: None,
             projects_root: None,
             extra_deny_paths: Vec::new(),
+            writable_paths: Vec::new(),
             hook_writable_paths: Vec::new(),
             bwrap: "bwrap".into(),
         }
@@ -93,6 +97,7 @@ impl SandboxConfig {
         }
         for (key, paths) in [
             ("extra_deny_paths", &self.extra_deny_paths),
+            ("writable_paths", &self.writable_paths),
             ("hook_writable_paths", &self.hook_writable_paths),
         ] {
             if let Some(p) = paths.iter().find(|p| !p.is_absolute()) {

@@ -46,6 +46,7 @@ pub struct Sandbox {
     mechanism: Result<Mechanism, String>,
     deny: Vec<PathBuf>,
     projects_root: Option<PathBuf>,
+    writable: Vec<PathBuf>,
     hook_writable: Vec<PathBuf>,
 }
 
@@ -90,6 +91,7 @@ impl Sandbox {
             mechanism,
             deny,
             projects_root: config.projects_root.clone(),
+            writable: config.writable_paths.clone(),
             hook_writable: config.hook_writable_paths.clone(),
         }
     }
@@ -236,6 +238,7 @@ impl Confinement {
                         .project
                         .iter()
                         .chain(self.writable.iter())
+                        .chain(sandbox.writable.iter())
                         .map(PathBuf::as_path)
                         .collect(),
                     private_network,
