@@ -43,10 +43,17 @@ impl StdioProcess {
         spec.env = child.env.with(&cfg.env);
         // Confined, it writes only in the directory it was configured to work in (its command's
         // installation is readable, as the whole file system is).
-        if cfg.cwd.is_none()
-            && let Some(c) = &mut spec.confinement
-        {
-            c.project = None;
+        if let Some(c) = &mut spec.confinement {
+            if cfg.cwd.is_none() {
+                c.project = None;
+            }
+            // Its program and the files its arguments name stay readable even under the
+            // private /tmp.
+            c.readable = std::iter::once(&program)
+                .chain(cfg.args.iter())
+                .map(|a| cwd.join(a))
+                .filter(|p| p.is_file())
+                .collect();
         }
         // Piped stdin: the helper pipes it when there is input to give.
         spec.stdin = Some(Vec::new());

@@ -187,12 +187,11 @@ pub(super) async fn tinyelf_config(config: &Config) -> TinyElfConfig {
 
 /// The environment MCP stdio servers start from: the clean child environment (allow-listed
 /// variables only; never the daemon's ELFGATE_* variables nor the providers' key variables), to
-/// which each server's `env` is added; in the daemon's network. Not confined yet: a server's
-/// own files (logs, caches) outside its configured directory need a profile of their own first.
+/// which each server's `env` is added; in the daemon's network and its sandbox.
 pub(super) fn mcp_child(tinyelf: &TinyElfConfig) -> ChildSetup {
     ChildSetup {
         env: ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env),
         isolation: None,
-        sandbox: None,
+        sandbox: tinyelf.sandbox.clone(),
     }
 }

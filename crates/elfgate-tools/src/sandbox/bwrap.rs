@@ -13,6 +13,9 @@ pub(super) struct Profile<'a> {
     pub projects_root: Option<&'a Path>,
     /// Writable directories (the project first).
     pub writable: Vec<&'a Path>,
+    /// Paths shown read-only even where a private /tmp or a hidden zone covers them (an MCP
+    /// server's script).
+    pub readable: Vec<&'a Path>,
     /// A network namespace of its own (only a loopback of its own).
     pub private_network: bool,
 }
@@ -22,6 +25,8 @@ pub(super) struct Profile<'a> {
 /// is shown again.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Mount {
+    /// `--ro-bind P P`.
+    Readable(PathBuf),
     /// `--bind P P`.
     Writable(PathBuf),
     /// `--tmpfs P`: an empty directory over a directory.
@@ -33,7 +38,7 @@ enum Mount {
 impl Mount {
     fn path(&self) -> &Path {
         match self {
-            Mount::Writable(p) | Mount::EmptyDir(p) | Mount::EmptyFile(p) => p,
+            Mount::Readable(p) | Mount::Writable(p) | Mount::EmptyDir(p) | Mount::EmptyFile(p) => p,
         }
     }
 
@@ -51,6 +56,7 @@ impl Mount {
     fn push_args(&self, out: &mut Vec<String>) {
         let p = self.path().to_string_lossy().into_owned();
         match self {
+            Mount::Readable(_) => out.extend(["--ro-bind".into(), p.clone(), p]),
             Mount::Writable(_) => out.extend(["--bind".into(), p.clone(), p]),
             Mount::EmptyDir(_) => out.extend(["--tmpfs".into(), p]),
             Mount::EmptyFile(_) => out.extend(["--ro-bind".into(), "/dev/null".into(), p]),
@@ -105,6 +111,13 @@ pub(super) fn arguments(
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .map(Mount::Writable),
     );
+    mounts.extend(
+        profile
+            .readable
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .map(Mount::Readable),
+    );
     // Path order puts a directory before what lies inside it; at one path the hiding mount
     // comes last and wins.
     mounts.sort_by(|a, b| a.path().cmp(b.path()).then(a.cmp(b)));
@@ -145,6 +158,7 @@ mod tests {
             deny: &deny,
             projects_root: None,
             writable: vec![&project, &home],
+            readable: Vec::new(),
             private_network: true,
         };
         let args = arguments(&profile, "bash", &["-c".into(), "true".into()], &project);
@@ -179,6 +193,7 @@ mod tests {
             deny: &deny,
             projects_root: None,
             writable: vec![&base],
+            readable: Vec::new(),
             private_network: false,
         };
         let line = pairs(&arguments(&profile, "true", &[], &base));

@@ -51,6 +51,7 @@ pub(super) async fn bubblewrap(configured: &str) -> Result<Mechanism, String> {
         deny: &[],
         projects_root: None,
         writable: project.to_vec(),
+        readable: Vec::new(),
         private_network: true,
     };
     let args = arguments(&profile, "true", &[], dir.path());

@@ -188,6 +188,7 @@ impl Sandbox {
             sandbox: self.clone(),
             project: project.map(Path::to_path_buf),
             writable: Vec::new(),
+            readable: Vec::new(),
         }
     }
 }
@@ -201,6 +202,9 @@ pub struct Confinement {
     pub project: Option<PathBuf>,
     /// Other writable directories (a CLI's home).
     pub writable: Vec<PathBuf>,
+    /// Paths shown read-only even under the private /tmp or a hidden zone (an MCP server's
+    /// script).
+    pub readable: Vec<PathBuf>,
 }
 
 /// How a process is started.
@@ -241,6 +245,7 @@ impl Confinement {
                         .chain(sandbox.writable.iter())
                         .map(PathBuf::as_path)
                         .collect(),
+                    readable: self.readable.iter().map(PathBuf::as_path).collect(),
                     private_network,
                 };
                 Ok(Launch::Confined {
