@@ -8,7 +8,8 @@
 # (scripts/install-mcp-servers.sh puts it into tools/mcp/), the schema fuzzer (schemathesis,
 # which scripts/install-fuzz.sh puts into tools/fuzz-venv/), and playwright-core, which drives
 # Chromium in the web console's tests (scripts/install-browser-driver.sh puts it into
-# tools/browser/). Does nothing for what is already there.
+# tools/browser/), and bubblewrap, which confines the commands the agents run (the sandbox's tests
+# need it). Does nothing for what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,11 +30,15 @@ fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
+# The sandbox confines agents' commands with bwrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  missing+=(bubblewrap)
+fi
 if [[ ${#missing[@]} -gt 0 ]]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-test-deps: missing ${missing[*]}: Chromium is needed for the browser tests (or set" \
       "CHROMIUM_BIN=/path/to/chromium), Python 3 with venv for the fake CLIs of the cli engine's" \
-      "tests and the SDK tests, Node.js 20 or newer with npm for the real CLIs and the MCP server" >&2
+      "tests and the SDK tests, Node.js 20 or newer with npm for the real CLIs and the MCP server, bubblewrap for the sandbox" >&2
     exit 1
   fi
   SUDO=()

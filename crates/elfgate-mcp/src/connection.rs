@@ -7,7 +7,7 @@ use crate::stdio::StdioProcess;
 use crate::unavailable::{Down, Unavailable};
 use elfgate_core::sync::lock;
 use elfgate_core::{McpServerConfig, McpTransport};
-use elfgate_tools::process::ChildEnv;
+use elfgate_tools::process::ChildSetup;
 use rmcp::model::ProgressToken;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -79,7 +79,7 @@ pub(crate) struct Ready {
 pub(crate) struct Connection {
     pub name: String,
     pub cfg: McpServerConfig,
-    env: ChildEnv,
+    child: ChildSetup,
     http: reqwest::Client,
     notifier: Notifier,
     tasks: TaskTracker,
@@ -101,7 +101,7 @@ impl Connection {
     pub(crate) fn new(
         name: &str,
         cfg: McpServerConfig,
-        env: ChildEnv,
+        child: ChildSetup,
         http: reqwest::Client,
         tasks: TaskTracker,
         notes: Option<Arc<Path>>,
@@ -110,7 +110,7 @@ impl Connection {
             name: name.to_string(),
             notifier: Notifier::new(name),
             cfg,
-            env,
+            child,
             http,
             tasks,
             notes,
@@ -246,7 +246,7 @@ impl Connection {
             let service = match self.cfg.transport() {
                 Some(McpTransport::Stdio) => {
                     let (p, stdout, stdin) =
-                        StdioProcess::spawn(&self.cfg, &self.env, self.notes.as_deref())?;
+                        StdioProcess::spawn(&self.cfg, &self.child, self.notes.as_deref())?;
                     process = Some(p);
                     rmcp::serve_client(self.notifier.clone(), (stdout, stdin))
                         .await

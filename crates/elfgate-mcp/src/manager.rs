@@ -9,7 +9,7 @@ use elfgate_core::{
     EventEmitter, McpSection, McpServerConfig, McpSessionConfig, McpTransport, SessionId,
 };
 use elfgate_tools::Tool;
-use elfgate_tools::process::{ChildEnv, kill_noted_groups};
+use elfgate_tools::process::{ChildSetup, kill_noted_groups};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -75,7 +75,7 @@ struct Inner {
     entries: Mutex<HashMap<String, Entry>>,
     /// Connection keys each session uses.
     sessions: Mutex<HashMap<SessionId, BTreeSet<String>>>,
-    env: ChildEnv,
+    child: ChildSetup,
     http: reqwest::Client,
     tasks: TaskTracker,
     notes: Option<Arc<Path>>,
@@ -88,11 +88,12 @@ pub struct McpManager {
 }
 
 impl McpManager {
-    /// A manager for the `[mcp]` section; stdio servers start from `env` (the clean child
-    /// environment) plus their own `env`. Each running stdio server's process group is noted in
+    /// A manager for the `[mcp]` section; stdio servers start from `child` (the clean child
+    /// environment, plus their own `env`, in the daemon's sandbox: writable only in their `cwd`
+    /// when one is configured, and the daemon's network). Each running stdio server's process group is noted in
     /// `notes` (a directory of the daemon's data directory) until it is stopped; the groups a
     /// killed daemon left noted there are killed now.
-    pub fn new(section: McpSection, env: ChildEnv, notes: Option<PathBuf>) -> McpManager {
+    pub fn new(section: McpSection, child: ChildSetup, notes: Option<PathBuf>) -> McpManager {
         if let Some(dir) = &notes {
             for pgid in kill_noted_groups(dir) {
                 tracing::info!(pgid, "stopped an MCP server a previous daemon left running");
@@ -103,7 +104,7 @@ impl McpManager {
                 section: RwLock::new(section),
                 entries: Mutex::new(HashMap::new()),
                 sessions: Mutex::new(HashMap::new()),
-                env,
+                child,
                 http: reqwest::Client::new(),
                 tasks: TaskTracker::new(),
                 notes: notes.map(Arc::from),
@@ -135,7 +136,7 @@ impl McpManager {
                     conn: Arc::new(Connection::new(
                         name,
                         server.clone(),
-                        self.inner.env.clone(),
+                        self.inner.child.clone(),
                         self.inner.http.clone(),
                         self.inner.tasks.clone(),
                         self.inner.notes.clone(),

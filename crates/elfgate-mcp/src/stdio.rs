@@ -5,7 +5,7 @@
 use crate::unavailable::Down;
 use elfgate_core::McpServerConfig;
 use elfgate_core::sync::lock;
-use elfgate_tools::process::{ChildEnv, GroupNote, ProcessGroup, ProcessSpec};
+use elfgate_tools::process::{ChildSetup, GroupNote, ProcessGroup};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +31,7 @@ impl StdioProcess {
     /// Starts `cfg.command`; returns it with the pipes the transport speaks through.
     pub(crate) fn spawn(
         cfg: &McpServerConfig,
-        env: &ChildEnv,
+        child: &ChildSetup,
         notes: Option<&Path>,
     ) -> Result<(StdioProcess, ChildStdout, ChildStdin), Down> {
         let program = cfg.command.clone().unwrap_or_default();
@@ -39,9 +39,23 @@ impl StdioProcess {
             Some(c) => PathBuf::from(c),
             None => std::env::current_dir().map_err(|e| Down::NoWorkingDirectory(e.to_string()))?,
         };
-        let mut spec = ProcessSpec::new(program, &cwd);
+        let mut spec = child.spec(&program, &[], &cwd);
         spec.args = cfg.args.clone();
-        spec.env = env.with(&cfg.env);
+        spec.env = child.env.with(&cfg.env);
+        // Confined, it writes only in the directory it was configured to work in (its command's
+        // installation is readable, as the whole file system is).
+        if let Some(c) = &mut spec.confinement {
+            if cfg.cwd.is_none() {
+                c.project = None;
+            }
+            // Its program and the files its arguments name stay readable even under the
+            // private /tmp.
+            c.readable = std::iter::once(&program)
+                .chain(cfg.args.iter())
+                .map(|a| cwd.join(a))
+                .filter(|p| p.is_file())
+                .collect();
+        }
         // Piped stdin: the helper pipes it when there is input to give.
         spec.stdin = Some(Vec::new());
         spec.grace = GRACE;

@@ -239,6 +239,10 @@ async fn run_one(
     child: &ChildSetup,
 ) -> Result<(HookVerdict, String), HookFailure> {
     let mut spec = child.spec("bash", &["-c", &c.command], cwd);
+    if let Some(confined) = &mut spec.confinement {
+        let more = confined.sandbox.hook_writable_paths().to_vec();
+        confined.writable.extend(more);
+    }
     spec.stdin = Some(payload.to_string().into_bytes());
     spec.stdout_cap = ANSWER_MAX_BYTES;
     spec.stderr_cap = STDERR_MAX_BYTES;

@@ -16,6 +16,8 @@ pub mod hooks;
 pub mod outbound;
 pub mod permission;
 pub mod process;
+pub mod project_changes;
+pub mod sandbox;
 pub mod schema;
 pub mod search;
 pub mod session_tools;

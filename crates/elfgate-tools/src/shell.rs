@@ -3,6 +3,7 @@
 //! clean environment and, by default, a network namespace of its own.
 
 use crate::process::{Captured, End, run};
+use crate::project_changes::Listing;
 use crate::tool::{
     BuiltinTool, FirewallTargets, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind,
     ToolOutput,
@@ -17,12 +18,15 @@ use serde_json::Value;
 pub struct Shell {
     /// Most bytes of stdout and of stderr kept (each).
     pub max_output_bytes: usize,
+    /// Most files the result names as created, changed or deleted by the command.
+    pub max_listed_changes: usize,
 }
 
 impl Default for Shell {
     fn default() -> Self {
         Shell {
             max_output_bytes: 100_000,
+            max_listed_changes: 50,
         }
     }
 }
@@ -72,8 +76,13 @@ impl BuiltinTool for Shell {
         let mut spec = ctx.child.spec("bash", &["-c", &a.command], &cwd);
         spec.stdout_cap = self.max_output_bytes;
         spec.stderr_cap = self.max_output_bytes;
+        // What it does to the project is listed (walked off the runtime's threads).
+        let project = ctx.project_path.clone();
+        let listing = move || Listing::take(&project);
+        let before = tokio::task::spawn_blocking(listing.clone()).await.ok();
         // No timeout of its own: the pipeline's tool timeout fires ctx.cancel.
         let out = run(&spec, &ctx.cancel).await?;
+        let after = tokio::task::spawn_blocking(listing).await.ok();
         let status = match out.end {
             End::Exited(s) => s,
             End::Cancelled | End::TimedOut => return Err(ToolError::Interrupted),
@@ -87,6 +96,13 @@ impl BuiltinTool for Shell {
         text.push_str(&section("stdout", &out.stdout));
         text.push_str("\n--- stderr ---\n");
         text.push_str(&section("stderr", &out.stderr));
+        if let (Some(before), Some(after)) = (before, after) {
+            let changes = before.changes(&after, self.max_listed_changes);
+            if !changes.is_empty() {
+                text.push_str("\n--- files created, changed or deleted in the project ---\n");
+                text.push_str(&changes.join("\n"));
+            }
+        }
         Ok(ToolOutput {
             content: text,
             is_error: code != Some(0),
@@ -124,6 +140,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sh = Shell {
             max_output_bytes: 10,
+            ..Shell::default()
         };
         let out = sh
             .execute(

@@ -14,6 +14,7 @@ use crate::gate::{self, Refusal};
 use crate::hooks::{HookEvent, Hooks};
 use crate::process::{ChildEnv, ChildSetup, Isolation, Network, ProcessError, ProcessGroup};
 use crate::process::{DEFAULT_GRACE, ProcessSpec};
+use crate::sandbox::Sandbox;
 use crate::tool::FirewallTargets;
 use elfgate_core::Gate;
 use serde_json::Value;
@@ -225,6 +226,8 @@ pub struct ShellRules {
     pub network: Network,
     /// The private network, where this host has one.
     pub isolation: Option<Isolation>,
+    /// The sandbox commands run in; None: unconfined.
+    pub sandbox: Option<Arc<Sandbox>>,
     /// Most bytes of a command's output kept (the shell tool's cap).
     pub max_output_bytes: usize,
 }
@@ -282,6 +285,7 @@ impl ShellRules {
                 Network::Isolated => self.isolation.clone(),
                 Network::Host => None,
             },
+            sandbox: self.sandbox.clone(),
         }
     }
 
@@ -324,6 +328,10 @@ impl ShellRules {
             spec
         };
         spec.env = spec.env.with(req.env);
+        // Its directory may be inside the project: the whole project is its to write.
+        if let Some(c) = &mut spec.confinement {
+            c.project = Some(project.to_path_buf());
+        }
         Ok(spec)
     }
 }

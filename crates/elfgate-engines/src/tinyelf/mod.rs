@@ -140,6 +140,7 @@ impl TinyElfEngine {
         let builtin = BuiltinSettings {
             shell: elfgate_tools::shell::Shell {
                 max_output_bytes: config.shell_max_output_bytes.max(1),
+                max_listed_changes: config.shell_max_listed_changes,
             },
             web: elfgate_tools::web::WebFetch {
                 allow_private: config.web_fetch_allow_private,
@@ -210,8 +211,14 @@ impl TinyElfEngine {
             env: inner.child_env.clone(),
             network: inner.config.shell_network,
             isolation: inner.config.isolation.clone(),
+            sandbox: inner.config.sandbox.clone(),
             max_output_bytes: inner.config.shell_max_output_bytes.max(1),
         }
+    }
+
+    /// The sandbox's mode and mechanism, as `GET /v1/engines` and each run's `init` show them.
+    pub fn sandbox_facts(&self) -> serde_json::Value {
+        elfgate_tools::sandbox::Sandbox::facts_of(self.inner.config.sandbox.as_ref())
     }
 
     /// A session's projectPath checked as the firewall sees it (see
@@ -340,6 +347,7 @@ impl TinyElfEngine {
                     "tools": tool_names,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
                     "maxIterations": rs.max_iterations,
+                    "sandbox": self.sandbox_facts(),
                 })),
             })
             .await;

@@ -5,8 +5,10 @@ use elfgate_core::{EngineConfig, PermissionMode, ThinkingLevel};
 use elfgate_llm::{Backoff, Jitter, RetryPolicy};
 use elfgate_tools::HookConfig;
 use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
+use elfgate_tools::sandbox::Sandbox;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `[engines.tinyelf.guardian]`: the optional LLM reviewer.
@@ -79,6 +81,8 @@ pub struct TinyElfConfig {
     pub max_remembered_decisions: usize,
     /// Bytes of stdout and of stderr a shell call keeps (each).
     pub shell_max_output_bytes: usize,
+    /// Most files a shell result names as created, changed or deleted in the project.
+    pub shell_max_listed_changes: usize,
     /// Variables shell commands and hooks get on top of the allow-listed ones.
     pub shell_env: BTreeMap<String, String>,
     /// Names of the daemon's variables passed through to shell commands and hooks.
@@ -127,6 +131,10 @@ pub struct TinyElfConfig {
     /// it cannot, and isolated falls back to host).
     #[serde(skip)]
     pub isolation: Option<Isolation>,
+    /// Set by the daemon, not the configuration (`[sandbox]`): the sandbox commands and hooks
+    /// run in (None: unconfined).
+    #[serde(skip)]
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 impl Default for TinyElfConfig {
@@ -150,6 +158,7 @@ impl Default for TinyElfConfig {
             max_background_agents: 8,
             max_remembered_decisions: elfgate_tools::DEFAULT_MAX_REMEMBERED_DECISIONS,
             shell_max_output_bytes: 100_000,
+            shell_max_listed_changes: 50,
             shell_env: BTreeMap::new(),
             shell_env_passthrough: Vec::new(),
             shell_network: Network::Isolated,
@@ -170,6 +179,7 @@ impl Default for TinyElfConfig {
             guardian: GuardianConfig::default(),
             secret_env: BTreeSet::new(),
             isolation: None,
+            sandbox: None,
         }
     }
 }
@@ -227,6 +237,7 @@ impl TinyElfConfig {
                 Network::Isolated => self.isolation.clone(),
                 Network::Host => None,
             },
+            sandbox: self.sandbox.clone(),
         }
     }
 }

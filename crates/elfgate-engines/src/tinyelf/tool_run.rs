@@ -70,6 +70,7 @@ impl TinyElfEngine {
                     "projectPath": prepared.project.as_ref().map(|p| p.display().to_string()),
                     "toolRun": call.name,
                     "permissionMode": ctx.permission_mode.unwrap_or_default(),
+                    "sandbox": self.sandbox_facts(),
                 })),
             })
             .await;

@@ -17,7 +17,7 @@ use elfgate_engines::{ChatEngine, ChatMode, ChatSettings, CliEngine, TinyElfEngi
 use elfgate_llm::RetryPolicy;
 use elfgate_mcp::McpManager;
 use elfgate_store::Store;
-use setup::{mcp_env, providers, settle_token, tinyelf_config};
+use setup::{mcp_child, providers, settle_token, tinyelf_config};
 use std::sync::Arc;
 use std::time::Duration;
 use store::OpenStore;
@@ -138,7 +138,7 @@ impl Daemon {
         // daemon's, never a running one's.
         let mcp = McpManager::new(
             config.mcp.clone(),
-            mcp_env(&tinyelf_config),
+            mcp_child(&tinyelf_config),
             dir.as_ref().map(|d| d.join("mcp").join("running")),
         );
         let tinyelf = TinyElfEngine::new(

@@ -6,7 +6,8 @@ use crate::config::{AuthMode, Config};
 use crate::token_file::{self, TokenSource};
 use elfgate_engines::{ProviderRegistry, TinyElfConfig};
 use elfgate_llm::{ProviderConfig, build_provider};
-use elfgate_tools::process::{ChildEnv, Isolation, Network};
+use elfgate_tools::process::{ChildEnv, ChildSetup, Isolation, Network};
+use elfgate_tools::sandbox::Sandbox;
 use std::time::Duration;
 
 /// Settles the bearer token: ELFGATE_TOKEN, else (unless `[server] auth = "none"`) the token file
@@ -172,12 +173,25 @@ pub(super) async fn tinyelf_config(config: &Config) -> TinyElfConfig {
         ),
     }
     c.isolation = probe.ok();
+    // Confined processes never see the data directory nor the configured deny paths (the
+    // sandbox adds the credentials under the daemon's home).
+    let deny = data_dir(&config.storage)
+        .into_iter()
+        .chain(c.deny_paths.iter().map(std::path::PathBuf::from))
+        .collect();
+    let sandbox = Sandbox::detect(&config.sandbox, deny).await;
+    sandbox.log_at_start();
+    c.sandbox = Some(std::sync::Arc::new(sandbox));
     c
 }
 
 /// The environment MCP stdio servers start from: the clean child environment (allow-listed
 /// variables only; never the daemon's ELFGATE_* variables nor the providers' key variables), to
-/// which each server's `env` is added.
-pub(super) fn mcp_env(tinyelf: &TinyElfConfig) -> ChildEnv {
-    ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env)
+/// which each server's `env` is added; in the daemon's network and its sandbox.
+pub(super) fn mcp_child(tinyelf: &TinyElfConfig) -> ChildSetup {
+    ChildSetup {
+        env: ChildEnv::from_daemon(&Default::default(), &[], &tinyelf.secret_env),
+        isolation: None,
+        sandbox: tinyelf.sandbox.clone(),
+    }
 }

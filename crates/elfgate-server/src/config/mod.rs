@@ -80,6 +80,9 @@ pub struct Config {
     /// `[workflows]`.
     #[serde(default)]
     pub workflows: WorkflowsConfig,
+    /// `[sandbox]`: how the processes started for agents are confined.
+    #[serde(default)]
+    pub sandbox: elfgate_tools::sandbox::SandboxConfig,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -187,6 +190,9 @@ impl Config {
     /// kept as it is.
     fn validate(&self) -> Result<(), ConfigError> {
         self.check_webhooks()?;
+        self.sandbox
+            .validate()
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.workflows.check()?;
         self.server.check_listener()?;
         self.check_providers()?;

@@ -19,6 +19,20 @@ pub fn routes() -> Router<AppState> {
 struct EngineList {
     /// Every engine the daemon hosts.
     engines: Vec<EngineInfo>,
+    /// How the processes started for agents are confined.
+    sandbox: SandboxInfo,
+}
+
+/// The sandbox in effect (docs/security.md).
+#[derive(Debug, Serialize, ToSchema)]
+struct SandboxInfo {
+    /// `required`, `best_effort` or `off`.
+    mode: String,
+    /// `bubblewrap`, or `none`.
+    mechanism: String,
+    /// Why there is no mechanism.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 /// The engines the daemon hosts.
@@ -35,7 +49,14 @@ struct EngineList {
     security(("bearer" = []))
 )]
 async fn list(State(state): State<AppState>) -> Json<EngineList> {
+    let facts = state.tinyelf.sandbox_facts();
+    let text = |k: &str| facts.get(k).and_then(|v| v.as_str()).map(str::to_string);
     Json(EngineList {
         engines: state.dispatcher.engine_infos(),
+        sandbox: SandboxInfo {
+            mode: text("mode").unwrap_or_default(),
+            mechanism: text("mechanism").unwrap_or_default(),
+            reason: text("reason"),
+        },
     })
 }

@@ -690,11 +690,8 @@ async fn claude_over_acp_interrupted_mid_command_kills_its_terminal() {
     let (sid, run) = r.d.create(body).await;
     let project = r.project.path().canonicalize().unwrap();
     let pids = poll_until("the command started", || {
-        let read = |f: &str| {
-            std::fs::read_to_string(project.join(f))
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok())
-        };
+        // As this test sees them: the terminal's command runs in a pid namespace of its own.
+        let read = |f: &str| scripted::procs::read_pid(&project.join(f));
         Some([read("bg.pid")?, read("fg.pid")?])
     })
     .await;

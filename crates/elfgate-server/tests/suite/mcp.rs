@@ -582,8 +582,10 @@ done
     )
     .unwrap();
     format!(
-        "\n[mcp.servers.silent]\ncommand = \"bash\"\nargs = [\"{}\"]\ncall_timeout_secs = 1\n",
-        script.display()
+        // Its directory is where it may write (its log), confined.
+        "\n[mcp.servers.silent]\ncommand = \"bash\"\nargs = [\"{}\"]\ncwd = \"{}\"\ncall_timeout_secs = 1\n",
+        script.display(),
+        dir.display()
     )
 }
 
@@ -653,6 +655,7 @@ async fn interrupts_and_call_timeouts_cancel_the_call_with_the_server() {
             &dir,
             json!({"mcpConfig": {"servers": {"silent": {"command": "bash",
                 "args": [dir.join("silent-server.sh").display().to_string()],
+                "cwd": dir.display().to_string(),
                 "call_timeout_secs": 600}}}}),
         ))
         .await;
@@ -689,9 +692,11 @@ async fn servers_a_killed_daemon_left_running_are_stopped_when_it_starts_again()
     let dir = project();
     let log = dir.join("server.log");
     // A server that outlives its stdin closing, and a daemon that keeps it after the run.
+    // Unconfined: a confined server dies with the daemon (bwrap --die-with-parent), and this is
+    // the case of one that does not.
     let opts = Opts {
         extra_toml: format!(
-            "[mcp]\nidle_shutdown_secs = 600\n{}",
+            "[sandbox]\nmode = \"off\"\n\n[mcp]\nidle_shutdown_secs = 600\n{}",
             silent_server(&dir, &log, "exec sleep 600")
         ),
         ..Default::default()

@@ -39,6 +39,7 @@ mod readme_path;
 mod restart;
 mod run_end_webhooks;
 mod run_endings;
+mod sandbox;
 mod schema_fuzz;
 mod signed_webhooks;
 mod slow_subscriber;

@@ -20,6 +20,10 @@ use std::path::Path;
 fn barrier_hook(marks: &Path) -> String {
     format!(
         r#"
+# Hooks are confined like commands: they write their marks here.
+[sandbox]
+hook_writable_paths = ["{marks}"]
+
 [[engines.tinyelf.hooks]]
 event = "PreToolUse"
 matcher = "read_file|grep"

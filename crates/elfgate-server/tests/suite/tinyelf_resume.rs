@@ -4,12 +4,10 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, Opts};
+use common::{Daemon, Opts, poll_until};
 use elfgate_mockllm::MockServer;
 use scripted::transcript::{anthropic_blocks, assert_valid_anthropic, assert_valid_openai};
-use scripted::{
-    bodies_for, call, finish_of, project, resume, run, script, session, stored, wait_for_file,
-};
+use scripted::{bodies_for, call, finish_of, project, resume, run, script, session, stored};
 use serde_json::{Value, json};
 
 /// Resumes `sid` with `body`, expects that run to stop, and returns the body of the last request
@@ -182,13 +180,17 @@ async fn dangling_on(mock: &MockServer, provider: &str) {
             json!({"providerId": provider, "permissionMode": "bypassPermissions"}),
         ))
         .await;
-    let pid = wait_for_file(&dir.join("crash.pid"), 1).await;
+    // Its process group as this test sees it (the command runs in a pid namespace of its own).
+    let pid = poll_until("the command started", || {
+        scripted::procs::read_pid(&dir.join("crash.pid")).and_then(scripted::procs::pgid_of)
+    })
+    .await;
     let data = d.dir.clone();
     let mut d = d;
     d.kill();
     // The tool's process group outlives a SIGKILLed daemon; end it here.
     std::process::Command::new("kill")
-        .args(["-KILL", "--", &format!("-{}", pid.trim())])
+        .args(["-KILL", "--", &format!("-{pid}")])
         .status()
         .unwrap();
     let d = Daemon::start_in(data, mock, Opts::default());

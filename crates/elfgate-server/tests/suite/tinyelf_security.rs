@@ -168,6 +168,10 @@ async fn post_tool_use_hooks_fire_after_execution_without_holding_up_the_run() {
     // records its input. Its deny answer must be ignored.
     let extra = format!(
         r#"
+# Hooks are confined like commands: they write their marks here.
+[sandbox]
+hook_writable_paths = ["{m}"]
+
 [[engines.tinyelf.hooks]]
 event = "PostToolUse"
 matcher = "read_file"
@@ -235,6 +239,10 @@ async fn user_prompt_submit_hooks_block_and_rewrite_prompts() {
     let marks = tempfile::tempdir().unwrap();
     let extra = format!(
         r#"
+# Hooks are confined like commands: they write their marks here.
+[sandbox]
+hook_writable_paths = ["{m}"]
+
 [[engines.tinyelf.hooks]]
 event = "UserPromptSubmit"
 command = '''
@@ -352,6 +360,10 @@ async fn channel_fields_reach_the_run_record_hooks_and_guardian() {
     let marks = tempfile::tempdir().unwrap();
     let extra = format!(
         r#"
+# Hooks are confined like commands: they write their marks here.
+[sandbox]
+hook_writable_paths = ["{m}"]
+
 [[engines.tinyelf.hooks]]
 event = "PreToolUse"
 command = '''cat >> "{m}/pre.jsonl"; echo >> "{m}/pre.jsonl"; echo '{{"decision": "allow"}}' '''

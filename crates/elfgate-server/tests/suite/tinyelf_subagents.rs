@@ -4,7 +4,7 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, Ev, Opts, Sse, allow, types};
+use common::{Daemon, Ev, Opts, Sse, allow, poll_until, types};
 use elfgate_mockllm::MockServer;
 use scripted::events::{drained_text, until_drain, until_requests};
 use scripted::procs::{alive, until_dead};
@@ -148,11 +148,20 @@ async fn interrupting_the_parent_stops_its_sub_agents() {
         ))
         .await;
     let mut sse = d.events(&sid, None).await;
-    let pids: Vec<i32> = wait_for_file(&dir.join("pids"), 2)
-        .await
-        .lines()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
+    wait_for_file(&dir.join("pids"), 2).await;
+    // The sleeps as this test sees them (each command has a pid namespace of its own, where
+    // both are the same pid): the processes working in the project.
+    let canonical = dir.canonicalize().unwrap();
+    let pids = poll_until("both sleeps run", || {
+        let sleeps: Vec<i32> = scripted::procs::live_in(&canonical)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep"))
+            })
+            .collect();
+        (sleeps.len() == 2).then_some(sleeps)
+    })
+    .await;
     assert_eq!(alive(&pids).len(), 2);
     let (s, _) = d
         .post(

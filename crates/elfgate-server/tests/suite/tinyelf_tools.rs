@@ -4,9 +4,9 @@
 use crate::common;
 use crate::scripted;
 
-use common::{Daemon, GUARD, Opts, text_of, types};
+use common::{Daemon, GUARD, Opts, poll_until, text_of, types};
 use elfgate_mockllm::MockServer;
-use scripted::procs::{alive, live_in_group, read_pid, until_dead};
+use scripted::procs::{alive, live_in, live_in_group, pgid_of, read_pid, until_dead};
 use scripted::{
     bodies_for, bypass, call, daemon_with, ends, ends_by_id, finish_of, of, offered_tools, project,
     roles, run, script, session, stored, wait_for_file,
@@ -35,17 +35,15 @@ async fn interrupting_a_shell_kills_its_process_group_and_resume_works() {
         ))
         .await;
     let mut sse = d.events(&sid, None).await;
-    wait_for_file(&dir.join("sh.pid"), 1).await;
-    let child: i32 = wait_for_file(&dir.join("child.pid"), 1)
-        .await
-        .trim()
-        .parse()
-        .unwrap();
-    let sh: i32 = std::fs::read_to_string(dir.join("sh.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The pids as this test sees them (the command runs in a pid namespace of its own).
+    let (sh, child) = poll_until("the command started", || {
+        Some((
+            read_pid(&dir.join("sh.pid"))?,
+            read_pid(&dir.join("child.pid"))?,
+        ))
+    })
+    .await;
+    let group = pgid_of(sh).unwrap();
     assert_eq!(alive(&[sh, child]).len(), 2);
     // The interrupt does not wait for the tool's 600 s sleep: it is answered within the guard
     // time, and the run's `complete` too (Sse::next has the same guard).
@@ -65,7 +63,7 @@ async fn interrupting_a_shell_kills_its_process_group_and_resume_works() {
     let e = ends(&evs);
     assert_eq!(e[0].0, "interrupted");
     // No process of the group survives.
-    let left = until_dead(|| live_in_group(sh)).await;
+    let left = until_dead(|| live_in_group(group)).await;
     assert!(left.is_empty(), "{left:?}");
     assert!(until_dead(|| alive(&[sh, child])).await.is_empty());
     // The transcript holds a synthetic interrupted result.
@@ -96,7 +94,7 @@ async fn timeout_truncation_and_firewall_denials() {
     // Tool timeout. The shell writes its pid first; a machine slower than the timeout may kill it
     // before that, which leaves nothing to check: then again with twice the timeout.
     let mut timeout_ms = 500;
-    let pid = loop {
+    loop {
         let _ = std::fs::remove_file(dir.join("slow.pid"));
         script(
             &mock,
@@ -117,16 +115,17 @@ async fn timeout_truncation_and_firewall_denials() {
         let e = ends(&evs);
         assert_eq!(e[0].0, "timeout", "{e:?}");
         assert!(e[0].1.contains("timed out"));
-        if let Some(pid) = read_pid(&dir.join("slow.pid")) {
-            break pid;
+        if dir.join("slow.pid").exists() {
+            break;
         }
         assert!(
             timeout_ms < 30_000,
             "the shell never started within {timeout_ms} ms"
         );
         timeout_ms *= 2;
-    };
-    assert!(until_dead(|| alive(&[pid])).await.is_empty());
+    }
+    // Nothing of it runs in the project any more.
+    assert!(until_dead(|| live_in(&dir)).await.is_empty());
 
     // Truncation with a visible marker.
     std::fs::write(dir.join("big.txt"), "x".repeat(5000)).unwrap();
@@ -243,6 +242,10 @@ async fn session_tools_web_fetch_and_session_hooks() {
     let marks = tempfile::tempdir().unwrap();
     let extra = format!(
         r#"
+# Hooks are confined like commands: they write their marks here.
+[sandbox]
+hook_writable_paths = ["{m}"]
+
 [[engines.tinyelf.hooks]]
 event = "SessionStart"
 command = "cat >> {m}/start.jsonl; echo >> {m}/start.jsonl"

@@ -96,7 +96,29 @@ pub async fn until_dead<T>(check: impl Fn() -> Vec<T>) -> Vec<T> {
     }
 }
 
-/// The pid a command wrote into `path`, if it got that far.
+/// The pid a command wrote into `path` (its `$$` or `$!`) as this test sees it, while that
+/// process runs: a confined command lives in a pid namespace of its own, whose pids are not the
+/// host's, so the process is looked for among those working in the file's directory by the last
+/// pid of its NSpid. None when the file is not there yet or the process is gone.
 pub fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    let written: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let dir = std::fs::canonicalize(path.parent()?).ok()?;
+    pids().find(|pid| {
+        let here = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir);
+        here && !alive(&[*pid]).is_empty() && own_pid(*pid) == Some(written)
+    })
+}
+
+/// The pid a process has in its own pid namespace (its NSpid's last field).
+fn own_pid(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// The process group of a running process.
+pub fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    rest.split_whitespace().nth(2)?.parse().ok()
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 /// Variables a child inherits from the daemon: what programs need to find things, speak the
@@ -149,6 +150,20 @@ impl ChildEnv {
     /// A variable's value.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars.get(name).map(String::as_str)
+    }
+
+    /// Whether `program` names an executable this environment would start: a path (relative to
+    /// `cwd`) to one, or a name found in its PATH.
+    pub fn finds(&self, program: &str, cwd: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        let runnable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if program.contains('/') {
+            return runnable(&cwd.join(program));
+        }
+        let path = self.get("PATH").unwrap_or_default();
+        std::env::split_paths(path).any(|d| runnable(&cwd.join(d).join(program)))
     }
 
     /// Every variable, by name.

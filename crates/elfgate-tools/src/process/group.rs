@@ -1,6 +1,7 @@
 //! A running process group and its shutdown.
 
 use super::{ProcessError, ProcessSpec, orphans};
+use crate::sandbox::Launch;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::process::{ExitStatus, Stdio};
@@ -22,10 +23,7 @@ impl ProcessGroup {
     /// Starts `spec` (its stdin piped when it has bytes for it, stdout and stderr piped). The
     /// caller feeds and reads the pipes; [`super::run`] does it all.
     pub fn spawn(spec: &ProcessSpec) -> Result<ProcessGroup, ProcessError> {
-        let (program, args) = match &spec.isolation {
-            Some(iso) => iso.wrap(&spec.program, &spec.args),
-            None => (spec.program.clone(), spec.args.clone()),
-        };
+        let (program, args) = command_line(spec)?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
             .current_dir(&spec.cwd)
@@ -54,7 +52,7 @@ impl ProcessGroup {
         })
     }
 
-    /// The leader's pid, which is also the group id.
+    /// The leader's pid (bwrap's when the child is confined), which is also the group id.
     pub fn id(&self) -> i32 {
         self.pid
     }
@@ -105,6 +103,38 @@ impl ProcessGroup {
         orphans::sweep().await;
         status
     }
+}
+
+/// What runs `spec`: through the sandbox when it is confined (bwrap is then the group's leader
+/// and gives it a network namespace itself), else through the network namespace's wrapper.
+fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessError> {
+    if let Some(c) = &spec.confinement {
+        // A program that is not there fails as it does unconfined, not as bwrap's exec error.
+        if !spec.env.finds(&spec.program, &spec.cwd) {
+            return Err(ProcessError::Spawn {
+                program: spec.program.clone(),
+                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+            });
+        }
+        let launch = c
+            .launch(
+                &spec.program,
+                &spec.args,
+                &spec.cwd,
+                spec.isolation.is_some(),
+            )
+            .map_err(|source| ProcessError::Unconfined {
+                program: spec.program.clone(),
+                source,
+            })?;
+        if let Launch::Confined { program, args } = launch {
+            return Ok((program, args));
+        }
+    }
+    Ok(match &spec.isolation {
+        Some(iso) => iso.wrap(&spec.program, &spec.args),
+        None => (spec.program.clone(), spec.args.clone()),
+    })
 }
 
 async fn shutdown(

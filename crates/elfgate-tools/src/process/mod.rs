@@ -17,13 +17,16 @@ mod run;
 
 pub use env::ChildEnv;
 pub use group::ProcessGroup;
+pub(crate) use network::find_program;
 pub use network::{Isolation, Network, NoIsolation};
 pub use notes::{GroupNote, kill_noted_groups};
 pub use orphans::become_subreaper;
 pub use run::run;
 
+use crate::sandbox::{Confinement, Sandbox, Unconfinable};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a group gets between SIGTERM and SIGKILL.
@@ -42,6 +45,8 @@ pub struct ProcessSpec {
     pub env: ChildEnv,
     /// A network namespace of its own; None shares the daemon's network.
     pub isolation: Option<Isolation>,
+    /// Its sandbox profile; None: it runs unconfined (the daemon's own checks).
+    pub confinement: Option<Confinement>,
     /// Bytes written to its stdin, which is then closed; None: stdin is /dev/null.
     pub stdin: Option<Vec<u8>>,
     /// Bytes of stdout kept (the rest is read and counted).
@@ -65,6 +70,7 @@ impl ProcessSpec {
             cwd: cwd.to_path_buf(),
             env: ChildEnv::default(),
             isolation: None,
+            confinement: None,
             stdin: None,
             stdout_cap: 64 * 1024,
             stderr_cap: 64 * 1024,
@@ -81,16 +87,19 @@ pub struct ChildSetup {
     pub env: ChildEnv,
     /// Their network namespace; None: the daemon's network.
     pub isolation: Option<Isolation>,
+    /// The sandbox that confines them; None: they run unconfined.
+    pub sandbox: Option<Arc<Sandbox>>,
 }
 
 impl ChildSetup {
-    /// `program args` in `cwd` with this environment and network (other fields as in
-    /// [`ProcessSpec::new`]).
+    /// `program args` in `cwd` with this environment and network, confined to `cwd` as its
+    /// project when there is a sandbox (other fields as in [`ProcessSpec::new`]).
     pub fn spec(&self, program: &str, args: &[&str], cwd: &Path) -> ProcessSpec {
         let mut spec = ProcessSpec::new(program, cwd);
         spec.args = args.iter().map(std::string::ToString::to_string).collect();
         spec.env = self.env.clone();
         spec.isolation = self.isolation.clone();
+        spec.confinement = self.sandbox.as_ref().map(|s| s.confine(Some(cwd)));
         spec
     }
 }
@@ -143,6 +152,14 @@ pub enum ProcessError {
         program: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// The sandbox could not confine it and its mode runs nothing unconfined.
+    #[error("{program}: {source}")]
+    Unconfined {
+        /// The program.
+        program: String,
+        /// Why.
+        source: Unconfinable,
     },
     /// Waiting for it failed.
     #[error("waiting for {program} failed: {source}")]

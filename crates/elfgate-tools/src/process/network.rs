@@ -36,7 +36,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where programs are looked for besides the daemon's PATH (`ip` lives in sbin).
 const EXTRA_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin"];
 
-fn find_program(name: &str) -> Option<PathBuf> {
+/// `name` in the daemon's PATH or the usual program directories.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

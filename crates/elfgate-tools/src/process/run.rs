@@ -252,6 +252,7 @@ mod tests {
         let setup = ChildSetup {
             env: ChildEnv::from_daemon(&set, &["CARGO_PKG_NAME".to_string()], &secrets),
             isolation: None,
+            sandbox: None,
         };
         let spec = setup.spec("env", &[], dir.path());
         let out = run(&spec, &CancellationToken::new()).await.unwrap();
