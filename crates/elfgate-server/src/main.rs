@@ -159,6 +159,11 @@ fn init_logging() -> anyhow::Result<()> {
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
+    // Started as the sandbox's Landlock launcher: confine itself and become the command, before
+    // any thread exists.
+    if let Some(code) = elfgate_tools::sandbox::launcher_main() {
+        return code;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

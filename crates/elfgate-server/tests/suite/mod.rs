@@ -40,6 +40,7 @@ mod restart;
 mod run_end_webhooks;
 mod run_endings;
 mod sandbox;
+mod sandbox_landlock;
 mod schema_fuzz;
 mod signed_webhooks;
 mod slow_subscriber;

@@ -41,7 +41,7 @@ fn fake_home(base: &Path) -> (PathBuf, Vec<(String, String)>) {
 
 /// Runs `calls` (id, command line) as one scripted turn of a tinyelf session in `project` in
 /// bypassPermissions mode; returns each call's result and the run's events.
-async fn run_commands(
+pub(crate) async fn run_commands(
     d: &Daemon,
     mock: &MockServer,
     name: &str,
@@ -71,9 +71,52 @@ async fn run_commands(
     (results, evs)
 }
 
-#[tokio::test]
-async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
-    let mock = MockServer::start().await.unwrap();
+/// What the attacker's commands gave: each call's result by id, the run's events, the daemon.
+pub(crate) struct Attack {
+    pub calls: Vec<(&'static str, String)>,
+    pub results: Vec<String>,
+    pub evs: Vec<common::Ev>,
+    pub daemon: Daemon,
+    pub project: PathBuf,
+}
+
+impl Attack {
+    /// The result of call `id`.
+    pub fn by(&self, id: &str) -> &str {
+        &self.results[self.calls.iter().position(|(i, _)| *i == id).unwrap()]
+    }
+
+    /// The stdout part of call `id`'s result.
+    pub fn stdout_of(&self, id: &str) -> &str {
+        self.by(id)
+            .split("--- stdout ---\n")
+            .nth(1)
+            .and_then(|r| r.split("\n--- stderr ---").next())
+            .unwrap_or_default()
+    }
+
+    /// Asserts the mechanism `GET /v1/engines` and the run's init name.
+    pub async fn assert_mechanism(&self, mechanism: &str) {
+        let said = json!({"mode": "required", "mechanism": mechanism});
+        let init = of(&self.evs, "init")[0].data["systemInfo"]["sandbox"].clone();
+        assert_eq!(init, said);
+        let (s, v) = self.daemon.get("/v1/engines").await;
+        assert_eq!(s, 200);
+        assert_eq!(v["sandbox"], said);
+    }
+}
+
+/// Runs the attacker's commands (and `more`) from a session's project under a projects root
+/// holding another project, with a fake home holding keys and `[sandbox]` set by `sandbox_toml`,
+/// then asserts what every mechanism holds: no secret in a result, nothing of the database in
+/// the project, writes outside it failed with `write_error` and changed nothing, and a
+/// build-like command works, its result naming what it wrote.
+pub(crate) async fn attack(
+    mock: &MockServer,
+    sandbox_toml: &str,
+    more: &[(&'static str, String)],
+    write_error: &str,
+) -> Attack {
     let base = base();
     let (home, env) = fake_home(&base);
     let data = base.join("daemon");
@@ -87,44 +130,32 @@ async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
     let other = base.join("other");
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("file"), "untouched").unwrap();
-    let d = Daemon::start_in(
+    let daemon = Daemon::start_in(
         data.clone(),
-        &mock,
+        mock,
         Opts {
             env,
-            extra_toml: format!("[sandbox]\nprojects_root = \"{}\"\n", projects.display()),
+            extra_toml: format!(
+                "[sandbox]\n{sandbox_toml}projects_root = \"{}\"\n",
+                projects.display()
+            ),
             ..Opts::default()
         },
     );
-    let token = d.token.clone().unwrap();
-    // What a prompt injection would have a command do, written past the firewall's screen of
-    // command lines (which refuses a line naming a deny zone): what stops them is the sandbox.
-    let calls = [
-        ("ssh", "cat $HOME/.s''sh/id_rsa".to_string()),
-        (
-            "db",
-            "cp ../../daemon/elfgate.db ./ && ls -l elfgate.db".to_string(),
-        ),
-        ("aws", "tar c ~/.aws | base64 -w0".to_string()),
-        (
-            "find",
-            "find ~ ../../daemon -name token -exec cat {} \\;".to_string(),
-        ),
-        ("etc", "e=/e; echo x > ${e}tc/x".to_string()),
-        ("bashrc", "echo 'export EVIL=1' > ~/.bashrc".to_string()),
-        ("up", "echo x > ../../other/file".to_string()),
-        ("theirs", "ls ..; cat ../theirs/notes.md".to_string()),
-        (
-            "build",
-            "python3 -c 'open(\"built.txt\", \"w\").write(str(6 * 7))' && cat built.txt && \
-             echo own > src.txt"
-                .to_string(),
-        ),
-    ];
-    let (results, evs) = run_commands(&d, &mock, "attacker", &project, &calls).await;
-    let by = |id: &str| &results[calls.iter().position(|(i, _)| *i == id).unwrap()];
+    let token = daemon.token.clone().unwrap();
+    let mut calls = attacker_calls();
+    calls.extend(more.iter().cloned());
+    let (results, evs) = run_commands(&daemon, mock, "attacker", &project, &calls).await;
+    let attack = Attack {
+        calls,
+        results,
+        evs,
+        daemon,
+        project,
+    };
+    let by = |id: &str| attack.by(id);
     // Each ran (the firewall's screen let it through).
-    for (id, _) in &calls {
+    for (id, _) in &attack.calls {
         assert!(by(id).starts_with("exit code:"), "{id}: {}", by(id));
     }
     for (id, secret) in [
@@ -150,10 +181,10 @@ async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
     );
     assert!(!by("aws").contains("credentials"), "{}", by("aws"));
     // Nothing of the database reached the project.
-    assert!(!project.join("elfgate.db").exists(), "{}", by("db"));
+    assert!(!attack.project.join("elfgate.db").exists(), "{}", by("db"));
     // Writes outside the project failed, and the files are unchanged.
     for id in ["etc", "bashrc", "up"] {
-        assert!(by(id).contains("Read-only file system"), "{id}: {}", by(id));
+        assert!(by(id).contains(write_error), "{id}: {}", by(id));
     }
     assert!(!Path::new("/etc/x").exists());
     assert_eq!(
@@ -166,13 +197,6 @@ async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
     );
     // The secrets are still there for the daemon's user: they were hidden, not removed.
     assert!(home.join(".ssh/id_rsa").exists());
-    // Only its own project is under the projects root.
-    let listed = by("theirs")
-        .split("--- stdout ---\n")
-        .nth(1)
-        .and_then(|r| r.split("\n--- stderr ---").next())
-        .unwrap();
-    assert_eq!(listed.trim(), "mine", "{}", by("theirs"));
     // A build-like command works inside, and the result names what it wrote.
     let build = by("build");
     assert!(build.starts_with("exit code: 0"), "{build}");
@@ -180,18 +204,52 @@ async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
     assert!(build.contains("created: built.txt"), "{build}");
     assert!(build.contains("created: src.txt"), "{build}");
     assert_eq!(
-        std::fs::read_to_string(project.join("built.txt")).unwrap(),
+        std::fs::read_to_string(attack.project.join("built.txt")).unwrap(),
         "42"
     );
-    // The mechanism is said in the run's init and in GET /v1/engines.
-    let init = of(&evs, "init")[0].data["systemInfo"]["sandbox"].clone();
-    assert_eq!(init, json!({"mode": "required", "mechanism": "bubblewrap"}));
-    let (s, v) = d.get("/v1/engines").await;
-    assert_eq!(s, 200);
+    attack
+}
+
+/// What a prompt injection would have a command do (id, command line), written past the
+/// firewall's screen of command lines (which refuses a line naming a deny zone): what stops
+/// them is the sandbox.
+fn attacker_calls() -> Vec<(&'static str, String)> {
+    vec![
+        ("ssh", "cat $HOME/.s''sh/id_rsa".to_string()),
+        (
+            "db",
+            "cp ../../daemon/elfgate.db ./ && ls -l elfgate.db".to_string(),
+        ),
+        ("aws", "tar c ~/.aws | base64 -w0".to_string()),
+        (
+            "find",
+            "find ~ ../../daemon -name token -exec cat {} \\;".to_string(),
+        ),
+        ("etc", "e=/e; echo x > ${e}tc/x".to_string()),
+        ("bashrc", "echo 'export EVIL=1' > ~/.bashrc".to_string()),
+        ("up", "echo x > ../../other/file".to_string()),
+        ("theirs", "ls ..; cat ../theirs/notes.md".to_string()),
+        (
+            "build",
+            "python3 -c 'open(\"built.txt\", \"w\").write(str(6 * 7))' && cat built.txt && \
+         echo own > src.txt"
+                .to_string(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
+    let mock = MockServer::start().await.unwrap();
+    let attack = attack(&mock, "", &[], "Read-only file system").await;
+    // Only its own project is under the projects root.
     assert_eq!(
-        v["sandbox"],
-        json!({"mode": "required", "mechanism": "bubblewrap"})
+        attack.stdout_of("theirs").trim(),
+        "mine",
+        "{}",
+        attack.by("theirs")
     );
+    attack.assert_mechanism("bubblewrap").await;
 }
 
 #[tokio::test]
@@ -200,7 +258,9 @@ async fn required_mode_without_a_mechanism_refuses_every_command_with_the_reason
     let d = Daemon::start(
         &mock,
         Opts {
-            extra_toml: "[sandbox]\nmode = \"required\"\nbwrap = \"/nonexistent/bwrap\"\n".into(),
+            // Only bubblewrap: auto would fall back to Landlock here.
+            extra_toml: "[sandbox]\nmode = \"required\"\nmechanism = \"bwrap\"\nbwrap = \"/nonexistent/bwrap\"\n"
+                .into(),
             ..Opts::default()
         },
     );

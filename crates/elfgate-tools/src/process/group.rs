@@ -1,7 +1,7 @@
 //! A running process group and its shutdown.
 
 use super::{ProcessError, ProcessSpec, orphans};
-use crate::sandbox::Launch;
+use crate::sandbox::{CallTmp, Launch};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::process::{ExitStatus, Stdio};
@@ -17,13 +17,15 @@ pub struct ProcessGroup {
     pid: i32,
     grace: Duration,
     program: String,
+    /// A Landlock-confined process's private temporary directory, removed with the group.
+    _tmp: Option<CallTmp>,
 }
 
 impl ProcessGroup {
     /// Starts `spec` (its stdin piped when it has bytes for it, stdout and stderr piped). The
     /// caller feeds and reads the pipes; [`super::run`] does it all.
     pub fn spawn(spec: &ProcessSpec) -> Result<ProcessGroup, ProcessError> {
-        let (program, args) = command_line(spec)?;
+        let (program, args, tmp) = command_line(spec)?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
             .current_dir(&spec.cwd)
@@ -49,6 +51,7 @@ impl ProcessGroup {
             pid,
             grace: spec.grace,
             program: spec.program.clone(),
+            _tmp: tmp,
         })
     }
 
@@ -106,8 +109,11 @@ impl ProcessGroup {
 }
 
 /// What runs `spec`: through the sandbox when it is confined (bwrap is then the group's leader
-/// and gives it a network namespace itself), else through the network namespace's wrapper.
-fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessError> {
+/// and gives it a network namespace itself; the Landlock launcher runs inside the network
+/// namespace's wrapper), else through the network namespace's wrapper.
+fn command_line(
+    spec: &ProcessSpec,
+) -> Result<(String, Vec<String>, Option<CallTmp>), ProcessError> {
     if let Some(c) = &spec.confinement {
         // A program that is not there fails as it does unconfined, not as bwrap's exec error.
         if !spec.env.finds(&spec.program, &spec.cwd) {
@@ -127,14 +133,25 @@ fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessErro
                 program: spec.program.clone(),
                 source,
             })?;
-        if let Launch::Confined { program, args } = launch {
-            return Ok((program, args));
+        match launch {
+            Launch::Confined { program, args } => return Ok((program, args, None)),
+            Launch::Restricted { program, args, tmp } => {
+                let (program, args) = networked(spec, program, args);
+                return Ok((program, args, Some(tmp)));
+            }
+            Launch::Unconfined => {}
         }
     }
-    Ok(match &spec.isolation {
-        Some(iso) => iso.wrap(&spec.program, &spec.args),
-        None => (spec.program.clone(), spec.args.clone()),
-    })
+    let (program, args) = networked(spec, spec.program.clone(), spec.args.clone());
+    Ok((program, args, None))
+}
+
+/// `program args` in the network `spec` asks for.
+fn networked(spec: &ProcessSpec, program: String, args: Vec<String>) -> (String, Vec<String>) {
+    match &spec.isolation {
+        Some(iso) => iso.wrap(&program, &args),
+        None => (program, args),
+    }
 }
 
 async fn shutdown(

@@ -26,6 +26,19 @@ impl SandboxMode {
     }
 }
 
+/// Which mechanism confines processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MechanismChoice {
+    /// bubblewrap when it runs here, else Landlock when the kernel has it.
+    #[default]
+    Auto,
+    /// bubblewrap only.
+    Bwrap,
+    /// Landlock only.
+    Landlock,
+}
+
 /// `[sandbox]` as configured.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -33,6 +46,8 @@ pub struct SandboxConfig {
     /// required, best_effort or off; unset: required when the daemon finds a mechanism at start,
     /// best_effort otherwise.
     pub mode: Option<SandboxMode>,
+    /// auto, bwrap or landlock.
+    pub mechanism: MechanismChoice,
     /// A directory holding the projects of several sessions: a confined process sees none of it
     /// but its own session's project.
     pub projects_root: Option<PathBuf>,
@@ -51,6 +66,7 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             mode: None,
+            mechanism: MechanismChoice::Auto,
             projects_root: None,
             extra_deny_paths: Vec::new(),
             writable_paths: Vec::new(),

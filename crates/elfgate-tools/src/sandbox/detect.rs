@@ -1,8 +1,9 @@
-//! Finding at start whether bubblewrap can confine a process on this host: the program, its
-//! version, and a trial run with the profile every confined process gets.
+//! Finding at start whether bubblewrap or Landlock can confine a process on this host: for
+//! bubblewrap the program, its version, and a trial run with the profile every confined process
+//! gets; for Landlock the kernel's ABI and a trial run through the launcher.
 
-use super::Mechanism;
 use super::bwrap::{Profile, arguments};
+use super::{Mechanism, Sandbox, SandboxMode, landlock};
 use crate::process::{End, ProcessSpec, find_program, run};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +58,50 @@ pub(super) async fn bubblewrap(configured: &str) -> Result<Mechanism, String> {
     let args = arguments(&profile, "true", &[], dir.path());
     check(&name, args, dir.path()).await?;
     Ok(Mechanism::Bubblewrap { program, version })
+}
+
+/// Landlock, if the kernel has it and the launcher (the daemon's own program) confines a trial
+/// command: it writes in its directory, and cannot write beside it. Err: why not.
+pub(super) async fn landlock() -> Result<Mechanism, String> {
+    let abi = landlock::kernel_abi()?;
+    let launcher = std::env::current_exe().map_err(|e| format!("the daemon's own program: {e}"))?;
+    let mechanism = Mechanism::Landlock {
+        abi: abi as i32,
+        launcher,
+    };
+    let dir = tempfile_dir()?;
+    let inside = dir.path().join("inside");
+    std::fs::create_dir_all(&inside).map_err(|e| format!("{}: {e}", inside.display()))?;
+    let sandbox = std::sync::Arc::new(Sandbox {
+        mode: SandboxMode::Required,
+        mechanism: Ok(mechanism.clone()),
+        deny: Vec::new(),
+        projects_root: None,
+        writable: Vec::new(),
+        hook_writable: Vec::new(),
+    });
+    let mut spec = ProcessSpec::new("sh", &inside);
+    spec.args = [
+        "-c",
+        "echo x > written && ! (echo x > ../beside) 2>/dev/null && echo confined",
+    ]
+    .map(String::from)
+    .to_vec();
+    spec.timeout = Some(CHECK_TIMEOUT);
+    spec.confinement = Some(sandbox.confine(Some(&inside)));
+    let out = run(&spec, &CancellationToken::new())
+        .await
+        .map_err(|e| e.to_string())?;
+    let said = String::from_utf8_lossy(&out.stdout.bytes);
+    if said.trim() == "confined" && inside.join("written").exists() {
+        Ok(mechanism)
+    } else {
+        Err(format!(
+            "a trial command under Landlock was not confined: {}{}",
+            said.trim(),
+            String::from_utf8_lossy(&out.stderr.bytes).trim()
+        ))
+    }
 }
 
 /// A directory of the trial run's own, removed when dropped.

@@ -1,6 +1,6 @@
 //! The sandbox: every process the daemon starts for an agent (shell commands, hooks, ACP agents'
 //! terminals, MCP stdio servers, the supervised CLIs) runs confined by the operating system,
-//! with bubblewrap: it writes only in its project (plus a private /tmp and, for a CLI, its
+//! with bubblewrap, or Landlock where bubblewrap cannot run: it writes only in its project (plus a private /tmp and, for a CLI, its
 //! home), sees none of the deny zones and no other project under the projects root, and has a
 //! network of its own unless its session shares the host's. [`Sandbox::detect`] finds at start
 //! whether this host can do it; [`Confinement::launch`] makes one process's command line, or
@@ -9,10 +9,12 @@
 mod bwrap;
 mod config;
 mod detect;
+mod landlock;
 #[cfg(test)]
 mod tests;
 
-pub use config::{SandboxConfig, SandboxConfigError, SandboxMode};
+pub use config::{MechanismChoice, SandboxConfig, SandboxConfigError, SandboxMode};
+pub use landlock::{CallTmp, LAUNCHER_ARG, launcher_main};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +29,14 @@ pub enum Mechanism {
         /// What `bwrap --version` said.
         version: String,
     },
+    /// Landlock (no namespaces): the daemon's own program, started as a launcher, restricts
+    /// itself and executes the command.
+    Landlock {
+        /// The kernel's Landlock ABI.
+        abi: i32,
+        /// The daemon's own program.
+        launcher: PathBuf,
+    },
 }
 
 impl Mechanism {
@@ -34,6 +44,7 @@ impl Mechanism {
     pub fn name(&self) -> &'static str {
         match self {
             Mechanism::Bubblewrap { .. } => "bubblewrap",
+            Mechanism::Landlock { .. } => "landlock",
         }
     }
 }
@@ -103,10 +114,16 @@ impl Sandbox {
         if let Some(home) = std::env::var_os("HOME") {
             deny.extend(HOME_DENY_ZONES.iter().map(|z| Path::new(&home).join(z)));
         }
-        let mechanism = if config.mode == Some(SandboxMode::Off) {
-            Err("sandbox.mode = \"off\"".to_string())
-        } else {
-            detect::bubblewrap(&config.bwrap).await
+        let mechanism = match (config.mode, config.mechanism) {
+            (Some(SandboxMode::Off), _) => Err("sandbox.mode = \"off\"".to_string()),
+            (_, MechanismChoice::Bwrap) => detect::bubblewrap(&config.bwrap).await,
+            (_, MechanismChoice::Landlock) => detect::landlock().await,
+            (_, MechanismChoice::Auto) => match detect::bubblewrap(&config.bwrap).await {
+                Ok(m) => Ok(m),
+                Err(no_bwrap) => detect::landlock()
+                    .await
+                    .map_err(|no_landlock| format!("{no_bwrap}; Landlock: {no_landlock}")),
+            },
         };
         Sandbox::new(config, mechanism, deny)
     }
@@ -208,7 +225,7 @@ pub struct Confinement {
 }
 
 /// How a process is started.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Launch {
     /// Through the mechanism: this program with these arguments.
     Confined {
@@ -216,6 +233,16 @@ pub enum Launch {
         program: String,
         /// Its arguments, the process's own command line at their end.
         args: Vec<String>,
+    },
+    /// Through the Landlock launcher: this program with these arguments, in the network the
+    /// process would have unconfined.
+    Restricted {
+        /// The launcher (the daemon's own program).
+        program: String,
+        /// Its arguments, the process's own command line at their end.
+        args: Vec<String>,
+        /// Its private temporary directory, to keep until it has ended.
+        tmp: CallTmp,
     },
     /// As it is (mode off, or best_effort without a mechanism).
     Unconfined,
@@ -253,6 +280,18 @@ impl Confinement {
                     args: bwrap::arguments(&profile, program, args, cwd),
                 })
             }
+            (_, Ok(Mechanism::Landlock { abi, launcher })) => {
+                let unconfinable = |reason: String| Unconfinable { reason };
+                let tmp = CallTmp::create().map_err(unconfinable)?;
+                let profile = self.landlock_profile(*abi, &tmp);
+                let args =
+                    landlock::launcher_args(&profile, program, args).map_err(unconfinable)?;
+                Ok(Launch::Restricted {
+                    program: launcher.to_string_lossy().into_owned(),
+                    args,
+                    tmp,
+                })
+            }
             (SandboxMode::BestEffort, Err(why)) => {
                 tracing::warn!(
                     program,
@@ -264,6 +303,35 @@ impl Confinement {
             (SandboxMode::Required, Err(why)) => Err(Unconfinable {
                 reason: why.clone(),
             }),
+        }
+    }
+}
+
+impl Confinement {
+    /// What the Landlock launcher is told: the paths resolved now (symbolic links followed, the
+    /// missing ones left out), the projects root hidden like a deny zone (the project, writable,
+    /// is the one part of it granted).
+    fn landlock_profile(&self, abi: i32, tmp: &CallTmp) -> landlock::LandlockProfile {
+        let sandbox = &self.sandbox;
+        let real = |paths: &mut dyn Iterator<Item = &PathBuf>| -> Vec<PathBuf> {
+            paths
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .collect()
+        };
+        let mut writable = real(
+            &mut self
+                .project
+                .iter()
+                .chain(self.writable.iter())
+                .chain(sandbox.writable.iter()),
+        );
+        writable.push(tmp.path().to_path_buf());
+        landlock::LandlockProfile {
+            abi,
+            hidden: real(&mut sandbox.deny.iter().chain(sandbox.projects_root.iter())),
+            writable,
+            readable: real(&mut self.readable.iter()),
+            tmp: tmp.path().to_path_buf(),
         }
     }
 }

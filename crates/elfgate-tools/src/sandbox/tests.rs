@@ -119,6 +119,8 @@ async fn required_without_a_mechanism_refuses_and_best_effort_runs() {
     let dir = tempfile::tempdir().unwrap();
     let missing = SandboxConfig {
         bwrap: "/nonexistent/bwrap".into(),
+        // Only bubblewrap: auto would fall back to Landlock here.
+        mechanism: MechanismChoice::Bwrap,
         ..SandboxConfig::default()
     };
     let required = Arc::new(

@@ -1,0 +1,51 @@
+//! The sandbox with Landlock as its mechanism (docs/security.md, "Landlock, where bubblewrap
+//! cannot run"): the attacker's commands of the bubblewrap tests read no deny zone, copy nothing
+//! of the daemon's database, write nothing outside the project and see no other project under
+//! the projects root, while the project and a build-like command work and the call's private
+//! TMPDIR is gone after it.
+
+use super::sandbox::attack;
+
+use elfgate_mockllm::MockServer;
+use std::path::Path;
+
+#[tokio::test]
+async fn under_landlock_an_attackers_commands_reach_no_secret_and_write_only_in_the_project() {
+    let mock = MockServer::start().await.unwrap();
+    let tmp_call = (
+        "tmp",
+        "echo scratch > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo \"tmpdir=$TMPDIR\"".to_string(),
+    );
+    // The kernel refuses, where bubblewrap's read-only mounts would say "Read-only file system".
+    let attack = attack(
+        &mock,
+        "mechanism = \"landlock\"\n",
+        &[tmp_call],
+        "Permission denied",
+    )
+    .await;
+    // Reading a deny zone is refused too (with bubblewrap it would be empty).
+    assert!(
+        attack.by("ssh").contains("Permission denied"),
+        "{}",
+        attack.by("ssh")
+    );
+    // The projects root cannot be listed: only the session's own project is granted in it.
+    assert_eq!(
+        attack.stdout_of("theirs").trim(),
+        "",
+        "{}",
+        attack.by("theirs")
+    );
+    // Its private TMPDIR was writable, and is gone after the call.
+    let tmp = attack.by("tmp");
+    assert!(tmp.starts_with("exit code: 0"), "{tmp}");
+    assert!(tmp.contains("scratch"), "{tmp}");
+    let tmpdir = tmp
+        .lines()
+        .find_map(|l| l.strip_prefix("tmpdir="))
+        .unwrap_or_else(|| panic!("{tmp}"));
+    assert!(!tmpdir.is_empty() && tmpdir != "/tmp", "{tmp}");
+    assert!(!Path::new(tmpdir).exists(), "{tmp}");
+    attack.assert_mechanism("landlock").await;
+}
