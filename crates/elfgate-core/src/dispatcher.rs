@@ -718,6 +718,7 @@ mod tests {
             permission_answers: Default::default(),
             events: EventEmitter::new(bus, run_id),
             cancel: CancellationToken::new(),
+            sandbox: None,
             metrics: Arc::new(Metrics::default()),
             tool_run: None,
             node: None,

@@ -160,6 +160,9 @@ pub struct EngineSessionContext {
     pub tool_run: Option<ToolRun>,
     /// The fleet node that runs it (None on a single node).
     pub node: Option<Arc<str>>,
+    /// The sandbox the daemon confines agents' processes with (`mode`, `mechanism`, `reason`),
+    /// said in every run's `init`; None: not known (tests).
+    pub sandbox: Option<serde_json::Value>,
     /// The chat channel the prompt came from.
     pub channel: crate::ChannelOrigin,
 }
@@ -180,13 +183,17 @@ impl EngineSessionContext {
     }
 
     /// An `init` event's facts: the engine's `facts` (a JSON object) and the daemon's own, its
-    /// version and, in a fleet, the node that runs the run.
+    /// version, its sandbox (unless the engine says its own) and, in a fleet, the node that runs
+    /// the run.
     pub fn system_info(&self, mut facts: serde_json::Value) -> serde_json::Value {
         if let Some(map) = facts.as_object_mut() {
             map.insert(
                 "daemonVersion".into(),
                 serde_json::Value::from(env!("CARGO_PKG_VERSION")),
             );
+            if let Some(sandbox) = &self.sandbox {
+                map.entry("sandbox").or_insert_with(|| sandbox.clone());
+            }
             if let Some(node) = &self.node {
                 map.insert("node".into(), serde_json::Value::from(node.as_ref()));
             }

@@ -63,6 +63,7 @@ pub(crate) fn build_ctx(
         metrics: state.metrics.clone(),
         tool_run: None,
         node: state.fleet.as_ref().map(|f| f.node_id.clone()),
+        sandbox: Some(state.tinyelf.sandbox_facts()),
         channel: run.channel,
     }
 }

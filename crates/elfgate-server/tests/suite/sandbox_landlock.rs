@@ -2,11 +2,15 @@
 //! cannot run"): the attacker's commands of the bubblewrap tests read no deny zone, copy nothing
 //! of the daemon's database, write nothing outside the project and see no other project under
 //! the projects root, while the project and a build-like command work and the call's private
-//! TMPDIR is gone after it.
+//! TMPDIR is gone after it; every engine's runs say the mechanism in their `init`.
 
 use super::sandbox::attack;
+use super::workflows::{create, start_run};
+use crate::common::{Daemon, Opts};
+use crate::scripted::of;
 
 use elfgate_mockllm::MockServer;
+use serde_json::json;
 use std::path::Path;
 
 #[tokio::test]
@@ -48,4 +52,35 @@ async fn under_landlock_an_attackers_commands_reach_no_secret_and_write_only_in_
     assert!(!tmpdir.is_empty() && tmpdir != "/tmp", "{tmp}");
     assert!(!Path::new(tmpdir).exists(), "{tmp}");
     attack.assert_mechanism("landlock").await;
+}
+
+#[tokio::test]
+async fn the_init_of_chat_and_workflow_runs_says_the_sandbox_too() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: "[sandbox]\nmechanism = \"landlock\"\n".into(),
+            ..Opts::default()
+        },
+    );
+    let said = json!({"mode": "required", "mechanism": "landlock"});
+    let (sid, run) = d
+        .create(json!({"engine": "chat", "prompt": "hi", "model": "mock:tokens=2"}))
+        .await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(of(&evs, "init")[0].data["systemInfo"]["sandbox"], said);
+    let project = tempfile::tempdir().unwrap();
+    create(
+        &d,
+        json!({"name": "stamp", "projectPath": project.path().display().to_string(),
+         "permissionMode": "bypassPermissions",
+         "steps": [{"id": "ls", "tool": "shell", "arguments": {"command": "echo ran"}}]}),
+    )
+    .await;
+    let (sid, run) = start_run(&d, "stamp", json!({})).await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    let init = of(&evs, "init")[0].data.clone();
+    assert_eq!(init["systemInfo"]["engine"], "workflow", "{init}");
+    assert_eq!(init["systemInfo"]["sandbox"], said, "{init}");
 }
