@@ -28,7 +28,7 @@ struct EngineList {
 struct SandboxInfo {
     /// `required`, `best_effort` or `off`.
     mode: String,
-    /// `bubblewrap`, or `none`.
+    /// `bubblewrap`, `landlock`, or `none`.
     mechanism: String,
     /// Why there is no mechanism.
     #[serde(skip_serializing_if = "Option::is_none")]

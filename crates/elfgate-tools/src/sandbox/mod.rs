@@ -1,8 +1,9 @@
 //! The sandbox: every process the daemon starts for an agent (shell commands, hooks, ACP agents'
 //! terminals, MCP stdio servers, the supervised CLIs) runs confined by the operating system,
-//! with bubblewrap, or Landlock where bubblewrap cannot run: it writes only in its project (plus a private /tmp and, for a CLI, its
-//! home), sees none of the deny zones and no other project under the projects root, and has a
-//! network of its own unless its session shares the host's. [`Sandbox::detect`] finds at start
+//! with bubblewrap, or Landlock where bubblewrap cannot run: it writes only in its project (plus
+//! a private /tmp and, for a CLI, its home), sees none of the deny zones and no other project
+//! under the projects root, and has a network of its own unless its session shares the host's.
+//! [`Sandbox::detect`] finds at start
 //! whether this host can do it; [`Confinement::launch`] makes one process's command line, or
 //! refuses it when it cannot be confined and the mode requires it.
 
@@ -149,7 +150,7 @@ impl Sandbox {
     }
 
     /// What `GET /v1/engines` and a run's `init` say of it: `mode`, `mechanism` (`bubblewrap`,
-    /// or `none` with the `reason`).
+    /// `landlock`, or `none` with the `reason`).
     pub fn facts(&self) -> serde_json::Value {
         let confines = self.mode != SandboxMode::Off;
         match (&self.mechanism, confines) {
