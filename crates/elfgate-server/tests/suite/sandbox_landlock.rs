@@ -4,7 +4,7 @@
 //! the projects root, while the project and a build-like command work and the call's private
 //! TMPDIR is gone after it; every engine's runs say the mechanism in their `init`.
 
-use super::sandbox::attack;
+use super::sandbox::{attack, hook_confined, mcp_server_confined};
 use super::workflows::{create, start_run};
 use crate::common::{Daemon, Opts};
 use crate::scripted::of;
@@ -83,4 +83,14 @@ async fn the_init_of_chat_and_workflow_runs_says_the_sandbox_too() {
     let init = of(&evs, "init")[0].data.clone();
     assert_eq!(init["systemInfo"]["engine"], "workflow", "{init}");
     assert_eq!(init["systemInfo"]["sandbox"], said, "{init}");
+}
+
+#[tokio::test]
+async fn under_landlock_an_mcp_stdio_server_works_and_reads_no_deny_zone() {
+    mcp_server_confined("mechanism = \"landlock\"\n").await;
+}
+
+#[tokio::test]
+async fn under_landlock_a_hook_reads_no_key_and_writes_nothing_in_the_home() {
+    hook_confined("mechanism = \"landlock\"\n").await;
 }
