@@ -109,6 +109,39 @@ pub fn read_pid(path: &Path) -> Option<i32> {
     })
 }
 
+/// The pid namespace of a process, as `/proc/PID/ns/pid` names it (`pid:[4026531836]`); None
+/// once it is gone.
+fn pid_ns(pid: i32) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some(link.to_string_lossy().into_owned())
+}
+
+/// Whether `ns` (what `/proc/self/ns/pid` names inside a process) is another pid namespace than
+/// this test's: the process ran confined.
+pub fn is_other_pid_ns(ns: &str) -> bool {
+    pid_ns(std::process::id() as i32).is_some_and(|own| own != ns)
+}
+
+/// The pid, as this test sees it, of the live process whose pid is `own` in the pid namespace
+/// `ns` (what `/proc/self/ns/pid` names inside it): a confined process lives in a pid namespace
+/// of its own, whose pids are not the host's. None once it is gone.
+pub fn host_pid(ns: &str, own: i32) -> Option<i32> {
+    pids().find(|pid| {
+        pid_ns(*pid).as_deref() == Some(ns)
+            && own_pid(*pid) == Some(own)
+            && !alive(&[*pid]).is_empty()
+    })
+}
+
+/// Live processes (not zombies) of the pid namespace `ns`: everything a confined process and
+/// what it started left running, whatever their groups and sessions.
+pub fn live_in_pid_ns(ns: &str) -> Vec<i32> {
+    let inside: Vec<i32> = pids()
+        .filter(|pid| pid_ns(*pid).as_deref() == Some(ns))
+        .collect();
+    alive(&inside)
+}
+
 /// The pid a process has in its own pid namespace (its NSpid's last field).
 fn own_pid(pid: i32) -> Option<i32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

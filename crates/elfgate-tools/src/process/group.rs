@@ -1,7 +1,7 @@
 //! A running process group and its shutdown.
 
 use super::{ProcessError, ProcessSpec, orphans};
-use crate::sandbox::Launch;
+use crate::sandbox::{Launch, status_inside};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::process::{ExitStatus, Stdio};
@@ -17,13 +17,16 @@ pub struct ProcessGroup {
     pid: i32,
     grace: Duration,
     program: String,
+    /// Started through the sandbox: its leader is bwrap, whose exit status stands for the
+    /// child's (see [`status_inside`]).
+    confined: bool,
 }
 
 impl ProcessGroup {
     /// Starts `spec` (its stdin piped when it has bytes for it, stdout and stderr piped). The
     /// caller feeds and reads the pipes; [`super::run`] does it all.
     pub fn spawn(spec: &ProcessSpec) -> Result<ProcessGroup, ProcessError> {
-        let (program, args) = command_line(spec)?;
+        let (program, args, confined) = command_line(spec)?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
             .current_dir(&spec.cwd)
@@ -49,6 +52,7 @@ impl ProcessGroup {
             pid,
             grace: spec.grace,
             program: spec.program.clone(),
+            confined,
         })
     }
 
@@ -84,10 +88,21 @@ impl ProcessGroup {
             Some(c) => c.wait().await,
             None => Err(std::io::Error::other("already stopped")),
         };
-        wait.map_err(|source| ProcessError::Wait {
-            program: self.program.clone(),
-            source,
-        })
+        wait.map(|s| self.as_run(s))
+            .map_err(|source| ProcessError::Wait {
+                program: self.program.clone(),
+                source,
+            })
+    }
+
+    /// The status of the program as it would be unconfined: a confined child killed by a signal
+    /// is reported as killed by it, not as bwrap's exit 128+N.
+    fn as_run(&self, status: ExitStatus) -> ExitStatus {
+        if self.confined {
+            status_inside(status)
+        } else {
+            status
+        }
     }
 
     /// Ends the group and reaps the leader, then sweeps what the group left behind. `polite`:
@@ -96,7 +111,9 @@ impl ProcessGroup {
     /// leader's status (None if it was stopped before).
     pub async fn stop(&mut self, polite: bool) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
-        let status = shutdown(child, self.pid, polite, self.grace).await;
+        let status = shutdown(child, self.pid, polite, self.grace)
+            .await
+            .map(|s| self.as_run(s));
         // Reaped: from here on the drop has nothing left to do.
         self.child = None;
         orphans::forget(self.pid);
@@ -106,8 +123,9 @@ impl ProcessGroup {
 }
 
 /// What runs `spec`: through the sandbox when it is confined (bwrap is then the group's leader
-/// and gives it a network namespace itself), else through the network namespace's wrapper.
-fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessError> {
+/// and gives it a network namespace itself; the flag says so), else through the network
+/// namespace's wrapper.
+fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>, bool), ProcessError> {
     if let Some(c) = &spec.confinement {
         // A program that is not there fails as it does unconfined, not as bwrap's exec error.
         if !spec.env.finds(&spec.program, &spec.cwd) {
@@ -128,13 +146,14 @@ fn command_line(spec: &ProcessSpec) -> Result<(String, Vec<String>), ProcessErro
                 source,
             })?;
         if let Launch::Confined { program, args } = launch {
-            return Ok((program, args));
+            return Ok((program, args, true));
         }
     }
-    Ok(match &spec.isolation {
+    let (program, args) = match &spec.isolation {
         Some(iso) => iso.wrap(&spec.program, &spec.args),
         None => (spec.program.clone(), spec.args.clone()),
-    })
+    };
+    Ok((program, args, false))
 }
 
 async fn shutdown(

@@ -12,6 +12,7 @@ mod detect;
 #[cfg(test)]
 mod tests;
 
+pub use bwrap::status_inside;
 pub use config::{SandboxConfig, SandboxConfigError, SandboxMode};
 
 use std::path::{Path, PathBuf};
