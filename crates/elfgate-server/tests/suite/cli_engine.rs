@@ -204,6 +204,20 @@ impl CliDaemon {
         }
     }
 
+    /// A daemon on `opts` from [`cli_opts`] whose data directory is `dir`.
+    pub(crate) fn start_in(
+        dir: PathBuf,
+        mock: &MockServer,
+        (opts, records, project): (Opts, PathBuf, PathBuf),
+    ) -> CliDaemon {
+        CliDaemon {
+            d: Daemon::start_in(dir, mock, opts.clone()),
+            opts,
+            records,
+            project,
+        }
+    }
+
     /// The last run `backend` recorded, if any.
     fn record(&self, backend: &str) -> Option<Recorded> {
         let text = std::fs::read_to_string(self.records.join(backend)).ok()?;

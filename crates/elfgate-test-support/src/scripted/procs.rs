@@ -99,9 +99,17 @@ pub async fn until_dead<T>(check: impl Fn() -> Vec<T>) -> Vec<T> {
 /// The pid a command wrote into `path` (its `$$` or `$!`) as this test sees it, while that
 /// process runs: a confined command lives in a pid namespace of its own, whose pids are not the
 /// host's, so the process is looked for among those working in the file's directory by the last
-/// pid of its NSpid. None when the file is not there yet or the process is gone.
+/// pid of its NSpid. A file may name the namespace after the pid (`echo $$
+/// $(readlink /proc/self/ns/pid)`), for a directory where processes of several namespaces work
+/// (a confined agent and the commands it has the daemon run). None when the file is not there
+/// yet or the process is gone.
 pub fn read_pid(path: &Path) -> Option<i32> {
-    let written: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.split_whitespace();
+    let written: i32 = fields.next()?.parse().ok()?;
+    if let Some(ns) = fields.next() {
+        return host_pid(ns, written);
+    }
     let dir = std::fs::canonicalize(path.parent()?).ok()?;
     pids().find(|pid| {
         let here = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir);
