@@ -430,3 +430,23 @@ async fn a_confined_command_killed_by_a_signal_is_reported_so() {
     );
     assert!(results[1].starts_with("exit code: 3"), "{}", results[1]);
 }
+
+/// In required mode a CLI that cannot be confined is not run: its run ends with the reason.
+#[tokio::test]
+async fn a_cli_that_cannot_be_confined_is_not_run_in_required_mode() {
+    let mock = MockServer::start().await.unwrap();
+    let (mut opts, records, project) = cli_opts(&mock, "", "", "");
+    opts.extra_toml = opts.extra_toml.replacen(
+        "[sandbox]\n",
+        "[sandbox]\nmode = \"required\"\nbwrap = \"/nonexistent/bwrap\"\n",
+        1,
+    );
+    let c = CliDaemon::start(&mock, (opts, records.clone(), project));
+    let (sid, run) = c.d.create(c.session("codex", "text")).await;
+    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["error"]);
+    let errs = errors(&evs);
+    assert!(errs[0].1.contains("cannot be confined"), "{errs:?}");
+    assert!(errs[0].1.contains("/nonexistent/bwrap"), "{errs:?}");
+    assert!(!records.join("codex").exists(), "it never ran");
+}
