@@ -4,6 +4,7 @@
 
 use crate::process::{Captured, End, run};
 use crate::project_changes::Listing;
+use crate::terminal::signal_name;
 use crate::tool::{
     BuiltinTool, FirewallTargets, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind,
     ToolOutput,
@@ -87,10 +88,12 @@ impl BuiltinTool for Shell {
             End::Exited(s) => s,
             End::Cancelled | End::TimedOut => return Err(ToolError::Interrupted),
         };
+        use std::os::unix::process::ExitStatusExt;
         let code = status.code();
-        let mut text = match code {
-            Some(c) => format!("exit code: {c}\n"),
-            None => "exit code: none (killed by a signal)\n".to_string(),
+        let mut text = match (code, status.signal()) {
+            (Some(c), _) => format!("exit code: {c}\n"),
+            (None, Some(n)) => format!("exit code: none (killed by {})\n", signal_name(n)),
+            (None, None) => "exit code: none (killed by a signal)\n".to_string(),
         };
         text.push_str("--- stdout ---\n");
         text.push_str(&section("stdout", &out.stdout));

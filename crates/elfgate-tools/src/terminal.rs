@@ -46,13 +46,15 @@ impl TerminalExit {
 
     /// The signal's name (`SIGKILL`), when one ended it.
     pub fn signal_name(&self) -> Option<String> {
-        let n = self.signal?;
-        Some(
-            nix::sys::signal::Signal::try_from(n)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_else(|_| format!("signal {n}")),
-        )
+        self.signal.map(signal_name)
     }
+}
+
+/// The name of signal `n` (`SIGKILL`), or `signal N` for a number without one.
+pub fn signal_name(n: i32) -> String {
+    nix::sys::signal::Signal::try_from(n)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {n}"))
 }
 
 /// What a terminal has printed so far.

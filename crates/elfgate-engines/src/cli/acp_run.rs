@@ -188,6 +188,8 @@ impl CliEngine {
                 }
                 let mut spec = ProcessSpec::new(program.display().to_string(), &cwd);
                 spec.args = args;
+                spec.confinement =
+                    super::confine::cli_confinement(&self.shell, &cwd, self.home(setup), None);
                 let (cli_provider, key) = match &proxy {
                     Some(p) => (Some(p.provider.clone()), Some(p.token.value().to_string())),
                     None => {

@@ -38,6 +38,7 @@ impl CliEngine {
             "provider": provider.as_ref().map(|(n, _)| n),
             "model": model,
             "proxied": proxy.is_some(),
+            "sandbox": elfgate_tools::sandbox::Sandbox::facts_of(self.shell.sandbox.as_ref()),
         });
         if let (Some(all), Value::Object(own)) = (system_info.as_object_mut(), info) {
             all.extend(own);

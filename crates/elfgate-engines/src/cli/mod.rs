@@ -14,6 +14,7 @@ pub mod backend;
 mod begin;
 mod claude_code;
 mod codex;
+mod confine;
 mod gemini_cli;
 mod limits;
 mod lines;
@@ -336,6 +337,8 @@ impl CliEngine {
         extra.extend(ctx.engine_config.cli_args.clone().unwrap_or_default());
         let mut spec = ProcessSpec::new(binary.display().to_string(), &cwd);
         spec.args = b.args(&inv, &extra);
+        let run_dir = _run_files.as_ref().map(RunFiles::dir);
+        spec.confinement = confine::cli_confinement(&self.shell, &cwd, self.home(b), run_dir);
         let (cli_provider, key) = match &proxy {
             Some(p) => (Some(p.provider.clone()), Some(p.token.value().to_string())),
             None => {

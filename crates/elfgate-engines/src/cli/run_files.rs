@@ -25,6 +25,11 @@ impl RunFiles {
         Ok(RunFiles { dir })
     }
 
+    /// Its directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Writes `content` into the file `name` (0600); returns its path.
     pub(crate) fn write(&self, name: &str, content: &str) -> std::io::Result<PathBuf> {
         let path = self.dir.join(name);

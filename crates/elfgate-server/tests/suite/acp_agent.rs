@@ -14,6 +14,7 @@ use common::{Daemon, Ev, Opts, poll_until, text_of, types};
 use elfgate_mockllm::{Format, MockServer, Outcome, RecordedRequest};
 use scripted::procs::live_with_env;
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 
 /// A daemon with gemini-cli configured as the ACP agent `gemini`.
 pub(super) struct Acp {
@@ -107,6 +108,18 @@ impl Acp {
         let mut p = live_with_env(MARKER, &self.marker);
         p.sort_unstable();
         p
+    }
+
+    /// A session in `project` allowed every tool, its model the script `script`; returns its id
+    /// and its first run's events, once it has stopped.
+    async fn run_in(&self, project: &Path, prompt: &str, script: &str) -> (String, Vec<Ev>) {
+        let mut body = self.session(prompt, &format!("mock:script={script}"));
+        body["projectPath"] = json!(project.display().to_string());
+        body["permissionMode"] = json!("bypassPermissions");
+        let (sid, run) = self.d.create(body).await;
+        let evs = self.d.events(&sid, None).await.until_complete(&run).await;
+        assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+        (sid, evs)
     }
 
     async fn cli_session_id(&self, sid: &str) -> String {
@@ -300,6 +313,23 @@ async fn gemini_over_acp_cannot_write_into_a_deny_zone() {
     assert!(result.contains("protected location"), "{result}");
 }
 
+/// gemini over ACP whose project (the temporary directory returned) holds a deny zone, `secret/`
+/// in `engines.tinyelf.deny_paths`, with `key.txt` (the path returned) holding `content`; None
+/// when gemini-cli is not installed.
+async fn start_with_a_zone(content: &str) -> Option<(Acp, tempfile::TempDir, PathBuf)> {
+    let zone = tempfile::tempdir().unwrap();
+    let secret = zone.path().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let target = secret.join("key.txt");
+    std::fs::write(&target, content).unwrap();
+    let r = start(&format!(
+        "[engines.tinyelf]\ndeny_paths = [\"{}\"]\n",
+        secret.display()
+    ))
+    .await?;
+    Some((r, zone, target))
+}
+
 /// A read of a deny zone through the client is refused by the daemon's firewall even though the
 /// session allows every tool, and the session's audit keeps the refusal with its gate. gemini-cli
 /// reads through the client (fs/read_text_file) the file it edits (its own `read_file` tool reads
@@ -307,17 +337,7 @@ async fn gemini_over_acp_cannot_write_into_a_deny_zone() {
 /// replace and the file is unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_over_acp_cannot_read_a_deny_zone_and_the_refusal_is_audited() {
-    let zone = tempfile::tempdir().unwrap();
-    let secret = zone.path().join("secret");
-    std::fs::create_dir_all(&secret).unwrap();
-    let target = secret.join("key.txt");
-    std::fs::write(&target, "TOPSECRET-7f3a").unwrap();
-    let Some(r) = start(&format!(
-        "[engines.tinyelf]\ndeny_paths = [\"{}\"]\n",
-        secret.display()
-    ))
-    .await
-    else {
+    let Some((r, zone, target)) = start_with_a_zone("TOPSECRET-7f3a").await else {
         return;
     };
     scripted::script(
@@ -330,12 +350,9 @@ async fn gemini_over_acp_cannot_read_a_deny_zone_and_the_refusal_is_audited() {
             {"text": "Could not."}
         ]),
     );
-    let mut body = r.session("Blank the key.", "mock:script=acp-deny-read");
-    body["projectPath"] = json!(zone.path().display().to_string());
-    body["permissionMode"] = json!("bypassPermissions");
-    let (sid, run) = r.d.create(body).await;
-    let evs = r.d.events(&sid, None).await.until_complete(&run).await;
-    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    let (sid, _) = r
+        .run_in(zone.path(), "Blank the key.", "acp-deny-read")
+        .await;
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "TOPSECRET-7f3a");
     let (status, audit) = r.d.get(&format!("/v1/sessions/{sid}/audit")).await;
     assert_eq!(status, 200, "{audit}");
@@ -346,6 +363,31 @@ async fn gemini_over_acp_cannot_read_a_deny_zone_and_the_refusal_is_audited() {
             .any(|a| a["gate"] == "firewall" && a["toolName"] == "read_file"),
         "{audit:?}"
     );
+}
+
+/// gemini-cli's own `read_file` tool reads the disk itself, not through the client: under the
+/// sandbox a deny zone of its project is not there for it, so the model never gets the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_over_acp_reads_nothing_of_a_deny_zone_with_its_own_read_file() {
+    let Some((r, zone, target)) = start_with_a_zone("TOPSECRET-5e1d").await else {
+        return;
+    };
+    scripted::script(
+        &r.mock,
+        "acp-read-zone",
+        json!([
+            {"text": "Reading it.", "toolCalls": [scripted::call("c1", "read_file",
+                json!({"file_path": target.display().to_string()}))]},
+            {"text": "Done."}
+        ]),
+    );
+    r.run_in(zone.path(), "Read the key.", "acp-read-zone")
+        .await;
+    let calls = r.calls();
+    assert_eq!(calls.len(), 2, "the tool's result went back to the model");
+    let result = calls[1].body.to_string();
+    assert!(result.contains("key.txt"), "{result}");
+    assert!(!result.contains("TOPSECRET-5e1d"), "{result}");
 }
 
 /// An interrupt in the middle of the agent's stream is the protocol's cancel: the run ends as
@@ -679,7 +721,8 @@ async fn claude_over_acp_interrupted_mid_command_kills_its_terminal() {
         "acp-term-stop",
         json!([
             {"text": "Waiting.", "toolCalls": [bash("t1",
-                "sleep 600 & echo $! > bg.pid; echo $$ > fg.pid; wait")]},
+                "ns=$(readlink /proc/self/ns/pid); sleep 600 & echo $! $ns > bg.pid; \
+                 echo $$ $ns > fg.pid; wait")]},
             {"text": "Stopped."}
         ]),
     );
@@ -690,7 +733,8 @@ async fn claude_over_acp_interrupted_mid_command_kills_its_terminal() {
     let (sid, run) = r.d.create(body).await;
     let project = r.project.path().canonicalize().unwrap();
     let pids = poll_until("the command started", || {
-        // As this test sees them: the terminal's command runs in a pid namespace of its own.
+        // As this test sees them: the terminal's command runs in a pid namespace of its own (the
+        // files name it: the confined agent works in the same directory with pids of its own).
         let read = |f: &str| scripted::procs::read_pid(&project.join(f));
         Some([read("bg.pid")?, read("fg.pid")?])
     })

@@ -8,7 +8,9 @@ use crate::scripted;
 
 use common::{Daemon, Ev, Opts, poll_until, text_of, types};
 use elfgate_mockllm::MockServer;
-use scripted::procs::{alive, live_in_group, until_dead};
+use scripted::procs::{
+    alive, host_pid, is_other_pid_ns, live_in_group, live_in_pid_ns, until_dead,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -68,8 +70,13 @@ pub(crate) fn cli_opts(
     std::fs::create_dir_all(&records).unwrap();
     std::fs::create_dir_all(&project).unwrap();
     let base = mock.base_url();
+    // The fakes write their records outside their project, which the sandbox keeps read-only
+    // unless it is named writable.
     let mut toml = format!(
         r#"
+[sandbox]
+writable_paths = ["{records}"]
+
 [providers.cli-responses]
 kind = "openai-responses"
 base_url = "{base}/v1"
@@ -96,7 +103,8 @@ api_key_env = "FAKE_UNUSED_KEY"
 kill_grace_ms = 1000
 interrupt_grace_ms = 1000
 {cli}
-"#
+"#,
+        records = records.display(),
     );
     for (b, provider) in [
         ("codex", "cli-responses"),
@@ -130,6 +138,13 @@ env = {{ FAKE_CLI_RECORD = "{rec}"{env} }}
     (opts, records, project)
 }
 
+/// `opts` from [`cli_opts`] with the sandbox off: its CLIs run unconfined.
+pub(crate) fn sandbox_off(opts: &mut Opts) {
+    opts.extra_toml = opts
+        .extra_toml
+        .replacen("[sandbox]\n", "[sandbox]\nmode = \"off\"\n", 1);
+}
+
 /// The last run of a fake as it recorded it (each run rewrites the file).
 pub(crate) struct Recorded(pub(crate) Value);
 
@@ -147,11 +162,28 @@ impl Recorded {
     fn envs(&self) -> impl Iterator<Item = (&String, &Value)> {
         self.0["env"].as_object().unwrap().iter()
     }
-    fn pgid(&self) -> i32 {
-        self.0["pgid"].as_i64().unwrap() as i32
+    fn pid_ns(&self) -> &str {
+        self.0["pid_ns"].as_str().unwrap()
     }
+    /// The pid as this test sees it of a process the fake recorded under `key` (`pid`,
+    /// `grandchild_pid`, `tool_pid`), while it runs (a confined fake records the pids of its own
+    /// pid namespace).
+    pub(crate) fn running(&self, key: &str) -> Option<i32> {
+        host_pid(self.pid_ns(), self.0[key].as_i64()? as i32)
+    }
+    /// The grandchild, while it runs.
     fn grandchild(&self) -> Option<i32> {
-        self.0["grandchild_pid"].as_i64().map(|p| p as i32)
+        self.running("grandchild_pid")
+    }
+    /// What is left alive of the run: of its process group, or, when it ran confined (its group's
+    /// leader, bwrap, is outside its pid namespace and its pgid reads 0 there), of its pid
+    /// namespace, which holds everything it started.
+    fn left_alive(&self) -> Vec<i32> {
+        if is_other_pid_ns(self.pid_ns()) {
+            live_in_pid_ns(self.pid_ns())
+        } else {
+            live_in_group(self.0["pgid"].as_i64().unwrap() as i32)
+        }
     }
     fn cwd(&self) -> &str {
         self.0["cwd"].as_str().unwrap()
@@ -166,6 +198,20 @@ impl CliDaemon {
     ) -> CliDaemon {
         CliDaemon {
             d: Daemon::start(mock, opts.clone()),
+            opts,
+            records,
+            project,
+        }
+    }
+
+    /// A daemon on `opts` from [`cli_opts`] whose data directory is `dir`.
+    pub(crate) fn start_in(
+        dir: PathBuf,
+        mock: &MockServer,
+        (opts, records, project): (Opts, PathBuf, PathBuf),
+    ) -> CliDaemon {
+        CliDaemon {
+            d: Daemon::start_in(dir, mock, opts.clone()),
             opts,
             records,
             project,
@@ -527,6 +573,7 @@ async fn interrupt_mid_run(c: &CliDaemon, b: &str, prompt: &str) {
     let rec = c
         .until_record(b, prompt, prompt.starts_with("grandchild"))
         .await;
+    let grandchild = rec.grandchild();
     let (status, r) =
         c.d.post(
             &format!("/v1/sessions/{sid}/interrupt"),
@@ -543,13 +590,9 @@ async fn interrupt_mid_run(c: &CliDaemon, b: &str, prompt: &str) {
         types(&evs)
     );
     assert!(errors(&evs).is_empty(), "{b}: {:?}", errors(&evs));
-    let pgid = rec.pgid();
-    let left = until_dead(|| live_in_group(pgid)).await;
-    assert!(
-        left.is_empty(),
-        "{b} {prompt}: {left:?} of group {pgid} alive"
-    );
-    if let Some(g) = rec.grandchild() {
+    let left = until_dead(|| rec.left_alive()).await;
+    assert!(left.is_empty(), "{b} {prompt}: {left:?} of its group alive");
+    if let Some(g) = grandchild {
         assert!(
             until_dead(|| alive(&[g])).await.is_empty(),
             "{b}: grandchild {g}"
@@ -592,8 +635,7 @@ async fn a_cli_that_goes_silent_is_stopped_by_the_idle_timeout() {
         // A CLI slow to start may be stopped before it recorded anything; either way nothing
         // of its group is left once the run has ended.
         if let Some(r) = c.record(b) {
-            let pgid = r.pgid();
-            assert!(until_dead(|| live_in_group(pgid)).await.is_empty(), "{b}");
+            assert!(until_dead(|| r.left_alive()).await.is_empty(), "{b}");
         }
     }
 }
@@ -790,15 +832,14 @@ async fn shutdown_leaves_no_cli_process_behind() {
         let (sid, _) = c.d.create(c.session(b, "grandchild")).await;
         c.d.events(&sid, None).await.until_n("streamDelta", 1).await;
         let rec = c.until_record(b, "grandchild", true).await;
-        groups.push((rec.pgid(), rec.grandchild().unwrap()));
+        let grandchild = rec.grandchild().unwrap();
+        groups.push((rec, grandchild));
     }
     let status = c.d.terminate();
     assert!(status.success(), "{status:?}");
-    for (g, child) in groups {
-        assert!(
-            until_dead(|| live_in_group(g)).await.is_empty(),
-            "group {g}"
-        );
+    for (rec, child) in groups {
+        let left = until_dead(|| rec.left_alive()).await;
+        assert!(left.is_empty(), "{left:?} of its group alive");
         assert!(until_dead(|| alive(&[child])).await.is_empty(), "{child}");
     }
 }
@@ -806,11 +847,25 @@ async fn shutdown_leaves_no_cli_process_behind() {
 #[tokio::test]
 async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
     let mock = MockServer::start().await.unwrap();
+    // A confined CLI dies with the daemon (bwrap --die-with-parent).
     let mut c = start(&mock, "", "");
+    c.d.create(c.session("codex", "hang")).await;
+    let rec = c.until_record("codex", "hang", false).await;
+    assert!(rec.running("pid").is_some());
+    c.d.kill();
+    let left = until_dead(|| rec.left_alive()).await;
+    assert!(
+        left.is_empty(),
+        "{left:?} alive after the daemon was killed"
+    );
+    // An unconfined one lives on until the next daemon ends it.
+    let (mut opts, records, project) = cli_opts(&mock, "", "", "");
+    sandbox_off(&mut opts);
+    let mut c = CliDaemon::start(&mock, (opts, records, project));
     // A CLI that printed its first line and then waits: it writes nothing that would fail once
     // the daemon is gone, so it would run on for ever.
     let (sid, run) = c.d.create(c.session("codex", "hang")).await;
-    let pgid = c.until_record("codex", "hang", false).await.pgid();
+    let rec = c.until_record("codex", "hang", false).await;
     // Its first line was read (its group is noted before the first line is read).
     let deadline = tokio::time::Instant::now() + common::GUARD;
     while !c.d.get(&format!("/v1/sessions/{sid}")).await.1["cliSessionId"].is_string() {
@@ -819,12 +874,12 @@ async fn a_restart_after_a_crash_ends_the_run_and_the_cli_it_left_running() {
     }
     c.d.kill();
     // Nobody is left to stop it: it runs on, orphaned.
-    assert!(!live_in_group(pgid).is_empty());
+    assert!(!rec.left_alive().is_empty());
     c.d = Daemon::start_in(c.d.dir.clone(), &mock, c.opts.clone());
-    let left = until_dead(|| live_in_group(pgid)).await;
+    let left = until_dead(|| rec.left_alive()).await;
     assert!(
         left.is_empty(),
-        "{left:?} of group {pgid} alive after the restart"
+        "{left:?} of its group alive after the restart"
     );
     let (_, r) = c.d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
     assert_eq!(r["finishReason"], "daemon_restart", "{r}");
@@ -901,7 +956,7 @@ async fn a_tool_command_in_a_session_of_its_own_does_not_outlive_an_interrupt() 
         let tool_pid = poll_until(&format!("{b}: the tool command's pid"), || {
             let r = c.record(b)?;
             (r.0["prompt"] == "tool_running").then_some(())?;
-            r.0["tool_pid"].as_i64().map(|p| p as i32)
+            r.running("tool_pid")
         })
         .await;
         let (status, r) =

@@ -41,7 +41,7 @@ async fn claude_sdk_hands_the_sessions_mcp_servers_to_claude_code_off_its_comman
     let mut sse = c.d.events(&sid, None).await;
     sse.until_n("streamDelta", 1).await;
     let rec = c.until_record("claude-code", "slow", false).await;
-    let pid = rec.0["pid"].as_i64().unwrap();
+    let pid = rec.running("pid").unwrap();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     for secret in ["env-secret-4711", "header-secret-0815", "mcpServers"] {

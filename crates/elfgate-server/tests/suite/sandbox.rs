@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::scripted;
+use crate::suite::cli_engine::{CliDaemon, cli_opts, complete, errors};
 
 use base64::Engine as _;
 use common::{Daemon, Opts};
@@ -439,4 +440,90 @@ command = '''cat > /dev/null; cat "$HOME/.s"sh/id_rsa > hook.txt 2>&1; echo x >>
         std::fs::read_to_string(home.join(".bashrc")).unwrap(),
         "# the user's own\n"
     );
+}
+
+/// A supervised CLI (the fake codex) that does what a prompt injection would have it do: read the
+/// user's key and the daemon's database and token, keep them in its project, and append to the
+/// user's ~/.bashrc. It runs, and gets nothing: the deny zones are not there for it.
+#[tokio::test]
+async fn a_supervised_cli_reads_no_deny_zone_and_writes_only_in_its_project() {
+    let mock = MockServer::start().await.unwrap();
+    let base = base();
+    let (home, mut env) = fake_home(&base);
+    let data = base.join("daemon");
+    std::fs::create_dir_all(&data).unwrap();
+    let (key, db, token) = (
+        home.join(".ssh/id_rsa"),
+        data.join("elfgate.db"),
+        data.join("token"),
+    );
+    let spy = format!(
+        r#", FAKE_CLI_SPY = "{}:{}:{}", FAKE_CLI_SPY_WRITE = "{}""#,
+        key.display(),
+        db.display(),
+        token.display(),
+        home.join(".bashrc").display()
+    );
+    let (mut opts, records, project) = cli_opts(&mock, "", "", &spy);
+    opts.env.append(&mut env);
+    let c = CliDaemon::start_in(data.clone(), &mock, (opts, records, project));
+    let (sid, run) = c.d.create(c.session("codex", "spy")).await;
+    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["stop"], "{:?}", errors(&evs));
+    let told = common::text_of(&evs);
+    let kept = std::fs::read_to_string(c.project.join("stolen.txt")).unwrap();
+    let daemon_token = c.d.token.clone().unwrap();
+    for what in [&told, &kept] {
+        assert!(!what.contains("SSH-PRIVATE-KEY-9c41"), "{what}");
+        assert!(!what.contains("SQLite format"), "{what}");
+        assert!(!what.contains(&daemon_token), "{what}");
+        assert!(!what.contains("wrote "), "{what}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+        "# the user's own\n"
+    );
+    // It ran confined, and says so.
+    let init = of(&evs, "init")[0].data["systemInfo"]["sandbox"].clone();
+    assert_eq!(init, json!({"mode": "required", "mechanism": "bubblewrap"}));
+}
+
+/// A confined command killed by a signal is reported as killed by it, as unconfined, not as
+/// bwrap's exit status 128+N; a command's own exit status is reported as it is.
+#[tokio::test]
+async fn a_confined_command_killed_by_a_signal_is_reported_so() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let project = tempfile::tempdir().unwrap().keep();
+    let calls = [
+        ("killed", "kill -KILL $$".to_string()),
+        ("exited", "exit 3".to_string()),
+    ];
+    let (results, _) = run_commands(&d, &mock, "signalled", &project, &calls).await;
+    assert!(
+        results[0].starts_with("exit code: none (killed by SIGKILL)"),
+        "{}",
+        results[0]
+    );
+    assert!(results[1].starts_with("exit code: 3"), "{}", results[1]);
+}
+
+/// In required mode a CLI that cannot be confined is not run: its run ends with the reason.
+#[tokio::test]
+async fn a_cli_that_cannot_be_confined_is_not_run_in_required_mode() {
+    let mock = MockServer::start().await.unwrap();
+    let (mut opts, records, project) = cli_opts(&mock, "", "", "");
+    opts.extra_toml = opts.extra_toml.replacen(
+        "[sandbox]\n",
+        "[sandbox]\nmode = \"required\"\nbwrap = \"/nonexistent/bwrap\"\n",
+        1,
+    );
+    let c = CliDaemon::start(&mock, (opts, records.clone(), project));
+    let (sid, run) = c.d.create(c.session("codex", "text")).await;
+    let evs = c.d.events(&sid, None).await.until_complete(&run).await;
+    assert_eq!(complete(&evs), ["error"]);
+    let errs = errors(&evs);
+    assert!(errs[0].1.contains("cannot be confined"), "{errs:?}");
+    assert!(errs[0].1.contains("/nonexistent/bwrap"), "{errs:?}");
+    assert!(!records.join("codex").exists(), "it never ran");
 }

@@ -99,14 +99,55 @@ pub async fn until_dead<T>(check: impl Fn() -> Vec<T>) -> Vec<T> {
 /// The pid a command wrote into `path` (its `$$` or `$!`) as this test sees it, while that
 /// process runs: a confined command lives in a pid namespace of its own, whose pids are not the
 /// host's, so the process is looked for among those working in the file's directory by the last
-/// pid of its NSpid. None when the file is not there yet or the process is gone.
+/// pid of its NSpid. A file may name the namespace after the pid (`echo $$
+/// $(readlink /proc/self/ns/pid)`), for a directory where processes of several namespaces work
+/// (a confined agent and the commands it has the daemon run). None when the file is not there
+/// yet or the process is gone.
 pub fn read_pid(path: &Path) -> Option<i32> {
-    let written: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.split_whitespace();
+    let written: i32 = fields.next()?.parse().ok()?;
+    if let Some(ns) = fields.next() {
+        return host_pid(ns, written);
+    }
     let dir = std::fs::canonicalize(path.parent()?).ok()?;
     pids().find(|pid| {
         let here = std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir);
         here && !alive(&[*pid]).is_empty() && own_pid(*pid) == Some(written)
     })
+}
+
+/// The pid namespace of a process, as `/proc/PID/ns/pid` names it (`pid:[4026531836]`); None
+/// once it is gone.
+fn pid_ns(pid: i32) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some(link.to_string_lossy().into_owned())
+}
+
+/// Whether `ns` (what `/proc/self/ns/pid` names inside a process) is another pid namespace than
+/// this test's: the process ran confined.
+pub fn is_other_pid_ns(ns: &str) -> bool {
+    pid_ns(std::process::id() as i32).is_some_and(|own| own != ns)
+}
+
+/// The pid, as this test sees it, of the live process whose pid is `own` in the pid namespace
+/// `ns` (what `/proc/self/ns/pid` names inside it): a confined process lives in a pid namespace
+/// of its own, whose pids are not the host's. None once it is gone.
+pub fn host_pid(ns: &str, own: i32) -> Option<i32> {
+    pids().find(|pid| {
+        pid_ns(*pid).as_deref() == Some(ns)
+            && own_pid(*pid) == Some(own)
+            && !alive(&[*pid]).is_empty()
+    })
+}
+
+/// Live processes (not zombies) of the pid namespace `ns`: everything a confined process and
+/// what it started left running, whatever their groups and sessions.
+pub fn live_in_pid_ns(ns: &str) -> Vec<i32> {
+    let inside: Vec<i32> = pids()
+        .filter(|pid| pid_ns(*pid).as_deref() == Some(ns))
+        .collect();
+    alive(&inside)
 }
 
 /// The pid a process has in its own pid namespace (its NSpid's last field).

@@ -1,7 +1,7 @@
 //! A running process group and its shutdown.
 
 use super::{ProcessError, ProcessSpec, orphans};
-use crate::sandbox::{CallTmp, Launch};
+use crate::sandbox::{CallTmp, Launch, status_inside};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::process::{ExitStatus, Stdio};
@@ -19,13 +19,21 @@ pub struct ProcessGroup {
     program: String,
     /// A Landlock-confined process's private temporary directory, removed with the group.
     _tmp: Option<CallTmp>,
+    /// Started through bwrap: its leader is bwrap, whose exit status stands for the child's
+    /// (see [`status_inside`]). A Landlock-restricted program is its own leader.
+    confined: bool,
 }
 
 impl ProcessGroup {
     /// Starts `spec` (its stdin piped when it has bytes for it, stdout and stderr piped). The
     /// caller feeds and reads the pipes; [`super::run`] does it all.
     pub fn spawn(spec: &ProcessSpec) -> Result<ProcessGroup, ProcessError> {
-        let (program, args, tmp) = command_line(spec)?;
+        let CommandLine {
+            program,
+            args,
+            tmp,
+            confined,
+        } = command_line(spec)?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
             .current_dir(&spec.cwd)
@@ -52,6 +60,7 @@ impl ProcessGroup {
             grace: spec.grace,
             program: spec.program.clone(),
             _tmp: tmp,
+            confined,
         })
     }
 
@@ -87,10 +96,21 @@ impl ProcessGroup {
             Some(c) => c.wait().await,
             None => Err(std::io::Error::other("already stopped")),
         };
-        wait.map_err(|source| ProcessError::Wait {
-            program: self.program.clone(),
-            source,
-        })
+        wait.map(|s| self.as_run(s))
+            .map_err(|source| ProcessError::Wait {
+                program: self.program.clone(),
+                source,
+            })
+    }
+
+    /// The status of the program as it would be unconfined: a confined child killed by a signal
+    /// is reported as killed by it, not as bwrap's exit 128+N.
+    fn as_run(&self, status: ExitStatus) -> ExitStatus {
+        if self.confined {
+            status_inside(status)
+        } else {
+            status
+        }
     }
 
     /// Ends the group and reaps the leader, then sweeps what the group left behind. `polite`:
@@ -99,7 +119,9 @@ impl ProcessGroup {
     /// leader's status (None if it was stopped before).
     pub async fn stop(&mut self, polite: bool) -> Option<ExitStatus> {
         let child = self.child.as_mut()?;
-        let status = shutdown(child, self.pid, polite, self.grace).await;
+        let status = shutdown(child, self.pid, polite, self.grace)
+            .await
+            .map(|s| self.as_run(s));
         // Reaped: from here on the drop has nothing left to do.
         self.child = None;
         orphans::forget(self.pid);
@@ -109,11 +131,10 @@ impl ProcessGroup {
 }
 
 /// What runs `spec`: through the sandbox when it is confined (bwrap is then the group's leader
-/// and gives it a network namespace itself; the Landlock launcher runs inside the network
-/// namespace's wrapper), else through the network namespace's wrapper.
-fn command_line(
-    spec: &ProcessSpec,
-) -> Result<(String, Vec<String>, Option<CallTmp>), ProcessError> {
+/// and gives it a network namespace itself: the flag says so; the Landlock launcher runs inside
+/// the network namespace's wrapper and becomes the program), else through the network
+/// namespace's wrapper.
+fn command_line(spec: &ProcessSpec) -> Result<CommandLine, ProcessError> {
     if let Some(c) = &spec.confinement {
         // A program that is not there fails as it does unconfined, not as bwrap's exec error.
         if !spec.env.finds(&spec.program, &spec.cwd) {
@@ -134,16 +155,43 @@ fn command_line(
                 source,
             })?;
         match launch {
-            Launch::Confined { program, args } => return Ok((program, args, None)),
+            Launch::Confined { program, args } => {
+                return Ok(CommandLine {
+                    program,
+                    args,
+                    tmp: None,
+                    confined: true,
+                });
+            }
             Launch::Restricted { program, args, tmp } => {
                 let (program, args) = networked(spec, program, args);
-                return Ok((program, args, Some(tmp)));
+                return Ok(CommandLine {
+                    program,
+                    args,
+                    tmp: Some(tmp),
+                    confined: false,
+                });
             }
             Launch::Unconfined => {}
         }
     }
     let (program, args) = networked(spec, spec.program.clone(), spec.args.clone());
-    Ok((program, args, None))
+    Ok(CommandLine {
+        program,
+        args,
+        tmp: None,
+        confined: false,
+    })
+}
+
+/// What [`command_line`] starts, and what the group keeps of how.
+struct CommandLine {
+    program: String,
+    args: Vec<String>,
+    /// A Landlock-restricted program's private temporary directory.
+    tmp: Option<CallTmp>,
+    /// Started through bwrap (see [`ProcessGroup`]'s field of the same name).
+    confined: bool,
 }
 
 /// `program args` in the network `spec` asks for.

@@ -2,7 +2,9 @@
 //! fresh /proc, a minimal /dev and a private /tmp, the deny zones and the projects root hidden,
 //! the project and the profile's other writable directories bound back writable.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 /// What a confined process may see and write.
 #[derive(Debug, Clone, Default)]
@@ -133,9 +135,38 @@ pub(super) fn arguments(
     out
 }
 
+/// The exit status of the program bwrap ran, from bwrap's own. bwrap (its pid 1 in the pid
+/// namespace, then its monitor outside) cannot die of the signal that killed the program, so it
+/// exits with 128+N instead, as shells do; that status is read back as "killed by signal N", for
+/// every N a signal can have. A program that exits by itself with 128+N (a shell whose last
+/// command was killed by signal N does) is reported the same way: the two cannot be told apart
+/// from outside. bwrap killed itself (the daemon ending the process group) keeps its status.
+pub fn status_inside(status: ExitStatus) -> ExitStatus {
+    match status.code() {
+        Some(code) if code > 128 && code - 128 <= libc::SIGRTMAX() => {
+            ExitStatus::from_raw(code - 128)
+        }
+        _ => status,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_128_plus_n_is_read_as_killed_by_signal_n() {
+        // A wait status: the exit code in the second byte, a signal in the low seven bits.
+        let exited = |code: i32| ExitStatus::from_raw(code << 8);
+        assert_eq!(status_inside(exited(137)).signal(), Some(9));
+        assert_eq!(status_inside(exited(137)).code(), None);
+        assert_eq!(status_inside(exited(130)).signal(), Some(2));
+        for code in [0, 1, 2, 127, 128, 255] {
+            assert_eq!(status_inside(exited(code)).code(), Some(code), "{code}");
+        }
+        let killed = ExitStatus::from_raw(9);
+        assert_eq!(status_inside(killed).signal(), Some(9));
+    }
 
     fn pairs(args: &[String]) -> String {
         args.join(" ")

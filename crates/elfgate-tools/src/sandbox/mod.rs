@@ -14,6 +14,7 @@ mod landlock;
 #[cfg(test)]
 mod tests;
 
+pub use bwrap::status_inside;
 pub use config::{MechanismChoice, SandboxConfig, SandboxConfigError, SandboxMode};
 pub use landlock::{CallTmp, LAUNCHER_ARG, launcher_main};
 
