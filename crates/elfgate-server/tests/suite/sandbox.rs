@@ -515,7 +515,7 @@ async fn a_cli_that_cannot_be_confined_is_not_run_in_required_mode() {
     let (mut opts, records, project) = cli_opts(&mock, "", "", "");
     opts.extra_toml = opts.extra_toml.replacen(
         "[sandbox]\n",
-        "[sandbox]\nmode = \"required\"\nbwrap = \"/nonexistent/bwrap\"\n",
+        "[sandbox]\nmode = \"required\"\nmechanism = \"bwrap\"\nbwrap = \"/nonexistent/bwrap\"\n",
         1,
     );
     let c = CliDaemon::start(&mock, (opts, records.clone(), project));
