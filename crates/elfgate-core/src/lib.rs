@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod modes;
 pub mod outcome;
+pub mod principal;
 pub mod private_files;
 pub mod provider_kind;
 pub mod recorder;
@@ -64,10 +65,11 @@ pub use model::{
     provider_block_label,
 };
 pub use modes::{
-    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, Scope, ThinkingLevel,
-    UnknownName,
+    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, PrincipalRole, Scope,
+    ThinkingLevel, UnknownName, Visibility, WorkflowScope,
 };
 pub use outcome::RunOutcome;
+pub use principal::{Access, Denied, Ownership, Principal, Scopes};
 pub use provider_kind::ProviderKind;
 pub use recorder::RunRecorder;
 pub use run_error::RunError;

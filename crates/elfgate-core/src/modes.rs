@@ -308,3 +308,37 @@ impl FromStr for PermissionTier {
         }
     }
 }
+
+wire_enum! {
+    /// What a principal may do (`role`): see docs/security.md, "Principals and keys".
+    pub enum PrincipalRole as "role" {
+        /// Everything, key management included (the daemon's token is the admin `root`).
+        Admin = "admin",
+        /// Starts and steers its own sessions and its team's shared ones.
+        Member = "member",
+        /// Reads its team's shared sessions; changes nothing.
+        Viewer = "viewer",
+    }
+}
+
+wire_enum! {
+    /// Who besides its owner sees a session (`visibility`).
+    #[derive(Default)]
+    pub enum Visibility as "visibility" {
+        /// The owner's team: its members steer it, its viewers read it.
+        #[default]
+        Team = "team",
+        /// The owner alone (and admins).
+        Private = "private",
+    }
+}
+
+wire_enum! {
+    /// How far a key may go with workflows (its `scopes.workflows`).
+    pub enum WorkflowScope as "scopes.workflows" {
+        /// Start runs of its team's workflows.
+        Run = "run",
+        /// Start runs, and create, change and delete its team's workflows.
+        Manage = "manage",
+    }
+}

@@ -8,18 +8,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use elfgate_core::ProxyDoor;
-use serde::{Deserialize, Serialize};
 
-/// Who a request acts for, as the node that checked its credentials found: what a request
-/// forwarded to another node carries instead of those credentials (no secret goes on the bus).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Principal {
-    /// The user's name.
-    pub user: String,
-    /// What the user may do.
-    pub role: Role,
-}
+pub use elfgate_core::Principal;
 
 /// Marks a request that another node of the fleet forwarded and this node took from the bus,
 /// verified (the fleet's forward module): it is handled here, never forwarded again, and acts for
@@ -27,25 +17,6 @@ pub struct Principal {
 /// a similar name from a client means nothing.
 #[derive(Debug, Clone, Copy)]
 pub struct Forwarded;
-
-/// A principal's rights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Role {
-    /// Everything: the daemon's token.
-    Admin,
-}
-
-impl Principal {
-    /// The holder of the daemon's token (`ELFGATE_TOKEN` or the token file), or anyone when the
-    /// daemon runs without one on loopback.
-    pub fn root() -> Self {
-        Principal {
-            user: "root".into(),
-            role: Role::Admin,
-        }
-    }
-}
 
 /// Compares two byte strings in time that depends only on their lengths.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
