@@ -194,7 +194,7 @@ pub async fn start(
         stored_input: inbound.stored_input,
     };
     // A door's caller holds the daemon's token, today the only principal.
-    let actor = Actor::Principal(crate::auth::Principal::root());
+    let actor = Actor::Principal(std::sync::Arc::new(crate::auth::Principal::root()));
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {

@@ -11,7 +11,7 @@ use elfgate_core::{EngineSessionContext, HeadStart};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Actor {
     /// A request's principal, as auth found it (a client of the API or of a gateway door).
-    Principal(Principal),
+    Principal(std::sync::Arc<Principal>),
     /// The daemon acting on its own: a workflow's run started by its schedule, an inbound
     /// webhook or another run's end.
     Daemon,
@@ -36,7 +36,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
             .extensions
             .get::<Principal>()
             .cloned()
-            .map(Actor::Principal)
+            .map(|p| Actor::Principal(std::sync::Arc::new(p)))
             .ok_or(ApiError::Unauthorized)
     }
 }
