@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
+mod auth;
 mod cluster;
 mod engines;
 mod nats_access;
@@ -18,6 +19,7 @@ mod providers;
 mod server;
 mod storage;
 mod workflows;
+pub use auth::AuthConfig;
 pub use cluster::{ClusterConfig, FleetSecret, MAX_DRAIN_SECS, MIN_LEASE_SECS};
 pub use engines::{ChatEngineConfig, EnginesConfig, ToolsConfig};
 pub(crate) use nats_access::secret_from_env;
@@ -48,6 +50,9 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[storage]`.
     pub storage: StorageConfig,
+    /// `[auth]`: principals, keys and who sees what.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// `[providers.*]`.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfigSection>,
