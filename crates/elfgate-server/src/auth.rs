@@ -77,6 +77,16 @@ pub async fn require_token(
             req.extensions_mut().insert(Principal::root());
             return next.run(req).await;
         }
+        // A JWT of the single sign-on's identity provider.
+        Some(t) if state.jwt.is_some() && crate::jwt::JwtVerifier::looks_like_jwt(t) => {
+            match jwt_principal(&state, t).await {
+                Some(principal) => {
+                    req.extensions_mut().insert(principal);
+                    return next.run(req).await;
+                }
+                None => ApiError::Unauthorized,
+            }
+        }
         // A CLI's run token (the proxy): its own door only; the door checks the route.
         Some(t) => match state.run_tokens.check(t) {
             Some(grant) if opens(grant.door, req.method(), req.uri().path()) => {
@@ -91,6 +101,19 @@ pub async fn require_token(
     match Door::of_path(req.uri().path()) {
         Some(door) => door.error(&refused),
         None => refused.into_response(),
+    }
+}
+
+/// The principal a JWT bearer names when single sign-on is on and the token passes its checks;
+/// a refusal's reason goes to the log only (the client gets the same 401 as for a bad key).
+async fn jwt_principal(state: &AppState, token: &str) -> Option<Principal> {
+    let verifier = state.jwt.as_ref()?;
+    match verifier.principal(token).await {
+        Ok(principal) => Some(principal),
+        Err(why) => {
+            tracing::info!(reason = %why, "a JWT bearer was refused");
+            None
+        }
     }
 }
 

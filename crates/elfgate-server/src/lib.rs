@@ -13,6 +13,7 @@ pub mod fleet;
 pub(crate) mod follower;
 pub mod gateway;
 pub mod idempotency;
+pub mod jwt;
 pub mod keyed_lock;
 pub mod listener;
 pub mod log_node;

@@ -54,6 +54,8 @@ pub struct AppInner {
     pub run_tokens: Arc<elfgate_core::RunTokens>,
     /// The workflows a run's end may start, as last read from the store.
     pub run_end_triggers: crate::run_end_triggers::RunEndTriggers,
+    /// Single sign-on's JWT checks (`[auth.jwt]`); None when it is off.
+    pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -104,6 +106,7 @@ impl AppState {
                     },
                 )
             }));
+        let jwt = config.auth.jwt.clone().map(crate::jwt::JwtVerifier::new);
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -124,6 +127,7 @@ impl AppState {
                 fleet,
                 run_tokens,
                 run_end_triggers: Default::default(),
+                jwt,
             }),
         }
     }

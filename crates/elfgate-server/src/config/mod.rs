@@ -14,6 +14,7 @@ use std::path::Path;
 mod auth;
 mod cluster;
 mod engines;
+mod jwt;
 mod nats_access;
 mod providers;
 mod server;
@@ -22,6 +23,7 @@ mod workflows;
 pub use auth::AuthConfig;
 pub use cluster::{ClusterConfig, FleetSecret, MAX_DRAIN_SECS, MIN_LEASE_SECS};
 pub use engines::{ChatEngineConfig, EnginesConfig, ToolsConfig};
+pub use jwt::{GroupGrant, JwtConfig, MAX_JWKS_BYTES};
 pub(crate) use nats_access::secret_from_env;
 pub use providers::{AliasTarget, BuiltinWebSearch, DefaultsConfig, ProviderConfigSection};
 pub use server::{AuthMode, ServerConfig};
@@ -213,6 +215,9 @@ impl Config {
         }
         self.server.check_connections()?;
         self.storage.check_log_writer()?;
+        if let Some(jwt) = &self.auth.jwt {
+            jwt.check()?;
+        }
         Ok(())
     }
 }
