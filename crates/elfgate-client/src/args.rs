@@ -35,6 +35,95 @@ pub enum ClientCommand {
         #[command(flatten)]
         conn: ConnArgs,
     },
+    /// API keys of users and teams (an admin's: the daemon's token is one).
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+}
+
+/// `elfgate keys …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum KeysAction {
+    /// Create a key and print it: it is shown this once (the daemon keeps only its hash).
+    Create(KeyCreateArgs),
+    /// List the keys, without their secrets.
+    List {
+        /// Where the daemon is, and its token.
+        #[command(flatten)]
+        conn: ConnArgs,
+        /// Raw JSON, one key a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key: it stops working at once.
+    Revoke {
+        /// The key's id (as `list` shows it).
+        id: String,
+        /// Where the daemon is, and its token.
+        #[command(flatten)]
+        conn: ConnArgs,
+    },
+}
+
+/// Flags of `elfgate keys create`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeyCreateArgs {
+    /// Where the daemon is, and its token.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The user the key acts for.
+    #[arg(long)]
+    pub user: String,
+    /// The user's team.
+    #[arg(long)]
+    pub team: String,
+    /// admin, member or viewer.
+    #[arg(long)]
+    pub role: String,
+    /// A name for the key, to tell it apart in lists [default: the user's name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// When it stops working: an RFC 3339 time, or a delay from now such as 30d, 12h or 45m.
+    #[arg(long, value_name = "WHEN", value_parser = parse_expiry)]
+    pub expires: Option<chrono::DateTime<chrono::Utc>>,
+    /// How far it reaches, as the API's `scopes` JSON object, e.g.
+    /// '{"engines": ["chat"], "answerPermissions": false}'.
+    #[arg(long, value_name = "JSON", value_parser = parse_scopes)]
+    pub scopes: Option<serde_json::Value>,
+    /// Print the daemon's whole answer as JSON (the key included).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// An RFC 3339 time, or `N` followed by `d`, `h` or `m` from now.
+fn parse_expiry(v: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(v) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let bad = || format!("'{v}' is neither an RFC 3339 time nor a delay such as 30d, 12h or 45m");
+    let split = v.len().checked_sub(1).ok_or_else(bad)?;
+    let (n, unit) = v.split_at(split);
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let delay = match unit {
+        "d" => chrono::Duration::try_days(n),
+        "h" => chrono::Duration::try_hours(n),
+        "m" => chrono::Duration::try_minutes(n),
+        _ => None,
+    }
+    .filter(|d| *d > chrono::Duration::zero())
+    .ok_or_else(bad)?;
+    chrono::Utc::now().checked_add_signed(delay).ok_or_else(bad)
+}
+
+/// A JSON object.
+fn parse_scopes(v: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str::<serde_json::Value>(v) {
+        Ok(o @ serde_json::Value::Object(_)) => Ok(o),
+        Ok(_) => Err("scopes must be a JSON object".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
 }
 
 /// Where the daemon is and how to prove who we are.
@@ -107,6 +196,11 @@ impl ClientCommand {
             ClientCommand::Sessions { .. } => "sessions",
             ClientCommand::Show { .. } => "show",
             ClientCommand::Interrupt { .. } => "interrupt",
+            ClientCommand::Keys { action } => match action {
+                KeysAction::Create(_) => "keys create",
+                KeysAction::List { .. } => "keys list",
+                KeysAction::Revoke { .. } => "keys revoke",
+            },
         }
     }
 
@@ -117,6 +211,10 @@ impl ClientCommand {
             ClientCommand::Sessions { conn, .. }
             | ClientCommand::Show { conn, .. }
             | ClientCommand::Interrupt { conn, .. } => conn,
+            ClientCommand::Keys { action } => match action {
+                KeysAction::Create(args) => &args.conn,
+                KeysAction::List { conn, .. } | KeysAction::Revoke { conn, .. } => conn,
+            },
         }
     }
 }
@@ -154,6 +252,39 @@ mod tests {
                 model: "mock:tokens=3".into()
             })
         );
+    }
+
+    #[test]
+    fn key_expiry_and_scopes() {
+        let words =
+            |line: &str| -> Vec<String> { line.split_whitespace().map(str::to_string).collect() };
+        let create = "keys create --user alice --team research --role member";
+        let mut args = words(&format!("{create} --expires 30d --scopes"));
+        args.push(r#"{"engines": ["chat"]}"#.into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let Ok(ClientCommand::Keys {
+            action: KeysAction::Create(a),
+        }) = parse(&args)
+        else {
+            panic!("not parsed");
+        };
+        let days = (a.expires.unwrap() - chrono::Utc::now()).num_days();
+        assert!((29..=30).contains(&days), "{days}");
+        assert_eq!(a.scopes.unwrap()["engines"][0], "chat");
+        let at = parse_expiry("2030-01-02T03:04:05Z").unwrap();
+        assert_eq!(at.to_rfc3339(), "2030-01-02T03:04:05+00:00");
+        for bad in [
+            format!("{create} --expires soon"),
+            format!("{create} --expires -3d"),
+            format!("{create} --scopes [1]"),
+            "keys create --user a --team t".to_string(),
+            "keys revoke".to_string(),
+        ] {
+            let args = words(&bad);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        }
     }
 
     #[test]

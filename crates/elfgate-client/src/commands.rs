@@ -35,7 +35,7 @@ pub async fn sessions(conn: &Conn, json: bool) -> Result<u8, ClientError> {
         }
     }
     if !json && !rows.is_empty() {
-        print!("{}", table(&rows));
+        print!("{}", table(HEADER, &rows));
     }
     Ok(exit::OK)
 }
@@ -45,16 +45,16 @@ const HEADER: [&str; 7] = [
     "ID", "ENGINE", "STATUS", "PROVIDER", "MODEL", "UPDATED", "TITLE",
 ];
 
-/// `rows` under [`HEADER`], each column padded to its widest cell (counted in characters); the
+/// `rows` under `header`, each column padded to its widest cell (counted in characters); the
 /// last column is not padded.
-fn table(rows: &[[String; 7]]) -> String {
-    let mut widths = HEADER.map(|h| h.chars().count());
+pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let header = HEADER.map(str::to_string);
+    let header = header.map(str::to_string);
     let mut out = String::new();
     for row in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
@@ -151,7 +151,7 @@ fn row(s: &SessionView) -> [String; 7] {
     ]
 }
 
-fn or_dash(v: Option<&str>) -> String {
+pub(super) fn or_dash(v: Option<&str>) -> String {
     v.unwrap_or("-").to_string()
 }
 
@@ -187,10 +187,13 @@ mod tests {
             ]
             .map(str::to_string)
         };
-        let out = table(&[
-            row("m"),
-            row("a-very-long-model-name:tokens=400,delay_ms=100"),
-        ]);
+        let out = table(
+            HEADER,
+            &[
+                row("m"),
+                row("a-very-long-model-name:tokens=400,delay_ms=100"),
+            ],
+        );
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{out}");
         let at = |l: &str| l.find("2026").or_else(|| l.find("UPDATED"));

@@ -212,6 +212,22 @@ impl Conn {
         self.answer(path, resp).await
     }
 
+    /// DELETE `path`: Ok on any success, whatever its body.
+    pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
+        let resp = self
+            .http
+            .delete(self.url(path))
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = resp.status().as_u16();
+        if status < 300 {
+            return Ok(());
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        Err(self.error_answer(status, &body))
+    }
+
     /// The body of a success as `T`, or the error answer as a [`ClientError`].
     async fn answer<T: DeserializeOwned>(
         &self,

@@ -1,4 +1,4 @@
-//! The terminal client: `elfgate chat`, `sessions`, `show ID`, `interrupt ID`. It uses the public
+//! The terminal client: `elfgate chat`, `sessions`, `show ID`, `interrupt ID`, `keys …`. It uses the public
 //! HTTP/SSE API only, like any other client, reading and writing the API's own types
 //! (elfgate-api), so that it also shows the API is enough.
 #![expect(
@@ -11,10 +11,11 @@ mod args;
 mod chat;
 mod commands;
 mod conn;
+mod keys;
 mod render;
 mod stream;
 
-pub use args::{ChatArgs, ClientCommand, ConnArgs, ModelChoice};
+pub use args::{ChatArgs, ClientCommand, ConnArgs, KeyCreateArgs, KeysAction, ModelChoice};
 pub use conn::{ClientError, Conn};
 
 use std::path::PathBuf;
@@ -50,6 +51,7 @@ pub async fn run(cmd: ClientCommand, token_file: Option<PathBuf>) -> u8 {
         ClientCommand::Sessions { json, .. } => commands::sessions(&conn, *json).await,
         ClientCommand::Show { id, json, .. } => commands::show(&conn, id, *json).await,
         ClientCommand::Interrupt { id, .. } => commands::interrupt(&conn, id).await,
+        ClientCommand::Keys { action } => keys::run(&conn, action).await,
     };
     match result {
         Ok(code) => code,
