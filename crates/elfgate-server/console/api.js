@@ -28,10 +28,40 @@ export function token() {
 
 export function setToken(t) {
   sessionStorage.setItem(TOKEN_KEY, t);
+  principal = null;
 }
 
 export function forgetToken() {
   sessionStorage.removeItem(TOKEN_KEY);
+  principal = null;
+}
+
+let principal = null;
+
+/**
+ * Who the token is (GET /v1/me: user, team, role, scopes), asked once per token. Null when the
+ * daemon does not say (an older one, or a refused token, which the auth listeners hear of): the
+ * page then offers everything and shows the daemon's refusals.
+ */
+export async function whoAmI() {
+  if (!principal) {
+    try {
+      principal = await get('/v1/me');
+    } catch {
+      return null;
+    }
+  }
+  return principal;
+}
+
+/** Whether `who` may steer what it sees (prompt, stop, delete): not a viewer. */
+export function canSteer(who) {
+  return who?.role !== 'viewer';
+}
+
+/** Whether `who` may answer permission requests: it steers, and its key's scopes allow it. */
+export function canAnswer(who) {
+  return canSteer(who) && who?.scopes?.answerPermissions !== false;
 }
 
 /** Headers for an API request: the token when there is one. */
@@ -55,9 +85,10 @@ export async function errorOf(resp) {
 
 /** Whether an answer means the token is missing or wrong. */
 export function isAuthRefusal(resp) {
-  // 403 is also the daemon's answer to a foreign Origin or Host; only its `forbidden` for a wrong
-  // token concerns the form, and a same-origin page never gets the other kind.
-  return resp.status === 401 || (resp.status === 403 && token() != null);
+  // A missing, unknown, expired or revoked key is 401. A 403 is a refusal of one request (a
+  // viewer's prompt, a scope the key lacks): the page shows it where it happened and keeps the
+  // token.
+  return resp.status === 401;
 }
 
 /**

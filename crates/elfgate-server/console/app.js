@@ -1,7 +1,7 @@
 // The console's entry point: auth, then a view per route (#/ the sessions, #/new the start form,
 // #/s/ID a session).
 
-import { forgetToken, onAuthFailure, token } from './api.js';
+import { canSteer, forgetToken, onAuthFailure, token, whoAmI } from './api.js';
 import { askToken, authIsOff } from './auth.js';
 import { SessionView } from './session.js';
 import { SessionsView } from './sessions.js';
@@ -10,7 +10,11 @@ import { StartView } from './start.js';
 const main = document.getElementById('main');
 const noticeEl = document.getElementById('notice');
 const signOut = document.getElementById('sign-out');
+const principalEl = document.getElementById('principal');
+const navNew = document.getElementById('nav-new');
 let view = null;
+// Who the token is (GET /v1/me), or null when the daemon does not say.
+let me = null;
 let signingIn = null;
 
 function notice(text) {
@@ -29,9 +33,9 @@ function route() {
   notice('');
   const hash = location.hash || '#/';
   const m = /^#\/s\/([^/]+)$/.exec(hash);
-  if (m) view = new SessionView(main, decodeURIComponent(m[1]), { notice });
-  else if (hash === '#/new') view = new StartView(main, { navigate });
-  else view = new SessionsView(main);
+  if (m) view = new SessionView(main, decodeURIComponent(m[1]), { notice, me });
+  else if (hash === '#/new') view = new StartView(main, { navigate, me });
+  else view = new SessionsView(main, { me });
   signOut.hidden = !token();
   view.open().catch((e) => notice(e.message));
 }
@@ -44,7 +48,16 @@ async function signIn(why) {
   signingIn = askToken(main, why);
   await signingIn;
   signingIn = null;
+  await learnWhoIAm();
   route();
+}
+
+/** Asks the daemon who the token is, and says so in the top bar. */
+async function learnWhoIAm() {
+  me = await whoAmI();
+  principalEl.textContent = me ? `${me.user} · ${me.team} · ${me.role}` : '';
+  principalEl.hidden = !me;
+  navNew.hidden = !canSteer(me);
 }
 
 onAuthFailure(() => signIn('The daemon refused the token: enter it again.'));
@@ -59,6 +72,7 @@ async function boot() {
     await signIn('');
     return;
   }
+  await learnWhoIAm();
   route();
 }
 

@@ -5,7 +5,7 @@
 // sessionStorage: after a reload the page draws the history, puts back the partial answers,
 // and reconnects with Last-Event-ID = that seq, so the text goes on without a gap or a repeat.
 
-import { ApiError, get, post, sessionPath } from './api.js';
+import { ApiError, canAnswer, canSteer, get, post, sessionPath } from './api.js';
 import { append, h, when } from './dom.js';
 import { EventFeed } from './sse.js';
 import { Transcript } from './transcript.js';
@@ -66,10 +66,14 @@ class SavedFeed {
 }
 
 export class SessionView {
-  constructor(main, sessionId, { notice }) {
+  constructor(main, sessionId, { notice, me }) {
     this.main = main;
     this.id = sessionId;
     this.notice = notice;
+    // A viewer reads: no Stop, no composer, no permission answers (the daemon would refuse
+    // them; the page does not offer them).
+    this.steers = canSteer(me);
+    this.answers = canAnswer(me);
     this.closed = false;
   }
 
@@ -78,7 +82,7 @@ export class SessionView {
     this.title = h('h1', { class: 'session-title' }, 'Session');
     this.meta = h('p', { class: 'meta' });
     this.status = h('span', { class: 'status', role: 'status', 'aria-live': 'polite' }, '');
-    this.stopBtn = h('button', { type: 'button', class: 'stop', onclick: () => this.stop(), disabled: true }, 'Stop');
+    this.stopBtn = h('button', { type: 'button', class: 'stop', onclick: () => this.stop(), disabled: true, hidden: !this.steers }, 'Stop');
     this.conn = h('span', { class: 'conn' }, '');
     const log = h('div', {
       class: 'transcript',
@@ -88,7 +92,7 @@ export class SessionView {
       'aria-label': 'Conversation',
     });
     this.transcript = new Transcript(log, {
-      answer: (rid, decision, scope) => post(sessionPath(this.id, `/permissions/${encodeURIComponent(rid)}`), { decision, scope }),
+      answer: this.answers ? (rid, decision, scope) => post(sessionPath(this.id, `/permissions/${encodeURIComponent(rid)}`), { decision, scope }) : null,
       onStatus: (s) => this.setStatus(s),
     });
     this.prompt = h('textarea', { id: 'composer-prompt', name: 'prompt', rows: 3, required: true });
@@ -111,11 +115,12 @@ export class SessionView {
     this.prompt.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) composer.requestSubmit();
     });
+    const readOnly = h('p', { class: 'read-only', role: 'note' }, 'This key is a viewer’s: it reads this session; it cannot send to it, stop it or answer its permission requests.');
     main.replaceChildren(
       h('section', { class: 'session-view', 'aria-labelledby': 'session-title' },
         h('div', { class: 'session-head' }, h('div', {}, this.title, this.meta), h('div', { class: 'controls' }, this.status, this.stopBtn)),
         log,
-        composer,
+        this.steers ? composer : readOnly,
         h('p', { class: 'conn-line' }, this.conn),
       ),
     );
@@ -175,7 +180,7 @@ export class SessionView {
     this.status.textContent = s || '';
     this.status.dataset.status = s || '';
     const running = s === 'running' || s === 'waiting for permission';
-    this.stopBtn.disabled = !running;
+    this.stopBtn.disabled = !running || !this.steers;
   }
 
   async stop() {
@@ -185,6 +190,7 @@ export class SessionView {
       await post(sessionPath(this.id, '/interrupt'), {});
     } catch (e) {
       this.notice(`Could not stop the run: ${e.message}`);
+      this.status.textContent = this.status.dataset.status || '';
       this.stopBtn.disabled = false;
     }
   }

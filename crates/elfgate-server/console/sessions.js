@@ -1,14 +1,15 @@
 // The sessions list: newest first, a page at a time (GET /v1/sessions?limit=&cursor=), with a
 // search box over the sessions loaded so far (the API has no search).
 
-import { get } from './api.js';
+import { canSteer, get } from './api.js';
 import { h, when } from './dom.js';
 
 const PAGE = 50;
 
 export class SessionsView {
-  constructor(main) {
+  constructor(main, { me } = {}) {
     this.main = main;
+    this.me = me;
     this.sessions = [];
     this.cursor = null;
     this.closed = false;
@@ -24,7 +25,7 @@ export class SessionsView {
       h('section', { class: 'sessions-view', 'aria-labelledby': 'sessions-title' },
         h('div', { class: 'list-head' },
           h('h1', { id: 'sessions-title' }, 'Sessions'),
-          h('a', { class: 'button', href: '#/new' }, 'New session'),
+          canSteer(this.me) ? h('a', { class: 'button', href: '#/new' }, 'New session') : null,
         ),
         h('div', { class: 'search' }, h('label', { for: 'session-search' }, 'Search'), this.search),
         this.count,
@@ -70,6 +71,7 @@ export class SessionsView {
           h('a', { href: `#/s/${encodeURIComponent(s.id)}`, class: 'session-link' }, oneLine(this.label(s))),
           h('div', { class: 'session-meta' },
             h('span', { class: 'engine' }, s.engine),
+            s.owner ? h('span', { class: 'owner' }, s.visibility === 'private' ? `${s.owner} (private)` : s.owner) : null,
             s.model ? h('span', { class: 'model' }, [s.providerId, s.model].filter(Boolean).join('/')) : null,
             h('span', { class: `badge ${s.status}` }, s.queuedRuns ? `${s.status} (+${s.queuedRuns} queued)` : s.status),
             h('time', { datetime: s.updatedAt }, when(s.updatedAt)),

@@ -1,7 +1,7 @@
 // The form that starts a session: engine (GET /v1/engines), provider and model (GET /v1/models),
 // project, permission mode, the CLI backend for the cli engine, and the first prompt.
 
-import { get, post } from './api.js';
+import { canSteer, get, post } from './api.js';
 import { h } from './dom.js';
 
 const MODES = ['default', 'acceptEdits', 'bypassPermissions', 'plan'];
@@ -22,12 +22,22 @@ function field(id, label, control, hint) {
 }
 
 export class StartView {
-  constructor(main, { navigate }) {
+  constructor(main, { navigate, me }) {
     this.main = main;
     this.navigate = navigate;
+    this.me = me;
   }
 
   async open() {
+    if (!canSteer(this.me)) {
+      this.main.replaceChildren(
+        h('section', { class: 'start' },
+          h('h1', {}, 'New session'),
+          h('p', { class: 'read-only', role: 'note' }, 'This key is a viewer’s: it reads its team’s sessions and starts none.'),
+        ),
+      );
+      return;
+    }
     const [engines, models] = await Promise.all([
       get('/v1/engines'),
       get('/v1/models').catch(() => ({ data: [] })),

@@ -15,7 +15,10 @@ const FINISH = {
 };
 
 export class Transcript {
-  /** `answer(requestId, decision, scope)` posts a permission answer (returns a promise). */
+  /**
+   * `answer(requestId, decision, scope)` posts a permission answer (returns a promise); null
+   * when the key may not answer (the cards then only show the request).
+   */
   constructor(root, { answer, onStatus }) {
     this.root = root;
     this.answer = answer;
@@ -217,11 +220,15 @@ export class Transcript {
         for (const b of buttons.querySelectorAll('button')) b.disabled = false;
       }
     };
-    buttons.append(
-      h('button', { type: 'button', class: 'allow', onclick: choose('allow', 'once') }, 'Allow once'),
-      h('button', { type: 'button', class: 'allow-session', onclick: choose('allow', 'session') }, 'Allow for session'),
-      h('button', { type: 'button', class: 'deny', onclick: choose('deny', 'once') }, 'Deny'),
-    );
+    if (this.answer) {
+      buttons.append(
+        h('button', { type: 'button', class: 'allow', onclick: choose('allow', 'once') }, 'Allow once'),
+        h('button', { type: 'button', class: 'allow-session', onclick: choose('allow', 'session') }, 'Allow for session'),
+        h('button', { type: 'button', class: 'deny', onclick: choose('deny', 'once') }, 'Deny'),
+      );
+    } else {
+      status.textContent = 'Waiting for someone who may answer.';
+    }
     this.permissions.set(ev.requestId, card);
     r.body.append(card);
     this.onStatus('waiting for permission');
