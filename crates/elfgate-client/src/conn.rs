@@ -20,7 +20,7 @@ pub enum ClientError {
         /// The transport error.
         source: reqwest::Error,
     },
-    /// 401 or 403: no token, or not the daemon's.
+    /// 401: no token, or one the daemon does not know (unknown, expired, revoked).
     #[error("the daemon refused the token {from} ({status}): {message}")]
     Auth {
         /// The HTTP status.
@@ -256,20 +256,21 @@ impl Conn {
     }
 
     /// The daemon's `{"error": {"code", "message"}}` answer as a [`ClientError`]; a refused or
-    /// missing token says where the client looked for it.
+    /// missing token says where the client looked for it. A 403 is not about the token: the key
+    /// is known and may not do this (a viewer's prompt, a scope it lacks).
     pub fn error_answer(&self, status: u16, body: &Value) -> ClientError {
         let message = body["error"]["message"]
             .as_str()
             .unwrap_or("no message")
             .to_string();
-        if status != 401 && status != 403 {
+        if status != 401 {
             return ClientError::Refused { status, message };
         }
         let from = match &self.token_origin {
             TokenOrigin::Flag => "given with --token".to_string(),
             TokenOrigin::Env => "from ELFGATE_TOKEN".to_string(),
             TokenOrigin::File(path) => format!("read from {}", path.display()),
-            TokenOrigin::Missing(looked) if status == 401 => {
+            TokenOrigin::Missing(looked) => {
                 return ClientError::NoToken {
                     looked: match looked {
                         Some(path) => format!("no token file at {}", path.display()),
@@ -279,7 +280,6 @@ impl Conn {
                     },
                 };
             }
-            TokenOrigin::Missing(_) => "(none sent)".to_string(),
         };
         ClientError::Auth {
             status,

@@ -25,12 +25,12 @@ fn repo() -> PathBuf {
 }
 
 /// What runs the scenarios: node, playwright-core and Chromium; None (skip) when one is missing.
-struct Driver {
+pub(crate) struct Driver {
     chromium: PathBuf,
     dir: PathBuf,
 }
 
-fn driver() -> Option<Driver> {
+pub(crate) fn driver() -> Option<Driver> {
     let chromium = chromium()?;
     let dir = repo().join("tools/browser");
     let node = std::process::Command::new("node")
@@ -58,7 +58,12 @@ fn driver() -> Option<Driver> {
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs `tests/console/NAME.mjs` against `d` and returns what it reported.
-async fn scenario(driver: &Driver, d: &Daemon, name: &str, env: &[(&str, String)]) -> Value {
+pub(crate) async fn scenario(
+    driver: &Driver,
+    d: &Daemon,
+    name: &str,
+    env: &[(&str, String)],
+) -> Value {
     let _one = ONE_BROWSER.lock().await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/console/{name}.mjs"));
     let mut cmd = tokio::process::Command::new("node");

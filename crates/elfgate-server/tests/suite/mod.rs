@@ -12,6 +12,7 @@ mod cli_real;
 mod cli_real_mcp;
 mod connections;
 mod console;
+mod console_viewer;
 mod engine_config;
 mod errors;
 mod extended_context;
