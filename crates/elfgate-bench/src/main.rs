@@ -18,6 +18,7 @@ mod client;
 mod daemon;
 mod fleet;
 mod gateway_report;
+mod key_compare;
 mod memory;
 mod nginx;
 mod nginx_report;
@@ -100,6 +101,11 @@ struct Cli {
     /// and once idle.
     #[arg(long, value_name = "N", default_value_t = 0)]
     large_prompts: usize,
+    /// Instead of the scenarios: N D=0 sessions per pass with a member's API key and with the
+    /// root token, alternating for --rounds rounds, 4 at a time: the daemon's CPU per session
+    /// for each.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    key_compare: usize,
     /// Skip the nginx path (run when /usr/sbin/nginx exists).
     #[arg(long)]
     no_nginx: bool,
@@ -173,6 +179,8 @@ struct Opts {
     idle_subscribers: usize,
     idle_sessions: usize,
     large_prompts: usize,
+    /// Sessions per pass of the key comparison (0: none).
+    key_compare: usize,
     /// Run the nginx path when nginx is installed.
     nginx: bool,
     /// Concurrencies to search for the largest paced relay ratio >= 0.95 (empty: no search).
@@ -243,6 +251,7 @@ impl Opts {
             idle_subscribers: c.idle_subscribers,
             idle_sessions: c.idle_sessions,
             large_prompts: c.large_prompts,
+            key_compare: c.key_compare,
             nginx: !c.no_nginx,
             ratio_search: c.ratio_search,
             write_rate,
@@ -906,6 +915,15 @@ async fn main() -> anyhow::Result<()> {
     }
     if opts.large_prompts > 0 {
         return memory::large_prompts(&daemon, &target, opts.large_prompts, 1_000_000).await;
+    }
+    if opts.key_compare > 0 {
+        let settings = key_compare::Settings {
+            sessions: opts.key_compare,
+            concurrency: 4,
+            tokens: opts.tokens,
+            rounds: opts.rounds,
+        };
+        return key_compare::run(&target, &daemon, settings).await;
     }
 
     let mut scenarios: Vec<Scenario> = opts
