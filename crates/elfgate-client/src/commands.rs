@@ -151,7 +151,7 @@ fn row(s: &SessionView) -> [String; 7] {
     ]
 }
 
-pub(super) fn or_dash(v: Option<&str>) -> String {
+fn or_dash(v: Option<&str>) -> String {
     v.unwrap_or("-").to_string()
 }
 

@@ -2,9 +2,11 @@
 //! (or any admin's key) as every other client command finds it.
 
 use super::args::{KeyCreateArgs, KeysAction};
-use super::commands::{or_dash, table};
+use super::commands::table;
 use super::conn::{ClientError, Conn};
 use super::exit;
+use chrono::{DateTime, SecondsFormat, Utc};
+use elfgate_api::keys::{CreatedKey, KeyList};
 use serde_json::{Value, json};
 
 /// Runs a `keys` subcommand.
@@ -31,26 +33,25 @@ async fn create(conn: &Conn, args: &KeyCreateArgs) -> Result<u8, ClientError> {
         "expiresAt": args.expires,
         "scopes": args.scopes.clone().unwrap_or_else(|| json!({})),
     });
-    let created: Value = conn.post("/v1/admin/keys", &body).await?;
     if args.json {
+        let created: Value = conn.post("/v1/admin/keys", &body).await?;
         println!("{created}");
         return Ok(exit::OK);
     }
-    let Some(key) = created["key"].as_str() else {
-        return Err(ClientError::Refused {
-            status: 200,
-            message: "the daemon's answer holds no key".into(),
-        });
-    };
-    println!("{key}");
+    let created: CreatedKey = conn.post("/v1/admin/keys", &body).await?;
+    println!("{}", created.key);
+    let view = &created.view;
     eprintln!(
         "key {} for {} (team {}, {}){}: shown only this once, keep it now",
-        text(&created["id"]),
-        args.user,
-        args.team,
-        args.role,
-        match args.expires {
-            Some(at) => format!(", expires {}", at.to_rfc3339()),
+        view.id,
+        view.user,
+        view.team,
+        view.role.as_str(),
+        match view.expires_at {
+            Some(at) => format!(
+                ", expires {}",
+                at.to_rfc3339_opts(SecondsFormat::Secs, true)
+            ),
             None => String::new(),
         }
     );
@@ -58,34 +59,45 @@ async fn create(conn: &Conn, args: &KeyCreateArgs) -> Result<u8, ClientError> {
 }
 
 /// The header of `elfgate keys list`.
-const HEADER: [&str; 7] = ["ID", "NAME", "USER", "TEAM", "ROLE", "EXPIRES", "CREATED"];
+const HEADER: [&str; 8] = [
+    "ID", "NAME", "USER", "TEAM", "ROLE", "STATE", "EXPIRES", "CREATED",
+];
 
 /// Lists the keys: a table, or with `--json` one object a line as the daemon wrote it.
 async fn list(conn: &Conn, json: bool) -> Result<u8, ClientError> {
-    let answer: Value = conn.get("/v1/admin/keys").await?;
-    let keys = answer
-        .get("keys")
-        .unwrap_or(&answer)
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
     if json {
-        for k in &keys {
+        let answer: Value = conn.get("/v1/admin/keys").await?;
+        for k in answer["keys"].as_array().into_iter().flatten() {
             println!("{k}");
         }
         return Ok(exit::OK);
     }
-    let rows: Vec<[String; 7]> = keys
+    let answer: KeyList = conn.get("/v1/admin/keys").await?;
+    let now = Utc::now();
+    let time = |t: Option<DateTime<Utc>>| {
+        t.map_or_else(
+            || "-".to_string(),
+            |t| t.to_rfc3339_opts(SecondsFormat::Secs, true),
+        )
+    };
+    let rows: Vec<[String; 8]> = answer
+        .keys
         .iter()
         .map(|k| {
+            let state = match (k.revoked_at, k.expires_at) {
+                (Some(_), _) => "revoked",
+                (None, Some(at)) if at <= now => "expired",
+                _ => "active",
+            };
             [
-                text(&k["id"]),
-                text(&k["name"]),
-                text(&k["user"]),
-                text(&k["team"]),
-                text(&k["role"]),
-                text(&k["expiresAt"]),
-                text(&k["createdAt"]),
+                k.id.clone(),
+                k.name.clone(),
+                k.user.clone(),
+                k.team.clone(),
+                k.role.as_str().to_string(),
+                state.to_string(),
+                time(k.expires_at),
+                time(Some(k.created_at)),
             ]
         })
         .collect();
@@ -93,9 +105,4 @@ async fn list(conn: &Conn, json: bool) -> Result<u8, ClientError> {
         print!("{}", table(HEADER, &rows));
     }
     Ok(exit::OK)
-}
-
-/// A string field, or `-`.
-fn text(v: &Value) -> String {
-    or_dash(v.as_str())
 }

@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod idempotency;
 pub mod jwt;
 pub mod keyed_lock;
+pub mod keys;
 pub mod listener;
 pub mod log_node;
 pub mod openapi;

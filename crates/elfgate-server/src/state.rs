@@ -56,6 +56,8 @@ pub struct AppInner {
     pub run_end_triggers: crate::run_end_triggers::RunEndTriggers,
     /// Single sign-on's JWT checks (`[auth.jwt]`); None when it is off.
     pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
+    /// API keys, read from the store by public id and kept briefly (`[auth] key_cache_ms`).
+    pub keys: Arc<crate::keys::KeyAuth>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -107,8 +109,13 @@ impl AppState {
                 )
             }));
         let jwt = config.auth.jwt.clone().map(crate::jwt::JwtVerifier::new);
+        let keys = Arc::new(crate::keys::KeyAuth::new(
+            store.clone(),
+            std::time::Duration::from_millis(config.auth.key_cache_ms),
+        ));
         AppState {
             inner: Arc::new(AppInner {
+                keys,
                 config,
                 store,
                 dispatcher,

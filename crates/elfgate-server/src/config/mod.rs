@@ -215,6 +215,7 @@ impl Config {
         }
         self.server.check_connections()?;
         self.storage.check_log_writer()?;
+        self.auth.check()?;
         if let Some(jwt) = &self.auth.jwt {
             jwt.check()?;
         }

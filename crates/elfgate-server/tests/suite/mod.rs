@@ -30,6 +30,7 @@ mod gateway_guards;
 mod gateway_sdk;
 mod gateway_search;
 mod jwt;
+mod keys;
 mod keys_client;
 mod log_rows;
 mod logging;
