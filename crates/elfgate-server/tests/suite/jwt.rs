@@ -105,14 +105,30 @@ research-readers = {{ team = "research", role = "viewer" }}
     )
 }
 
-fn daemon_with(mock: &MockServer, extra_toml: String) -> Daemon {
+/// A daemon with `extra_toml`, its log (with the reasons of refused JWTs) in `log`.
+fn daemon_with(mock: &MockServer, extra_toml: String, log: &Path) -> Daemon {
     Daemon::start(
         mock,
         Opts {
             extra_toml,
+            log_file: Some(log.to_path_buf()),
+            env: vec![(
+                "ELFGATE_LOG".into(),
+                "warn,elfgate_server::auth=info".into(),
+            )],
             ..Opts::default()
         },
     )
+}
+
+/// Waits until the daemon's log at `log` holds `text`.
+async fn logged(log: &Path, text: &str) {
+    common::poll_until(&format!("{text} in the log"), || {
+        std::fs::read_to_string(log)
+            .ok()
+            .filter(|l| l.contains(text))
+    })
+    .await;
 }
 
 /// GET /v1/me with `bearer`: the status and the body.
@@ -142,9 +158,11 @@ async fn a_jwt_of_the_identity_provider_is_a_principal_and_a_bad_one_gets_a_bad_
     let idp = SigningKey::new("idp-1");
     let jwks_file = dir.path().join("jwks.json");
     std::fs::write(&jwks_file, jwks(&[&idp])).unwrap();
+    let log = dir.path().join("daemon.log");
     let d = daemon_with(
         &mock,
         sso_toml(&format!("jwks_file = \"{}\"", jwks_file.display())),
+        &log,
     );
 
     let alice = idp.token(
@@ -172,6 +190,7 @@ async fn a_jwt_of_the_identity_provider_is_a_principal_and_a_bad_one_gets_a_bad_
     let devs = || json!({"groups": ["research-devs"]});
     let hour = now() + 3600;
     let other_key = SigningKey::new("idp-1");
+    // What each is; below, the reason the daemon logs for it (the client is told none).
     let refused = [
         (
             "expired",
@@ -216,10 +235,21 @@ async fn a_jwt_of_the_identity_provider_is_a_principal_and_a_bad_one_gets_a_bad_
             ),
         ),
     ];
-    for (what, token) in refused {
+    let reasons = [
+        "expired",
+        "another audience",
+        "another issuer",
+        "bad signature",
+        "signed by a key the JWKS does not hold",
+        "no role (role claim or mapped group)",
+        "malformed",
+        "malformed",
+    ];
+    for ((what, token), reason) in refused.into_iter().zip(reasons) {
         let (status, body) = me(&d, &token).await;
         assert_eq!(status, 401, "{what}: {body}");
         assert_eq!(refusal(&body), refusal(&bad_key), "{what}: {body}");
+        logged(&log, &format!("reason={reason}")).await;
     }
     // And the one that passed still does.
     assert_eq!(me(&d, &alice).await.0, 200);
@@ -249,14 +279,26 @@ async fn a_jwks_url_is_fetched_through_the_outbound_guard_and_again_for_a_new_ke
     let token = first.token("alice", json!({"groups": ["research-devs"]}));
 
     // A loopback address is refused by the outbound guard unless the operator allows it.
-    let guarded = daemon_with(&mock, sso_toml(&format!("jwks_url = \"{url}\"")));
+    let logs = tempfile::tempdir().unwrap();
+    let guarded_log = logs.path().join("guarded.log");
+    let guarded = daemon_with(
+        &mock,
+        sso_toml(&format!("jwks_url = \"{url}\"")),
+        &guarded_log,
+    );
     assert_eq!(me(&guarded, &token).await.0, 401);
+    logged(
+        &guarded_log,
+        "allow it with auth.jwt.allow_private_addresses",
+    )
+    .await;
 
     let d = daemon_with(
         &mock,
         sso_toml(&format!(
             "jwks_url = \"{url}\"\nallow_private_addresses = true"
         )),
+        &logs.path().join("allowed.log"),
     );
     let (status, who) = me(&d, &token).await;
     assert_eq!((status, &who["user"]), (200, &json!("alice")), "{who}");
