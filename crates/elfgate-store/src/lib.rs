@@ -24,8 +24,8 @@ mod writer;
 
 pub use concerns::{
     AuditLog, DeliveryStatus, DeliveryStore, EventLog, FIRST_PROMPT_CHARS, InboundHookStore,
-    RecoveredRun, RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, StoredEvent,
-    StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
+    RecoveredRun, RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen,
+    StoredEvent, StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};

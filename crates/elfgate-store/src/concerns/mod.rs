@@ -14,5 +14,5 @@ pub use deliveries::{
 };
 pub use event_log::{EventLog, StoredEvent};
 pub use runs::{AuditLog, RecoveredRun, RunStore};
-pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore};
+pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore, SessionsSeen};
 pub use workflows::{StoredWorkflow, WorkflowStore, WorkflowWrite};
