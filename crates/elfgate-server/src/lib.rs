@@ -21,6 +21,7 @@ pub mod origin;
 pub mod panic_guard;
 pub mod request_guard;
 pub mod request_id;
+pub mod route_rules;
 pub mod routes;
 pub mod run_end_triggers;
 pub mod service;

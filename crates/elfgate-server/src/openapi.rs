@@ -199,6 +199,7 @@ pub fn document() -> Value {
             optional_bodies(&mut doc);
             sse_messages(&mut doc);
             request_ids(&mut doc);
+            crate::route_rules::annotate(&mut doc);
             doc
         }
         Err(e) => serde_json::json!({
@@ -320,6 +321,20 @@ mod tests {
         if std::env::var_os("ELFGATE_DUMP_OPENAPI").is_some() {
             println!("{doc:#}");
         }
+    }
+
+    #[test]
+    fn every_operation_declares_who_may_call_it() {
+        let doc = super::document();
+        let mut without = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("a path item") {
+                if op.get("x-elfgate-authorization").is_none() {
+                    without.push(format!("{method} {path}"));
+                }
+            }
+        }
+        assert!(without.is_empty(), "operations without a rule: {without:?}");
     }
 
     // An SSE message is `id`, `event` and `data`; the envelope is the JSON inside `data`.
