@@ -20,6 +20,9 @@ use std::sync::Arc;
 
 #[path = "conformance/fleet.rs"]
 mod fleet;
+#[path = "conformance/keys.rs"]
+mod keys;
+use keys::api_keys_are_created_read_changed_and_revoked;
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::{
@@ -202,6 +205,7 @@ on_both_backends!(
     a_list_holds_what_its_reader_sees_page_by_page,
     a_workflow_keeps_its_creators_team_across_versions,
     what_was_stored_before_owners_is_the_root_keys,
+    api_keys_are_created_read_changed_and_revoked,
 );
 
 fn session() -> Session {
