@@ -141,6 +141,10 @@ impl Daemon {
                 fleet.clone(),
                 self.state.dispatcher.clone(),
             ));
+            tokio::spawn(crate::fleet::keys::forget_changed_keys(
+                fleet.clone(),
+                self.state.keys.clone(),
+            ));
         }
         crate::workflow_runs::load_dir(&self.state).await;
         tokio::spawn(crate::workflow_schedule::schedule(self.state.clone()));

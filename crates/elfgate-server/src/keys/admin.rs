@@ -77,7 +77,7 @@ pub async fn update(
         ));
     }
     let changed = state.store.update_key(id, &change).await?;
-    state.keys.forget(id);
+    forget_everywhere(state, id).await;
     let changed = changed.ok_or_else(|| no_such_key(id))?;
     tracing::info!(key_id = %id, "API key changed");
     Ok(view(changed))
@@ -86,10 +86,19 @@ pub async fn update(
 /// Revokes key `id` (again: nothing changes).
 pub async fn revoke(state: &AppState, id: &str) -> Result<(), ApiError> {
     let revoked = state.store.revoke_key(id).await?;
-    state.keys.forget(id);
+    forget_everywhere(state, id).await;
     revoked.ok_or_else(|| no_such_key(id))?;
     tracing::info!(key_id = %id, "API key revoked");
     Ok(())
+}
+
+/// Drops every node's cached copy of key `id`: this node's at once, the others' when the bus
+/// tells them (or their copy expires).
+async fn forget_everywhere(state: &AppState, id: &str) {
+    state.keys.forget(id);
+    if let Some(fleet) = &state.fleet {
+        fleet.announce_key_change(id).await;
+    }
 }
 
 fn no_such_key(id: &str) -> ApiError {
