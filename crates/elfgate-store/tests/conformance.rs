@@ -22,7 +22,10 @@ use std::sync::Arc;
 mod fleet;
 #[path = "conformance/keys.rs"]
 mod keys;
-use keys::api_keys_are_created_read_changed_and_revoked;
+use keys::{
+    access_events_are_appended_in_batches_and_read_newest_first,
+    api_keys_are_created_read_changed_and_revoked,
+};
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::{
@@ -152,6 +155,7 @@ on_both_backends!(
     a_runs_error_is_stored_as_code_and_message,
     an_earlier_versions_error_text_is_split_by_the_migration,
     api_keys_are_created_read_changed_and_revoked,
+    access_events_are_appended_in_batches_and_read_newest_first,
 );
 
 fn session() -> Session {

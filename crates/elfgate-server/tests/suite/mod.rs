@@ -1,5 +1,6 @@
 //! One module per area of the suite.
 
+mod access_audit;
 mod acp_agent;
 mod acp_guardian;
 mod acp_modes;
