@@ -67,6 +67,27 @@ pub enum JwtRefused {
     ReservedUser,
 }
 
+impl JwtRefused {
+    /// The reason as the access audit records it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JwtRefused::Malformed => "jwt_malformed",
+            JwtRefused::UnknownKey => "jwt_unknown_key",
+            JwtRefused::WrongAlgorithm => "jwt_wrong_algorithm",
+            JwtRefused::BadSignature => "jwt_bad_signature",
+            JwtRefused::Expired => "jwt_expired",
+            JwtRefused::NotYetValid => "jwt_not_yet_valid",
+            JwtRefused::WrongIssuer => "jwt_wrong_issuer",
+            JwtRefused::WrongAudience => "jwt_wrong_audience",
+            JwtRefused::MissingClaim(_) => "jwt_missing_claim",
+            JwtRefused::UnknownRole => "jwt_unknown_role",
+            JwtRefused::NoTeam => "jwt_no_team",
+            JwtRefused::NoRole => "jwt_no_role",
+            JwtRefused::ReservedUser => "jwt_reserved_user",
+        }
+    }
+}
+
 /// Checks JWT bearers (see the module's comment).
 pub struct JwtVerifier {
     config: JwtConfig,
