@@ -20,6 +20,7 @@ mod fleet_adoption;
 mod fleet_bus;
 mod fleet_creds;
 mod fleet_follow;
+mod fleet_owners;
 mod fleet_permissions;
 mod fleet_stream;
 mod fleet_transport;
