@@ -100,3 +100,56 @@ async fn a_session_shows_its_owner_and_a_list_holds_only_what_the_key_sees() {
             .replace(missing_id, "ID")
     );
 }
+
+#[tokio::test]
+async fn a_workflow_is_its_teams_its_runs_sessions_too_and_a_keys_scope_bounds_it() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let alice = d.as_key(&d.create_key(key_body("alice", "a", "member")).await);
+    let mut runner_body = key_body("rudi", "a", "member");
+    runner_body["scopes"] = json!({"workflows": "run"});
+    let rudi = d.as_key(&d.create_key(runner_body).await);
+    let carol = d.as_key(&d.create_key(key_body("carol", "b", "member")).await);
+    let def = |name: &str| {
+        json!({"name": name, "steps": [
+            {"id": "talk", "model": {"model": "mock:tokens=2", "prompt": "Hi."}}
+        ]})
+    };
+
+    let (s, w) = alice.post("/v1/workflows", def("notes")).await;
+    assert_eq!(s, 201, "{w}");
+    // A key that may only run: refused creating, naming the scope; its team's runs start.
+    let (s, e) = rudi.post("/v1/workflows", def("more-notes")).await;
+    assert_eq!(s, 403, "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("workflows:"),
+        "{e}"
+    );
+    let (s, started) = rudi.post("/v1/workflows/notes/runs", json!({})).await;
+    assert_eq!(s, 201, "{started}");
+    let sid = started["sessionId"].as_str().unwrap();
+    // The run's session is the workflow's team's, owned by who started it.
+    let (_, session) = alice.get(&format!("/v1/sessions/{sid}")).await;
+    assert_eq!(
+        (&session["owner"], &session["team"], &session["visibility"]),
+        (&json!("rudi"), &json!("a"), &json!("team"))
+    );
+
+    // Another team sees neither the workflow nor its run's session.
+    let (_, list) = carol.get("/v1/workflows").await;
+    assert_eq!(list["workflows"], json!([]), "{list}");
+    for path in [
+        "/v1/workflows/notes".to_string(),
+        format!("/v1/sessions/{sid}"),
+    ] {
+        let (s, e) = carol.get(&path).await;
+        assert_eq!(s, 404, "{path}: {e}");
+    }
+    let (s, e) = carol.post("/v1/workflows/notes/runs", json!({})).await;
+    assert_eq!(s, 404, "{e}");
+    let (_, list) = alice.get("/v1/workflows").await;
+    assert_eq!(list["workflows"][0]["name"], "notes", "{list}");
+}
