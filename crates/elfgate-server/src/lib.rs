@@ -1,5 +1,6 @@
 //! Elfgate's HTTP/SSE API: routes, the SSE stream, auth, configuration, and the daemon's assembly.
 
+pub mod access_audit;
 pub mod app;
 pub mod auth;
 pub mod config;

@@ -5,8 +5,8 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs, webhooks,
-    workflows,
+    access_audit, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs,
+    webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -77,6 +77,7 @@ impl Modify for BearerScheme {
         keys::update,
         keys::revoke,
         keys::me,
+        access_audit::audit,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -143,6 +144,8 @@ impl Modify for BearerScheme {
         elfgate_api::keys::KeyView,
         elfgate_api::keys::CreatedKey,
         elfgate_api::keys::KeyList,
+        elfgate_api::keys::AccessAuditEntry,
+        elfgate_api::keys::AccessAuditList,
         elfgate_core::Principal,
         elfgate_core::PrincipalRole,
         elfgate_core::Scopes,

@@ -22,7 +22,10 @@ use std::sync::Arc;
 mod fleet;
 #[path = "conformance/keys.rs"]
 mod keys;
-use keys::api_keys_are_created_read_changed_and_revoked;
+use keys::{
+    access_events_are_appended_in_batches_and_read_newest_first,
+    api_keys_are_created_read_changed_and_revoked,
+};
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::{
@@ -206,6 +209,7 @@ on_both_backends!(
     a_workflow_keeps_its_creators_team_across_versions,
     what_was_stored_before_owners_is_the_root_keys,
     api_keys_are_created_read_changed_and_revoked,
+    access_events_are_appended_in_batches_and_read_newest_first,
 );
 
 fn session() -> Session {
