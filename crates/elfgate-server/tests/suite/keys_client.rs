@@ -114,6 +114,27 @@ async fn keys_create_list_revoke_and_a_teammate_chats_with_the_key() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(listed.len(), 1, "{listed:?}");
+    let sid = listed[0]["id"].as_str().unwrap().to_string();
+
+    // A viewer of the team lists alice's session and reads it, and its prompt is refused with
+    // the daemon's 403 (exit 1), not taken for a refused token.
+    let viewer = create_key(
+        &d,
+        &["--user", "victor", "--team", "research", "--role", "viewer"],
+    )
+    .await;
+    let seen = run_with_stdin(elfgate(&d, Some(&viewer), &["sessions"]), "").await;
+    assert_eq!(seen.status.code(), Some(0), "{}", out(&seen));
+    assert!(out(&seen).contains(&sid), "{}", out(&seen));
+    let shown = run_with_stdin(elfgate(&d, Some(&viewer), &["show", &sid]), "").await;
+    assert!(out(&shown).contains("hello from alice"), "{}", out(&shown));
+    let steer = run_with_stdin(
+        elfgate(&d, Some(&viewer), &["chat", "--session", &sid]),
+        "may I?\n",
+    )
+    .await;
+    assert_eq!(steer.status.code(), Some(1), "{}", out(&steer));
+    assert!(out(&steer).contains("403"), "{}", out(&steer));
 
     // The list shows the key without its secret.
     let list = run_with_stdin(elfgate(&d, None, &["keys", "list"]), "").await;
