@@ -136,6 +136,8 @@ pub async fn answer_permission(
     body: PermissionBody,
 ) -> Result<PermissionAnswered, ApiError> {
     tracing::debug!(%actor, %session_id, %request_id, "answer permission");
+    // Refused whichever the session: the refusal tells nothing of which sessions exist.
+    super::scopes::check_answer(actor)?;
     use elfgate_tools::{PermissionAnswer, ResolveError};
     if state.store.get_session(session_id).await?.is_none() {
         return Err(ApiError::NotFound(format!(
