@@ -7,6 +7,8 @@
 //! `deny_unknown_fields`; serde cannot deny fields beside a `flatten`, so such a type ends with
 //! an [`UnknownFields`] collecting what no field took, which the daemon refuses.
 
+pub mod keys;
+
 use elfgate_core::{
     Attachment, ChannelPermissions, Decision, EngineConfig, EngineType, Message, MessageId, OnBusy,
     PermissionMode, RunId, RunStatus, Scope, Session, SessionId, ThinkingLevel,

@@ -6,6 +6,10 @@ use crate::{RunId, SessionId};
 use dashmap::DashMap;
 use std::sync::{Arc, OnceLock};
 
+/// What every run token starts with: the daemon tells a stale run token (403, as a token of the
+/// wrong door) from credentials it does not know (401).
+pub const RUN_TOKEN_PREFIX: &str = "elfgate-run-";
+
 /// The front door a run token opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyDoor {
@@ -57,7 +61,7 @@ impl RunTokens {
     pub fn issue(self: &Arc<Self>, grant: RunGrant) -> RunToken {
         // 244 random bits from the OS's generator (uuid v4).
         let value = format!(
-            "elfgate-run-{}{}",
+            "{RUN_TOKEN_PREFIX}{}{}",
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );

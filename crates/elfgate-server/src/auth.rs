@@ -2,12 +2,15 @@
 
 use crate::error::ApiError;
 use crate::gateway::error::Door;
+pub use crate::keys::constant_time_eq;
+use crate::keys::{KEY_PREFIX, KeyCheckError};
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use elfgate_core::ProxyDoor;
+use elfgate_core::run_tokens::RUN_TOKEN_PREFIX;
 
 pub use elfgate_core::Principal;
 
@@ -18,20 +21,10 @@ pub use elfgate_core::Principal;
 #[derive(Debug, Clone, Copy)]
 pub struct Forwarded;
 
-/// Compares two byte strings in time that depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    // black_box keeps the optimizer from turning the loop into an early exit.
-    std::hint::black_box(diff) == 0
-}
-
-/// Rejects requests without the configured token: 401 when missing or malformed, 403 when wrong.
+/// Finds who a request acts for, or refuses it. The daemon's token is the root key; an API key
+/// (`egk_…`) its stored principal; a CLI's run token its own door. Anything else, and a
+/// malformed, unknown, expired or revoked key, is 401 with one message (a caller does not learn
+/// which); a principal on a route its role does not open is 403.
 pub async fn require_token(
     State(state): State<AppState>,
     mut req: Request,
@@ -45,12 +38,80 @@ pub async fn require_token(
     {
         return next.run(req).await;
     }
-    let Some(expected) = state.config.token.as_deref() else {
-        req.extensions_mut().insert(Principal::root());
-        return next.run(req).await;
+    let given = bearer(&req).map(str::trim);
+    let found = match (state.config.token.as_deref(), given) {
+        // An API key is itself wherever it is sent, with or without a daemon token.
+        (_, Some(t)) if t.starts_with(KEY_PREFIX) => match state.keys.authenticate(t).await {
+            Ok(principal) => Found::Principal(principal),
+            Err(KeyCheckError::Store(e)) => Found::Refused(ApiError::from(e)),
+            Err(KeyCheckError::Refused(why, key_id)) => {
+                tracing::info!(key_id, reason = why.as_str(), "API key refused");
+                Found::Refused(ApiError::Unauthorized)
+            }
+        },
+        // No token configured (loopback only): whoever asks is root, as before keys.
+        (None, _) => Found::Principal(Principal::root()),
+        (Some(_), None) => Found::Refused(ApiError::Unauthorized),
+        (Some(expected), Some(t)) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
+            Found::Principal(Principal::root())
+        }
+        // A CLI's run token (the proxy): its own door only; the door checks the route. A stale
+        // one is refused as one of the wrong door.
+        (Some(_), Some(t)) if t.starts_with(RUN_TOKEN_PREFIX) => match state.run_tokens.check(t) {
+            Some(grant) if opens(grant.door, req.method(), req.uri().path()) => {
+                Found::RunToken(grant)
+            }
+            _ => Found::Refused(ApiError::Forbidden),
+        },
+        // A bearer that is none of the above. (Single sign-on's tokens are verified here.)
+        (Some(_), Some(_)) => Found::Refused(ApiError::Unauthorized),
     };
-    let given = req
-        .headers()
+    let refused = match found {
+        Found::Principal(principal) if admin_only(req.uri().path()) && !principal.is_admin() => {
+            ApiError::Forbidden
+        }
+        Found::Principal(principal) => {
+            req.extensions_mut().insert(principal);
+            return next.run(req).await;
+        }
+        Found::RunToken(grant) => {
+            req.extensions_mut().insert(grant);
+            return next.run(req).await;
+        }
+        Found::Refused(refused) => refused,
+    };
+    // A front door's SDK reads its refusal in its own API's shape.
+    match Door::of_path(req.uri().path()) {
+        Some(door) => door.error(&refused),
+        None => refused.into_response(),
+    }
+}
+
+/// What a request's credentials came to.
+enum Found {
+    /// A principal: the root key or an API key's.
+    Principal(Principal),
+    /// A CLI's run token, on its own door.
+    RunToken(elfgate_core::RunGrant),
+    /// Refused, with this answer.
+    Refused(ApiError),
+}
+
+/// The routes only an admin may call: key management and the audit, the fleet's nodes, the
+/// metrics, an MCP reload (docs/security.md, "Who may do what").
+pub fn admin_only(path: &str) -> bool {
+    path.starts_with("/v1/admin/")
+        || path == "/v1/admin"
+        || path == "/metrics"
+        || path == "/v1/cluster"
+        || path.starts_with("/v1/cluster/")
+        || path == "/v1/mcp/reload"
+}
+
+/// The request's credentials as its client sends them: `Authorization: Bearer`, or a front
+/// door's own header or query parameter.
+fn bearer(req: &Request) -> Option<&str> {
+    req.headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
@@ -70,28 +131,7 @@ pub async fn require_token(
                 .and_then(|v| v.to_str().ok())
         })
         // Gemini's clients send theirs as x-goog-api-key, or as `?key=` in the URL.
-        .or_else(|| gemini_key(&req));
-    let refused = match given.map(str::trim) {
-        None => ApiError::Unauthorized,
-        Some(t) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
-            req.extensions_mut().insert(Principal::root());
-            return next.run(req).await;
-        }
-        // A CLI's run token (the proxy): its own door only; the door checks the route.
-        Some(t) => match state.run_tokens.check(t) {
-            Some(grant) if opens(grant.door, req.method(), req.uri().path()) => {
-                let mut req = req;
-                req.extensions_mut().insert(grant);
-                return next.run(req).await;
-            }
-            _ => ApiError::Forbidden,
-        },
-    };
-    // A front door's SDK reads its refusal in its own API's shape.
-    match Door::of_path(req.uri().path()) {
-        Some(door) => door.error(&refused),
-        None => refused.into_response(),
-    }
+        .or_else(|| gemini_key(req))
 }
 
 /// Whether a run token for `door` opens this request: the door's own calls, nothing else.
@@ -120,17 +160,4 @@ fn gemini_key(req: &Request) -> Option<&str> {
         .query()?
         .split('&')
         .find_map(|kv| kv.strip_prefix("key="))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn compares_bytes() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(constant_time_eq(b"", b""));
-    }
 }

@@ -67,14 +67,16 @@ pub enum ApiError {
     /// that failure maps to ([`upstream_status`]).
     #[error("{}", .0.message)]
     Upstream(ErrorInfo),
-    /// No or malformed credentials (401).
-    #[error("missing or malformed bearer token")]
+    /// No credentials, or none the daemon takes: a wrong token; a malformed, unknown, expired or
+    /// revoked key (401, one message for all, so that a caller does not learn which).
+    #[error("missing or invalid credentials")]
     Unauthorized,
     /// An inbound webhook's delivery without a valid signature (401).
     #[error("{0}")]
     Unsigned(String),
-    /// Wrong credentials (403).
-    #[error("invalid token")]
+    /// Credentials that do not open this route: a principal that is not an admin on an admin
+    /// route, a CLI's run token outside its door (403).
+    #[error("these credentials do not open this route")]
     Forbidden,
     /// A request the daemon refuses whatever its credentials: a foreign Host or Origin (403).
     #[error("{0}")]

@@ -14,6 +14,7 @@ pub(crate) mod follower;
 pub mod gateway;
 pub mod idempotency;
 pub mod keyed_lock;
+pub mod keys;
 pub mod listener;
 pub mod log_node;
 pub mod openapi;

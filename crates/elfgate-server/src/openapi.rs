@@ -5,7 +5,8 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    cluster, engines, gateway, health, hooks, mcp, sessions, skills, tool_runs, webhooks, workflows,
+    cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs, webhooks,
+    workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -71,6 +72,11 @@ impl Modify for BearerScheme {
         webhooks::deliveries,
         mcp::servers,
         mcp::reload,
+        keys::create,
+        keys::list,
+        keys::update,
+        keys::revoke,
+        keys::me,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -132,6 +138,15 @@ impl Modify for BearerScheme {
         mcp::ServerList,
         mcp::ReloadAnswer,
         cluster::ClusterView,
+        elfgate_api::keys::CreateKeyRequest,
+        elfgate_api::keys::UpdateKeyRequest,
+        elfgate_api::keys::KeyView,
+        elfgate_api::keys::CreatedKey,
+        elfgate_api::keys::KeyList,
+        elfgate_core::Principal,
+        elfgate_core::PrincipalRole,
+        elfgate_core::Scopes,
+        elfgate_core::WorkflowScope,
         cluster::NodeView,
         workflows::WorkflowView,
         workflows::WorkflowList,
@@ -155,6 +170,7 @@ impl Modify for BearerScheme {
         (name = "sessions", description = "Sessions, runs, messages and the event stream"),
         (name = "engines", description = "Engines and tools"),
         (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
+        (name = "keys", description = "API keys (admins) and who a key is"),
         (name = "workflows", description = "Workflows: steps run without a model deciding them"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )

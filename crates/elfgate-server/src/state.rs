@@ -54,6 +54,8 @@ pub struct AppInner {
     pub run_tokens: Arc<elfgate_core::RunTokens>,
     /// The workflows a run's end may start, as last read from the store.
     pub run_end_triggers: crate::run_end_triggers::RunEndTriggers,
+    /// API keys, read from the store by public id and kept briefly (`[auth] key_cache_ms`).
+    pub keys: Arc<crate::keys::KeyAuth>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -104,8 +106,13 @@ impl AppState {
                     },
                 )
             }));
+        let keys = Arc::new(crate::keys::KeyAuth::new(
+            store.clone(),
+            std::time::Duration::from_millis(config.auth.key_cache_ms),
+        ));
         AppState {
             inner: Arc::new(AppInner {
+                keys,
                 config,
                 store,
                 dispatcher,

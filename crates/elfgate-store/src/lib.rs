@@ -24,8 +24,9 @@ mod writer;
 
 pub use concerns::{
     AuditLog, DeliveryStatus, DeliveryStore, EventLog, FIRST_PROMPT_CHARS, InboundHookStore,
-    RecoveredRun, RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, StoredEvent,
-    StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
+    KeyChange, KeyStore, RecoveredRun, RunEndNotice, RunStore, SessionPage, SessionReads,
+    SessionStore, StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery, WorkflowStore,
+    WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
@@ -48,6 +49,7 @@ pub trait Store:
     + WorkflowStore
     + DeliveryStore
     + InboundHookStore
+    + KeyStore
     + RunLedger
     + Send
     + Sync

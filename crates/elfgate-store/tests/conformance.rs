@@ -20,6 +20,9 @@ use std::sync::Arc;
 
 #[path = "conformance/fleet.rs"]
 mod fleet;
+#[path = "conformance/keys.rs"]
+mod keys;
+use keys::api_keys_are_created_read_changed_and_revoked;
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::{
@@ -148,6 +151,7 @@ on_both_backends!(
     a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox,
     a_runs_error_is_stored_as_code_and_message,
     an_earlier_versions_error_text_is_split_by_the_migration,
+    api_keys_are_created_read_changed_and_revoked,
 );
 
 fn session() -> Session {

@@ -60,6 +60,21 @@ pub fn require_browser(why: &str) {
     );
 }
 
+/// The session and run ids of `POST /v1/sessions`'s answer; panics unless 201.
+pub fn created_session((status, v): (u16, Value)) -> (String, String) {
+    assert_eq!(status, 201, "create failed: {v}");
+    (
+        v["sessionId"].as_str().unwrap().to_string(),
+        v["runId"].as_str().unwrap().to_string(),
+    )
+}
+
+/// The run id of `POST /v1/sessions/{id}/messages`'s answer; panics unless 202.
+pub fn accepted_run((status, v): (u16, Value)) -> String {
+    assert_eq!(status, 202, "send failed: {v}");
+    v["runId"].as_str().unwrap().to_string()
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub child: Child,
@@ -388,21 +403,15 @@ impl Daemon {
 
     /// Creates a session; panics unless 201.
     pub async fn create(&self, body: Value) -> (String, String) {
-        let (status, v) = self.post("/v1/sessions", body).await;
-        assert_eq!(status, 201, "create failed: {v}");
-        (
-            v["sessionId"].as_str().unwrap().to_string(),
-            v["runId"].as_str().unwrap().to_string(),
-        )
+        created_session(self.post("/v1/sessions", body).await)
     }
 
     /// Sends a prompt; panics unless 202.
     pub async fn send(&self, session: &str, body: Value) -> String {
-        let (status, v) = self
-            .post(&format!("/v1/sessions/{session}/messages"), body)
-            .await;
-        assert_eq!(status, 202, "send failed: {v}");
-        v["runId"].as_str().unwrap().to_string()
+        accepted_run(
+            self.post(&format!("/v1/sessions/{session}/messages"), body)
+                .await,
+        )
     }
 
     /// The id of the daemon's first session, once a client has created it.

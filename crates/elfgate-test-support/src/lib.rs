@@ -13,6 +13,7 @@
 )]
 
 pub mod common;
+pub mod keys;
 pub mod router;
 pub mod scripted;
 pub mod services;

@@ -51,8 +51,21 @@ impl InProcess {
 
     /// Sends a request with the daemon's token; `body` as JSON when given.
     pub async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Answer {
+        self.send_as(self.token.as_deref(), method, path, body)
+            .await
+    }
+
+    /// Sends a request with `bearer` (an API key, a wrong token; None: no credentials) instead
+    /// of the daemon's token.
+    pub async fn send_as(
+        &self,
+        bearer: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Answer {
         let mut req = Request::builder().method(method).uri(path);
-        if let Some(t) = &self.token {
+        if let Some(t) = bearer {
             req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
         }
         let req = match body {
@@ -78,5 +91,17 @@ impl InProcess {
     /// POST `body` to `path`.
     pub async fn post(&self, path: &str, body: &Value) -> Answer {
         self.send(Method::POST, path, Some(body)).await
+    }
+
+    /// Creates an API key with the daemon's token (see [`crate::keys::key_body`]) and returns
+    /// the key itself, `egk_<id>_<secret>`; panics unless 201.
+    pub async fn create_key(&self, body: &Value) -> String {
+        let a = self.post("/v1/admin/keys", body).await;
+        assert_eq!(
+            a.status,
+            StatusCode::CREATED,
+            "creating a key failed: {a:?}"
+        );
+        a.body["key"].as_str().expect("a key").to_string()
     }
 }

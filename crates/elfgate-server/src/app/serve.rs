@@ -69,6 +69,7 @@ impl Daemon {
             .merge(routes::workflows::routes())
             .merge(routes::webhooks::routes())
             .merge(routes::mcp::routes())
+            .merge(routes::keys::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())

@@ -213,6 +213,7 @@ impl Config {
         }
         self.server.check_connections()?;
         self.storage.check_log_writer()?;
+        self.auth.check()?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ pub mod engines;
 pub mod gateway;
 pub mod health;
 pub mod hooks;
+pub mod keys;
 pub mod mcp;
 pub mod sessions;
 pub mod skills;

@@ -665,6 +665,6 @@ async fn genai_sdk_drives_the_gemini_door() {
     assert_eq!(e["upstream_429"]["status"], "RESOURCE_EXHAUSTED");
     assert_eq!(e["upstream_500"]["code"], 502);
     let k = sdk(&d, &py, cases, &["bad_key"], &[]).await;
-    assert_eq!(k["error"]["code"], 403, "{k}");
-    assert_eq!(k["error"]["status"], "PERMISSION_DENIED");
+    assert_eq!(k["error"]["code"], 401, "{k}");
+    assert_eq!(k["error"]["status"], "UNAUTHENTICATED");
 }

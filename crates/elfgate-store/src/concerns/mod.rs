@@ -1,10 +1,11 @@
 //! What the daemon stores, one trait per concern: sessions and their messages, runs, the audit
-//! of refused tool calls, the event log, workflows, webhook deliveries and inbound hooks'
-//! delivery ids. [`Store`](crate::Store) is all of them together; code that needs one concern
+//! of refused tool calls, the event log, workflows, webhook deliveries, inbound hooks'
+//! delivery ids and API keys. [`Store`](crate::Store) is all of them together; code that needs one concern
 //! takes that trait alone (a `dyn Store` upcasts to any of them).
 
 mod deliveries;
 mod event_log;
+mod keys;
 mod runs;
 mod sessions;
 mod workflows;
@@ -13,6 +14,7 @@ pub use deliveries::{
     DeliveryStatus, DeliveryStore, InboundHookStore, RunEndNotice, WebhookDelivery,
 };
 pub use event_log::{EventLog, StoredEvent};
+pub use keys::{KeyChange, KeyStore, StoredKey};
 pub use runs::{AuditLog, RecoveredRun, RunStore};
 pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore};
 pub use workflows::{StoredWorkflow, WorkflowStore, WorkflowWrite};

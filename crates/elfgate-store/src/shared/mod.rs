@@ -12,6 +12,7 @@
 mod audit;
 mod deliveries;
 mod hooks;
+mod keys;
 mod reads;
 mod workflows;
 
