@@ -28,6 +28,7 @@ mod gateway_catch_up;
 mod gateway_guards;
 mod gateway_sdk;
 mod gateway_search;
+mod key_scopes;
 mod keys;
 mod log_rows;
 mod logging;
