@@ -22,6 +22,9 @@ pub async fn create(state: &AppState, req: CreateKeyRequest) -> Result<CreatedKe
     ] {
         check_name(field, value)?;
     }
+    if let Some(scopes) = &req.scopes {
+        crate::service::scopes::check_given(scopes)?;
+    }
     let made = NewKey::generate().map_err(|e| ApiError::Internal(e.to_string()))?;
     let now = Utc::now();
     let stored = StoredKey {
@@ -64,6 +67,9 @@ pub async fn update(
 ) -> Result<KeyView, ApiError> {
     if let Some(name) = &req.name {
         check_name("name", name)?;
+    }
+    if let Some(scopes) = &req.scopes {
+        crate::service::scopes::check_given(scopes)?;
     }
     let change = KeyChange {
         name: req.name,

@@ -97,6 +97,36 @@ fn refused(scope: &'static str, message: String) -> ApiError {
     ApiError::OutOfScope { scope, message }
 }
 
+/// A key's scopes as an admin gives them (`POST /v1/admin/keys`, `PATCH`): every engine known,
+/// every glob compiling, every project root an absolute path; else 422 naming the entry (e.g.
+/// `scopes.engines[1]`), so that a typo is told at once rather than refusing every request.
+pub(crate) fn check_given(scopes: &Scopes) -> Result<(), ApiError> {
+    let bad = |field: &str, i: usize, why: String| {
+        ApiError::Unprocessable(format!("scopes.{field}[{i}]: {why}"))
+    };
+    for (i, e) in scopes.engines.iter().flatten().enumerate() {
+        e.parse::<EngineType>()
+            .map_err(|err: elfgate_core::engine_type::UnknownEngine| {
+                bad("engines", i, err.to_string())
+            })?;
+    }
+    for (field, globs) in [("providers", &scopes.providers), ("models", &scopes.models)] {
+        for (i, g) in globs.iter().flatten().enumerate() {
+            globset::Glob::new(g).map_err(|err| bad(field, i, format!("glob '{g}': {err}")))?;
+        }
+    }
+    for (i, root) in scopes.project_roots.iter().flatten().enumerate() {
+        if !Path::new(root).is_absolute() {
+            return Err(bad(
+                "projectRoots",
+                i,
+                format!("'{root}' is not an absolute path"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every scope a run passes through: 403 naming the first it is past.
 pub(crate) fn check_run(actor: &Actor, target: &RunTarget<'_>) -> Result<(), ApiError> {
     let Some(scopes) = scopes_of(actor) else {

@@ -190,3 +190,38 @@ fn permission_modes_and_answers() {
     });
     assert_eq!(scope_of(check_answer(&may_answer)), None);
 }
+
+#[test]
+fn scopes_as_given_name_the_entry_at_fault() {
+    let given = |v: serde_json::Value| check_given(&serde_json::from_value(v).unwrap());
+    assert!(
+        given(
+            serde_json::json!({"engines": ["chat", "tinyelf"], "models": ["gpt-*"],
+                                     "projectRoots": ["/srv/p"]})
+        )
+        .is_ok()
+    );
+    for (v, field) in [
+        (
+            serde_json::json!({"engines": ["chat", "tinyElf"]}),
+            "scopes.engines[1]",
+        ),
+        (
+            serde_json::json!({"providers": ["["]}),
+            "scopes.providers[0]",
+        ),
+        (
+            serde_json::json!({"models": ["ok", "{a"]}),
+            "scopes.models[1]",
+        ),
+        (
+            serde_json::json!({"projectRoots": ["srv/p"]}),
+            "scopes.projectRoots[0]",
+        ),
+    ] {
+        match given(v) {
+            Err(ApiError::Unprocessable(m)) => assert!(m.starts_with(field), "{m}"),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}

@@ -348,3 +348,42 @@ async fn a_key_without_answer_permissions_watches_requests_but_cannot_answer() {
     sse.until_complete(run).await;
     assert_eq!(std::fs::read_to_string(dir.join("one.txt")).unwrap(), "1");
 }
+
+#[tokio::test]
+async fn scopes_are_checked_when_a_key_is_made_or_changed() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    for (scopes, field) in [
+        (json!({"engines": ["chat", "tinyElf"]}), "scopes.engines[1]"),
+        (json!({"models": ["gpt-*", "{oops"]}), "scopes.models[1]"),
+        (json!({"providers": ["["]}), "scopes.providers[0]"),
+        (
+            json!({"projectRoots": ["relative/dir"]}),
+            "scopes.projectRoots[0]",
+        ),
+    ] {
+        let mut body = key_body("alice", "a", "member");
+        body["scopes"] = scopes;
+        let (status, answer) = d.post("/v1/admin/keys", body).await;
+        assert_eq!(status, 422, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{message}");
+    }
+    let created = d.create_key_answer(key_body("alice", "a", "member")).await;
+    let id = created["id"].as_str().unwrap();
+    let root = d.as_key(d.token.as_deref().unwrap());
+    let (status, answer) = root
+        .patch(
+            &format!("/v1/admin/keys/{id}"),
+            json!({"scopes": {"engines": ["nope"]}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    let (status, answer) = root
+        .patch(
+            &format!("/v1/admin/keys/{id}"),
+            json!({"scopes": {"engines": ["chat"]}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}
