@@ -103,3 +103,38 @@ pub struct KeyList {
     /// Every key, revoked ones included, oldest first.
     pub keys: Vec<KeyView>,
 }
+
+/// One entry of the access audit (`GET /v1/admin/audit`): a key's creation, change or
+/// revocation, or a refused request. Never a secret.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessAuditEntry {
+    /// Its id: later entries have greater ones (`before` pages back).
+    pub id: i64,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+    /// `key_created`, `key_changed`, `key_revoked` or `refused`.
+    pub kind: String,
+    /// Who did it or was refused (a user), when known.
+    pub actor: Option<String>,
+    /// The key it concerns: the one created, changed or revoked, or the one a refused request
+    /// came with.
+    pub key_id: Option<String>,
+    /// A refused request's method and path.
+    pub route: Option<String>,
+    /// The status a refused request was answered with (401 or 403).
+    pub status: Option<u16>,
+    /// Why a request was refused (e.g. `unknown_key`, `revoked_key`, `admin_only`).
+    pub reason: Option<String>,
+    /// What a key's creation or change set.
+    #[schema(value_type = Option<Object>)]
+    pub detail: Option<serde_json::Value>,
+}
+
+/// Answer of `GET /v1/admin/audit`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessAuditList {
+    /// The entries, newest first.
+    pub entries: Vec<AccessAuditEntry>,
+}

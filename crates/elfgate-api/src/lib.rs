@@ -132,6 +132,12 @@ pub struct CreateSessionRequest {
     /// session's engineConfig (as its useExtendedContext key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub use_extended_context: Option<bool>,
+    /// Who besides its owner sees the session: `private` (the owner alone) or `team` (the
+    /// owner's team: members steer it, viewers read it); default `[auth] default_visibility`.
+    /// Another value is 422.
+    #[schema(value_type = Option<elfgate_core::Visibility>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<String>,
     /// Run settings.
     #[serde(flatten)]
     pub overrides: RunOverrides,

@@ -690,6 +690,7 @@ mod tests {
             cli_session_id: None,
             created_at: now,
             updated_at: now,
+            ownership: crate::Ownership::root(),
         };
         let run_id = RunId::new();
         let bus = hub.open(session.id, 0, crate::SEQ_RESERVE_BLOCK);

@@ -233,6 +233,10 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
+    /// Who owns it (`owner`, `team`, `visibility`): its creator, the creator's team, and who
+    /// else sees it.
+    #[serde(flatten)]
+    pub ownership: crate::Ownership,
 }
 
 /// Where a run is in its life.

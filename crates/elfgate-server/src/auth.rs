@@ -1,5 +1,6 @@
 //! Bearer-token auth. The comparison takes the same time wherever the first difference is.
 
+use crate::access_audit::Refusal;
 use crate::error::ApiError;
 use crate::gateway::error::Door;
 pub use crate::keys::constant_time_eq;
@@ -43,15 +44,17 @@ pub async fn require_token(
         // An API key is itself wherever it is sent, with or without a daemon token.
         (_, Some(t)) if t.starts_with(KEY_PREFIX) => match state.keys.authenticate(t).await {
             Ok(principal) => Found::Principal(principal),
-            Err(KeyCheckError::Store(e)) => Found::Refused(ApiError::from(e)),
+            Err(KeyCheckError::Store(e)) => {
+                Found::Refused(ApiError::from(e), "store_unavailable", None)
+            }
             Err(KeyCheckError::Refused(why, key_id)) => {
                 tracing::info!(key_id, reason = why.as_str(), "API key refused");
-                Found::Refused(ApiError::Unauthorized)
+                Found::Refused(ApiError::Unauthorized, why.as_str(), key_id)
             }
         },
         // No token configured (loopback only): whoever asks is root, as before keys.
         (None, _) => Found::Principal(Principal::root()),
-        (Some(_), None) => Found::Refused(ApiError::Unauthorized),
+        (Some(_), None) => Found::Refused(ApiError::Unauthorized, "missing_credentials", None),
         (Some(expected), Some(t)) if constant_time_eq(t.as_bytes(), expected.as_bytes()) => {
             Found::Principal(Principal::root())
         }
@@ -61,13 +64,21 @@ pub async fn require_token(
             Some(grant) if opens(grant.door, req.method(), req.uri().path()) => {
                 Found::RunToken(grant)
             }
-            _ => Found::Refused(ApiError::Forbidden),
+            _ => Found::Refused(ApiError::Forbidden, "run_token_outside_its_door", None),
         },
         // A bearer that is none of the above. (Single sign-on's tokens are verified here.)
-        (Some(_), Some(_)) => Found::Refused(ApiError::Unauthorized),
+        (Some(_), Some(_)) => Found::Refused(ApiError::Unauthorized, "invalid_credentials", None),
     };
     let refused = match found {
         Found::Principal(principal) if admin_only(req.uri().path()) && !principal.is_admin() => {
+            state.access_audit.refused(Refusal {
+                principal: Some(&principal),
+                key_id: None,
+                method: req.method().as_str(),
+                path: req.uri().path(),
+                status: 403,
+                reason: "admin_only",
+            });
             ApiError::Forbidden
         }
         Found::Principal(principal) => {
@@ -78,7 +89,17 @@ pub async fn require_token(
             req.extensions_mut().insert(grant);
             return next.run(req).await;
         }
-        Found::Refused(refused) => refused,
+        Found::Refused(refused, reason, key_id) => {
+            state.access_audit.refused(Refusal {
+                principal: None,
+                key_id: key_id.as_deref(),
+                method: req.method().as_str(),
+                path: req.uri().path(),
+                status: refused.status().as_u16(),
+                reason,
+            });
+            refused
+        }
     };
     // A front door's SDK reads its refusal in its own API's shape.
     match Door::of_path(req.uri().path()) {
@@ -93,8 +114,9 @@ enum Found {
     Principal(Principal),
     /// A CLI's run token, on its own door.
     RunToken(elfgate_core::RunGrant),
-    /// Refused, with this answer.
-    Refused(ApiError),
+    /// Refused, with this answer, for this reason (the audit's word), with the key id the
+    /// request came with, if any.
+    Refused(ApiError, &'static str, Option<String>),
 }
 
 /// The routes only an admin may call: key management and the audit, the fleet's nodes, the

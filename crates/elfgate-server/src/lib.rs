@@ -1,5 +1,6 @@
 //! Elfgate's HTTP/SSE API: routes, the SSE stream, auth, configuration, and the daemon's assembly.
 
+pub mod access_audit;
 pub mod app;
 pub mod auth;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod origin;
 pub mod panic_guard;
 pub mod request_guard;
 pub mod request_id;
+pub mod route_rules;
 pub mod routes;
 pub mod run_end_triggers;
 pub mod service;

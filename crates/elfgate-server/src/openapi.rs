@@ -5,8 +5,8 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs, webhooks,
-    workflows,
+    access_audit, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs,
+    webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -77,6 +77,7 @@ impl Modify for BearerScheme {
         keys::update,
         keys::revoke,
         keys::me,
+        access_audit::audit,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -143,6 +144,8 @@ impl Modify for BearerScheme {
         elfgate_api::keys::KeyView,
         elfgate_api::keys::CreatedKey,
         elfgate_api::keys::KeyList,
+        elfgate_api::keys::AccessAuditEntry,
+        elfgate_api::keys::AccessAuditList,
         elfgate_core::Principal,
         elfgate_core::PrincipalRole,
         elfgate_core::Scopes,
@@ -215,6 +218,7 @@ pub fn document() -> Value {
             optional_bodies(&mut doc);
             sse_messages(&mut doc);
             request_ids(&mut doc);
+            crate::route_rules::annotate(&mut doc);
             doc
         }
         Err(e) => serde_json::json!({
@@ -336,6 +340,20 @@ mod tests {
         if std::env::var_os("ELFGATE_DUMP_OPENAPI").is_some() {
             println!("{doc:#}");
         }
+    }
+
+    #[test]
+    fn every_operation_declares_who_may_call_it() {
+        let doc = super::document();
+        let mut without = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("a path item") {
+                if op.get("x-elfgate-authorization").is_none() {
+                    without.push(format!("{method} {path}"));
+                }
+            }
+        }
+        assert!(without.is_empty(), "operations without a rule: {without:?}");
     }
 
     // An SSE message is `id`, `event` and `data`; the envelope is the JSON inside `data`.

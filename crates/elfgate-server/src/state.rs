@@ -56,6 +56,8 @@ pub struct AppInner {
     pub run_end_triggers: crate::run_end_triggers::RunEndTriggers,
     /// API keys, read from the store by public id and kept briefly (`[auth] key_cache_ms`).
     pub keys: Arc<crate::keys::KeyAuth>,
+    /// Key changes and refused requests, written to the store at a bounded rate.
+    pub access_audit: crate::access_audit::AccessAuditor,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -110,9 +112,11 @@ impl AppState {
             store.clone(),
             std::time::Duration::from_millis(config.auth.key_cache_ms),
         ));
+        let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
         AppState {
             inner: Arc::new(AppInner {
                 keys,
+                access_audit,
                 config,
                 store,
                 dispatcher,

@@ -6,7 +6,7 @@ use crate::service::{Actor, Origin, PromptSpec, RunSpec, SessionSpec};
 use crate::state::AppState;
 use chrono::{DateTime, Utc};
 use elfgate_api::CreateSessionResponse;
-use elfgate_core::{PermissionAnswers, RunEnded};
+use elfgate_core::{Ownership, PermissionAnswers, RunEnded, Visibility};
 use elfgate_store::StoredWorkflow;
 use elfgate_workflow::{StepKind, Unattended, WorkflowDefinition};
 use serde_json::{Map, Value, json};
@@ -45,6 +45,20 @@ impl Trigger {
             Trigger::Schedule(_) | Trigger::Hook(_) | Trigger::RunEnd(_) => Actor::Daemon,
         }
     }
+
+    /// Whom the run's session belongs to: the workflow's team, shared with it; its owner the
+    /// user who started it by request, else the workflow's creator.
+    fn session_owner(&self, workflow: &Ownership) -> Ownership {
+        let owner = match self {
+            Trigger::Manual(Actor::Principal(p)) => p.user.clone(),
+            _ => workflow.owner.clone(),
+        };
+        Ownership {
+            owner,
+            team: workflow.team.clone(),
+            visibility: Visibility::Team,
+        }
+    }
 }
 
 /// Who answers a workflow's permission requests: a client through the API, unless the
@@ -64,6 +78,7 @@ pub async fn start(
     given: Map<String, Value>,
     trigger: Trigger,
 ) -> Result<CreateSessionResponse, ApiError> {
+    let owner = trigger.session_owner(&stored.ownership);
     let name = stored.name;
     let version = stored.version;
     let def: WorkflowDefinition = serde_json::from_value(stored.definition)
@@ -86,6 +101,8 @@ pub async fn start(
         cli_backend: None,
         agent_id: None,
         run,
+        visibility: None,
+        owner: Some(owner),
     };
     let workflow = elfgate_core::WorkflowRef {
         name,
@@ -135,6 +152,12 @@ pub async fn resume(
         .get_workflow(name, Some(wref.version))
         .await?
         .ok_or_else(not_ours)?;
+    crate::service::authorize_workflow(
+        actor,
+        &stored.ownership,
+        crate::service::WorkflowAct::Run,
+        not_ours,
+    )?;
     let def: WorkflowDefinition = serde_json::from_value(stored.definition).map_err(|e| {
         ApiError::Internal(format!("stored workflow '{name}' v{}: {e}", wref.version))
     })?;
@@ -307,7 +330,12 @@ async fn load_file(state: &AppState, file: &std::path::Path) -> Result<Option<u3
         Some(w) if w.deleted_at.is_none() => elfgate_store::WorkflowWrite::Replace,
         _ => elfgate_store::WorkflowWrite::Create,
     };
-    match state.store.put_workflow(&def.name, &json, write).await {
+    // The daemon's own folder: its workflows are the root key's.
+    match state
+        .store
+        .put_workflow(&def.name, &json, write, &Ownership::root())
+        .await
+    {
         Ok(Some(stored)) => Ok(Some(stored.version)),
         Ok(None) => Err("another writer changed it meanwhile".into()),
         Err(e) => Err(e.report()),
@@ -375,6 +403,18 @@ pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<
                     continue;
                 }
             };
+            // A workflow hears the ends of its own team's runs only.
+            let same_team = match state.store.get_session(ended.session_id).await {
+                Ok(Some(s)) => s.ownership.team == stored.ownership.team,
+                Ok(None) => false,
+                Err(e) => {
+                    tracing::warn!(workflow = %name, error = %e.report(), "cannot read the ended run's session");
+                    continue;
+                }
+            };
+            if !same_team {
+                continue;
+            }
             let run = serde_json::to_value(&ended).unwrap_or(Value::Null);
             let inputs = Map::from_iter([("run".to_string(), run)]);
             match start(&state, stored, inputs, Trigger::RunEnd(ended.run_id)).await {

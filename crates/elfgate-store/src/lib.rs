@@ -23,10 +23,10 @@ mod statements;
 mod writer;
 
 pub use concerns::{
-    AuditLog, DeliveryStatus, DeliveryStore, EventLog, FIRST_PROMPT_CHARS, InboundHookStore,
-    KeyChange, KeyStore, RecoveredRun, RunEndNotice, RunStore, SessionPage, SessionReads,
-    SessionStore, StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery, WorkflowStore,
-    WorkflowWrite,
+    AccessAudit, AccessEvent, AuditLog, DeliveryStatus, DeliveryStore, EventLog,
+    FIRST_PROMPT_CHARS, InboundHookStore, KeyChange, KeyStore, RecoveredRun, RunEndNotice,
+    RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen, StoredAccessEvent,
+    StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
@@ -50,6 +50,7 @@ pub trait Store:
     + DeliveryStore
     + InboundHookStore
     + KeyStore
+    + AccessAudit
     + RunLedger
     + Send
     + Sync

@@ -4,7 +4,7 @@
 use crate::codec::{parse, parse_opt, parse_ts};
 use crate::deltas;
 use crate::{StoreError, StoreResult, StoredEvent};
-use elfgate_core::{EventType, Message, Run, RunError, Session, TokenUsage};
+use elfgate_core::{EventType, Message, Ownership, Run, RunError, Session, TokenUsage};
 use sqlx::Row;
 
 /// The column reads the decoders need, for a row of either backend.
@@ -56,6 +56,11 @@ pub(crate) fn session_from_row(r: &impl RowRead) -> StoreResult<Session> {
         cli_session_id: r.opt_text("cli_session_id")?,
         created_at: parse_ts(&r.text("created_at")?)?,
         updated_at: parse_ts(&r.text("updated_at")?)?,
+        ownership: Ownership {
+            owner: r.text("owner")?,
+            team: r.text("team")?,
+            visibility: parse("visibility", &r.text("visibility")?)?,
+        },
     })
 }
 
@@ -136,6 +141,11 @@ pub(crate) fn workflow_from_row(r: &impl RowRead) -> StoreResult<crate::StoredWo
             .opt_text("deleted_at")?
             .map(|s| parse_ts(&s))
             .transpose()?,
+        ownership: Ownership {
+            owner: r.text("owner")?,
+            team: r.text("team")?,
+            visibility: elfgate_core::Visibility::Team,
+        },
     })
 }
 

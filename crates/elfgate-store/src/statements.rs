@@ -32,7 +32,8 @@ pub(crate) fn push_insert_sessions(script: &mut Script, sessions: &[&Session]) -
             .statement(
                 "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, \
                  project_path, agent_id, system_prompt, permission_mode, engine_config, \
-                 cli_session_id, event_seq_reserved, created_at, updated_at) ",
+                 cli_session_id, event_seq_reserved, created_at, updated_at, owner, team, \
+                 visibility) ",
             )
             .push_values(chunk, |mut row, (s, config)| {
                 row.push_bind(s.id.to_string())
@@ -50,7 +51,10 @@ pub(crate) fn push_insert_sessions(script: &mut Script, sessions: &[&Session]) -
                     // A new session's bus starts at 0 inside this first reservation.
                     .push_bind(SEQ_RESERVE_BLOCK as i64)
                     .push_bind(ts(&s.created_at))
-                    .push_bind(ts(&s.updated_at));
+                    .push_bind(ts(&s.updated_at))
+                    .push_bind(s.ownership.owner.clone())
+                    .push_bind(s.ownership.team.clone())
+                    .push_bind(s.ownership.visibility.as_str());
             });
     }
     Ok(())

@@ -9,8 +9,8 @@
 
 use chrono::Utc;
 use elfgate_core::{
-    ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Role, Run,
-    RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
+    ContentBlock, EngineType, EventHub, EventPayload, FinishReason, Message, Metrics, Ownership,
+    Role, Run, RunId, RunOutcome, RunStatus, SEQ_RESERVE_BLOCK, Session, SessionId, TokenUsage,
 };
 use elfgate_store::{
     DeliveryStatus, NodeMode, PgStore, SessionReads, SessionStore, SqliteStore, Store,
@@ -22,12 +22,22 @@ use std::sync::Arc;
 mod fleet;
 #[path = "conformance/keys.rs"]
 mod keys;
-use keys::api_keys_are_created_read_changed_and_revoked;
+use keys::{
+    access_events_are_appended_in_batches_and_read_newest_first,
+    api_keys_are_created_read_changed_and_revoked,
+};
 #[path = "conformance/run_end_outbox.rs"]
 mod run_end_outbox;
 use run_end_outbox::{
     a_runs_end_waits_in_the_outbox_until_it_is_queued_once,
     a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox,
+};
+#[path = "conformance/ownership.rs"]
+mod ownership;
+use ownership::{
+    a_list_holds_what_its_reader_sees_page_by_page,
+    a_workflow_keeps_its_creators_team_across_versions,
+    what_was_stored_before_owners_is_the_root_keys,
 };
 #[path = "conformance/run_errors.rs"]
 mod run_errors;
@@ -110,6 +120,50 @@ impl Db {
     }
 }
 
+impl Db {
+    /// Applies the migrations older than `version` to the test's database, then runs `rows` (SQL
+    /// of the test's own constants): what an earlier version left, for the migrations from
+    /// `version` on to take up when the store opens.
+    async fn stored_before(&self, version: i64, rows: String) {
+        let (folder, url) = match self {
+            Db::Sqlite(dir) => (
+                "sqlite",
+                format!("sqlite://{}/t.db?mode=rwc", dir.path().display()),
+            ),
+            Db::Postgres(url) => ("postgres", url.clone()),
+        };
+        let mut before = sqlx::migrate::Migrator::new(std::path::Path::new(&format!(
+            "{}/../../migrations/{folder}",
+            env!("CARGO_MANIFEST_DIR")
+        )))
+        .await
+        .unwrap();
+        before.migrations = std::borrow::Cow::Owned(
+            before
+                .migrations
+                .iter()
+                .filter(|m| m.version < version)
+                .cloned()
+                .collect(),
+        );
+        let rows = sqlx::AssertSqlSafe(rows);
+        match folder {
+            "sqlite" => {
+                let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                before.run(&pool).await.unwrap();
+                sqlx::raw_sql(rows).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            _ => {
+                let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                before.run(&pool).await.unwrap();
+                sqlx::raw_sql(rows).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+        }
+    }
+}
+
 /// Runs each named test (an `async fn(Db)`) on both backends.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -151,7 +205,11 @@ on_both_backends!(
     a_store_with_nothing_to_deliver_writes_no_run_end_to_the_outbox,
     a_runs_error_is_stored_as_code_and_message,
     an_earlier_versions_error_text_is_split_by_the_migration,
+    a_list_holds_what_its_reader_sees_page_by_page,
+    a_workflow_keeps_its_creators_team_across_versions,
+    what_was_stored_before_owners_is_the_root_keys,
     api_keys_are_created_read_changed_and_revoked,
+    access_events_are_appended_in_batches_and_read_newest_first,
 );
 
 fn session() -> Session {
@@ -170,6 +228,7 @@ fn session() -> Session {
         cli_session_id: None,
         created_at: Utc::now(),
         updated_at: Utc::now(),
+        ownership: Ownership::root(),
     }
 }
 
@@ -361,13 +420,13 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
     // Replacing what is not there, creating what is: refused.
     assert_eq!(
         store
-            .put_workflow("w", &def(0), WorkflowWrite::Replace)
+            .put_workflow("w", &def(0), WorkflowWrite::Replace, &Ownership::root())
             .await
             .unwrap(),
         None
     );
     let v1 = store
-        .put_workflow("w", &def(1), WorkflowWrite::Create)
+        .put_workflow("w", &def(1), WorkflowWrite::Create, &Ownership::root())
         .await
         .unwrap()
         .unwrap();
@@ -378,19 +437,19 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
     assert_eq!(v1.definition, def(1));
     assert_eq!(
         store
-            .put_workflow("w", &def(9), WorkflowWrite::Create)
+            .put_workflow("w", &def(9), WorkflowWrite::Create, &Ownership::root())
             .await
             .unwrap(),
         None
     );
     let v2 = store
-        .put_workflow("w", &def(2), WorkflowWrite::Replace)
+        .put_workflow("w", &def(2), WorkflowWrite::Replace, &Ownership::root())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(v2.version, 2);
     store
-        .put_workflow("a", &def(1), WorkflowWrite::Create)
+        .put_workflow("a", &def(1), WorkflowWrite::Create, &Ownership::root())
         .await
         .unwrap()
         .unwrap();
@@ -437,13 +496,13 @@ async fn workflows_keep_every_version_and_their_deletion(db: Db) {
     assert_eq!(store.list_workflows().await.unwrap().len(), 1);
     assert_eq!(
         store
-            .put_workflow("w", &def(3), WorkflowWrite::Replace)
+            .put_workflow("w", &def(3), WorkflowWrite::Replace, &Ownership::root())
             .await
             .unwrap(),
         None
     );
     let again = store
-        .put_workflow("w", &def(3), WorkflowWrite::Create)
+        .put_workflow("w", &def(3), WorkflowWrite::Create, &Ownership::root())
         .await
         .unwrap()
         .unwrap();

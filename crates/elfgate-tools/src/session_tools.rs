@@ -4,7 +4,8 @@ use crate::tool::{
     BuiltinTool, PermissionTier, ToolContext, ToolDecl, ToolError, ToolKind, ToolOutput,
 };
 use async_trait::async_trait;
-use elfgate_core::{ContentBlock, SessionId};
+use elfgate_core::{Access, ContentBlock, Principal, PrincipalRole, SessionId};
+use elfgate_store::{SessionReads, SessionsSeen};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -35,8 +36,13 @@ impl BuiltinTool for ListSessions {
             .store
             .as_ref()
             .ok_or_else(|| ToolError::Failed("no session store available".into()))?;
+        let reader = reader(store.as_ref(), ctx).await?;
+        let seen = SessionsSeen::By {
+            user: &reader.user,
+            team: &reader.team,
+        };
         let page = store
-            .list_sessions(limit, None)
+            .list_sessions(seen, limit, None)
             .await
             .map_err(|e| ToolError::Failed(e.report()))?;
         let lines: Vec<String> = page
@@ -97,12 +103,13 @@ impl BuiltinTool for ReadSessionMessages {
             .store
             .as_ref()
             .ok_or_else(|| ToolError::Failed("no session store available".into()))?;
-        if store
+        let reader = reader(store.as_ref(), ctx).await?;
+        let target = store
             .get_session(id)
             .await
-            .map_err(|e| ToolError::Failed(e.report()))?
-            .is_none()
-        {
+            .map_err(|e| ToolError::Failed(e.report()))?;
+        // Another user's session reads as a missing one, as the API answers it.
+        if target.is_none_or(|t| reader.access(&t.ownership, Access::Read).is_err()) {
             return Ok(ToolOutput::error(format!("unknown session {id}")));
         }
         let msgs = store
@@ -140,4 +147,22 @@ impl BuiltinTool for ReadSessionMessages {
             out
         }))
     }
+}
+
+/// Whom a session tool reads for: the calling session's owner, as a member of its team, whoever
+/// prompted the run (an agent sees what its session's owner's team shares, never more). A
+/// session that is not stored has no owner to read for: refused.
+async fn reader(store: &dyn SessionReads, ctx: &ToolContext) -> Result<Principal, ToolError> {
+    let own = store
+        .get_session(ctx.session_id)
+        .await
+        .map_err(|e| ToolError::Failed(e.report()))?
+        .ok_or_else(|| ToolError::Failed("this session is not stored".into()))?;
+    Ok(Principal {
+        user: own.ownership.owner,
+        team: own.ownership.team,
+        role: PrincipalRole::Member,
+        key_id: None,
+        scopes: Default::default(),
+    })
 }

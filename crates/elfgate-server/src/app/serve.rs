@@ -70,6 +70,7 @@ impl Daemon {
             .merge(routes::webhooks::routes())
             .merge(routes::mcp::routes())
             .merge(routes::keys::routes())
+            .merge(routes::access_audit::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())
@@ -140,6 +141,10 @@ impl Daemon {
             tokio::spawn(crate::fleet::recent::answer(
                 fleet.clone(),
                 self.state.dispatcher.clone(),
+            ));
+            tokio::spawn(crate::fleet::keys::forget_changed_keys(
+                fleet.clone(),
+                self.state.keys.clone(),
             ));
         }
         crate::workflow_runs::load_dir(&self.state).await;

@@ -13,6 +13,7 @@ mod connect;
 pub(crate) mod envelope;
 pub(crate) mod follow;
 pub(crate) mod forward;
+pub(crate) mod keys;
 pub(crate) mod owner;
 pub(crate) mod recent;
 pub(crate) mod relay;

@@ -219,6 +219,8 @@ pub async fn start(
                 cli_backend: None,
                 agent_id: None,
                 run,
+                visibility: None,
+                owner: None,
             };
             let created =
                 service::create_session(state, actor, spec, Origin::Gateway(call)).await?;

@@ -6,14 +6,19 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_api::keys::{CreateKeyRequest, CreatedKey, KeyView, UpdateKeyRequest};
-use elfgate_core::PrincipalRole;
+use elfgate_core::{Principal, PrincipalRole};
 use elfgate_store::{KeyChange, StoredKey};
+use serde_json::json;
 
 /// Longest name, user or team, in characters.
 const MAX_NAME_CHARS: usize = 200;
 
 /// Creates a key as `req` asks.
-pub async fn create(state: &AppState, req: CreateKeyRequest) -> Result<CreatedKey, ApiError> {
+pub async fn create(
+    state: &AppState,
+    actor: Option<&Principal>,
+    req: CreateKeyRequest,
+) -> Result<CreatedKey, ApiError> {
     let role = role(&req.role)?;
     for (field, value) in [
         ("name", &req.name),
@@ -41,6 +46,12 @@ pub async fn create(state: &AppState, req: CreateKeyRequest) -> Result<CreatedKe
         updated_at: now,
     };
     state.store.create_key(&stored).await?;
+    let detail = json!({"name": stored.name, "user": stored.user, "team": stored.team,
+        "role": stored.role, "scopes": stored.scopes, "expiresAt": stored.expires_at});
+    state
+        .access_audit
+        .key_event("key_created", actor, &stored.id, detail)
+        .await;
     tracing::info!(key_id = %stored.id, user = %stored.user, team = %stored.team, role = %stored.role, "API key created");
     Ok(CreatedKey {
         key: made.key,
@@ -62,6 +73,7 @@ pub async fn list(state: &AppState) -> Result<Vec<KeyView>, ApiError> {
 /// Changes key `id` as `req` asks.
 pub async fn update(
     state: &AppState,
+    actor: Option<&Principal>,
     id: &str,
     req: UpdateKeyRequest,
 ) -> Result<KeyView, ApiError> {
@@ -83,19 +95,49 @@ pub async fn update(
         ));
     }
     let changed = state.store.update_key(id, &change).await?;
-    state.keys.forget(id);
+    forget_everywhere(state, id).await;
     let changed = changed.ok_or_else(|| no_such_key(id))?;
+    let mut detail = serde_json::Map::new();
+    if let Some(name) = &change.name {
+        detail.insert("name".into(), json!(name));
+    }
+    if let Some(role) = change.role {
+        detail.insert("role".into(), json!(role));
+    }
+    if let Some(scopes) = &change.scopes {
+        detail.insert("scopes".into(), json!(scopes));
+    }
+    if let Some(expires_at) = change.expires_at {
+        detail.insert("expiresAt".into(), json!(expires_at));
+    }
+    state
+        .access_audit
+        .key_event("key_changed", actor, id, detail.into())
+        .await;
     tracing::info!(key_id = %id, "API key changed");
     Ok(view(changed))
 }
 
 /// Revokes key `id` (again: nothing changes).
-pub async fn revoke(state: &AppState, id: &str) -> Result<(), ApiError> {
+pub async fn revoke(state: &AppState, actor: Option<&Principal>, id: &str) -> Result<(), ApiError> {
     let revoked = state.store.revoke_key(id).await?;
-    state.keys.forget(id);
+    forget_everywhere(state, id).await;
     revoked.ok_or_else(|| no_such_key(id))?;
+    state
+        .access_audit
+        .key_event("key_revoked", actor, id, json!({}))
+        .await;
     tracing::info!(key_id = %id, "API key revoked");
     Ok(())
+}
+
+/// Drops every node's cached copy of key `id`: this node's at once, the others' when the bus
+/// tells them (or their copy expires).
+async fn forget_everywhere(state: &AppState, id: &str) {
+    state.keys.forget(id);
+    if let Some(fleet) = &state.fleet {
+        fleet.announce_key_change(id).await;
+    }
 }
 
 fn no_such_key(id: &str) -> ApiError {

@@ -43,9 +43,11 @@ impl StrictBody for UpdateKeyRequest {}
 )]
 pub(crate) async fn create(
     State(state): State<AppState>,
+    actor: Actor,
     ApiJson(req): ApiJson<CreateKeyRequest>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
-    let created = detached(async move { admin::create(&state, req).await }).await?;
+    let created =
+        detached(async move { admin::create(&state, principal(&actor), req).await }).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
@@ -90,10 +92,12 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<KeyList>,
 )]
 pub(crate) async fn update(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     ApiJson(req): ApiJson<UpdateKeyRequest>,
 ) -> Result<Json<KeyView>, ApiError> {
-    let changed = detached(async move { admin::update(&state, &id, req).await }).await?;
+    let changed =
+        detached(async move { admin::update(&state, principal(&actor), &id, req).await }).await?;
     Ok(Json(changed))
 }
 
@@ -115,10 +119,19 @@ pub(crate) async fn update(
 )]
 pub(crate) async fn revoke(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    detached(async move { admin::revoke(&state, &id).await }).await?;
+    detached(async move { admin::revoke(&state, principal(&actor), &id).await }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The principal a command acts for, if a request's.
+fn principal(actor: &Actor) -> Option<&Principal> {
+    match actor {
+        Actor::Principal(p) => Some(p),
+        Actor::Daemon => None,
+    }
 }
 
 /// Who the request's credentials are: user, team, role, key id and scopes.

@@ -1,5 +1,6 @@
 //! Route modules; each exposes `fn routes() -> Router<AppState>`.
 
+pub mod access_audit;
 pub mod cluster;
 pub mod engines;
 pub mod gateway;

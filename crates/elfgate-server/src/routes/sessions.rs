@@ -189,6 +189,7 @@ struct EventsQuery {
 )]
 async fn events(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventsQuery>,
@@ -212,6 +213,7 @@ async fn events(
             )));
         }
     };
+    service::authorize_session(&state, &actor, id, elfgate_core::Access::Read).await?;
     sse::session_events(state, id, after, until_complete).await
 }
 

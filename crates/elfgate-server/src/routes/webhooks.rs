@@ -82,7 +82,8 @@ pub(crate) struct DeliveryList {
     deliveries: Vec<DeliveryView>,
 }
 
-/// Lists the webhook deliveries, newest first.
+/// Lists the webhook deliveries, newest first (admins only: they go to the daemon's configured
+/// targets and carry every team's runs).
 #[utoipa::path(
     get,
     path = "/v1/webhooks/deliveries",
@@ -93,7 +94,7 @@ pub(crate) struct DeliveryList {
         (status = 200, description = "The deliveries", body = DeliveryList),
         (status = 400, description = "Bad query", body = ErrorBody),
         (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 403, description = "Wrong bearer token, or not an admin", body = ErrorBody),
         (status = 422, description = "limit outside 1..=1000", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ),
@@ -101,8 +102,16 @@ pub(crate) struct DeliveryList {
 )]
 pub(crate) async fn deliveries(
     State(state): State<AppState>,
+    actor: crate::service::Actor,
     ApiQuery(q): ApiQuery<DeliveriesQuery>,
 ) -> Result<Json<DeliveryList>, ApiError> {
+    if let crate::service::Actor::Principal(p) = &actor
+        && !p.is_admin()
+    {
+        return Err(ApiError::Refused(
+            "role: the webhook deliveries are an admin's to read".into(),
+        ));
+    }
     let limit = q.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::Unprocessable(format!(

@@ -4,6 +4,7 @@
 use super::sessions::detached;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, StrictBody};
+use crate::service::{Actor, WorkflowAct, authorize_workflow, check_workflow_act};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -91,11 +92,17 @@ pub(crate) struct VersionQuery {
 )]
 pub(crate) async fn create(
     State(state): State<AppState>,
+    actor: Actor,
     ApiJson(def): ApiJson<WorkflowDefinition>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
+    check_workflow_act(&actor, WorkflowAct::Manage)?;
     crate::workflow_runs::check(&state, &def).await?;
     let name = def.name.clone();
-    let stored = put(state, def, WorkflowWrite::Create)
+    let creator = match &actor {
+        Actor::Principal(p) => p.ownership(elfgate_core::Visibility::Team),
+        Actor::Daemon => elfgate_core::Ownership::root(),
+    };
+    let stored = put(state, def, WorkflowWrite::Create, creator)
         .await?
         .ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -127,6 +134,7 @@ pub(crate) async fn create(
 )]
 pub(crate) async fn replace(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(name): ApiPath<String>,
     ApiJson(def): ApiJson<WorkflowDefinition>,
 ) -> Result<Json<WorkflowView>, ApiError> {
@@ -136,8 +144,9 @@ pub(crate) async fn replace(
             def.name
         )));
     }
+    let current = live_workflow(&state, &actor, &name, WorkflowAct::Manage).await?;
     crate::workflow_runs::check(&state, &def).await?;
-    let stored = put(state, def, WorkflowWrite::Replace)
+    let stored = put(state, def, WorkflowWrite::Replace, current.ownership)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;
     Ok(Json(stored.try_into()?))
@@ -148,11 +157,16 @@ async fn put(
     state: AppState,
     def: WorkflowDefinition,
     write: WorkflowWrite,
+    creator: elfgate_core::Ownership,
 ) -> Result<Option<StoredWorkflow>, ApiError> {
     let json = serde_json::to_value(&def)
         .map_err(|e| ApiError::Internal(format!("workflow definition: {e}")))?;
     detached(async move {
-        let stored = match state.store.put_workflow(&def.name, &json, write).await {
+        let stored = match state
+            .store
+            .put_workflow(&def.name, &json, write, &creator)
+            .await
+        {
             Err(elfgate_store::StoreError::Constraint(_)) => {
                 return Err(ApiError::Conflict(format!(
                     "workflow '{}' was changed at the same moment; read it and try again",
@@ -181,12 +195,22 @@ async fn put(
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<WorkflowList>, ApiError> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    actor: Actor,
+) -> Result<Json<WorkflowList>, ApiError> {
+    // Not paged: every workflow is read, and those of another team left out.
     let workflows = state
         .store
         .list_workflows()
         .await?
         .into_iter()
+        .filter(|w| {
+            authorize_workflow(&actor, &w.ownership, WorkflowAct::Read, || {
+                ApiError::NotFound(String::new())
+            })
+            .is_ok()
+        })
         .map(WorkflowView::try_from)
         .collect::<Result<_, _>>()?;
     Ok(Json(WorkflowList { workflows }))
@@ -211,9 +235,12 @@ pub(crate) async fn list(State(state): State<AppState>) -> Result<Json<WorkflowL
 )]
 pub(crate) async fn one(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<VersionQuery>,
 ) -> Result<Json<WorkflowView>, ApiError> {
+    // Another team's workflow is answered as a missing one, whatever the version asked.
+    live_workflow(&state, &actor, &name, WorkflowAct::Read).await?;
     let found = state
         .store
         .get_workflow(&name, q.version)
@@ -247,8 +274,10 @@ pub(crate) async fn one(
 )]
 pub(crate) async fn remove(
     State(state): State<AppState>,
+    actor: Actor,
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
+    live_workflow(&state, &actor, &name, WorkflowAct::Manage).await?;
     let gone = detached({
         let name = name.clone();
         async move {
@@ -263,6 +292,25 @@ pub(crate) async fn remove(
     } else {
         Err(ApiError::NotFound(format!("unknown workflow '{name}'")))
     }
+}
+
+/// The latest version of workflow `name`, when it is not deleted and `actor` may do `act` with
+/// it: 404 when there is none or it is another team's, 403 past the actor's role or scopes.
+async fn live_workflow(
+    state: &AppState,
+    actor: &Actor,
+    name: &str,
+    act: WorkflowAct,
+) -> Result<StoredWorkflow, ApiError> {
+    let unknown = || ApiError::NotFound(format!("unknown workflow '{name}'"));
+    let stored = state
+        .store
+        .get_workflow(name, None)
+        .await?
+        .filter(|w| w.deleted_at.is_none())
+        .ok_or_else(unknown)?;
+    authorize_workflow(actor, &stored.ownership, act, unknown)?;
+    Ok(stored)
 }
 
 /// Body of a workflow's run.
@@ -299,16 +347,11 @@ impl StrictBody for WorkflowRunRequest {}
 )]
 pub(crate) async fn start_run(
     State(state): State<AppState>,
-    actor: crate::service::Actor,
+    actor: Actor,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<WorkflowRunRequest>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
-    let stored = state
-        .store
-        .get_workflow(&name, None)
-        .await?
-        .filter(|w| w.deleted_at.is_none())
-        .ok_or_else(|| ApiError::NotFound(format!("unknown workflow '{name}'")))?;
+    let stored = live_workflow(&state, &actor, &name, WorkflowAct::Run).await?;
     let started = detached(async move {
         crate::workflow_runs::start(
             &state,
@@ -347,7 +390,7 @@ pub(crate) async fn start_run(
 )]
 pub(crate) async fn resume_run(
     State(state): State<AppState>,
-    actor: crate::service::Actor,
+    actor: Actor,
     ApiPath((name, run_id)): ApiPath<(String, String)>,
 ) -> Result<(StatusCode, Json<CreateSessionResponse>), ApiError> {
     let run_id: elfgate_core::RunId = run_id

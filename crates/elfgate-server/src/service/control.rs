@@ -1,6 +1,7 @@
 //! The commands on a session other than a prompt: interrupt, read, delete, and a client's answer
 //! to a permission request.
 
+use super::access::authorize_session;
 use super::command::Actor;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -8,7 +9,7 @@ use elfgate_api::{
     InterruptResponse, InterruptStatus, PermissionAnswered, PermissionBody, SessionStatus,
     SessionView,
 };
-use elfgate_core::{Session, SessionId};
+use elfgate_core::{Access, Session, SessionId};
 use std::time::Duration;
 
 /// Interrupts a session's run; with `wait`, returns once it has ended (up to 30 s).
@@ -19,11 +20,7 @@ pub async fn interrupt(
     wait: bool,
 ) -> Result<InterruptResponse, ApiError> {
     tracing::debug!(%actor, %session_id, "interrupt");
-    if state.store.get_session(session_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!(
-            "unknown session '{session_id}'"
-        )));
-    }
+    authorize_session(state, actor, session_id, Access::Steer).await?;
     let result = state.dispatcher.interrupt(session_id);
     let Some(run_id) = result.run_id else {
         return Ok(InterruptResponse {
@@ -55,11 +52,7 @@ pub async fn session_view(
     session_id: SessionId,
 ) -> Result<SessionView, ApiError> {
     tracing::debug!(%actor, %session_id, "view session");
-    let session = state
-        .store
-        .get_session(session_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+    let session = authorize_session(state, actor, session_id, Access::Read).await?;
     Ok(view(state, session))
 }
 
@@ -86,11 +79,7 @@ pub async fn delete_session(
     session_id: SessionId,
 ) -> Result<(), ApiError> {
     tracing::debug!(%actor, %session_id, "delete session");
-    if state.store.get_session(session_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!(
-            "unknown session '{session_id}'"
-        )));
-    }
+    authorize_session(state, actor, session_id, Access::Steer).await?;
     let Some(_mark) = state.sessions.begin_delete(session_id).await else {
         return Err(ApiError::Conflict(format!(
             "session '{session_id}' is already being deleted"
@@ -139,11 +128,7 @@ pub async fn answer_permission(
     // Refused whichever the session: the refusal tells nothing of which sessions exist.
     super::scopes::check_answer(actor)?;
     use elfgate_tools::{PermissionAnswer, ResolveError};
-    if state.store.get_session(session_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!(
-            "unknown session '{session_id}'"
-        )));
-    }
+    authorize_session(state, actor, session_id, Access::Steer).await?;
     // The run waiting here takes an answer only while this node holds the session's lease: a node
     // paused or cut off past it waits for its heartbeat's word, and a lost lease means another
     // node ended the run (this node's run stops, and the answer is not taken).

@@ -1,6 +1,7 @@
 //! Creating a session: its checks, the session stored with its first run and prompt in one
 //! commit, and the run dispatched.
 
+use super::access::check_may_start;
 use super::checks::{
     apply_agent_profile, check_attachments, check_engine, check_engine_available,
     check_native_search, check_project_path, check_serving, check_settings,
@@ -14,7 +15,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_api::CreateSessionResponse;
-use elfgate_core::{EngineType, EventPayload, OnBusy, RunStatus, Session, SessionId};
+use elfgate_core::{EngineType, EventPayload, OnBusy, Ownership, RunStatus, Session, SessionId};
 
 /// The state's checks of a new session, in order: the engine is in this build, the prompt and
 /// system prompt carry no secret, the project can be used, the agent profile exists (and is
@@ -65,6 +66,23 @@ fn check_session(
     check_native_search(state, spec.engine, provider_id, &spec.run.engine_config)
 }
 
+/// Whom a new session belongs to: whom the daemon's caller names (a workflow's run: the
+/// workflow's team), else the actor (the daemon's own runs: the root key's), with the visibility
+/// asked for or `[auth] default_visibility`.
+fn ownership_of(state: &AppState, actor: &Actor, spec: &mut SessionSpec) -> Ownership {
+    let visibility = spec
+        .visibility
+        .unwrap_or(state.config.auth.default_visibility);
+    match (spec.owner.take(), actor) {
+        (Some(owner), _) => owner,
+        (None, Actor::Principal(p)) => p.ownership(visibility),
+        (None, Actor::Daemon) => Ownership {
+            visibility,
+            ..Ownership::root()
+        },
+    }
+}
+
 /// Creates a session and starts its first run.
 pub async fn create_session(
     state: &AppState,
@@ -74,15 +92,23 @@ pub async fn create_session(
 ) -> Result<CreateSessionResponse, ApiError> {
     tracing::debug!(%actor, engine = %spec.engine, "create session");
     check_serving(state)?;
+    check_may_start(actor)?;
     let mut spec = spec;
+    let ownership = ownership_of(state, actor, &mut spec);
     check_session(state, actor, &mut spec, &origin)?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match spec.run.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),
         None => None,
     };
+    // A key repeated by its owner only: another user's key of the same name is another request.
     if let Some(key) = spec.run.client_msg_id.as_deref()
         && let Some(run) = state.store.run_by_client_msg_id(None, key).await?
+        && state
+            .store
+            .get_session(run.session_id)
+            .await?
+            .is_some_and(|s| s.ownership.owner == ownership.owner)
     {
         return Ok(CreateSessionResponse {
             session_id: run.session_id,
@@ -125,6 +151,7 @@ pub async fn create_session(
         cli_session_id: None,
         created_at: now,
         updated_at: now,
+        ownership,
     };
     let mut run = new_run(
         session.id,

@@ -6,6 +6,7 @@
 //! callers, and the [`Origin`] it comes through; the checks that need the daemon's state follow
 //! (checks.rs), then the run's context is built (run_context.rs) and dispatched to its engine.
 
+mod access;
 mod bus;
 mod checks;
 mod command;
@@ -19,6 +20,7 @@ mod secrets;
 mod spec;
 mod tool_run;
 
+pub use access::{WorkflowAct, authorize_session, authorize_workflow, check_workflow_act};
 pub use bus::{open_bus, open_follow_bus};
 pub use command::{Actor, GatewayCall, Origin};
 pub use control::{answer_permission, delete_session, interrupt, session_view, view};

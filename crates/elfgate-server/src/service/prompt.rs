@@ -1,6 +1,7 @@
 //! A later prompt of a session: its checks against the stored session, then its run stored and
 //! dispatched (or queued).
 
+use super::access::authorize_session;
 use super::bus::open_run_bus;
 use super::checks::{
     check_attachments, check_engine, check_native_search, check_project_here, check_serving,
@@ -15,24 +16,24 @@ use crate::error::ApiError;
 use crate::session_gate::PromptPass;
 use crate::state::AppState;
 use elfgate_api::SendMessageResponse;
-use elfgate_core::{EngineType, OnBusy, Run, Session, SessionId};
+use elfgate_core::{Access, EngineType, OnBusy, Run, Session, SessionId};
 
-/// The session a later run is for, with the pass that a prompt holds until its run is admitted
-/// or withdrawn, so that a DELETE either stops the run or is seen by the checks that follow (see
-/// session_gate.rs).
-pub(crate) async fn enter_session(
-    state: &AppState,
+/// The session a later run is for, when `actor` may steer it, with the pass that a prompt holds
+/// until its run is admitted or withdrawn, so that a DELETE either stops the run or is seen by
+/// the checks that follow (see session_gate.rs).
+pub(crate) async fn enter_session<'s>(
+    state: &'s AppState,
+    actor: &Actor,
     session_id: SessionId,
-) -> Result<(PromptPass<'_>, Session), ApiError> {
-    let pass =
-        state.sessions.enter(session_id).await.ok_or_else(|| {
-            ApiError::NotFound(format!("session '{session_id}' is being deleted"))
-        })?;
-    let session = state
-        .store
-        .get_session(session_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("unknown session '{session_id}'")))?;
+) -> Result<(PromptPass<'s>, Session), ApiError> {
+    let Some(pass) = state.sessions.enter(session_id).await else {
+        // Said only to whom may steer it; to anyone else it is unknown, as it soon will be.
+        authorize_session(state, actor, session_id, Access::Steer).await?;
+        return Err(ApiError::NotFound(format!(
+            "session '{session_id}' is being deleted"
+        )));
+    };
+    let session = authorize_session(state, actor, session_id, Access::Steer).await?;
     Ok((pass, session))
 }
 
@@ -120,7 +121,7 @@ pub async fn send_message(
 ) -> Result<SendMessageResponse, ApiError> {
     tracing::debug!(%actor, %session_id, "send message");
     check_serving(state)?;
-    let (_pass, session) = enter_session(state, session_id).await?;
+    let (_pass, session) = enter_session(state, actor, session_id).await?;
     let PromptSpec {
         prompt,
         on_busy,

@@ -2,12 +2,13 @@
 //! blocked calls, one of its runs. Each is given by an [`Actor`] as the other commands are, so
 //! that a read can later be scoped to its caller without changing its signature.
 
+use super::access::{authorize_session, sessions_seen};
 use super::command::Actor;
 use super::control::view;
 use crate::error::ApiError;
 use crate::state::AppState;
 use elfgate_api::{SessionList, SessionView};
-use elfgate_core::{AuditRecord, Message, Run, RunId, SessionId};
+use elfgate_core::{Access, AuditRecord, Message, Run, RunId, SessionId};
 
 /// A page of sessions, newest first, from after `cursor`, each with its live status and first
 /// prompt.
@@ -18,7 +19,10 @@ pub async fn list_sessions(
     cursor: Option<SessionId>,
 ) -> Result<SessionList, ApiError> {
     tracing::debug!(%actor, "list sessions");
-    let mut page = state.store.list_sessions(limit, cursor).await?;
+    let mut page = state
+        .store
+        .list_sessions(sessions_seen(actor), limit, cursor)
+        .await?;
     Ok(SessionList {
         sessions: page
             .sessions
@@ -43,7 +47,7 @@ pub async fn list_messages(
     limit: u32,
 ) -> Result<Vec<Message>, ApiError> {
     tracing::debug!(%actor, %session_id, "list messages");
-    check_stored(state, session_id).await?;
+    authorize_session(state, actor, session_id, Access::Read).await?;
     Ok(state.store.list_messages(session_id, limit).await?)
 }
 
@@ -55,7 +59,7 @@ pub async fn list_audit(
     limit: u32,
 ) -> Result<Vec<AuditRecord>, ApiError> {
     tracing::debug!(%actor, %session_id, "list audit");
-    check_stored(state, session_id).await?;
+    authorize_session(state, actor, session_id, Access::Read).await?;
     Ok(state.store.list_audit(session_id, limit).await?)
 }
 
@@ -67,6 +71,7 @@ pub async fn get_run(
     run_id: RunId,
 ) -> Result<Run, ApiError> {
     tracing::debug!(%actor, %session_id, %run_id, "get run");
+    authorize_session(state, actor, session_id, Access::Read).await?;
     state
         .store
         .get_run(session_id, run_id)
@@ -74,14 +79,4 @@ pub async fn get_run(
         .ok_or_else(|| {
             ApiError::NotFound(format!("unknown run '{run_id}' in session '{session_id}'"))
         })
-}
-
-/// 404 for a session that is not stored.
-async fn check_stored(state: &AppState, session_id: SessionId) -> Result<(), ApiError> {
-    if state.store.get_session(session_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!(
-            "unknown session '{session_id}'"
-        )));
-    }
-    Ok(())
 }

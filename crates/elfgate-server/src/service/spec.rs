@@ -7,8 +7,8 @@
 use crate::error::ApiError;
 use elfgate_api::{CreateSessionRequest, RunOverrides, SendMessageRequest};
 use elfgate_core::{
-    Attachment, ChannelOrigin, CliBackend, EngineConfig, EngineType, MessageId, OnBusy,
-    PermissionAnswers, PermissionMode, Session, ThinkingLevel, UnknownName,
+    Attachment, ChannelOrigin, CliBackend, EngineConfig, EngineType, MessageId, OnBusy, Ownership,
+    PermissionAnswers, PermissionMode, Session, ThinkingLevel, UnknownName, Visibility,
 };
 use std::str::FromStr;
 
@@ -55,6 +55,11 @@ pub struct SessionSpec {
     pub agent_id: Option<String>,
     /// The first run's settings.
     pub run: RunSpec,
+    /// Who besides its owner sees it (None: `[auth] default_visibility`).
+    pub visibility: Option<Visibility>,
+    /// Whom it belongs to when the daemon's caller decides (a workflow's run: the workflow's
+    /// team); None: the actor.
+    pub owner: Option<Ownership>,
 }
 
 /// A later prompt of a session.
@@ -167,7 +172,8 @@ impl TryFrom<CreateSessionRequest> for SessionSpec {
 
     /// The checks, in order: the engine's name (422), the prompt (400), the run's settings (see
     /// [`RunSpec`]'s), then the session's own fields: mcpConfig (422), acpAgent and
-    /// useExtendedContext each against engineConfig's (422 when they differ), cliBackend (422).
+    /// useExtendedContext each against engineConfig's (422 when they differ), cliBackend (422),
+    /// visibility (422).
     fn try_from(req: CreateSessionRequest) -> Result<SessionSpec, ApiError> {
         let engine: EngineType =
             req.engine
@@ -199,6 +205,8 @@ impl TryFrom<CreateSessionRequest> for SessionSpec {
         )?;
         let cli_backend = parse_name(req.cli_backend.as_deref())
             .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
+        let visibility = parse_name(req.visibility.as_deref())
+            .map_err(|e| ApiError::Unprocessable(e.to_string()))?;
         Ok(SessionSpec {
             engine,
             prompt: req.prompt,
@@ -207,6 +215,8 @@ impl TryFrom<CreateSessionRequest> for SessionSpec {
             cli_backend,
             agent_id: req.agent_id,
             run,
+            visibility,
+            owner: None,
         })
     }
 }

@@ -201,6 +201,7 @@ fn a_prompts_settings_go_over_the_sessions_stored_ones() {
         cli_session_id: None,
         created_at: chrono::Utc::now(),
         updated_at: chrono::Utc::now(),
+        ownership: elfgate_core::Ownership::root(),
     };
     let run = prompt(json!({"prompt": "hi", "engineConfig": {"maxIterations": 7}}))
         .expect("accepted")

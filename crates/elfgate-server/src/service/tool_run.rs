@@ -25,7 +25,7 @@ pub async fn run_tool(
     use elfgate_tools::gate::ToolRunError;
     tracing::debug!(%actor, %session_id, tool = %name, "run tool");
     check_serving(state)?;
-    let (_pass, session) = enter_session(state, session_id).await?;
+    let (_pass, session) = enter_session(state, actor, session_id).await?;
     if session.engine != EngineType::TinyElf {
         return Err(ApiError::Unprocessable(format!(
             "tool runs need a tinyelf session; this one is {}",

@@ -240,3 +240,62 @@ async fn key_bodies_are_strict_about_fields_and_roles() {
         .await;
     assert_eq!(a.body["role"], "member", "{:?}", a.body);
 }
+
+/// The median time of `n` requests of `GET /v1/me` with `key`, each answered as `user`.
+async fn median_me(d: &InProcess, key: &str, user: &str, n: usize) -> std::time::Duration {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = std::time::Instant::now();
+        let a = d
+            .send_as(Some(key), axum::http::Method::GET, "/v1/me", None)
+            .await;
+        times.push(started.elapsed());
+        assert_eq!(a.body["user"], user, "{:?}", a.body);
+    }
+    times.sort();
+    times[n / 2]
+}
+
+/// Keys are found by their public id (the primary key), never by scanning: a key among 10,000
+/// others is found, and the time it takes is printed beside the time with no others (no timing
+/// goal here; docs/benchmarks.md has the figures).
+#[tokio::test]
+async fn a_key_among_ten_thousand_others_is_found_by_its_id() {
+    let mock = MockServer::start().await.unwrap();
+    // A cache of 0: every request reads its key from the store.
+    let d = InProcess::start(&mock, "[auth]\nkey_cache_ms = 0\n").await;
+    let key = d.create_key(&key_body("needle", "t", "member")).await;
+    let root = median_me(&d, d.token.as_deref().unwrap(), "root", 200).await;
+    let alone = median_me(&d, &key, "needle", 200).await;
+
+    let now = chrono::Utc::now();
+    for i in 0..10_000u32 {
+        let other = elfgate_store::StoredKey {
+            id: format!("{i:016x}"),
+            name: format!("hay {i}"),
+            user: format!("user{i}"),
+            team: "t".into(),
+            role: elfgate_core::PrincipalRole::Member,
+            scopes: Default::default(),
+            secret_hash: format!("{i:064x}"),
+            created_at: now,
+            expires_at: None,
+            revoked_at: None,
+            updated_at: now,
+        };
+        d.daemon.state.store.create_key(&other).await.unwrap();
+    }
+    let among = median_me(&d, &key, "needle", 200).await;
+    let a = d.get("/v1/admin/keys").await;
+    assert_eq!(a.body["keys"].as_array().unwrap().len(), 10_001);
+    // With the default cache, for the figures.
+    let cached = InProcess::start(&mock, "").await;
+    let cached_key = cached.create_key(&key_body("needle", "t", "member")).await;
+    let cached_root = median_me(&cached, cached.token.as_deref().unwrap(), "root", 200).await;
+    let cached_key = median_me(&cached, &cached_key, "needle", 200).await;
+    eprintln!(
+        "GET /v1/me, median: root token {root:?}; a key read from the store {alone:?} alone, \
+         {among:?} among 10,000 keys; with the default cache: root token {cached_root:?}, a key \
+         {cached_key:?}"
+    );
+}

@@ -1,5 +1,6 @@
 //! One module per area of the suite.
 
+mod access_audit;
 mod acp_agent;
 mod acp_guardian;
 mod acp_modes;
@@ -20,6 +21,7 @@ mod fleet_adoption;
 mod fleet_bus;
 mod fleet_creds;
 mod fleet_follow;
+mod fleet_keys;
 mod fleet_permissions;
 mod fleet_stream;
 mod fleet_transport;

@@ -176,6 +176,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("patch", "/v1/admin/keys/{id}"),
         ("delete", "/v1/admin/keys/{id}"),
         ("get", "/v1/me"),
+        ("get", "/v1/admin/audit"),
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
         ("post", "/v1/responses"),

@@ -1,8 +1,9 @@
 //! What the daemon stores, one trait per concern: sessions and their messages, runs, the audit
 //! of refused tool calls, the event log, workflows, webhook deliveries, inbound hooks'
-//! delivery ids and API keys. [`Store`](crate::Store) is all of them together; code that needs one concern
+//! delivery ids, API keys and the access audit. [`Store`](crate::Store) is all of them together; code that needs one concern
 //! takes that trait alone (a `dyn Store` upcasts to any of them).
 
+mod access_audit;
 mod deliveries;
 mod event_log;
 mod keys;
@@ -10,11 +11,12 @@ mod runs;
 mod sessions;
 mod workflows;
 
+pub use access_audit::{AccessAudit, AccessEvent, StoredAccessEvent};
 pub use deliveries::{
     DeliveryStatus, DeliveryStore, InboundHookStore, RunEndNotice, WebhookDelivery,
 };
 pub use event_log::{EventLog, StoredEvent};
 pub use keys::{KeyChange, KeyStore, StoredKey};
 pub use runs::{AuditLog, RecoveredRun, RunStore};
-pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore};
+pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore, SessionsSeen};
 pub use workflows::{StoredWorkflow, WorkflowStore, WorkflowWrite};

@@ -21,14 +21,40 @@ pub struct SessionPage {
 /// The most characters of a first prompt a [`SessionPage`] carries.
 pub const FIRST_PROMPT_CHARS: usize = 200;
 
+/// Whose sessions a list holds: the filter is part of the query, so that a page is full and the
+/// cursor goes on from the last session the reader may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionsSeen<'a> {
+    /// Every session (an admin's list).
+    All,
+    /// What `user` of `team` sees: the sessions it owns and its team's shared (`team`) ones.
+    By {
+        /// The user's name.
+        user: &'a str,
+        /// The user's team.
+        team: &'a str,
+    },
+}
+
+impl<'a> SessionsSeen<'a> {
+    /// The user and team to filter by, None for every session.
+    pub(crate) fn user_and_team(self) -> (Option<&'a str>, Option<&'a str>) {
+        match self {
+            SessionsSeen::All => (None, None),
+            SessionsSeen::By { user, team } => (Some(user), Some(team)),
+        }
+    }
+}
+
 /// Reading stored sessions and their messages.
 #[async_trait]
 pub trait SessionReads: Send + Sync {
     /// One session.
     async fn get_session(&self, id: SessionId) -> StoreResult<Option<Session>>;
-    /// Sessions newest first; `cursor` is the last id of the previous page.
+    /// The sessions `seen` names, newest first; `cursor` is the last id of the previous page.
     async fn list_sessions(
         &self,
+        seen: SessionsSeen<'_>,
         limit: u32,
         cursor: Option<SessionId>,
     ) -> StoreResult<SessionPage>;

@@ -16,6 +16,9 @@ pub struct StoredWorkflow {
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// When the workflow was deleted (its versions are kept for the runs that name them).
     pub deleted_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Whom it belongs to: its creator and the creator's team (visibility `team`: a workflow
+    /// is its team's), the same on every version.
+    pub ownership: elfgate_core::Ownership,
 }
 
 /// What storing a workflow version requires of what is stored.
@@ -33,11 +36,13 @@ pub trait WorkflowStore: Send + Sync {
     /// Stores a new version of workflow `name` as `write` requires; None when what is stored
     /// does not allow it (a live workflow of that name for `Create`, none for `Replace`). Two
     /// writers racing for one version: one of them gets [`StoreError::Constraint`](crate::StoreError::Constraint).
+    /// A created workflow belongs to `creator`'s user and team; a replaced one keeps its own.
     async fn put_workflow(
         &self,
         name: &str,
         definition: &serde_json::Value,
         write: WorkflowWrite,
+        creator: &elfgate_core::Ownership,
     ) -> StoreResult<Option<StoredWorkflow>>;
     /// A version of workflow `name` (None: its latest), deleted or not.
     async fn get_workflow(

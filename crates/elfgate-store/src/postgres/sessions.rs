@@ -6,7 +6,7 @@ use crate::codec::ts;
 use crate::rows::message_from_row;
 use crate::shared::{SqlBackend, delete_session_rows, session_page};
 use crate::{SessionPage, StoreResult};
-use crate::{SessionReads, SessionStore};
+use crate::{SessionReads, SessionStore, SessionsSeen};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{Message, MessageId, Run, Session, SessionId};
@@ -19,21 +19,27 @@ impl SessionReads for PgStore {
 
     async fn list_sessions(
         &self,
+        seen: SessionsSeen<'_>,
         limit: u32,
         cursor: Option<SessionId>,
     ) -> StoreResult<SessionPage> {
         let limit = limit.clamp(1, 500);
+        let (user, team) = seen.user_and_team();
         // Ids are UUIDv7 text collated bytewise: their order is creation order. With each
         // session the blocks of its first user message, for a list to show a session without a
-        // title.
+        // title. Only the sessions the reader sees ($3, $4: its user and team, or none for all).
         let rows = sqlx::query(
             "SELECT *, (SELECT m.blocks FROM messages m \
              WHERE m.session_id = sessions.id AND m.role = 'user' \
              ORDER BY m.rid LIMIT 1) AS first_user_blocks FROM sessions \
-             WHERE $1::text IS NULL OR id < $1 ORDER BY id DESC LIMIT $2",
+             WHERE ($1::text IS NULL OR id < $1) \
+             AND ($3::text IS NULL OR owner = $3 OR (visibility = 'team' AND team = $4)) \
+             ORDER BY id DESC LIMIT $2",
         )
         .bind(cursor.map(|c| c.to_string()))
         .bind(limit as i64 + 1)
+        .bind(user)
+        .bind(team)
         .fetch_all(&self.pool)
         .await?;
         session_page(&rows, limit)

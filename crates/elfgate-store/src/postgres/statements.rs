@@ -15,8 +15,8 @@ pub(super) async fn insert_session(conn: &mut PgConnection, s: &Session) -> Stor
     sqlx::query(
         "INSERT INTO sessions (id, engine, title, provider_id, model, cli_backend, project_path, \
          agent_id, system_prompt, permission_mode, engine_config, cli_session_id, \
-         event_seq_reserved, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+         event_seq_reserved, created_at, updated_at, owner, team, visibility) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
     )
     .bind(s.id.to_string())
     .bind(s.engine.as_str())
@@ -34,6 +34,9 @@ pub(super) async fn insert_session(conn: &mut PgConnection, s: &Session) -> Stor
     .bind(SEQ_RESERVE_BLOCK as i64)
     .bind(ts(&s.created_at))
     .bind(ts(&s.updated_at))
+    .bind(&s.ownership.owner)
+    .bind(&s.ownership.team)
+    .bind(s.ownership.visibility.as_str())
     .execute(conn)
     .await?;
     Ok(())

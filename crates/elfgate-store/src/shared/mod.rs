@@ -9,6 +9,7 @@
 //! [`AuditLog`](crate::AuditLog)) from the implementations here, and the reads the two share
 //! (`reads`) for its own implementations of the others.
 
+mod access_audit;
 mod audit;
 mod deliveries;
 mod hooks;

@@ -23,34 +23,46 @@ where
         name: &str,
         definition: &serde_json::Value,
         write: WorkflowWrite,
+        creator: &elfgate_core::Ownership,
     ) -> StoreResult<Option<StoredWorkflow>> {
         let mut tx = self.shared().write.begin().await?;
         let latest = sqlx::query(
-            "SELECT version, deleted_at FROM workflows WHERE name = $1 ORDER BY version DESC \
-             LIMIT 1",
+            "SELECT version, deleted_at, owner, team FROM workflows WHERE name = $1 \
+             ORDER BY version DESC LIMIT 1",
         )
         .bind(name.to_owned())
         .fetch_optional(&mut *tx)
         .await?;
         let latest = match latest {
-            Some(row) => Some((row.int("version")?, row.opt_text("deleted_at")?)),
+            Some(row) => Some((
+                row.int("version")?,
+                row.opt_text("deleted_at")?,
+                (row.text("owner")?, row.text("team")?),
+            )),
             None => None,
         };
         let live = latest
             .as_ref()
-            .is_some_and(|(_, deleted)| deleted.is_none());
+            .is_some_and(|(_, deleted, _)| deleted.is_none());
         if live != (write == WorkflowWrite::Replace) {
             return Ok(None);
         }
-        let version = latest.map_or(1, |(v, _)| v + 1);
+        let version = latest.as_ref().map_or(1, |(v, _, _)| v + 1);
+        // A new version keeps the workflow's owner and team; a new workflow is its creator's.
+        let (owner, team) = match latest {
+            Some((_, None, owned)) => owned,
+            _ => (creator.owner.clone(), creator.team.clone()),
+        };
         let row = sqlx::query(
-            "INSERT INTO workflows (name, version, definition, created_at) VALUES ($1, $2, $3, \
-             $4) RETURNING *",
+            "INSERT INTO workflows (name, version, definition, created_at, owner, team) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING *",
         )
         .bind(name.to_owned())
         .bind(version)
         .bind(definition.to_string())
         .bind(ts(&Utc::now()))
+        .bind(owner)
+        .bind(team)
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -6,7 +6,7 @@ use crate::rows::message_from_row;
 use crate::shared::{SqlBackend, delete_session_rows, session_page};
 use crate::writer::StoreOp;
 use crate::{SessionPage, StoreResult};
-use crate::{SessionReads, SessionStore};
+use crate::{SessionReads, SessionStore, SessionsSeen};
 use async_trait::async_trait;
 use chrono::Utc;
 use elfgate_core::{Message, MessageId, Run, Session, SessionId};
@@ -19,19 +19,23 @@ impl SessionReads for SqliteStore {
 
     async fn list_sessions(
         &self,
+        seen: SessionsSeen<'_>,
         limit: u32,
         cursor: Option<SessionId>,
     ) -> StoreResult<SessionPage> {
         let limit = limit.clamp(1, 500);
+        let (user, team) = seen.user_and_team();
         // Ids are UUIDv7: their text order is creation order.
         // With each session the blocks of its first user message (through the messages'
-        // session index), for a list to show a session without a title.
+        // session index), for a list to show a session without a title. Only the sessions the
+        // reader sees ($1, $2: its user and team, or none for all).
         macro_rules! with_first_user_blocks {
             ($rest:literal) => {
                 concat!(
                     "SELECT *, (SELECT m.blocks FROM messages m \
                      WHERE m.session_id = sessions.id AND m.role = 'user' \
-                     ORDER BY m.created_at, m.id LIMIT 1) AS first_user_blocks FROM sessions ",
+                     ORDER BY m.created_at, m.id LIMIT 1) AS first_user_blocks FROM sessions \
+                     WHERE ($1 IS NULL OR owner = $1 OR (visibility = 'team' AND team = $2)) ",
                     $rest
                 )
             };
@@ -39,15 +43,19 @@ impl SessionReads for SqliteStore {
         let rows = match cursor {
             Some(c) => {
                 sqlx::query(with_first_user_blocks!(
-                    "WHERE id < ? ORDER BY id DESC LIMIT ?"
+                    "AND id < $3 ORDER BY id DESC LIMIT $4"
                 ))
+                .bind(user)
+                .bind(team)
                 .bind(c.to_string())
                 .bind(limit as i64 + 1)
                 .fetch_all(&self.read)
                 .await?
             }
             None => {
-                sqlx::query(with_first_user_blocks!("ORDER BY id DESC LIMIT ?"))
+                sqlx::query(with_first_user_blocks!("ORDER BY id DESC LIMIT $3"))
+                    .bind(user)
+                    .bind(team)
                     .bind(limit as i64 + 1)
                     .fetch_all(&self.read)
                     .await?

@@ -4,7 +4,7 @@
 use super::Db;
 use chrono::{Duration, SubsecRound, Utc};
 use elfgate_core::{PrincipalRole, Scopes};
-use elfgate_store::{KeyChange, StoreError, StoredKey};
+use elfgate_store::{AccessEvent, KeyChange, StoreError, StoredKey};
 
 fn key(id: &str) -> StoredKey {
     let now = Utc::now().trunc_subsecs(3);
@@ -117,4 +117,48 @@ pub(crate) async fn api_keys_are_created_read_changed_and_revoked(db: Db) {
         store.get_key("k1first").await.unwrap().unwrap().revoked_at,
         Some(at)
     );
+}
+
+pub(crate) async fn access_events_are_appended_in_batches_and_read_newest_first(db: Db) {
+    let store = db.open().await;
+    let event = |kind: &str, i: u16| AccessEvent {
+        at: Utc::now().trunc_subsecs(3),
+        kind: kind.into(),
+        actor: Some("root".into()),
+        key_id: Some(format!("k{i}")),
+        route: Some("GET /v1/sessions".into()),
+        status: Some(401),
+        reason: Some("unknown_key".into()),
+        detail: Some(serde_json::json!({"role": "viewer"})),
+    };
+    let bare = AccessEvent {
+        at: Utc::now().trunc_subsecs(3),
+        kind: "refused".into(),
+        actor: None,
+        key_id: None,
+        route: None,
+        status: None,
+        reason: None,
+        detail: None,
+    };
+    store
+        .append_access_events(&[event("key_created", 1), event("refused", 2)])
+        .await
+        .unwrap();
+    store
+        .append_access_events(std::slice::from_ref(&bare))
+        .await
+        .unwrap();
+    let all = store.access_events(None, 10).await.unwrap();
+    let kinds: Vec<&str> = all.iter().map(|e| e.event.kind.as_str()).collect();
+    assert_eq!(kinds, ["refused", "refused", "key_created"]);
+    assert_eq!(all[0].event, bare);
+    let mut created = event("key_created", 1);
+    created.at = all[2].event.at;
+    assert_eq!(all[2].event, created);
+    assert!(all[0].id > all[1].id && all[1].id > all[2].id);
+    // Paged by id.
+    let older = store.access_events(Some(all[0].id), 1).await.unwrap();
+    assert_eq!(older.len(), 1);
+    assert_eq!(older[0].id, all[1].id);
 }

@@ -4,9 +4,6 @@
 
 use super::{Db, run, session};
 use elfgate_core::{ErrorCode, ErrorInfo, RunError, RunOutcome, RunStatus};
-use sqlx::migrate::Migrator;
-use std::borrow::Cow;
-use std::path::Path;
 
 /// The migration that split the error in two.
 const SPLIT: i64 = 20261207000041;
@@ -52,27 +49,6 @@ pub(crate) async fn a_runs_error_is_stored_as_code_and_message(db: Db) {
 }
 
 pub(crate) async fn an_earlier_versions_error_text_is_split_by_the_migration(db: Db) {
-    let (folder, url) = match &db {
-        Db::Sqlite(dir) => (
-            "sqlite",
-            format!("sqlite://{}/t.db?mode=rwc", dir.path().display()),
-        ),
-        Db::Postgres(url) => ("postgres", url.clone()),
-    };
-    let mut before = Migrator::new(Path::new(&format!(
-        "{}/../../migrations/{folder}",
-        env!("CARGO_MANIFEST_DIR")
-    )))
-    .await
-    .unwrap();
-    before.migrations = Cow::Owned(
-        before
-            .migrations
-            .iter()
-            .filter(|m| m.version < SPLIT)
-            .cloned()
-            .collect(),
-    );
     let s = session();
     let runs = [
         (
@@ -102,21 +78,7 @@ pub(crate) async fn an_earlier_versions_error_text_is_split_by_the_migration(db:
         ));
     }
     // The texts are this test's constants, without quotes.
-    let old_rows = sqlx::AssertSqlSafe(old_rows);
-    match folder {
-        "sqlite" => {
-            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-            before.run(&pool).await.unwrap();
-            sqlx::raw_sql(old_rows).execute(&pool).await.unwrap();
-            pool.close().await;
-        }
-        _ => {
-            let pool = sqlx::PgPool::connect(&url).await.unwrap();
-            before.run(&pool).await.unwrap();
-            sqlx::raw_sql(old_rows).execute(&pool).await.unwrap();
-            pool.close().await;
-        }
-    }
+    db.stored_before(SPLIT, old_rows).await;
 
     let store = db.open().await;
     let errors: Vec<Option<RunError>> = {
