@@ -28,6 +28,7 @@ mod fleet_transport;
 mod gateway;
 mod gateway_catch_up;
 mod gateway_guards;
+mod gateway_principals;
 mod gateway_sdk;
 mod gateway_search;
 mod key_scopes;
