@@ -298,11 +298,20 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Marks an answer that one of the key's scopes refused, naming the scope, so that the auth layer
+/// records it in the access audit on the way out (the service layer that refuses it does not know
+/// the route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeRefusal(pub &'static str);
+
 impl ApiError {
     /// The answer with `body`, in whichever wire format: the status, and `Retry-After` when
     /// trying again later may work.
     pub(crate) fn answer(&self, body: impl Serialize) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
+        if let ApiError::OutOfScope { scope, .. } = self {
+            resp.extensions_mut().insert(ScopeRefusal(scope));
+        }
         if let ApiError::Storage(e) = self
             && let Some(after) = e.retry_after()
         {

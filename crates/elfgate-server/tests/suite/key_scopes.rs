@@ -387,3 +387,69 @@ async fn scopes_are_checked_when_a_key_is_made_or_changed() {
         .await;
     assert_eq!(status, 200, "{answer}");
 }
+
+#[tokio::test]
+async fn a_scopes_refusal_is_in_the_access_audit() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, Opts::default());
+    let mut body = key_body("alice", "a", "member");
+    body["scopes"] = json!({"engines": ["chat"]});
+    let created = d.create_key_answer(body).await;
+    let key = created["key"].as_str().unwrap();
+    let id = created["id"].as_str().unwrap();
+    let dir = project();
+    let (status, _) = post_as(
+        &d,
+        key,
+        "/v1/sessions",
+        session("go", "mock:tokens=1", &dir, json!({})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _) = post_as(
+        &d,
+        key,
+        "/v1/messages",
+        json!({"model": "elfgate:tinyelf", "max_tokens": 5,
+               "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // The audit's writer is a task: the entries come shortly after the answers.
+    let deadline = tokio::time::Instant::now() + common::GUARD;
+    let refusals = loop {
+        let (status, audit) = d.get("/v1/admin/audit").await;
+        assert_eq!(status, 200, "{audit}");
+        let refusals: Vec<(Value, Value, Value, Value)> = audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "refused")
+            .map(|e| {
+                let field = |f: &str| e[f].clone();
+                (
+                    field("keyId"),
+                    field("actor"),
+                    field("route"),
+                    field("reason"),
+                )
+            })
+            .collect();
+        if refusals.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break refusals;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let expected = |route: &str| {
+        (
+            json!(id),
+            json!("alice"),
+            json!(route),
+            json!("scope:engines"),
+        )
+    };
+    assert_eq!(
+        refusals,
+        [expected("POST /v1/messages"), expected("POST /v1/sessions")]
+    );
+}
