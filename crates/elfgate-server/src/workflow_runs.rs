@@ -134,6 +134,17 @@ pub async fn resume(
         .and_then(|c| c.workflow)
         .filter(|w| session.engine == elfgate_core::EngineType::Workflow && w.name == name)
         .ok_or_else(not_ours)?;
+    let stored = state
+        .store
+        .get_workflow(name, Some(wref.version))
+        .await?
+        .ok_or_else(not_ours)?;
+    crate::service::authorize_workflow(
+        actor,
+        &stored.ownership,
+        crate::service::WorkflowAct::Run,
+        not_ours,
+    )?;
     match run.finish_reason {
         None => {
             return Err(ApiError::Conflict(format!(
@@ -147,17 +158,6 @@ pub async fn resume(
         }
         Some(_) => {}
     }
-    let stored = state
-        .store
-        .get_workflow(name, Some(wref.version))
-        .await?
-        .ok_or_else(not_ours)?;
-    crate::service::authorize_workflow(
-        actor,
-        &stored.ownership,
-        crate::service::WorkflowAct::Run,
-        not_ours,
-    )?;
     let def: WorkflowDefinition = serde_json::from_value(stored.definition).map_err(|e| {
         ApiError::Internal(format!("stored workflow '{name}' v{}: {e}", wref.version))
     })?;

@@ -48,3 +48,20 @@ impl Default for AuthConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::try_load;
+
+    #[test]
+    fn a_key_cache_longer_than_two_seconds_is_refused_by_name() {
+        let loaded = try_load("[auth]\nkey_cache_ms = 500\n").unwrap();
+        assert_eq!(loaded.auth.key_cache_ms, 500);
+        assert_eq!(try_load("").unwrap().auth.key_cache_ms, 1_000);
+        let refused = try_load("[auth]\nkey_cache_ms = 2001\n").unwrap_err();
+        assert!(
+            refused.to_string().contains("auth.key_cache_ms"),
+            "{refused}"
+        );
+    }
+}

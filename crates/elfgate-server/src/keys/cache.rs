@@ -6,10 +6,11 @@ use dashmap::DashMap;
 use elfgate_core::Principal;
 use elfgate_store::{KeyStore, StoreError, StoredKey};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Keys kept at most: past this, a key read is used without being kept, so that requests with
-/// many distinct ids cannot grow the cache without bound.
+/// Keys kept at most: past this, expired copies are dropped, and while it is still full a key
+/// read is used without being kept, so that the cache cannot grow without bound.
 const MAX_CACHED_KEYS: usize = 100_000;
 
 /// Why a key was refused. The client reads one message whatever the reason (a key must not learn
@@ -61,6 +62,9 @@ pub struct KeyAuth {
     store: Arc<dyn KeyStore>,
     lifetime: Duration,
     cache: DashMap<String, Cached>,
+    /// Grows with every [`KeyAuth::forget`]: a read that began before one is not kept, so that
+    /// a key changed while it was being read is not cached as it was.
+    forgotten: AtomicU64,
 }
 
 impl KeyAuth {
@@ -70,6 +74,7 @@ impl KeyAuth {
             store,
             lifetime,
             cache: DashMap::new(),
+            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -105,6 +110,7 @@ impl KeyAuth {
 
     /// Drops what this node keeps of key `id` (created, changed or revoked here or elsewhere).
     pub fn forget(&self, id: &str) {
+        self.forgotten.fetch_add(1, Ordering::SeqCst);
         self.cache.remove(id);
     }
 
@@ -116,11 +122,17 @@ impl KeyAuth {
             return Ok(Some(hit.key.clone()));
         }
         let read_at = Instant::now();
+        let epoch = self.forgotten.load(Ordering::SeqCst);
         let Some(key) = self.store.get_key(id).await? else {
             self.cache.remove(id);
             return Ok(None);
         };
         let key = Arc::new(key);
+        if self.cache.len() >= MAX_CACHED_KEYS {
+            // Expired copies are otherwise dropped only when their key is read again.
+            let lifetime = self.lifetime;
+            self.cache.retain(|_, c| c.read_at.elapsed() < lifetime);
+        }
         if !self.lifetime.is_zero() && self.cache.len() < MAX_CACHED_KEYS {
             self.cache.insert(
                 id.to_owned(),
@@ -129,7 +141,9 @@ impl KeyAuth {
                     key: key.clone(),
                 },
             );
-        } else {
+        }
+        // Checked after the insert, so that a forget at any moment of the read undoes it.
+        if self.forgotten.load(Ordering::SeqCst) != epoch || self.lifetime.is_zero() {
             self.cache.remove(id);
         }
         Ok(Some(key))

@@ -16,10 +16,11 @@ const SECRET_VAR: &str = "FLEET_NATS_SECRET";
 fn node_user(id: &str) -> String {
     format!(
         r#"      {{ user: {id}, password: {id}-pass, permissions: {{
-          publish: ["elfgate.*.events.*", "elfgate.*.recent.*", "elfgate.*.node.*.http",
-                    "_INBOX.>", "$JS.API.STREAM.CREATE.*", "$JS.API.CONSUMER.CREATE.*"]
-          subscribe: ["elfgate.*.events.*", "elfgate.*.recent.*", "elfgate.*.node.{id}.http",
-                      "_INBOX.>"]
+          publish: ["elfgate.*.events.*", "elfgate.*.recent.*", "elfgate.*.keys",
+                    "elfgate.*.node.*.http", "_INBOX.>", "$JS.API.STREAM.CREATE.*",
+                    "$JS.API.CONSUMER.CREATE.*"]
+          subscribe: ["elfgate.*.events.*", "elfgate.*.recent.*", "elfgate.*.keys",
+                      "elfgate.*.node.{id}.http", "_INBOX.>"]
       }} }}
 "#
     )
