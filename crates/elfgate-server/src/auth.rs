@@ -1,7 +1,7 @@
 //! Bearer-token auth. The comparison takes the same time wherever the first difference is.
 
 use crate::access_audit::Refusal;
-use crate::error::ApiError;
+use crate::error::{ApiError, ScopeRefusal};
 use crate::gateway::error::Door;
 use crate::jwt::JwtVerifier;
 pub use crate::keys::constant_time_eq;
@@ -11,8 +11,8 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use elfgate_core::ProxyDoor;
 use elfgate_core::run_tokens::RUN_TOKEN_PREFIX;
+use elfgate_core::{ProxyDoor, Scopes};
 
 pub use elfgate_core::Principal;
 
@@ -98,8 +98,26 @@ pub async fn require_token(
             ApiError::Forbidden
         }
         Found::Principal(principal) => {
+            // Only a key with scopes can be refused by one: it alone keeps what the audit needs.
+            let scoped = (principal.scopes != Scopes::default()).then(|| {
+                let path = req.uri().path().to_owned();
+                (principal.clone(), req.method().clone(), path)
+            });
             req.extensions_mut().insert(principal);
-            return next.run(req).await;
+            let answer = next.run(req).await;
+            if let Some((principal, method, path)) = scoped
+                && let Some(ScopeRefusal(scope)) = answer.extensions().get::<ScopeRefusal>()
+            {
+                state.access_audit.refused(Refusal {
+                    principal: Some(&principal),
+                    key_id: None,
+                    method: method.as_str(),
+                    path: &path,
+                    status: answer.status().as_u16(),
+                    reason: &format!("scope:{scope}"),
+                });
+            }
+            return answer;
         }
         Found::RunToken(grant) => {
             req.extensions_mut().insert(grant);

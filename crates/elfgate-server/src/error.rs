@@ -27,6 +27,9 @@ pub struct ErrorDetail {
     pub code: ErrorCode,
     /// What happened, for a human.
     pub message: String,
+    /// The key's scope that refused the request (403 `forbidden`), e.g. `engines`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// An error a client sees.
@@ -78,6 +81,14 @@ pub enum ApiError {
     /// A request the daemon refuses whatever its credentials: a foreign Host or Origin (403).
     #[error("{0}")]
     Refused(String),
+    /// A request past one of its key's scopes (403), naming the scope.
+    #[error("{message}")]
+    OutOfScope {
+        /// The scope, as the `scopes` object spells it (`engines`, `projectRoots`, ...).
+        scope: &'static str,
+        /// What it does not allow.
+        message: String,
+    },
     /// Unknown session, run or request (404).
     #[error("{0}")]
     NotFound(String),
@@ -164,7 +175,9 @@ impl ApiError {
             ApiError::ProviderQueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Upstream(e) => upstream_status(e),
             ApiError::Unauthorized | ApiError::Unsigned(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden | ApiError::Refused(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::Refused(_) | ApiError::OutOfScope { .. } => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Busy { .. } | ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -193,7 +206,9 @@ impl ApiError {
             ApiError::ProviderQueueFull { .. } => ErrorCode::TooManyQueued,
             ApiError::Upstream(e) => e.code,
             ApiError::Unauthorized | ApiError::Unsigned(_) => ErrorCode::Unauthorized,
-            ApiError::Forbidden | ApiError::Refused(_) => ErrorCode::Forbidden,
+            ApiError::Forbidden | ApiError::Refused(_) | ApiError::OutOfScope { .. } => {
+                ErrorCode::Forbidden
+            }
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
             ApiError::Busy { .. } => ErrorCode::Busy,
@@ -269,6 +284,10 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 code: self.code(),
                 message: self.client_message(),
+                scope: match &self {
+                    ApiError::OutOfScope { scope, .. } => Some(scope.to_string()),
+                    _ => None,
+                },
             },
             active_run_id: match &self {
                 ApiError::Busy { active_run_id } => Some(*active_run_id),
@@ -279,11 +298,20 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Marks an answer that one of the key's scopes refused, naming the scope, so that the auth layer
+/// records it in the access audit on the way out (the service layer that refuses it does not know
+/// the route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeRefusal(pub &'static str);
+
 impl ApiError {
     /// The answer with `body`, in whichever wire format: the status, and `Retry-After` when
     /// trying again later may work.
     pub(crate) fn answer(&self, body: impl Serialize) -> Response {
         let mut resp = (self.status(), axum::Json(body)).into_response();
+        if let ApiError::OutOfScope { scope, .. } = self {
+            resp.extensions_mut().insert(ScopeRefusal(scope));
+        }
         if let ApiError::Storage(e) = self
             && let Some(after) = e.retry_after()
         {

@@ -8,6 +8,7 @@ use super::route::{self, Route};
 use super::run::{self, Continuation, Out, RunHandle};
 use super::{Inbound, PERMISSION_MODE_HEADER, PROJECT_HEADER, SESSION_HEADER, body};
 use crate::error::ApiError;
+use crate::service::Actor;
 use crate::state::AppState;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -54,12 +55,13 @@ pub trait GatewayDoor: Send {
     fn prepare(
         &mut self,
         state: &AppState,
+        actor: &Actor,
         grant: Option<&RunGrant>,
         route: &Route,
         request: &mut Self::Request,
         headers: &HeaderMap,
     ) -> impl Future<Output = Result<Continuation, ApiError>> + Send {
-        let _ = (state, route, request);
+        let _ = (state, actor, route, request);
         std::future::ready(continuation(headers, grant))
     }
 
@@ -110,16 +112,19 @@ pub trait AnswerWriter: Send + 'static {
     fn answer(&mut self, items: &[Out], end: &Out) -> Value;
 }
 
-/// Answers one call at door `door`: the generic handler of every gateway route.
+/// Answers one call at door `door` for `actor` (the caller's principal; the daemon for a CLI's
+/// run token, whose run was checked when it started): the generic handler of every gateway route.
 pub async fn serve<D: GatewayDoor>(
     mut door: D,
     state: AppState,
+    actor: Result<Actor, ApiError>,
     grant: Option<RunGrant>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let grant = grant.as_ref();
     let answer = async {
+        let actor = actor?;
         if let Some(model) = door.path_model()? {
             check_grant(grant, model)?;
         }
@@ -132,11 +137,11 @@ pub async fn serve<D: GatewayDoor>(
         check_grant(grant, model)?;
         let route = route::resolve(&state, model)?;
         let cont = door
-            .prepare(&state, grant, &route, &mut request, &headers)
+            .prepare(&state, &actor, grant, &route, &mut request, &headers)
             .await?;
         let inbound = door.take_inbound(request);
         let streams = door.streams(&inbound);
-        let mut handle = run::start(&state, route, inbound, cont).await?;
+        let mut handle = run::start(&state, &actor, route, inbound, cont).await?;
         let mut writer = door.writer(&state, &handle);
         if streams {
             let first = first_item(&mut handle).await?;

@@ -13,6 +13,7 @@ use super::{
     openai_out, responses, responses_in, responses_out,
 };
 use crate::error::ApiError;
+use crate::service::Actor;
 use crate::state::AppState;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -105,6 +106,7 @@ impl GatewayDoor for Responses {
     async fn prepare(
         &mut self,
         state: &AppState,
+        actor: &Actor,
         grant: Option<&RunGrant>,
         route: &Route,
         r: &mut Self::Request,
@@ -117,11 +119,11 @@ impl GatewayDoor for Responses {
             responses::previous_session(r),
             "previous_response_id",
         )?;
-        if let Some(sid) = responses::continue_previous(state, r).await? {
+        if let Some(sid) = responses::continue_previous(state, actor, r).await? {
             cont.session_id = Some(sid);
         }
         if !r.store {
-            responses::keep_nothing(state, route, &mut cont).await?;
+            responses::keep_nothing(state, actor, route, &mut cont).await?;
         }
         Ok(cont)
     }
@@ -235,6 +237,7 @@ impl GatewayDoor for Gemini {
     async fn prepare(
         &mut self,
         state: &AppState,
+        _: &Actor,
         grant: Option<&RunGrant>,
         route: &Route,
         g: &mut Self::Request,

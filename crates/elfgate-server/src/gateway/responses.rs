@@ -5,6 +5,7 @@ use super::responses_in::ResponsesInbound;
 use super::route::Route;
 use super::run::{Continuation, check_continued};
 use crate::error::ApiError;
+use crate::service::Actor;
 use crate::state::AppState;
 use elfgate_core::{ContentBlock, Role, RunId, SessionId};
 use elfgate_llm::LlmMessage;
@@ -38,6 +39,7 @@ pub fn previous_session(r: &ResponsesInbound) -> Option<SessionId> {
 /// only a kept run can: refused, 400 naming `store`.
 pub async fn keep_nothing(
     state: &AppState,
+    actor: &Actor,
     route: &Route,
     cont: &mut Continuation,
 ) -> Result<(), ApiError> {
@@ -46,7 +48,7 @@ pub async fn keep_nothing(
     };
     match route {
         Route::Provider { .. } => {
-            check_continued(state, sid, elfgate_core::EngineType::Chat).await?;
+            check_continued(state, actor, sid, elfgate_core::EngineType::Chat).await?;
             cont.session_id = None;
             Ok(())
         }
@@ -65,9 +67,11 @@ pub async fn keep_nothing(
 
 /// With `previous_response_id`: the stored conversation up to that response goes before the
 /// request's input, the call continues that response's session, and the new input is what the
-/// session stores for the call. Returns the session to continue.
+/// session stores for the call. Returns the session to continue. A response of a session
+/// `actor` may not see is unknown (404), as in the API.
 pub async fn continue_previous(
     state: &AppState,
+    actor: &Actor,
     r: &mut ResponsesInbound,
 ) -> Result<Option<SessionId>, ApiError> {
     let Some(prev) = r.previous_response_id.clone() else {
@@ -83,7 +87,11 @@ pub async fn continue_previous(
         ))
     };
     let (session_id, run_id) = parse_response_id(&prev).ok_or_else(unknown)?;
-    let messages = state.store.list_messages(session_id, 10_000).await?;
+    let messages = match crate::service::list_messages(state, actor, session_id, 10_000).await {
+        Ok(messages) => messages,
+        Err(ApiError::NotFound(_)) => return Err(unknown()),
+        Err(e) => return Err(e),
+    };
     let leaf = messages
         .iter()
         .rev()

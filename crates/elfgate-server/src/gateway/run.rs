@@ -130,15 +130,30 @@ pub struct Continuation {
     pub permission_mode: Option<PermissionMode>,
 }
 
-/// Starts the run of `inbound` on `route` and follows it.
+/// Starts the run of `inbound` on `route` for `actor` (the door's caller) and follows it.
 pub async fn start(
     state: &AppState,
+    actor: &Actor,
     route: Route,
     inbound: Inbound,
     cont: Continuation,
 ) -> Result<RunHandle, ApiError> {
     // Every text the request sends is scanned, not only the prompt the session scans.
     super::secrets::check_request(state, &inbound)?;
+    // The key's scopes before the caller waits for a place: every provider and model the route
+    // may call (an alias's fallbacks too); the session's own checks cover the rest.
+    if let Route::Provider {
+        provider,
+        model,
+        fallbacks,
+    } = &route
+    {
+        for (p, m) in
+            std::iter::once((provider, model)).chain(fallbacks.iter().map(|(p, m)| (p, m)))
+        {
+            service::scopes::check_route(actor, p, m)?;
+        }
+    }
     // Waits (in order) for a place on the route's provider, before anything is stored.
     let permit = match route.provider() {
         Some(p) => state.gateway_limits.acquire(p).await?,
@@ -193,8 +208,6 @@ pub async fn start(
         project_field: super::PROJECT_HEADER,
         stored_input: inbound.stored_input,
     };
-    // A door's caller holds the daemon's token, today the only principal.
-    let actor = Actor::Principal(std::sync::Arc::new(crate::auth::Principal::root()));
     let hub = state.dispatcher.hub().clone();
     let (session_id, run_id, after) = match cont.session_id {
         None => {
@@ -210,11 +223,11 @@ pub async fn start(
                 owner: None,
             };
             let created =
-                service::create_session(state, &actor, spec, Origin::Gateway(call)).await?;
+                service::create_session(state, actor, spec, Origin::Gateway(call)).await?;
             (created.session_id, created.run_id, 0)
         }
         Some(sid) => {
-            check_continued(state, sid, engine).await?;
+            check_continued(state, actor, sid, engine).await?;
             let after = hub.get(sid).map_or(0, |b| b.last_seq());
             let spec = PromptSpec {
                 prompt: inbound.prompt,
@@ -223,7 +236,7 @@ pub async fn start(
                 run,
             };
             let sent =
-                service::send_message(state, &actor, sid, spec, Origin::Gateway(call)).await?;
+                service::send_message(state, actor, sid, spec, Origin::Gateway(call)).await?;
             (sid, sent.run_id, after)
         }
     };
@@ -252,21 +265,25 @@ pub async fn start(
     })
 }
 
-/// That session `sid`, which a request continues, exists and runs `engine`: else 404, or 400
-/// naming `model`.
+/// That session `sid`, which a request continues, exists, `actor` may see it, and it runs
+/// `engine`: else 404 (another principal's session is unknown, as in the API), or 400 naming
+/// `model`.
 pub async fn check_continued(
     state: &AppState,
+    actor: &Actor,
     sid: SessionId,
     engine: EngineType,
 ) -> Result<(), ApiError> {
-    let session = state
-        .store
-        .get_session(sid)
-        .await
-        .map_err(crate::error::ApiError::from)?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("unknown session '{sid}' (x-elfgate-session-id)"))
-        })?;
+    let session = match service::session_view(state, actor, sid).await {
+        Ok(view) => view.session,
+        Err(ApiError::NotFound(_)) => {
+            return Err(ApiError::NotFound(format!(
+                "unknown session '{sid}' ({})",
+                super::SESSION_HEADER
+            )));
+        }
+        Err(e) => return Err(e),
+    };
     if session.engine != engine {
         return Err(ApiError::invalid(
             Some("model".to_string()),

@@ -27,6 +27,9 @@ pub async fn create(
     ] {
         check_name(field, value)?;
     }
+    if let Some(scopes) = &req.scopes {
+        crate::service::scopes::check_given(scopes)?;
+    }
     let made = NewKey::generate().map_err(|e| ApiError::Internal(e.to_string()))?;
     let now = Utc::now();
     let stored = StoredKey {
@@ -76,6 +79,9 @@ pub async fn update(
 ) -> Result<KeyView, ApiError> {
     if let Some(name) = &req.name {
         check_name("name", name)?;
+    }
+    if let Some(scopes) = &req.scopes {
+        crate::service::scopes::check_given(scopes)?;
     }
     let change = KeyChange {
         name: req.name,

@@ -3,8 +3,12 @@
 //! GET /v1/models and GET /v1beta/models. Thin: each route names its door; parsing, routing,
 //! running and answering are in crate::gateway (`door::serve`, the same for every door).
 
+use crate::auth::Principal;
+use crate::error::ApiError;
 use crate::gateway::door::serve;
+use crate::gateway::error::Door;
 use crate::gateway::{doors, route};
+use crate::service::{Actor, scopes};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Bytes;
@@ -29,6 +33,21 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/models", get(models))
 }
 
+/// Who a door's call acts for: the principal auth found for its key (the session it starts is
+/// that principal's, within the key's scopes), else, for a CLI's run token, the daemon (the run
+/// behind the token was checked when it started, and the token reaches its own route only).
+/// Neither is refused, never acted on for nobody.
+fn door_actor(
+    principal: Option<Extension<Principal>>,
+    grant: Option<&RunGrant>,
+) -> Result<Actor, ApiError> {
+    match (principal, grant) {
+        (Some(Extension(p)), _) => Ok(Actor::Principal(std::sync::Arc::new(p))),
+        (None, Some(_)) => Ok(Actor::Daemon),
+        (None, None) => Err(ApiError::Unauthorized),
+    }
+}
+
 /// OpenAI-compatible chat completions (stream or not), run as a session.
 ///
 /// The body is OpenAI's; `model` is `PROVIDER/MODEL`, an alias or `elfgate:ENGINE[:PROVIDER/MODEL]`
@@ -48,7 +67,8 @@ pub fn routes() -> Router<AppState> {
         (status = 200, description = "A chat.completion object, or chat.completion.chunk SSE frames ending with [DONE]; the session id is in x-elfgate-session-id", body = serde_json::Value),
         (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong bearer token (x-api-key too on /v1/messages)", body = serde_json::Value),
-        (status = 404, description = "Unknown model (model_not_found)", body = serde_json::Value),
+        (status = 403, description = "Past one of the key's scopes (permission_error, the message naming the scope)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (model_not_found), or a session the key may not see", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
         (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
@@ -59,13 +79,16 @@ pub fn routes() -> Router<AppState> {
 )]
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     // No run token opens this door (see auth): no grant to check.
+    let actor = door_actor(principal, None);
     serve(
         doors::ChatCompletions::default(),
         state,
+        actor,
         None,
         headers,
         bytes,
@@ -92,7 +115,8 @@ pub(crate) async fn chat_completions(
         (status = 200, description = "A message object, or message_start … message_stop SSE events; the session id is in x-elfgate-session-id", body = serde_json::Value),
         (status = 400, description = "Bad request (Anthropic's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong bearer token (x-api-key too on /v1/messages)", body = serde_json::Value),
-        (status = 404, description = "Unknown model (not_found_error)", body = serde_json::Value),
+        (status = 403, description = "Past one of the key's scopes, or a CLI's run token naming another model or session (permission_error)", body = serde_json::Value),
+        (status = 404, description = "Unknown model (not_found_error), or a session the key may not see", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
         (status = 415, description = "Body not declared as application/json", body = serde_json::Value),
@@ -103,12 +127,14 @@ pub(crate) async fn chat_completions(
 )]
 pub(crate) async fn messages(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     grant: Option<Extension<RunGrant>>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let grant = grant.map(|Extension(g)| g);
-    serve(doors::Messages, state, grant, headers, bytes).await
+    let actor = door_actor(principal, grant.as_ref());
+    serve(doors::Messages, state, actor, grant, headers, bytes).await
 }
 
 /// OpenAI-compatible Responses (stream or not), run as a session.
@@ -132,8 +158,8 @@ pub(crate) async fn messages(
         (status = 200, description = "A response object, or response.created … response.completed SSE events; the session id is in x-elfgate-session-id, the built-in tools the route left out in x-elfgate-omitted-tools", body = serde_json::Value),
         (status = 400, description = "Bad request (OpenAI's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong bearer token", body = serde_json::Value),
-        (status = 403, description = "A CLI's run token naming another model or another session", body = serde_json::Value),
-        (status = 404, description = "Unknown model (model_not_found) or previous_response_id", body = serde_json::Value),
+        (status = 403, description = "Past one of the key's scopes, or a CLI's run token naming another model or another session", body = serde_json::Value),
+        (status = 404, description = "Unknown model (model_not_found) or previous_response_id, or a session the key may not see", body = serde_json::Value),
         (status = 422, description = "A text of the request carries the daemon's token or a provider's key", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 413, description = "Body larger than the configured limit", body = serde_json::Value),
@@ -145,12 +171,22 @@ pub(crate) async fn messages(
 )]
 pub(crate) async fn responses(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     grant: Option<Extension<RunGrant>>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let grant = grant.map(|Extension(g)| g);
-    serve(doors::Responses::default(), state, grant, headers, bytes).await
+    let actor = door_actor(principal, grant.as_ref());
+    serve(
+        doors::Responses::default(),
+        state,
+        actor,
+        grant,
+        headers,
+        bytes,
+    )
+    .await
 }
 
 /// The Gemini API: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`
@@ -176,7 +212,8 @@ pub(crate) async fn responses(
         (status = 200, description = "A GenerateContentResponse, SSE chunks of them, or {totalTokens}; the session id is in x-elfgate-session-id", body = serde_json::Value),
         (status = 400, description = "Bad request (Google's error shape)", body = serde_json::Value),
         (status = 401, description = "Missing or wrong key", body = serde_json::Value),
-        (status = 404, description = "Unknown model or method", body = serde_json::Value),
+        (status = 403, description = "Past one of the key's scopes (PERMISSION_DENIED), or a CLI's run token naming another model", body = serde_json::Value),
+        (status = 404, description = "Unknown model or method, or a session the key may not see", body = serde_json::Value),
         (status = 429, description = "The provider's limits and queue are full", body = serde_json::Value),
         (status = 502, description = "The provider failed before its first token", body = serde_json::Value),
         (status = 503, description = "The daemon is shutting down, or its store is busy", body = serde_json::Value),
@@ -185,6 +222,7 @@ pub(crate) async fn responses(
 )]
 pub(crate) async fn gemini_call(
     State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
     grant: Option<Extension<RunGrant>>,
     Path(call): Path<String>,
     RawQuery(query): RawQuery,
@@ -193,7 +231,8 @@ pub(crate) async fn gemini_call(
 ) -> Response {
     let door = doors::Gemini::new(call, query.as_deref());
     let grant = grant.map(|Extension(g)| g);
-    serve(door, state, grant, headers, bytes).await
+    let actor = door_actor(principal, grant.as_ref());
+    serve(door, state, actor, grant, headers, bytes).await
 }
 
 /// The gateway's model names in the Gemini API's list shape.
@@ -208,8 +247,15 @@ pub(crate) async fn gemini_call(
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn gemini_models(State(state): State<AppState>) -> Response {
-    let models: Vec<serde_json::Value> = model_ids(&state)
+pub(crate) async fn gemini_models(
+    State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
+) -> Response {
+    let actor = match door_actor(principal, None) {
+        Ok(a) => a,
+        Err(e) => return Door::Gemini.error(&e),
+    };
+    let models: Vec<serde_json::Value> = model_ids(&state, &actor)
         .into_iter()
         .map(|(id, _)| {
             json!({"name": format!("models/{id}"), "displayName": id,
@@ -219,20 +265,36 @@ pub(crate) async fn gemini_models(State(state): State<AppState>) -> Response {
     axum::Json(json!({"models": models})).into_response()
 }
 
-/// Every model name a door routes: each provider's `PROVIDER/DEFAULT_MODEL`, each alias, each
-/// `elfgate:ENGINE`, with its owner.
-fn model_ids(state: &AppState) -> Vec<(String, String)> {
+/// Every model name a door routes for `actor`: each provider's `PROVIDER/DEFAULT_MODEL`, each
+/// alias, each `elfgate:ENGINE`, with its owner; only those its key's scopes allow (a call is
+/// checked again whatever the list says).
+fn model_ids(state: &AppState, actor: &Actor) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (name, p) in &state.config.providers {
-        if let Some(m) = &p.default_model {
+        if let Some(m) = &p.default_model
+            && scopes::allows_route(actor, name, m)
+        {
             out.push((format!("{name}/{m}"), name.clone()));
         }
     }
     for name in state.config.aliases.keys() {
-        out.push((name.clone(), "elfgate".to_string()));
+        let allowed = match route::resolve(state, name) {
+            Ok(route::Route::Provider {
+                provider,
+                model,
+                fallbacks,
+            }) => std::iter::once((&provider, &model))
+                .chain(fallbacks.iter().map(|(p, m)| (p, m)))
+                .all(|(p, m)| scopes::allows_route(actor, p, m)),
+            Ok(route::Route::Engine { engine, .. }) => scopes::allows_engine(actor, engine),
+            Err(_) => false,
+        };
+        if allowed {
+            out.push((name.clone(), "elfgate".to_string()));
+        }
     }
     for e in EngineType::ALL {
-        if state.dispatcher.has_engine(e) {
+        if state.dispatcher.has_engine(e) && scopes::allows_engine(actor, e) {
             out.push((
                 format!("{}{}", route::ENGINE_PREFIX, e.as_str()),
                 "elfgate".to_string(),
@@ -255,12 +317,20 @@ fn model_ids(state: &AppState) -> Vec<(String, String)> {
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn models(
+    State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
+    headers: HeaderMap,
+) -> Response {
     // A Gemini client (the google-genai SDK with a base URL of its own) asks here too.
     if headers.contains_key("x-goog-api-key") {
-        return gemini_models(State(state)).await;
+        return gemini_models(State(state), principal).await;
     }
-    let data: Vec<serde_json::Value> = model_ids(&state)
+    let actor = match door_actor(principal, None) {
+        Ok(a) => a,
+        Err(e) => return Door::OpenAi.error(&e),
+    };
+    let data: Vec<serde_json::Value> = model_ids(&state, &actor)
         .into_iter()
         .map(|(id, owner)| json!({"id": id, "object": "model", "created": 0, "owned_by": owner}))
         .collect();

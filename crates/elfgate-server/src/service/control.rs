@@ -125,6 +125,8 @@ pub async fn answer_permission(
     body: PermissionBody,
 ) -> Result<PermissionAnswered, ApiError> {
     tracing::debug!(%actor, %session_id, %request_id, "answer permission");
+    // Refused whichever the session: the refusal tells nothing of which sessions exist.
+    super::scopes::check_answer(actor)?;
     use elfgate_tools::{PermissionAnswer, ResolveError};
     authorize_session(state, actor, session_id, Access::Steer).await?;
     // The run waiting here takes an answer only while this node holds the session's lease: a node

@@ -8,6 +8,7 @@ use super::checks::{
 };
 use super::command::{Actor, Origin};
 use super::run_context::{Prompt, build_ctx, new_run, submit_prompt};
+use super::scopes::{RunSettings, RunTarget, check_run};
 use super::secrets::SecretScan;
 use super::spec::SessionSpec;
 use crate::error::ApiError;
@@ -18,10 +19,12 @@ use elfgate_core::{EngineType, EventPayload, OnBusy, Ownership, RunStatus, Sessi
 
 /// The state's checks of a new session, in order: the engine is in this build, the prompt and
 /// system prompt carry no secret, the project can be used, the agent profile exists (and is
-/// applied), the settings fit the daemon, only a workflow starts a `workflow` session, the
-/// engine takes the run, the attachments and native search fit the provider.
+/// applied), the settings fit the daemon, only a workflow starts a `workflow` session, the key's
+/// scopes allow what the session resolves to, the engine takes the run, the attachments and
+/// native search fit the provider.
 fn check_session(
     state: &AppState,
+    actor: &Actor,
     spec: &mut SessionSpec,
     origin: &Origin,
 ) -> Result<(), ApiError> {
@@ -40,6 +43,17 @@ fn check_session(
         }
         Origin::Api | Origin::Gateway(_) => None,
     };
+    let settings = RunSettings {
+        provider_id: spec.run.provider_id.as_deref(),
+        model: spec.run.model.as_deref(),
+        project_path: spec.project_path.as_deref(),
+        permission_mode: spec.run.permission_mode,
+        engine_config: &spec.run.engine_config,
+    };
+    check_run(
+        actor,
+        &RunTarget::resolve(state, spec.engine, settings, origin.project_field()),
+    )?;
     let provider_id = spec.run.provider_id.as_deref();
     check_engine(
         state,
@@ -81,7 +95,7 @@ pub async fn create_session(
     check_may_start(actor)?;
     let mut spec = spec;
     let ownership = ownership_of(state, actor, &mut spec);
-    check_session(state, &mut spec, &origin)?;
+    check_session(state, actor, &mut spec, &origin)?;
     // Held until the session is stored: a retry racing this request waits, then finds it.
     let _key = match spec.run.client_msg_id.as_deref() {
         Some(key) => Some(state.client_keys.acquire(None, key).await),

@@ -15,6 +15,7 @@ mod create;
 mod prompt;
 mod reads;
 mod run_context;
+pub(crate) mod scopes;
 mod secrets;
 mod spec;
 mod tool_run;

@@ -9,6 +9,7 @@ use super::checks::{
 };
 use super::command::{Actor, Origin};
 use super::run_context::{Prompt, build_ctx, new_run, submit_prompt};
+use super::scopes::{RunSettings, RunTarget, check_run};
 use super::secrets::SecretScan;
 use super::spec::{PromptSpec, RunSpec, stored_engine_config};
 use crate::error::ApiError;
@@ -38,10 +39,12 @@ pub(crate) async fn enter_session<'s>(
 
 /// The state's checks of a later prompt, in order: a `workflow` session takes prompts only from
 /// its workflow, the prompt and system prompt carry no secret, the settings fit the daemon, the
-/// engine takes the run, the attachments and native search fit the provider, the project is
-/// here. Returns the run's settings over the session's.
+/// key's scopes allow the run (its overrides over the session's settings), the engine takes the
+/// run, the attachments and native search fit the provider, the project is here. Returns the
+/// run's settings over the session's.
 fn check_prompt_run(
     state: &AppState,
+    actor: &Actor,
     session: &Session,
     prompt: &str,
     run: RunSpec,
@@ -64,6 +67,7 @@ fn check_prompt_run(
     if workflow.is_some() {
         run.engine_config.workflow = workflow;
     }
+    check_run_scopes(state, actor, session, &run, origin.project_field())?;
     // The provider this run would use: the prompt's, else the session's.
     let provider_id = run
         .provider_id
@@ -80,6 +84,31 @@ fn check_prompt_run(
     check_native_search(state, session.engine, provider_id, &run.engine_config)?;
     check_project_here(state, session)?;
     Ok(run)
+}
+
+/// The key's scopes against a later run of `session` with `run` (already over the session's
+/// settings): the prompt's provider and model, else the session's, else the defaults.
+pub(crate) fn check_run_scopes(
+    state: &AppState,
+    actor: &Actor,
+    session: &Session,
+    run: &RunSpec,
+    project_field: &'static str,
+) -> Result<(), ApiError> {
+    let settings = RunSettings {
+        provider_id: run
+            .provider_id
+            .as_deref()
+            .or(session.provider_id.as_deref()),
+        model: run.model.as_deref().or(session.model.as_deref()),
+        project_path: session.project_path.as_deref(),
+        permission_mode: run.permission_mode,
+        engine_config: &run.engine_config,
+    };
+    check_run(
+        actor,
+        &RunTarget::resolve(state, session.engine, settings, project_field),
+    )
 }
 
 /// Starts (or queues) a later run of a session.
@@ -100,7 +129,7 @@ pub async fn send_message(
         run,
     } = spec;
     let own_channel = run.engine_config.channel_permissions;
-    let run_spec = check_prompt_run(state, &session, &prompt, run, &origin)?;
+    let run_spec = check_prompt_run(state, actor, &session, &prompt, run, &origin)?;
     // The session's channel permissions change only when a prompt sends new ones: then its
     // stored engineConfig with them is stored.
     let config_with_new_channel = match own_channel {

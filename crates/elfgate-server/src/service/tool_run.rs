@@ -4,7 +4,7 @@
 use super::bus::open_run_bus;
 use super::checks::{check_project_here, check_serving, check_settings};
 use super::command::Actor;
-use super::prompt::enter_session;
+use super::prompt::{check_run_scopes, enter_session};
 use super::run_context::{Prompt, build_ctx, new_run};
 use super::spec::RunSpec;
 use crate::error::ApiError;
@@ -41,6 +41,13 @@ pub async fn run_tool(
     let run_spec = RunSpec::default();
     check_settings(state, session.engine, &run_spec)?;
     let run_spec = run_spec.over_session(&session)?;
+    check_run_scopes(
+        state,
+        actor,
+        &session,
+        &run_spec,
+        "the session's projectPath",
+    )?;
     state
         .tool_runs
         .check_tool_run(
