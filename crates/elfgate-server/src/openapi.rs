@@ -193,8 +193,8 @@ pub fn routes() -> Router<AppState> {
     tag = "operations",
     responses(
         (status = 200, description = "The OpenAPI 3.1 document", body = Object),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -53,8 +53,8 @@ pub(crate) struct ClusterView {
     tag = "operations",
     responses(
         (status = 200, description = "The fleet's nodes; none for a single node", body = ClusterView),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 503, description = "The database is unavailable", body = ErrorBody),
     ),
     security(("bearer" = []))

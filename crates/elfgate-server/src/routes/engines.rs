@@ -43,8 +43,8 @@ struct SandboxInfo {
     tag = "engines",
     responses(
         (status = 200, description = "Engine infos", body = EngineList),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -82,8 +82,8 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, Api
     tag = "operations",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -46,8 +46,8 @@ pub struct ReloadAnswer {
     tag = "mcp",
     responses(
         (status = 200, description = "The servers", body = ServerList),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -68,8 +68,8 @@ pub(crate) async fn servers(State(state): State<AppState>) -> Json<ServerList> {
     tag = "mcp",
     responses(
         (status = 200, description = "What changed", body = ReloadAnswer),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 422, description = "The configuration no longer loads; nothing changed", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -34,8 +34,8 @@ pub(crate) struct SkillsQuery {
     responses(
         (status = 200, description = "Skills by name, and the folders left out", body = SkillSet),
         (status = 400, description = "Bad query", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 422, description = "projectPath is not a directory", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -65,8 +65,8 @@ pub(crate) struct ToolRunResponse {
     responses(
         (status = 200, description = "The tool ran (or a gate refused it: see status)", body = ToolRunResponse),
         (status = 400, description = "Malformed body", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "Unknown session or tool", body = ErrorBody),
         (status = 409, description = "A run is going on in the session", body = ErrorBody),
         (status = 422, description = "Arguments that do not fit the tool's schema, a tool the session's enabledTools leave out, a field the body does not have, or not a tinyelf session", body = ErrorBody),

@@ -93,8 +93,8 @@ pub(crate) struct DeliveryList {
     responses(
         (status = 200, description = "The deliveries", body = DeliveryList),
         (status = 400, description = "Bad query", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token, or not an admin", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not an admin", body = ErrorBody),
         (status = 422, description = "limit outside 1..=1000", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ),

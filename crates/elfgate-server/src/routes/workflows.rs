@@ -82,8 +82,8 @@ pub(crate) struct VersionQuery {
     responses(
         (status = 201, description = "Stored", body = WorkflowView),
         (status = 400, description = "Malformed body", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 409, description = "A workflow of that name exists (PUT replaces it)", body = ErrorBody),
         (status = 422, description = "A field that is wrong, named with its step (unknown tools, references to later or unknown steps, bad templates or cron expressions)", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
@@ -123,8 +123,8 @@ pub(crate) async fn create(
     responses(
         (status = 200, description = "Stored as a new version", body = WorkflowView),
         (status = 400, description = "Malformed body", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "No such workflow", body = ErrorBody),
         (status = 409, description = "Another node stored a version at the same moment; try again", body = ErrorBody),
         (status = 422, description = "A field that is wrong (the body's name must be the path's)", body = ErrorBody),
@@ -189,8 +189,8 @@ async fn put(
     tag = "workflows",
     responses(
         (status = 200, description = "The workflows, by name", body = WorkflowList),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -226,8 +226,8 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "The workflow", body = WorkflowView),
         (status = 400, description = "Bad query", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "No such workflow or version (a deleted workflow has none)", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ),
@@ -265,8 +265,8 @@ pub(crate) async fn one(
     params(("name" = String, Path, description = "The workflow's name")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "No such workflow", body = ErrorBody),
         (status = 503, description = "The store is unavailable", body = ErrorBody),
     ),
@@ -337,8 +337,8 @@ impl StrictBody for WorkflowRunRequest {}
     responses(
         (status = 201, description = "The run's session started", body = CreateSessionResponse),
         (status = 400, description = "Malformed body", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "No such workflow", body = ErrorBody),
         (status = 422, description = "An input that is unknown, missing or of another type (named), a projectPath that is not a directory here, or a step of a kind that does not run yet", body = ErrorBody),
         (status = 503, description = "Shutting down, or the store is unavailable", body = ErrorBody),
@@ -380,8 +380,8 @@ pub(crate) async fn start_run(
     responses(
         (status = 201, description = "The resumed run started", body = CreateSessionResponse),
         (status = 400, description = "Malformed run id", body = ErrorBody),
-        (status = 401, description = "Missing bearer token", body = ErrorBody),
-        (status = 403, description = "Wrong bearer token", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
         (status = 404, description = "No such run of this workflow", body = ErrorBody),
         (status = 409, description = "The run has not ended, ended well, or every step ended; or a run of the session is going on", body = ErrorBody),
         (status = 503, description = "Shutting down, or the store is unavailable", body = ErrorBody),
