@@ -63,7 +63,7 @@ async fn an_admin_creates_lists_changes_and_revokes_a_key_that_acts_as_its_user(
     let listed = &list["keys"][0];
     assert_eq!(listed["id"], id);
     assert!(listed.get("key").is_none(), "{list}");
-    let secret = key.rsplit_once('_').unwrap().1;
+    let secret = key.splitn(3, '_').nth(2).unwrap(); // base64url: it may hold `_`
     assert!(!list.to_string().contains(secret), "{list}");
     assert!(!list.to_string().contains("Hash"), "{list}");
 

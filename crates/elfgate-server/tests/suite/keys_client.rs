@@ -145,7 +145,9 @@ async fn keys_create_list_revoke_and_a_teammate_chats_with_the_key() {
         table.contains("alice-laptop") && table.contains("research"),
         "{table}"
     );
-    let secret = key.rsplit('_').next().unwrap();
+    // The secret is everything after `egk_<id>_`; it may itself hold `_` (base64url).
+    let secret = key.splitn(3, '_').nth(2).unwrap();
+    assert!(secret.len() >= 43, "{key}");
     assert!(!out(&list).contains(secret), "{table}");
     let json_list = run_with_stdin(elfgate(&d, None, &["keys", "list", "--json"]), "").await;
     let rows: Vec<Value> = String::from_utf8_lossy(&json_list.stdout)
