@@ -16,7 +16,9 @@
 # `callgrind_annotate`. KEEP=1 keeps the directory when done (it is removed otherwise, except the
 # profile, which is copied to ./callgrind.relay.out). GATEWAY=1 sends each session through the
 # gateway's front door instead: `POST /v1/chat/completions` (streamed, model `mock/…`) read to
-# `data: [DONE]`.
+# `data: [DONE]`. EXTRA_CONFIG=FILE appends FILE to the daemon's configuration, right after the mock
+# provider's table: keys before its first table header are the provider's (its prices), its
+# tables the daemon's (`[[budgets]]`, `[telemetry]`, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,14 +77,17 @@ bind = "127.0.0.1:0"
 [storage]
 url = "sqlite://$dir/bench.db"
 
+[defaults]
+provider = "mock"
+
 [providers.mock]
 kind = "openai"
 base_url = "$mock_base/v1"
 default_model = "mock"
-
-[defaults]
-provider = "mock"
 EOF
+if [[ -n ${EXTRA_CONFIG:-} ]]; then
+    cat "$EXTRA_CONFIG" >>"$dir/bench.toml"
+fi
 
 if [[ $mode == callgrind ]]; then
     wrap=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out")
