@@ -7,6 +7,7 @@
 //! `deny_unknown_fields`; serde cannot deny fields beside a `flatten`, so such a type ends with
 //! an [`UnknownFields`] collecting what no field took, which the daemon refuses.
 
+pub mod budgets;
 pub mod keys;
 
 use elfgate_core::{

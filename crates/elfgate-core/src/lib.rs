@@ -2,6 +2,7 @@
 //! the dispatcher and the map of active runs. No HTTP and no SQL live here.
 
 pub mod active;
+pub mod budget;
 pub mod bus;
 pub mod decimal;
 pub mod dispatcher;
@@ -31,6 +32,7 @@ pub mod turn;
 pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
+pub use budget::{BudgetHolder, BudgetNotice, BudgetScope, NanoUsd};
 pub use bus::{
     EventEmitter, EventHub, EventRelay, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus,
     Subscription, Watching,
@@ -65,8 +67,8 @@ pub use model::{
     provider_block_label,
 };
 pub use modes::{
-    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, PrincipalRole, Scope,
-    ThinkingLevel, UnknownName, Visibility, WorkflowScope,
+    BudgetPeriod, BudgetSource, CliBackend, Decision, Gate, Network, PermissionMode,
+    PermissionTier, PrincipalRole, Scope, ThinkingLevel, UnknownName, Visibility, WorkflowScope,
 };
 pub use outcome::RunOutcome;
 pub use principal::{Access, Denied, Ownership, Principal, Scopes};

@@ -108,6 +108,12 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("patch", "/v1/admin/keys/{id}", Admin),
         ("delete", "/v1/admin/keys/{id}", Admin),
         ("get", "/v1/admin/audit", Admin),
+        // Budgets.
+        ("post", "/v1/admin/budgets", Admin),
+        ("get", "/v1/admin/budgets", Admin),
+        ("get", "/v1/admin/budgets/{id}", Admin),
+        ("patch", "/v1/admin/budgets/{id}", Admin),
+        ("delete", "/v1/admin/budgets/{id}", Admin),
     ]
 };
 

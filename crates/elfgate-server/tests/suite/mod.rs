@@ -5,6 +5,7 @@ mod acp_agent;
 mod acp_guardian;
 mod acp_modes;
 mod browser;
+mod budgets;
 mod chat;
 mod child_processes;
 mod cli_engine;
