@@ -727,6 +727,8 @@ mod tests {
             tool_run: None,
             node: None,
             channel: Default::default(),
+            payer: Default::default(),
+            meters: Default::default(),
         }
     }
 

@@ -28,6 +28,8 @@ pub struct AppInner {
     pub providers: ProviderRegistry,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// What every model call of every run goes through (budgets, rate limits, spend).
+    pub meters: elfgate_core::Meters,
     /// Pending permission requests (tinyelf).
     pub permissions: Arc<PermissionBroker>,
     /// MCP servers and their connections (tinyelf's MCP tools).
@@ -119,6 +121,7 @@ impl AppState {
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
         let budgets = Arc::new(crate::budgets::BudgetBook::new(store.clone()));
+        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
         AppState {
             inner: Arc::new(AppInner {
                 budgets,
@@ -129,6 +132,7 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
+                meters,
                 permissions,
                 tool_runs: tinyelf.clone(),
                 tinyelf,
