@@ -85,3 +85,19 @@ pub struct BudgetList {
     /// Every budget, oldest first.
     pub budgets: Vec<BudgetView>,
 }
+
+/// Body of `POST /v1/sessions/{id}/resume` (may be empty).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResumeRequest {
+    /// The prompt the resumed run answers; absent: [`RESUME_PROMPT`].
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Settings of the resumed run over the session's (a raised `maxCostUsd`, say).
+    #[schema(value_type = Option<Object>)]
+    #[serde(default)]
+    pub engine_config: Option<Value>,
+}
+
+/// What a resumed run is prompted with when the request names nothing else.
+pub const RESUME_PROMPT: &str = "Continue from where you stopped.";

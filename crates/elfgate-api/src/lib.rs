@@ -270,6 +270,9 @@ pub enum SessionStatus {
     Idle,
     /// A run is going on.
     Running,
+    /// Its latest run ended at a spent budget (`budget_paused`): `POST …/resume` (or a new
+    /// prompt) goes on once the budget has room.
+    Paused,
 }
 
 impl SessionStatus {
@@ -278,6 +281,7 @@ impl SessionStatus {
         match self {
             SessionStatus::Idle => "idle",
             SessionStatus::Running => "running",
+            SessionStatus::Paused => "paused",
         }
     }
 }

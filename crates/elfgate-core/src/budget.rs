@@ -43,6 +43,10 @@ pub enum BudgetScope {
     User(String),
     /// A team, by name.
     Team(String),
+    /// A session's own account (engineConfig `maxCostUsd`), by the session's id: kept by the
+    /// daemon, never given in the API or the configuration.
+    #[serde(skip)]
+    Session(String),
 }
 
 impl BudgetScope {
@@ -52,13 +56,17 @@ impl BudgetScope {
             BudgetScope::Key(_) => "key",
             BudgetScope::User(_) => "user",
             BudgetScope::Team(_) => "team",
+            BudgetScope::Session(_) => "session",
         }
     }
 
     /// The id or name it names.
     pub fn name(&self) -> &str {
         match self {
-            BudgetScope::Key(n) | BudgetScope::User(n) | BudgetScope::Team(n) => n,
+            BudgetScope::Key(n)
+            | BudgetScope::User(n)
+            | BudgetScope::Team(n)
+            | BudgetScope::Session(n) => n,
         }
     }
 
@@ -69,6 +77,7 @@ impl BudgetScope {
             "key" => Some(BudgetScope::Key(name)),
             "user" => Some(BudgetScope::User(name)),
             "team" => Some(BudgetScope::Team(name)),
+            "session" => Some(BudgetScope::Session(name)),
             _ => None,
         }
     }
@@ -122,6 +131,7 @@ impl From<BudgetScope> for BudgetHolder {
             BudgetScope::Key(n) => BudgetHolder::Key(n),
             BudgetScope::User(n) => BudgetHolder::User(n),
             BudgetScope::Team(n) => BudgetHolder::Team(n),
+            BudgetScope::Session(n) => BudgetHolder::Session(n),
         }
     }
 }

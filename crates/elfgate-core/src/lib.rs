@@ -63,8 +63,8 @@ pub use log_queue::{
 };
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use meter::{
-    BudgetRefusal, BudgetScope, CallGrant, CallPlan, CallRefusal, CallReport, Meters, MetersGrant,
-    ModelMeter, Payer, Prices, RateLimitKind, RateLimitRefusal,
+    BudgetRefusal, CallGrant, CallPlan, CallRefusal, CallReport, Meters, MetersGrant, ModelMeter,
+    Payer, Prices, RateLimitKind, RateLimitRefusal,
 };
 pub use metrics::Metrics;
 pub use model::{

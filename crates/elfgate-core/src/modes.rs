@@ -365,5 +365,7 @@ wire_enum! {
         Api = "api",
         /// `[[budgets]]` in the configuration: read-only through the API.
         Config = "config",
+        /// A session's own account (engineConfig `maxCostUsd`): not listed.
+        Session = "session",
     }
 }

@@ -83,6 +83,7 @@ impl Modify for BearerScheme {
         budgets::show,
         budgets::update,
         budgets::delete,
+        budgets::resume,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -155,6 +156,7 @@ impl Modify for BearerScheme {
         elfgate_api::budgets::UpdateBudgetRequest,
         elfgate_api::budgets::BudgetView,
         elfgate_api::budgets::BudgetList,
+        elfgate_api::budgets::ResumeRequest,
         elfgate_core::BudgetScope,
         elfgate_core::BudgetPeriod,
         elfgate_core::BudgetSource,
@@ -291,9 +293,11 @@ fn request_ids(doc: &mut Value) {
 /// Bodies that may be left out but are not nullable (a `null` body is 400): utoipa only makes a
 /// body optional by making its schema nullable too.
 fn optional_bodies(doc: &mut Value) {
-    let body = &mut doc["paths"]["/v1/sessions/{id}/interrupt"]["post"]["requestBody"];
-    if body.is_object() {
-        body["required"] = Value::Bool(false);
+    for path in ["/v1/sessions/{id}/interrupt", "/v1/sessions/{id}/resume"] {
+        let body = &mut doc["paths"][path]["post"]["requestBody"];
+        if body.is_object() {
+            body["required"] = Value::Bool(false);
+        }
     }
 }
 

@@ -70,6 +70,7 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("get", "/v1/sessions/{id}/audit", SessionRead),
         ("get", "/v1/sessions/{id}/events", SessionRead),
         ("post", "/v1/sessions/{id}/interrupt", SessionSteer),
+        ("post", "/v1/sessions/{id}/resume", SessionSteer),
         ("get", "/v1/sessions/{id}/runs/{runId}", SessionRead),
         (
             "post",

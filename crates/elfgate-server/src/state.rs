@@ -121,7 +121,13 @@ impl AppState {
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
         let budgets = Arc::new(crate::budgets::BudgetBook::new(store.clone()));
-        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
+        let meters = crate::model_meters::model_meters(
+            &config,
+            &store,
+            fleet.as_ref(),
+            &budgets,
+            &dispatcher,
+        );
         AppState {
             inner: Arc::new(AppInner {
                 budgets,

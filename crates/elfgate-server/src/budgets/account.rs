@@ -7,20 +7,9 @@
 use super::BudgetBook;
 use chrono::Utc;
 use elfgate_core::budget::nanos_to_usd;
-use elfgate_core::{BudgetHolder, BudgetNotice, NanoUsd};
+use elfgate_core::{BudgetHolder, BudgetNotice, NanoUsd, Payer};
 use elfgate_store::{Reservation, StoredBudget};
 use std::sync::Arc;
-
-/// Who pays for a call: the key (None: the root token or a workflow's own run), user and team.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payer {
-    /// The key's public id.
-    pub key_id: Option<String>,
-    /// The user.
-    pub user: String,
-    /// The team.
-    pub team: String,
-}
 
 /// What a call reserved: each budget and the amount, released by [`BudgetBook::settle`].
 #[derive(Debug, Default)]
@@ -59,14 +48,18 @@ pub fn notice_of(b: &StoredBudget, now: chrono::DateTime<Utc>) -> BudgetNotice {
 }
 
 impl BudgetBook {
-    /// Reserves `estimate` on every budget of `payer`; the hold to settle, or why not.
-    pub async fn reserve(&self, payer: &Payer, estimate: NanoUsd) -> Result<Hold, Refusal> {
+    /// Reserves `estimate` on every budget of `payer`, and on `session`'s own account when the
+    /// run has one; the hold to settle, or why not.
+    pub async fn reserve(
+        &self,
+        payer: &Payer,
+        session: Option<Arc<StoredBudget>>,
+        estimate: NanoUsd,
+    ) -> Result<Hold, Refusal> {
         let mut hold = Hold::default();
-        if !self.any() {
-            return Ok(hold);
-        }
         let now = Utc::now();
-        for budget in self.applicable(payer.key_id.as_deref(), &payer.user, &payer.team) {
+        let budgets = self.applicable(payer).into_iter().chain(session);
+        for budget in budgets {
             let refused = match self.store.reserve_budget(&budget.id, estimate, now).await {
                 Ok(Reservation::Granted(_)) => {
                     hold.held.push((budget, estimate));

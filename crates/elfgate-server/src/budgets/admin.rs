@@ -82,7 +82,12 @@ pub async fn list(state: &AppState) -> Result<Vec<BudgetView>, ApiError> {
 
 /// Budget `id` with its spend.
 pub async fn get(state: &AppState, id: &str) -> Result<BudgetView, ApiError> {
-    let found = state.store.get_budget(id).await?;
+    // A session's own account is the session's, not a budget of the API.
+    let found = state
+        .store
+        .get_budget(id)
+        .await?
+        .filter(|b| b.source != BudgetSource::Session);
     Ok(view(found.ok_or_else(|| no_such_budget(id))?, Utc::now()))
 }
 
@@ -138,6 +143,7 @@ async fn changeable(state: &AppState, id: &str) -> Result<StoredBudget, ApiError
         .store
         .get_budget(id)
         .await?
+        .filter(|b| b.source != BudgetSource::Session)
         .ok_or_else(|| no_such_budget(id))?;
     if current.source == BudgetSource::Config {
         return Err(ApiError::Conflict(format!(

@@ -6,8 +6,11 @@
 
 pub mod account;
 pub mod admin;
+pub mod meter;
+pub mod resume;
+pub mod warnings;
 
-use elfgate_core::BudgetScope;
+use elfgate_core::{BudgetScope, Payer};
 use elfgate_store::{Store, StoreResult, StoredBudget};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,7 @@ type Index = HashMap<BudgetScope, Vec<Arc<StoredBudget>>>;
 
 /// The node's index of the stored budgets.
 pub struct BudgetBook {
-    store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// Whether any budget is stored: the one check a model call makes when none is.
     any: AtomicBool,
     index: RwLock<Arc<Index>>,
@@ -59,8 +62,8 @@ impl BudgetBook {
         self.any.load(Ordering::Acquire)
     }
 
-    /// The budgets of a call made with key `key` (None: the root token) by `user` of `team`.
-    pub fn applicable(&self, key: Option<&str>, user: &str, team: &str) -> Vec<Arc<StoredBudget>> {
+    /// The budgets of a call `payer` pays for.
+    pub fn applicable(&self, payer: &Payer) -> Vec<Arc<StoredBudget>> {
         if !self.any() {
             return Vec::new();
         }
@@ -69,9 +72,9 @@ impl BudgetBook {
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         };
         let scopes = [
-            key.map(|k| BudgetScope::Key(k.to_string())),
-            Some(BudgetScope::User(user.to_string())),
-            Some(BudgetScope::Team(team.to_string())),
+            payer.key_id.clone().map(BudgetScope::Key),
+            Some(BudgetScope::User(payer.user.clone())),
+            Some(BudgetScope::Team(payer.team.clone())),
         ];
         scopes
             .iter()

@@ -5,12 +5,17 @@ use crate::budgets::admin;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, StrictBody};
 use crate::routes::sessions::detached;
+use crate::service::{Actor, parse_session_id};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use elfgate_api::budgets::{BudgetList, BudgetView, CreateBudgetRequest, UpdateBudgetRequest};
+use elfgate_api::SendMessageResponse;
+use elfgate_api::budgets::{
+    BudgetList, BudgetView, CreateBudgetRequest, ResumeRequest, UpdateBudgetRequest,
+};
+use elfgate_core::SessionId;
 
 /// The budget routes.
 pub fn routes() -> Router<AppState> {
@@ -20,10 +25,12 @@ pub fn routes() -> Router<AppState> {
             "/v1/admin/budgets/{id}",
             get(show).patch(update).delete(delete),
         )
+        .route("/v1/sessions/{id}/resume", post(resume))
 }
 
 impl StrictBody for CreateBudgetRequest {}
 impl StrictBody for UpdateBudgetRequest {}
+impl StrictBody for ResumeRequest {}
 
 /// Creates a budget.
 #[utoipa::path(
@@ -146,4 +153,38 @@ pub(crate) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     detached(async move { admin::delete(&state, &id).await }).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Resumes a session paused at a spent budget (`budget_paused`), once the budget has room
+/// again: a new run of the session, prompted with `prompt` or a fixed one.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/resume",
+    operation_id = "resumeSession",
+    tag = "sessions",
+    params(("id" = SessionId, Path, description = "Session id")),
+    request_body(content = ResumeRequest, description = "Optional (an empty body resumes with the fixed prompt)"),
+    responses(
+        (status = 202, description = "The resumed run started", body = SendMessageResponse),
+        (status = 400, description = "Malformed body", body = ErrorBody),
+        (status = 401, description = "Missing or invalid credentials (no token, a wrong one, a bad, expired or revoked key)", body = ErrorBody),
+        (status = 403, description = "Not allowed to the key (a viewer's change, a key's scope, an admin-only route)", body = ErrorBody),
+        (status = 404, description = "Unknown session", body = ErrorBody),
+        (status = 409, description = "Not paused at a budget, or a budget that paused it still has no room (named)", body = ErrorBody),
+        (status = 422, description = "A field the body does not have, or engineConfig outside its bounds", body = ErrorBody),
+        (status = 503, description = "Shutting down", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    actor: Actor,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<ResumeRequest>,
+) -> Result<(StatusCode, Json<SendMessageResponse>), ApiError> {
+    let id = parse_session_id(&id)?;
+    let sent =
+        detached(async move { crate::budgets::resume::resume(&state, &actor, id, req).await })
+            .await?;
+    Ok((StatusCode::ACCEPTED, Json(sent)))
 }

@@ -154,6 +154,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/sessions/{id}/audit"),
         ("get", "/v1/sessions/{id}/events"),
         ("post", "/v1/sessions/{id}/interrupt"),
+        ("post", "/v1/sessions/{id}/resume"),
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("post", "/v1/sessions/{id}/tools/{name}"),

@@ -81,8 +81,11 @@ pub trait BudgetStore: Send + Sync {
     async fn create_budget(&self, budget: &StoredBudget) -> StoreResult<()>;
     /// The budget `id`.
     async fn get_budget(&self, id: &str) -> StoreResult<Option<StoredBudget>>;
-    /// Every budget, oldest first.
+    /// Every budget but the sessions' own accounts, oldest first.
     async fn list_budgets(&self) -> StoreResult<Vec<StoredBudget>>;
+    /// Creates `budget` or, when its id is stored, replaces its limit and keeps its account (a
+    /// session's own account, whose limit is its run's `maxCostUsd`).
+    async fn set_budget_limit(&self, budget: &StoredBudget) -> StoreResult<()>;
     /// Applies `change` to budget `id` (of source `api`) and returns it; None when there is no
     /// such budget of that source.
     async fn update_budget(
@@ -114,6 +117,9 @@ pub trait BudgetStore: Send + Sync {
         spent: NanoUsd,
         now: DateTime<Utc>,
     ) -> StoreResult<Option<StoredBudget>>;
+    /// Why the session's latest run ended (None: it has none, or it has not ended): a session
+    /// whose latest run ended with `budget_paused` is paused.
+    async fn last_run_finish(&self, session_id: &str) -> StoreResult<Option<String>>;
     /// Claims the soft limit's announcement for the period starting `period_start`: true for the
     /// first caller of the period, false for every other (on every node).
     async fn claim_budget_warning(

@@ -115,10 +115,32 @@ where
     }
 
     async fn list_budgets(&self) -> StoreResult<Vec<StoredBudget>> {
-        let rows = sqlx::query("SELECT * FROM budgets ORDER BY created_at, id")
-            .fetch_all(self.shared().read)
-            .await?;
+        let rows =
+            sqlx::query("SELECT * FROM budgets WHERE source <> 'session' ORDER BY created_at, id")
+                .fetch_all(self.shared().read)
+                .await?;
         rows.iter().map(budget_from_row).collect()
+    }
+
+    async fn set_budget_limit(&self, b: &StoredBudget) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO budgets (id, scope_kind, scope_name, period, max_nusd, soft_nusd, \
+             source, period_start, spent_nusd, reserved_nusd, warned_period, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, 0, 0, NULL, $8, $8) \
+             ON CONFLICT (id) DO UPDATE SET max_nusd = excluded.max_nusd \
+             WHERE budgets.max_nusd <> excluded.max_nusd",
+        )
+        .bind(b.id.clone())
+        .bind(b.scope.kind().to_string())
+        .bind(b.scope.name().to_string())
+        .bind(b.period.to_string())
+        .bind(b.max_nusd)
+        .bind(b.source.to_string())
+        .bind(ts(&b.period_start))
+        .bind(ts(&b.updated_at))
+        .execute(self.shared().write)
+        .await?;
+        Ok(())
     }
 
     async fn update_budget(
@@ -254,6 +276,20 @@ where
             .fetch_optional(self.shared().write)
             .await?;
         row.as_ref().map(budget_from_row).transpose()
+    }
+
+    async fn last_run_finish(&self, session_id: &str) -> StoreResult<Option<String>> {
+        let row = sqlx::query(
+            "SELECT finish_reason FROM runs WHERE session_id = $1 ORDER BY started_at DESC, id \
+             DESC LIMIT 1",
+        )
+        .bind(session_id.to_owned())
+        .fetch_optional(self.shared().read)
+        .await?;
+        Ok(row
+            .map(|r| r.opt_text("finish_reason"))
+            .transpose()?
+            .flatten())
     }
 
     async fn claim_budget_warning(
