@@ -204,7 +204,7 @@ async fn a_refused_call_does_not_go_upstream_and_says_why() {
     assert!(matches!(out.refused, Some(CallRefusal::Budget(_))));
     let error = out.error.expect("a refused call reports an error");
     assert_eq!(error.code, ErrorCode::BudgetExceeded);
-    assert!(error.message.contains("team capped"), "{}", error.message);
+    assert!(error.message.contains("team 'capped'"), "{}", error.message);
     assert!(out.no_retry);
     assert!(meter.told.lock().unwrap().is_empty());
 }
