@@ -184,17 +184,51 @@ fn next_paused(evs: &[Ev]) -> Value {
         .unwrap_or(Value::Null)
 }
 
+const CONCURRENT_MODEL: &str = "mock:tokens=10,delay_ms=5";
+
 #[tokio::test]
 async fn twenty_concurrent_runs_of_one_key_stay_within_its_budget() {
     let mock = MockServer::start().await.unwrap();
-    let model = "mock:tokens=10,delay_ms=5";
     let d = Daemon::start(
         &mock,
         Opts {
-            extra_toml: priced(model),
+            extra_toml: priced(CONCURRENT_MODEL),
             ..Opts::default()
         },
     );
+    twenty_concurrent_runs(&d).await;
+}
+
+/// The same on PostgreSQL, where the budget's row is what a fleet's nodes share.
+#[tokio::test]
+async fn twenty_concurrent_runs_of_one_key_stay_within_its_budget_on_postgresql() {
+    let Some(database) = elfgate_test_support::services::postgres_database().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap().keep();
+    let d = Daemon::start_in(
+        dir.clone(),
+        &mock,
+        Opts {
+            extra_toml: priced(CONCURRENT_MODEL),
+            env: vec![
+                ("ELFGATE_DATABASE_URL".into(), database),
+                (
+                    "ELFGATE_STORAGE__DATA_DIR".into(),
+                    dir.display().to_string(),
+                ),
+            ],
+            ..Opts::default()
+        },
+    );
+    twenty_concurrent_runs(&d).await;
+}
+
+/// Twenty runs of one key at once against its $0.50 budget, each call estimated at (and
+/// costing) $0.10: those refused are told why, and the spend stays within the budget.
+async fn twenty_concurrent_runs(d: &Daemon) {
+    let model = CONCURRENT_MODEL;
     let made = d
         .create_key_answer(key_body("runner", "load", "member"))
         .await;
@@ -211,7 +245,6 @@ async fn twenty_concurrent_runs_of_one_key_stay_within_its_budget() {
     // Each call's estimate: 10 output tokens at a cent ($0.10); each costs as much.
     let estimate = 0.10;
     let starts = (0..20).map(|i| {
-        let d = &d;
         let key = key.clone();
         async move {
             let mut body = common::chat(&format!("run {i}"), model);
