@@ -7,6 +7,7 @@ mod acp_modes;
 mod browser;
 mod budgets;
 mod budgets_doors;
+mod budgets_fleet;
 mod budgets_pause;
 mod chat;
 mod child_processes;
