@@ -50,7 +50,7 @@ pub struct UpdateKeyRequest {
 
 /// A field that is present (null included): `Some`, so that `"expiresAt": null` is told from an
 /// absent field (which serde's `default` leaves `None`).
-fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,

@@ -7,6 +7,7 @@
 //! `deny_unknown_fields`; serde cannot deny fields beside a `flatten`, so such a type ends with
 //! an [`UnknownFields`] collecting what no field took, which the daemon refuses.
 
+pub mod budgets;
 pub mod keys;
 
 use elfgate_core::{
@@ -269,6 +270,9 @@ pub enum SessionStatus {
     Idle,
     /// A run is going on.
     Running,
+    /// Its latest run ended at a spent budget (`budget_paused`): `POST …/resume` (or a new
+    /// prompt) goes on once the budget has room.
+    Paused,
 }
 
 impl SessionStatus {
@@ -277,6 +281,7 @@ impl SessionStatus {
         match self {
             SessionStatus::Idle => "idle",
             SessionStatus::Running => "running",
+            SessionStatus::Paused => "paused",
         }
     }
 }

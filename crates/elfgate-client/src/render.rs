@@ -211,6 +211,15 @@ impl Renderer {
                 ));
             }
             EventPayload::Processing { message } => self.note(message),
+            EventPayload::BudgetPaused { budget } => {
+                self.error(&format!("paused: {budget}"));
+            }
+            EventPayload::BudgetWarning { budget } => {
+                self.note(&format!(
+                    "budget warning: {} spent ${:.6} of its soft limit ${:.6}",
+                    budget.scope, budget.spent_usd, budget.limit_usd
+                ));
+            }
             EventPayload::StepStart { step_id, kind, .. } => {
                 self.note(&format!("[step {step_id}: {}]", kind.as_str()));
             }

@@ -558,7 +558,10 @@ impl EngineDispatcher {
             .await;
         if matches!(
             outcome.finish_reason,
-            FinishReason::Stop | FinishReason::MaxIterations | FinishReason::BudgetExhausted
+            FinishReason::Stop
+                | FinishReason::MaxIterations
+                | FinishReason::BudgetExhausted
+                | FinishReason::BudgetPaused
         ) {
             outcome.finish_reason = FinishReason::Error;
         }

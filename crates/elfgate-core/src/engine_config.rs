@@ -85,6 +85,11 @@ pub struct EngineConfig {
     /// Tokens the session may spend over all its runs, this one included (tinyelf).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_session_tokens: Option<u64>,
+    /// Dollars the session may spend over all its runs, this one included (every engine that
+    /// calls models, and the cli engine by its reported usage): checked before each model call
+    /// with the call's estimate reserved; at the limit the session pauses (`budget_paused`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
     /// The skills offered, by name (tinyelf): only these of the skills found; all when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skills: Option<Vec<String>>,
@@ -272,6 +277,11 @@ impl EngineConfig {
         )?;
         within("maxTotalTokens", self.max_total_tokens, TOKEN_BUDGET)?;
         within("maxSessionTokens", self.max_session_tokens, TOKEN_BUDGET)?;
+        within(
+            "maxCostUsd",
+            self.max_cost_usd,
+            (0.0, crate::budget::MAX_BUDGET_USD),
+        )?;
         Ok(())
     }
 
@@ -308,6 +318,7 @@ impl EngineConfig {
             channel_permissions,
             max_total_tokens,
             max_session_tokens,
+            max_cost_usd,
             skills,
             provider_env,
             use_extended_context,
@@ -340,6 +351,7 @@ impl EngineConfig {
             channel_permissions: channel_permissions.or(base.channel_permissions),
             max_total_tokens: max_total_tokens.or(base.max_total_tokens),
             max_session_tokens: max_session_tokens.or(base.max_session_tokens),
+            max_cost_usd: max_cost_usd.or(base.max_cost_usd),
             skills: skills.or_else(|| base.skills.clone()),
             provider_env: provider_env.or_else(|| base.provider_env.clone()),
             use_extended_context: use_extended_context.or(base.use_extended_context),

@@ -329,6 +329,19 @@ pub enum EventPayload {
         /// When and why.
         retry: RetryInfo,
     },
+    /// A spending budget had no room for the next model call: the run ends with
+    /// `budget_paused` and the session is paused until the budget has room again.
+    #[schema(rename_all = "camelCase")]
+    BudgetPaused {
+        /// The budget.
+        budget: crate::budget::BudgetNotice,
+    },
+    /// A budget's soft limit (`softUsd`) was passed: once per period.
+    #[schema(rename_all = "camelCase")]
+    BudgetWarning {
+        /// The budget (`limitUsd` is its soft limit).
+        budget: crate::budget::BudgetNotice,
+    },
     /// A workflow's step starts.
     #[schema(rename_all = "camelCase")]
     StepStart {
@@ -387,6 +400,8 @@ impl EventPayload {
             EventPayload::Complete { .. } => EventType::Complete,
             EventPayload::Error { .. } => EventType::Error,
             EventPayload::Retry { .. } => EventType::Retry,
+            EventPayload::BudgetPaused { .. } => EventType::BudgetPaused,
+            EventPayload::BudgetWarning { .. } => EventType::BudgetWarning,
             EventPayload::StepStart { .. } => EventType::StepStart,
             EventPayload::StepEnd { .. } => EventType::StepEnd,
             EventPayload::Processing { .. } => EventType::Processing,

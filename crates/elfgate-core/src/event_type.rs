@@ -34,6 +34,10 @@ pub enum EventType {
     Error,
     /// `retry`.
     Retry,
+    /// `budgetPaused`.
+    BudgetPaused,
+    /// `budgetWarning`.
+    BudgetWarning,
     /// `stepStart`.
     StepStart,
     /// `stepEnd`.
@@ -62,6 +66,8 @@ impl EventType {
             EventType::Complete => "complete",
             EventType::Error => "error",
             EventType::Retry => "retry",
+            EventType::BudgetPaused => "budgetPaused",
+            EventType::BudgetWarning => "budgetWarning",
             EventType::StepStart => "stepStart",
             EventType::StepEnd => "stepEnd",
             EventType::Processing => "processing",
@@ -86,6 +92,8 @@ impl EventType {
             "complete" => EventType::Complete,
             "error" => EventType::Error,
             "retry" => EventType::Retry,
+            "budgetPaused" => EventType::BudgetPaused,
+            "budgetWarning" => EventType::BudgetWarning,
             "stepStart" => EventType::StepStart,
             "stepEnd" => EventType::StepEnd,
             "processing" => EventType::Processing,

@@ -2,6 +2,7 @@
 //! the dispatcher and the map of active runs. No HTTP and no SQL live here.
 
 pub mod active;
+pub mod budget;
 pub mod bus;
 pub mod decimal;
 pub mod dispatcher;
@@ -32,6 +33,7 @@ pub mod turn;
 pub mod usage;
 
 pub use active::{ActiveSessions, OnBusy};
+pub use budget::{BudgetHolder, BudgetNotice, BudgetScope, NanoUsd};
 pub use bus::{
     EventEmitter, EventHub, EventRelay, SEQ_RESERVE_BLOCK, SUBSCRIBER_BUFFER, SessionBus,
     Subscription, Watching,
@@ -61,8 +63,8 @@ pub use log_queue::{
 };
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
 pub use meter::{
-    BudgetRefusal, BudgetScope, CallGrant, CallPlan, CallRefusal, CallReport, Meters, MetersGrant,
-    ModelMeter, Payer, Prices, RateLimitKind, RateLimitRefusal,
+    BudgetRefusal, CallGrant, CallPlan, CallRefusal, CallReport, Meters, MetersGrant, ModelMeter,
+    Payer, Prices, RateLimitKind, RateLimitRefusal,
 };
 pub use metrics::Metrics;
 pub use model::{
@@ -70,8 +72,8 @@ pub use model::{
     provider_block_label,
 };
 pub use modes::{
-    CliBackend, Decision, Gate, Network, PermissionMode, PermissionTier, PrincipalRole, Scope,
-    ThinkingLevel, UnknownName, Visibility, WorkflowScope,
+    BudgetPeriod, BudgetSource, CliBackend, Decision, Gate, Network, PermissionMode,
+    PermissionTier, PrincipalRole, Scope, ThinkingLevel, UnknownName, Visibility, WorkflowScope,
 };
 pub use outcome::RunOutcome;
 pub use principal::{Access, Denied, Ownership, Principal, Scopes};

@@ -113,6 +113,9 @@ pub struct CallPlan {
     pub model: String,
     /// The model's prices, when configured.
     pub prices: Option<Prices>,
+    /// The run's own budget in dollars (engineConfig `maxCostUsd`, the session's or its
+    /// prompt's, or a workflow's): what the session's runs may spend together.
+    pub max_cost_usd: Option<f64>,
     /// What the call is expected to use at most, made up front: the input from the request's
     /// size, the output from its output limit (`max_tokens`, else a default). What a budget
     /// reserves and a tokens-per-minute rule takes before the call.
@@ -142,45 +145,9 @@ pub struct CallReport {
     pub made: bool,
 }
 
-/// Whose budget refused a call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum BudgetScope {
-    /// A key's, by its public id.
-    Key(String),
-    /// A user's.
-    User(String),
-    /// A team's.
-    Team(String),
-    /// The session's own (`engineConfig.maxCostUsd`).
-    Session(SessionId),
-}
-
-impl std::fmt::Display for BudgetScope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BudgetScope::Key(id) => write!(f, "key {id}"),
-            BudgetScope::User(name) => write!(f, "user {name}"),
-            BudgetScope::Team(name) => write!(f, "team {name}"),
-            BudgetScope::Session(id) => write!(f, "session {id}"),
-        }
-    }
-}
-
-/// A budget that refused a call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BudgetRefusal {
-    /// The budget's id (None: the session's own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_id: Option<String>,
-    /// Whose budget it is.
-    pub scope: BudgetScope,
-    /// Its limit.
-    pub limit_usd: f64,
-    /// What was spent (and reserved) of it when the call was refused.
-    pub spent_usd: f64,
-}
+/// A budget that refused a call: the budget's id (absent for a session's or workflow's own
+/// `maxCostUsd`), whose it is, its limit and what was spent of it (see `crate::budget`).
+pub type BudgetRefusal = crate::budget::BudgetNotice;
 
 /// What a rate-limit rule counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -370,9 +337,10 @@ mod tests {
         async fn before_call(&self, plan: &CallPlan) -> Result<CallGrant, CallRefusal> {
             Err(CallRefusal::Budget(BudgetRefusal {
                 budget_id: None,
-                scope: BudgetScope::Team(plan.payer.team.clone()),
+                scope: crate::BudgetHolder::Team(plan.payer.team.clone()),
                 limit_usd: 1.0,
                 spent_usd: 1.0,
+                period: None,
             }))
         }
         async fn after_call(&self, _: &CallPlan, _: CallGrant, _: &CallReport) {}
@@ -404,6 +372,7 @@ mod tests {
             provider: "p".into(),
             model: "m".into(),
             prices: None,
+            max_cost_usd: None,
             estimate: TokenUsage::default(),
         }
     }

@@ -10,7 +10,7 @@ pub const TTFT_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-const REASONS: [FinishReason; 8] = [
+const REASONS: [FinishReason; 9] = [
     FinishReason::Stop,
     FinishReason::MaxIterations,
     FinishReason::Interrupted,
@@ -19,6 +19,7 @@ const REASONS: [FinishReason; 8] = [
     FinishReason::NodeLost,
     FinishReason::NodeShutdown,
     FinishReason::BudgetExhausted,
+    FinishReason::BudgetPaused,
 ];
 
 /// Counters and histograms of the daemon.
@@ -26,7 +27,7 @@ const REASONS: [FinishReason; 8] = [
 pub struct Metrics {
     events_published: AtomicU64,
     runs_started: AtomicU64,
-    runs_finished: [AtomicU64; 8],
+    runs_finished: [AtomicU64; 9],
     ttft_buckets: [AtomicU64; 12],
     ttft_count: AtomicU64,
     ttft_sum_micros: AtomicU64,

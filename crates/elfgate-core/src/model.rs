@@ -304,6 +304,10 @@ pub enum FinishReason {
     /// The next model call would have passed the run's or the session's token budget
     /// (engineConfig `maxTotalTokens`, `maxSessionTokens`).
     BudgetExhausted,
+    /// A spending budget (a key's, user's or team's, or the session's or workflow's
+    /// `maxCostUsd`) had no room for the next model call: the session is paused, its state kept,
+    /// until the budget is raised or reset or its period rolls over.
+    BudgetPaused,
 }
 
 impl FinishReason {
@@ -318,15 +322,17 @@ impl FinishReason {
             FinishReason::NodeLost => "node_lost",
             FinishReason::NodeShutdown => "node_shutdown",
             FinishReason::BudgetExhausted => "budget_exhausted",
+            FinishReason::BudgetPaused => "budget_paused",
         }
     }
 
     /// The run status this reason leaves behind.
     pub fn run_status(self) -> RunStatus {
         match self {
-            FinishReason::Stop | FinishReason::MaxIterations | FinishReason::BudgetExhausted => {
-                RunStatus::Completed
-            }
+            FinishReason::Stop
+            | FinishReason::MaxIterations
+            | FinishReason::BudgetExhausted
+            | FinishReason::BudgetPaused => RunStatus::Completed,
             FinishReason::Interrupted
             | FinishReason::DaemonRestart
             | FinishReason::NodeLost
@@ -354,6 +360,7 @@ impl FromStr for FinishReason {
             "node_lost" => Ok(FinishReason::NodeLost),
             "node_shutdown" => Ok(FinishReason::NodeShutdown),
             "budget_exhausted" => Ok(FinishReason::BudgetExhausted),
+            "budget_paused" => Ok(FinishReason::BudgetPaused),
             other => Err(format!("unknown finish reason '{other}'")),
         }
     }

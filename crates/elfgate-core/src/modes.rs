@@ -342,3 +342,30 @@ wire_enum! {
         Manage = "manage",
     }
 }
+
+wire_enum! {
+    /// How long a budget's spending adds up before it starts again from zero (UTC calendar
+    /// periods; `total` never starts again).
+    pub enum BudgetPeriod as "period" {
+        /// A UTC calendar day.
+        Day = "day",
+        /// A week from Monday, UTC.
+        Week = "week",
+        /// A UTC calendar month.
+        Month = "month",
+        /// Never starts again.
+        Total = "total",
+    }
+}
+
+wire_enum! {
+    /// Where a budget was set.
+    pub enum BudgetSource as "source" {
+        /// `POST /v1/admin/budgets`: changed and deleted through the API.
+        Api = "api",
+        /// `[[budgets]]` in the configuration: read-only through the API.
+        Config = "config",
+        /// A session's own account (engineConfig `maxCostUsd`): not listed.
+        Session = "session",
+    }
+}

@@ -293,6 +293,8 @@ impl ChatEngine {
 
         let finish_reason = if turn.interrupted {
             FinishReason::Interrupted
+        } else if turn.budget_paused() {
+            FinishReason::BudgetPaused
         } else if turn.error.is_some() {
             FinishReason::Error
         } else {
@@ -356,7 +358,10 @@ impl ChatEngine {
             model_finish,
             stop_sequence,
             iterations: 1,
-            error: turn.error,
+            // A budget's pause is no failure: the budgetPaused event says why.
+            error: turn
+                .error
+                .filter(|_| finish_reason != FinishReason::BudgetPaused),
             answer,
             turn: None,
             steps: Vec::new(),
@@ -454,7 +459,9 @@ impl ChatEngine {
                     Err(e) => tracing::warn!(error = %e, "fallback route skipped"),
                 }
             }
-            if let Some(error) = &turn.error {
+            if let Some(refusal) = &turn.refused {
+                crate::metering::announce(ctx, refusal).await;
+            } else if let Some(error) = &turn.error {
                 ctx.events
                     .emit(EventPayload::Error {
                         error: error.clone(),

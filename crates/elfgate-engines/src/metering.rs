@@ -2,7 +2,8 @@
 //! goes upstream (with its up-front estimate), a refusal as the call's output, and the call's end.
 
 use elfgate_core::{
-    CallPlan, CallRefusal, EngineSessionContext, ErrorInfo, EventPayload, Prices, TokenUsage,
+    CallPlan, CallRefusal, CallReport, EngineSessionContext, ErrorInfo, EventPayload, FinishReason,
+    MetersGrant, Prices, RunOutcome, TokenUsage,
 };
 use elfgate_llm::LlmRequest;
 
@@ -45,6 +46,7 @@ pub(crate) fn call_plan(
         provider: provider.to_string(),
         model: req.model.clone(),
         prices,
+        max_cost_usd: ctx.engine_config.max_cost_usd,
         estimate: estimate(req),
     }
 }
@@ -58,13 +60,72 @@ pub(crate) async fn refusal_error(
 ) -> ErrorInfo {
     let error = ErrorInfo::new(refusal.code(), refusal.to_string());
     if report_errors {
-        ctx.events
-            .emit(EventPayload::Error {
-                error: error.clone(),
-            })
-            .await;
+        announce(ctx, refusal).await;
     }
     error
+}
+
+/// Tells the run's client why a call was refused: a spent budget pauses the session
+/// (`budgetPaused`, naming the budget), anything else is an `error`.
+pub(crate) async fn announce(ctx: &EngineSessionContext, refusal: &CallRefusal) {
+    let payload = match refusal {
+        CallRefusal::Budget(budget) => EventPayload::BudgetPaused {
+            budget: budget.clone(),
+        },
+        other => EventPayload::Error {
+            error: ErrorInfo::new(other.code(), other.to_string()),
+        },
+    };
+    ctx.events.emit(payload).await;
+}
+
+/// A run whose model calls the daemon does not make (the cli engine: its CLI calls its provider
+/// itself) asks the budgets once, before it starts, with nothing estimated: a spent budget pauses
+/// it there (`budget_paused`, the CLI not started). Ok: what to tell the meters when it ended.
+pub(crate) async fn open_run(
+    ctx: &EngineSessionContext,
+) -> Result<Option<(CallPlan, MetersGrant)>, RunOutcome> {
+    if ctx.meters.is_empty() {
+        return Ok(None);
+    }
+    let plan = CallPlan {
+        session_id: ctx.session_id(),
+        run_id: ctx.run_id,
+        payer: ctx.payer.clone(),
+        provider: ctx.provider_id.clone().unwrap_or_default(),
+        model: ctx.model.clone().unwrap_or_default(),
+        prices: None,
+        max_cost_usd: ctx.engine_config.max_cost_usd,
+        estimate: TokenUsage::default(),
+    };
+    match ctx.meters.before_call(&plan).await {
+        Ok(grant) => Ok(Some((plan, grant))),
+        Err(refusal @ CallRefusal::Budget(_)) => {
+            announce(ctx, &refusal).await;
+            Err(RunOutcome::new(FinishReason::BudgetPaused))
+        }
+        // A per-call limit does not apply to a run the daemon makes no call of.
+        Err(_) => Ok(None),
+    }
+}
+
+/// Tells the meters that a run opened by [`open_run`] ended, with what it cost where known.
+pub(crate) async fn close_run(
+    meters: &elfgate_core::Meters,
+    opened: Option<(CallPlan, MetersGrant)>,
+    outcome: &RunOutcome,
+) {
+    let Some((plan, grant)) = opened else {
+        return;
+    };
+    let report = CallReport {
+        usage: outcome.usage,
+        input_tokens_estimated: outcome.input_tokens_estimated,
+        output_tokens_estimated: outcome.output_tokens_estimated,
+        cost_usd: outcome.turn.as_ref().and_then(|t| t.cost_usd),
+        made: true,
+    };
+    meters.after_call(&plan, grant, &report).await;
 }
 
 #[cfg(test)]

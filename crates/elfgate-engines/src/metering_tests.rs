@@ -4,10 +4,10 @@
 use crate::streaming::{CallTarget, TurnOptions, relay_turn};
 use async_trait::async_trait;
 use elfgate_core::{
-    BudgetRefusal, BudgetScope, CallGrant, CallPlan, CallRefusal, CallReport, EngineSessionContext,
-    ErrorCode, EventEmitter, EventHub, LedgerError, Message, MessageId, Meters, Metrics,
-    ModelMeter, Payer, Prices, RunId, RunLedger, RunOutcome, RunRecorder, Session, SessionId,
-    TokenUsage,
+    BudgetHolder, BudgetRefusal, CallGrant, CallPlan, CallRefusal, CallReport,
+    EngineSessionContext, ErrorCode, EventEmitter, EventHub, LedgerError, Message, MessageId,
+    Meters, Metrics, ModelMeter, Payer, Prices, RunId, RunLedger, RunOutcome, RunRecorder, Session,
+    SessionId, TokenUsage,
 };
 use elfgate_llm::{LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, LlmStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,9 +86,10 @@ impl ModelMeter for TeamBudget {
         if plan.payer.team == "capped" {
             return Err(CallRefusal::Budget(BudgetRefusal {
                 budget_id: Some("b1".into()),
-                scope: BudgetScope::Team("capped".into()),
+                scope: BudgetHolder::Team("capped".into()),
                 limit_usd: 1.0,
                 spent_usd: 1.0,
+                period: None,
             }));
         }
         Ok(CallGrant::new(plan.estimate))
@@ -203,7 +204,7 @@ async fn a_refused_call_does_not_go_upstream_and_says_why() {
     assert!(matches!(out.refused, Some(CallRefusal::Budget(_))));
     let error = out.error.expect("a refused call reports an error");
     assert_eq!(error.code, ErrorCode::BudgetExceeded);
-    assert!(error.message.contains("team capped"), "{}", error.message);
+    assert!(error.message.contains("team 'capped'"), "{}", error.message);
     assert!(out.no_retry);
     assert!(meter.told.lock().unwrap().is_empty());
 }

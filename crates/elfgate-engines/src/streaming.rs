@@ -75,6 +75,11 @@ pub struct TurnOutput {
 }
 
 impl TurnOutput {
+    /// Whether a budget refused the call: the run pauses (`budget_paused`) rather than fails.
+    pub fn budget_paused(&self) -> bool {
+        matches!(self.refused, Some(CallRefusal::Budget(_)))
+    }
+
     /// The reasoning as a block of the stored answer: its text, and its signature, which is kept
     /// even without text (the provider needs it back to continue the turn).
     pub fn thinking_block(&self) -> Option<ContentBlock> {

@@ -381,6 +381,14 @@ impl Run<'_> {
         if out.interrupted {
             return Err(Failure::Interrupted);
         }
+        if let Some(refusal) = out.refused.as_ref().filter(|_| out.budget_paused()) {
+            // A spent budget pauses the run (no retry can change it): resumed from this step
+            // once the budget has room.
+            crate::metering::announce(self.ctx, refusal).await;
+            return Err(Failure::Fatal(Box::new(RunOutcome::new(
+                FinishReason::BudgetPaused,
+            ))));
+        }
         if let Some(e) = out.error {
             return Err(Failure::Failed(format!("{provider_name}: {}", e.message)));
         }

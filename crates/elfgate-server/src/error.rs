@@ -264,7 +264,9 @@ pub(crate) fn upstream_status(e: &ErrorInfo) -> StatusCode {
         (ErrorCode::MissingApiKey, _) => StatusCode::SERVICE_UNAVAILABLE,
         (ErrorCode::FirstTokenTimeout | ErrorCode::IdleTimeout, _) => StatusCode::GATEWAY_TIMEOUT,
         (ErrorCode::UnknownProvider | ErrorCode::NoModel, _) => StatusCode::NOT_FOUND,
-        (ErrorCode::UpstreamStatus, Some(429)) => StatusCode::TOO_MANY_REQUESTS,
+        (ErrorCode::UpstreamStatus, Some(429)) | (ErrorCode::BudgetExceeded, _) => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         (ErrorCode::UpstreamStatus, Some(503 | 529)) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     }

@@ -3,6 +3,7 @@
 pub mod access_audit;
 pub mod app;
 pub mod auth;
+pub mod budgets;
 pub mod config;
 pub mod console;
 pub mod error;

@@ -10,10 +10,20 @@ use std::sync::Arc;
 /// The meters of a daemon with `config`, in the order they are asked before a call: limits that
 /// refuse first, so that a refused call reserves nothing elsewhere.
 pub fn model_meters(
-    _config: &Config,
-    _store: &Arc<dyn Store>,
+    config: &Config,
+    store: &Arc<dyn Store>,
     _fleet: Option<&Arc<crate::fleet::Fleet>>,
+    budgets: &Arc<crate::budgets::BudgetBook>,
+    dispatcher: &Arc<elfgate_core::EngineDispatcher>,
 ) -> Meters {
-    let meters: Vec<Arc<dyn ModelMeter>> = Vec::new();
+    let warnings = crate::budgets::warnings::Warnings::new(
+        dispatcher.clone(),
+        store.clone(),
+        &config.webhooks,
+    );
+    let meters: Vec<Arc<dyn ModelMeter>> = vec![Arc::new(crate::budgets::meter::BudgetMeter::new(
+        budgets.clone(),
+        Arc::new(warnings),
+    ))];
     Meters::new(meters)
 }

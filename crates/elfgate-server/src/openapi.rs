@@ -5,8 +5,8 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    access_audit, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs,
-    webhooks, workflows,
+    access_audit, budgets, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills,
+    tool_runs, webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -78,6 +78,12 @@ impl Modify for BearerScheme {
         keys::revoke,
         keys::me,
         access_audit::audit,
+        budgets::create,
+        budgets::list,
+        budgets::show,
+        budgets::update,
+        budgets::delete,
+        budgets::resume,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -146,6 +152,16 @@ impl Modify for BearerScheme {
         elfgate_api::keys::KeyList,
         elfgate_api::keys::AccessAuditEntry,
         elfgate_api::keys::AccessAuditList,
+        elfgate_api::budgets::CreateBudgetRequest,
+        elfgate_api::budgets::UpdateBudgetRequest,
+        elfgate_api::budgets::BudgetView,
+        elfgate_api::budgets::BudgetList,
+        elfgate_api::budgets::ResumeRequest,
+        elfgate_core::BudgetScope,
+        elfgate_core::BudgetPeriod,
+        elfgate_core::BudgetSource,
+        elfgate_core::BudgetHolder,
+        elfgate_core::BudgetNotice,
         elfgate_core::Principal,
         elfgate_core::PrincipalRole,
         elfgate_core::Scopes,
@@ -174,6 +190,7 @@ impl Modify for BearerScheme {
         (name = "engines", description = "Engines and tools"),
         (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
         (name = "keys", description = "API keys (admins) and who a key is"),
+        (name = "budgets", description = "Spending limits on keys, users and teams (admins)"),
         (name = "workflows", description = "Workflows: steps run without a model deciding them"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
@@ -276,9 +293,11 @@ fn request_ids(doc: &mut Value) {
 /// Bodies that may be left out but are not nullable (a `null` body is 400): utoipa only makes a
 /// body optional by making its schema nullable too.
 fn optional_bodies(doc: &mut Value) {
-    let body = &mut doc["paths"]["/v1/sessions/{id}/interrupt"]["post"]["requestBody"];
-    if body.is_object() {
-        body["required"] = Value::Bool(false);
+    for path in ["/v1/sessions/{id}/interrupt", "/v1/sessions/{id}/resume"] {
+        let body = &mut doc["paths"][path]["post"]["requestBody"];
+        if body.is_object() {
+            body["required"] = Value::Bool(false);
+        }
     }
 }
 

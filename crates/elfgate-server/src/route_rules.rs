@@ -70,6 +70,7 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("get", "/v1/sessions/{id}/audit", SessionRead),
         ("get", "/v1/sessions/{id}/events", SessionRead),
         ("post", "/v1/sessions/{id}/interrupt", SessionSteer),
+        ("post", "/v1/sessions/{id}/resume", SessionSteer),
         ("get", "/v1/sessions/{id}/runs/{runId}", SessionRead),
         (
             "post",
@@ -108,6 +109,12 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("patch", "/v1/admin/keys/{id}", Admin),
         ("delete", "/v1/admin/keys/{id}", Admin),
         ("get", "/v1/admin/audit", Admin),
+        // Budgets.
+        ("post", "/v1/admin/budgets", Admin),
+        ("get", "/v1/admin/budgets", Admin),
+        ("get", "/v1/admin/budgets/{id}", Admin),
+        ("patch", "/v1/admin/budgets/{id}", Admin),
+        ("delete", "/v1/admin/budgets/{id}", Admin),
     ]
 };
 

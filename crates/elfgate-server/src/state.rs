@@ -62,6 +62,8 @@ pub struct AppInner {
     pub keys: Arc<crate::keys::KeyAuth>,
     /// Key changes and refused requests, written to the store at a bounded rate.
     pub access_audit: crate::access_audit::AccessAuditor,
+    /// The budgets by scope (docs/spend.md, "Budgets").
+    pub budgets: Arc<crate::budgets::BudgetBook>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -118,9 +120,17 @@ impl AppState {
             std::time::Duration::from_millis(config.auth.key_cache_ms),
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
-        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
+        let budgets = Arc::new(crate::budgets::BudgetBook::new(store.clone()));
+        let meters = crate::model_meters::model_meters(
+            &config,
+            &store,
+            fleet.as_ref(),
+            &budgets,
+            &dispatcher,
+        );
         AppState {
             inner: Arc::new(AppInner {
+                budgets,
                 keys,
                 access_audit,
                 config,

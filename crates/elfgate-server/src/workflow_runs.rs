@@ -84,11 +84,13 @@ pub async fn start(
     let def: WorkflowDefinition = serde_json::from_value(stored.definition)
         .map_err(|e| ApiError::Internal(format!("stored workflow '{name}' v{version}: {e}")))?;
     let inputs = resolve_inputs(&def, given)?;
-    let run = RunSpec {
+    let mut run = RunSpec {
         permission_mode: def.permission_mode,
         answers: answers(&def),
         ..RunSpec::default()
     };
+    // The workflow's own budget is its run's.
+    run.engine_config.max_cost_usd = def.max_cost_usd;
     let spec = SessionSpec {
         engine: elfgate_core::EngineType::Workflow,
         prompt: format!(
@@ -226,7 +228,7 @@ pub async fn resume(
         }),
         ..wref
     };
-    let spec = PromptSpec {
+    let mut spec = PromptSpec {
         prompt,
         on_busy: elfgate_core::OnBusy::Reject,
         parent_id: None,
@@ -235,6 +237,8 @@ pub async fn resume(
             ..RunSpec::default()
         },
     };
+    // The workflow's budget as it is now (raised since the run paused, say).
+    spec.run.engine_config.max_cost_usd = def.max_cost_usd;
     let origin = Origin::Workflow(workflow);
     let resumed = crate::service::send_message(state, actor, session.id, spec, origin).await?;
     Ok(CreateSessionResponse {

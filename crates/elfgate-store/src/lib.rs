@@ -23,10 +23,11 @@ mod statements;
 mod writer;
 
 pub use concerns::{
-    AccessAudit, AccessEvent, AuditLog, DeliveryStatus, DeliveryStore, EventLog,
-    FIRST_PROMPT_CHARS, InboundHookStore, KeyChange, KeyStore, RecoveredRun, RunEndNotice,
-    RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen, StoredAccessEvent,
-    StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
+    AccessAudit, AccessEvent, AuditLog, BudgetChange, BudgetStore, DeliveryStatus, DeliveryStore,
+    EventLog, FIRST_PROMPT_CHARS, InboundHookStore, KeyChange, KeyStore, RecoveredRun, Reservation,
+    RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen,
+    StoredAccessEvent, StoredBudget, StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery,
+    WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
@@ -51,6 +52,7 @@ pub trait Store:
     + InboundHookStore
     + KeyStore
     + AccessAudit
+    + BudgetStore
     + RunLedger
     + Send
     + Sync

@@ -18,6 +18,12 @@ use elfgate_store::{
 };
 use std::sync::Arc;
 
+#[path = "conformance/budgets.rs"]
+mod budgets;
+use budgets::{
+    a_budgets_account_starts_again_each_period, budgets_are_stored_changed_and_config_ones_synced,
+    reservations_never_pass_a_budgets_limit,
+};
 #[path = "conformance/fleet.rs"]
 mod fleet;
 #[path = "conformance/keys.rs"]
@@ -210,6 +216,9 @@ on_both_backends!(
     what_was_stored_before_owners_is_the_root_keys,
     api_keys_are_created_read_changed_and_revoked,
     access_events_are_appended_in_batches_and_read_newest_first,
+    budgets_are_stored_changed_and_config_ones_synced,
+    reservations_never_pass_a_budgets_limit,
+    a_budgets_account_starts_again_each_period,
 );
 
 fn session() -> Session {

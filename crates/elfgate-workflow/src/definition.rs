@@ -37,6 +37,10 @@ pub struct WorkflowDefinition {
     /// permission request through the API, waiting up to the permission timeout) or `deny`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unattended: Option<Unattended>,
+    /// Dollars one run of it may spend (its model and agent steps together), like a session's
+    /// engineConfig `maxCostUsd`: at the limit the run pauses (`budget_paused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
     /// The steps, in the order they run.
     pub steps: Vec<Step>,
 }

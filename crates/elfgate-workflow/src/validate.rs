@@ -42,6 +42,17 @@ pub fn validate(
     known_tool: impl Fn(&str) -> bool,
 ) -> Result<(), DefinitionError> {
     check_name("name", &def.name)?;
+    if let Some(max) = def.max_cost_usd
+        && !(0.0..=elfgate_core::budget::MAX_BUDGET_USD).contains(&max)
+    {
+        return Err(error(
+            "maxCostUsd",
+            format!(
+                "{max} is outside 0..={}",
+                elfgate_core::budget::MAX_BUDGET_USD
+            ),
+        ));
+    }
     for (name, spec) in &def.inputs {
         let field = format!("inputs.{name}");
         check_name(&field, name)?;

@@ -227,12 +227,26 @@ impl CliEngine {
     }
 
     /// Runs a prompt under `policy` (the claude-sdk engine's: claude-code through the door, with
-    /// the session's MCP servers).
+    /// the session's MCP servers), once the budgets let it start (its CLI's model calls are its
+    /// own: the budgets are asked before it starts and told its cost when it ended).
     pub(crate) async fn run_with(
         &self,
         ctx: EngineSessionContext,
         policy: RunPolicy,
     ) -> RunOutcome {
+        let opened = match crate::metering::open_run(&ctx).await {
+            Ok(opened) => opened,
+            Err(paused) => return paused,
+        };
+        let meters = ctx.meters.clone();
+        // Boxed: the run's future is large, and the callers' would hold it inline.
+        let outcome = Box::pin(self.run_started(ctx, policy)).await;
+        crate::metering::close_run(&meters, opened, &outcome).await;
+        outcome
+    }
+
+    /// [`Self::run_with`] once the budgets let the run start.
+    async fn run_started(&self, ctx: EngineSessionContext, policy: RunPolicy) -> RunOutcome {
         let b = match Self::backend_of(ctx.cli_backend) {
             Ok(CliBackend::Acp) => return self.run_acp(ctx).await,
             Ok(b) => b,

@@ -196,6 +196,9 @@ pub(crate) async fn run_loop(
             // No tools to run: a final (or partial) answer.
             let finish = if turn.interrupted {
                 FinishReason::Interrupted
+            } else if turn.budget_paused() {
+                // Paused, not failed: what the run did so far stays, and a resume goes on.
+                return end(FinishReason::BudgetPaused, last_text, iterations, None);
             } else if turn.error.is_some() {
                 FinishReason::Error
             } else {

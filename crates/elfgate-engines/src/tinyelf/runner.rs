@@ -428,6 +428,13 @@ impl Runner {
                     "the model finished with reason error",
                 ));
             }
+            if let Some(refusal) = &turn.refused {
+                // Never retried: a spent budget pauses the run, a limit says why it stops.
+                if agent.is_top() {
+                    crate::metering::announce(&self.ctx, refusal).await;
+                }
+                return turn;
+            }
             let empty =
                 turn.text.is_empty() && turn.thinking.is_empty() && turn.tool_calls.is_empty();
             if let Some(err) = &turn.error {

@@ -205,6 +205,14 @@ impl Daemon {
             run_tokens,
         };
         let state = AppState::new(config, shared, dispatcher, registry, metrics, runs, fleet);
+        state
+            .budgets
+            .start(
+                &state.config.budgets,
+                state.fleet.is_some(),
+                state.shutdown.clone(),
+            )
+            .await?;
         Ok(Daemon {
             state,
             token_source,

@@ -70,6 +70,7 @@ impl Daemon {
             .merge(routes::webhooks::routes())
             .merge(routes::mcp::routes())
             .merge(routes::keys::routes())
+            .merge(routes::budgets::routes())
             .merge(routes::access_audit::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())

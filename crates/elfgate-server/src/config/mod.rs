@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 mod auth;
+mod budgets;
 mod cluster;
 mod engines;
 mod jwt;
@@ -21,6 +22,7 @@ mod server;
 mod storage;
 mod workflows;
 pub use auth::AuthConfig;
+pub use budgets::BudgetEntry;
 pub use cluster::{ClusterConfig, FleetSecret, MAX_DRAIN_SECS, MIN_LEASE_SECS};
 pub use engines::{ChatEngineConfig, EnginesConfig, ToolsConfig};
 pub use jwt::{GroupGrant, JwtConfig, MAX_JWKS_BYTES};
@@ -87,6 +89,9 @@ pub struct Config {
     /// `[workflows]`.
     #[serde(default)]
     pub workflows: WorkflowsConfig,
+    /// `[[budgets]]`: spending limits on keys, users and teams.
+    #[serde(default)]
+    pub budgets: Vec<BudgetEntry>,
     /// `[sandbox]`: how the processes started for agents are confined.
     #[serde(default)]
     pub sandbox: elfgate_tools::sandbox::SandboxConfig,
@@ -219,6 +224,7 @@ impl Config {
         if let Some(jwt) = &self.auth.jwt {
             jwt.check()?;
         }
+        budgets::check(&self.budgets)?;
         Ok(())
     }
 }

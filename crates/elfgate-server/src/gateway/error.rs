@@ -61,8 +61,19 @@ fn openai_code(e: &ApiError) -> Option<&'static str> {
         ApiError::Upstream(info) if info.code == ErrorCode::MissingApiKey => {
             Some(ErrorCode::MissingApiKey.as_str())
         }
+        ApiError::Upstream(info) if info.code == ErrorCode::BudgetExceeded => {
+            Some(INSUFFICIENT_QUOTA)
+        }
         _ => None,
     }
+}
+
+/// OpenAI's type and code of a spent quota: what its SDKs read for a spent budget.
+const INSUFFICIENT_QUOTA: &str = "insufficient_quota";
+
+/// Whether `e` is a spent budget.
+fn spent_budget(e: &ApiError) -> bool {
+    matches!(e, ApiError::Upstream(info) if info.code == ErrorCode::BudgetExceeded)
 }
 
 /// OpenAI's `error.type`.
@@ -93,7 +104,7 @@ fn anthropic_type(kind: Kind) -> &'static str {
 pub fn openai_body(e: &ApiError) -> serde_json::Value {
     json!({"error": {
         "message": e.client_message(),
-        "type": openai_type(kind(e)),
+        "type": if spent_budget(e) { INSUFFICIENT_QUOTA } else { openai_type(kind(e)) },
         "param": param(e),
         "code": openai_code(e),
     }})

@@ -382,6 +382,11 @@ impl Translate {
                 }
             }
             EventPayload::Error { error } => out.push_back(Out::Error(error.clone())),
+            // A spent budget: the door answers 429 naming it (the session is paused).
+            EventPayload::BudgetPaused { budget } => out.push_back(Out::Error(ErrorInfo::new(
+                elfgate_core::ErrorCode::BudgetExceeded,
+                budget.to_string(),
+            ))),
             EventPayload::Result { stats } => {
                 self.input_tokens = stats.usage.input_tokens;
                 self.output_tokens = stats.usage.output_tokens;

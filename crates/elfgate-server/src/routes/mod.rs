@@ -1,6 +1,7 @@
 //! Route modules; each exposes `fn routes() -> Router<AppState>`.
 
 pub mod access_audit;
+pub mod budgets;
 pub mod cluster;
 pub mod engines;
 pub mod gateway;

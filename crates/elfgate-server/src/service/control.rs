@@ -9,7 +9,7 @@ use elfgate_api::{
     InterruptResponse, InterruptStatus, PermissionAnswered, PermissionBody, SessionStatus,
     SessionView,
 };
-use elfgate_core::{Access, Session, SessionId};
+use elfgate_core::{Access, FinishReason, Session, SessionId};
 use std::time::Duration;
 
 /// Interrupts a session's run; with `wait`, returns once it has ended (up to 30 s).
@@ -53,7 +53,18 @@ pub async fn session_view(
 ) -> Result<SessionView, ApiError> {
     tracing::debug!(%actor, %session_id, "view session");
     let session = authorize_session(state, actor, session_id, Access::Read).await?;
-    Ok(view(state, session))
+    let mut view = view(state, session);
+    if view.status == SessionStatus::Idle
+        && state
+            .store
+            .last_run_finish(&session_id.to_string())
+            .await?
+            .as_deref()
+            == Some(FinishReason::BudgetPaused.as_str())
+    {
+        view.status = SessionStatus::Paused;
+    }
+    Ok(view)
 }
 
 /// Adds the live status to a stored session.

@@ -75,10 +75,15 @@ pub(crate) fn build_ctx(
 /// Who pays for a run: the principal that sent its prompt, else (a run the daemon starts on its
 /// own) the session's owner.
 fn payer_of(actor: &Actor, session: &Session) -> Payer {
-    match actor {
+    let mut payer = match actor {
         Actor::Principal(p) => Payer::of(p),
         Actor::Daemon => Payer::owner(&session.ownership),
+    };
+    // A workflow's run is its team's, whoever started it (its session is the team's).
+    if session.engine == EngineType::Workflow {
+        payer.team.clone_from(&session.ownership.team);
     }
+    payer
 }
 
 /// A new queued run of the session.

@@ -126,19 +126,30 @@ async fn deliveries_of(
                 "engine": session.engine,
                 "run": record,
             });
-            WebhookDelivery {
-                id,
-                target: target.to_string(),
-                url,
-                body,
-                status: DeliveryStatus::Pending,
-                attempts: 0,
-                next_attempt_at: now,
-                last_status: None,
-                last_error: None,
-                created_at: now,
-                updated_at: now,
-            }
+            pending(id, target, url, body, now)
         })
         .collect())
+}
+
+/// A delivery of `body` to `target` at `url`, due at once.
+pub(crate) fn pending(
+    id: String,
+    target: &str,
+    url: String,
+    body: serde_json::Value,
+    now: chrono::DateTime<Utc>,
+) -> WebhookDelivery {
+    WebhookDelivery {
+        id,
+        target: target.to_string(),
+        url,
+        body,
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        next_attempt_at: now,
+        last_status: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+    }
 }

@@ -154,6 +154,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/sessions/{id}/audit"),
         ("get", "/v1/sessions/{id}/events"),
         ("post", "/v1/sessions/{id}/interrupt"),
+        ("post", "/v1/sessions/{id}/resume"),
         ("post", "/v1/sessions/{id}/permissions/{requestId}"),
         ("get", "/v1/sessions/{id}/runs/{runId}"),
         ("post", "/v1/sessions/{id}/tools/{name}"),
@@ -177,6 +178,11 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("delete", "/v1/admin/keys/{id}"),
         ("get", "/v1/me"),
         ("get", "/v1/admin/audit"),
+        ("post", "/v1/admin/budgets"),
+        ("get", "/v1/admin/budgets"),
+        ("get", "/v1/admin/budgets/{id}"),
+        ("patch", "/v1/admin/budgets/{id}"),
+        ("delete", "/v1/admin/budgets/{id}"),
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
         ("post", "/v1/responses"),
@@ -361,6 +367,16 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
     fits(&doc, "WorkflowView", &workflow);
     let (_, workflows) = d.get("/v1/workflows").await;
     fits(&doc, "WorkflowList", &workflows);
+    let (status, budget) = d
+        .post(
+            "/v1/admin/budgets",
+            json!({"scope": {"team": "t"}, "maxUsd": 2, "period": "week", "softUsd": 1}),
+        )
+        .await;
+    assert_eq!(status, 201, "{budget}");
+    fits(&doc, "BudgetView", &budget);
+    let (_, budgets) = d.get("/v1/admin/budgets").await;
+    fits(&doc, "BudgetList", &budgets);
     let (_, servers) = d.get("/v1/mcp/servers").await;
     assert_eq!(servers["servers"][0]["status"], "disabled", "{servers}");
     fits(&doc, "ServerList", &servers);

@@ -1,9 +1,10 @@
 //! What the daemon stores, one trait per concern: sessions and their messages, runs, the audit
 //! of refused tool calls, the event log, workflows, webhook deliveries, inbound hooks'
-//! delivery ids, API keys and the access audit. [`Store`](crate::Store) is all of them together; code that needs one concern
+//! delivery ids, API keys, the access audit and budgets. [`Store`](crate::Store) is all of them together; code that needs one concern
 //! takes that trait alone (a `dyn Store` upcasts to any of them).
 
 mod access_audit;
+mod budgets;
 mod deliveries;
 mod event_log;
 mod keys;
@@ -12,6 +13,7 @@ mod sessions;
 mod workflows;
 
 pub use access_audit::{AccessAudit, AccessEvent, StoredAccessEvent};
+pub use budgets::{BudgetChange, BudgetStore, Reservation, StoredBudget};
 pub use deliveries::{
     DeliveryStatus, DeliveryStore, InboundHookStore, RunEndNotice, WebhookDelivery,
 };

@@ -11,6 +11,7 @@
 
 mod access_audit;
 mod audit;
+mod budgets;
 mod deliveries;
 mod hooks;
 mod keys;
