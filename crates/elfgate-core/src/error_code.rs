@@ -31,6 +31,8 @@ pub enum ErrorCode {
     Unprocessable,
     /// The session's queue of waiting prompts is full (429).
     TooManyQueued,
+    /// Over a `[[rate_limits]]` rule of the caller's key, user or team (429, with `Retry-After`).
+    RateLimited,
     /// Not built (501).
     NotImplemented,
     /// Shutting down, not ready, or the store busy (503).
@@ -112,6 +114,7 @@ impl ErrorCode {
         ErrorCode::UnsupportedMediaType,
         ErrorCode::Unprocessable,
         ErrorCode::TooManyQueued,
+        ErrorCode::RateLimited,
         ErrorCode::NotImplemented,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
@@ -160,6 +163,7 @@ impl ErrorCode {
             UnsupportedMediaType => "unsupported_media_type",
             Unprocessable => "unprocessable",
             TooManyQueued => "too_many_queued",
+            RateLimited => "rate_limited",
             NotImplemented => "not_implemented",
             Unavailable => "unavailable",
             Internal => "internal",

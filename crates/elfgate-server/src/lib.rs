@@ -22,6 +22,7 @@ pub mod log_node;
 pub mod openapi;
 pub mod origin;
 pub mod panic_guard;
+pub mod rate_limits;
 pub mod request_guard;
 pub mod request_id;
 pub mod route_rules;

@@ -60,6 +60,8 @@ pub struct AppInner {
     pub keys: Arc<crate::keys::KeyAuth>,
     /// Key changes and refused requests, written to the store at a bounded rate.
     pub access_audit: crate::access_audit::AccessAuditor,
+    /// `[[rate_limits]]`: the buckets and run counts of keys, users and teams.
+    pub rate_limits: crate::rate_limits::RateLimits,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -116,8 +118,14 @@ impl AppState {
             std::time::Duration::from_millis(config.auth.key_cache_ms),
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
+        // A fleet's nodes share their buckets in its database; a single node keeps them in memory.
+        let rate_limits = crate::rate_limits::RateLimits::new(
+            &config.rate_limits,
+            fleet.as_ref().map(|f| f.store.clone()),
+        );
         AppState {
             inner: Arc::new(AppInner {
+                rate_limits,
                 keys,
                 access_audit,
                 config,

@@ -153,6 +153,7 @@ pub async fn create_session(
         updated_at: now,
         ownership,
     };
+    let slot = super::run_context::hold_run_slot(state, actor)?;
     let mut run = new_run(
         session.id,
         spec.run.client_msg_id.clone(),
@@ -205,7 +206,15 @@ pub async fn create_session(
     // Stored with the session, so announced with it too, whatever the run does next.
     bus.publish(Some(run.id), EventPayload::UserMessage { message: user })
         .await;
-    match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
+    // Held by the run's id before it can end, so that its end frees them.
+    if let Some(slot) = slot {
+        slot.admitted(run.id);
+    }
+    let dispatched = state.dispatcher.dispatch(ctx, OnBusy::Reject);
+    if dispatched.is_err() {
+        state.rate_limits.run_ended(run.id);
+    }
+    match dispatched {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,
             run_id: run.id,

@@ -68,6 +68,18 @@ pub(crate) fn build_ctx(
     }
 }
 
+/// The concurrent-runs slots of the run about to be admitted, or the rule it is over (429). The
+/// daemon's own runs (a workflow's schedule, a hook) hold none.
+pub(crate) fn hold_run_slot(
+    state: &AppState,
+    actor: &super::command::Actor,
+) -> Result<Option<crate::rate_limits::RunSlot>, ApiError> {
+    match actor {
+        super::command::Actor::Principal(p) => Ok(state.rate_limits.hold_run(p.as_ref().into())?),
+        super::command::Actor::Daemon => Ok(None),
+    }
+}
+
 /// A new queued run of the session.
 pub(crate) fn new_run(
     session_id: SessionId,

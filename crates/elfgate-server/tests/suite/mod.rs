@@ -45,6 +45,7 @@ mod ownership;
 mod postgres_access;
 mod postgres_store;
 mod provider_kinds;
+mod rate_limits;
 mod readme_path;
 mod restart;
 mod route_matrix;

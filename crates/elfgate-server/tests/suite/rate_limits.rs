@@ -1,0 +1,341 @@
+//! `[[rate_limits]]`: a team's requests per minute refused past its bucket with 429, `Retry-After`
+//! and OpenAI's `x-ratelimit-*` headers on the native API and on every front door (each in its
+//! own error shape); concurrent runs refused past their count and free again when a run ends;
+//! and on a fleet, one key's requests spread over three nodes held to the one shared rule.
+
+use crate::common;
+
+use common::{Daemon, GUARD, Opts, chat};
+use elfgate_mockllm::MockServer;
+use elfgate_test_support::keys::key_body;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// `[[rate_limits]]` rules for teams: `(team, key = value)`.
+fn rules(rules: &[(&str, &str)]) -> String {
+    rules
+        .iter()
+        .map(|(team, limit)| {
+            format!("\n[[rate_limits]]\nscope = {{ team = \"{team}\" }}\n{limit}\n")
+        })
+        .collect()
+}
+
+fn with_rules(r: &[(&str, &str)]) -> Opts {
+    Opts {
+        extra_toml: rules(r),
+        ..Default::default()
+    }
+}
+
+/// A request's status, its `x-ratelimit-*`/`Retry-After` headers and its JSON body.
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+}
+
+async fn send(req: reqwest::RequestBuilder) -> Answer {
+    let resp = req.send().await.unwrap();
+    Answer {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        body: resp.json().await.unwrap_or(Value::Null),
+    }
+}
+
+/// Sends `request()` until the first refusal (at most `most` times): the answers that went
+/// through and the refusal.
+async fn until_refused(
+    most: usize,
+    mut request: impl FnMut() -> reqwest::RequestBuilder,
+) -> (Vec<Answer>, Answer) {
+    let mut through = Vec::new();
+    for _ in 0..most {
+        let answer = send(request()).await;
+        if answer.status == 429 {
+            return (through, answer);
+        }
+        through.push(answer);
+    }
+    panic!("{most} requests and none refused");
+}
+
+/// The 429's headers: `Retry-After` in whole seconds, the requests trio at its limit and empty.
+fn assert_refused_with_headers(refused: &Answer, limit: u64, what: &str) {
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{what}: Retry-After {retry}");
+    assert_eq!(
+        refused.header("x-ratelimit-limit-requests"),
+        Some(limit.to_string().as_str()),
+        "{what}"
+    );
+    assert_eq!(
+        refused.header("x-ratelimit-remaining-requests"),
+        Some("0"),
+        "{what}"
+    );
+    let reset = refused.header("x-ratelimit-reset-requests").unwrap();
+    assert!(reset.ends_with('s'), "{what}: reset {reset}");
+}
+
+/// A limit of 3 a minute refills one request every 20 s: within one window the caller gets its
+/// 3 (a fourth only if the machine took 20 s over them), then 429.
+const PER_MINUTE: u64 = 3;
+
+#[tokio::test]
+async fn the_native_api_refuses_a_team_over_its_requests_per_minute_with_429_and_headers() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        with_rules(&[("t", &format!("requests_per_minute = {PER_MINUTE}"))]),
+    );
+    // Two members of the team share its bucket; a member of another team has none.
+    let alice = d.create_key(key_body("alice", "t", "member")).await;
+    let bob = d.create_key(key_body("bob", "t", "member")).await;
+    let carol = d.create_key(key_body("carol", "other", "member")).await;
+    let mut n = 0;
+    let (through, refused) = until_refused(10, || {
+        n += 1;
+        let key = if n % 2 == 0 { &alice } else { &bob };
+        d.as_key(key).builder(
+            Method::POST,
+            "/v1/sessions",
+            Some(chat("hi", "mock:tokens=1")),
+        )
+    })
+    .await;
+    assert!(
+        (PER_MINUTE as usize..=PER_MINUTE as usize + 1).contains(&through.len()),
+        "{} went through",
+        through.len()
+    );
+    // Every answer that went through says what is left.
+    for (i, a) in through.iter().enumerate() {
+        assert_eq!(a.status, 201, "{}", a.body);
+        assert_eq!(a.header("x-ratelimit-limit-requests"), Some("3"));
+        let left: usize = a
+            .header("x-ratelimit-remaining-requests")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            left < PER_MINUTE as usize - i + 1,
+            "answer {i}: {left} left"
+        );
+    }
+    assert_eq!(
+        refused.body["error"]["code"], "rate_limited",
+        "{}",
+        refused.body
+    );
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("team:t") && message.contains("3 requests per minute"),
+        "{message}"
+    );
+    assert_refused_with_headers(&refused, PER_MINUTE, "native");
+    // A prompt counts too; a read does not.
+    let (sid, _) = common::created_session(
+        d.as_key(&carol)
+            .post("/v1/sessions", chat("hi", "mock:tokens=1"))
+            .await,
+    );
+    assert_eq!(d.as_key(&alice).get("/v1/sessions").await.0, 200);
+    let prompt = send(d.as_key(&alice).builder(
+        Method::POST,
+        &format!("/v1/sessions/{sid}/messages"),
+        Some(json!({"prompt": "again"})),
+    ))
+    .await;
+    assert_eq!(prompt.status, 429, "{}", prompt.body);
+    // Carol's team has no rule: her answers carry no rate-limit headers.
+    let hers = send(d.as_key(&carol).builder(
+        Method::POST,
+        "/v1/sessions",
+        Some(chat("hi", "mock:tokens=1")),
+    ))
+    .await;
+    assert_eq!(hers.status, 201);
+    assert_eq!(hers.header("x-ratelimit-limit-requests"), None);
+}
+
+/// One door: its path, its body, and whether a body is its 429 (its own error shape).
+type DoorCase = (&'static str, Value, fn(&Value) -> bool);
+
+fn doors() -> Vec<DoorCase> {
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    vec![
+        (
+            "/v1/chat/completions",
+            json!({"model": "mock/mock:tokens=1", "messages": messages}),
+            |b| {
+                b["error"]["type"] == "rate_limit_error"
+                    && b["error"]["code"] == "rate_limit_exceeded"
+            },
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "mock/mock:tokens=1", "input": "hi"}),
+            |b| {
+                b["error"]["type"] == "rate_limit_error"
+                    && b["error"]["code"] == "rate_limit_exceeded"
+            },
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "mock/mock:tokens=1", "max_tokens": 10, "messages": messages}),
+            |b| b["type"] == "error" && b["error"]["type"] == "rate_limit_error",
+        ),
+        (
+            "/v1beta/models/mock/mock:tokens=1:generateContent",
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            |b| b["error"]["code"] == 429 && b["error"]["status"] == "RESOURCE_EXHAUSTED",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_door_refuses_over_the_limit_in_its_own_shape_with_the_headers() {
+    let mock = MockServer::start().await.unwrap();
+    // One team per door, so that each door starts with a full bucket.
+    let teams: Vec<String> = (0..doors().len()).map(|i| format!("door{i}")).collect();
+    let limit = format!("requests_per_minute = {PER_MINUTE}");
+    let rules: Vec<(&str, &str)> = teams.iter().map(|t| (t.as_str(), limit.as_str())).collect();
+    let d = Daemon::start(&mock, with_rules(&rules));
+    for ((path, body, is_rate_limit), team) in doors().into_iter().zip(&teams) {
+        let key = d.create_key(key_body("u", team, "member")).await;
+        let (through, refused) = until_refused(10, || {
+            d.as_key(&key)
+                .builder(Method::POST, path, Some(body.clone()))
+        })
+        .await;
+        assert!(
+            (PER_MINUTE as usize..=PER_MINUTE as usize + 1).contains(&through.len()),
+            "{path}: {} went through",
+            through.len()
+        );
+        for a in &through {
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+            assert!(
+                a.header("x-ratelimit-remaining-requests").is_some(),
+                "{path}"
+            );
+        }
+        assert!(is_rate_limit(&refused.body), "{path}: {}", refused.body);
+        assert_refused_with_headers(&refused, PER_MINUTE, path);
+        // A read of the door is not counted.
+        if path == "/v1/chat/completions" {
+            assert_eq!(d.as_key(&key).get("/v1/models").await.0, 200);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_team_over_its_concurrent_runs_is_refused_until_a_run_ends() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, with_rules(&[("c", "concurrent_runs = 1")]));
+    let key = d.create_key(key_body("alice", "c", "member")).await;
+    let alice = d.as_key(&key);
+    // A run that stalls after its first token holds the team's one slot.
+    let (sid, _) = alice
+        .create(chat("hi", "mock:tokens=50,stall_after=1"))
+        .await;
+    let (status, refused) = alice
+        .post("/v1/sessions", chat("hi", "mock:tokens=1"))
+        .await;
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(refused["error"]["code"], "rate_limited");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 concurrent runs"),
+        "{refused}"
+    );
+    // A prompt queued behind the running run is admitted work too: refused.
+    let (status, queued) = alice
+        .post(
+            &format!("/v1/sessions/{sid}/messages"),
+            json!({"prompt": "next", "onBusy": "enqueue"}),
+        )
+        .await;
+    assert_eq!(status, 429, "{queued}");
+    // Once the run has ended its slot is free (told a moment after its `complete`).
+    assert_eq!(d.interrupt_and_wait(&sid).await.0, 200);
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let (status, v) = alice
+            .post("/v1/sessions", chat("hi", "mock:tokens=1"))
+            .await;
+        if status == 201 {
+            break;
+        }
+        assert_eq!(status, 429, "{v}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot stayed held"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Three nodes sharing PostgreSQL and NATS, one key, its requests spread over the three at once:
+/// the team's one rule holds across them (a node's own counter would let each node grant the
+/// whole limit, three times it in all). What went through is at most the limit, plus what the
+/// bucket refilled while the requests ran, plus 10 %.
+#[tokio::test]
+async fn one_rule_holds_within_ten_percent_across_three_nodes() {
+    use elfgate_test_support::services::fleet_services;
+    let Some((database, nats)) = fleet_services().await else {
+        return;
+    };
+    const LIMIT: u64 = 60;
+    const REQUESTS: usize = 180;
+    let mock = MockServer::start().await.unwrap();
+    let rule = rules(&[("fleet", &format!("requests_per_minute = {LIMIT}"))]);
+    let nodes =
+        ["a", "b", "c"].map(|id| super::fleet::node_with(&mock, &database, &nats, id, &rule));
+    let key = nodes[0]
+        .create_key(key_body("alice", "fleet", "member"))
+        .await;
+    // A counted request that runs nothing: a prompt to a session that does not exist (404 once
+    // it has taken its token; 429 when it may not).
+    let started = std::time::Instant::now();
+    let calls = (0..REQUESTS).map(|i| {
+        let d = &nodes[i % nodes.len()];
+        let req = d.as_key(&key).builder(
+            Method::POST,
+            &format!("/v1/sessions/{}/messages", uuid::Uuid::new_v4()),
+            Some(json!({"prompt": "hi"})),
+        );
+        async move { req.send().await.unwrap().status().as_u16() }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    let took = started.elapsed();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    let through = (REQUESTS - refused) as f64;
+    assert!(
+        statuses.iter().all(|s| [404, 429].contains(s)),
+        "{statuses:?}"
+    );
+    let refilled = took.as_secs_f64() * LIMIT as f64 / 60.0;
+    let most = (LIMIT as f64 + refilled) * 1.1;
+    assert!(
+        through >= LIMIT as f64,
+        "only {through} of {LIMIT} went through"
+    );
+    assert!(
+        through <= most,
+        "{through} went through; the rule allows {LIMIT} + {refilled:.1} refilled (+10 %)"
+    );
+    eprintln!(
+        "{REQUESTS} requests over three nodes in {took:?}: {through} through, {refused} refused"
+    );
+}
