@@ -21,7 +21,14 @@ pub struct RateLimitRule {
     /// Runs admitted (running or queued) at once.
     #[serde(default)]
     pub concurrent_runs: Option<i64>,
+    /// The window the per-minute limits count over, in seconds (default 60: per minute). A
+    /// shorter one refills the buckets faster: the same figure per fewer seconds.
+    #[serde(default)]
+    pub window_secs: Option<i64>,
 }
+
+/// The longest window a rule may count over: an hour.
+pub const MAX_WINDOW_SECS: i64 = 3_600;
 
 /// Whom a rule limits. A team's rule is one budget of requests for the whole team, not one per
 /// member.
@@ -47,7 +54,7 @@ impl std::fmt::Display for RateScope {
 }
 
 /// The limits a rule sets, checked: each absent or positive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimitValues {
     /// Requests per minute.
     pub requests_per_minute: Option<u64>,
@@ -55,6 +62,8 @@ pub struct RateLimitValues {
     pub tokens_per_minute: Option<u64>,
     /// Runs at once.
     pub concurrent_runs: Option<u64>,
+    /// Seconds the per-minute limits count over (60 unless the rule says otherwise).
+    pub window_secs: u64,
 }
 
 impl RateLimitRule {
@@ -65,8 +74,8 @@ impl RateLimitRule {
                 None => Ok(None),
                 Some(v) if v > 0 => Ok(Some(v as u64)),
                 Some(v) => Err(ConfigError::Invalid(format!(
-                    "rate_limits[{at}].{key} is {v}: a limit must be a positive whole number \
-                     (leave the key out for no limit)"
+                    "rate_limits[{at}].{key} is {v}: it must be a positive whole number \
+                     (leave the key out for none)"
                 ))),
             }
         };
@@ -74,8 +83,20 @@ impl RateLimitRule {
             requests_per_minute: positive("requests_per_minute", self.requests_per_minute)?,
             tokens_per_minute: positive("tokens_per_minute", self.tokens_per_minute)?,
             concurrent_runs: positive("concurrent_runs", self.concurrent_runs)?,
+            window_secs: match positive("window_secs", self.window_secs)? {
+                None => 60,
+                Some(w) if w <= MAX_WINDOW_SECS as u64 => w,
+                Some(w) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "rate_limits[{at}].window_secs is {w}: at most {MAX_WINDOW_SECS}"
+                    )));
+                }
+            },
         };
-        if values == RateLimitValues::default() {
+        if values.requests_per_minute.is_none()
+            && values.tokens_per_minute.is_none()
+            && values.concurrent_runs.is_none()
+        {
             return Err(ConfigError::Invalid(format!(
                 "rate_limits[{at}] ({}) sets no limit: give requests_per_minute, \
                  tokens_per_minute or concurrent_runs",
@@ -139,6 +160,14 @@ mod tests {
             (
                 "[[rate_limits]]\nscope = { team = \"t\" }\n",
                 "rate_limits[0] (team:t) sets no limit",
+            ),
+            (
+                "[[rate_limits]]\nscope = { team = \"t\" }\nconcurrent_runs = 1\nwindow_secs = 0\n",
+                "rate_limits[0].window_secs is 0",
+            ),
+            (
+                "[[rate_limits]]\nscope = { team = \"t\" }\nconcurrent_runs = 1\nwindow_secs = 3601\n",
+                "rate_limits[0].window_secs is 3601: at most 3600",
             ),
             (
                 "[[rate_limits]]\nscope = { team = \"t\" }\nrequests_per_minute = 1\nburst = 2\n",

@@ -11,6 +11,7 @@ mod refusal;
 mod runs;
 
 pub use layer::limit_requests;
+use refusal::refill_time;
 pub use refusal::{Limit, Quota, RateRefusal, retry_after_secs};
 pub use runs::RunSlot;
 
@@ -18,7 +19,6 @@ use crate::config::{RateLimitRule, RateLimitValues, RateScope};
 use elfgate_core::{Principal, RunId};
 use elfgate_store::{BucketLevel, PgStore, StoreError};
 use memory::MemoryBuckets;
-use std::time::Duration;
 
 /// Why a check did not let a request through.
 #[derive(Debug, thiserror::Error)]
@@ -68,14 +68,54 @@ impl Rule {
         }
     }
 
-    /// The bucket's key: the kind of limit and the rule's scope.
-    fn bucket(&self, limit: Limit) -> String {
-        let kind = match limit {
-            Limit::Requests => "rpm",
-            Limit::Tokens => "tpm",
-            Limit::ConcurrentRuns => "runs",
+    /// The rule's bucket of `limit`, when it sets that limit (never for concurrent runs, which
+    /// are counted, not refilled).
+    fn bucket(&self, limit: Limit) -> Option<Bucket<'_>> {
+        let (kind, per_window) = match limit {
+            Limit::Requests => ("rpm", self.values.requests_per_minute?),
+            Limit::Tokens => ("tpm", self.values.tokens_per_minute?),
+            Limit::ConcurrentRuns => return None,
         };
-        format!("{kind}:{}", self.scope)
+        Some(Bucket {
+            key: format!("{kind}:{}", self.scope),
+            scope: &self.scope,
+            limit,
+            per_window,
+            window_secs: self.values.window_secs,
+        })
+    }
+
+    /// The key of the rule's count of concurrent runs, and its most.
+    fn runs(&self) -> Option<(String, String, u64)> {
+        let most = self.values.concurrent_runs?;
+        Some((format!("runs:{}", self.scope), self.scope.to_string(), most))
+    }
+}
+
+/// One bucket of one rule: its key (the kind of limit and the rule's scope), its capacity and the
+/// seconds it takes to refill.
+struct Bucket<'r> {
+    key: String,
+    scope: &'r RateScope,
+    limit: Limit,
+    per_window: u64,
+    window_secs: u64,
+}
+
+impl Bucket<'_> {
+    fn quota(&self, tokens: f64) -> Quota {
+        Quota::of(self.per_window, self.window_secs, tokens)
+    }
+
+    /// The refusal of `cost` by this bucket holding `tokens`.
+    fn refusal(&self, tokens: f64, cost: f64) -> RateRefusal {
+        RateRefusal {
+            scope: self.scope.to_string(),
+            limit: self.limit,
+            quota: self.quota(tokens),
+            window_secs: self.window_secs,
+            retry_after: refill_time(self.per_window, self.window_secs, cost - tokens),
+        }
     }
 }
 
@@ -123,33 +163,43 @@ impl RateLimits {
         self.rules.is_empty()
     }
 
-    fn matching<'s>(&'s self, payer: Payer<'s>) -> impl Iterator<Item = &'s Rule> {
-        self.rules.iter().filter(move |r| r.matches(payer))
+    /// The `limit` buckets of the rules matching `payer`.
+    fn buckets<'s>(&'s self, payer: Payer<'s>, limit: Limit) -> impl Iterator<Item = Bucket<'s>> {
+        self.rules
+            .iter()
+            .filter(move |r| r.matches(payer))
+            .filter_map(move |r| r.bucket(limit))
     }
 
     async fn take(
         &self,
-        key: &str,
-        per_minute: u64,
+        b: &Bucket<'_>,
         cost: f64,
         force: bool,
     ) -> Result<BucketLevel, StoreError> {
-        let per_minute = per_minute as f64;
+        let (per_window, window) = (b.per_window as f64, b.window_secs as f64);
         match &self.counters {
-            Counters::Memory(m) => Ok(m.take(key, per_minute, cost, force)),
-            Counters::Fleet(store) => store.take_rate_tokens(key, per_minute, cost, force).await,
+            Counters::Memory(m) => Ok(m.take(&b.key, per_window, window, cost, force)),
+            Counters::Fleet(store) => {
+                store
+                    .take_rate_tokens(&b.key, per_window, window, cost, force)
+                    .await
+            }
         }
     }
 
-    async fn give_back(&self, key: &str, per_minute: u64, amount: f64) {
-        let per_minute = per_minute as f64;
+    async fn give_back(&self, b: &Bucket<'_>, amount: f64) {
+        let per_window = b.per_window as f64;
         match &self.counters {
-            Counters::Memory(m) => m.give_back(key, per_minute, amount),
+            Counters::Memory(m) => m.give_back(&b.key, per_window, amount),
             Counters::Fleet(store) => {
-                // Not given back: the bucket refills within the minute, and the request that
-                // took it is refused anyway; the caller is told about the refusal, not this.
-                if let Err(e) = store.give_back_rate_tokens(key, per_minute, amount).await {
-                    tracing::warn!(error = %e.summary(), "a rate limit's token was not given back");
+                // Not given back: the bucket refills within its window, and the caller is told
+                // about the refusal or the call, not this.
+                if let Err(e) = store
+                    .give_back_rate_tokens(&b.key, per_window, amount)
+                    .await
+                {
+                    tracing::warn!(error = %e.summary(), "a rate limit's tokens were not given back");
                 }
             }
         }
@@ -163,40 +213,24 @@ impl RateLimits {
         limit: Limit,
         cost: f64,
     ) -> Result<Option<Quota>, RateError> {
-        let mut taken: Vec<(String, u64)> = Vec::new();
+        let mut taken: Vec<(Bucket<'_>, f64)> = Vec::new();
         let mut tightest = None;
-        for rule in self.matching(payer) {
-            let per_minute = match limit {
-                Limit::Requests => rule.values.requests_per_minute,
-                Limit::Tokens => rule.values.tokens_per_minute,
-                Limit::ConcurrentRuns => None,
-            };
-            let Some(per_minute) = per_minute else {
-                continue;
-            };
-            let key = rule.bucket(limit);
+        for bucket in self.buckets(payer, limit) {
             // A cost larger than the whole bucket could never be granted: it waits for a full one.
-            let cost = cost.min(per_minute as f64);
-            let outcome = match self.take(&key, per_minute, cost, false).await {
+            let cost = cost.min(bucket.per_window as f64);
+            let outcome = match self.take(&bucket, cost, false).await {
                 Ok(level) if level.granted => Ok(level),
-                Ok(level) => Err(RateError::Refused(RateRefusal {
-                    scope: rule.scope.to_string(),
-                    limit,
-                    quota: Quota::of(per_minute, level.tokens),
-                    retry_after: Duration::from_secs_f64(
-                        ((cost - level.tokens) * 60.0 / per_minute as f64).max(0.0),
-                    ),
-                })),
+                Ok(level) => Err(RateError::Refused(bucket.refusal(level.tokens, cost))),
                 Err(e) => Err(RateError::Store(e)),
             };
             match outcome {
                 Ok(level) => {
-                    tightest = Some(Quota::of(per_minute, level.tokens).tighter(tightest));
-                    taken.push((key, per_minute));
+                    tightest = Some(bucket.quota(level.tokens).tighter(tightest));
+                    taken.push((bucket, cost));
                 }
                 Err(e) => {
-                    for (key, per_minute) in taken {
-                        self.give_back(&key, per_minute, cost).await;
+                    for (bucket, cost) in &taken {
+                        self.give_back(bucket, *cost).await;
                     }
                     return Err(e);
                 }
@@ -222,27 +256,19 @@ impl RateLimits {
             return Ok(None);
         }
         let mut tightest = None;
-        for rule in self.matching(payer) {
-            let Some(per_minute) = rule.values.tokens_per_minute else {
-                continue;
-            };
-            let level = self
-                .take(&rule.bucket(Limit::Tokens), per_minute, 0.0, false)
-                .await?;
-            let quota = Quota::of(per_minute, level.tokens);
+        for bucket in self.buckets(payer, Limit::Tokens) {
+            let level = self.take(&bucket, 0.0, false).await?;
             if level.tokens < 1.0 {
-                return Err(RateError::Refused(RateRefusal {
-                    scope: rule.scope.to_string(),
-                    limit: Limit::Tokens,
-                    quota,
-                    retry_after: Duration::from_secs_f64(
-                        (1.0 - level.tokens) * 60.0 / per_minute as f64,
-                    ),
-                }));
+                return Err(RateError::Refused(bucket.refusal(level.tokens, 1.0)));
             }
-            tightest = Some(quota.tighter(tightest));
+            tightest = Some(bucket.quota(level.tokens).tighter(tightest));
         }
         Ok(tightest)
+    }
+
+    /// Whether a rule limits the tokens `payer` may spend (so that a model call must ask first).
+    pub fn limits_tokens(&self, payer: Payer<'_>) -> bool {
+        !self.rules.is_empty() && self.buckets(payer, Limit::Tokens).next().is_some()
     }
 
     /// Before a model call: reserves `estimate` tokens of every matching rule's
@@ -267,18 +293,13 @@ impl RateLimits {
         if self.rules.is_empty() || reserved == used {
             return Ok(());
         }
-        for rule in self.matching(payer) {
-            let Some(per_minute) = rule.values.tokens_per_minute else {
-                continue;
-            };
-            let key = rule.bucket(Limit::Tokens);
-            let reserved = reserved.min(per_minute);
+        for bucket in self.buckets(payer, Limit::Tokens) {
+            // What was reserved of this bucket: never more than it holds.
+            let reserved = reserved.min(bucket.per_window);
             if used > reserved {
-                self.take(&key, per_minute, (used - reserved) as f64, true)
-                    .await?;
+                self.take(&bucket, (used - reserved) as f64, true).await?;
             } else {
-                self.give_back(&key, per_minute, (reserved - used) as f64)
-                    .await;
+                self.give_back(&bucket, (reserved - used) as f64).await;
             }
         }
         Ok(())
@@ -292,11 +313,10 @@ impl RateLimits {
             return Ok(None);
         }
         let limits: Vec<(String, String, u64)> = self
-            .matching(payer)
-            .filter_map(|r| {
-                let most = r.values.concurrent_runs?;
-                Some((r.bucket(Limit::ConcurrentRuns), r.scope.to_string(), most))
-            })
+            .rules
+            .iter()
+            .filter(|r| r.matches(payer))
+            .filter_map(Rule::runs)
             .collect();
         if limits.is_empty() {
             return Ok(None);

@@ -26,10 +26,14 @@ impl Limit {
         }
     }
 
-    fn describe(self, allowed: u64) -> String {
+    fn describe(self, allowed: u64, window_secs: u64) -> String {
+        let per = match window_secs {
+            60 => "per minute".to_string(),
+            secs => format!("per {secs} s"),
+        };
         match self {
-            Limit::Requests => format!("{allowed} requests per minute"),
-            Limit::Tokens => format!("{allowed} tokens per minute"),
+            Limit::Requests => format!("{allowed} requests {per}"),
+            Limit::Tokens => format!("{allowed} tokens {per}"),
             Limit::ConcurrentRuns => format!("{allowed} concurrent runs"),
         }
     }
@@ -47,13 +51,13 @@ pub struct Quota {
 }
 
 impl Quota {
-    /// The quota of a per-minute bucket of capacity `per_minute` holding `tokens`.
-    pub(super) fn of(per_minute: u64, tokens: f64) -> Quota {
-        let per_sec = per_minute as f64 / 60.0;
+    /// The quota of a bucket of capacity `per_window`, refilled over `window_secs`, holding
+    /// `tokens`.
+    pub(super) fn of(per_window: u64, window_secs: u64, tokens: f64) -> Quota {
         Quota {
-            limit: per_minute,
+            limit: per_window,
             remaining: tokens.max(0.0).floor() as u64,
-            reset: Duration::from_secs_f64(((per_minute as f64 - tokens) / per_sec).max(0.0)),
+            reset: refill_time(per_window, window_secs, per_window as f64 - tokens),
         }
     }
 
@@ -94,6 +98,8 @@ pub struct RateRefusal {
     pub limit: Limit,
     /// The bucket when it refused.
     pub quota: Quota,
+    /// The seconds the rule's limits count over.
+    pub window_secs: u64,
     /// When trying again may work.
     pub retry_after: Duration,
 }
@@ -104,7 +110,7 @@ impl std::fmt::Display for RateRefusal {
             f,
             "rate limit of {}: {}; try again in {} s",
             self.scope,
-            self.limit.describe(self.quota.limit),
+            self.limit.describe(self.quota.limit, self.window_secs),
             retry_after_secs(self.retry_after)
         )
     }
@@ -119,6 +125,13 @@ impl RateRefusal {
         );
         self.quota.write(self.limit, headers);
     }
+}
+
+/// How long a bucket of capacity `per_window` refilled over `window_secs` takes to gain `missing`
+/// tokens.
+pub(super) fn refill_time(per_window: u64, window_secs: u64, missing: f64) -> Duration {
+    let per_sec = per_window as f64 / window_secs as f64;
+    Duration::from_secs_f64((missing / per_sec).clamp(0.0, 86_400.0))
 }
 
 /// Whole seconds, rounded up, at least 1: `Retry-After` has no fractions, and 0 would invite an
@@ -150,7 +163,8 @@ mod tests {
         let refusal = RateRefusal {
             scope: "team:t".into(),
             limit: Limit::Requests,
-            quota: Quota::of(60, 0.5),
+            quota: Quota::of(60, 60, 0.5),
+            window_secs: 60,
             retry_after: Duration::from_millis(500),
         };
         refusal.write_headers(&mut headers);

@@ -48,6 +48,7 @@ impl RunSlots {
                         remaining: 0,
                         reset: RETRY_AFTER_RUNS,
                     },
+                    window_secs: 60,
                     retry_after: RETRY_AFTER_RUNS,
                 });
             }

@@ -14,41 +14,43 @@ pub struct BucketLevel {
     pub tokens: f64,
 }
 
-/// Takes `$3` tokens from bucket `$1` of capacity `$2` (its per-minute limit) when its refilled
-/// level holds them (or whatever it holds when `$4`, a charge). The refilled level is what the
-/// row held plus a sixtieth of its capacity each second since it was last touched (the
+/// Takes `$3` tokens from bucket `$1` of capacity `$2` (its limit per window of `$5` seconds)
+/// when its refilled level holds them (or whatever it holds when `$4`, a charge). The refilled
+/// level is what the row held plus `$2 / $5` each second since it was last touched (the
 /// database's clock, the same for every node), at most its capacity; written out three times
 /// because a statement's SET cannot name an expression.
 const TAKE: &str = "INSERT INTO rate_buckets (key, tokens, updated_at, granted) \
      VALUES ($1, $2::float8 - $3::float8, now(), TRUE) \
      ON CONFLICT (key) DO UPDATE SET \
        tokens = LEAST($2::float8, rate_buckets.tokens + EXTRACT(EPOCH FROM (now() - \
-                  rate_buckets.updated_at))::float8 * $2::float8 / 60.0) \
+                  rate_buckets.updated_at))::float8 * $2::float8 / $5::float8) \
                 - CASE WHEN $4 OR LEAST($2::float8, rate_buckets.tokens + EXTRACT(EPOCH FROM \
-                  (now() - rate_buckets.updated_at))::float8 * $2::float8 / 60.0) >= $3::float8 \
+                  (now() - rate_buckets.updated_at))::float8 * $2::float8 / $5::float8) >= $3::float8 \
                   THEN $3::float8 ELSE 0 END, \
        granted = $4 OR LEAST($2::float8, rate_buckets.tokens + EXTRACT(EPOCH FROM (now() - \
-                  rate_buckets.updated_at))::float8 * $2::float8 / 60.0) >= $3::float8, \
+                  rate_buckets.updated_at))::float8 * $2::float8 / $5::float8) >= $3::float8, \
        updated_at = now() \
      RETURNING tokens, granted";
 
 impl PgStore {
-    /// Takes `cost` tokens from the bucket `key` of capacity `per_minute` (refilled over a
-    /// minute) when it holds them (`force`: takes them even when it does not, leaving a debt:
+    /// Takes `cost` tokens from the bucket `key` of capacity `per_window` (refilled over
+    /// `window_secs`) when it holds them (`force`: takes them even when it does not, leaving a debt:
     /// a charge for tokens already spent). One round trip.
     pub async fn take_rate_tokens(
         &self,
         key: &str,
-        per_minute: f64,
+        per_window: f64,
+        window_secs: f64,
         cost: f64,
         force: bool,
     ) -> StoreResult<BucketLevel> {
         // The caller never asks for more than the capacity, so a new bucket always grants.
         let (tokens, granted): (f64, bool) = sqlx::query_as(TAKE)
             .bind(key)
-            .bind(per_minute)
+            .bind(per_window)
             .bind(cost)
             .bind(force)
+            .bind(window_secs)
             .fetch_one(&self.pool)
             .await?;
         Ok(BucketLevel { granted, tokens })
@@ -59,7 +61,7 @@ impl PgStore {
     pub async fn give_back_rate_tokens(
         &self,
         key: &str,
-        per_minute: f64,
+        per_window: f64,
         amount: f64,
     ) -> StoreResult<()> {
         sqlx::query(
@@ -67,7 +69,7 @@ impl PgStore {
              WHERE key = $1",
         )
         .bind(key)
-        .bind(per_minute)
+        .bind(per_window)
         .bind(amount)
         .execute(&self.pool)
         .await?;
