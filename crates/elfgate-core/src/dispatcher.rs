@@ -724,6 +724,8 @@ mod tests {
             tool_run: None,
             node: None,
             channel: Default::default(),
+            payer: Default::default(),
+            meters: Default::default(),
         }
     }
 

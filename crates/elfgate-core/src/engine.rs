@@ -165,6 +165,10 @@ pub struct EngineSessionContext {
     pub sandbox: Option<serde_json::Value>,
     /// The chat channel the prompt came from.
     pub channel: crate::ChannelOrigin,
+    /// Who pays for the run's model calls: the principal that sent the prompt.
+    pub payer: Arc<crate::meter::Payer>,
+    /// The meters every model call of the run goes through (see [`crate::meter`]).
+    pub meters: crate::meter::Meters,
 }
 
 /// One tool to run in a session outside a turn.

@@ -31,8 +31,6 @@ pub enum ErrorCode {
     Unprocessable,
     /// The session's queue of waiting prompts is full (429).
     TooManyQueued,
-    /// Over a `[[rate_limits]]` rule of the caller's key, user or team (429, with `Retry-After`).
-    RateLimited,
     /// Not built (501).
     NotImplemented,
     /// Shutting down, not ready, or the store busy (503).
@@ -95,6 +93,11 @@ pub enum ErrorCode {
     CliCrashed,
     /// A workflow's step failed (the message names it).
     WorkflowStep,
+    /// A budget refused a model call (the message names it).
+    BudgetExceeded,
+    /// A rate limit refused a request (429, with `Retry-After`) or a model call (the message
+    /// names the rule).
+    RateLimited,
     /// A code this daemon does not know (an event stored by another version).
     #[serde(other)]
     Other,
@@ -114,7 +117,6 @@ impl ErrorCode {
         ErrorCode::UnsupportedMediaType,
         ErrorCode::Unprocessable,
         ErrorCode::TooManyQueued,
-        ErrorCode::RateLimited,
         ErrorCode::NotImplemented,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
@@ -145,6 +147,8 @@ impl ErrorCode {
         ErrorCode::CliExit,
         ErrorCode::CliCrashed,
         ErrorCode::WorkflowStep,
+        ErrorCode::BudgetExceeded,
+        ErrorCode::RateLimited,
         ErrorCode::Other,
     ];
 
@@ -163,7 +167,6 @@ impl ErrorCode {
             UnsupportedMediaType => "unsupported_media_type",
             Unprocessable => "unprocessable",
             TooManyQueued => "too_many_queued",
-            RateLimited => "rate_limited",
             NotImplemented => "not_implemented",
             Unavailable => "unavailable",
             Internal => "internal",
@@ -194,6 +197,8 @@ impl ErrorCode {
             CliExit => "cli_exit",
             CliCrashed => "cli_crashed",
             WorkflowStep => "workflow_step",
+            BudgetExceeded => "budget_exceeded",
+            RateLimited => "rate_limited",
             Other => "other",
         }
     }

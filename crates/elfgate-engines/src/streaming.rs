@@ -4,8 +4,8 @@
 
 use crate::think::ThinkSplitter;
 use elfgate_core::{
-    ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
-    RetryInfo, RunOutcome, TokenUsage,
+    CallRefusal, CallReport, ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode,
+    ErrorInfo, EventPayload, Prices, RetryInfo, RunOutcome, TokenUsage,
 };
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, RetryNotice,
@@ -67,6 +67,11 @@ pub struct TurnOutput {
     /// Set when the provider refused the request as too long for the model's context window
     /// (never retried as it is: only a shorter request can succeed).
     pub context_overflow: bool,
+    /// Set when a meter (a budget, a rate limit) refused the call before it went upstream;
+    /// `error` then says so too, and the call is not retried.
+    pub refused: Option<CallRefusal>,
+    /// What the call cost, from its (possibly estimated) usage; None when the model has no prices.
+    pub cost_usd: Option<f64>,
 }
 
 impl TurnOutput {
@@ -243,9 +248,7 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     // Something was streamed: the provider had read the prompt.
     let streamed = !out.text.is_empty() || !out.thinking.is_empty() || !out.tool_calls.is_empty();
     if out.usage.input_tokens == 0 && out.finish.is_none() && streamed {
-        let bytes = crate::tinyelf::context::compaction::fixed_bytes(req)
-            + crate::tinyelf::context::compaction::messages_bytes(&req.messages);
-        out.usage.input_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.usage.input_tokens = crate::metering::request_input_tokens(req);
         out.input_tokens_estimated = out.usage.input_tokens > 0;
     }
     if out.usage.output_tokens > 0 {
@@ -265,12 +268,25 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     }
 }
 
+/// Where a model call goes: the provider's client, its configured name, the model's prices.
+#[derive(Clone, Copy)]
+pub(crate) struct CallTarget<'a> {
+    /// The provider's client.
+    pub provider: &'a dyn LlmProvider,
+    /// Its configured name.
+    pub name: &'a str,
+    /// The model's prices (None: unpriced, the call has no cost).
+    pub prices: Option<Prices>,
+}
+
 /// Streams one call and relays it as `opts` say: whether deltas are relayed, `<think>` tags
 /// split, errors reported, and which token stops it. `started` is the run's start, for
 /// time-to-first-token; `first` is the call's first attempt when it is already under way (the
-/// run's head start).
+/// run's head start). The run's meters are asked before the call and told its end (see
+/// `elfgate_core::meter`); a refused call does not go upstream (a `first` attempt already under
+/// way is dropped, which closes it) and comes back with `refused` set.
 pub(crate) async fn relay_turn(
-    provider: &dyn LlmProvider,
+    target: CallTarget<'_>,
     req: &LlmRequest,
     policy: &RetryPolicy,
     ctx: &EngineSessionContext,
@@ -278,6 +294,28 @@ pub(crate) async fn relay_turn(
     opts: TurnOptions<'_>,
     first: Option<FirstAttempt>,
 ) -> TurnOutput {
+    // No meter registered: nothing to ask, nothing to plan (a branch per call).
+    let metered = if ctx.meters.is_empty() {
+        None
+    } else {
+        let plan = crate::metering::call_plan(ctx, target.name, target.prices, req);
+        match ctx.meters.before_call(&plan).await {
+            Ok(grant) => Some((plan, grant)),
+            Err(refusal) => {
+                drop(first);
+                let error = crate::metering::refusal_error(ctx, &refusal, opts.report_errors).await;
+                return TurnOutput {
+                    error: Some(error),
+                    no_retry: true,
+                    permanent: true,
+                    refused: Some(refusal),
+                    ..TurnOutput::default()
+                };
+            }
+        }
+    };
+    let provider = target.provider;
+    let mut opened = false;
     // The call's body is a block of its own so that each of its early returns still gets the
     // estimate.
     let mut out = async {
@@ -305,6 +343,7 @@ pub(crate) async fn relay_turn(
             out.interrupted = true;
             return out;
         }
+        opened = true;
         let connect = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(LlmError::Cancelled),
@@ -429,5 +468,16 @@ pub(crate) async fn relay_turn(
     }
     .await;
     estimate_unreported(req, &mut out);
+    out.cost_usd = target.prices.map(|p| p.cost(&out.usage));
+    if let Some((plan, grant)) = metered {
+        let report = CallReport {
+            usage: out.usage,
+            input_tokens_estimated: out.input_tokens_estimated,
+            output_tokens_estimated: out.output_tokens_estimated,
+            cost_usd: out.cost_usd,
+            made: opened,
+        };
+        ctx.meters.after_call(&plan, grant, &report).await;
+    }
     out
 }

@@ -28,6 +28,8 @@ pub struct AppInner {
     pub providers: ProviderRegistry,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// What every model call of every run goes through (budgets, rate limits, spend).
+    pub meters: elfgate_core::Meters,
     /// Pending permission requests (tinyelf).
     pub permissions: Arc<PermissionBroker>,
     /// MCP servers and their connections (tinyelf's MCP tools).
@@ -123,6 +125,7 @@ impl AppState {
             &config.rate_limits,
             fleet.as_ref().map(|f| f.store.clone()),
         );
+        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
         AppState {
             inner: Arc::new(AppInner {
                 rate_limits,
@@ -133,6 +136,7 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
+                meters,
                 permissions,
                 tool_runs: tinyelf.clone(),
                 tinyelf,

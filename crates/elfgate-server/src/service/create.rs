@@ -172,7 +172,7 @@ pub async fn create_session(
         is_resume: false,
         parent_id: None,
     };
-    let mut ctx = build_ctx(state, &session, prompt, spec.run, bus.clone());
+    let mut ctx = build_ctx(state, &session, prompt, spec.run, bus.clone(), actor);
     // The first prompt is stored in the same commit as the session and its running run: one wait
     // instead of three before the request goes upstream. The run's recorder is told so, and
     // neither it nor the engine writes them again.

@@ -222,7 +222,7 @@ pub async fn send_message(
         is_resume: true,
         parent_id,
     };
-    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus);
+    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus, actor);
     if let Origin::Gateway(call) = origin {
         call.apply(&mut ctx);
     }

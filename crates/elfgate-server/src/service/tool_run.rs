@@ -80,7 +80,7 @@ pub async fn run_tool(
         is_resume: true,
         parent_id: None,
     };
-    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus);
+    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus, actor);
     ctx.tool_run = Some(elfgate_core::ToolRun { name, arguments });
     let refused: ApiError = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => {
