@@ -13,7 +13,14 @@ pub fn model_meters(
     _config: &Config,
     _store: &Arc<dyn Store>,
     _fleet: Option<&Arc<crate::fleet::Fleet>>,
+    rate_limits: &Arc<crate::rate_limits::RateLimits>,
 ) -> Meters {
-    let meters: Vec<Arc<dyn ModelMeter>> = Vec::new();
+    let mut meters: Vec<Arc<dyn ModelMeter>> = Vec::new();
+    // Tokens per minute: refuses (the run waits for the bucket), so among the first.
+    if rate_limits.limits_any_tokens() {
+        meters.push(Arc::new(crate::rate_limits::RateLimitMeter(
+            rate_limits.clone(),
+        )));
+    }
     Meters::new(meters)
 }

@@ -63,7 +63,7 @@ pub struct AppInner {
     /// Key changes and refused requests, written to the store at a bounded rate.
     pub access_audit: crate::access_audit::AccessAuditor,
     /// `[[rate_limits]]`: the buckets and run counts of keys, users and teams.
-    pub rate_limits: crate::rate_limits::RateLimits,
+    pub rate_limits: Arc<crate::rate_limits::RateLimits>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -121,11 +121,12 @@ impl AppState {
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
         // A fleet's nodes share their buckets in its database; a single node keeps them in memory.
-        let rate_limits = crate::rate_limits::RateLimits::new(
+        let rate_limits = Arc::new(crate::rate_limits::RateLimits::new(
             &config.rate_limits,
             fleet.as_ref().map(|f| f.store.clone()),
-        );
-        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
+        ));
+        let meters =
+            crate::model_meters::model_meters(&config, &store, fleet.as_ref(), &rate_limits);
         AppState {
             inner: Arc::new(AppInner {
                 rate_limits,

@@ -7,10 +7,12 @@
 
 mod layer;
 mod memory;
+mod meter;
 mod refusal;
 mod runs;
 
 pub use layer::limit_requests;
+pub use meter::RateLimitMeter;
 use refusal::refill_time;
 pub use refusal::{Limit, Quota, RateRefusal, retry_after_secs};
 pub use runs::RunSlot;
@@ -264,6 +266,13 @@ impl RateLimits {
             tightest = Some(bucket.quota(level.tokens).tighter(tightest));
         }
         Ok(tightest)
+    }
+
+    /// Whether any rule limits tokens (else model calls need not ask).
+    pub fn limits_any_tokens(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.values.tokens_per_minute.is_some())
     }
 
     /// Whether a rule limits the tokens `payer` may spend (so that a model call must ask first).

@@ -117,6 +117,15 @@ impl std::fmt::Display for RateRefusal {
 }
 
 impl RateRefusal {
+    /// The rule and its limit, e.g. `team:research (1000 tokens per minute)`.
+    pub fn rule(&self) -> String {
+        format!(
+            "{} ({})",
+            self.scope,
+            self.limit.describe(self.quota.limit, self.window_secs)
+        )
+    }
+
     /// `Retry-After` (whole seconds, at least 1) and the refused limit's header trio.
     pub fn write_headers(&self, headers: &mut HeaderMap) {
         headers.insert(

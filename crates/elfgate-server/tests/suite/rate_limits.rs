@@ -361,3 +361,81 @@ async fn one_rule_holds_within_ten_percent_across_three_nodes() {
         eprintln!("{who}: {:?} a request", started.elapsed() / 50);
     }
 }
+
+/// An agent loop past its team's tokens per minute waits for the bucket instead of failing: the
+/// first call's answer (3000 words) leaves the bucket (1000 a second, `window_secs = 1`) in
+/// debt, so the call after the tool waits, with a `retry` event saying why, then completes.
+#[tokio::test]
+async fn an_agent_loop_over_its_tokens_per_minute_waits_with_a_retry_event_then_completes() {
+    use crate::scripted::{call, finish_of, of, project, script, session};
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        with_rules(&[("tt", "tokens_per_minute = 1000\nwindow_secs = 1")]),
+    );
+    let key = d.create_key(key_body("alice", "tt", "member")).await;
+    let long_answer = "word ".repeat(3000);
+    script(
+        &mock,
+        "tpm",
+        json!([
+            {"text": long_answer, "toolCalls": [call("c1", "read_file", json!({"path": "a.txt"}))]},
+            {"text": "The file says hello."}
+        ]),
+    );
+    let (sid, run) = d
+        .as_key(&key)
+        .create(session(
+            "what is in a.txt?",
+            "mock:script=tpm",
+            &project(),
+            json!({}),
+        ))
+        .await;
+    let evs = d.all_events_until_complete_of(&sid, &run).await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", common::types(&evs));
+    let retries = of(&evs, "retry");
+    assert!(!retries.is_empty(), "{:?}", common::types(&evs));
+    let reason = retries[0].data["retry"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("tokens-per-minute bucket") && reason.contains("team:tt"),
+        "{reason}"
+    );
+    assert!(retries[0].data["retry"]["delayMs"].as_u64().unwrap() > 0);
+    // Both calls were made, the second after the wait.
+    assert!(common::text_of(&evs).ends_with("The file says hello."));
+}
+
+/// A door's call when its team's tokens-per-minute bucket is spent is refused before any model
+/// call, with 429 and the tokens trio; the call that spent it carried the trio too.
+#[tokio::test]
+async fn a_door_over_its_tokens_per_minute_is_refused_before_any_call() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(&mock, with_rules(&[("dt", "tokens_per_minute = 1000")]));
+    let key = d.create_key(key_body("u", "dt", "member")).await;
+    let body = json!({
+        "model": "mock/mock:tokens=3000",
+        "messages": [{"role": "user", "content": "hi"}],
+    });
+    let first = send(d.as_key(&key).builder(
+        Method::POST,
+        "/v1/chat/completions",
+        Some(body.clone()),
+    ))
+    .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("x-ratelimit-limit-tokens"), Some("1000"));
+    assert!(first.header("x-ratelimit-remaining-tokens").is_some());
+    let calls = mock.requests().len();
+    let refused = send(
+        d.as_key(&key)
+            .builder(Method::POST, "/v1/chat/completions", Some(body)),
+    )
+    .await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.body["error"]["type"], "rate_limit_error");
+    assert_eq!(refused.header("x-ratelimit-limit-tokens"), Some("1000"));
+    assert_eq!(refused.header("x-ratelimit-remaining-tokens"), Some("0"));
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(mock.requests().len(), calls, "a refused call went upstream");
+}
