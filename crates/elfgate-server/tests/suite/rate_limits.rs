@@ -28,6 +28,47 @@ fn with_rules(r: &[(&str, &str)]) -> Opts {
     }
 }
 
+/// A rule that cannot work stops the daemon at start (and `config check`) naming its key.
+#[test]
+fn config_check_refuses_rules_that_cannot_work_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (toml, want) in [
+        (
+            "[[rate_limits]]\nscope = { team = \"t\" }\nrequests_per_minute = 0\n",
+            "rate_limits[0].requests_per_minute is 0",
+        ),
+        (
+            "[[rate_limits]]\nscope = { key = \"k\" }\ntokens_per_minute = -1\n",
+            "rate_limits[0].tokens_per_minute is -1",
+        ),
+        (
+            "[[rate_limits]]\nscope = { user = \"u\" }\nconcurrent_runs = 1.5\n",
+            "concurrent_runs",
+        ),
+        (
+            "[[rate_limits]]\nscope = { team = \"t\" }\nrequests_per_minut = 5\n",
+            "requests_per_minut",
+        ),
+        (
+            "[[rate_limits]]\nscope = { org = \"t\" }\nrequests_per_minute = 5\n",
+            "org",
+        ),
+        (
+            "[[rate_limits]]\nscope = { team = \"t\" }\n",
+            "rate_limits[0] (team:t) sets no limit",
+        ),
+    ] {
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, toml).unwrap();
+        let (ok, out) = super::restart::run_elfgate(
+            &["config", "check", "--config", file.to_str().unwrap()],
+            &[],
+        );
+        assert!(!ok, "{toml}: accepted: {out}");
+        assert!(out.contains(want), "{toml}: {out}");
+    }
+}
+
 /// A request's status, its `x-ratelimit-*`/`Retry-After` headers and its JSON body.
 struct Answer {
     status: u16,
