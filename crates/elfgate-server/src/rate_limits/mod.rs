@@ -18,7 +18,7 @@ pub use refusal::{Limit, Quota, RateRefusal, retry_after_secs};
 pub use runs::RunSlot;
 
 use crate::config::{RateLimitRule, RateLimitValues, RateScope};
-use elfgate_core::{Principal, RunId};
+use elfgate_core::{Principal, RunId, SessionId};
 use elfgate_store::{BucketLevel, PgStore, StoreError};
 use memory::MemoryBuckets;
 
@@ -317,7 +317,13 @@ impl RateLimits {
     /// A run about to be admitted (started or queued): a slot of every matching rule's
     /// concurrent runs, held until the run ends ([`RateLimits::run_ended`]) or, when it is not
     /// admitted after all, until the slot is dropped. None when no rule limits the payer's runs.
-    pub fn hold_run(&self, payer: Payer<'_>) -> Result<Option<RunSlot>, RateError> {
+    /// `runs` says whether a session has a run going (running or queued), to free the slots of
+    /// runs whose end was never told.
+    pub fn hold_run(
+        &self,
+        payer: Payer<'_>,
+        runs: &dyn Fn(SessionId) -> bool,
+    ) -> Result<Option<RunSlot>, RateError> {
         if self.rules.is_empty() {
             return Ok(None);
         }
@@ -331,7 +337,7 @@ impl RateLimits {
             return Ok(None);
         }
         self.runs
-            .hold(&limits)
+            .hold(&limits, runs)
             .map(Some)
             .map_err(RateError::Refused)
     }

@@ -2,21 +2,34 @@
 //! (started or queued) to its end.
 
 use super::{Limit, Quota, RateRefusal};
-use elfgate_core::RunId;
+use elfgate_core::{RunId, SessionId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a caller refused for concurrent runs is told to wait: a run's end cannot be
 /// foreseen, so a short while.
 const RETRY_AFTER_RUNS: Duration = Duration::from_secs(1);
+
+/// How long a run's slots are held before a refusal may look whether its session still runs: a
+/// run is told as ended a moment after its end, and is admitted a moment after its slots are
+/// held.
+const SETTLED: Duration = Duration::from_secs(5);
+
+/// What an admitted run holds.
+#[derive(Debug)]
+struct HeldRun {
+    session: SessionId,
+    since: Instant,
+    buckets: Vec<String>,
+}
 
 #[derive(Debug, Default)]
 struct Held {
     /// Runs held, by rule bucket.
     counts: HashMap<String, u64>,
     /// The buckets each admitted run holds.
-    by_run: HashMap<RunId, Vec<String>>,
+    by_run: HashMap<RunId, HeldRun>,
 }
 
 /// The runs held, by rule.
@@ -32,11 +45,33 @@ impl RunSlots {
     }
 
     /// One slot of each `(bucket, scope, most)` when every one has room, else the first full.
+    /// Before refusing, frees the slots of runs whose session `runs` says is idle: a run whose end
+    /// was never told (its lease lost to another node, the watcher's queue full) must not hold
+    /// its slot for ever.
     pub(super) fn hold(
         self: &Arc<Self>,
         limits: &[(String, String, u64)],
+        runs: &dyn Fn(SessionId) -> bool,
     ) -> Result<RunSlot, RateRefusal> {
         let mut held = self.lock();
+        let full = |held: &Held| {
+            limits
+                .iter()
+                .any(|(bucket, _, most)| held.counts.get(bucket).copied().unwrap_or(0) >= *most)
+        };
+        if full(&held) {
+            let gone: Vec<RunId> = held
+                .by_run
+                .iter()
+                .filter(|(_, r)| r.since.elapsed() >= SETTLED && !runs(r.session))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in gone {
+                if let Some(run) = held.by_run.remove(&id) {
+                    Self::free(&mut held, &run.buckets);
+                }
+            }
+        }
         for (bucket, scope, most) in limits {
             let now = held.counts.get(bucket).copied().unwrap_or(0);
             if now >= *most {
@@ -75,8 +110,8 @@ impl RunSlots {
 
     pub(super) fn release(&self, run_id: RunId) {
         let mut held = self.lock();
-        if let Some(buckets) = held.by_run.remove(&run_id) {
-            Self::free(&mut held, &buckets);
+        if let Some(run) = held.by_run.remove(&run_id) {
+            Self::free(&mut held, &run.buckets);
         }
     }
 }
@@ -90,10 +125,17 @@ pub struct RunSlot {
 }
 
 impl RunSlot {
-    /// The run was admitted: its slots are held until it ends.
-    pub fn admitted(mut self, run_id: RunId) {
+    /// The run of `session` is about to be admitted: its slots are held until it ends.
+    pub fn admitted(mut self, run_id: RunId, session: SessionId) {
         let buckets = std::mem::take(&mut self.buckets);
-        self.slots.lock().by_run.insert(run_id, buckets);
+        self.slots.lock().by_run.insert(
+            run_id,
+            HeldRun {
+                session,
+                since: Instant::now(),
+                buckets,
+            },
+        );
     }
 }
 

@@ -208,7 +208,7 @@ pub async fn create_session(
         .await;
     // Held by the run's id before it can end, so that its end frees them.
     if let Some(slot) = slot {
-        slot.admitted(run.id);
+        slot.admitted(run.id, run.session_id);
     }
     let dispatched = state.dispatcher.dispatch(ctx, OnBusy::Reject);
     if dispatched.is_err() {

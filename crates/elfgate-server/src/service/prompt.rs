@@ -228,7 +228,7 @@ pub async fn send_message(
     }
     // Held by the run's id before it can end, so that its end frees them.
     if let Some(slot) = slot {
-        slot.admitted(run.id);
+        slot.admitted(run.id, run.session_id);
     }
     match state.dispatcher.dispatch(ctx, on_busy) {
         Ok(status) => Ok(SendMessageResponse {

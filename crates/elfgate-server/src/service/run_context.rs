@@ -88,7 +88,12 @@ pub(crate) fn hold_run_slot(
     actor: &super::command::Actor,
 ) -> Result<Option<crate::rate_limits::RunSlot>, ApiError> {
     match actor {
-        super::command::Actor::Principal(p) => Ok(state.rate_limits.hold_run(p.as_ref().into())?),
+        super::command::Actor::Principal(p) => {
+            let active = state.dispatcher.active();
+            Ok(state
+                .rate_limits
+                .hold_run(p.as_ref().into(), &|session| active.contains(session))?)
+        }
         super::command::Actor::Daemon => Ok(None),
     }
 }
