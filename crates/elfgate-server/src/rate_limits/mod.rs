@@ -349,3 +349,6 @@ impl RateLimits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
