@@ -123,7 +123,14 @@ impl AppState {
         // A fleet's nodes share their buckets in its database; a single node keeps them in memory.
         let rate_limits = Arc::new(crate::rate_limits::RateLimits::new(
             &config.rate_limits,
-            fleet.as_ref().map(|f| f.store.clone()),
+            fleet.as_ref().map(|f| {
+                let lease = config.cluster.as_ref().map_or(5, |c| c.lease_secs);
+                (
+                    f.store.clone(),
+                    f.node_id.to_string(),
+                    std::time::Duration::from_secs(lease),
+                )
+            }),
         ));
         let meters =
             crate::model_meters::model_meters(&config, &store, fleet.as_ref(), &rate_limits);

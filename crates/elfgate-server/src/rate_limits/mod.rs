@@ -16,6 +16,7 @@ pub use meter::RateLimitMeter;
 use refusal::refill_time;
 pub use refusal::{Limit, Quota, RateRefusal, retry_after_secs};
 pub use runs::RunSlot;
+use runs::{FleetRuns, RunSlots};
 
 use crate::config::{RateLimitRule, RateLimitValues, RateScope};
 use elfgate_core::{Principal, RunId, SessionId};
@@ -133,13 +134,17 @@ enum Counters {
 pub struct RateLimits {
     rules: Vec<Rule>,
     counters: Counters,
-    runs: std::sync::Arc<runs::RunSlots>,
+    runs: std::sync::Arc<RunSlots>,
 }
 
 impl RateLimits {
-    /// The configured rules (already checked at load), their buckets in `fleet`'s database when
-    /// the daemon is a node of one, else in memory.
-    pub fn new(rules: &[RateLimitRule], fleet: Option<PgStore>) -> Self {
+    /// The configured rules (already checked at load). On a node of a fleet (`fleet`: its store,
+    /// its id and its lease) their buckets and run counts are rows of the fleet's database, else
+    /// this node's memory.
+    pub fn new(
+        rules: &[RateLimitRule],
+        fleet: Option<(PgStore, String, std::time::Duration)>,
+    ) -> Self {
         let rules = rules
             .iter()
             .enumerate()
@@ -150,13 +155,24 @@ impl RateLimits {
                 })
             })
             .collect();
+        let (counters, runs) = match fleet {
+            Some((store, node_id, alive)) => (
+                Counters::Fleet(store.clone()),
+                RunSlots::new(Some(FleetRuns {
+                    store,
+                    node_id,
+                    alive,
+                })),
+            ),
+            None => (
+                Counters::Memory(MemoryBuckets::default()),
+                RunSlots::new(None),
+            ),
+        };
         RateLimits {
             rules,
-            counters: match fleet {
-                Some(store) => Counters::Fleet(store),
-                None => Counters::Memory(MemoryBuckets::default()),
-            },
-            runs: Default::default(),
+            counters,
+            runs: std::sync::Arc::new(runs),
         }
     }
 
@@ -314,20 +330,22 @@ impl RateLimits {
         Ok(())
     }
 
-    /// A run about to be admitted (started or queued): a slot of every matching rule's
-    /// concurrent runs, held until the run ends ([`RateLimits::run_ended`]) or, when it is not
-    /// admitted after all, until the slot is dropped. None when no rule limits the payer's runs.
-    /// `runs` says whether a session has a run going (running or queued), to free the slots of
+    /// Run `run` of `session`, about to be admitted (started or queued): a slot of every
+    /// matching rule's concurrent runs, held until the run ends ([`RateLimits::run_ended`]) or,
+    /// when it is not admitted after all, until the slot is dropped. None when no rule limits the
+    /// payer's runs. `runs` says whether a session has a run going here, to free the slots of
     /// runs whose end was never told.
-    pub fn hold_run(
+    pub async fn hold_run(
         &self,
         payer: Payer<'_>,
-        runs: &dyn Fn(SessionId) -> bool,
+        run: RunId,
+        session: SessionId,
+        runs: &(dyn Fn(SessionId) -> bool + Sync),
     ) -> Result<Option<RunSlot>, RateError> {
         if self.rules.is_empty() {
             return Ok(None);
         }
-        let limits: Vec<(String, String, u64)> = self
+        let limits: Vec<runs::RunLimit> = self
             .rules
             .iter()
             .filter(|r| r.matches(payer))
@@ -336,16 +354,13 @@ impl RateLimits {
         if limits.is_empty() {
             return Ok(None);
         }
-        self.runs
-            .hold(&limits, runs)
-            .map(Some)
-            .map_err(RateError::Refused)
+        self.runs.hold(&limits, run, session, runs).await.map(Some)
     }
 
     /// A run ended: its slots, if it held any, are free.
-    pub fn run_ended(&self, run_id: RunId) {
+    pub async fn run_ended(&self, run_id: RunId) {
         if !self.rules.is_empty() {
-            self.runs.release(run_id);
+            self.runs.release(run_id).await;
         }
     }
 }

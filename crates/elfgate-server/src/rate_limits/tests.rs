@@ -90,12 +90,27 @@ async fn tokens_are_reserved_then_settled_and_concurrent_runs_counted() {
     );
     // One run at once for the team: the second is refused until the first ends.
     let idle = |_| false;
-    let slot = limits.hold_run(ALICE, &idle).unwrap().unwrap();
+    let session = elfgate_core::SessionId::new();
     let run = elfgate_core::RunId::new();
-    slot.admitted(run, elfgate_core::SessionId::new());
-    assert!(limits.hold_run(BOB, &idle).is_err());
-    limits.run_ended(run);
-    drop(limits.hold_run(BOB, &idle).unwrap());
-    // A slot never admitted is free once dropped.
-    assert!(limits.hold_run(BOB, &idle).unwrap().is_some());
+    let slot = limits
+        .hold_run(ALICE, run, session, &idle)
+        .await
+        .unwrap()
+        .unwrap();
+    slot.admitted();
+    let other = elfgate_core::RunId::new();
+    assert!(limits.hold_run(BOB, other, session, &idle).await.is_err());
+    limits.run_ended(run).await;
+    let dropped = limits.hold_run(BOB, other, session, &idle).await.unwrap();
+    // A slot never admitted is free once dropped (its release is a task of the runtime's).
+    drop(dropped);
+    tokio::task::yield_now().await;
+    let again = elfgate_core::RunId::new();
+    assert!(
+        limits
+            .hold_run(BOB, again, session, &idle)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

@@ -153,7 +153,6 @@ pub async fn create_session(
         updated_at: now,
         ownership,
     };
-    let slot = super::run_context::hold_run_slot(state, actor)?;
     let mut run = new_run(
         session.id,
         spec.run.client_msg_id.clone(),
@@ -161,6 +160,7 @@ pub async fn create_session(
     );
     // A new session has no other run: its first one starts at once, so it is stored as running.
     run.status = RunStatus::Running;
+    let slot = super::run_context::hold_run_slot(state, actor, &run).await?;
     // create_session stores the first seq reservation with the session.
     let bus = state
         .dispatcher
@@ -208,11 +208,11 @@ pub async fn create_session(
         .await;
     // Held by the run's id before it can end, so that its end frees them.
     if let Some(slot) = slot {
-        slot.admitted(run.id, run.session_id);
+        slot.admitted();
     }
     let dispatched = state.dispatcher.dispatch(ctx, OnBusy::Reject);
     if dispatched.is_err() {
-        state.rate_limits.run_ended(run.id);
+        state.rate_limits.run_ended(run.id).await;
     }
     match dispatched {
         Ok(_) => Ok(CreateSessionResponse {

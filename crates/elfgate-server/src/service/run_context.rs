@@ -81,18 +81,22 @@ fn payer_of(actor: &Actor, session: &Session) -> Payer {
     }
 }
 
-/// The concurrent-runs slots of the run about to be admitted, or the rule it is over (429). The
+/// The concurrent-runs slots of `run`, about to be admitted, or the rule it is over (429). The
 /// daemon's own runs (a workflow's schedule, a hook) hold none.
-pub(crate) fn hold_run_slot(
+pub(crate) async fn hold_run_slot(
     state: &AppState,
     actor: &super::command::Actor,
+    run: &Run,
 ) -> Result<Option<crate::rate_limits::RunSlot>, ApiError> {
     match actor {
         super::command::Actor::Principal(p) => {
             let active = state.dispatcher.active();
             Ok(state
                 .rate_limits
-                .hold_run(p.as_ref().into(), &|session| active.contains(session))?)
+                .hold_run(p.as_ref().into(), run.id, run.session_id, &|session| {
+                    active.contains(session)
+                })
+                .await?)
         }
         super::command::Actor::Daemon => Ok(None),
     }

@@ -480,3 +480,43 @@ async fn a_door_over_its_tokens_per_minute_is_refused_before_any_call() {
     assert!(refused.header("retry-after").is_some());
     assert_eq!(mock.requests().len(), calls, "a refused call went upstream");
 }
+
+/// On a fleet a team's concurrent runs are counted across the nodes: two stalled runs started on
+/// two nodes fill a rule of two, a third on the third node is refused, and once one ends it goes.
+#[tokio::test]
+async fn concurrent_runs_are_counted_across_three_nodes() {
+    use elfgate_test_support::services::fleet_services;
+    let Some((database, nats)) = fleet_services().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let rule = rules(&[("crew", "concurrent_runs = 2")]);
+    let nodes =
+        ["a", "b", "c"].map(|id| super::fleet::node_with(&mock, &database, &nats, id, &rule));
+    let key = nodes[0]
+        .create_key(key_body("alice", "crew", "member"))
+        .await;
+    let stalled = chat("hi", "mock:tokens=50,stall_after=1");
+    let (first, _) = nodes[0].as_key(&key).create(stalled.clone()).await;
+    nodes[1].as_key(&key).create(stalled.clone()).await;
+    let (status, refused) = nodes[2].as_key(&key).post("/v1/sessions", stalled).await;
+    assert_eq!(status, 429, "{refused}");
+    assert_eq!(refused["error"]["code"], "rate_limited");
+    assert_eq!(nodes[0].interrupt_and_wait(&first).await.0, 200);
+    let deadline = tokio::time::Instant::now() + GUARD;
+    loop {
+        let (status, v) = nodes[2]
+            .as_key(&key)
+            .post("/v1/sessions", chat("hi", "mock:tokens=1"))
+            .await;
+        if status == 201 {
+            break;
+        }
+        assert_eq!(status, 429, "{v}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot stayed held"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

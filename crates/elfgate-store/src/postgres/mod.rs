@@ -18,6 +18,7 @@ mod event_log;
 mod fleet;
 mod log_writer;
 mod rate_buckets;
+mod rate_runs;
 mod recovery;
 mod runs;
 mod sessions;
