@@ -95,7 +95,8 @@ pub enum ErrorCode {
     WorkflowStep,
     /// A budget refused a model call (the message names it).
     BudgetExceeded,
-    /// A rate limit refused a model call (the message names it).
+    /// A rate limit refused a request (429, with `Retry-After`) or a model call (the message
+    /// names the rule).
     RateLimited,
     /// A code this daemon does not know (an event stored by another version).
     #[serde(other)]

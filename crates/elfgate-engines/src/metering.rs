@@ -51,6 +51,64 @@ pub(crate) fn call_plan(
     }
 }
 
+/// The longest a model call waits in all for its tokens-per-minute buckets before it is refused
+/// (docs/spend.md, "Rate limits"): two refills of a per-minute bucket, so that a call that fits
+/// a bucket gets it even when others of its team take from the same one meanwhile.
+pub(crate) const MAX_RATE_LIMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Asks the run's meters before a call. A tokens-per-minute rule that refuses says how long
+/// until its bucket holds the call: the run waits that long (a `retry` event saying why), then
+/// asks again, up to [`MAX_RATE_LIMIT_WAIT`] in all or until the run is cancelled; any other
+/// refusal, and one past the bound, is the call's answer.
+pub(crate) async fn ask_meters(
+    ctx: &EngineSessionContext,
+    plan: &CallPlan,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<elfgate_core::MetersGrant, CallRefusal> {
+    let mut waited = std::time::Duration::ZERO;
+    let mut attempt = 0u32;
+    loop {
+        let refusal = match ctx.meters.before_call(plan).await {
+            Ok(grant) => return Ok(grant),
+            Err(refusal) => refusal,
+        };
+        let CallRefusal::RateLimited(limited) = &refusal else {
+            return Err(refusal);
+        };
+        let delay = limited
+            .retry_after
+            .max(std::time::Duration::from_millis(10));
+        if limited.kind != elfgate_core::RateLimitKind::Tokens
+            || waited + delay > MAX_RATE_LIMIT_WAIT
+            || cancel.is_cancelled()
+        {
+            return Err(refusal);
+        }
+        attempt += 1;
+        waited += delay;
+        // As many more waits of this length as the bound leaves room for.
+        let room = (MAX_RATE_LIMIT_WAIT - waited).as_millis() / delay.as_millis().max(1);
+        ctx.events
+            .emit(EventPayload::Retry {
+                retry: elfgate_core::RetryInfo {
+                    attempt,
+                    max_attempts: attempt.saturating_add(u32::try_from(room).unwrap_or(u32::MAX)),
+                    delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    reason: format!(
+                        "waiting {} ms for the tokens-per-minute bucket of the rate limit {}",
+                        delay.as_millis(),
+                        limited.rule
+                    ),
+                },
+            })
+            .await;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = cancel.cancelled() => return Err(refusal),
+        }
+    }
+}
+
 /// The error of a call a meter refused, announced as an `error` event when the caller reports
 /// errors.
 pub(crate) async fn refusal_error(

@@ -304,7 +304,8 @@ pub(crate) async fn relay_turn(
         None
     } else {
         let plan = crate::metering::call_plan(ctx, target.name, target.prices, req);
-        match ctx.meters.before_call(&plan).await {
+        let cancel = opts.cancel.unwrap_or(&ctx.cancel);
+        match crate::metering::ask_meters(ctx, &plan, cancel).await {
             Ok(grant) => Some((plan, grant)),
             Err(refusal) => {
                 drop(first);

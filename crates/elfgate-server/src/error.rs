@@ -23,7 +23,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// One of bad_request, unauthorized, forbidden, not_found, method_not_allowed, busy,
     /// conflict, payload_too_large, unsupported_media_type, unprocessable, too_many_queued,
-    /// not_implemented, unavailable, internal.
+    /// rate_limited, not_implemented, unavailable, internal.
     pub code: ErrorCode,
     /// What happened, for a human.
     pub message: String,
@@ -119,6 +119,10 @@ pub enum ApiError {
     /// The session's queue of waiting prompts is full (429).
     #[error("the session is busy and {0} prompts already wait for it")]
     TooManyQueued(usize),
+    /// Over a rate limit of the caller's key, user or team (429, with `Retry-After` and the
+    /// limit's `x-ratelimit-*` headers).
+    #[error("{0}")]
+    RateLimited(crate::rate_limits::RateRefusal),
     /// Not built yet (501).
     #[error("{0}")]
     NotImplemented(String),
@@ -141,6 +145,15 @@ impl From<DispatchError> for ApiError {
             DispatchError::QueueFull { max_queued } => ApiError::TooManyQueued(max_queued),
             e @ DispatchError::UnknownEngine(_) => ApiError::Unprocessable(e.to_string()),
             e @ DispatchError::ShuttingDown => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<crate::rate_limits::RateError> for ApiError {
+    fn from(e: crate::rate_limits::RateError) -> Self {
+        match e {
+            crate::rate_limits::RateError::Refused(refusal) => ApiError::RateLimited(refusal),
+            crate::rate_limits::RateError::Store(e) => ApiError::Storage(e),
         }
     }
 }
@@ -186,7 +199,7 @@ impl ApiError {
             }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::TooManyQueued(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyQueued(_) | ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -219,6 +232,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
             ApiError::Unprocessable(_) => ErrorCode::Unprocessable,
             ApiError::TooManyQueued(_) => ErrorCode::TooManyQueued,
+            ApiError::RateLimited(_) => ErrorCode::RateLimited,
             ApiError::NotImplemented(_) => ErrorCode::NotImplemented,
             ApiError::Unavailable(_) => ErrorCode::Unavailable,
             ApiError::Internal(_) => ErrorCode::Internal,
@@ -313,6 +327,9 @@ impl ApiError {
         let mut resp = (self.status(), axum::Json(body)).into_response();
         if let ApiError::OutOfScope { scope, .. } = self {
             resp.extensions_mut().insert(ScopeRefusal(scope));
+        }
+        if let ApiError::RateLimited(refusal) = self {
+            refusal.write_headers(resp.headers_mut());
         }
         if let ApiError::Storage(e) = self
             && let Some(after) = e.retry_after()

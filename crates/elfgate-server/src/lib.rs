@@ -24,6 +24,7 @@ pub mod model_meters;
 pub mod openapi;
 pub mod origin;
 pub mod panic_guard;
+pub mod rate_limits;
 pub mod request_guard;
 pub mod request_id;
 pub mod route_rules;

@@ -15,15 +15,23 @@ pub fn model_meters(
     _fleet: Option<&Arc<crate::fleet::Fleet>>,
     budgets: &Arc<crate::budgets::BudgetBook>,
     dispatcher: &Arc<elfgate_core::EngineDispatcher>,
+    rate_limits: &Arc<crate::rate_limits::RateLimits>,
 ) -> Meters {
+    let mut meters: Vec<Arc<dyn ModelMeter>> = Vec::new();
+    // Tokens per minute: refuses (the run waits for the bucket), so among the first.
+    if rate_limits.limits_any_tokens() {
+        meters.push(Arc::new(crate::rate_limits::RateLimitMeter(
+            rate_limits.clone(),
+        )));
+    }
     let warnings = crate::budgets::warnings::Warnings::new(
         dispatcher.clone(),
         store.clone(),
         &config.webhooks,
     );
-    let meters: Vec<Arc<dyn ModelMeter>> = vec![Arc::new(crate::budgets::meter::BudgetMeter::new(
+    meters.push(Arc::new(crate::budgets::meter::BudgetMeter::new(
         budgets.clone(),
         Arc::new(warnings),
-    ))];
+    )));
     Meters::new(meters)
 }

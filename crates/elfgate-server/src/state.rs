@@ -64,6 +64,8 @@ pub struct AppInner {
     pub access_audit: crate::access_audit::AccessAuditor,
     /// The budgets by scope (docs/spend.md, "Budgets").
     pub budgets: Arc<crate::budgets::BudgetBook>,
+    /// `[[rate_limits]]`: the buckets and run counts of keys, users and teams.
+    pub rate_limits: Arc<crate::rate_limits::RateLimits>,
 }
 
 /// What the daemon's runs share beside the store and the dispatcher, built once at start.
@@ -121,16 +123,30 @@ impl AppState {
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
         let budgets = Arc::new(crate::budgets::BudgetBook::new(store.clone()));
+        // A fleet's nodes share their buckets in its database; a single node keeps them in memory.
+        let rate_limits = Arc::new(crate::rate_limits::RateLimits::new(
+            &config.rate_limits,
+            fleet.as_ref().map(|f| {
+                let lease = config.cluster.as_ref().map_or(5, |c| c.lease_secs);
+                (
+                    f.store.clone(),
+                    f.node_id.to_string(),
+                    std::time::Duration::from_secs(lease),
+                )
+            }),
+        ));
         let meters = crate::model_meters::model_meters(
             &config,
             &store,
             fleet.as_ref(),
             &budgets,
             &dispatcher,
+            &rate_limits,
         );
         AppState {
             inner: Arc::new(AppInner {
                 budgets,
+                rate_limits,
                 keys,
                 access_audit,
                 config,

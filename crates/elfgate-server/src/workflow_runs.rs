@@ -395,6 +395,8 @@ pub async fn refresh_triggers(state: &AppState) {
 /// run ends (see webhooks/mod.rs), which every way a run ends writes to.
 pub async fn on_run_ends(state: AppState, mut ends: tokio::sync::mpsc::Receiver<RunEnded>) {
     while let Some(ended) = ends.recv().await {
+        // The run's concurrent-runs slots, if it held any, are free.
+        state.rate_limits.run_ended(ended.run_id).await;
         if state.is_shutting_down() {
             return;
         }

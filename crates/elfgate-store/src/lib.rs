@@ -30,7 +30,9 @@ pub use concerns::{
     WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
-pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
+pub use postgres::{
+    BucketLevel, FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url,
+};
 pub use sqlite::{SqliteStore, StoreOptions};
 
 use async_trait::async_trait;

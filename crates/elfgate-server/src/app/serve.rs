@@ -83,6 +83,12 @@ impl Daemon {
                 state.clone(),
                 crate::fleet::forward::to_owner,
             ))
+            // Inside auth (it needs the principal), outside the forward: a request is counted by
+            // the node its client called, once.
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                crate::rate_limits::limit_requests,
+            ))
             .layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())

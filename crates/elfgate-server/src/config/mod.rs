@@ -18,6 +18,7 @@ mod engines;
 mod jwt;
 mod nats_access;
 mod providers;
+mod rate_limits;
 mod server;
 mod storage;
 mod workflows;
@@ -28,6 +29,7 @@ pub use engines::{ChatEngineConfig, EnginesConfig, ToolsConfig};
 pub use jwt::{GroupGrant, JwtConfig, MAX_JWKS_BYTES};
 pub(crate) use nats_access::secret_from_env;
 pub use providers::{AliasTarget, BuiltinWebSearch, DefaultsConfig, ProviderConfigSection};
+pub use rate_limits::{RateLimitRule, RateLimitValues, RateScope};
 pub use server::{AuthMode, ServerConfig};
 pub use storage::{MAX_LOG_LINGER_MS, StorageConfig};
 pub use workflows::{AgentProfile, WebhookTarget, WebhooksConfig, WorkflowHook, WorkflowsConfig};
@@ -95,6 +97,9 @@ pub struct Config {
     /// `[sandbox]`: how the processes started for agents are confined.
     #[serde(default)]
     pub sandbox: elfgate_tools::sandbox::SandboxConfig,
+    /// `[[rate_limits]]`: how fast a key, user or team may call (docs/spend.md).
+    #[serde(default)]
+    pub rate_limits: Vec<RateLimitRule>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -221,6 +226,7 @@ impl Config {
         self.server.check_connections()?;
         self.storage.check_log_writer()?;
         self.auth.check()?;
+        rate_limits::check(&self.rate_limits)?;
         if let Some(jwt) = &self.auth.jwt {
             jwt.check()?;
         }

@@ -58,6 +58,7 @@ fn param(e: &ApiError) -> Option<&str> {
 fn openai_code(e: &ApiError) -> Option<&'static str> {
     match e {
         ApiError::UnknownModel { .. } => Some("model_not_found"),
+        ApiError::RateLimited(_) => Some("rate_limit_exceeded"),
         ApiError::Upstream(info) if info.code == ErrorCode::MissingApiKey => {
             Some(ErrorCode::MissingApiKey.as_str())
         }

@@ -160,6 +160,7 @@ pub async fn create_session(
     );
     // A new session has no other run: its first one starts at once, so it is stored as running.
     run.status = RunStatus::Running;
+    let slot = super::run_context::hold_run_slot(state, actor, &run).await?;
     // create_session stores the first seq reservation with the session.
     let bus = state
         .dispatcher
@@ -205,7 +206,15 @@ pub async fn create_session(
     // Stored with the session, so announced with it too, whatever the run does next.
     bus.publish(Some(run.id), EventPayload::UserMessage { message: user })
         .await;
-    match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
+    // Held by the run's id before it can end, so that its end frees them.
+    if let Some(slot) = slot {
+        slot.admitted();
+    }
+    let dispatched = state.dispatcher.dispatch(ctx, OnBusy::Reject);
+    if dispatched.is_err() {
+        state.rate_limits.run_ended(run.id).await;
+    }
+    match dispatched {
         Ok(_) => Ok(CreateSessionResponse {
             session_id: session.id,
             run_id: run.id,

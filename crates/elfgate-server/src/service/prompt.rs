@@ -201,6 +201,8 @@ pub async fn send_message(
             .await?;
     }
     let run = new_run(session_id, client_msg_id.clone(), run_spec.channel.clone());
+    // A queued prompt is admitted work: it holds its slot from now until its run ends.
+    let slot = super::run_context::hold_run_slot(state, actor, &run).await?;
     if let Err(e) = state.store.create_run(&run).await {
         // The same key may have been stored a moment ago by a concurrent retry.
         if let Some(key) = client_msg_id.as_deref()
@@ -224,6 +226,10 @@ pub async fn send_message(
     if let Origin::Gateway(call) = origin {
         call.apply(&mut ctx);
     }
+    // Held by the run's id before it can end, so that its end frees them.
+    if let Some(slot) = slot {
+        slot.admitted();
+    }
     match state.dispatcher.dispatch(ctx, on_busy) {
         Ok(status) => Ok(SendMessageResponse {
             session_id,
@@ -234,6 +240,7 @@ pub async fn send_message(
         Err(e) => {
             // Not admitted (lost a race with another prompt, a full queue, shutting down): the
             // run never started.
+            state.rate_limits.run_ended(run.id).await;
             state.store.delete_run(run.id).await?;
             Err(e.into())
         }

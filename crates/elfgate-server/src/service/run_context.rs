@@ -86,6 +86,27 @@ fn payer_of(actor: &Actor, session: &Session) -> Payer {
     payer
 }
 
+/// The concurrent-runs slots of `run`, about to be admitted, or the rule it is over (429). The
+/// daemon's own runs (a workflow's schedule, a hook) hold none.
+pub(crate) async fn hold_run_slot(
+    state: &AppState,
+    actor: &super::command::Actor,
+    run: &Run,
+) -> Result<Option<crate::rate_limits::RunSlot>, ApiError> {
+    match actor {
+        super::command::Actor::Principal(p) => {
+            let active = state.dispatcher.active();
+            Ok(state
+                .rate_limits
+                .hold_run(p.as_ref().into(), run.id, run.session_id, &|session| {
+                    active.contains(session)
+                })
+                .await?)
+        }
+        super::command::Actor::Daemon => Ok(None),
+    }
+}
+
 /// A new queued run of the session.
 pub(crate) fn new_run(
     session_id: SessionId,

@@ -49,6 +49,8 @@ mod ownership;
 mod postgres_access;
 mod postgres_store;
 mod provider_kinds;
+mod rate_limits;
+mod rate_limits_fleet;
 mod readme_path;
 mod restart;
 mod route_matrix;

@@ -17,6 +17,8 @@
 mod event_log;
 mod fleet;
 mod log_writer;
+mod rate_buckets;
+mod rate_runs;
 mod recovery;
 mod runs;
 mod sessions;
@@ -25,6 +27,7 @@ mod statements;
 mod store_impl;
 
 pub use fleet::{FleetCounts, FleetMember, NodeInfo};
+pub use rate_buckets::BucketLevel;
 pub use setup::{NodeMode, is_postgres_url};
 
 use log_writer::LogWriter;
