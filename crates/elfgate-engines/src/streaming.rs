@@ -2,6 +2,8 @@
 //! `retry` events, text and thinking become `streamDelta` events, an interrupt drops the upstream
 //! stream at once.
 
+mod telemetry;
+
 use crate::think::ThinkSplitter;
 use elfgate_core::{
     ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
@@ -13,6 +15,7 @@ use elfgate_llm::{
 };
 use futures_util::StreamExt;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +70,8 @@ pub struct TurnOutput {
     /// Set when the provider refused the request as too long for the model's context window
     /// (never retried as it is: only a shorter request can succeed).
     pub context_overflow: bool,
+    /// When the first streamed piece arrived.
+    pub first_chunk: Option<Instant>,
 }
 
 impl TurnOutput {
@@ -278,6 +283,8 @@ pub(crate) async fn relay_turn(
     opts: TurnOptions<'_>,
     first: Option<FirstAttempt>,
 ) -> TurnOutput {
+    let span = telemetry::chat_span(provider, req);
+    let call_started = Instant::now();
     // The call's body is a block of its own so that each of its early returns still gets the
     // estimate.
     let mut out = async {
@@ -290,6 +297,7 @@ pub(crate) async fn relay_turn(
         let relay = opts.relay_deltas;
         let mut on_retry = |n: RetryNotice| {
             retries += 1;
+            elfgate_core::telemetry::retry_event(n.attempt, n.max_attempts, n.delay, &n.reason);
             if !relay {
                 return;
             }
@@ -354,6 +362,9 @@ pub(crate) async fn relay_turn(
                 n = stream.next() => n,
             };
             let Some(item) = next else { break };
+            if out.first_chunk.is_none() && item.is_ok() {
+                out.first_chunk = Some(Instant::now());
+            }
             match item {
                 Ok(LlmEvent::TextDelta(t)) => {
                     if first_token {
@@ -427,7 +438,9 @@ pub(crate) async fn relay_turn(
         }
         out
     }
+    .instrument(span.clone())
     .await;
     estimate_unreported(req, &mut out);
+    telemetry::record_turn(&span, provider, req, &out, call_started);
     out
 }

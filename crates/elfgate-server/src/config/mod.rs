@@ -19,6 +19,7 @@ mod nats_access;
 mod providers;
 mod server;
 mod storage;
+mod telemetry;
 mod workflows;
 pub use auth::AuthConfig;
 pub use cluster::{ClusterConfig, FleetSecret, MAX_DRAIN_SECS, MIN_LEASE_SECS};
@@ -28,6 +29,7 @@ pub(crate) use nats_access::secret_from_env;
 pub use providers::{AliasTarget, BuiltinWebSearch, DefaultsConfig, ProviderConfigSection};
 pub use server::{AuthMode, ServerConfig};
 pub use storage::{MAX_LOG_LINGER_MS, StorageConfig};
+pub use telemetry::{MAX_CONTENT_BYTES, TelemetryConfig};
 pub use workflows::{AgentProfile, WebhookTarget, WebhooksConfig, WorkflowHook, WorkflowsConfig};
 
 /// The built-in defaults.
@@ -90,6 +92,9 @@ pub struct Config {
     /// `[sandbox]`: how the processes started for agents are confined.
     #[serde(default)]
     pub sandbox: elfgate_tools::sandbox::SandboxConfig,
+    /// `[telemetry]`: runs as OpenTelemetry traces over OTLP; absent: nothing is exported.
+    #[serde(default)]
+    pub telemetry: Option<TelemetryConfig>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -218,6 +223,9 @@ impl Config {
         self.auth.check()?;
         if let Some(jwt) = &self.auth.jwt {
             jwt.check()?;
+        }
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.check()?;
         }
         Ok(())
     }

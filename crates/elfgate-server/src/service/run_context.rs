@@ -65,6 +65,17 @@ pub(crate) fn build_ctx(
         node: state.fleet.as_ref().map(|f| f.node_id.clone()),
         sandbox: Some(state.tinyelf.sandbox_facts()),
         channel: run.channel,
+        trace: None,
+    }
+}
+
+/// What a run started now by `actor` takes into its trace (None: runs are not traced).
+pub(crate) fn run_trace(actor: &super::Actor) -> Option<elfgate_core::telemetry::RunTrace> {
+    match actor {
+        super::Actor::Principal(p) => {
+            elfgate_core::telemetry::RunTrace::here(p.key_id.as_deref(), Some(&p.team))
+        }
+        super::Actor::Daemon => elfgate_core::telemetry::RunTrace::here(None, None),
     }
 }
 

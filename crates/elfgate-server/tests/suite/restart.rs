@@ -135,7 +135,7 @@ async fn sigterm_interrupts_runs_and_flushes_the_log() {
     assert_eq!(m["messages"][1]["blocks"][0]["text"], "tok0 tok1 ");
 }
 
-fn run_elfgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+pub(super) fn run_elfgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_elfgate"));
     cmd.args(args)
         .env_remove("ELFGATE_TOKEN")
