@@ -8,7 +8,8 @@
 # (scripts/install-mcp-servers.sh puts it into tools/mcp/), the schema fuzzer (schemathesis,
 # which scripts/install-fuzz.sh puts into tools/fuzz-venv/), and playwright-core, which drives
 # Chromium in the web console's tests (scripts/install-browser-driver.sh puts it into
-# tools/browser/), and bubblewrap, which confines the commands the agents run (the sandbox's tests
+# tools/browser/), Arize Phoenix, the trace store of the telemetry tests
+# (scripts/install-phoenix.sh puts it into tools/phoenix-venv/), and bubblewrap, which confines the commands the agents run (the sandbox's tests
 # need it). Does nothing for what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,3 +64,4 @@ scripts/install-mcp-servers.sh
 scripts/install-sdk-venv.sh
 scripts/install-fuzz.sh
 scripts/install-browser-driver.sh
+scripts/install-phoenix.sh

@@ -5,7 +5,13 @@
 # a temporary directory (Debian's postgresql or nats-server package is installed first when it is
 # missing), and an EXIT trap stops it and removes the directory when the caller's shell ends.
 #
-# Exports, besides the two URLs, for an instance started here (so that a test can stop and start
+# It also starts the trace store of the telemetry tests (Arize Phoenix, from tools/phoenix-venv,
+# which scripts/install-phoenix.sh installs) on a free loopback port unless
+# ELFGATE_TEST_PHOENIX_URL names one, without waiting for it: it takes 20 s or more to start, which
+# the build of the tests covers, and the tests wait until it answers. Without the venv it says so
+# and the telemetry tests skip (or fail under REQUIRE_TRACE_TESTS=require).
+#
+# Exports, besides the URLs, for an instance started here (so that a test can stop and start
 # it): ELFGATE_TEST_PG_BIN (the directory of pg_ctl), ELFGATE_TEST_PG_DATA (the data directory),
 # ELFGATE_TEST_PG_RUNAS (the user pg_ctl must run as, via runuser, when the caller is root; empty
 # otherwise) and ELFGATE_TEST_NATS_BIN (the nats-server executable). The server's settings (port,
@@ -18,6 +24,7 @@ test_services_dir=
 test_services_pg_bin=
 test_services_pg_data=
 test_services_nats_pid=
+test_services_phoenix_pid=
 test_services_status=
 
 test_services_say() {
@@ -231,6 +238,26 @@ test_services_start_nats() {
   export ELFGATE_TEST_NATS_BIN=$bin
 }
 
+test_services_start_phoenix() {
+  local bin
+  bin="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tools/phoenix-venv/bin/phoenix"
+  if [[ ! -x "$bin" ]]; then
+    test_services_say "no trace store: tools/phoenix-venv is missing (scripts/install-phoenix.sh)"
+    return 0
+  fi
+  test_services_make_dir || return 1
+  local dir=$test_services_dir port grpc_port
+  port=$(test_services_free_port) || return 1
+  grpc_port=$(test_services_free_port) || return 1
+  mkdir -p "$dir/phoenix" || return 1
+  PHOENIX_HOST=127.0.0.1 PHOENIX_PORT=$port PHOENIX_GRPC_PORT=$grpc_port \
+    PHOENIX_WORKING_DIR="$dir/phoenix" PHOENIX_TELEMETRY_ENABLED=false \
+    "$bin" serve </dev/null >"$dir/phoenix.log" 2>&1 &
+  test_services_phoenix_pid=$!
+  test_services_say "Arize Phoenix starting on 127.0.0.1:$port (private, log $dir/phoenix.log)"
+  export ELFGATE_TEST_PHOENIX_URL="http://127.0.0.1:$port"
+}
+
 # Runs from the EXIT trap. Nothing here may fail: under the caller's set -e a failing command
 # would end the trap early and replace the caller's exit status with its own.
 test_services_cleanup() {
@@ -245,6 +272,10 @@ test_services_cleanup() {
     kill "$test_services_nats_pid" 2>/dev/null || true
     # Reaped before its store is removed under it.
     wait "$test_services_nats_pid" 2>/dev/null || true
+  fi
+  if [[ -n "$test_services_phoenix_pid" ]]; then
+    kill "$test_services_phoenix_pid" 2>/dev/null || true
+    wait "$test_services_phoenix_pid" 2>/dev/null || true
   fi
   if [[ -n "$test_services_dir" ]]; then
     rm -rf "$test_services_dir" || true
@@ -281,6 +312,11 @@ test_services_start() {
     test_services_say "NATS: using ELFGATE_TEST_NATS_URL"
   else
     test_services_start_nats || return
+  fi
+  if [[ -n "${ELFGATE_TEST_PHOENIX_URL:-}" ]]; then
+    test_services_say "Phoenix: using ELFGATE_TEST_PHOENIX_URL"
+  else
+    test_services_start_phoenix || return
   fi
   # The tests that need these services fail instead of skipping when they are missing. (Not an
   # ELFGATE_ name: the daemon reads every ELFGATE_* variable as configuration.)

@@ -17,6 +17,8 @@ export REQUIRE_CLI_TESTS=require
 export REQUIRE_SDK_TESTS=require
 # Likewise the schema fuzz test when the fuzzer's venv is missing.
 export REQUIRE_FUZZ_TESTS=require
+# Likewise the telemetry tests when the trace store's venv is missing.
+export REQUIRE_TRACE_TESTS=require
 # Sourced: its EXIT trap stops the services once cargo has exited, so cargo must not be exec'd.
 # It also sets REQUIRE_CLUSTER_TESTS=require.
 source scripts/test-services.sh

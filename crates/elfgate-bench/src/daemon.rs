@@ -131,16 +131,19 @@ impl Daemon {
         cpus: Option<&str>,
         postgres: Option<String>,
     ) -> anyhow::Result<Daemon> {
-        Self::start_node(mock_base, cpus, postgres, None)
+        Self::start_node(mock_base, cpus, postgres, None, "")
     }
 
     /// [`Daemon::start`], as a node of a fleet when `fleet` is given (then `postgres` is the
-    /// fleet's database, which may already be in use).
+    /// fleet's database, which may already be in use), with `extra` appended to its
+    /// configuration: it follows the mock provider's table, so keys before its first table
+    /// header are the provider's (its prices), and its tables are the daemon's (`[[budgets]]`).
     pub fn start_node(
         mock_base: &str,
         cpus: Option<&str>,
         postgres: Option<String>,
         fleet: Option<&FleetNode>,
+        extra: &str,
     ) -> anyhow::Result<Daemon> {
         let bin = daemon_binary()?;
         let dir = tempfile::Builder::new().prefix("elfgate-bench").tempdir()?;
@@ -159,14 +162,14 @@ bind = "127.0.0.1:0"
 url = "{db}"
 data_dir = "{data}"
 
+[defaults]
+provider = "mock"
+{cluster}
 [providers.mock]
 kind = "openai"
 base_url = "{mock_base}/v1"
 default_model = "mock"
-
-[defaults]
-provider = "mock"
-{cluster}"#,
+{extra}"#,
                 db = db.url(),
                 data = dir.path().display(),
                 cluster = fleet.map_or(String::new(), |f| format!(

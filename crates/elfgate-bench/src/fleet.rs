@@ -63,12 +63,14 @@ pub async fn run(
         None,
         Some(database.clone()),
         Some(&node(s, "a")),
+        "",
     )?;
     let b = Daemon::start_node(
         &mock_base,
         None,
         Some(database.clone()),
         Some(&node(s, "b")),
+        "",
     )?;
     let on_fleet = Target {
         daemon_token: a.token.clone(),
@@ -137,6 +139,7 @@ pub async fn run(
             None,
             Some(database.clone()),
             Some(&node(s, &format!("victim{k}"))),
+            "",
         )?;
         failovers.push(failover(&on_fleet, victim, &b.base).await?);
     }

@@ -15,6 +15,7 @@
 )]
 
 mod client;
+mod config_compare;
 mod daemon;
 mod fleet;
 mod gateway_report;
@@ -106,6 +107,16 @@ struct Cli {
     /// for each.
     #[arg(long, value_name = "N", default_value_t = 0)]
     key_compare: usize,
+    /// Instead of the scenarios: two daemons, without and with the TOML in FILE (its keys before
+    /// the first table header are the mock provider's, e.g. prices, and go to both), the same
+    /// load on each in alternating passes (--rounds): N D=0 one-token sessions (see
+    /// --config-compare-sessions) and C paced sessions (--tokens, --delay-ms, the first
+    /// --concurrency): the daemon's CPU per session and per token for each, and the ratios.
+    #[arg(long, value_name = "FILE")]
+    config_compare: Option<std::path::PathBuf>,
+    /// D=0 sessions per pass of --config-compare.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    config_compare_sessions: usize,
     /// Skip the nginx path (run when /usr/sbin/nginx exists).
     #[arg(long)]
     no_nginx: bool,
@@ -181,6 +192,8 @@ struct Opts {
     large_prompts: usize,
     /// Sessions per pass of the key comparison (0: none).
     key_compare: usize,
+    /// The configuration comparison (`--config-compare`), when asked for.
+    config_compare: Option<config_compare::Settings>,
     /// Run the nginx path when nginx is installed.
     nginx: bool,
     /// Concurrencies to search for the largest paced relay ratio >= 0.95 (empty: no search).
@@ -236,6 +249,23 @@ impl Opts {
         if c.tokens == 0 {
             usage_error("--tokens must be positive");
         }
+        let config_compare = match &c.config_compare {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(extra) => Some(config_compare::Settings {
+                    extra,
+                    sessions: c.config_compare_sessions.max(1),
+                    paced_concurrency: c.concurrency[0],
+                    tokens: c.tokens,
+                    delay_ms: c.delay_ms,
+                    rounds: c.rounds.max(1),
+                }),
+                Err(e) => usage_error(&format!(
+                    "--config-compare: cannot read {}: {e}",
+                    path.display()
+                )),
+            },
+            None => None,
+        };
         Opts {
             concurrency: c.concurrency,
             tokens: c.tokens,
@@ -252,6 +282,7 @@ impl Opts {
             idle_sessions: c.idle_sessions,
             large_prompts: c.large_prompts,
             key_compare: c.key_compare,
+            config_compare,
             nginx: !c.no_nginx,
             ratio_search: c.ratio_search,
             write_rate,
@@ -924,6 +955,15 @@ async fn main() -> anyhow::Result<()> {
             rounds: opts.rounds,
         };
         return key_compare::run(&target, &daemon, settings).await;
+    }
+    if let Some(settings) = opts.config_compare.clone() {
+        return config_compare::run(
+            &target,
+            &mock.base_url(),
+            opts.relay_cpus.as_deref(),
+            settings,
+        )
+        .await;
     }
 
     let mut scenarios: Vec<Scenario> = opts

@@ -738,6 +738,8 @@ pub(crate) mod tests {
             node: None,
             channel: Default::default(),
             trace: None,
+            payer: Default::default(),
+            meters: Default::default(),
         }
     }
 

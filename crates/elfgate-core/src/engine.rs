@@ -167,6 +167,10 @@ pub struct EngineSessionContext {
     pub channel: crate::ChannelOrigin,
     /// What the run's trace takes from its request (None: runs are not traced).
     pub trace: Option<crate::telemetry::RunTrace>,
+    /// Who pays for the run's model calls: the principal that sent the prompt.
+    pub payer: Arc<crate::meter::Payer>,
+    /// The meters every model call of the run goes through (see [`crate::meter`]).
+    pub meters: crate::meter::Meters,
 }
 
 /// One tool to run in a session outside a turn.

@@ -93,6 +93,10 @@ pub enum ErrorCode {
     CliCrashed,
     /// A workflow's step failed (the message names it).
     WorkflowStep,
+    /// A budget refused a model call (the message names it).
+    BudgetExceeded,
+    /// A rate limit refused a model call (the message names it).
+    RateLimited,
     /// A code this daemon does not know (an event stored by another version).
     #[serde(other)]
     Other,
@@ -142,6 +146,8 @@ impl ErrorCode {
         ErrorCode::CliExit,
         ErrorCode::CliCrashed,
         ErrorCode::WorkflowStep,
+        ErrorCode::BudgetExceeded,
+        ErrorCode::RateLimited,
         ErrorCode::Other,
     ];
 
@@ -190,6 +196,8 @@ impl ErrorCode {
             CliExit => "cli_exit",
             CliCrashed => "cli_crashed",
             WorkflowStep => "workflow_step",
+            BudgetExceeded => "budget_exceeded",
+            RateLimited => "rate_limited",
             Other => "other",
         }
     }

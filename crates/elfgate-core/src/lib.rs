@@ -15,6 +15,7 @@ pub mod ids;
 pub mod lease;
 pub mod log_queue;
 pub mod mcp_config;
+pub mod meter;
 pub mod metrics;
 pub mod model;
 pub mod modes;
@@ -60,6 +61,10 @@ pub use log_queue::{
     LOG_QUEUE_EVENTS, LogCommand, LogQueueFull, LogReceiver, LogRoom, LogSender, log_channel,
 };
 pub use mcp_config::{McpConfigError, McpSection, McpServerConfig, McpSessionConfig, McpTransport};
+pub use meter::{
+    BudgetRefusal, BudgetScope, CallGrant, CallPlan, CallRefusal, CallReport, Meters, MetersGrant,
+    ModelMeter, Payer, Prices, RateLimitKind, RateLimitRefusal,
+};
 pub use metrics::Metrics;
 pub use model::{
     ChannelOrigin, ContentBlock, FinishReason, Message, Role, Run, RunStatus, Session,

@@ -4,7 +4,7 @@
 
 use crate::prompt::store_user_message;
 use crate::providers::ProviderRegistry;
-use crate::streaming::{TurnOptions, TurnOutput, fail, relay_turn};
+use crate::streaming::{CallTarget, TurnOptions, TurnOutput, fail, relay_turn};
 use async_trait::async_trait;
 use elfgate_core::{
     ContentBlock, Engine, EngineSessionContext, EngineType, ErrorCode, EventPayload, FinishReason,
@@ -23,6 +23,9 @@ mod search_first;
 mod served_search;
 use search_first::searches;
 pub use served_search::{SERVED_SEARCH, served_search_spec};
+
+/// A provider a call goes to: its configured name and its client.
+type Route = (String, Arc<dyn LlmProvider>);
 
 /// What a chat engine sends upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,12 +277,12 @@ impl ChatEngine {
                 (Arc::new(req), None)
             }
         };
+        let route = (provider_name, provider);
         let (turn, model) = if served_search {
-            self.turns_with_served_search(&ctx, provider, req, fallbacks, started, first)
+            self.turns_with_served_search(&ctx, route, req, fallbacks, started, first)
                 .await
         } else {
-            self.call(&ctx, provider, req, fallbacks, started, first)
-                .await
+            self.call(&ctx, route, req, fallbacks, started, first).await
         };
         if !turn.tool_calls.is_empty() && !keep_tool_calls {
             tracing::debug!(
@@ -364,7 +367,7 @@ impl ChatEngine {
     async fn call(
         &self,
         ctx: &EngineSessionContext,
-        provider: Arc<dyn LlmProvider>,
+        route: Route,
         req: Arc<LlmRequest>,
         fallbacks: Vec<(String, String)>,
         started: Instant,
@@ -372,7 +375,7 @@ impl ChatEngine {
     ) -> (TurnOutput, String) {
         if fallbacks.is_empty() {
             let turn = relay_turn(
-                provider.as_ref(),
+                self.call_target(&route, &req),
                 &req,
                 &self.settings.retry,
                 ctx,
@@ -383,7 +386,7 @@ impl ChatEngine {
             .await;
             (turn, req.model.clone())
         } else {
-            self.turn_with_fallbacks(ctx, provider, req, fallbacks, started, first)
+            self.turn_with_fallbacks(ctx, route, req, fallbacks, started, first)
                 .await
         }
     }
@@ -393,7 +396,7 @@ impl ChatEngine {
     async fn turn_with_fallbacks(
         &self,
         ctx: &EngineSessionContext,
-        mut provider: Arc<dyn LlmProvider>,
+        mut route: Route,
         mut req: Arc<LlmRequest>,
         fallbacks: Vec<(String, String)>,
         started: Instant,
@@ -409,7 +412,7 @@ impl ChatEngine {
             };
             // The first route's first attempt may already be under way (the head start).
             let turn = relay_turn(
-                provider.as_ref(),
+                self.call_target(&route, &req),
                 &req,
                 &self.settings.retry,
                 ctx,
@@ -427,7 +430,7 @@ impl ChatEngine {
                 && let Some((name, model)) = rest.next()
             {
                 match self.providers.resolve(Some(&name)) {
-                    Ok((_, next)) => {
+                    Ok(next) => {
                         attempt += 1;
                         ctx.events
                             .emit(EventPayload::Retry {
@@ -442,7 +445,7 @@ impl ChatEngine {
                                 },
                             })
                             .await;
-                        provider = next;
+                        route = next;
                         let mut r = (*req).clone();
                         r.model = model;
                         req = Arc::new(r);
@@ -459,6 +462,15 @@ impl ChatEngine {
                     .await;
             }
             return (turn, req.model.clone());
+        }
+    }
+
+    /// Where a call of `req` on `route` goes, with the model's prices.
+    fn call_target<'a>(&self, route: &'a Route, req: &LlmRequest) -> CallTarget<'a> {
+        CallTarget {
+            provider: route.1.as_ref(),
+            name: &route.0,
+            prices: self.providers.prices(&route.0, &req.model),
         }
     }
 
@@ -541,6 +553,12 @@ impl Engine for ChatEngine {
         // The tool loop makes its own calls, with the tools in them; a search comes before the
         // call.
         if self.tool_loop_for(ctx).is_some() || searches(ctx) {
+            return HeadStart::default();
+        }
+        // A call a meter (a budget, a rate limit) may refuse for this payer opens only once the
+        // meter said yes, in the run: no head start then (a gateway caller's request stays in
+        // the run's head start as it came). Without such a meter nothing changes.
+        if ctx.meters.may_refuse(&ctx.payer) {
             return HeadStart::default();
         }
         // A gateway caller's request is whole before anything is stored: its call opens now

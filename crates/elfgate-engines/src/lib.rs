@@ -5,6 +5,7 @@
 
 pub mod chat;
 pub mod cli;
+mod metering;
 pub mod prompt;
 pub mod providers;
 mod streaming;

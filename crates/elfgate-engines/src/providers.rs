@@ -30,11 +30,17 @@ pub struct ModelLimits {
     pub input_usd_per_mtok: Option<f64>,
     /// What the model costs, in US dollars per million output tokens.
     pub output_usd_per_mtok: Option<f64>,
+    /// What the model costs, in US dollars per million prompt tokens read from the provider's
+    /// prompt cache (absent: the input price).
+    pub cache_read_usd_per_mtok: Option<f64>,
+    /// What the model costs, in US dollars per million prompt tokens written to the provider's
+    /// prompt cache (absent: the input price).
+    pub cache_write_usd_per_mtok: Option<f64>,
 }
 
 impl ModelLimits {
     /// These limits, with `over`'s keys replacing them where `over` sets them.
-    fn overridden_by(&self, over: &ModelLimits) -> ModelLimits {
+    pub fn overridden_by(&self, over: &ModelLimits) -> ModelLimits {
         ModelLimits {
             context_window_tokens: over.context_window_tokens.or(self.context_window_tokens),
             reserve_output_tokens: over.reserve_output_tokens.or(self.reserve_output_tokens),
@@ -43,7 +49,24 @@ impl ModelLimits {
                 .or(self.extended_context_window_tokens),
             input_usd_per_mtok: over.input_usd_per_mtok.or(self.input_usd_per_mtok),
             output_usd_per_mtok: over.output_usd_per_mtok.or(self.output_usd_per_mtok),
+            cache_read_usd_per_mtok: over
+                .cache_read_usd_per_mtok
+                .or(self.cache_read_usd_per_mtok),
+            cache_write_usd_per_mtok: over
+                .cache_write_usd_per_mtok
+                .or(self.cache_write_usd_per_mtok),
         }
+    }
+
+    /// The model's prices: None unless both its input and output prices are configured (a model
+    /// without prices has no cost).
+    pub fn prices(&self) -> Option<elfgate_core::Prices> {
+        Some(elfgate_core::Prices {
+            input_usd_per_mtok: self.input_usd_per_mtok?,
+            output_usd_per_mtok: self.output_usd_per_mtok?,
+            cache_read_usd_per_mtok: self.cache_read_usd_per_mtok,
+            cache_write_usd_per_mtok: self.cache_write_usd_per_mtok,
+        })
     }
 }
 
@@ -98,6 +121,11 @@ impl ProviderRegistry {
             Some(m) => l.provider.overridden_by(m),
             None => l.provider.clone(),
         }
+    }
+
+    /// The prices of `model` of provider `name` (None: unpriced).
+    pub fn prices(&self, name: &str, model: &str) -> Option<elfgate_core::Prices> {
+        self.limits(name, model).prices()
     }
 
     /// Sets the default provider's name.

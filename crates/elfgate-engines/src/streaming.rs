@@ -6,8 +6,8 @@ mod telemetry;
 
 use crate::think::ThinkSplitter;
 use elfgate_core::{
-    ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode, ErrorInfo, EventPayload,
-    RetryInfo, RunOutcome, TokenUsage,
+    CallRefusal, CallReport, ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode,
+    ErrorInfo, EventPayload, Prices, RetryInfo, RunOutcome, TokenUsage,
 };
 use elfgate_llm::{
     FirstAttempt, LlmError, LlmEvent, LlmFinishReason, LlmProvider, LlmRequest, RetryNotice,
@@ -72,6 +72,11 @@ pub struct TurnOutput {
     pub context_overflow: bool,
     /// When the first streamed piece arrived.
     pub first_chunk: Option<Instant>,
+    /// Set when a meter (a budget, a rate limit) refused the call before it went upstream;
+    /// `error` then says so too, and the call is not retried.
+    pub refused: Option<CallRefusal>,
+    /// What the call cost, from its (possibly estimated) usage; None when the model has no prices.
+    pub cost_usd: Option<f64>,
 }
 
 impl TurnOutput {
@@ -248,9 +253,7 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     // Something was streamed: the provider had read the prompt.
     let streamed = !out.text.is_empty() || !out.thinking.is_empty() || !out.tool_calls.is_empty();
     if out.usage.input_tokens == 0 && out.finish.is_none() && streamed {
-        let bytes = crate::tinyelf::context::compaction::fixed_bytes(req)
-            + crate::tinyelf::context::compaction::messages_bytes(&req.messages);
-        out.usage.input_tokens = bytes.div_ceil(STREAMED_BYTES_PER_TOKEN);
+        out.usage.input_tokens = crate::metering::request_input_tokens(req);
         out.input_tokens_estimated = out.usage.input_tokens > 0;
     }
     if out.usage.output_tokens > 0 {
@@ -270,12 +273,25 @@ fn estimate_unreported(req: &LlmRequest, out: &mut TurnOutput) {
     }
 }
 
+/// Where a model call goes: the provider's client, its configured name, the model's prices.
+#[derive(Clone, Copy)]
+pub(crate) struct CallTarget<'a> {
+    /// The provider's client.
+    pub provider: &'a dyn LlmProvider,
+    /// Its configured name.
+    pub name: &'a str,
+    /// The model's prices (None: unpriced, the call has no cost).
+    pub prices: Option<Prices>,
+}
+
 /// Streams one call and relays it as `opts` say: whether deltas are relayed, `<think>` tags
 /// split, errors reported, and which token stops it. `started` is the run's start, for
 /// time-to-first-token; `first` is the call's first attempt when it is already under way (the
-/// run's head start).
+/// run's head start). The run's meters are asked before the call and told its end (see
+/// `elfgate_core::meter`); a refused call does not go upstream (a `first` attempt already under
+/// way is dropped, which closes it) and comes back with `refused` set.
 pub(crate) async fn relay_turn(
-    provider: &dyn LlmProvider,
+    target: CallTarget<'_>,
     req: &LlmRequest,
     policy: &RetryPolicy,
     ctx: &EngineSessionContext,
@@ -283,6 +299,28 @@ pub(crate) async fn relay_turn(
     opts: TurnOptions<'_>,
     first: Option<FirstAttempt>,
 ) -> TurnOutput {
+    // No meter registered: nothing to ask, nothing to plan (a branch per call).
+    let metered = if ctx.meters.is_empty() {
+        None
+    } else {
+        let plan = crate::metering::call_plan(ctx, target.name, target.prices, req);
+        match ctx.meters.before_call(&plan).await {
+            Ok(grant) => Some((plan, grant)),
+            Err(refusal) => {
+                drop(first);
+                let error = crate::metering::refusal_error(ctx, &refusal, opts.report_errors).await;
+                return TurnOutput {
+                    error: Some(error),
+                    no_retry: true,
+                    permanent: true,
+                    refused: Some(refusal),
+                    ..TurnOutput::default()
+                };
+            }
+        }
+    };
+    let provider = target.provider;
+    let mut opened = false;
     let span = telemetry::chat_span(provider, req);
     let call_started = Instant::now();
     // The call's body is a block of its own so that each of its early returns still gets the
@@ -313,6 +351,7 @@ pub(crate) async fn relay_turn(
             out.interrupted = true;
             return out;
         }
+        opened = true;
         let connect = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(LlmError::Cancelled),
@@ -441,6 +480,17 @@ pub(crate) async fn relay_turn(
     .instrument(span.clone())
     .await;
     estimate_unreported(req, &mut out);
+    out.cost_usd = target.prices.map(|p| p.cost(&out.usage));
+    if let Some((plan, grant)) = metered {
+        let report = CallReport {
+            usage: out.usage,
+            input_tokens_estimated: out.input_tokens_estimated,
+            output_tokens_estimated: out.output_tokens_estimated,
+            cost_usd: out.cost_usd,
+            made: opened,
+        };
+        ctx.meters.after_call(&plan, grant, &report).await;
+    }
     telemetry::record_turn(&span, provider, req, &out, call_started);
     out
 }

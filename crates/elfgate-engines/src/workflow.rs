@@ -6,7 +6,7 @@
 //! which later steps' templates read as `steps.ID.output`. See docs/workflows.md.
 
 use crate::providers::ProviderRegistry;
-use crate::streaming::{TurnOptions, fail, relay_turn};
+use crate::streaming::{CallTarget, TurnOptions, fail, relay_turn};
 use crate::workflow_templates::{
     Renderer, answer_within, bounded_output, strings_of, with_strings,
 };
@@ -366,8 +366,14 @@ impl Run<'_> {
             report_errors: false,
             ..TurnOptions::default()
         };
+        let limits = self.engine.providers.limits(&provider_name, &req.model);
+        let target = CallTarget {
+            provider: provider.as_ref(),
+            name: &provider_name,
+            prices: limits.prices(),
+        };
         let out = relay_turn(
-            provider.as_ref(),
+            target,
             &req,
             &self.engine.retry,
             self.ctx,
@@ -377,12 +383,7 @@ impl Run<'_> {
         )
         .await;
         self.usage += out.usage;
-        let limits = self.engine.providers.limits(&provider_name, &req.model);
-        if let (Some(input), Some(output)) = (limits.input_usd_per_mtok, limits.output_usd_per_mtok)
-        {
-            let cost = (out.usage.input_tokens as f64 * input
-                + out.usage.output_tokens as f64 * output)
-                / 1_000_000.0;
+        if let Some(cost) = out.cost_usd {
             *self.step_cost.get_or_insert(0.0) += cost;
         }
         if out.interrupted {

@@ -19,6 +19,7 @@ pub mod keyed_lock;
 pub mod keys;
 pub mod listener;
 pub mod log_node;
+pub mod model_meters;
 pub mod openapi;
 pub mod origin;
 pub mod panic_guard;

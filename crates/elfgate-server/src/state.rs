@@ -28,6 +28,8 @@ pub struct AppInner {
     pub providers: ProviderRegistry,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// What every model call of every run goes through (budgets, rate limits, spend).
+    pub meters: elfgate_core::Meters,
     /// Pending permission requests (tinyelf).
     pub permissions: Arc<PermissionBroker>,
     /// MCP servers and their connections (tinyelf's MCP tools).
@@ -116,6 +118,7 @@ impl AppState {
             std::time::Duration::from_millis(config.auth.key_cache_ms),
         ));
         let access_audit = crate::access_audit::AccessAuditor::start(store.clone());
+        let meters = crate::model_meters::model_meters(&config, &store, fleet.as_ref());
         AppState {
             inner: Arc::new(AppInner {
                 keys,
@@ -125,6 +128,7 @@ impl AppState {
                 dispatcher,
                 providers,
                 metrics,
+                meters,
                 permissions,
                 tool_runs: tinyelf.clone(),
                 tinyelf,

@@ -2,7 +2,7 @@
 //! a loopback port, against the mock provider) and reads its event stream as a client would;
 //! [`scripted`] drives the tinyelf engine with scripted model turns; [`router`] serves requests
 //! in-process through the daemon's router, for the tests that need no process; [`services`] gives
-//! each test that needs PostgreSQL a database of its own.
+//! each test that needs PostgreSQL a database of its own; [`phoenix`] starts a real trace store.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -14,6 +14,7 @@
 
 pub mod common;
 pub mod keys;
+pub mod phoenix;
 pub mod router;
 pub mod scripted;
 pub mod services;

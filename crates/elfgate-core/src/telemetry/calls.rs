@@ -57,6 +57,8 @@ pub struct ChatEnd<'a> {
     pub error: Option<&'a str>,
     /// The answer's text (kept only when content is captured).
     pub output: &'a str,
+    /// What the call cost, when its model is priced.
+    pub cost_usd: Option<f64>,
 }
 
 /// Records a model call's end on its span, and its metrics.
@@ -76,6 +78,9 @@ pub fn record_chat(span: &tracing::Span, end: &ChatEnd<'_>) {
     }
     if let Some(ttfc) = end.first_chunk {
         span.set_attribute("elfgate.time_to_first_chunk", ttfc.as_secs_f64());
+    }
+    if let Some(cost) = end.cost_usd {
+        span.set_attribute("elfgate.cost.usd", cost);
     }
     if end.retries > 0 {
         span.set_attribute("elfgate.retries", i64::from(end.retries));

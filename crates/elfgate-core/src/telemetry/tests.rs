@@ -43,6 +43,7 @@ fn model_call(model: &str, input: u64, output: u64) {
             retries: 0,
             error: None,
             output: "an answer",
+            cost_usd: None,
         },
     );
 }

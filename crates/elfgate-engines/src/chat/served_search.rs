@@ -8,7 +8,7 @@
 use super::ChatEngine;
 use crate::streaming::{RequestedToolCall, TurnOutput};
 use elfgate_core::{ContentBlock, EngineSessionContext, EventPayload, Role};
-use elfgate_llm::{FirstAttempt, LlmMessage, LlmProvider, LlmRequest, ToolChoice, ToolSpec};
+use elfgate_llm::{FirstAttempt, LlmMessage, LlmRequest, ToolChoice, ToolSpec};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,7 +39,7 @@ impl ChatEngine {
     pub(super) async fn turns_with_served_search(
         &self,
         ctx: &EngineSessionContext,
-        provider: Arc<dyn LlmProvider>,
+        route: super::Route,
         mut req: Arc<LlmRequest>,
         fallbacks: Vec<(String, String)>,
         started: Instant,
@@ -51,7 +51,7 @@ impl ChatEngine {
             let (mut turn, model) = self
                 .call(
                     ctx,
-                    provider.clone(),
+                    route.clone(),
                     req.clone(),
                     fallbacks.clone(),
                     started,
@@ -200,4 +200,9 @@ fn merge(total: &mut TurnOutput, turn: TurnOutput) {
     total.retry_after = turn.retry_after;
     total.permanent = turn.permanent;
     total.context_overflow = turn.context_overflow;
+    total.refused = turn.refused;
+    total.cost_usd = match (total.cost_usd, turn.cost_usd) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
 }

@@ -64,6 +64,7 @@ pub(crate) fn record_turn(
             retries: out.retries,
             error,
             output: &out.text,
+            cost_usd: out.cost_usd,
         },
     );
 }

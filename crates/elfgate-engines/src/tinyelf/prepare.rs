@@ -82,6 +82,7 @@ impl TinyElfEngine {
         )
         .with_limits(&inner.providers.limits(&provider_name, &model));
         let mut rs = rs;
+        rs.provider_name = provider_name.clone();
         if rs.max_session_tokens.is_some() {
             match inner.store.session_usage(ctx.session_id()).await {
                 Ok(u) => rs.session_tokens_before = u.input_tokens + u.output_tokens,

@@ -5,7 +5,7 @@
 use super::Inner;
 use super::context::blocks::SystemPrompt;
 use super::settings::RunSettings;
-use crate::streaming::{TurnOptions, TurnOutput, relay_turn, retry_event};
+use crate::streaming::{CallTarget, TurnOptions, TurnOutput, relay_turn, retry_event};
 use elfgate_core::sync::lock;
 use elfgate_core::{
     EngineSessionContext, ErrorCode, ErrorInfo, EventPayload, FinishReason, Message, TokenUsage,
@@ -163,6 +163,15 @@ impl Runner {
         })
     }
 
+    /// Where the run's model calls go, with the model's prices.
+    pub(crate) fn call_target(&self) -> CallTarget<'_> {
+        CallTarget {
+            provider: self.provider.as_ref(),
+            name: &self.rs.provider_name,
+            prices: self.rs.prices,
+        }
+    }
+
     /// The run's token totals (sub-agents included).
     pub(crate) fn usage(&self) -> TokenUsage {
         *lock(&self.usage)
@@ -189,10 +198,7 @@ impl Runner {
             tools_called,
             denied,
             usage,
-            cost_usd: self.rs.prices.map(|(input, output)| {
-                (usage.input_tokens as f64 * input + usage.output_tokens as f64 * output)
-                    / 1_000_000.0
-            }),
+            cost_usd: self.rs.prices.map(|p| p.cost(&usage)),
             finish_reason,
         }
     }
@@ -388,7 +394,7 @@ impl Runner {
                 };
             }
             let mut turn = relay_turn(
-                self.provider.as_ref(),
+                self.call_target(),
                 req,
                 policy,
                 &self.ctx,

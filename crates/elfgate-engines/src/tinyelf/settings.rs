@@ -276,9 +276,10 @@ pub(crate) struct RunSettings {
     pub last_input_tokens: Option<u64>,
     /// engineConfig useExtendedContext: the long context asked for, the larger window used.
     pub extended_context: bool,
-    /// The model's prices in US dollars per million (input, output) tokens, when both are
-    /// configured.
-    pub prices: Option<(f64, f64)>,
+    /// The model's prices, when configured (None: its calls have no cost).
+    pub prices: Option<elfgate_core::Prices>,
+    /// The run's provider, as configured (its calls' meters name it).
+    pub provider_name: String,
 }
 
 impl RunSettings {
@@ -292,7 +293,7 @@ impl RunSettings {
         } else {
             limits.context_window_tokens
         };
-        self.prices = limits.input_usd_per_mtok.zip(limits.output_usd_per_mtok);
+        self.prices = limits.prices();
         self.context_limit = window.map(|window| {
             let reserve = limits
                 .reserve_output_tokens
@@ -374,6 +375,8 @@ impl RunSettings {
             extended_context: cfg.use_extended_context.unwrap_or(false),
             // Known once the provider and model are (RunSettings::with_limits).
             prices: None,
+            // Known once the provider is (prepare).
+            provider_name: String::new(),
         }
     }
 }

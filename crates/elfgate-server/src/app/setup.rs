@@ -84,6 +84,8 @@ pub(super) fn providers(config: &Config) -> Result<ProviderRegistry, StartError>
                     extended_context_window_tokens: p.extended_context_window_tokens,
                     input_usd_per_mtok: p.input_usd_per_mtok,
                     output_usd_per_mtok: p.output_usd_per_mtok,
+                    cache_read_usd_per_mtok: p.cache_read_usd_per_mtok,
+                    cache_write_usd_per_mtok: p.cache_write_usd_per_mtok,
                 },
                 models: p.models.clone(),
             },

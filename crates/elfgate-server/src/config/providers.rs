@@ -55,6 +55,14 @@ pub struct ProviderConfigSection {
     /// The models' price in US dollars per million output tokens.
     #[serde(default)]
     pub output_usd_per_mtok: Option<f64>,
+    /// The models' price in US dollars per million prompt tokens read from the provider's
+    /// prompt cache (absent: the input price).
+    #[serde(default)]
+    pub cache_read_usd_per_mtok: Option<f64>,
+    /// The models' price in US dollars per million prompt tokens written to the provider's
+    /// prompt cache (absent: the input price).
+    #[serde(default)]
+    pub cache_write_usd_per_mtok: Option<f64>,
     /// Per model name: the same keys, over the provider's.
     #[serde(default)]
     pub models: std::collections::BTreeMap<String, elfgate_engines::ModelLimits>,
@@ -145,27 +153,7 @@ impl Config {
             )));
         }
         for (name, p) in &self.providers {
-            let prices = [(String::new(), p.input_usd_per_mtok, p.output_usd_per_mtok)]
-                .into_iter()
-                .chain(p.models.iter().map(|(m, l)| {
-                    (
-                        format!(".models.\"{m}\""),
-                        l.input_usd_per_mtok,
-                        l.output_usd_per_mtok,
-                    )
-                }));
-            for (at, input, output) in prices {
-                for (key, v) in [
-                    ("input_usd_per_mtok", input),
-                    ("output_usd_per_mtok", output),
-                ] {
-                    if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
-                        return Err(ConfigError::Invalid(format!(
-                            "providers.{name}{at}.{key} must be a finite number of dollars, 0 or more"
-                        )));
-                    }
-                }
-            }
+            check_prices(name, p)?;
             match p.builtin_web_search {
                 Some(BuiltinWebSearch::Native) if !p.kind.searches_natively() => {
                     return Err(ConfigError::Invalid(format!(
@@ -253,4 +241,53 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Each price of provider `name` is a finite number of dollars, 0 or more, and each model's
+/// prices (the provider's, with a model's own over them) are whole: input and output both set
+/// or neither (a model without prices has no cost), and a cache price only beside them.
+fn check_prices(name: &str, p: &ProviderConfigSection) -> Result<(), ConfigError> {
+    let own = elfgate_engines::ModelLimits {
+        input_usd_per_mtok: p.input_usd_per_mtok,
+        output_usd_per_mtok: p.output_usd_per_mtok,
+        cache_read_usd_per_mtok: p.cache_read_usd_per_mtok,
+        cache_write_usd_per_mtok: p.cache_write_usd_per_mtok,
+        ..Default::default()
+    };
+    let models = p
+        .models
+        .iter()
+        .map(|(m, l)| (format!(".models.\"{m}\""), l.clone()));
+    for (at, limits) in std::iter::once((String::new(), own.clone())).chain(models) {
+        for (key, v) in [
+            ("input_usd_per_mtok", limits.input_usd_per_mtok),
+            ("output_usd_per_mtok", limits.output_usd_per_mtok),
+            ("cache_read_usd_per_mtok", limits.cache_read_usd_per_mtok),
+            ("cache_write_usd_per_mtok", limits.cache_write_usd_per_mtok),
+        ] {
+            if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                return Err(ConfigError::Invalid(format!(
+                    "providers.{name}{at}.{key} must be a finite number of dollars, 0 or more"
+                )));
+            }
+        }
+        let merged = own.overridden_by(&limits);
+        let input = merged.input_usd_per_mtok.is_some();
+        let output = merged.output_usd_per_mtok.is_some();
+        if input != output {
+            return Err(ConfigError::Invalid(format!(
+                "providers.{name}{at}: input_usd_per_mtok and output_usd_per_mtok go together \
+                 (set both, or neither for an unpriced model)"
+            )));
+        }
+        let cached =
+            merged.cache_read_usd_per_mtok.is_some() || merged.cache_write_usd_per_mtok.is_some();
+        if cached && !input {
+            return Err(ConfigError::Invalid(format!(
+                "providers.{name}{at}: a cache price needs input_usd_per_mtok and \
+                 output_usd_per_mtok"
+            )));
+        }
+    }
+    Ok(())
 }

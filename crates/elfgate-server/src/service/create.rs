@@ -7,7 +7,7 @@ use super::checks::{
     check_native_search, check_project_path, check_serving, check_settings,
 };
 use super::command::{Actor, Origin};
-use super::run_context::{Prompt, build_ctx, new_run, run_trace, submit_prompt};
+use super::run_context::{Prompt, build_ctx, new_run, submit_prompt};
 use super::scopes::{RunSettings, RunTarget, check_run};
 use super::secrets::SecretScan;
 use super::spec::SessionSpec;
@@ -171,8 +171,7 @@ pub async fn create_session(
         is_resume: false,
         parent_id: None,
     };
-    let mut ctx = build_ctx(state, &session, prompt, spec.run, bus.clone());
-    ctx.trace = run_trace(actor);
+    let mut ctx = build_ctx(state, &session, prompt, spec.run, bus.clone(), actor);
     // The first prompt is stored in the same commit as the session and its running run: one wait
     // instead of three before the request goes upstream. The run's recorder is told so, and
     // neither it nor the engine writes them again.

@@ -8,7 +8,7 @@ use super::checks::{
     check_settings,
 };
 use super::command::{Actor, Origin};
-use super::run_context::{Prompt, build_ctx, new_run, run_trace, submit_prompt};
+use super::run_context::{Prompt, build_ctx, new_run, submit_prompt};
 use super::scopes::{RunSettings, RunTarget, check_run};
 use super::secrets::SecretScan;
 use super::spec::{PromptSpec, RunSpec, stored_engine_config};
@@ -220,8 +220,7 @@ pub async fn send_message(
         is_resume: true,
         parent_id,
     };
-    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus);
-    ctx.trace = run_trace(actor);
+    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus, actor);
     if let Origin::Gateway(call) = origin {
         call.apply(&mut ctx);
     }

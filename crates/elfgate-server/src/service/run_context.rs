@@ -1,12 +1,13 @@
 //! What every command that starts a run shares: the prompt hooks, the stored run and the run's
 //! context as the engine receives it.
 
+use super::command::Actor;
 use super::spec::RunSpec;
 use crate::error::ApiError;
 use crate::state::AppState;
 use chrono::Utc;
 use elfgate_core::{
-    ChannelOrigin, EngineSessionContext, EngineType, EventEmitter, MessageId, Run, RunId,
+    ChannelOrigin, EngineSessionContext, EngineType, EventEmitter, MessageId, Payer, Run, RunId,
     RunStatus, Session, SessionBus, SessionId,
 };
 use elfgate_tools::PromptVerdict;
@@ -29,6 +30,7 @@ pub(crate) fn build_ctx(
     p: Prompt,
     run: RunSpec,
     bus: Arc<SessionBus>,
+    actor: &Actor,
 ) -> EngineSessionContext {
     let Prompt {
         run_id,
@@ -65,17 +67,28 @@ pub(crate) fn build_ctx(
         node: state.fleet.as_ref().map(|f| f.node_id.clone()),
         sandbox: Some(state.tinyelf.sandbox_facts()),
         channel: run.channel,
-        trace: None,
+        payer: Arc::new(payer_of(actor, session)),
+        meters: state.meters.clone(),
+        trace: run_trace(actor),
     }
 }
 
 /// What a run started now by `actor` takes into its trace (None: runs are not traced).
-pub(crate) fn run_trace(actor: &super::Actor) -> Option<elfgate_core::telemetry::RunTrace> {
+fn run_trace(actor: &Actor) -> Option<elfgate_core::telemetry::RunTrace> {
     match actor {
-        super::Actor::Principal(p) => {
+        Actor::Principal(p) => {
             elfgate_core::telemetry::RunTrace::here(p.key_id.as_deref(), Some(&p.team))
         }
-        super::Actor::Daemon => elfgate_core::telemetry::RunTrace::here(None, None),
+        Actor::Daemon => elfgate_core::telemetry::RunTrace::here(None, None),
+    }
+}
+
+/// Who pays for a run: the principal that sent its prompt, else (a run the daemon starts on its
+/// own) the session's owner.
+fn payer_of(actor: &Actor, session: &Session) -> Payer {
+    match actor {
+        Actor::Principal(p) => Payer::of(p),
+        Actor::Daemon => Payer::owner(&session.ownership),
     }
 }
 

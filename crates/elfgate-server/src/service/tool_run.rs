@@ -5,7 +5,7 @@ use super::bus::open_run_bus;
 use super::checks::{check_project_here, check_serving, check_settings};
 use super::command::Actor;
 use super::prompt::{check_run_scopes, enter_session};
-use super::run_context::{Prompt, build_ctx, new_run, run_trace};
+use super::run_context::{Prompt, build_ctx, new_run};
 use super::spec::RunSpec;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -80,8 +80,7 @@ pub async fn run_tool(
         is_resume: true,
         parent_id: None,
     };
-    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus);
-    ctx.trace = run_trace(actor);
+    let mut ctx = build_ctx(state, &session, prompt, run_spec, bus, actor);
     ctx.tool_run = Some(elfgate_core::ToolRun { name, arguments });
     let refused: ApiError = match state.dispatcher.dispatch(ctx, OnBusy::Reject) {
         Ok(_) => {

@@ -41,7 +41,6 @@ mod log_rows;
 mod logging;
 mod mcp;
 mod openapi;
-mod otlp_sink;
 mod ownership;
 mod postgres_access;
 mod postgres_store;

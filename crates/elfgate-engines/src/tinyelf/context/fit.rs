@@ -339,7 +339,7 @@ model's context window; they are still stored.]",
             ..Default::default()
         };
         let turn = relay_turn(
-            self.provider.as_ref(),
+            self.call_target(),
             &req,
             &self.rs.llm_retry,
             &self.ctx,
