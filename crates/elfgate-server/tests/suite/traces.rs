@@ -170,6 +170,23 @@ async fn a_tinyelf_run_is_one_trace_of_its_model_and_tool_calls_and_its_sub_agen
     assert_eq!(sub_chats.len(), 1);
     assert_eq!(sub_chats[0].name, "chat mock:script=traced-sub");
 
+    // Each request to the provider carried the traceparent of its model call's span.
+    let mut chat_ids: Vec<String> = chats.iter().map(|c| c.span_id.clone()).collect();
+    chat_ids.push(sub_chats[0].span_id.clone());
+    chat_ids.sort();
+    let mut sent: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            let tp = r.traceparent.as_deref().expect("a traceparent");
+            let parts: Vec<&str> = tp.split('-').collect();
+            assert_eq!(parts[1], trace_id, "{tp}");
+            parts[2].to_string()
+        })
+        .collect();
+    sent.sort();
+    assert_eq!(sent, chat_ids);
+
     // capture_content is off: neither the prompt, a tool's arguments nor an answer is stored.
     for text in [prompt, "etc/hostname", "sub says hi", "all done"] {
         assert!(!anywhere(&spans, text), "{text} was exported");
