@@ -90,7 +90,10 @@ pub fn record_chat(span: &tracing::Span, end: &ChatEnd<'_>) {
         span.set_status(Status::error(code.to_string()));
     }
     if let Some(text) = content(end.output) {
-        span.set_attribute("gen_ai.output.messages", text);
+        span.set_attribute(
+            "gen_ai.output.messages",
+            super::messages("assistant", &text),
+        );
     }
     super::record_model_call(
         provider_name(end.kind),

@@ -114,6 +114,12 @@ pub fn content(text: &str) -> Option<String> {
     CONTENT_LIMIT.get().map(|limit| cut(text, *limit))
 }
 
+/// One message of `role` holding `text`, as the conventions' `gen_ai.*.messages` write it (a JSON
+/// array of messages with their parts).
+pub fn messages(role: &str, text: &str) -> String {
+    serde_json::json!([{"role": role, "parts": [{"type": "text", "content": text}]}]).to_string()
+}
+
 /// `text` cut to at most `limit` bytes at a character boundary, marked with `…` when cut.
 fn cut(text: &str, limit: usize) -> String {
     if text.len() <= limit {
@@ -289,7 +295,7 @@ pub fn start_run(span: &tracing::Span, ctx: &EngineSessionContext) {
         span.set_attribute("elfgate.node.id", node.to_string());
     }
     if let Some(prompt) = content(&ctx.prompt) {
-        span.set_attribute("gen_ai.input.messages", prompt);
+        span.set_attribute("gen_ai.input.messages", messages("user", &prompt));
     }
     if let Some((trace_id, span_id)) = ids_of(span) {
         span.record("trace_id", trace_id.as_str());

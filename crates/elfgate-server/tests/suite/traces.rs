@@ -383,6 +383,55 @@ async fn a_log_line_of_a_run_names_its_trace_and_a_stopped_collector_costs_the_r
     }
 }
 
+#[tokio::test]
+async fn with_capture_content_the_prompt_and_answer_are_on_the_spans_cut_to_the_bound() {
+    let Some(store) = Phoenix::shared().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: format!(
+                "{}capture_content = true\nmax_content_bytes = 12\n",
+                telemetry_toml(&store)
+            ),
+            ..Default::default()
+        },
+    );
+    let (_, _, evs) = run(
+        &d,
+        json!({"engine": "chat", "prompt": "0123456789abcdefXYZ", "model": "mock:tokens=5"}),
+    )
+    .await;
+    assert_eq!(finish_of(&evs), "stop", "{:?}", common::types(&evs));
+    let trace_id = trace_id_of(&evs);
+    let spans = store
+        .spans_until("the captured run's spans", Some(&trace_id), |s| {
+            named(s, "invoke_agent chat").len() == 1 && named(s, "chat mock:tokens=5").len() == 1
+        })
+        .await;
+    let input: Value = serde_json::from_str(
+        span(&spans, "invoke_agent chat")
+            .attr_str("gen_ai.input.messages")
+            .expect("the prompt is captured"),
+    )
+    .unwrap();
+    assert_eq!(
+        input,
+        json!([{"role": "user", "parts": [{"type": "text", "content": "0123456789ab…"}]}])
+    );
+    assert!(!anywhere(&spans, "XYZ"), "the prompt past the bound");
+    let output: Value = serde_json::from_str(
+        span(&spans, "chat mock:tokens=5")
+            .attr_str("gen_ai.output.messages")
+            .expect("the answer is captured"),
+    )
+    .unwrap();
+    assert_eq!(output[0]["role"], "assistant");
+    assert_eq!(output[0]["parts"][0]["content"], "tok0 tok1 to…");
+}
+
 /// `config check` (and so `serve`) refuses a `[telemetry]` that could only fail or surprise
 /// later, naming the key; a sound one passes.
 #[test]
