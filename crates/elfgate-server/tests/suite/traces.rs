@@ -384,6 +384,45 @@ async fn a_log_line_of_a_run_names_its_trace_and_a_stopped_collector_costs_the_r
 }
 
 #[tokio::test]
+async fn the_wait_for_a_permission_answer_is_a_span_under_its_tool_call() {
+    let Some(store) = Phoenix::shared().await else {
+        return;
+    };
+    let mock = MockServer::start().await.unwrap();
+    let d = traced_daemon(&mock, &store);
+    let dir = project();
+    script(
+        &mock,
+        "asks",
+        json!([
+            {"toolCalls": [call("w", "write_file", json!({"path": "b.txt", "content": "b"}))]},
+            {"text": "written"}
+        ]),
+    );
+    let (sid, run_id) = d
+        .create(session("write", "mock:script=asks", &dir, json!({})))
+        .await;
+    let mut sse = d.events(&sid, None).await;
+    let mut evs = Vec::new();
+    let asked = scripted::events::until_requests(&mut sse, 1, &mut evs).await;
+    common::allow(&d, &sid, &asked[0]).await;
+    evs.extend(sse.until_complete(&run_id).await);
+    assert_eq!(finish_of(&evs), "stop", "{:?}", common::types(&evs));
+    let trace_id = trace_id_of(&evs);
+    let spans = store
+        .spans_until("the permission wait's spans", Some(&trace_id), |s| {
+            named(s, "execute_tool write_file").len() == 1
+                && named(s, "permission_wait write_file").len() == 1
+        })
+        .await;
+    let tool = span(&spans, "execute_tool write_file");
+    let wait = span(&spans, "permission_wait write_file");
+    assert_eq!(wait.parent_id.as_deref(), Some(tool.span_id.as_str()));
+    assert_eq!(wait.attr_str("elfgate.permission.answer"), Some("granted"));
+    assert_eq!(tool.attr_str("elfgate.tool.status"), Some("success"));
+}
+
+#[tokio::test]
 async fn with_capture_content_the_prompt_and_answer_are_on_the_spans_cut_to_the_bound() {
     let Some(store) = Phoenix::shared().await else {
         return;
