@@ -344,8 +344,19 @@ impl EngineDispatcher {
         loop {
             let session_id = ctx.session_id();
             let run_id = ctx.run_id;
-            // Every log line about the run, the engine's included, carries its ids.
-            let span = tracing::info_span!("run", %session_id, %run_id);
+            // Every log line about the run, the engine's included, carries its ids (and, when
+            // runs are traced, its trace's: the `invoke_agent` span's ids).
+            // The `otel.*` fields make it the trace's `invoke_agent` span when runs are traced.
+            let span = tracing::info_span!(
+                "run",
+                %session_id,
+                %run_id,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+                otel.name = tracing::field::Empty,
+                otel.kind = tracing::field::Empty,
+            );
+            crate::telemetry::start_run(&span, &ctx);
             let next = async {
                 let started = Instant::now();
                 let log_failures = self.hub.log_failed_writes();
@@ -361,6 +372,7 @@ impl EngineDispatcher {
                     outcome.finish_reason = *reason;
                 }
                 let outcome = self.record_end(&ctx, outcome, started, log_failures).await;
+                crate::telemetry::record_end(&span, &outcome);
                 let (_, next) = ctx
                     .events
                     .bus()
@@ -399,7 +411,7 @@ impl EngineDispatcher {
                 }
                 next
             }
-            .instrument(span)
+            .instrument(span.clone())
             .await;
             done.cancel();
             match next {
@@ -599,7 +611,7 @@ impl EngineDispatcher {
 const END_RETRY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bus::EventEmitter;
     use crate::ids::MessageId;
@@ -609,7 +621,7 @@ mod tests {
 
     /// Records each `run_finished`; refuses those that carry an answer when `refuse_answers`.
     #[derive(Default)]
-    struct Ledger {
+    pub(crate) struct Ledger {
         refuse_answers: bool,
         /// Ends that fail as a full disk does before the store takes them.
         full_disk_ends: Mutex<u32>,
@@ -676,7 +688,8 @@ mod tests {
         }
     }
 
-    fn context(hub: &EventHub, ledger: Arc<dyn RunLedger>) -> EngineSessionContext {
+    /// A chat run's context on `hub`, its writes going to `ledger`.
+    pub(crate) fn context(hub: &EventHub, ledger: Arc<dyn RunLedger>) -> EngineSessionContext {
         let now = chrono::Utc::now();
         let session = Session {
             id: SessionId::new(),
@@ -727,6 +740,7 @@ mod tests {
             tool_run: None,
             node: None,
             channel: Default::default(),
+            trace: None,
             payer: Default::default(),
             meters: Default::default(),
         }

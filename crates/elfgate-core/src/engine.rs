@@ -165,6 +165,8 @@ pub struct EngineSessionContext {
     pub sandbox: Option<serde_json::Value>,
     /// The chat channel the prompt came from.
     pub channel: crate::ChannelOrigin,
+    /// What the run's trace takes from its request (None: runs are not traced).
+    pub trace: Option<crate::telemetry::RunTrace>,
     /// Who pays for the run's model calls: the principal that sent the prompt.
     pub payer: Arc<crate::meter::Payer>,
     /// The meters every model call of the run goes through (see [`crate::meter`]).
@@ -187,8 +189,8 @@ impl EngineSessionContext {
     }
 
     /// An `init` event's facts: the engine's `facts` (a JSON object) and the daemon's own, its
-    /// version, its sandbox (unless the engine says its own) and, in a fleet, the node that runs
-    /// the run.
+    /// version, its sandbox (unless the engine says its own), in a fleet the node that runs the
+    /// run and, when runs are traced, the run's trace id.
     pub fn system_info(&self, mut facts: serde_json::Value) -> serde_json::Value {
         if let Some(map) = facts.as_object_mut() {
             map.insert(
@@ -200,6 +202,10 @@ impl EngineSessionContext {
             }
             if let Some(node) = &self.node {
                 map.insert("node".into(), serde_json::Value::from(node.as_ref()));
+            }
+            // The run's trace, to join its events with its spans (runs are traced).
+            if let Some(trace_id) = crate::telemetry::current_trace_id() {
+                map.insert("traceId".into(), serde_json::Value::from(trace_id));
             }
         }
         facts

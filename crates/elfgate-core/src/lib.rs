@@ -28,6 +28,7 @@ pub mod recorder;
 pub mod run_error;
 pub mod run_tokens;
 pub mod sync;
+pub mod telemetry;
 pub mod timefmt;
 pub mod turn;
 pub mod usage;

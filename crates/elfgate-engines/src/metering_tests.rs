@@ -159,6 +159,7 @@ fn context(team: &str, meters: Meters) -> EngineSessionContext {
             team: team.into(),
         }),
         meters,
+        trace: None,
     }
 }
 

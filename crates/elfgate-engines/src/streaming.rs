@@ -2,6 +2,8 @@
 //! `retry` events, text and thinking become `streamDelta` events, an interrupt drops the upstream
 //! stream at once.
 
+mod telemetry;
+
 use crate::think::ThinkSplitter;
 use elfgate_core::{
     CallRefusal, CallReport, ContentBlock, Delta, DeltaKind, EngineSessionContext, ErrorCode,
@@ -13,6 +15,7 @@ use elfgate_llm::{
 };
 use futures_util::StreamExt;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +70,8 @@ pub struct TurnOutput {
     /// Set when the provider refused the request as too long for the model's context window
     /// (never retried as it is: only a shorter request can succeed).
     pub context_overflow: bool,
+    /// When the first streamed piece arrived.
+    pub first_chunk: Option<Instant>,
     /// Set when a meter (a budget, a rate limit) refused the call before it went upstream;
     /// `error` then says so too, and the call is not retried.
     pub refused: Option<CallRefusal>,
@@ -322,6 +327,8 @@ pub(crate) async fn relay_turn(
     };
     let provider = target.provider;
     let mut opened = false;
+    let span = telemetry::chat_span(provider, req);
+    let call_started = Instant::now();
     // The call's body is a block of its own so that each of its early returns still gets the
     // estimate.
     let mut out = async {
@@ -334,6 +341,7 @@ pub(crate) async fn relay_turn(
         let relay = opts.relay_deltas;
         let mut on_retry = |n: RetryNotice| {
             retries += 1;
+            elfgate_core::telemetry::retry_event(n.attempt, n.max_attempts, n.delay, &n.reason);
             if !relay {
                 return;
             }
@@ -399,6 +407,9 @@ pub(crate) async fn relay_turn(
                 n = stream.next() => n,
             };
             let Some(item) = next else { break };
+            if out.first_chunk.is_none() && item.is_ok() {
+                out.first_chunk = Some(Instant::now());
+            }
             match item {
                 Ok(LlmEvent::TextDelta(t)) => {
                     if first_token {
@@ -472,6 +483,7 @@ pub(crate) async fn relay_turn(
         }
         out
     }
+    .instrument(span.clone())
     .await;
     estimate_unreported(req, &mut out);
     out.cost_usd = target.prices.map(|p| p.cost(&out.usage));
@@ -485,5 +497,6 @@ pub(crate) async fn relay_turn(
         };
         ctx.meters.after_call(&plan, grant, &report).await;
     }
+    telemetry::record_turn(&span, provider, req, &out, call_started);
     out
 }

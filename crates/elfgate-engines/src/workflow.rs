@@ -24,6 +24,7 @@ use elfgate_workflow::{AgentStep, ModelStep, Otherwise, StepKind, WorkflowDefini
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// The workflow engine.
 pub struct WorkflowEngine {
@@ -199,7 +200,14 @@ impl Run<'_> {
                         attempt,
                     })
                     .await;
-                match self.step(&kind, wref).await {
+                let span = elfgate_core::telemetry::step_span(&step.id, kind_name(&kind).as_str());
+                let tried = self.step(&kind, wref).instrument(span.clone()).await;
+                elfgate_core::telemetry::record_step(
+                    &span,
+                    if tried.is_ok() { "success" } else { "failed" },
+                    Some(&since(before, self.usage)),
+                );
+                match tried {
                     Ok(done) => break Ok(done),
                     Err(Failure::Interrupted) => {
                         self.end(&step.id, StepStatus::Interrupted, Value::Null, None)

@@ -73,6 +73,11 @@ pub(crate) async fn send(
     req: reqwest::RequestBuilder,
     request_timeout: Duration,
 ) -> Result<reqwest::Response, LlmError> {
+    let mut req = req;
+    // The call is a child of the run's model-call span, in the provider's traces too.
+    for (name, value) in elfgate_core::telemetry::outgoing_headers() {
+        req = req.header(name, value);
+    }
     let fut = req.send();
     let result = if request_timeout.is_zero() {
         fut.await

@@ -83,6 +83,9 @@ pub struct RecordedRequest {
     pub authorization: Option<String>,
     /// Anthropic's `anthropic-beta` header, when sent (the features the client opted into).
     pub anthropic_beta: Option<String>,
+    /// The W3C `traceparent` header, when sent (the span the call is a child of).
+    #[serde(default)]
+    pub traceparent: Option<String>,
     /// What has happened to this request so far (updated live).
     pub outcome: Outcome,
 }
@@ -457,6 +460,7 @@ struct Incoming {
     path: String,
     authorization: Option<String>,
     anthropic_beta: Option<String>,
+    traceparent: Option<String>,
     /// The model, when the path names it (Gemini).
     model: Option<String>,
     /// Whether to stream, when the path says so (Gemini).
@@ -474,6 +478,7 @@ impl Incoming {
             path: uri.path().to_string(),
             authorization,
             anthropic_beta: header_str(headers, "anthropic-beta"),
+            traceparent: header_str(headers, "traceparent"),
             model: None,
             stream: None,
         }
@@ -646,6 +651,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         path,
         authorization,
         anthropic_beta,
+        traceparent,
         model: path_model,
         stream: path_stream,
     } = incoming;
@@ -664,6 +670,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
                 body: Value::String(String::from_utf8_lossy(&raw).into_owned()),
                 authorization,
                 anthropic_beta,
+                traceparent,
                 outcome: Outcome::InProgress,
             });
             guard.finish(Outcome::Failed);
@@ -712,6 +719,7 @@ async fn handle(state: MockState, incoming: Incoming, raw: Bytes) -> Response {
         body,
         authorization,
         anthropic_beta,
+        traceparent,
         outcome: Outcome::InProgress,
     });
 

@@ -34,6 +34,7 @@ pub mod service;
 pub mod session_gate;
 pub mod sse;
 pub mod state;
+pub mod telemetry;
 pub mod token_file;
 pub mod webhooks;
 pub mod workflow_runs;

@@ -8,9 +8,12 @@
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use elfgate_client::ClientCommand;
+use elfgate_server::telemetry::Telemetry;
 use elfgate_server::{Config, Daemon};
 use std::path::PathBuf;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt};
 
 /// Elfgate: AI engines behind one HTTP/SSE API.
 #[derive(Debug, Parser)]
@@ -129,28 +132,52 @@ fn raise_file_limit() {
 /// Logs to stderr, filtered by ELFGATE_LOG: lines for people by default (coloured at a terminal), or with
 /// ELFGATE_LOG_FORMAT=json one JSON object a line for log collectors. A JSON line carries the
 /// event's fields at the top level and the fields of the span it happened in (a run's
-/// `session_id` and `run_id`) under `span`.
-fn init_logging() -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_env("ELFGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// `session_id` and `run_id`, and its `trace_id` and `span_id` when runs are traced) under
+/// `span`. The trace spans (their own target) are never logged.
+fn log_layer<S>() -> anyhow::Result<Box<dyn Layer<S> + Send + Sync>>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    let filter = EnvFilter::try_from_env("ELFGATE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(format!("{}=off", elfgate_core::telemetry::TARGET).parse()?);
     // Colour codes only for a person at a terminal: a file, a pipe or a journal gets plain text
     // (NO_COLOR, https://no-color.org, turns them off at a terminal too).
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(elfgate_server::log_node::NodeTaggedStderr);
-    match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("" | "text") => builder.init(),
-        Ok("json") => builder
+    Ok(match std::env::var("ELFGATE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("" | "text") => layer.with_filter(filter).boxed(),
+        Ok("json") => layer
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .init(),
+            .with_filter(filter)
+            .boxed(),
         Ok(other) => bail!("ELFGATE_LOG_FORMAT must be text or json, not '{other}'"),
+    })
+}
+
+/// The daemon's subscriber: the log and, when runs are traced, the trace pipeline's layer.
+fn init_logging(telemetry: Option<&Telemetry>) -> anyhow::Result<()> {
+    let registry = tracing_subscriber::registry().with(log_layer()?);
+    match telemetry {
+        Some(t) => registry.with(t.layer()).try_init()?,
+        None => registry.try_init()?,
     }
     Ok(())
+}
+
+/// The configuration, loaded under a log of its own for its warnings (the daemon's subscriber,
+/// which needs the configuration's `[telemetry]`, comes after).
+fn load_config(file: &ConfigFile) -> anyhow::Result<Config> {
+    let subscriber = tracing_subscriber::registry().with(log_layer()?);
+    Ok(tracing::subscriber::with_default(subscriber, || {
+        Config::load(file.config.as_deref())
+    })?)
 }
 
 /// See the dependency's comment in Cargo.toml: memory goes back to the system when load falls.
@@ -223,37 +250,53 @@ fn token_file_path() -> Option<PathBuf> {
     Some(dir.join(elfgate_server::token_file::TOKEN_FILE))
 }
 
+/// `serve`: the configuration first (the subscriber needs its `[telemetry]`), then the daemon
+/// until a stop signal, then the last spans out.
+async fn serve(file: ConfigFile) -> anyhow::Result<()> {
+    let config = load_config(&file)?;
+    let node = config.fleet_member()?.map(|m| m.node_id);
+    let telemetry = match &config.telemetry {
+        Some(t) => Some(Telemetry::start(t, node.as_deref())?),
+        None => None,
+    };
+    init_logging(telemetry.as_ref())?;
+    if let Some(node) = &node {
+        elfgate_server::log_node::set_node(node);
+    }
+    let addr = config.bind_addr()?;
+    // Processes that escape a command's group are re-parented to the daemon, which kills
+    // them when the command ends, instead of to init, where they would live on.
+    if let Err(e) = elfgate_tools::process::become_subreaper() {
+        tracing::warn!(
+            error = %e,
+            "cannot become a child subreaper: processes that escape a shell command's \
+             process group outlive it"
+        );
+    }
+    raise_file_limit();
+    let daemon = Daemon::build(config).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    // Tests and scripts read this line to learn the port when binding port 0.
+    println!("elfgate listening on http://{local}");
+    tracing::info!(%local, "elfgate listening");
+    print_token(&daemon);
+    daemon.serve(listener, shutdown_signal()).await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown().await;
+    }
+    Ok(())
+}
+
 async fn run(job: DaemonJob) -> anyhow::Result<()> {
-    init_logging()?;
+    // `serve` sets up its own subscriber, after reading the configuration.
+    if !matches!(job, DaemonJob::Serve(_)) {
+        init_logging(None)?;
+    }
     match job {
-        DaemonJob::Serve(file) => {
-            let config = Config::load(file.config.as_deref())?;
-            let addr = config.bind_addr()?;
-            if let Some(member) = config.fleet_member()? {
-                elfgate_server::log_node::set_node(&member.node_id);
-            }
-            // Processes that escape a command's group are re-parented to the daemon, which kills
-            // them when the command ends, instead of to init, where they would live on.
-            if let Err(e) = elfgate_tools::process::become_subreaper() {
-                tracing::warn!(
-                    error = %e,
-                    "cannot become a child subreaper: processes that escape a shell command's \
-                     process group outlive it"
-                );
-            }
-            raise_file_limit();
-            let daemon = Daemon::build(config).await?;
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            let local = listener.local_addr()?;
-            // Tests and scripts read this line to learn the port when binding port 0.
-            println!("elfgate listening on http://{local}");
-            tracing::info!(%local, "elfgate listening");
-            print_token(&daemon);
-            daemon.serve(listener, shutdown_signal()).await;
-            Ok(())
-        }
+        DaemonJob::Serve(file) => Box::pin(serve(file)).await,
         DaemonJob::Migrate(file) => {
             let config = Config::load(file.config.as_deref())?;
             elfgate_server::app::migrate(&config).await?;

@@ -163,7 +163,7 @@ impl GuardedClient {
             let client = self.pinned_to(&url).await?;
             let resp = tokio::select! {
                 _ = cancel.cancelled() => return Err(OutboundError::Interrupted),
-                r = client.get(url.clone()).send() => r.map_err(OutboundError::Send)?,
+                r = traced(client.get(url.clone())).send() => r.map_err(OutboundError::Send)?,
             };
             if !resp.status().is_redirection() {
                 return Ok(resp);
@@ -189,11 +189,20 @@ impl GuardedClient {
     ) -> Result<reqwest::Response, OutboundError> {
         let url = parse(url)?;
         let client = self.pinned_to(&url).await?;
-        build(client.post(url))
+        traced(build(client.post(url)))
             .send()
             .await
             .map_err(OutboundError::Send)
     }
+}
+
+/// `req` with the W3C trace headers of the current span, when runs are traced: a target that
+/// was allowed sees the call as a child of the tool call (or run) that made it.
+fn traced(mut req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    for (name, value) in elfgate_core::telemetry::outgoing_headers() {
+        req = req.header(name, value);
+    }
+    req
 }
 
 fn parse(url: &str) -> Result<reqwest::Url, OutboundError> {

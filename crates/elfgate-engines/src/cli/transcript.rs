@@ -20,6 +20,8 @@ pub(crate) struct Transcript {
     results: Vec<ContentBlock>,
     /// Calls of the step still without a result.
     open: Vec<String>,
+    /// The `execute_tool` spans of the CLI's calls still open (runs are traced).
+    spans: Vec<(String, tracing::Span)>,
 }
 
 impl Transcript {
@@ -31,6 +33,7 @@ impl Transcript {
             blocks: Vec::new(),
             results: Vec::new(),
             open: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
@@ -74,6 +77,11 @@ impl Transcript {
         name: String,
         input: Value,
     ) {
+        if elfgate_core::telemetry::enabled() {
+            let span = elfgate_core::telemetry::tool_span(&name, &id, &input.to_string());
+            elfgate_core::telemetry::mark_reported(&span);
+            self.spans.push((id.clone(), span));
+        }
         let block = ContentBlock::ToolUse {
             id: id.clone(),
             name,
@@ -96,6 +104,10 @@ impl Transcript {
         content: String,
         status: ToolCallStatus,
     ) -> Result<(), ErrorInfo> {
+        if let Some(at) = self.spans.iter().position(|(open, _)| *open == id) {
+            let (_, span) = self.spans.swap_remove(at);
+            elfgate_core::telemetry::record_tool(&span, status.as_str(), &content);
+        }
         let block = ContentBlock::ToolResult {
             tool_use_id: id.clone(),
             content,

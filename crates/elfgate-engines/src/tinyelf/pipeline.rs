@@ -14,6 +14,7 @@ use elfgate_tools::{
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// The outcome of one call.
 pub(crate) struct CallResult {
@@ -97,6 +98,7 @@ async fn record_blocked(runner: &Runner, call: &RequestedToolCall, refusal: &Ref
         gate: refusal.gate,
         reason: refusal.why.clone(),
     };
+    elfgate_core::telemetry::record_refusal(refusal.gate.as_str());
     runner.turn_blocked(blocked.clone());
     let input = serde_json::from_str(&call.arguments)
         .unwrap_or_else(|_| Value::String(call.arguments.clone()));
@@ -110,8 +112,31 @@ async fn record_blocked(runner: &Runner, call: &RequestedToolCall, refusal: &Ref
     .await;
 }
 
-/// Runs one call through the gate. `bad_args` is set when the arguments did not parse.
+/// Runs one call through the gate, under its `execute_tool` span. `bad_args` is set when the
+/// arguments did not parse.
 pub(crate) async fn run_call(
+    runner: &Arc<Runner>,
+    agent: &Agent,
+    call: &RequestedToolCall,
+    input: &Value,
+    bad_args: Option<&str>,
+    caller: Caller,
+) -> CallResult {
+    let span = elfgate_core::telemetry::tool_span(&call.name, &call.id, &call.arguments);
+    let result = gated_call(runner, agent, call, input, bad_args, caller)
+        .instrument(span.clone())
+        .await;
+    if !span.is_disabled() {
+        let result_text = match &result.block {
+            ContentBlock::ToolResult { content, .. } => content.as_str(),
+            _ => "",
+        };
+        elfgate_core::telemetry::record_tool(&span, result.status.as_str(), result_text);
+    }
+    result
+}
+
+async fn gated_call(
     runner: &Arc<Runner>,
     agent: &Agent,
     call: &RequestedToolCall,
@@ -329,10 +354,17 @@ async fn permission(
         timeout,
         answers: runner.ctx.permission_answers,
     };
+    let wait = elfgate_core::telemetry::permission_span(&call.name);
     let outcome = broker
         .request(&runner.ctx.events, session_id, ask, &agent.cancel)
+        .instrument(wait.clone())
         .await;
-    gate::permission_answer(&outcome, timeout)
+    let answer = gate::permission_answer(&outcome, timeout);
+    elfgate_core::telemetry::record_permission(
+        &wait,
+        if answer.is_ok() { "granted" } else { "refused" },
+    );
+    answer
 }
 
 /// Executes a permitted call with the tool's timeout, cut short by an interrupt.

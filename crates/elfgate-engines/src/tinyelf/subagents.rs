@@ -10,6 +10,7 @@ use elfgate_llm::LlmMessage;
 use elfgate_tools::ToolRegistry;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Sub-agents of one run.
 struct RunSubAgents {
@@ -96,7 +97,16 @@ impl SubAgents for RunSubAgents {
 
     async fn run(&self, spec: SubAgentSpec, cancel: CancellationToken) -> SubAgentEnd {
         let agent = self.agent(&spec, cancel);
-        let end = run_loop(self.runner.clone(), agent, first_messages(&spec), None).await;
+        // A nested `invoke_agent`, under the spawn call's `execute_tool`.
+        let span = elfgate_core::telemetry::agent_span(&spec.label);
+        let end = run_loop(self.runner.clone(), agent, first_messages(&spec), None)
+            .instrument(span.clone())
+            .await;
+        elfgate_core::telemetry::record_finish(
+            &span,
+            end.finish,
+            end.error.as_ref().map(|e| e.code.as_str()),
+        );
         SubAgentEnd {
             finish: end.finish,
             text: end.text,
@@ -105,12 +115,10 @@ impl SubAgents for RunSubAgents {
 
     fn start(&self, spec: SubAgentSpec) {
         let agent = self.agent(&spec, self.runner.bg_cancel.child_token());
-        let fut = Box::pin(run_loop(
-            self.runner.clone(),
-            agent,
-            first_messages(&spec),
-            None,
-        ));
+        let fut = Box::pin(
+            run_loop(self.runner.clone(), agent, first_messages(&spec), None)
+                .instrument(elfgate_core::telemetry::agent_span(&spec.label)),
+        );
         self.runner.start_background(spec.label, spec.run_id, fut);
     }
 }

@@ -60,7 +60,7 @@ impl Daemon {
     pub fn router(&self) -> Router {
         let state = self.state.clone();
         let limit = state.config.server.body_limit_bytes;
-        let protected = Router::new()
+        let mut protected = Router::new()
             .merge(routes::sessions::routes())
             .merge(routes::engines::routes())
             .merge(routes::cluster::routes())
@@ -88,8 +88,15 @@ impl Daemon {
             .layer(middleware::from_fn_with_state(
                 state.clone(),
                 crate::rate_limits::limit_requests,
-            ))
-            .layer(middleware::from_fn_with_state(state.clone(), require_token));
+            ));
+        // Traced runs only: a request's server span, inside auth (it names the principal).
+        if elfgate_core::telemetry::enabled() {
+            protected = protected.layer(middleware::from_fn(
+                crate::telemetry::requests::trace_requests,
+            ));
+        }
+        let protected =
+            protected.layer(middleware::from_fn_with_state(state.clone(), require_token));
         Router::new()
             .merge(routes::health::routes())
             // Signed by the sender instead of a token (docs/workflows.md, "Inbound webhooks").

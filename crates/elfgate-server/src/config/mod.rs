@@ -21,6 +21,7 @@ mod providers;
 mod rate_limits;
 mod server;
 mod storage;
+mod telemetry;
 mod workflows;
 pub use auth::AuthConfig;
 pub use budgets::BudgetEntry;
@@ -32,6 +33,7 @@ pub use providers::{AliasTarget, BuiltinWebSearch, DefaultsConfig, ProviderConfi
 pub use rate_limits::{RateLimitRule, RateLimitValues, RateScope};
 pub use server::{AuthMode, ServerConfig};
 pub use storage::{MAX_LOG_LINGER_MS, StorageConfig};
+pub use telemetry::{MAX_CONTENT_BYTES, TelemetryConfig};
 pub use workflows::{AgentProfile, WebhookTarget, WebhooksConfig, WorkflowHook, WorkflowsConfig};
 
 /// The built-in defaults.
@@ -100,6 +102,9 @@ pub struct Config {
     /// `[[rate_limits]]`: how fast a key, user or team may call (docs/spend.md).
     #[serde(default)]
     pub rate_limits: Vec<RateLimitRule>,
+    /// `[telemetry]`: runs as OpenTelemetry traces over OTLP; absent: nothing is exported.
+    #[serde(default)]
+    pub telemetry: Option<TelemetryConfig>,
     /// The bearer token, from ELFGATE_TOKEN only.
     #[serde(skip)]
     pub token: Option<String>,
@@ -231,6 +236,9 @@ impl Config {
             jwt.check()?;
         }
         budgets::check(&self.budgets)?;
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.check()?;
+        }
         Ok(())
     }
 }

@@ -95,5 +95,6 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         text.push_str(&fleet.render_prometheus());
     }
     text.push_str(&state.access_audit.render_prometheus());
+    text.push_str(&crate::telemetry::render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

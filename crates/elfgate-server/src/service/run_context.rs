@@ -69,6 +69,17 @@ pub(crate) fn build_ctx(
         channel: run.channel,
         payer: Arc::new(payer_of(actor, session)),
         meters: state.meters.clone(),
+        trace: run_trace(actor),
+    }
+}
+
+/// What a run started now by `actor` takes into its trace (None: runs are not traced).
+fn run_trace(actor: &Actor) -> Option<elfgate_core::telemetry::RunTrace> {
+    match actor {
+        Actor::Principal(p) => {
+            elfgate_core::telemetry::RunTrace::here(p.key_id.as_deref(), Some(&p.team))
+        }
+        Actor::Daemon => elfgate_core::telemetry::RunTrace::here(None, None),
     }
 }
 

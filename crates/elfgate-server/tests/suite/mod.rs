@@ -78,6 +78,7 @@ mod tinyelf_tools;
 mod tool_firewall;
 mod tool_hardening;
 mod tool_schemas;
+mod traces;
 mod web_security;
 pub(crate) mod workflows;
 mod workflows_limits;

@@ -15,6 +15,7 @@ use elfgate_llm::{LlmMessage, LlmRequest};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Output tokens of the summary call, and the room kept for the summary in the request.
 const SUMMARY_MAX_TOKENS: u32 = 1024;
@@ -214,7 +215,11 @@ call and result pairs; ~{} tokens left)",
         .await;
 
         // 3) Auto-compact: a summary of the dropped span.
-        let summary = match self.summarize(agent, dropped, limit).await {
+        let summary = match self
+            .summarize(agent, dropped, limit)
+            .instrument(elfgate_core::telemetry::compaction_span(dropped.len()))
+            .await
+        {
             Ok((text, reused)) => {
                 self.note(if reused {
                     format!(
