@@ -2,7 +2,8 @@
 //! goes upstream (with its up-front estimate), a refusal as the call's output, and the call's end.
 
 use elfgate_core::{
-    CallPlan, CallRefusal, EngineSessionContext, ErrorInfo, EventPayload, Prices, TokenUsage,
+    CallPlan, CallRefusal, CallReport, EngineSessionContext, ErrorInfo, EventPayload, ModelCall,
+    Prices, TokenUsage,
 };
 use elfgate_llm::LlmRequest;
 
@@ -47,6 +48,28 @@ pub(crate) fn call_plan(
         prices,
         estimate: estimate(req),
     }
+}
+
+/// Notes a call that went upstream on the run's recorder, for the ledger.
+pub(crate) fn note_call(
+    ctx: &EngineSessionContext,
+    provider: &str,
+    model: &str,
+    report: &CallReport,
+) {
+    ctx.recorder.note_model_call(ModelCall {
+        seq: 0,
+        at: chrono::Utc::now(),
+        session_id: ctx.session_id(),
+        run_id: ctx.run_id,
+        payer: ctx.payer.clone(),
+        provider: provider.to_string(),
+        model: model.to_string(),
+        usage: report.usage,
+        input_tokens_estimated: report.input_tokens_estimated,
+        output_tokens_estimated: report.output_tokens_estimated,
+        cost_usd: report.cost_usd,
+    });
 }
 
 /// The error of a call a meter refused, announced as an `error` event when the caller reports

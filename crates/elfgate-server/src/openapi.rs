@@ -5,8 +5,8 @@
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
-    access_audit, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, tool_runs,
-    webhooks, workflows,
+    access_audit, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills, spend,
+    tool_runs, webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
@@ -78,6 +78,7 @@ impl Modify for BearerScheme {
         keys::revoke,
         keys::me,
         access_audit::audit,
+        spend::spend,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -175,6 +176,7 @@ impl Modify for BearerScheme {
         (name = "mcp", description = "MCP servers whose tools tinyelf sessions use"),
         (name = "keys", description = "API keys (admins) and who a key is"),
         (name = "workflows", description = "Workflows: steps run without a model deciding them"),
+        (name = "spend", description = "What model calls cost: the spend ledger"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
 )]

@@ -108,6 +108,8 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("patch", "/v1/admin/keys/{id}", Admin),
         ("delete", "/v1/admin/keys/{id}", Admin),
         ("get", "/v1/admin/audit", Admin),
+        // The spend ledger: an admin's covers everyone, anyone else's their own calls.
+        ("get", "/v1/spend", Principal),
     ]
 };
 

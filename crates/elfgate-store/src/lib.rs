@@ -9,6 +9,7 @@ mod codec;
 mod concerns;
 mod deltas;
 mod error;
+mod ledger_rows;
 mod lock;
 mod log_batch;
 mod logrows;
@@ -25,8 +26,9 @@ mod writer;
 pub use concerns::{
     AccessAudit, AccessEvent, AuditLog, DeliveryStatus, DeliveryStore, EventLog,
     FIRST_PROMPT_CHARS, InboundHookStore, KeyChange, KeyStore, RecoveredRun, RunEndNotice,
-    RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen, StoredAccessEvent,
-    StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
+    RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen, SpendGroupBy, SpendQuery,
+    SpendStore, SpendSum, StoredAccessEvent, StoredEvent, StoredKey, StoredWorkflow,
+    WebhookDelivery, WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{FleetCounts, FleetMember, NodeInfo, NodeMode, PgStore, is_postgres_url};
@@ -51,6 +53,7 @@ pub trait Store:
     + InboundHookStore
     + KeyStore
     + AccessAudit
+    + SpendStore
     + RunLedger
     + Send
     + Sync

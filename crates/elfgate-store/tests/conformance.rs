@@ -39,6 +39,9 @@ use ownership::{
     a_workflow_keeps_its_creators_team_across_versions,
     what_was_stored_before_owners_is_the_root_keys,
 };
+#[path = "conformance/spend.rs"]
+mod spend;
+use spend::a_runs_model_calls_are_stored_with_its_end_and_summed;
 #[path = "conformance/run_errors.rs"]
 mod run_errors;
 use run_errors::{
@@ -210,6 +213,7 @@ on_both_backends!(
     what_was_stored_before_owners_is_the_root_keys,
     api_keys_are_created_read_changed_and_revoked,
     access_events_are_appended_in_batches_and_read_newest_first,
+    a_runs_model_calls_are_stored_with_its_end_and_summed,
 );
 
 fn session() -> Session {
@@ -915,6 +919,7 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost(db: Db) {
                 model_finish_reason: None,
                 stop_sequence: None,
                 steps: Vec::new(),
+                cost_usd: None,
             },
         })
         .await;

@@ -230,6 +230,14 @@ impl AcpAdapter {
                     vec![AdapterEvent::Notice(format!("plan:\n{}", steps.join("\n")))]
                 }
             }
+            // The agent's own reckoning of the session's cost (in US dollars only).
+            "usage_update" => u
+                .get("cost")
+                .filter(|c| str_of(c, "currency").is_none_or(|cur| cur.eq_ignore_ascii_case("USD")))
+                .and_then(|c| c.get("amount"))
+                .and_then(Value::as_f64)
+                .map(|amount| vec![AdapterEvent::Cost(amount)])
+                .unwrap_or_default(),
             // The user's own message echoed, the agent's commands and modes: nothing to relay.
             _ => Vec::new(),
         }

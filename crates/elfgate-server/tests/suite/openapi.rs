@@ -177,6 +177,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("delete", "/v1/admin/keys/{id}"),
         ("get", "/v1/me"),
         ("get", "/v1/admin/audit"),
+        ("get", "/v1/spend"),
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
         ("post", "/v1/responses"),
