@@ -249,6 +249,7 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         error: None,
         client_msg_id: None,
         channel: Default::default(),
+        cost_usd: None,
     }
 }
 

@@ -424,6 +424,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_usage_update_in_dollars_is_the_runs_cost() {
+        let mut adapter = AcpAdapter::default();
+        let update = json!({"sessionUpdate": "usage_update", "used": 10, "size": 100,
+                            "cost": {"amount": 0.25, "currency": "USD"}});
+        let events = adapter.on_update(&update, &|_| None);
+        assert!(matches!(events.as_slice(), [AdapterEvent::Cost(c)] if (*c - 0.25).abs() < 1e-12));
+        let euros =
+            json!({"sessionUpdate": "usage_update", "cost": {"amount": 1.0, "currency": "EUR"}});
+        assert!(adapter.on_update(&euros, &|_| None).is_empty());
+    }
+
+    #[test]
     fn lines_are_classified_as_answers_updates_and_calls() {
         let answer = json!({"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}});
         assert!(matches!(

@@ -172,6 +172,15 @@ async fn sessions_and_ledger_sum_the_costs(d: &Daemon) {
     let second = result_of(d, &sid, &run2).await;
     let alice_cost = cost_of(&first["inputTokens"], &first["outputTokens"])
         + cost_of(&second["inputTokens"], &second["outputTokens"]);
+    let (status, stored) = as_alice
+        .get(&format!("/v1/sessions/{sid}/runs/{run2}"))
+        .await;
+    assert_eq!(status, 200, "{stored}");
+    assert_close(
+        &stored["costUsd"],
+        cost_of(&second["inputTokens"], &second["outputTokens"]),
+        "the run's record",
+    );
     let (status, view) = as_alice.get(&format!("/v1/sessions/{sid}")).await;
     assert_eq!(status, 200, "{view}");
     assert_close(&view["costUsd"], alice_cost, "the session's cost");

@@ -3,7 +3,7 @@
 
 use crate::StoreResult;
 use async_trait::async_trait;
-use elfgate_core::{SessionId, TokenUsage};
+use elfgate_core::{RunId, SessionId, TokenUsage};
 
 /// What the ledger's rows are summed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,8 @@ pub struct SpendSum {
 pub trait SpendStore: Send + Sync {
     /// A session's model calls summed (its ended runs').
     async fn session_spend(&self, session_id: SessionId) -> StoreResult<SpendSum>;
+    /// A run's model calls summed (none before it ended).
+    async fn run_spend(&self, run_id: RunId) -> StoreResult<SpendSum>;
     /// The ledger's rows `q` selects, summed by its grouping, ordered by group.
     async fn spend(&self, q: &SpendQuery) -> StoreResult<Vec<SpendSum>>;
 }

@@ -4,7 +4,7 @@ use super::SqlBackend;
 use crate::rows::RowRead;
 use crate::{SpendGroupBy, SpendQuery, SpendStore, SpendSum, StoreResult};
 use async_trait::async_trait;
-use elfgate_core::{SessionId, TokenUsage};
+use elfgate_core::{RunId, SessionId, TokenUsage};
 use sqlx::{Database, Encode, Executor, Type};
 
 /// The sums every read selects (CAST: PostgreSQL's SUM of BIGINT is NUMERIC).
@@ -62,6 +62,18 @@ where
             " FROM model_calls WHERE session_id = $1"
         ))
         .bind(session_id.to_string())
+        .fetch_one(self.shared().read)
+        .await?;
+        sum_from_row(&row, None)
+    }
+
+    async fn run_spend(&self, run_id: RunId) -> StoreResult<SpendSum> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            sums!(),
+            " FROM model_calls WHERE run_id = $1"
+        ))
+        .bind(run_id.to_string())
         .fetch_one(self.shared().read)
         .await?;
         sum_from_row(&row, None)
