@@ -129,6 +129,32 @@ async fn each_engines_result_and_each_doors_answer_cost_prices_times_the_reporte
     );
     assert_close(&json!(header), want, "x-elfgate-cost-usd of /v1/messages");
 
+    // The Responses and Gemini doors: the header.
+    let (header, body) = door_call(
+        &d,
+        "/v1/responses",
+        json!({"model": "priced/mock:tokens=2", "input": "hello"}),
+    )
+    .await;
+    let want = cost_of(
+        &body["usage"]["input_tokens"],
+        &body["usage"]["output_tokens"],
+    );
+    assert_close(&json!(header), want, "x-elfgate-cost-usd of /v1/responses");
+    let (header, body) = door_call(
+        &d,
+        "/v1beta/models/priced/mock:tokens=2:generateContent",
+        json!({"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}),
+    )
+    .await;
+    let usage = &body["usageMetadata"];
+    let want = cost_of(&usage["promptTokenCount"], &usage["candidatesTokenCount"]);
+    assert_close(
+        &json!(header),
+        want,
+        "x-elfgate-cost-usd of generateContent",
+    );
+
     // The metrics count it by team and model.
     let (status, metrics) = d.get_text("/metrics").await;
     assert_eq!(status, 200);
