@@ -170,6 +170,35 @@ async fn each_engines_result_and_each_doors_answer_cost_prices_times_the_reporte
     );
 }
 
+#[tokio::test]
+async fn an_interrupted_call_is_priced_from_its_estimated_figures() {
+    let mock = MockServer::start().await.unwrap();
+    let d = Daemon::start(
+        &mock,
+        Opts {
+            extra_toml: priced(&mock),
+            ..Opts::default()
+        },
+    );
+    let (sid, run) = d
+        .create(
+            json!({"engine": "chat", "prompt": "count", "providerId": "priced",
+                       "model": "mock:tokens=200,delay_ms=20"}),
+        )
+        .await;
+    d.events(&sid, None).await.until_text("tok0 ").await;
+    let (status, v) = d.interrupt_and_wait(&sid).await;
+    assert_eq!(status, 200, "{v}");
+    let stats = result_of(&d, &sid, &run).await;
+    assert_eq!(stats["finishReason"], "interrupted", "{stats}");
+    assert_eq!(stats["outputTokensEstimated"], true, "{stats}");
+    let want = cost_of(&stats["inputTokens"], &stats["outputTokens"]);
+    assert!(want > 0.0, "{stats}");
+    assert_close(&stats["costUsd"], want, "an interrupted call");
+    let (_, spent) = d.get("/v1/spend?groupBy=model").await;
+    assert_close(&spent["groups"][0]["costUsd"], want, "its ledger row");
+}
+
 /// Sums of `GET /v1/spend?…` as (group, cost) pairs.
 fn groups(report: &Value) -> Vec<(Value, f64)> {
     report["groups"]
