@@ -9,6 +9,7 @@
 
 pub mod budgets;
 pub mod keys;
+pub mod spend;
 
 use elfgate_core::{
     Attachment, ChannelPermissions, Decision, EngineConfig, EngineType, Message, MessageId, OnBusy,
@@ -231,6 +232,14 @@ pub struct SessionView {
     /// at most 200 characters), for showing a session without a title. Absent when it has none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_prompt: Option<String>,
+    /// In one session's view only (`GET /v1/sessions/{id}`): the tokens of its ended runs' model
+    /// calls, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<elfgate_core::TokenUsage>,
+    /// In one session's view only: what its ended runs' priced model calls cost, in US dollars;
+    /// absent when none was priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// Body of POST /v1/sessions/{id}/permissions/{requestId}.

@@ -496,6 +496,10 @@ impl EngineDispatcher {
             );
             self.fail_storage(ctx, &mut outcome, error).await;
         }
+        outcome.model_calls = ctx.recorder.take_model_calls();
+        if outcome.cost_usd.is_none() {
+            outcome.cost_usd = crate::spend::calls_cost(&outcome.model_calls);
+        }
         let answer = outcome.answer.take();
         let stored = match ctx.recorder.finish(&outcome, answer.as_ref()).await {
             Ok(()) => answer,
@@ -531,6 +535,7 @@ impl EngineDispatcher {
                 .await;
         }
         self.metrics.run_finished(outcome.finish_reason);
+        self.metrics.spend.count(&outcome.model_calls);
         ctx.events
             .emit(EventPayload::Result {
                 stats: RunStats {
@@ -540,6 +545,7 @@ impl EngineDispatcher {
                     model_finish_reason: outcome.model_finish,
                     stop_sequence: outcome.stop_sequence.clone(),
                     steps: outcome.steps.clone(),
+                    cost_usd: outcome.cost_usd,
                     iterations: outcome.iterations,
                     duration_ms: started.elapsed().as_millis() as u64,
                     finish_reason: outcome.finish_reason,

@@ -107,6 +107,11 @@ pub struct RunStats {
     /// other engines).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepUsage>,
+    /// What the run cost in US dollars: its priced model calls' costs summed (from the
+    /// estimated figures where they are marked so), or the CLI's own figure. Absent when no
+    /// call was priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// What one workflow step spent.

@@ -34,6 +34,8 @@ pub struct Metrics {
     retries: AtomicU64,
     log_queue_waits: AtomicU64,
     log_queue_overflows: AtomicU64,
+    /// Spend and tokens by team and model.
+    pub spend: crate::spend::SpendCounters,
 }
 
 impl Metrics {
@@ -163,6 +165,7 @@ impl Metrics {
             self.ttft_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
         );
         let _ = writeln!(out, "elfgate_time_to_first_token_seconds_count {count}");
+        self.spend.render(&mut out);
         out
     }
 }

@@ -457,4 +457,8 @@ pub struct Run {
     /// The chat channel the prompt came from, if one sent it.
     #[serde(flatten)]
     pub channel: ChannelOrigin,
+    /// What its priced model calls cost in US dollars, from the spend ledger once it ended
+    /// (`GET …/runs/{runId}`); absent when none was priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }

@@ -33,6 +33,12 @@ pub struct RunOutcome {
     pub turn: Option<crate::TurnRecord>,
     /// A workflow's run: what each step spent, for `result`.
     pub steps: Vec<crate::StepUsage>,
+    /// What the run cost, when the engine knows it itself (a CLI's own figure); None: the sum
+    /// of its model calls' costs, filled in at the run's end (absent when none is priced).
+    pub cost_usd: Option<f64>,
+    /// The run's model calls, for the ledger: taken from the run's recorder at its end and
+    /// stored in the same commit as the end.
+    pub model_calls: Vec<crate::ModelCall>,
 }
 
 impl RunOutcome {
@@ -50,6 +56,8 @@ impl RunOutcome {
             answer: None,
             turn: None,
             steps: Vec::new(),
+            cost_usd: None,
+            model_calls: Vec::new(),
         }
     }
 

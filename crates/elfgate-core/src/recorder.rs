@@ -69,6 +69,8 @@ pub struct RunRecorder {
     session_id: SessionId,
     run_id: RunId,
     written: Mutex<Written>,
+    /// The run's model calls so far, stored with its end.
+    calls: Mutex<Vec<crate::ModelCall>>,
 }
 
 impl std::fmt::Debug for RunRecorder {
@@ -88,6 +90,7 @@ impl RunRecorder {
             session_id,
             run_id,
             written: Mutex::default(),
+            calls: Mutex::default(),
         })
     }
 
@@ -109,6 +112,7 @@ impl RunRecorder {
                 user: Some(user),
                 running: true,
             }),
+            calls: Mutex::default(),
         })
     }
 
@@ -138,6 +142,19 @@ impl RunRecorder {
         self.ledger
             .cli_session_id_set(self.session_id, cli_session_id)
             .await
+    }
+
+    /// Notes a model call of the run, for the ledger (stored with the run's end); its `seq` is
+    /// its place among the run's calls.
+    pub fn note_model_call(&self, mut call: crate::ModelCall) {
+        let mut calls = lock(&self.calls);
+        call.seq = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+        calls.push(call);
+    }
+
+    /// Takes the calls noted so far (a workflow's agent step hands its calls to the run's).
+    pub fn take_model_calls(&self) -> Vec<crate::ModelCall> {
+        std::mem::take(&mut *lock(&self.calls))
     }
 
     /// Marks the run as running, unless it is stored that way already.

@@ -365,6 +365,8 @@ impl ChatEngine {
             answer,
             turn: None,
             steps: Vec::new(),
+            cost_usd: None,
+            model_calls: Vec::new(),
         }
     }
 

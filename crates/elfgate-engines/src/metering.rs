@@ -3,7 +3,7 @@
 
 use elfgate_core::{
     CallPlan, CallRefusal, CallReport, EngineSessionContext, ErrorInfo, EventPayload, FinishReason,
-    MetersGrant, Prices, RunOutcome, TokenUsage,
+    MetersGrant, ModelCall, Prices, RunOutcome, TokenUsage,
 };
 use elfgate_llm::LlmRequest;
 
@@ -107,6 +107,28 @@ pub(crate) async fn ask_meters(
             _ = cancel.cancelled() => return Err(refusal),
         }
     }
+}
+
+/// Notes a call that went upstream on the run's recorder, for the ledger.
+pub(crate) fn note_call(
+    ctx: &EngineSessionContext,
+    provider: &str,
+    model: &str,
+    report: &CallReport,
+) {
+    ctx.recorder.note_model_call(ModelCall {
+        seq: 0,
+        at: chrono::Utc::now(),
+        session_id: ctx.session_id(),
+        run_id: ctx.run_id,
+        payer: ctx.payer.clone(),
+        provider: provider.to_string(),
+        model: model.to_string(),
+        usage: report.usage,
+        input_tokens_estimated: report.input_tokens_estimated,
+        output_tokens_estimated: report.output_tokens_estimated,
+        cost_usd: report.cost_usd,
+    });
 }
 
 /// The error of a call a meter refused, announced as an `error` event when the caller reports

@@ -487,14 +487,18 @@ pub(crate) async fn relay_turn(
     .await;
     estimate_unreported(req, &mut out);
     out.cost_usd = target.prices.map(|p| p.cost(&out.usage));
+    let report = CallReport {
+        usage: out.usage,
+        input_tokens_estimated: out.input_tokens_estimated,
+        output_tokens_estimated: out.output_tokens_estimated,
+        cost_usd: out.cost_usd,
+        made: opened,
+    };
+    // A call that used nothing (refused upstream before its first token) is no spend.
+    if opened && out.usage != TokenUsage::default() {
+        crate::metering::note_call(ctx, target.name, &req.model, &report);
+    }
     if let Some((plan, grant)) = metered {
-        let report = CallReport {
-            usage: out.usage,
-            input_tokens_estimated: out.input_tokens_estimated,
-            output_tokens_estimated: out.output_tokens_estimated,
-            cost_usd: out.cost_usd,
-            made: opened,
-        };
         ctx.meters.after_call(&plan, grant, &report).await;
     }
     telemetry::record_turn(&span, provider, req, &out, call_started);

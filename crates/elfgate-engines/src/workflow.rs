@@ -436,6 +436,10 @@ impl Run<'_> {
         sub.tool_run = None;
         sub.head_start = elfgate_core::HeadStart::default();
         let outcome = self.engine.agents.run_prompt(sub).await;
+        // The step's model calls are the workflow run's, for its ledger rows and cost.
+        for call in recorder.take_model_calls() {
+            ctx.recorder.note_model_call(call);
+        }
         self.usage += outcome.usage;
         if let Some(cost) = outcome.turn.as_ref().and_then(|t| t.cost_usd) {
             *self.step_cost.get_or_insert(0.0) += cost;

@@ -324,6 +324,17 @@ async fn run(job: DaemonJob) -> anyhow::Result<()> {
                     .join(", ")
             );
             println!("  default provider: {:?}", config.defaults.provider);
+            // No budget exists in the configuration yet to narrow this down: every unpriced model
+            // a route can reach is listed.
+            let unpriced = config.unpriced_models();
+            println!(
+                "  unpriced models (their calls have no cost; a budget would not see them): {}",
+                if unpriced.is_empty() {
+                    "none".to_string()
+                } else {
+                    unpriced.join(", ")
+                }
+            );
             match (config.fleet_member()?, &config.cluster) {
                 (Some(member), Some(cluster)) => println!(
                     "  cluster: node {} of the fleet on {}, NATS {}, lease {} s, heartbeat {} s, \

@@ -6,6 +6,7 @@ use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
     access_audit, budgets, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills,
+    spend,
     tool_runs, webhooks, workflows,
 };
 use crate::state::AppState;
@@ -84,6 +85,7 @@ impl Modify for BearerScheme {
         budgets::update,
         budgets::delete,
         budgets::resume,
+        spend::spend,
         gateway::chat_completions,
         gateway::responses,
         gateway::gemini_call,
@@ -192,6 +194,7 @@ impl Modify for BearerScheme {
         (name = "keys", description = "API keys (admins) and who a key is"),
         (name = "budgets", description = "Spending limits on keys, users and teams (admins)"),
         (name = "workflows", description = "Workflows: steps run without a model deciding them"),
+        (name = "spend", description = "What model calls cost: the spend ledger"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
 )]

@@ -115,6 +115,8 @@ pub const ROUTE_RULES: &[(&str, &str, RouteRule)] = {
         ("get", "/v1/admin/budgets/{id}", Admin),
         ("patch", "/v1/admin/budgets/{id}", Admin),
         ("delete", "/v1/admin/budgets/{id}", Admin),
+        // The spend ledger: an admin's covers everyone, anyone else's their own calls.
+        ("get", "/v1/spend", Principal),
     ]
 };
 

@@ -9,6 +9,7 @@ mod codec;
 mod concerns;
 mod deltas;
 mod error;
+mod ledger_rows;
 mod lock;
 mod log_batch;
 mod logrows;
@@ -25,9 +26,9 @@ mod writer;
 pub use concerns::{
     AccessAudit, AccessEvent, AuditLog, BudgetChange, BudgetStore, DeliveryStatus, DeliveryStore,
     EventLog, FIRST_PROMPT_CHARS, InboundHookStore, KeyChange, KeyStore, RecoveredRun, Reservation,
-    RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen,
-    StoredAccessEvent, StoredBudget, StoredEvent, StoredKey, StoredWorkflow, WebhookDelivery,
-    WorkflowStore, WorkflowWrite,
+    RunEndNotice, RunStore, SessionPage, SessionReads, SessionStore, SessionsSeen, SpendGroupBy,
+    SpendQuery, SpendStore, SpendSum, StoredAccessEvent, StoredBudget, StoredEvent, StoredKey,
+    StoredWorkflow, WebhookDelivery, WorkflowStore, WorkflowWrite,
 };
 pub use error::StoreError;
 pub use postgres::{
@@ -55,6 +56,7 @@ pub trait Store:
     + KeyStore
     + AccessAudit
     + BudgetStore
+    + SpendStore
     + RunLedger
     + Send
     + Sync

@@ -159,6 +159,7 @@ pub(crate) fn run_end_events(
     if with_result {
         seq += 1;
         let stats = RunStats {
+            cost_usd: None,
             usage: run.usage,
             output_tokens_estimated: false,
             input_tokens_estimated: false,

@@ -86,6 +86,8 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
                 .map_err(|e| StoreError::Corrupt(format!("run channel: {e}")))?,
             None => Default::default(),
         },
+        // The ledger's, filled in by the reads that show it.
+        cost_usd: None,
     })
 }
 

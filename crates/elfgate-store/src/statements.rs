@@ -230,6 +230,15 @@ pub(crate) fn push_run_finished(
         .push_bind(at.to_string())
         .push(" WHERE id = ")
         .push_bind(session_id.to_string());
+    // The run's ledger rows; OR IGNORE: a retried end may follow a commit that went through.
+    if !outcome.model_calls.is_empty() {
+        let qb = script.statement(&crate::ledger_rows::MODEL_CALL_COLUMNS.replacen(
+            "INSERT",
+            "INSERT OR IGNORE",
+            1,
+        ));
+        crate::ledger_rows::push_call_values(qb, &outcome.model_calls);
+    }
 }
 
 /// Appends the statement writing a run's end to the outbox of run-end webhooks, in the

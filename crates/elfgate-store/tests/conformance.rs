@@ -45,6 +45,9 @@ use ownership::{
     a_workflow_keeps_its_creators_team_across_versions,
     what_was_stored_before_owners_is_the_root_keys,
 };
+#[path = "conformance/spend.rs"]
+mod spend;
+use spend::a_runs_model_calls_are_stored_with_its_end_and_summed;
 #[path = "conformance/run_errors.rs"]
 mod run_errors;
 use run_errors::{
@@ -219,6 +222,7 @@ on_both_backends!(
     budgets_are_stored_changed_and_config_ones_synced,
     reservations_never_pass_a_budgets_limit,
     a_budgets_account_starts_again_each_period,
+    a_runs_model_calls_are_stored_with_its_end_and_summed,
 );
 
 fn session() -> Session {
@@ -254,6 +258,7 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         error: None,
         client_msg_id: None,
         channel: Default::default(),
+        cost_usd: None,
     }
 }
 
@@ -924,6 +929,7 @@ async fn recovery_logs_the_end_of_a_run_whose_last_events_were_lost(db: Db) {
                 model_finish_reason: None,
                 stop_sequence: None,
                 steps: Vec::new(),
+                cost_usd: None,
             },
         })
         .await;

@@ -230,6 +230,14 @@ impl AcpAdapter {
                     vec![AdapterEvent::Notice(format!("plan:\n{}", steps.join("\n")))]
                 }
             }
+            // The agent's own reckoning of the session's cost (in US dollars only).
+            "usage_update" => u
+                .get("cost")
+                .filter(|c| str_of(c, "currency").is_none_or(|cur| cur.eq_ignore_ascii_case("USD")))
+                .and_then(|c| c.get("amount"))
+                .and_then(Value::as_f64)
+                .map(|amount| vec![AdapterEvent::Cost(amount)])
+                .unwrap_or_default(),
             // The user's own message echoed, the agent's commands and modes: nothing to relay.
             _ => Vec::new(),
         }
@@ -414,6 +422,18 @@ pub(crate) fn usage_of(result: &Value) -> Option<TokenUsage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usage_update_in_dollars_is_the_runs_cost() {
+        let mut adapter = AcpAdapter::default();
+        let update = json!({"sessionUpdate": "usage_update", "used": 10, "size": 100,
+                            "cost": {"amount": 0.25, "currency": "USD"}});
+        let events = adapter.on_update(&update, &|_| None);
+        assert!(matches!(events.as_slice(), [AdapterEvent::Cost(c)] if (*c - 0.25).abs() < 1e-12));
+        let euros =
+            json!({"sessionUpdate": "usage_update", "cost": {"amount": 1.0, "currency": "EUR"}});
+        assert!(adapter.on_update(&euros, &|_| None).is_empty());
+    }
 
     #[test]
     fn lines_are_classified_as_answers_updates_and_calls() {

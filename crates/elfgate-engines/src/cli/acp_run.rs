@@ -49,6 +49,9 @@ pub(crate) struct AcpConn {
     next_id: u64,
     /// The agent's `missing_file_as_empty`.
     missing_empty: bool,
+    /// What the agent last said its session cost so far (`usage_update`), in US dollars: a
+    /// run's cost is what its turn adds to it.
+    cost_reported: f64,
     /// Removed when the process ends; left behind only by a daemon that died.
     _note: Option<GroupNote>,
 }
@@ -368,6 +371,7 @@ impl CliEngine {
                     session,
                     next_id: OPEN_ID + 1,
                     missing_empty: agent.missing_file_as_empty,
+                    cost_reported: 0.0,
                     _note: note,
                 })
             }
@@ -411,6 +415,7 @@ impl CliEngine {
         tracing::trace!(line = %String::from_utf8_lossy(&prompt), "to the ACP agent");
         conn.sup.send(&prompt).await;
         let mut adapter = AcpAdapter::default();
+        let cost_before = conn.cost_reported;
         // Killed when the turn ends, however it ends.
         let mut terms = Terminals::new(&ctx.cancel);
         let mut edits = EditGrants::default();
@@ -427,6 +432,16 @@ impl CliEngine {
             match acp::classify(&line) {
                 Incoming::Update(u) => {
                     for ev in adapter.on_update(u, &|id| terms.text(id)) {
+                        // The agent's figure is its session's so far: the run's is what this
+                        // turn added to it.
+                        let ev = match ev {
+                            AdapterEvent::Cost(total) => {
+                                let added = (total - cost_before).max(0.0);
+                                conn.cost_reported = total;
+                                AdapterEvent::Cost(added)
+                            }
+                            other => other,
+                        };
                         run.apply(ev).await;
                     }
                 }

@@ -56,6 +56,9 @@ pub(crate) enum AdapterEvent {
     SessionId(String),
     /// Token figures so far (replace the earlier ones).
     Usage(TokenUsage),
+    /// What the run cost so far in US dollars, as the CLI itself reckons it (claude-code's
+    /// `total_cost_usd`, an ACP agent's `usage_update` cost); replaces the earlier figure.
+    Cost(f64),
     /// Model turns so far.
     Turns(u32),
     /// Something worth telling the client that does not end the run (a retry, a warning).

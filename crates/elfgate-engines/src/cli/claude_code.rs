@@ -252,6 +252,9 @@ impl ClaudeAdapter {
         if let Some(n) = line.get("num_turns").and_then(Value::as_u64) {
             out.push(AdapterEvent::Turns(u32::try_from(n).unwrap_or(u32::MAX)));
         }
+        if let Some(cost) = line.get("total_cost_usd").and_then(Value::as_f64) {
+            out.push(AdapterEvent::Cost(cost));
+        }
         // claude marks a failed run with is_error; the subtype may still say success.
         let failed = line.get("is_error").and_then(Value::as_bool) == Some(true);
         if failed {

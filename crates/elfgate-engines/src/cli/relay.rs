@@ -19,6 +19,8 @@ pub(crate) struct Relay<'a> {
     /// The CLI session id stored on the session.
     cli_session: Option<String>,
     tokens: TokenUsage,
+    /// The CLI's own figure of the run's cost, if it gives one.
+    cost_usd: Option<f64>,
     turns: u32,
     /// What the CLI said went wrong.
     failure: Option<String>,
@@ -44,6 +46,7 @@ impl<'a> Relay<'a> {
             cli_session,
             markers,
             tokens: TokenUsage::default(),
+            cost_usd: None,
             turns: 0,
             failure: None,
             finished: false,
@@ -108,6 +111,7 @@ impl<'a> Relay<'a> {
                 }
             }
             AdapterEvent::Usage(counts) => self.tokens = counts,
+            AdapterEvent::Cost(usd) => self.cost_usd = Some(usd),
             AdapterEvent::Turns(n) => self.turns = n,
             AdapterEvent::Notice(message) => {
                 ctx.events.emit(EventPayload::Processing { message }).await;
@@ -123,6 +127,22 @@ impl<'a> Relay<'a> {
     pub(crate) async fn end(self, b: CliBackend, ended: Ended, config: &CliConfig) -> RunOutcome {
         let ctx = self.ctx;
         let name = b.as_str();
+        // The CLI's run is one row of the ledger: it reports its figures for the run as a whole.
+        if self.tokens != TokenUsage::default() || self.cost_usd.is_some() {
+            ctx.recorder.note_model_call(elfgate_core::ModelCall {
+                seq: 0,
+                at: chrono::Utc::now(),
+                session_id: ctx.session_id(),
+                run_id: ctx.run_id,
+                payer: ctx.payer.clone(),
+                provider: name.to_string(),
+                model: ctx.model.clone().unwrap_or_default(),
+                usage: self.tokens,
+                input_tokens_estimated: false,
+                output_tokens_estimated: false,
+                cost_usd: self.cost_usd,
+            });
+        }
         let tail = || {
             if ended.stderr_tail.is_empty() {
                 String::new()
@@ -231,6 +251,8 @@ impl<'a> Relay<'a> {
             answer,
             turn: None,
             steps: Vec::new(),
+            cost_usd: self.cost_usd,
+            model_calls: Vec::new(),
         }
     }
 }

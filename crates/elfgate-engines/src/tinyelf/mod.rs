@@ -452,6 +452,8 @@ impl TinyElfEngine {
             answer: None,
             turn: Some(runner.turn_record(end.finish)),
             steps: Vec::new(),
+            cost_usd: None,
+            model_calls: Vec::new(),
         }
     }
 }

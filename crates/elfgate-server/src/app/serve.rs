@@ -72,6 +72,7 @@ impl Daemon {
             .merge(routes::keys::routes())
             .merge(routes::budgets::routes())
             .merge(routes::access_audit::routes())
+            .merge(routes::spend::routes())
             .merge(routes::gateway::routes())
             .merge(routes::health::protected_routes())
             .merge(openapi::routes())

@@ -125,6 +125,46 @@ pub struct DefaultsConfig {
 }
 
 impl Config {
+    /// The models a route can reach that have no prices, as `PROVIDER/MODEL`: of each provider
+    /// without prices of its own, its default model, its `models."…"` tables and the aliases'
+    /// routes to it that set none, and `PROVIDER/*` for its other models. Their calls have no cost.
+    pub fn unpriced_models(&self) -> Vec<String> {
+        let mut unpriced = std::collections::BTreeSet::new();
+        for (name, p) in &self.providers {
+            // Input and output go together (checked at load): a provider's input price prices
+            // every model of it.
+            if p.input_usd_per_mtok.is_some() {
+                continue;
+            }
+            let aliased = self
+                .aliases
+                .values()
+                .flat_map(AliasTarget::routes)
+                .filter_map(|r| {
+                    r.split_once('/')
+                        .filter(|(provider, _)| provider == name)
+                        .map(|(_, model)| model.to_string())
+                });
+            let named = p
+                .default_model
+                .iter()
+                .cloned()
+                .chain(p.models.keys().cloned())
+                .chain(aliased);
+            for model in named {
+                let priced = p
+                    .models
+                    .get(&model)
+                    .is_some_and(|l| l.input_usd_per_mtok.is_some());
+                if !priced {
+                    unpriced.insert(format!("{name}/{model}"));
+                }
+            }
+            unpriced.insert(format!("{name}/*"));
+        }
+        unpriced.into_iter().collect()
+    }
+
     /// How a gateway caller's built-in `web_search` is served on provider `name` (of `kind`):
     /// its `builtin_web_search`, else the provider's own search where its kind has one, else
     /// the daemon's search backend where one is configured, else left out.

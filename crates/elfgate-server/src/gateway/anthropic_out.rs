@@ -174,6 +174,7 @@ impl EventWriter {
                 stop_sequence,
                 input_tokens,
                 output_tokens,
+                ..
             } => {
                 self.close(&mut s);
                 let sequence = stop_sequence.as_deref();

@@ -103,6 +103,10 @@ impl DoorRequest for Inbound {
     }
 }
 
+/// The header of a whole (not streamed) answer saying what its run cost in US dollars, when its
+/// model is priced.
+pub const COST_HEADER: &str = "x-elfgate-cost-usd";
+
 /// Writes one run's items in a door's format.
 pub trait AnswerWriter: Send + 'static {
     /// The SSE frames of one item, in the order they came.
@@ -149,7 +153,13 @@ pub async fn serve<D: GatewayDoor>(
         }
         let (items, end) = run::collect(&mut handle).await?;
         let body = writer.answer(&items, &end);
-        let answer = with_session(axum::Json(body).into_response(), handle.session_id);
+        let mut answer = with_session(axum::Json(body).into_response(), handle.session_id);
+        // A streamed answer's headers go before its cost is known: only a whole answer has it.
+        if let Some(cost) = end.cost_usd()
+            && let Ok(v) = HeaderValue::from_str(&cost.to_string())
+        {
+            answer.headers_mut().insert(COST_HEADER, v);
+        }
         // The run is over: its handle goes before what the writer holds until then (the
         // Responses door's `store: false` session, deleted once the run ended).
         drop(handle);

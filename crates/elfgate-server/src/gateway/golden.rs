@@ -85,6 +85,7 @@ fn items() -> Vec<Out> {
                     stop_sequence: e["stopSequence"].as_str().map(str::to_string),
                     input_tokens: e["inputTokens"].as_u64().unwrap(),
                     output_tokens: e["outputTokens"].as_u64().unwrap(),
+                    cost_usd: None,
                 }
             }
         })
@@ -128,6 +129,7 @@ fn a_named_stop_sequence_reaches_the_anthropic_answers_only() {
             stop_sequence: Some("END".into()),
             input_tokens: 1,
             output_tokens: 2,
+            cost_usd: None,
         },
     ];
     let body = anthropic_out::message_json("msg_1", "m", &items[..1], &items[1]);

@@ -17,8 +17,13 @@ pub fn finish_reason(stop: Stop) -> &'static str {
     }
 }
 
-fn usage(input: u64, output: u64) -> Value {
-    json!(Usage::of(input, output))
+/// The usage object, with the call's cost (`cost_usd`, Elfgate's own key) when it is priced.
+fn usage(input: u64, output: u64, cost_usd: Option<f64>) -> Value {
+    let mut u = json!(Usage::of(input, output));
+    if let (Some(cost), Some(o)) = (cost_usd, u.as_object_mut()) {
+        o.insert("cost_usd".into(), json!(cost));
+    }
+    u
 }
 
 fn tool_call_json(index: usize, id: &str, name: &str, input: &Value) -> Value {
@@ -68,7 +73,7 @@ pub fn completion(id: &str, model: &str, created: i64, items: &[Out], end: &Out)
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason(stop),
                      "logprobs": null}],
-        "usage": usage(input, output),
+        "usage": usage(input, output, end.cost_usd()),
     })
 }
 
@@ -171,6 +176,7 @@ impl ChunkWriter {
                 stop,
                 input_tokens,
                 output_tokens,
+                cost_usd,
                 ..
             } => {
                 s.push_str(&self.chunk(json!({}), Some(finish_reason(*stop))));
@@ -178,7 +184,7 @@ impl ChunkWriter {
                     let c = json!({
                         "id": self.id, "object": "chat.completion.chunk", "created": self.created,
                         "model": self.model, "choices": [],
-                        "usage": usage(*input_tokens, *output_tokens),
+                        "usage": usage(*input_tokens, *output_tokens, *cost_usd),
                     });
                     s.push_str(&format!("data: {c}\n\n"));
                 }

@@ -48,6 +48,8 @@ pub enum Out {
         input_tokens: u64,
         /// Output tokens.
         output_tokens: u64,
+        /// What the run cost in US dollars, when its model is priced.
+        cost_usd: Option<f64>,
     },
 }
 
@@ -62,6 +64,14 @@ impl Out {
                 ..
             } => (*stop, *input_tokens, *output_tokens),
             _ => (Stop::End, 0, 0),
+        }
+    }
+
+    /// What the run cost, if this is the end and its model is priced.
+    pub fn cost_usd(&self) -> Option<f64> {
+        match self {
+            Out::End { cost_usd, .. } => *cost_usd,
+            _ => None,
         }
     }
 
@@ -248,6 +258,7 @@ pub async fn start(
         signed: false,
         input_tokens: 0,
         output_tokens: 0,
+        cost_usd: None,
     };
     let items = Items::new(state, session_id, tr, after);
     Ok(RunHandle {
@@ -306,6 +317,7 @@ struct Translate {
     signed: bool,
     input_tokens: u64,
     output_tokens: u64,
+    cost_usd: Option<f64>,
 }
 
 impl Translate {
@@ -390,6 +402,7 @@ impl Translate {
             EventPayload::Result { stats } => {
                 self.input_tokens = stats.usage.input_tokens;
                 self.output_tokens = stats.usage.output_tokens;
+                self.cost_usd = stats.cost_usd;
                 // Cut by a limit: the model's output limit, or a token budget that ended the
                 // run before its next call.
                 if (stats.model_finish_reason == Some(ModelFinish::MaxTokens)
@@ -406,6 +419,7 @@ impl Translate {
                     stop_sequence: self.stop_sequence.take(),
                     input_tokens: self.input_tokens,
                     output_tokens: self.output_tokens,
+                    cost_usd: self.cost_usd,
                 });
                 return true;
             }

@@ -11,6 +11,7 @@ pub mod keys;
 pub mod mcp;
 pub mod sessions;
 pub mod skills;
+pub mod spend;
 pub mod tool_runs;
 pub mod webhooks;
 pub mod workflows;

@@ -53,7 +53,12 @@ pub async fn session_view(
 ) -> Result<SessionView, ApiError> {
     tracing::debug!(%actor, %session_id, "view session");
     let session = authorize_session(state, actor, session_id, Access::Read).await?;
-    let mut view = view(state, session);
+    let spend = state.store.session_spend(session_id).await?;
+    let mut view = SessionView {
+        tokens: Some(spend.usage),
+        cost_usd: spend.cost_usd,
+        ..view(state, session)
+    };
     if view.status == SessionStatus::Idle
         && state
             .store
@@ -79,6 +84,8 @@ pub fn view(state: &AppState, session: Session) -> SessionView {
         active_run_id: active.as_ref().map(|a| a.run_id),
         queued_runs: active.map(|a| a.queued).unwrap_or(0),
         first_prompt: None,
+        tokens: None,
+        cost_usd: None,
         session,
     }
 }

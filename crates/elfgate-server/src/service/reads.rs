@@ -72,11 +72,13 @@ pub async fn get_run(
 ) -> Result<Run, ApiError> {
     tracing::debug!(%actor, %session_id, %run_id, "get run");
     authorize_session(state, actor, session_id, Access::Read).await?;
-    state
+    let mut run = state
         .store
         .get_run(session_id, run_id)
         .await?
         .ok_or_else(|| {
             ApiError::NotFound(format!("unknown run '{run_id}' in session '{session_id}'"))
-        })
+        })?;
+    run.cost_usd = state.store.run_spend(run_id).await?.cost_usd;
+    Ok(run)
 }

@@ -351,6 +351,16 @@ async fn each_backend_relays_text_thinking_and_tool_calls_and_stores_them() {
             result.data["stats"]["inputTokens"].as_u64().unwrap() >= 40,
             "{b}: {result:?}"
         );
+        // claude-code says what its run cost (two calls here): the run's cost; the other CLIs
+        // say nothing of it and their runs have no cost.
+        let cost = &result.data["stats"]["costUsd"];
+        match b {
+            "claude-code" => assert!(
+                (cost.as_f64().unwrap() - 0.002168).abs() < 1e-9,
+                "{b}: {result:?}"
+            ),
+            _ => assert!(cost.is_null(), "{b}: {result:?}"),
+        }
         let (_, stored_run) = c.d.get(&format!("/v1/sessions/{sid}/runs/{run}")).await;
         assert_eq!(stored_run["cacheReadTokens"], 40, "{b}: {stored_run}");
         let msgs = c.messages(&sid).await;

@@ -61,6 +61,7 @@ mod sandbox_landlock;
 mod schema_fuzz;
 mod signed_webhooks;
 mod slow_subscriber;
+mod spend_cost;
 mod strict_inputs;
 mod terminal_client;
 mod tinyelf_bounds;

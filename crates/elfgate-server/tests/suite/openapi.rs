@@ -183,6 +183,7 @@ async fn openapi_document_lists_every_route_and_fits_real_responses() {
         ("get", "/v1/admin/budgets/{id}"),
         ("patch", "/v1/admin/budgets/{id}"),
         ("delete", "/v1/admin/budgets/{id}"),
+        ("get", "/v1/spend"),
         ("post", "/v1/chat/completions"),
         ("post", "/v1/messages"),
         ("post", "/v1/responses"),

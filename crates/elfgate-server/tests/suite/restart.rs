@@ -501,6 +501,62 @@ fn config_check_refuses_agent_profiles_that_cannot_work() {
     }
 }
 
+/// `config check` lists the unpriced models a route can reach; a cache price without the input
+/// and output prices, or an input price without an output price, is refused naming the key.
+#[test]
+fn config_check_lists_unpriced_models_and_refuses_half_prices() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prices.toml");
+    std::fs::write(
+        &file,
+        "[providers.paid]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+         input_usd_per_mtok = 1.0\noutput_usd_per_mtok = 2.0\n\
+         [providers.free]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\
+         default_model = \"small\"\n\
+         [providers.free.models.\"big\"]\ninput_usd_per_mtok = 1.0\noutput_usd_per_mtok = 2.0\n\
+         [aliases]\ncheap = \"free/tiny\"\n",
+    )
+    .unwrap();
+    let (ok, out) = run_elfgate(
+        &["config", "check", "--config", file.to_str().unwrap()],
+        &[],
+    );
+    assert!(ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("unpriced models"))
+        .unwrap_or_else(|| panic!("{out}"));
+    for want in [
+        "free/small",
+        "free/tiny",
+        "free/*",
+        "a budget would not see them",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+    for priced in ["paid/", "free/big"] {
+        assert!(!line.contains(priced), "{priced}: {line}");
+    }
+    for (toml, want) in [
+        (
+            "[providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\ninput_usd_per_mtok = 1.0\n",
+            "providers.p: input_usd_per_mtok and output_usd_per_mtok go together",
+        ),
+        (
+            "[providers.p]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[providers.p.models.\"m\"]\ncache_read_usd_per_mtok = 0.1\n",
+            "providers.p.models.\"m\": a cache price needs input_usd_per_mtok",
+        ),
+    ] {
+        std::fs::write(&file, toml).unwrap();
+        let (ok, out) = run_elfgate(
+            &["config", "check", "--config", file.to_str().unwrap()],
+            &[],
+        );
+        assert!(!ok, "{toml}: accepted: {out}");
+        assert!(out.contains(want), "{toml}: {out}");
+    }
+}
+
 /// A model price that is no amount of dollars, an attachment limit of nothing, or a webhook
 /// setting of nothing or a target that is not an http(s) URL is refused at start naming the key.
 #[test]

@@ -453,6 +453,9 @@ async fn a_model_step_calls_the_provider_once_with_the_rendered_prompt() {
         steps[1]
     );
     assert!(steps[2].get("costUsd").is_none());
+    // The run's cost is its steps' summed.
+    let run_cost = result.data["stats"]["costUsd"].as_f64().unwrap();
+    assert!((run_cost - cost).abs() < 1e-12, "{}", result.data);
 }
 
 /// A failing step ends the run with the step named, unless it says continueOnError; retries

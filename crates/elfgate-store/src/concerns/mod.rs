@@ -10,6 +10,7 @@ mod event_log;
 mod keys;
 mod runs;
 mod sessions;
+mod spend;
 mod workflows;
 
 pub use access_audit::{AccessAudit, AccessEvent, StoredAccessEvent};
@@ -21,4 +22,5 @@ pub use event_log::{EventLog, StoredEvent};
 pub use keys::{KeyChange, KeyStore, StoredKey};
 pub use runs::{AuditLog, RecoveredRun, RunStore};
 pub use sessions::{FIRST_PROMPT_CHARS, SessionPage, SessionReads, SessionStore, SessionsSeen};
+pub use spend::{SpendGroupBy, SpendQuery, SpendStore, SpendSum};
 pub use workflows::{StoredWorkflow, WorkflowStore, WorkflowWrite};

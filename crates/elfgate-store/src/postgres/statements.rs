@@ -141,6 +141,14 @@ pub(super) async fn run_finished(
     .bind(run_id.to_string())
     .execute(&mut *conn)
     .await?;
+    if !outcome.model_calls.is_empty() {
+        // A retried end may follow a commit that went through.
+        let mut qb =
+            sqlx::QueryBuilder::<sqlx::Postgres>::new(crate::ledger_rows::MODEL_CALL_COLUMNS);
+        crate::ledger_rows::push_call_values(&mut qb, &outcome.model_calls);
+        qb.push(" ON CONFLICT (run_id, seq) DO NOTHING");
+        qb.build().execute(&mut *conn).await?;
+    }
     if record_end {
         run_end_notice(conn, session_id, run_id, at).await?;
     }

@@ -16,6 +16,7 @@ mod deliveries;
 mod hooks;
 mod keys;
 mod reads;
+mod spend;
 mod workflows;
 
 pub(crate) use reads::{delete_session_rows, session_page};
