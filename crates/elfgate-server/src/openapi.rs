@@ -6,8 +6,7 @@ use crate::error::{ErrorBody, ErrorDetail};
 use crate::event_schema::{self, EventEnvelope};
 use crate::routes::{
     access_audit, budgets, cluster, engines, gateway, health, hooks, keys, mcp, sessions, skills,
-    spend,
-    tool_runs, webhooks, workflows,
+    spend, tool_runs, webhooks, workflows,
 };
 use crate::state::AppState;
 use axum::routing::get;
