@@ -457,4 +457,8 @@ pub struct Run {
     /// The chat channel the prompt came from, if one sent it.
     #[serde(flatten)]
     pub channel: ChannelOrigin,
+    /// The id of the trace its spans are in (32 lowercase hex digits), when runs are traced
+    /// (`[telemetry]`): the `init` event's `traceId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }

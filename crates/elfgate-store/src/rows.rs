@@ -86,6 +86,7 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
                 .map_err(|e| StoreError::Corrupt(format!("run channel: {e}")))?,
             None => Default::default(),
         },
+        trace_id: r.opt_text("trace_id")?,
     })
 }
 

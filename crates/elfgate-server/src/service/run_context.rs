@@ -136,6 +136,7 @@ pub(crate) fn new_run(
         error: None,
         client_msg_id,
         channel,
+        trace_id: None,
     }
 }
 
