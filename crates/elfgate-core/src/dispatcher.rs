@@ -636,7 +636,12 @@ pub(crate) mod tests {
 
     #[async_trait]
     impl RunLedger for Ledger {
-        async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+        async fn run_started(
+            &self,
+            _: SessionId,
+            _: RunId,
+            _: Option<String>,
+        ) -> Result<(), LedgerError> {
             Ok(())
         }
         async fn run_finished(

@@ -461,4 +461,8 @@ pub struct Run {
     /// (`GET …/runs/{runId}`); absent when none was priced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The id of the trace its spans are in (32 lowercase hex digits), when runs are traced
+    /// (`[telemetry]`): the `init` event's `traceId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }

@@ -33,8 +33,24 @@ impl LedgerError {
 /// Where runs' writes go (the store implements it).
 #[async_trait]
 pub trait RunLedger: Send + Sync {
-    /// The run starts now.
-    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError>;
+    /// The run starts now; `trace_id`, the trace its spans are in when runs are traced.
+    async fn run_started(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        trace_id: Option<String>,
+    ) -> Result<(), LedgerError>;
+    /// Stores the id of the trace a run that is stored as running already is in (a session's
+    /// first run, committed with the session before its trace began). Nothing by default: a
+    /// ledger that keeps no traces.
+    async fn run_traced(
+        &self,
+        _session_id: SessionId,
+        _run_id: RunId,
+        _trace_id: &str,
+    ) -> Result<(), LedgerError> {
+        Ok(())
+    }
     /// The run ended; `answer`, its closing message, is stored in the same commit.
     async fn run_finished(
         &self,
@@ -157,13 +173,23 @@ impl RunRecorder {
         std::mem::take(&mut *lock(&self.calls))
     }
 
-    /// Marks the run as running, unless it is stored that way already.
+    /// Marks the run as running, unless it is stored that way already, with the id of the trace
+    /// it is in when runs are traced (called in the run's span).
     pub(crate) async fn mark_running(&self) -> Result<(), LedgerError> {
+        let trace_id = crate::telemetry::current_trace_id();
         if self.written().running {
-            return Ok(());
+            // A first run, stored as running with its session: only its trace is new.
+            return match trace_id {
+                Some(trace_id) => {
+                    self.ledger
+                        .run_traced(self.session_id, self.run_id, &trace_id)
+                        .await
+                }
+                None => Ok(()),
+            };
         }
         self.ledger
-            .run_started(self.session_id, self.run_id)
+            .run_started(self.session_id, self.run_id, trace_id)
             .await?;
         self.written().running = true;
         Ok(())
@@ -195,7 +221,12 @@ mod tests {
 
     #[async_trait]
     impl RunLedger for Counting {
-        async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+        async fn run_started(
+            &self,
+            _: SessionId,
+            _: RunId,
+            _: Option<String>,
+        ) -> Result<(), LedgerError> {
             *self.started.lock().unwrap() += 1;
             Ok(())
         }

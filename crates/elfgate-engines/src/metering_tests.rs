@@ -19,7 +19,12 @@ struct NoLedger;
 
 #[async_trait]
 impl RunLedger for NoLedger {
-    async fn run_started(&self, _: SessionId, _: RunId) -> Result<(), LedgerError> {
+    async fn run_started(
+        &self,
+        _: SessionId,
+        _: RunId,
+        _: Option<String>,
+    ) -> Result<(), LedgerError> {
         Ok(())
     }
     async fn run_finished(

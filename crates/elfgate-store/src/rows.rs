@@ -88,6 +88,7 @@ pub(crate) fn run_from_row(r: &impl RowRead) -> StoreResult<Run> {
         },
         // The ledger's, filled in by the reads that show it.
         cost_usd: None,
+        trace_id: r.opt_text("trace_id")?,
     })
 }
 

@@ -139,11 +139,14 @@ pub(crate) fn push_run_started(
     script: &mut Script,
     session_id: SessionId,
     run_id: RunId,
+    trace_id: Option<&str>,
     at: &str,
 ) {
     script
         .statement("UPDATE runs SET status = 'running', started_at = ")
         .push_bind(at.to_string())
+        .push(", trace_id = ")
+        .push_bind(trace_id.map(str::to_string))
         .push(" WHERE id = ")
         .push_bind(run_id.to_string());
     script

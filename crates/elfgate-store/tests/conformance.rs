@@ -259,6 +259,7 @@ fn run(session_id: SessionId, status: RunStatus) -> Run {
         client_msg_id: None,
         channel: Default::default(),
         cost_usd: None,
+        trace_id: None,
     }
 }
 
@@ -290,10 +291,25 @@ async fn sessions_runs_and_messages_round_trip(db: Db) {
         changed.engine_config,
         serde_json::json!({"k": 2, "c": true})
     );
-    store.run_started(s.id, r.id).await.unwrap();
+    assert_eq!(
+        store.get_run(s.id, r.id).await.unwrap().unwrap().trace_id,
+        None
+    );
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    store
+        .run_started(s.id, r.id, Some(trace_id.into()))
+        .await
+        .unwrap();
     let started = store.get_run(s.id, r.id).await.unwrap().unwrap();
     assert_eq!(started.status, RunStatus::Running);
     assert_eq!(started.channel, r.channel);
+    assert_eq!(started.trace_id.as_deref(), Some(trace_id));
+    // A run stored as running before its trace began (a session's first) gets it later.
+    let other = "0af7651916cd43dd8448eb211c80319c";
+    store.run_traced(s.id, r.id, other).await.unwrap();
+    let traced = store.get_run(s.id, r.id).await.unwrap().unwrap();
+    assert_eq!(traced.trace_id.as_deref(), Some(other));
+    assert_eq!(traced.started_at, started.started_at);
 
     let user = Message::new(
         s.id,
@@ -807,7 +823,7 @@ async fn recovery_ends_unfinished_runs_and_keeps_the_transcript_valid(db: Db) {
     let s = session();
     let r = run(s.id, RunStatus::Queued);
     store.create_session(&s, &r, None).await.unwrap();
-    store.run_started(s.id, r.id).await.unwrap();
+    store.run_started(s.id, r.id, None).await.unwrap();
     let user = Message::new(
         s.id,
         Some(r.id),

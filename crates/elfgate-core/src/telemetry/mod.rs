@@ -8,16 +8,19 @@
 //! into the log.
 
 mod calls;
+mod delivery;
+mod metrics;
 
 pub use calls::{
     ChatEnd, chat_span, compaction_span, mark_reported, permission_span, provider_name,
     record_chat, record_permission, record_refusal, record_step, record_tool, retry_event,
     step_span, tool_span,
 };
+pub use delivery::delivery_span;
 
 use crate::EngineSessionContext;
-use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Histogram, Meter};
+use metrics::Instruments;
+use opentelemetry::metrics::Meter;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -32,14 +35,6 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static CONTENT_LIMIT: OnceLock<usize> = OnceLock::new();
 static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
 
-/// The GenAI client metrics of the conventions.
-struct Instruments {
-    /// `gen_ai.client.token.usage`, by `gen_ai.token.type` (input, output).
-    tokens: Histogram<u64>,
-    /// `gen_ai.client.operation.duration`, in seconds.
-    duration: Histogram<f64>,
-}
-
 /// Turns the spans on (the daemon's start, once its exporter is installed). `content_limit`:
 /// the bytes of message and tool content kept on spans, None: no content (`capture_content`
 /// off); `meter`: where the GenAI metrics are recorded.
@@ -47,26 +42,7 @@ pub fn enable(content_limit: Option<usize>, meter: &Meter) {
     if let Some(limit) = content_limit {
         let _ = CONTENT_LIMIT.set(limit);
     }
-    let _ = INSTRUMENTS.set(Instruments {
-        tokens: meter
-            .u64_histogram("gen_ai.client.token.usage")
-            .with_unit("{token}")
-            .with_description("Tokens used by a model call")
-            .with_boundaries(vec![
-                1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-                4194304.0, 16777216.0, 67108864.0,
-            ])
-            .build(),
-        duration: meter
-            .f64_histogram("gen_ai.client.operation.duration")
-            .with_unit("s")
-            .with_description("Duration of a model call")
-            .with_boundaries(vec![
-                0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
-                81.92,
-            ])
-            .build(),
-    });
+    let _ = INSTRUMENTS.set(Instruments::new(meter));
     ENABLED.store(true, Ordering::Release);
 }
 
@@ -78,29 +54,8 @@ pub fn record_model_call(
     usage: &crate::TokenUsage,
     error: Option<&str>,
 ) {
-    let Some(instruments) = INSTRUMENTS.get() else {
-        return;
-    };
-    let mut attributes = vec![
-        KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", provider.to_string()),
-        KeyValue::new("gen_ai.request.model", model.to_string()),
-    ];
-    if let Some(error) = error {
-        attributes.push(KeyValue::new("error.type", error.to_string()));
-    }
-    instruments
-        .duration
-        .record(elapsed.as_secs_f64(), &attributes);
-    if error.is_none() {
-        for (kind, n) in [
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-        ] {
-            attributes.push(KeyValue::new("gen_ai.token.type", kind));
-            instruments.tokens.record(n, &attributes);
-            attributes.pop();
-        }
+    if let Some(instruments) = INSTRUMENTS.get() {
+        instruments.record(provider, model, elapsed, usage, error);
     }
 }
 

@@ -137,6 +137,7 @@ pub(crate) fn new_run(
         client_msg_id,
         channel,
         cost_usd: None,
+        trace_id: None,
     }
 }
 

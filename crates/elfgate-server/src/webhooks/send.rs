@@ -8,6 +8,8 @@ use chrono::Utc;
 use elfgate_store::WebhookDelivery;
 use elfgate_tools::outbound::{AddressPolicy, GuardedClient, OutboundError};
 use std::time::Duration;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The POST of `d`, signed with the secret in `secret_env`: Ok(status) on 2xx; Err((status if
 /// any, why)) otherwise.
@@ -31,6 +33,13 @@ pub(super) async fn post(
     );
     let body = d.body.to_string();
     let timestamp = Utc::now().timestamp();
+    // In the run's trace when runs are traced (its record names the trace): the POST carries
+    // the delivery span's `traceparent`. A disabled span (a branch) otherwise.
+    let span = elfgate_core::telemetry::delivery_span(
+        d.body["run"]["traceId"].as_str(),
+        &d.target,
+        d.attempts + 1,
+    );
     let resp = client
         .post(&d.url, |request| {
             request
@@ -49,12 +58,16 @@ pub(super) async fn post(
                 )
                 .body(body)
         })
+        .instrument(span.clone())
         .await
         .map_err(|e| match e {
             OutboundError::Send(e) => fail(format!("the POST failed: {e}")),
             other => fail(other.to_string()),
         })?;
     let status = resp.status();
+    if !span.is_disabled() {
+        span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
+    }
     if status.is_success() {
         Ok(status.as_u16())
     } else {

@@ -80,6 +80,8 @@ mod tool_firewall;
 mod tool_hardening;
 mod tool_schemas;
 mod traces;
+mod traces_engines;
+mod traces_records;
 mod web_security;
 pub(crate) mod workflows;
 mod workflows_limits;

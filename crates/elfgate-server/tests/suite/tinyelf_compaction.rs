@@ -7,7 +7,7 @@
 use crate::common;
 use crate::scripted;
 
-use common::types;
+use common::{Daemon, types};
 use elfgate_mockllm::{MockServer, Outcome};
 use scripted::{
     call, daemon_with, finish_of, of, processing_notes, project, run, script, session, stored,
@@ -186,30 +186,40 @@ async fn stubbing_old_tool_outputs_is_enough_without_a_summary_call() {
     assert_eq!(words(&c1["content"]), 1500);
 }
 
+/// Runs a session of eight iterations on `model` (whose script is `script_name`) that outgrow
+/// its window: every answer says a lot and reads a small file; the summary call gets the same
+/// answer, whose text becomes the summary. Returns the session id and the run's events.
+pub(crate) async fn run_long(
+    d: &Daemon,
+    mock: &MockServer,
+    script_name: &str,
+    model: &str,
+) -> (String, Vec<common::Ev>) {
+    let long = ["alpha", "beta", "gamma", "delta"].repeat(40).join(" ");
+    script(
+        mock,
+        script_name,
+        json!([{"text": long, "toolCalls": [call("", "read_file", json!({"path": "a.txt"}))]}]),
+    );
+    let (sid, _, evs) = run(
+        d,
+        session(
+            "keep reading",
+            model,
+            &project(),
+            json!({"engineConfig": {"enabledTools": ["read_file"], "maxIterations": 8}}),
+        ),
+    )
+    .await;
+    (sid, evs)
+}
+
 #[tokio::test]
 async fn a_long_history_is_collapsed_summarized_and_still_fits() {
     let mock = MockServer::start().await.unwrap();
     let model = "mock:script=long,context_limit=700";
     let d = daemon_with(&mock, &budget(model, 800));
-    let dir = project();
-    let long = ["alpha", "beta", "gamma", "delta"].repeat(40).join(" ");
-    // Every answer says a lot and reads a small file; the summary call gets the same answer,
-    // whose text becomes the summary.
-    script(
-        &mock,
-        "long",
-        json!([{"text": long, "toolCalls": [call("", "read_file", json!({"path": "a.txt"}))]}]),
-    );
-    let (sid, _, evs) = run(
-        &d,
-        session(
-            "keep reading",
-            model,
-            &dir,
-            json!({"engineConfig": {"enabledTools": ["read_file"], "maxIterations": 8}}),
-        ),
-    )
-    .await;
+    let (sid, evs) = run_long(&d, &mock, "long", model).await;
     assert_eq!(
         finish_of(&evs),
         "max_iterations",

@@ -13,7 +13,7 @@ use scripted::{call, finish_of, of, project, run, script, session};
 use serde_json::{Value, json};
 
 /// A daemon exporting to `store` (a short export timeout makes a refused export fail fast).
-fn traced_daemon(mock: &MockServer, store: &Phoenix) -> Daemon {
+pub(crate) fn traced_daemon(mock: &MockServer, store: &Phoenix) -> Daemon {
     Daemon::start(
         mock,
         Opts {
@@ -23,7 +23,7 @@ fn traced_daemon(mock: &MockServer, store: &Phoenix) -> Daemon {
     )
 }
 
-fn telemetry_toml(store: &Phoenix) -> String {
+pub(crate) fn telemetry_toml(store: &Phoenix) -> String {
     format!(
         "[telemetry]\notlp_endpoint = \"{}\"\nexport_timeout_ms = 1000\n",
         store.endpoint()
@@ -31,7 +31,7 @@ fn telemetry_toml(store: &Phoenix) -> String {
 }
 
 /// The spans named `name`.
-fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
+pub(crate) fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
     spans.iter().filter(|s| s.name == name).collect()
 }
 
@@ -41,7 +41,7 @@ fn anywhere(spans: &[Span], text: &str) -> bool {
 }
 
 /// The trace id the run's `init` event names.
-fn trace_id_of(evs: &[common::Ev]) -> String {
+pub(crate) fn trace_id_of(evs: &[common::Ev]) -> String {
     let init = of(evs, "init");
     init[0].data["systemInfo"]["traceId"]
         .as_str()

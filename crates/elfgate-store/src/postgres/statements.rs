@@ -104,10 +104,12 @@ pub(super) async fn run_started(
     conn: &mut PgConnection,
     session_id: SessionId,
     run_id: RunId,
+    trace_id: Option<&str>,
     at: &str,
 ) -> StoreResult<()> {
-    sqlx::query("UPDATE runs SET status = 'running', started_at = $1 WHERE id = $2")
+    sqlx::query("UPDATE runs SET status = 'running', started_at = $1, trace_id = $2 WHERE id = $3")
         .bind(at)
+        .bind(trace_id)
         .bind(run_id.to_string())
         .execute(&mut *conn)
         .await?;

@@ -78,12 +78,37 @@ impl PgStore {
 
 #[async_trait]
 impl RunLedger for PgStore {
-    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
+    async fn run_started(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        trace_id: Option<String>,
+    ) -> Result<(), LedgerError> {
         let at = ts(&Utc::now());
         let run = async {
             let mut tx = self.pool.begin().await?;
             self.fence_check(&mut tx, session_id).await?;
-            statements::run_started(&mut tx, session_id, run_id, &at).await?;
+            statements::run_started(&mut tx, session_id, run_id, trace_id.as_deref(), &at).await?;
+            tx.commit().await?;
+            Ok::<(), StoreError>(())
+        };
+        run.await.map_err(ledger)
+    }
+
+    async fn run_traced(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        trace_id: &str,
+    ) -> Result<(), LedgerError> {
+        let run = async {
+            let mut tx = self.pool.begin().await?;
+            self.fence_check(&mut tx, session_id).await?;
+            sqlx::query("UPDATE runs SET trace_id = $1 WHERE id = $2")
+                .bind(trace_id)
+                .bind(run_id.to_string())
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok::<(), StoreError>(())
         };

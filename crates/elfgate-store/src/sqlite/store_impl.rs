@@ -11,12 +11,33 @@ use elfgate_core::{LedgerError, Message, RunId, RunLedger, RunOutcome, SessionId
 
 #[async_trait]
 impl RunLedger for SqliteStore {
-    async fn run_started(&self, session_id: SessionId, run_id: RunId) -> Result<(), LedgerError> {
+    async fn run_started(
+        &self,
+        session_id: SessionId,
+        run_id: RunId,
+        trace_id: Option<String>,
+    ) -> Result<(), LedgerError> {
         self.writer
             .run(StoreOp::RunStarted {
                 session_id,
                 run_id,
+                trace_id,
                 at: ts(&Utc::now()),
+            })
+            .await
+            .map_err(|e| LedgerError(e.report(), e.is_transient()))
+    }
+
+    async fn run_traced(
+        &self,
+        _session_id: SessionId,
+        run_id: RunId,
+        trace_id: &str,
+    ) -> Result<(), LedgerError> {
+        self.writer
+            .run(StoreOp::RunTraced {
+                run_id,
+                trace_id: trace_id.to_string(),
             })
             .await
             .map_err(|e| LedgerError(e.report(), e.is_transient()))

@@ -52,6 +52,7 @@ pub(crate) enum StoreOp {
     RunStarted {
         session_id: SessionId,
         run_id: RunId,
+        trace_id: Option<String>,
         at: String,
     },
     RunFinished {
@@ -63,6 +64,11 @@ pub(crate) enum StoreOp {
         /// Whether the end is written to the outbox of run-end webhooks too.
         record_end: bool,
         at: String,
+    },
+    /// The id of the trace a running run is in.
+    RunTraced {
+        run_id: RunId,
+        trace_id: String,
     },
     /// The CLI backend's own session id, for a later run to resume.
     CliSessionId {

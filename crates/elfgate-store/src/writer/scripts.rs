@@ -124,8 +124,9 @@ pub(super) fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), Stor
             StoreOp::RunStarted {
                 session_id,
                 run_id,
+                trace_id,
                 at,
-            } => push_run_started(script, *session_id, *run_id, at),
+            } => push_run_started(script, *session_id, *run_id, trace_id.as_deref(), at),
             StoreOp::RunFinished {
                 session_id,
                 run_id,
@@ -138,6 +139,13 @@ pub(super) fn push_ops(script: &mut Script, ops: &[&StoreOp]) -> Result<(), Stor
                 if *record_end {
                     push_run_end_notice(script, *session_id, *run_id, at);
                 }
+            }
+            StoreOp::RunTraced { run_id, trace_id } => {
+                script
+                    .statement("UPDATE runs SET trace_id = ")
+                    .push_bind(trace_id.clone())
+                    .push(" WHERE id = ")
+                    .push_bind(run_id.to_string());
             }
             StoreOp::CliSessionId {
                 session_id,

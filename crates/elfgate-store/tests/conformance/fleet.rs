@@ -35,7 +35,7 @@ async fn a_running_a_session(url: &str) -> (PgStore, PgStore, Session, Run) {
     let s = session();
     let r = run(s.id, RunStatus::Queued);
     a.create_session(&s, &r, None).await.unwrap();
-    a.run_started(s.id, r.id).await.unwrap();
+    a.run_started(s.id, r.id, None).await.unwrap();
     (a, b, s, r)
 }
 
@@ -206,9 +206,9 @@ async fn a_restarted_node_ends_its_own_runs_as_daemon_restart_and_not_the_others
     let (s1, s2) = (session(), session());
     let (r1, r2) = (run(s1.id, RunStatus::Queued), run(s2.id, RunStatus::Queued));
     a.create_session(&s1, &r1, None).await.unwrap();
-    a.run_started(s1.id, r1.id).await.unwrap();
+    a.run_started(s1.id, r1.id, None).await.unwrap();
     b.create_session(&s2, &r2, None).await.unwrap();
-    b.run_started(s2.id, r2.id).await.unwrap();
+    b.run_started(s2.id, r2.id, None).await.unwrap();
     // A dies (its lease still live) and comes back at once under the same id.
     a.close().await;
     let a = node(&url, "a").await;
