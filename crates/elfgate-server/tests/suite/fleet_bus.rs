@@ -84,17 +84,31 @@ fn frame(seq: u64, kind: &str, data: serde_json::Value) -> bytes::Bytes {
 }
 
 /// The next message of `sub` whose subject ends with `suffix`.
-async fn message_ending(sub: &mut async_nats::Subscriber, suffix: &str) -> async_nats::Message {
+/// The next message on `sub` whose subject ends with `suffix` and which is about `session` (in
+/// its subject or its payload): the suite's other fleet tests share the NATS server, and their
+/// nodes have the same names.
+async fn message_ending(
+    sub: &mut async_nats::Subscriber,
+    suffix: &str,
+    session: &str,
+) -> async_nats::Message {
     tokio::time::timeout(common::GUARD, async {
         loop {
             let m = sub.next().await.expect("the subscription ended");
-            if m.subject.ends_with(suffix) {
+            let about =
+                m.subject.contains(session) || contains_bytes(&m.payload, session.as_bytes());
+            if m.subject.ends_with(suffix) && about {
                 return m;
             }
         }
     })
     .await
     .expect("no such message on the bus")
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains_bytes(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[tokio::test]
@@ -112,7 +126,7 @@ async fn a_bus_client_without_the_secret_forges_no_event_and_a_non_owner_none_ei
     let mut through_b = b.events(&sid, None).await;
     let mut seen = through_b.until_text("tok0 tok1 tok2 ").await;
     // The session's subject, as a node publishes on it.
-    let subject = message_ending(&mut everything, &format!(".events.{sid}"))
+    let subject = message_ending(&mut everything, &format!(".events.{sid}"), &sid)
         .await
         .subject
         .to_string();
@@ -193,7 +207,7 @@ async fn a_bus_client_gets_no_answer_from_a_node_and_cannot_answer_in_its_place(
     let bus = async_nats::connect(&nats).await.unwrap();
     let mut everything = bus.subscribe("elfgate.>").await.unwrap();
     let (sid, run) = a.create(chat("long", "mock:tokens=2000,delay_ms=10")).await;
-    let subject = message_ending(&mut everything, &format!(".events.{sid}"))
+    let subject = message_ending(&mut everything, &format!(".events.{sid}"), &sid)
         .await
         .subject
         .to_string();
@@ -293,7 +307,7 @@ async fn no_credential_goes_on_the_bus_and_a_replayed_request_is_not_carried_out
         .await;
     assert!(status == 200 || status == 202, "{status} {body}");
     let queued_run = body["runId"].as_str().unwrap().to_string();
-    let request = message_ending(&mut everything, ".node.a.http").await;
+    let request = message_ending(&mut everything, ".node.a.http", &sid).await;
     // No credential on the bus: neither in the message nor in its headers.
     let mut seen = String::from_utf8_lossy(&request.payload).into_owned();
     for (k, v) in request.headers.iter().flat_map(|h| h.iter()) {
