@@ -396,6 +396,7 @@ mod tests {
                     cache_write_tokens: 0
                 }),
                 Turns(2),
+                Cost(0.01),
                 Finished,
             ]
         );
@@ -433,6 +434,7 @@ mod tests {
                 Notice("claude retries its API call (1/1, status 429)".into()),
                 Usage(TokenUsage::default()),
                 Turns(1),
+                Cost(0.0),
                 Failed("API Error: Request rejected (429) · scripted upstream failure 429".into()),
                 Finished,
             ]
